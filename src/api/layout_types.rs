@@ -1,0 +1,163 @@
+//! The resolved attention layout of a model: what `kvpilot layout` prints and
+//! `status.layout` holds. Produced by `crate::layout`, read by `policy` and the runtime.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A model's attention layout, in two views: the physical attention of each layer, and the KV
+/// pool SGLang builds for it (they differ on purpose: Mistral-7B-v0.1 is all-sliding
+/// physically but gets a full pool).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AttentionLayout {
+    /// `architectures[0]` of the config.
+    pub architecture: String,
+    /// `model_type` of the config, if present.
+    pub model_type: Option<String>,
+    /// Layer counts by physical kind.
+    pub layers: LayerCounts,
+    /// Physical kind of each layer, one entry per layer.
+    pub layer_kinds: Vec<LayerKind>,
+    /// Window of the sliding layers in tokens; null when no layer uses a window.
+    pub sliding_window: Option<u64>,
+    /// How full-attention KV is stored: `mha` (MHA/GQA heads) or `mla` (a latent).
+    pub attention: AttentionKind,
+    /// The KV pool the runtime builds, exactly as SGLang decides it.
+    pub kv_pool: KvPool,
+    /// Facts beyond the pool kind that some rules need.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<LayoutFeature>,
+    /// Per-token and per-request sizes the runtime sizes its pools from.
+    pub kv_shape: KvShape,
+    /// What was assumed where the config did not say.
+    pub warnings: Vec<String>,
+}
+
+impl AttentionLayout {
+    /// Whether the layout has the given feature.
+    pub fn has(&self, feature: LayoutFeature) -> bool {
+        self.features.contains(&feature)
+    }
+
+    /// SGLang's `is_hybrid_swa`: the pool has a sliding-window component.
+    pub fn is_hybrid_swa(&self) -> bool {
+        matches!(self.kv_pool, KvPool::HybridSwa | KvPool::PureSwa)
+    }
+
+    /// SGLang's `uses_ssm_state`.
+    pub fn uses_ssm_state(&self) -> bool {
+        self.kv_pool == KvPool::HybridSsm
+    }
+}
+
+/// Layer counts by physical kind; layers of kind `none` are the rest of `total`.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct LayerCounts {
+    /// All layers (`num_hidden_layers`).
+    pub total: u32,
+    /// Layers with global attention.
+    pub full_attention: u32,
+    /// Layers attending within a window (sliding or chunked local attention).
+    pub sliding_window: u32,
+    /// Layers keeping recurrent state (Mamba, gated delta net, linear, lightning).
+    pub ssm: u32,
+}
+
+/// Physical attention of one layer.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum LayerKind {
+    /// Global attention.
+    Full,
+    /// Attention within a window (sliding window or chunked local attention).
+    Sliding,
+    /// Recurrent state (Mamba, gated delta net, linear or lightning attention).
+    Ssm,
+    /// Neither attention nor state (for example Nemotron-H MLP-only layers).
+    None,
+}
+
+/// How full-attention KV is stored.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum AttentionKind {
+    /// Per-head keys and values (MHA, GQA, MQA).
+    Mha,
+    /// A compressed latent (multi-head latent attention).
+    Mla,
+}
+
+/// The KV pool SGLang builds for the model.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum KvPool {
+    /// One MHA/GQA pool for every layer.
+    Full,
+    /// A full-attention pool plus a sliding-window pool (at least one full layer).
+    HybridSwa,
+    /// A sliding-window pool only: the model keeps no full-attention tokens.
+    PureSwa,
+    /// Attention KV plus recurrent SSM state per request.
+    HybridSsm,
+    /// An MLA (or DSA) latent pool.
+    Mla,
+}
+
+impl KvPool {
+    /// The value as printed in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Full => "full",
+            Self::HybridSwa => "hybrid-swa",
+            Self::PureSwa => "pure-swa",
+            Self::HybridSsm => "hybrid-ssm",
+            Self::Mla => "mla",
+        }
+    }
+}
+
+/// Layout facts some rules depend on beyond the pool kind.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum LayoutFeature {
+    /// GPT-OSS / MiMo-V2 attention sinks.
+    AttentionSinks,
+    /// DeepSeek sparse attention indexer (`index_topk`).
+    Dsa,
+    /// DeepSeek-V4 compressed KV pool (SGLang treats it as MLA for transfers).
+    DeepseekV4,
+    /// SGLang's SWA-compress architectures (Gemma-4, MiMo-V2).
+    SwaCompress,
+    /// Every SSM layer also runs attention in parallel (Falcon-H1), so SSM layers hold full KV too.
+    ParallelHybrid,
+}
+
+/// Sizes the runtime's pools are computed from.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct KvShape {
+    /// KV heads of full-attention layers.
+    pub num_kv_heads: u32,
+    /// Key head dimension.
+    pub head_dim: u32,
+    /// Value head dimension.
+    pub v_head_dim: u32,
+    /// KV heads of sliding layers.
+    pub swa_num_kv_heads: u32,
+    /// Key head dimension of sliding layers.
+    pub swa_head_dim: u32,
+    /// Value head dimension of sliding layers.
+    pub swa_v_head_dim: u32,
+    /// MLA latent rank (`kv_lora_rank`), when the attention is MLA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_lora_rank: Option<u32>,
+    /// MLA rotary head dimension (`qk_rope_head_dim`), when the attention is MLA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qk_rope_head_dim: Option<u32>,
+    /// Bytes per KV element (from `torch_dtype`).
+    pub dtype_bytes: u32,
+    /// Recurrent state bytes per request per SSM layer (conv + SSM state), when the model has SSM layers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssm_state_bytes_per_layer: Option<u64>,
+}

@@ -1,0 +1,14 @@
+//! The `InferenceDeployment` custom resource (group `kvpilot.dev`, version `v1alpha1`) and the
+//! data types that `layout` and `policy` produce, so that every layer shares one contract.
+
+mod layout_types;
+mod schema;
+mod spec;
+mod status;
+
+pub use layout_types::*;
+pub use spec::*;
+pub use status::*;
+
+/// The API group of every kvpilot resource.
+pub const GROUP: &str = "kvpilot.dev";

@@ -1,0 +1,502 @@
+//! The spec half of `InferenceDeployment`. Field names are a contract: the CLI, the webhook,
+//! the controller, the examples and users' manifests all rely on them.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Affinity, EnvVar, ResourceRequirements, Toleration};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::schema::preserve_unknown_object;
+use super::status::InferenceDeploymentStatus;
+
+/// A decode fleet for one model served with SGLang-style prefill/decode disaggregation.
+/// kvpilot resolves the model's attention layout, checks the disaggregation settings against
+/// it, and runs decode pods with the kvpilot cache runtime.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "kvpilot.dev",
+    version = "v1alpha1",
+    kind = "InferenceDeployment",
+    plural = "inferencedeployments",
+    shortname = "infd",
+    category = "kvpilot",
+    namespaced,
+    status = "InferenceDeploymentStatus",
+    scale(
+        spec_replicas_path = ".spec.decode.replicas",
+        status_replicas_path = ".status.decode.replicas",
+        label_selector_path = ".status.decode.selector"
+    ),
+    printcolumn(name = "Model", type_ = "string", json_path = ".spec.model.name"),
+    printcolumn(name = "Layout", type_ = "string", json_path = ".status.layout.kvPool"),
+    printcolumn(name = "Backup", type_ = "string", json_path = ".status.effective.retractionBackup"),
+    printcolumn(
+        name = "Settings",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"SettingsValid\")].reason",
+        priority = "1"
+    ),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.decode.readyReplicas"),
+    printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.decode.replicas"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct InferenceDeploymentSpec {
+    /// The model to serve and where its config.json comes from.
+    pub model: ModelSpec,
+    /// Prefill/decode disaggregation and decode retraction settings, checked against the
+    /// model's attention layout.
+    #[serde(default)]
+    pub disaggregation: DisaggregationSpec,
+    /// The decode fleet: parallelism, pod count and pod template fields.
+    #[serde(default)]
+    pub decode: DecodeSpec,
+}
+
+/// The model and the source of its Hugging Face config.json.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelSpec {
+    /// Model id or path handed to the runtime (for example `openai/gpt-oss-20b`).
+    #[x_kube(validation = Rule::new("self != ''").message("spec.model.name must not be empty"))]
+    pub name: String,
+    /// Model revision (branch, tag or commit) handed to the runtime.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// Where the model's config.json comes from: exactly one of inline, configMapRef or hub.
+    pub config: ModelConfigSource,
+    /// Whether sliding-window models that SGLang supports with a hybrid SWA memory pool get
+    /// one (`Auto`), or always a full-attention pool (`Disabled`, SGLang's
+    /// `--disable-hybrid-swa-memory`).
+    #[serde(default)]
+    pub hybrid_swa_memory: HybridSwaMemory,
+}
+
+/// Exactly one source of the model's config.json.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "(has(self.inline) ? 1 : 0) + (has(self.configMapRef) ? 1 : 0) + (has(self.hub) ? 1 : 0) == 1"
+).message("set exactly one of spec.model.config.inline, spec.model.config.configMapRef or spec.model.config.hub"))]
+pub struct ModelConfigSource {
+    /// The model's config.json as a JSON object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "preserve_unknown_object")]
+    pub inline: Option<serde_json::Map<String, serde_json::Value>>,
+    /// A key of a ConfigMap in the same namespace that holds the config.json text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_ref: Option<ConfigMapKeyRef>,
+    /// Fetch config.json over HTTPS from a Hugging Face-compatible hub.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hub: Option<HubSource>,
+}
+
+/// The one config source a `ModelConfigSource` names, or why it names none or several.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ConfigSourceRef<'a> {
+    /// `spec.model.config.inline`.
+    Inline(&'a serde_json::Map<String, serde_json::Value>),
+    /// `spec.model.config.configMapRef`.
+    ConfigMap(&'a ConfigMapKeyRef),
+    /// `spec.model.config.hub`.
+    Hub(&'a HubSource),
+}
+
+impl ModelConfigSource {
+    /// The single source set, or an error naming the fields when zero or several are set
+    /// (the CRD's CEL rule refuses that at admission; this covers offline checks).
+    pub fn source(&self) -> Result<ConfigSourceRef<'_>, String> {
+        let mut set = Vec::new();
+        if self.inline.is_some() {
+            set.push("inline");
+        }
+        if self.config_map_ref.is_some() {
+            set.push("configMapRef");
+        }
+        if self.hub.is_some() {
+            set.push("hub");
+        }
+        match (set.as_slice(), self) {
+            ([_], Self { inline: Some(v), .. }) => Ok(ConfigSourceRef::Inline(v)),
+            ([_], Self { config_map_ref: Some(r), .. }) => Ok(ConfigSourceRef::ConfigMap(r)),
+            ([_], Self { hub: Some(h), .. }) => Ok(ConfigSourceRef::Hub(h)),
+            ([], _) => Err("spec.model.config: none of inline, configMapRef or hub is set; set exactly one".into()),
+            _ => Err(format!(
+                "spec.model.config: {} are all set; set exactly one of inline, configMapRef or hub",
+                set.join(", ")
+            )),
+        }
+    }
+}
+
+/// A key in a ConfigMap of the resource's namespace.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapKeyRef {
+    /// Name of the ConfigMap.
+    pub name: String,
+    /// Key holding the config.json text.
+    #[serde(default = "default_config_key")]
+    pub key: String,
+}
+
+fn default_config_key() -> String {
+    "config.json".into()
+}
+
+/// A Hugging Face-compatible hub to fetch `<endpoint>/<repo>/resolve/<revision>/config.json` from.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct HubSource {
+    /// Repository id on the hub; defaults to spec.model.name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+    /// Revision (branch, tag or commit); defaults to `main`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// Hub base URL; defaults to `https://huggingface.co` (or the operator's `--hub-endpoint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// A Secret key in the same namespace holding a bearer token for gated or private models.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_secret_ref: Option<SecretKeyRef>,
+}
+
+/// A key in a Secret of the resource's namespace.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// Name of the Secret.
+    pub name: String,
+    /// Key holding the token.
+    #[serde(default = "default_token_key")]
+    pub key: String,
+}
+
+fn default_token_key() -> String {
+    "token".into()
+}
+
+/// SGLang's hybrid SWA memory switch.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum HybridSwaMemory {
+    /// Hybrid SWA pools for the architectures SGLang supports them on.
+    #[default]
+    Auto,
+    /// Always a full-attention pool (`--disable-hybrid-swa-memory`).
+    Disabled,
+}
+
+/// Where a retracted request's KV cache is kept until it is restored.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RetractionBackup {
+    /// Per-request host-memory buffers (works for every KV pool).
+    #[serde(rename = "cpu_tensor")]
+    CpuTensor,
+    /// A reserved host pool beside the device pool (needs a full-attention MHA or hybrid-SWA pool).
+    #[serde(rename = "host_pool")]
+    HostPool,
+}
+
+impl RetractionBackup {
+    /// The value as SGLang's flag spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CpuTensor => "cpu_tensor",
+            Self::HostPool => "host_pool",
+        }
+    }
+}
+
+/// What kvpilot does with settings the model's layout cannot run.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OnInvalid {
+    /// Refuse the resource and say why.
+    #[default]
+    Reject,
+    /// Fix the settings that have a safe fix, record each fix in status and events, and refuse
+    /// only what has none.
+    Rewrite,
+}
+
+/// The KV transfer engine between prefill and decode.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum TransferBackend {
+    /// Mooncake transfer engine.
+    #[default]
+    Mooncake,
+    /// NVIDIA NIXL.
+    Nixl,
+    /// AMD MORI.
+    Mori,
+    /// No transfer (decode-only testing).
+    Fake,
+}
+
+impl TransferBackend {
+    /// The value as SGLang's flag spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Mooncake => "mooncake",
+            Self::Nixl => "nixl",
+            Self::Mori => "mori",
+            Self::Fake => "fake",
+        }
+    }
+}
+
+/// How the Mamba radix cache keeps SSM state for prefix reuse.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MambaRadixCacheStrategy {
+    /// No extra state buffer.
+    #[serde(rename = "no_buffer")]
+    NoBuffer,
+    /// An extra state buffer tracked at fixed intervals.
+    #[serde(rename = "extra_buffer")]
+    ExtraBuffer,
+    /// The lazy variant of extra_buffer (not supported under PD disaggregation).
+    #[serde(rename = "extra_buffer_lazy")]
+    ExtraBufferLazy,
+}
+
+impl MambaRadixCacheStrategy {
+    /// The value as SGLang's flag spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NoBuffer => "no_buffer",
+            Self::ExtraBuffer => "extra_buffer",
+            Self::ExtraBufferLazy => "extra_buffer_lazy",
+        }
+    }
+}
+
+/// Disaggregation and retraction settings of the decode side.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct DisaggregationSpec {
+    /// Where retracted requests keep their KV cache: `cpu_tensor`, `host_pool`, or unset for
+    /// the runtime's automatic choice (host_pool when the layout and settings allow it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retraction_backup: Option<RetractionBackup>,
+    /// `Reject` (default) refuses invalid settings; `Rewrite` fixes those with a safe fix.
+    #[serde(default)]
+    pub on_invalid: OnInvalid,
+    /// KV transfer backend shared with the prefill side.
+    #[serde(default)]
+    pub transfer_backend: TransferBackend,
+    /// The prefill side this decode fleet pairs with; needed for the transfer rules (T1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill: Option<PrefillSpec>,
+    /// Keep a radix prefix cache on decode (`--disaggregation-decode-enable-radix-cache`).
+    #[serde(default)]
+    pub decode_radix_cache: bool,
+    /// Offload decode KV to a HiCache storage backend (`--disaggregation-decode-enable-offload-kvcache`).
+    #[serde(default)]
+    pub decode_offload_kv_cache: bool,
+    /// Hierarchical (HiCache) device + host cache on decode (`--enable-hierarchical-cache`).
+    #[serde(default)]
+    pub hierarchical_cache: bool,
+    /// Priority scheduling (`--enable-priority-scheduling`).
+    #[serde(default)]
+    pub priority_scheduling: bool,
+    /// Turn off priority preemption (`--disable-priority-preemption`).
+    #[serde(default)]
+    pub disable_priority_preemption: bool,
+    /// Decode context-parallel size (`--dcp-size`).
+    #[serde(default = "one")]
+    #[x_kube(validation = Rule::new("self >= 1").message("spec.disaggregation.decodeContextParallel must be at least 1"))]
+    pub decode_context_parallel: i32,
+    /// Speculative decoding algorithm (for example `EAGLE`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculative_algorithm: Option<String>,
+    /// Mamba radix cache strategy for SSM-hybrid models.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mamba_radix_cache_strategy: Option<MambaRadixCacheStrategy>,
+    /// Host pool size as a fraction of the device pool (SGLang's `--hicache-ratio`); defaults
+    /// to 0.2 for a retraction-only host pool and 2.0 when hierarchical cache shares it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self > 0.0").message("spec.disaggregation.hostPoolRatio must be greater than 0"))]
+    pub host_pool_ratio: Option<f64>,
+    /// Unified device memory pool (`--enable-unified-memory`).
+    #[serde(default)]
+    pub enable_unified_memory: bool,
+}
+
+/// The prefill fleet's parallelism, as far as the transfer rules need it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PrefillSpec {
+    /// Prefill tensor-parallel size.
+    #[serde(default = "one")]
+    #[x_kube(validation = Rule::new("self >= 1").message("spec.disaggregation.prefill.tensorParallel must be at least 1"))]
+    pub tensor_parallel: i32,
+    /// Prefill data-parallel size.
+    #[serde(default = "one")]
+    #[x_kube(validation = Rule::new("self >= 1").message("spec.disaggregation.prefill.dataParallel must be at least 1"))]
+    pub data_parallel: i32,
+    /// Whether prefill uses DP attention (attention TP = TP / DP).
+    #[serde(default)]
+    pub enable_dp_attention: bool,
+}
+
+impl Default for PrefillSpec {
+    fn default() -> Self {
+        Self { tensor_parallel: 1, data_parallel: 1, enable_dp_attention: false }
+    }
+}
+
+/// The decode fleet.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DecodeSpec {
+    /// Number of decode pods.
+    #[serde(default = "one")]
+    #[x_kube(validation = Rule::new("self >= 0").message("spec.decode.replicas must not be negative"))]
+    pub replicas: i32,
+    /// Decode tensor-parallel size.
+    #[serde(default = "one")]
+    #[x_kube(validation = Rule::new("self >= 1").message("spec.decode.tensorParallel must be at least 1"))]
+    pub tensor_parallel: i32,
+    /// Decode data-parallel size.
+    #[serde(default = "one")]
+    #[x_kube(validation = Rule::new("self >= 1").message("spec.decode.dataParallel must be at least 1"))]
+    pub data_parallel: i32,
+    /// Decode pipeline-parallel size.
+    #[serde(default = "one")]
+    #[x_kube(validation = Rule::new("self >= 1").message("spec.decode.pipelineParallel must be at least 1"))]
+    pub pipeline_parallel: i32,
+    /// Whether decode uses DP attention (attention TP = TP / DP).
+    #[serde(default)]
+    pub enable_dp_attention: bool,
+    /// Tokens per KV page.
+    #[serde(default = "one")]
+    #[x_kube(validation = Rule::new("self >= 1").message("spec.decode.pageSize must be at least 1"))]
+    pub page_size: i32,
+    /// GPUs per pod; defaults to tensorParallel × pipelineParallel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1").message("spec.decode.gpusPerPod must be at least 1"))]
+    pub gpus_per_pod: Option<i32>,
+    /// Container image of the decode pods; defaults to the operator's --runtime-image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Image pull policy of the decode container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_policy: Option<ImagePullPolicy>,
+    /// Resources of the decode container; the GPU limit is set from gpusPerPod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Node selector of the decode pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Tolerations of the decode pods.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Affinity of the decode pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// Extra environment variables of the decode container.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<EnvVar>,
+    /// Extra arguments appended to the cache runtime's command line.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_args: Vec<String>,
+    /// Extra labels of the decode pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_labels: BTreeMap<String, String>,
+    /// Extra annotations of the decode pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_annotations: BTreeMap<String, String>,
+    /// Service account of the decode pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
+    /// Priority class of the decode pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    /// How pods of an old revision are replaced.
+    #[serde(default)]
+    pub rollout: RolloutSpec,
+}
+
+impl Default for DecodeSpec {
+    fn default() -> Self {
+        Self {
+            replicas: 1,
+            tensor_parallel: 1,
+            data_parallel: 1,
+            pipeline_parallel: 1,
+            enable_dp_attention: false,
+            page_size: 1,
+            gpus_per_pod: None,
+            image: None,
+            image_pull_policy: None,
+            resources: None,
+            node_selector: BTreeMap::new(),
+            tolerations: Vec::new(),
+            affinity: None,
+            env: Vec::new(),
+            extra_args: Vec::new(),
+            pod_labels: BTreeMap::new(),
+            pod_annotations: BTreeMap::new(),
+            service_account_name: None,
+            priority_class_name: None,
+            rollout: RolloutSpec::default(),
+        }
+    }
+}
+
+impl DecodeSpec {
+    /// GPUs each decode pod requests: `gpusPerPod`, or tensorParallel × pipelineParallel.
+    pub fn effective_gpus_per_pod(&self) -> i32 {
+        self.gpus_per_pod.unwrap_or(self.tensor_parallel.saturating_mul(self.pipeline_parallel))
+    }
+
+    /// The value of an environment variable set literally in `env`, if any.
+    pub fn env_value(&self, name: &str) -> Option<&str> {
+        self.env.iter().find(|e| e.name == name).and_then(|e| e.value.as_deref())
+    }
+}
+
+/// Container image pull policy.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImagePullPolicy {
+    /// Always pull.
+    Always,
+    /// Pull when the image is not on the node.
+    IfNotPresent,
+    /// Never pull.
+    Never,
+}
+
+/// Rollout of a new pod revision.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutSpec {
+    /// Pods that may be unavailable during a rollout (count or percentage of replicas).
+    #[serde(default = "default_max_unavailable")]
+    pub max_unavailable: IntOrString,
+    /// Pods that may be created above replicas during a rollout (count or percentage).
+    #[serde(default = "default_max_surge")]
+    pub max_surge: IntOrString,
+}
+
+impl Default for RolloutSpec {
+    fn default() -> Self {
+        Self { max_unavailable: default_max_unavailable(), max_surge: default_max_surge() }
+    }
+}
+
+fn default_max_unavailable() -> IntOrString {
+    IntOrString::Int(1)
+}
+
+fn default_max_surge() -> IntOrString {
+    IntOrString::Int(0)
+}
+
+fn one() -> i32 {
+    1
+}

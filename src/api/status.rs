@@ -1,0 +1,118 @@
+//! The status half of `InferenceDeployment`, and the policy's output types it records.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::layout_types::AttentionLayout;
+use super::schema::condition_list;
+use super::spec::{MambaRadixCacheStrategy, RetractionBackup, TransferBackend};
+
+/// Condition type: the model's config.json was read and its layout resolved.
+pub const CONDITION_MODEL_RESOLVED: &str = "ModelResolved";
+/// Condition type: the disaggregation settings are valid for the layout (maybe after rewrites).
+pub const CONDITION_SETTINGS_VALID: &str = "SettingsValid";
+/// Condition type: every desired decode pod of the current revision is ready.
+pub const CONDITION_READY: &str = "Ready";
+/// Condition type: a rollout or scale change is under way.
+pub const CONDITION_PROGRESSING: &str = "Progressing";
+
+/// What kvpilot observed and decided. Written only by the controller.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct InferenceDeploymentStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Standard conditions: ModelResolved, SettingsValid, Ready, Progressing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "condition_list")]
+    pub conditions: Vec<Condition>,
+    /// The resolved attention layout (as `kvpilot layout` prints it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<AttentionLayout>,
+    /// The settings the decode pods actually run with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effective: Option<EffectiveSettings>,
+    /// Every setting kvpilot rewrote, and the rule that required it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rewrites: Vec<Rewrite>,
+    /// Decode pod counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode: Option<DecodeStatus>,
+}
+
+/// Decode pod counts, also read by the scale subresource.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct DecodeStatus {
+    /// Decode pods that exist, of any revision.
+    pub replicas: i32,
+    /// Ready decode pods of the current revision.
+    pub ready_replicas: i32,
+    /// Decode pods of the current revision.
+    pub updated_replicas: i32,
+    /// Label selector of the decode pods (for the scale subresource).
+    pub selector: String,
+}
+
+/// One setting kvpilot changed, and why.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Rewrite {
+    /// The rule that required the change (ids of `sglang-rules.md`, for example `R2`).
+    pub rule: String,
+    /// Field path of the setting, for example `spec.disaggregation.retractionBackup`.
+    pub field: String,
+    /// The value asked for.
+    pub from: String,
+    /// The value used instead.
+    pub to: String,
+}
+
+/// The settings the decode pods run with, after automatic choices and rewrites.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct EffectiveSettings {
+    /// The retraction backup in effect (SGLang's automatic choice when unset).
+    pub retraction_backup: RetractionBackup,
+    /// Whether retractionBackup was set, chosen automatically, or rewritten.
+    pub retraction_backup_source: SettingSource,
+    /// KV transfer backend.
+    pub transfer_backend: TransferBackend,
+    /// Decode radix prefix cache.
+    pub decode_radix_cache: bool,
+    /// Decode KV offload to a storage backend.
+    pub decode_offload_kv_cache: bool,
+    /// Hierarchical cache.
+    pub hierarchical_cache: bool,
+    /// Priority scheduling.
+    pub priority_scheduling: bool,
+    /// Priority preemption turned off.
+    pub disable_priority_preemption: bool,
+    /// Decode context-parallel size.
+    pub decode_context_parallel: i32,
+    /// Speculative decoding algorithm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculative_algorithm: Option<String>,
+    /// Mamba radix cache strategy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mamba_radix_cache_strategy: Option<MambaRadixCacheStrategy>,
+    /// Host pool size as a fraction of the device pool; null when there is no host pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_pool_ratio: Option<f64>,
+    /// Unified device memory pool.
+    pub enable_unified_memory: bool,
+}
+
+/// Where an effective setting came from.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum SettingSource {
+    /// Set in the spec and used as is.
+    Spec,
+    /// Unset in the spec; the runtime's automatic rule chose it.
+    Auto,
+    /// Set in the spec and rewritten by the policy.
+    Rewritten,
+}

@@ -1,0 +1,202 @@
+//! `config.json` → [`AttentionLayout`], the way SGLang classifies a model
+//! (`sglang-rules.md` §3–§4). Pure: no I/O, never panics, and every error names the field.
+
+mod arch;
+mod config;
+mod physical;
+mod shape;
+
+use serde_json::Value;
+
+use crate::api::{AttentionKind, AttentionLayout, KvPool, LayerCounts, LayerKind, LayoutFeature};
+use config::ConfigView;
+
+/// More layers than any real model has; a larger count is refused before anything is
+/// allocated for it.
+pub const MAX_LAYERS: u64 = 10_000;
+
+/// Switches that change the pool SGLang builds without changing the model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResolveOptions {
+    /// SGLang's `--disable-hybrid-swa-memory` (`spec.model.hybridSwaMemory: Disabled`).
+    pub disable_hybrid_swa_memory: bool,
+}
+
+/// Input that cannot be a model config, with the field at fault.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("field `{field}`: {message}")]
+pub struct LayoutError {
+    /// Dotted path of the field in config.json (`$` for the document itself).
+    pub field: String,
+    /// What is wrong and what would fix it.
+    pub message: String,
+}
+
+/// Keys under which multimodal configs nest the language model's config.
+const NESTED_TEXT_CONFIG: &[&str] = &["text_config", "llm_config", "language_config"];
+
+/// Resolves a model's attention layout from its Hugging Face `config.json`.
+pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayout, LayoutError> {
+    let Value::Object(root) = config else {
+        return Err(LayoutError {
+            field: "$".into(),
+            message: "a model config.json must be a JSON object".into(),
+        });
+    };
+    let root = ConfigView { map: root, prefix: "" };
+    let mut warnings = Vec::new();
+
+    let mut text = root;
+    let mut text_prefix = String::new();
+    for key in NESTED_TEXT_CONFIG {
+        if let Some(nested) = root.object(key)? {
+            text_prefix = format!("{key}.");
+            text = ConfigView { map: nested, prefix: "" };
+            break;
+        }
+    }
+    let text = ConfigView { map: text.map, prefix: &text_prefix };
+
+    let architecture = match root.strings("architectures")?.or(text.strings("architectures")?) {
+        Some(list) => list.first().map(|a| a.to_string()).unwrap_or_default(),
+        None => String::new(),
+    };
+    let arch = architecture.as_str();
+    let known = arch::is_known(arch) || arch.starts_with("Qwen3Next") || arch.starts_with("Qwen3_5");
+    if arch.is_empty() {
+        warnings.push("no architectures[0]: layers classified from the config's generic fields".to_string());
+    }
+
+    let n = match text.uint_any(&["num_hidden_layers", "n_layer", "num_layers"])? {
+        None => return Err(text.error("num_hidden_layers", "is required: the number of transformer layers")),
+        Some(0) => return Err(text.error("num_hidden_layers", "must be at least 1")),
+        Some(n) if n > MAX_LAYERS => {
+            return Err(text.error("num_hidden_layers", format!("is {n}; no model has more than {MAX_LAYERS} layers")));
+        }
+        Some(n) => n as usize,
+    };
+
+    let window = physical::window_size(arch, text)?;
+    let physical = physical::classify(arch, text, n, window.is_some())?;
+    if !known && !arch.is_empty() {
+        warnings.push(format!(
+            "unknown architecture {arch}: layer kinds read from {}",
+            if physical.read_from.contains(' ') { physical.read_from.to_string() } else { text.path(physical.read_from) }
+        ));
+    }
+    let kinds = physical.kinds;
+    let layers = count(&kinds);
+
+    let sliding_window = match (layers.sliding_window, window) {
+        (0, _) => None,
+        (_, Some(w)) => Some(w),
+        (sliding, None) => {
+            return Err(text.error(
+                "sliding_window",
+                format!("{sliding} layers use a sliding window but no window size is set; set sliding_window (tokens)"),
+            ));
+        }
+    };
+
+    let mla = is_mla(arch, text, known, &mut warnings)?;
+    let attention = if mla { AttentionKind::Mla } else { AttentionKind::Mha };
+    let ssm = layers.ssm > 0;
+    if ssm && !known {
+        warnings.push(format!(
+            "unknown architecture {arch}: treated as an SSM hybrid because {} layers keep recurrent state",
+            layers.ssm
+        ));
+    }
+
+    let opt_in = text.boolean("is_hybrid_swa")?.unwrap_or(false);
+    let forced_off = arch::HYBRID_SWA_FORCED_OFF.contains(&arch);
+    if opt_in && forced_off {
+        warnings.push(format!("{arch}: is_hybrid_swa is ignored, SGLang forces hybrid SWA memory off for it"));
+    }
+    if opt_in && !arch::HYBRID_SWA.contains(&arch) && physical.read_from != "hybrid_layer_pattern" {
+        warnings.push(format!(
+            "is_hybrid_swa opt-in without {}: SWA/full split taken from {}",
+            text.path("hybrid_layer_pattern"),
+            physical.read_from
+        ));
+    }
+    let hybrid_swa = (arch::HYBRID_SWA.contains(&arch) || opt_in) && !forced_off && !options.disable_hybrid_swa_memory;
+
+    let kv_pool = if ssm {
+        KvPool::HybridSsm
+    } else if mla {
+        KvPool::Mla
+    } else if hybrid_swa {
+        if layers.full_attention > 0 { KvPool::HybridSwa } else { KvPool::PureSwa }
+    } else {
+        KvPool::Full
+    };
+
+    let features = features(arch, text)?;
+    let kv_shape = shape::kv_shape(text, attention, ssm, &mut warnings)?;
+    let model_type = root.string("model_type")?.or(text.string("model_type")?).map(str::to_string);
+
+    Ok(AttentionLayout {
+        architecture,
+        model_type,
+        layers,
+        layer_kinds: kinds,
+        sliding_window,
+        attention,
+        kv_pool,
+        features,
+        kv_shape,
+        warnings,
+    })
+}
+
+fn count(kinds: &[LayerKind]) -> LayerCounts {
+    let of = |kind| kinds.iter().filter(|k| **k == kind).count() as u32;
+    LayerCounts {
+        total: kinds.len() as u32,
+        full_attention: of(LayerKind::Full),
+        sliding_window: of(LayerKind::Sliding),
+        ssm: of(LayerKind::Ssm),
+    }
+}
+
+/// SGLang's `attention_arch == MLA`, by architecture (§3.4); an unknown architecture with a
+/// positive `kv_lora_rank` is assumed MLA, with a warning.
+fn is_mla(arch: &str, v: ConfigView<'_>, known: bool, warnings: &mut Vec<String>) -> Result<bool, LayoutError> {
+    let rank = v.uint("kv_lora_rank")?.unwrap_or(0);
+    Ok(match arch {
+        a if arch::MLA.contains(&a) => true,
+        "PixtralForConditionalGeneration" => rank > 0,
+        "DeepseekVL2ForCausalLM" => v.boolean("use_mla")?.unwrap_or(false),
+        _ if !known && rank > 0 => {
+            warnings.push(format!("unknown architecture {arch}: assumed MLA because {} is {rank}", v.path("kv_lora_rank")));
+            true
+        }
+        _ => false,
+    })
+}
+
+fn features(arch: &str, v: ConfigView<'_>) -> Result<Vec<LayoutFeature>, LayoutError> {
+    let mut features = Vec::new();
+    let sinks = arch == "GptOssForCausalLM"
+        || (arch.starts_with("MiMoV2")
+            && (v.boolean("add_swa_attention_sink_bias")?.unwrap_or(false)
+                || v.boolean("add_full_attention_sink_bias")?.unwrap_or(false)));
+    if sinks {
+        features.push(LayoutFeature::AttentionSinks);
+    }
+    if arch::DSA_CAPABLE.contains(&arch) && v.has("index_topk") {
+        features.push(LayoutFeature::Dsa);
+    }
+    if arch::DEEPSEEK_V4.contains(&arch) {
+        features.push(LayoutFeature::DeepseekV4);
+    }
+    if arch::SWA_COMPRESS.contains(&arch) {
+        features.push(LayoutFeature::SwaCompress);
+    }
+    if arch == "FalconH1ForCausalLM" {
+        features.push(LayoutFeature::ParallelHybrid);
+    }
+    features.sort();
+    Ok(features)
+}

@@ -1,0 +1,8 @@
+//! kvpilot: a Kubernetes operator that checks SGLang-style PD-disaggregation settings against a
+//! model's attention layout, and the decode-side KV cache runtime its pods run.
+//!
+//! Data flows one way: [`api`] → [`layout`] → [`policy`] → controller / webhook / runtime.
+
+pub mod api;
+pub mod cli;
+pub mod layout;
