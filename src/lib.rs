@@ -6,3 +6,5 @@
 pub mod api;
 pub mod cli;
 pub mod layout;
+pub mod policy;
+pub mod source;

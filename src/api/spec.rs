@@ -15,6 +15,8 @@ use super::status::InferenceDeploymentStatus;
 /// A decode fleet for one model served with SGLang-style prefill/decode disaggregation.
 /// kvpilot resolves the model's attention layout, checks the disaggregation settings against
 /// it, and runs decode pods with the kvpilot cache runtime.
+// clippy reads the repeated `printcolumn(type_ = ...)` arguments as duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "kvpilot.dev",

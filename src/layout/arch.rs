@@ -39,7 +39,8 @@ pub(crate) const SWA_COMPRESS: &[&str] = &[
 ];
 
 /// `is_deepseek_v4_arch`.
-pub(crate) const DEEPSEEK_V4: &[&str] = &["DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark"];
+pub(crate) const DEEPSEEK_V4: &[&str] =
+    &["DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark"];
 
 /// Draft (MTP) workers hard-coded to one sliding layer and no full layer.
 pub(crate) const PURE_SWA_DRAFTS: &[&str] = &["MiMoV2MTP", "Step3p5MTP"];
@@ -78,12 +79,8 @@ pub(crate) const DSA_CAPABLE: &[&str] = &[
 
 /// Architectures whose every layer is plain global attention, whatever window fields they carry
 /// (GLM-4.5's and Llama's configs have none in effect).
-pub(crate) const DENSE: &[&str] = &[
-    "LlamaForCausalLM",
-    "Glm4MoeForCausalLM",
-    "MiniMaxM2ForCausalLM",
-    "Step3VLForConditionalGeneration",
-];
+pub(crate) const DENSE: &[&str] =
+    &["LlamaForCausalLM", "Glm4MoeForCausalLM", "MiniMaxM2ForCausalLM", "Step3VLForConditionalGeneration"];
 
 /// Architectures that apply `sliding_window`, when set, to every layer.
 pub(crate) const WINDOW_ON_EVERY_LAYER: &[&str] =
@@ -128,5 +125,8 @@ pub(crate) fn is_known(arch: &str) -> bool {
     [HYBRID_SWA, HYBRID_SWA_FORCED_OFF, MLA, DSA_CAPABLE, DENSE, WINDOW_ON_EVERY_LAYER, QWEN2_WINDOW, SSM]
         .iter()
         .any(|list| list.contains(&arch))
-        || matches!(arch, "Cohere2ForCausalLM" | "GraniteMoeHybridForCausalLM" | "Llama4ForCausalLM" | "DeepseekVL2ForCausalLM")
+        || matches!(
+            arch,
+            "Cohere2ForCausalLM" | "GraniteMoeHybridForCausalLM" | "Llama4ForCausalLM" | "DeepseekVL2ForCausalLM"
+        )
 }

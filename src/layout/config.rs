@@ -45,7 +45,9 @@ impl<'a> ConfigView<'a> {
     /// A non-negative integer field. Floats with no fraction (`4096.0`) are accepted because
     /// some exporters write them.
     pub(crate) fn uint(&self, key: &str) -> Result<Option<u64>, LayoutError> {
-        let Some(value) = self.get(key) else { return Ok(None) };
+        let Some(value) = self.get(key) else {
+            return Ok(None);
+        };
         if let Some(n) = value.as_u64() {
             return Ok(Some(n));
         }
@@ -102,7 +104,9 @@ impl<'a> ConfigView<'a> {
 
     /// An array of strings, each checked.
     pub(crate) fn strings(&self, key: &str) -> Result<Option<Vec<&'a str>>, LayoutError> {
-        let Some(items) = self.array(key)? else { return Ok(None) };
+        let Some(items) = self.array(key)? else {
+            return Ok(None);
+        };
         items
             .iter()
             .enumerate()
@@ -116,7 +120,9 @@ impl<'a> ConfigView<'a> {
 
     /// An array of non-negative integers, each checked.
     pub(crate) fn uints(&self, key: &str) -> Result<Option<Vec<u64>>, LayoutError> {
-        let Some(items) = self.array(key)? else { return Ok(None) };
+        let Some(items) = self.array(key)? else {
+            return Ok(None);
+        };
         items
             .iter()
             .enumerate()

@@ -5,6 +5,8 @@ mod arch;
 mod config;
 mod physical;
 mod shape;
+#[cfg(test)]
+mod tests;
 
 use serde_json::Value;
 
@@ -38,10 +40,7 @@ const NESTED_TEXT_CONFIG: &[&str] = &["text_config", "llm_config", "language_con
 /// Resolves a model's attention layout from its Hugging Face `config.json`.
 pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayout, LayoutError> {
     let Value::Object(root) = config else {
-        return Err(LayoutError {
-            field: "$".into(),
-            message: "a model config.json must be a JSON object".into(),
-        });
+        return Err(LayoutError { field: "$".into(), message: "a model config.json must be a JSON object".into() });
     };
     let root = ConfigView { map: root, prefix: "" };
     let mut warnings = Vec::new();
@@ -68,7 +67,9 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
     }
 
     let n = match text.uint_any(&["num_hidden_layers", "n_layer", "num_layers"])? {
-        None => return Err(text.error("num_hidden_layers", "is required: the number of transformer layers")),
+        None => {
+            return Err(text.error("num_hidden_layers", "is required: the number of transformer layers"));
+        }
         Some(0) => return Err(text.error("num_hidden_layers", "must be at least 1")),
         Some(n) if n > MAX_LAYERS => {
             return Err(text.error("num_hidden_layers", format!("is {n}; no model has more than {MAX_LAYERS} layers")));
@@ -81,7 +82,11 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
     if !known && !arch.is_empty() {
         warnings.push(format!(
             "unknown architecture {arch}: layer kinds read from {}",
-            if physical.read_from.contains(' ') { physical.read_from.to_string() } else { text.path(physical.read_from) }
+            if physical.read_from.contains(' ') {
+                physical.read_from.to_string()
+            } else {
+                text.path(physical.read_from)
+            }
         ));
     }
     let kinds = physical.kinds;
@@ -113,7 +118,7 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
     if opt_in && forced_off {
         warnings.push(format!("{arch}: is_hybrid_swa is ignored, SGLang forces hybrid SWA memory off for it"));
     }
-    if opt_in && !arch::HYBRID_SWA.contains(&arch) && physical.read_from != "hybrid_layer_pattern" {
+    if opt_in && !forced_off && !arch::HYBRID_SWA.contains(&arch) && physical.read_from != "hybrid_layer_pattern" {
         warnings.push(format!(
             "is_hybrid_swa opt-in without {}: SWA/full split taken from {}",
             text.path("hybrid_layer_pattern"),
@@ -133,7 +138,8 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
     };
 
     let features = features(arch, text)?;
-    let kv_shape = shape::kv_shape(text, attention, ssm, &mut warnings)?;
+    let kv_shape =
+        shape::kv_shape(text, attention, ssm, layers.full_attention + layers.sliding_window == 0, &mut warnings)?;
     let model_type = root.string("model_type")?.or(text.string("model_type")?).map(str::to_string);
 
     Ok(AttentionLayout {
@@ -169,7 +175,8 @@ fn is_mla(arch: &str, v: ConfigView<'_>, known: bool, warnings: &mut Vec<String>
         "PixtralForConditionalGeneration" => rank > 0,
         "DeepseekVL2ForCausalLM" => v.boolean("use_mla")?.unwrap_or(false),
         _ if !known && rank > 0 => {
-            warnings.push(format!("unknown architecture {arch}: assumed MLA because {} is {rank}", v.path("kv_lora_rank")));
+            warnings
+                .push(format!("unknown architecture {arch}: assumed MLA because {} is {rank}", v.path("kv_lora_rank")));
             true
         }
         _ => false,

@@ -27,10 +27,18 @@ impl Physical {
 fn layer_type_kind(name: &str) -> Option<LayerKind> {
     Some(match name {
         "full_attention" | "attention" | "full" | "global" | "global_attention" => LayerKind::Full,
-        "sliding_attention" | "sliding" | "local" | "local_attention" | "chunked_attention" | "swa" => LayerKind::Sliding,
-        "linear_attention" | "mamba" | "mamba2" | "conv" | "lightning" | "lightning_attention" | "gdn" | "kda" | "ssm" => {
-            LayerKind::Ssm
+        "sliding_attention" | "sliding" | "local" | "local_attention" | "chunked_attention" | "swa" => {
+            LayerKind::Sliding
         }
+        "linear_attention"
+        | "mamba"
+        | "mamba2"
+        | "conv"
+        | "lightning"
+        | "lightning_attention"
+        | "gdn"
+        | "kda"
+        | "ssm" => LayerKind::Ssm,
         "mlp" | "moe" | "none" => LayerKind::None,
         _ => return None,
     })
@@ -42,14 +50,13 @@ fn check_len(v: ConfigView<'_>, key: &str, len: usize, n: usize, allow_longer: b
     if len == n || (allow_longer && len > n) {
         return Ok(());
     }
-    Err(v.error(
-        key,
-        format!("has {len} entries but num_hidden_layers is {n}; give one entry per layer"),
-    ))
+    Err(v.error(key, format!("has {len} entries but num_hidden_layers is {n}; give one entry per layer")))
 }
 
 fn from_layer_types(v: ConfigView<'_>, n: usize, allow_longer: bool) -> Result<Option<Physical>, LayoutError> {
-    let Some(types) = v.strings("layer_types")? else { return Ok(None) };
+    let Some(types) = v.strings("layer_types")? else {
+        return Ok(None);
+    };
     check_len(v, "layer_types", types.len(), n, allow_longer)?;
     let kinds = types
         .iter()
@@ -72,7 +79,9 @@ fn from_layer_types(v: ConfigView<'_>, n: usize, allow_longer: bool) -> Result<O
 
 /// Nemotron-H: `M` Mamba-2, `*` attention, `-` MLP, `E` MoE.
 fn from_override_pattern(v: ConfigView<'_>, n: usize) -> Result<Option<Physical>, LayoutError> {
-    let Some(pattern) = v.string("hybrid_override_pattern")? else { return Ok(None) };
+    let Some(pattern) = v.string("hybrid_override_pattern")? else {
+        return Ok(None);
+    };
     check_len(v, "hybrid_override_pattern", pattern.chars().count(), n, false)?;
     let kinds = pattern
         .chars()
@@ -92,7 +101,9 @@ fn from_override_pattern(v: ConfigView<'_>, n: usize) -> Result<Option<Physical>
 
 /// MiMo-V2 / opt-in hybrids: 1 = sliding, 0 = full.
 fn from_hybrid_layer_pattern(v: ConfigView<'_>, n: usize) -> Result<Option<Physical>, LayoutError> {
-    let Some(pattern) = v.uints("hybrid_layer_pattern")? else { return Ok(None) };
+    let Some(pattern) = v.uints("hybrid_layer_pattern")? else {
+        return Ok(None);
+    };
     check_len(v, "hybrid_layer_pattern", pattern.len(), n, false)?;
     let kinds = pattern
         .iter()
@@ -111,7 +122,9 @@ fn from_hybrid_layer_pattern(v: ConfigView<'_>, n: usize) -> Result<Option<Physi
 
 /// MiniMax-Text-01 / M1: 0 = lightning (linear) attention, 1 = softmax attention.
 fn from_attn_type_list(v: ConfigView<'_>, n: usize) -> Result<Option<Physical>, LayoutError> {
-    let Some(types) = v.uints("attn_type_list")? else { return Ok(None) };
+    let Some(types) = v.uints("attn_type_list")? else {
+        return Ok(None);
+    };
     check_len(v, "attn_type_list", types.len(), n, false)?;
     let kinds = types
         .iter()
@@ -130,7 +143,7 @@ fn from_attn_type_list(v: ConfigView<'_>, n: usize) -> Result<Option<Physical>, 
 
 /// Every `period`-th layer (1-based) is `every`, the rest `rest`.
 fn periodic(n: usize, period: u64, every: LayerKind, rest: LayerKind) -> Vec<LayerKind> {
-    (0..n).map(|i| if (i as u64 + 1) % period == 0 { every } else { rest }).collect()
+    (0..n).map(|i| if (i as u64 + 1).is_multiple_of(period) { every } else { rest }).collect()
 }
 
 fn positive(v: ConfigView<'_>, key: &str, default: u64) -> Result<u64, LayoutError> {
@@ -160,9 +173,7 @@ fn from_qwen2_window(v: ConfigView<'_>, n: usize, has_window: bool) -> Result<Ph
         return Ok(Physical::uniform(LayerKind::Full, n, "use_sliding_window"));
     }
     let first_windowed = v.uint("max_window_layers")?.unwrap_or(28);
-    let kinds = (0..n)
-        .map(|i| if i as u64 >= first_windowed { LayerKind::Sliding } else { LayerKind::Full })
-        .collect();
+    let kinds = (0..n).map(|i| if i as u64 >= first_windowed { LayerKind::Sliding } else { LayerKind::Full }).collect();
     Ok(Physical::new(kinds, "use_sliding_window"))
 }
 
@@ -173,16 +184,16 @@ fn from_jamba(v: ConfigView<'_>, n: usize) -> Result<Physical, LayoutError> {
     if offset >= period {
         return Err(v.error("attn_layer_offset", format!("is {offset}, must be below attn_layer_period ({period})")));
     }
-    let kinds = (0..n as u64)
-        .map(|i| if i % period == offset { LayerKind::Full } else { LayerKind::Ssm })
-        .collect();
+    let kinds = (0..n as u64).map(|i| if i % period == offset { LayerKind::Full } else { LayerKind::Ssm }).collect();
     Ok(Physical::new(kinds, "attn_layer_period"))
 }
 
 /// Kimi-Linear: 1-based layer numbers in `linear_attn_config.full_attn_layers` / `kda_layers`.
 fn from_kimi_linear(v: ConfigView<'_>, n: usize) -> Result<Physical, LayoutError> {
     let Some(linear) = v.object("linear_attn_config")? else {
-        return Err(v.error("linear_attn_config", "is required for KimiLinearForCausalLM (full_attn_layers and kda_layers)"));
+        return Err(
+            v.error("linear_attn_config", "is required for KimiLinearForCausalLM (full_attn_layers and kda_layers)")
+        );
     };
     let sub_prefix = v.path("linear_attn_config.");
     let sub = ConfigView { map: linear, prefix: &sub_prefix };
@@ -305,19 +316,18 @@ pub(crate) fn classify(arch: &str, v: ConfigView<'_>, n: usize, has_window: bool
     })
 }
 
+/// Reads per-layer kinds from one optional per-layer field.
+type PerLayerReader = fn(ConfigView<'_>, usize) -> Result<Option<Physical>, LayoutError>;
+
 /// The generic probe for architectures this resolver does not know by name.
 fn probe(v: ConfigView<'_>, n: usize, has_window: bool) -> Result<Physical, LayoutError> {
     use LayerKind::{Full, Sliding, Ssm};
-    for found in [
-        from_layer_types(v, n, false)?,
-        from_override_pattern(v, n)?,
-        from_hybrid_layer_pattern(v, n)?,
-        from_attn_type_list(v, n)?,
-    ]
-    .into_iter()
-    .flatten()
-    {
-        return Ok(found);
+    let per_layer_fields: [PerLayerReader; 4] =
+        [|v, n| from_layer_types(v, n, false), from_override_pattern, from_hybrid_layer_pattern, from_attn_type_list];
+    for read in per_layer_fields {
+        if let Some(found) = read(v, n)? {
+            return Ok(found);
+        }
     }
     if v.has("full_attention_interval") && v.map.keys().any(|k| k.starts_with("linear_")) {
         return from_full_attention_interval(v, n);

@@ -35,6 +35,7 @@ pub(crate) fn kv_shape(
     v: ConfigView<'_>,
     attention: AttentionKind,
     has_ssm: bool,
+    attention_free: bool,
     warnings: &mut Vec<String>,
 ) -> Result<KvShape, LayoutError> {
     let dtype = dtype_bytes(v)?;
@@ -73,13 +74,13 @@ pub(crate) fn kv_shape(
     let swa_head_dim = field_u32(v, "swa_head_dim")?.unwrap_or(head_dim);
     let swa_v_head_dim = field_u32(v, "swa_v_head_dim")?.unwrap_or(v_head_dim);
     let (kv_lora_rank, qk_rope_head_dim) = match attention {
-        AttentionKind::Mla => (
-            Some(field_u32(v, "kv_lora_rank")?.unwrap_or(512)),
-            Some(field_u32(v, "qk_rope_head_dim")?.unwrap_or(64)),
-        ),
+        AttentionKind::Mla => {
+            (Some(field_u32(v, "kv_lora_rank")?.unwrap_or(512)), Some(field_u32(v, "qk_rope_head_dim")?.unwrap_or(64)))
+        }
         AttentionKind::Mha => (None, None),
     };
-    let ssm_state_bytes_per_layer = if has_ssm { Some(ssm_state_bytes(v, dtype, warnings)?) } else { None };
+    let ssm_state_bytes_per_layer =
+        if has_ssm { Some(ssm_state_bytes(v, dtype, attention_free, warnings)?) } else { None };
     if let (Some(rank), Some(rope)) = (kv_lora_rank, qk_rope_head_dim) {
         // An MLA layer caches one latent of kv_lora_rank + qk_rope_head_dim per token, keys and
         // values together.
@@ -112,19 +113,32 @@ pub(crate) fn kv_shape(
 }
 
 /// Recurrent state of one request in one SSM layer: the fp32 SSM state plus the conv window.
-fn ssm_state_bytes(v: ConfigView<'_>, dtype: u32, warnings: &mut Vec<String>) -> Result<u64, LayoutError> {
+fn ssm_state_bytes(
+    v: ConfigView<'_>,
+    dtype: u32,
+    attention_free: bool,
+    warnings: &mut Vec<String>,
+) -> Result<u64, LayoutError> {
     let dtype = u64::from(dtype);
     let first = |keys: &[&str]| v.uint_any(keys);
+    // A pure Mamba-2 config names its SSM heads `num_heads` / `head_dim`; in a hybrid those are
+    // attention heads.
+    let (head_keys, head_dim_keys): (&[&str], &[&str]) = if attention_free {
+        (&["mamba_num_heads", "mamba_n_heads", "num_heads"], &["mamba_head_dim", "mamba_d_head", "head_dim"])
+    } else {
+        (&["mamba_num_heads", "mamba_n_heads"], &["mamba_head_dim", "mamba_d_head"])
+    };
     // Mamba-2 (Nemotron-H, Falcon-H1, Granite-4.0-H, Mamba-2).
-    if let (Some(heads), Some(head_dim)) =
-        (first(&["mamba_num_heads", "mamba_n_heads"])?, first(&["mamba_head_dim", "mamba_d_head"])?)
-    {
+    if let (Some(heads), Some(head_dim)) = (first(head_keys)?, first(head_dim_keys)?) {
         let state = first(&["ssm_state_size", "mamba_d_state", "state_size"])?.unwrap_or(128);
         let groups = first(&["n_groups", "mamba_n_groups"])?.unwrap_or(1);
         let conv = first(&["conv_kernel", "mamba_d_conv"])?.unwrap_or(4).saturating_sub(1);
         let inner = heads.saturating_mul(head_dim);
         let ssm = inner.saturating_mul(state).saturating_mul(4);
-        let conv_bytes = inner.saturating_add(groups.saturating_mul(2).saturating_mul(state)).saturating_mul(conv).saturating_mul(dtype);
+        let conv_bytes = inner
+            .saturating_add(groups.saturating_mul(2).saturating_mul(state))
+            .saturating_mul(conv)
+            .saturating_mul(dtype);
         return Ok(ssm.saturating_add(conv_bytes));
     }
     // Gated delta net (Qwen3-Next, Qwen3.5).
@@ -139,15 +153,36 @@ fn ssm_state_bytes(v: ConfigView<'_>, dtype: u32, warnings: &mut Vec<String>) ->
         let conv_dim = k_heads.saturating_mul(k_dim).saturating_mul(2).saturating_add(v_heads.saturating_mul(v_dim));
         return Ok(ssm.saturating_add(conv_dim.saturating_mul(conv).saturating_mul(dtype)));
     }
-    // Mamba-1 style fields, or nothing: size from hidden_size with Mamba's defaults.
-    let hidden = v.uint_any(&["hidden_size", "d_model"])?.unwrap_or(4096);
-    let expand = v.uint("expand")?.unwrap_or(2);
-    let state = first(&["state_size", "ssm_state_size", "mamba_d_state"])?.unwrap_or(16);
-    let conv = first(&["conv_kernel", "mamba_d_conv"])?.unwrap_or(4).saturating_sub(1);
-    warnings.push(format!(
-        "SSM state size estimated from {} (expand {expand}, state size {state}): no Mamba-2 or gated-delta-net head fields",
-        v.path("hidden_size")
-    ));
-    let inner = hidden.saturating_mul(expand);
-    Ok(inner.saturating_mul(state).saturating_mul(4).saturating_add(inner.saturating_mul(conv).saturating_mul(dtype)))
+    // Kimi-Linear KDA: a head_dim × head_dim delta-rule state per head, plus short convs on q, k, v.
+    if let Some(linear) = v.object("linear_attn_config")? {
+        let prefix = v.path("linear_attn_config.");
+        let sub = ConfigView { map: linear, prefix: &prefix };
+        if let (Some(heads), Some(head_dim)) = (sub.uint("num_heads")?, sub.uint("head_dim")?) {
+            let conv = sub.uint("short_conv_kernel_size")?.unwrap_or(4).saturating_sub(1);
+            let state = heads.saturating_mul(head_dim).saturating_mul(head_dim).saturating_mul(4);
+            let conv_bytes =
+                heads.saturating_mul(head_dim).saturating_mul(3).saturating_mul(conv).saturating_mul(dtype);
+            return Ok(state.saturating_add(conv_bytes));
+        }
+    }
+    // MiniMax lightning attention: an fp32 head_dim × head_dim state per head, no conv.
+    if v.has("attn_type_list")
+        && let (Some(heads), Some(head_dim)) = (v.uint("num_attention_heads")?, v.uint("head_dim")?)
+    {
+        return Ok(heads.saturating_mul(head_dim).saturating_mul(head_dim).saturating_mul(4));
+    }
+    // Mamba-1 (Jamba, Mamba): d_inner = expand × hidden_size, an fp32 d_inner × d_state state.
+    let hidden = v.uint_any(&["hidden_size", "d_model"])?;
+    let expand = v.uint_any(&["mamba_expand", "expand"])?;
+    let state = first(&["mamba_d_state", "state_size", "ssm_state_size"])?;
+    let conv = first(&["mamba_d_conv", "conv_kernel"])?;
+    if hidden.is_none() || expand.is_none() || state.is_none() {
+        warnings.push(format!(
+            "SSM state size estimated with Mamba defaults: {} has no Mamba-2, gated-delta-net, KDA or Mamba-1 state fields",
+            if v.prefix.is_empty() { "config.json".to_string() } else { v.prefix.trim_end_matches('.').to_string() }
+        ));
+    }
+    let inner = hidden.unwrap_or(4096).saturating_mul(expand.unwrap_or(2));
+    let ssm = inner.saturating_mul(state.unwrap_or(16)).saturating_mul(4);
+    Ok(ssm.saturating_add(inner.saturating_mul(conv.unwrap_or(4).saturating_sub(1)).saturating_mul(dtype)))
 }

@@ -1,0 +1,206 @@
+//! `kvpilot check -f PATH... [--output text|json] [--offline]`: the policy verdict of every
+//! InferenceDeployment in a set of manifests, for CI pipelines.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+
+use super::manifests::{self, Found, ManifestSet, ModelConfig};
+use crate::api::{AttentionLayout, EffectiveSettings, Rewrite};
+use crate::policy::{self, Outcome, Violation};
+use crate::source::{DEFAULT_HUB_ENDPOINT, HubClient};
+
+#[derive(Args, Debug)]
+pub(crate) struct CheckArgs {
+    /// A manifest file or directory (recursed; *.yaml, *.yml, *.json). Repeatable.
+    #[arg(short = 'f', long = "filename", value_name = "PATH", required = true)]
+    paths: Vec<PathBuf>,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Text)]
+    output: OutputFormat,
+    /// Do not fetch hub sources; resources that need one are reported as skipped on stderr.
+    #[arg(long)]
+    offline: bool,
+    /// Hub endpoint for hub sources that do not name one.
+    #[arg(long, env = "KVPILOT_HUB_ENDPOINT", default_value = DEFAULT_HUB_ENDPOINT)]
+    hub_endpoint: String,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub(crate) enum OutputFormat {
+    Text,
+    Json,
+}
+
+/// One resource's report; the `--output json` array holds these.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Report {
+    name: String,
+    source: String,
+    verdict: Outcome,
+    violations: Vec<Violation>,
+    rewrites: Vec<Rewrite>,
+    effective: EffectiveSettings,
+    layout: AttentionLayout,
+    warnings: Vec<String>,
+}
+
+/// Builds the hub client for commands that may fetch, or None under `--offline`.
+pub(crate) fn hub_client(offline: bool) -> Result<Option<HubClient>, String> {
+    if offline {
+        return Ok(None);
+    }
+    HubClient::new(Duration::from_secs(300), Duration::from_secs(20), &[])
+        .map(Some)
+        .map_err(|e| format!("cannot build the HTTPS client: {e}"))
+}
+
+/// What became of one resource.
+pub(crate) enum Assessed {
+    Report(policy::Assessment),
+    Skipped(String),
+}
+
+/// Reads each resource's config and runs layout + policy on it; errors name file, document and field.
+pub(crate) async fn assess_all(
+    set: &ManifestSet,
+    hub: Option<&HubClient>,
+    hub_endpoint: &str,
+) -> Vec<(usize, Result<Assessed, String>)> {
+    let mut results = Vec::new();
+    for (index, found) in set.deployments.iter().enumerate() {
+        results.push((index, assess_one(set, found, hub, hub_endpoint).await));
+    }
+    results
+}
+
+async fn assess_one(
+    set: &ManifestSet,
+    found: &Found,
+    hub: Option<&HubClient>,
+    hub_endpoint: &str,
+) -> Result<Assessed, String> {
+    let context = |e: String| format!("{}: {} ({}): {e}", found.location, found.name(), "spec.model.config");
+    match set.model_config(found, hub, hub_endpoint).await.map_err(context)? {
+        ModelConfig::SkippedOffline(url) => Ok(Assessed::Skipped(url)),
+        ModelConfig::Read(config) => policy::assess(&found.resource.spec, &config)
+            .map(Assessed::Report)
+            .map_err(|e| format!("{}: {}: model config.json: {e}", found.location, found.name())),
+    }
+}
+
+pub(crate) fn run(args: &CheckArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("kvpilot check: cannot start: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let (set, mut errors) = manifests::load(&args.paths);
+    let hub = match hub_client(args.offline) {
+        Ok(hub) => hub,
+        Err(e) => {
+            eprintln!("kvpilot check: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let results = runtime.block_on(assess_all(&set, hub.as_ref(), &args.hub_endpoint));
+    let mut reports = Vec::new();
+    for (index, result) in results {
+        let found = &set.deployments[index];
+        match result {
+            Ok(Assessed::Report(assessment)) => reports.push(Report {
+                name: found.name(),
+                source: found.location.to_string(),
+                verdict: assessment.verdict.outcome,
+                violations: assessment.verdict.violations,
+                rewrites: assessment.verdict.rewrites,
+                effective: assessment.verdict.effective,
+                layout: assessment.layout,
+                warnings: assessment.verdict.warnings,
+            }),
+            Ok(Assessed::Skipped(url)) => {
+                eprintln!(
+                    "kvpilot check: {}: skipped {} (--offline; its config.json is at {url})",
+                    found.location,
+                    found.name()
+                )
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    let rendered = match args.output {
+        OutputFormat::Json => serde_json::to_string_pretty(&reports).map(|json| json + "\n").unwrap_or_default(),
+        OutputFormat::Text => text_report(&reports),
+    };
+    if super::print_stdout(&rendered) != ExitCode::SUCCESS {
+        return ExitCode::from(2);
+    }
+    for error in &errors {
+        eprintln!("kvpilot check: {error}");
+    }
+    if !errors.is_empty() {
+        ExitCode::from(2)
+    } else if reports.iter().any(|r| r.verdict == Outcome::Rejected) {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn text_report(reports: &[Report]) -> String {
+    let mut out = String::new();
+    for r in reports {
+        let l = &r.layout;
+        out += &format!("{} ({}): {}\n", r.name, r.source, r.verdict.as_str());
+        out += &format!(
+            "  layout: {} {} — {} layers ({} full, {} sliding, {} ssm){}, attention {}\n",
+            l.architecture,
+            l.kv_pool.as_str(),
+            l.layers.total,
+            l.layers.full_attention,
+            l.layers.sliding_window,
+            l.layers.ssm,
+            l.sliding_window.map(|w| format!(", window {w}")).unwrap_or_default(),
+            if l.attention == crate::api::AttentionKind::Mla { "mla" } else { "mha" },
+        );
+        for v in &r.violations {
+            out += &format!("  ✗ {} {}: {}\n      fix: {}\n", v.rule, v.field, v.message, v.fix);
+        }
+        for w in &r.rewrites {
+            out += &format!("  ↻ {} {}: {} → {}\n", w.rule, w.field, w.from, w.to);
+        }
+        if r.verdict != Outcome::Rejected {
+            let e = &r.effective;
+            out += &format!(
+                "  effective: retractionBackup={} ({}), transferBackend={}, decodeRadixCache={}{}\n",
+                e.retraction_backup.as_str(),
+                match e.retraction_backup_source {
+                    crate::api::SettingSource::Spec => "as set",
+                    crate::api::SettingSource::Auto => "automatic",
+                    crate::api::SettingSource::Rewritten => "rewritten",
+                },
+                e.transfer_backend.as_str(),
+                e.decode_radix_cache,
+                e.host_pool_ratio.map(|r| format!(", hostPoolRatio={r}")).unwrap_or_default(),
+            );
+        }
+        for w in l.warnings.iter().chain(&r.warnings) {
+            out += &format!("  ! {w}\n");
+        }
+    }
+    let count = |o: Outcome| reports.iter().filter(|r| r.verdict == o).count();
+    out += &format!(
+        "{} checked: {} valid, {} rewritten, {} rejected\n",
+        reports.len(),
+        count(Outcome::Valid),
+        count(Outcome::Rewritten),
+        count(Outcome::Rejected)
+    );
+    out
+}

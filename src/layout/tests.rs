@@ -1,0 +1,221 @@
+//! Unit tests of the resolver's rules and errors; fixture tables live in `tests/layout.rs`.
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::*;
+
+fn resolve_default(config: Value) -> Result<AttentionLayout, LayoutError> {
+    resolve(&config, ResolveOptions::default())
+}
+
+fn error_field(config: Value) -> String {
+    resolve_default(config).expect_err("config should be refused").field
+}
+
+#[test]
+fn refuses_what_cannot_be_a_model_config() {
+    assert_eq!(error_field(json!([1, 2])), "$");
+    assert_eq!(error_field(json!("config")), "$");
+    assert_eq!(error_field(json!({"architectures": ["LlamaForCausalLM"]})), "num_hidden_layers");
+    assert_eq!(
+        error_field(json!({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 0})),
+        "num_hidden_layers"
+    );
+    assert_eq!(
+        error_field(json!({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": "32"})),
+        "num_hidden_layers"
+    );
+    assert_eq!(error_field(json!({"architectures": "LlamaForCausalLM", "num_hidden_layers": 2})), "architectures");
+    assert_eq!(error_field(json!({"architectures": [7], "num_hidden_layers": 2})), "architectures[0]");
+}
+
+#[test]
+fn refuses_absurd_layer_counts_before_allocating() {
+    let err =
+        resolve_default(json!({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 1u64 << 40})).unwrap_err();
+    assert_eq!(err.field, "num_hidden_layers");
+    assert!(err.message.contains("10000"), "{}", err.message);
+}
+
+#[test]
+fn refuses_contradictory_per_layer_lengths() {
+    let err = resolve_default(json!({
+        "architectures": ["GptOssForCausalLM"], "num_hidden_layers": 4, "sliding_window": 128,
+        "layer_types": ["sliding_attention", "full_attention"]
+    }))
+    .unwrap_err();
+    assert_eq!(err.field, "layer_types");
+    assert_eq!(err.message, "has 2 entries but num_hidden_layers is 4; give one entry per layer");
+
+    let err = resolve_default(json!({
+        "architectures": ["NemotronHForCausalLM"], "num_hidden_layers": 3, "hybrid_override_pattern": "M*"
+    }))
+    .unwrap_err();
+    assert_eq!(err.field, "hybrid_override_pattern");
+}
+
+#[test]
+fn names_the_nested_field_of_multimodal_configs() {
+    let err = resolve_default(json!({
+        "architectures": ["Gemma4ForConditionalGeneration"],
+        "text_config": {"num_hidden_layers": 2, "sliding_window": 512, "layer_types": ["sliding_attention", "bogus"]}
+    }))
+    .unwrap_err();
+    assert_eq!(err.field, "text_config.layer_types[1]");
+    assert!(err.message.contains("unknown layer type \"bogus\""), "{}", err.message);
+}
+
+#[test]
+fn sliding_layers_need_a_window() {
+    let err = resolve_default(json!({
+        "architectures": ["GptOssForCausalLM"], "num_hidden_layers": 2,
+        "layer_types": ["sliding_attention", "full_attention"]
+    }))
+    .unwrap_err();
+    assert_eq!(err.field, "sliding_window");
+}
+
+#[test]
+fn required_family_fields_are_named() {
+    assert_eq!(
+        error_field(
+            json!({"architectures": ["MiMoV2FlashForCausalLM"], "num_hidden_layers": 2, "sliding_window_size": 128})
+        ),
+        "hybrid_layer_pattern"
+    );
+    assert_eq!(
+        error_field(json!({"architectures": ["DeepseekV4ForCausalLM"], "num_hidden_layers": 2})),
+        "compress_ratios"
+    );
+    assert_eq!(
+        error_field(json!({
+            "architectures": ["KimiLinearForCausalLM"], "num_hidden_layers": 2, "kv_lora_rank": 512,
+            "linear_attn_config": {"full_attn_layers": [2], "kda_layers": [3]}
+        })),
+        "linear_attn_config.kda_layers[0]"
+    );
+}
+
+#[test]
+fn disable_hybrid_swa_memory_gives_a_full_pool() {
+    let config = json!({
+        "architectures": ["GptOssForCausalLM"], "num_hidden_layers": 2, "sliding_window": 128,
+        "layer_types": ["sliding_attention", "full_attention"]
+    });
+    let layout = resolve(&config, ResolveOptions { disable_hybrid_swa_memory: true }).unwrap();
+    assert_eq!(layout.kv_pool, KvPool::Full);
+    assert_eq!(layout.layers.sliding_window, 1, "the physical view does not change");
+    assert_eq!(layout.sliding_window, Some(128));
+}
+
+#[test]
+fn gemma3_opt_in_is_ignored_with_a_warning() {
+    let layout = resolve_default(json!({
+        "architectures": ["Gemma3ForCausalLM"], "num_hidden_layers": 6, "sliding_window": 512, "head_dim": 256,
+        "sliding_window_pattern": 6, "is_hybrid_swa": true
+    }))
+    .unwrap();
+    assert_eq!(layout.kv_pool, KvPool::Full);
+    assert_eq!(layout.warnings.len(), 1, "{:?}", layout.warnings);
+}
+
+#[test]
+fn pipeline_stage_split_matches_sglang() {
+    use crate::policy::pipeline_stages;
+    assert_eq!(pipeline_stages(10, 1), vec![(0, 10)]);
+    assert_eq!(pipeline_stages(10, 2), vec![(0, 5), (5, 10)]);
+    // 10 layers on 4 stages: 2 each, the remainder to the stages before the last.
+    assert_eq!(pipeline_stages(10, 4), vec![(0, 2), (2, 5), (5, 8), (8, 10)]);
+    assert_eq!(pipeline_stages(3, 8), vec![(0, 1), (1, 2), (2, 3)]);
+}
+
+fn arbitrary_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        (0u64..200).prop_map(|n| json!(n)),
+        any::<f64>().prop_map(|f| json!(f)),
+        "[a-z_*M-]{0,12}".prop_map(Value::String),
+    ];
+    leaf.prop_recursive(4, 64, 8, |inner| {
+        let keys = prop_oneof![
+            Just("num_hidden_layers".to_string()),
+            Just("layer_types".to_string()),
+            Just("architectures".to_string()),
+            Just("sliding_window".to_string()),
+            Just("text_config".to_string()),
+            Just("hybrid_layer_pattern".to_string()),
+            Just("hybrid_override_pattern".to_string()),
+            Just("kv_lora_rank".to_string()),
+            Just("is_hybrid_swa".to_string()),
+            Just("linear_attn_config".to_string()),
+            "[a-z_]{1,10}",
+        ];
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
+            prop::collection::btree_map(keys, inner, 0..8).prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+const ARCHS: &[&str] = &[
+    "GptOssForCausalLM",
+    "Gemma4ForCausalLM",
+    "Gemma3ForCausalLM",
+    "MistralForCausalLM",
+    "LagunaForCausalLM",
+    "Step3p5ForCausalLM",
+    "AcmeForCausalLM",
+    "Qwen3NextForCausalLM",
+];
+
+prop_compose! {
+    fn layer_types_config()(
+        arch in prop::sample::select(ARCHS),
+        kinds in prop::collection::vec(prop::sample::select(&["full_attention", "sliding_attention", "linear_attention", "mlp"][..]), 1..40),
+        opt_in in any::<bool>(),
+        disable in any::<bool>(),
+    ) -> (Value, bool) {
+        let config = json!({
+            "architectures": [arch], "num_hidden_layers": kinds.len(), "sliding_window": 64,
+            "layer_types": kinds, "is_hybrid_swa": opt_in,
+        });
+        (config, disable)
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn never_panics_on_arbitrary_json(config in arbitrary_json()) {
+        if let Ok(layout) = resolve_default(config) {
+            let l = layout.layers;
+            prop_assert!(l.full_attention + l.sliding_window + l.ssm <= l.total);
+            prop_assert_eq!(layout.layer_kinds.len() as u32, l.total);
+        }
+    }
+
+    #[test]
+    fn pure_swa_iff_hybrid_swa_without_full_layers((config, disable) in layer_types_config()) {
+        let arch_name = config["architectures"][0].as_str().unwrap().to_string();
+        let opt_in = config["is_hybrid_swa"].as_bool().unwrap();
+        let Ok(layout) = resolve(&config, ResolveOptions { disable_hybrid_swa_memory: disable }) else {
+            return Ok(());
+        };
+        let l = layout.layers;
+        prop_assert!(l.full_attention + l.sliding_window + l.ssm <= l.total);
+        let hybrid_swa_in_sglang_sense = (arch::HYBRID_SWA.contains(&arch_name.as_str()) || opt_in)
+            && !arch::HYBRID_SWA_FORCED_OFF.contains(&arch_name.as_str())
+            && !disable
+            && l.ssm == 0
+            && layout.attention == AttentionKind::Mha;
+        prop_assert_eq!(
+            layout.kv_pool == KvPool::PureSwa,
+            hybrid_swa_in_sglang_sense && l.full_attention == 0,
+            "{:?}", layout
+        );
+    }
+}

@@ -1,0 +1,214 @@
+//! Reading a model's config.json from where `spec.model.config` says: inline, a ConfigMap key,
+//! or a Hugging Face-compatible hub over HTTPS (with a TTL cache shared by everything in the
+//! process). The `check` and `render` commands, the controller and the webhook all use this.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::api::HubSource;
+
+/// Default hub endpoint.
+pub const DEFAULT_HUB_ENDPOINT: &str = "https://huggingface.co";
+/// config.json files are kilobytes; anything past this is not a model config.
+pub const MAX_CONFIG_BYTES: usize = 4 * 1024 * 1024;
+
+/// Why a config.json could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The ConfigMap named by `configMapRef` does not exist.
+    #[error("ConfigMap {namespace}/{name} (spec.model.config.configMapRef.name) was not found")]
+    ConfigMapNotFound { namespace: String, name: String },
+    /// The ConfigMap exists but lacks the key.
+    #[error(
+        "ConfigMap {namespace}/{name} has no key \"{key}\" (spec.model.config.configMapRef.key); it has: {present}"
+    )]
+    ConfigMapKeyMissing { namespace: String, name: String, key: String, present: String },
+    /// The Secret named by `tokenSecretRef` does not exist or lacks the key.
+    #[error("Secret {namespace}/{name} with key \"{key}\" (spec.model.config.hub.tokenSecretRef) was not found")]
+    TokenSecretNotFound { namespace: String, name: String, key: String },
+    /// The text is not a JSON object.
+    #[error("{origin} is not valid JSON (line {line}, column {column}): {message}")]
+    InvalidJson { origin: String, line: usize, column: usize, message: String },
+    /// The JSON is valid but is not an object.
+    #[error("{origin} must hold a JSON object (a model config.json)")]
+    NotAnObject { origin: String },
+    /// The text is larger than any config.json.
+    #[error("{origin} is {size} bytes; a config.json is at most {MAX_CONFIG_BYTES} bytes")]
+    TooLarge { origin: String, size: usize },
+    /// The hub endpoint is not an acceptable URL.
+    #[error("spec.model.config.hub.endpoint \"{endpoint}\": {reason}")]
+    BadEndpoint { endpoint: String, reason: String },
+    /// The hub answered with an error status.
+    #[error("GET {url} returned HTTP {status}: {hint}")]
+    HubStatus { url: String, status: u16, hint: String },
+    /// The hub could not be reached.
+    #[error("GET {url} failed: {message}")]
+    HubUnreachable { url: String, message: String },
+}
+
+impl SourceError {
+    /// A short CamelCase reason for conditions and events.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::ConfigMapNotFound { .. } | Self::ConfigMapKeyMissing { .. } => "ConfigMapUnavailable",
+            Self::TokenSecretNotFound { .. } => "TokenSecretUnavailable",
+            Self::InvalidJson { .. } | Self::NotAnObject { .. } | Self::TooLarge { .. } => "InvalidConfigJson",
+            Self::BadEndpoint { .. } => "InvalidHubEndpoint",
+            Self::HubStatus { .. } | Self::HubUnreachable { .. } => "HubFetchFailed",
+        }
+    }
+}
+
+/// Parses config.json text, naming `origin` (a ConfigMap key, a URL, a file) in errors.
+pub fn parse_config_text(text: &str, origin: &str) -> Result<Value, SourceError> {
+    if text.len() > MAX_CONFIG_BYTES {
+        return Err(SourceError::TooLarge { origin: origin.into(), size: text.len() });
+    }
+    let value: Value = serde_json::from_str(text).map_err(|e| SourceError::InvalidJson {
+        origin: origin.into(),
+        line: e.line(),
+        column: e.column(),
+        message: e.to_string(),
+    })?;
+    if !value.is_object() {
+        return Err(SourceError::NotAnObject { origin: origin.into() });
+    }
+    Ok(value)
+}
+
+/// The config.json text of a ConfigMap's data, or the error naming what is missing.
+pub fn config_from_config_map_data(
+    data: Option<&std::collections::BTreeMap<String, String>>,
+    namespace: &str,
+    name: &str,
+    key: &str,
+) -> Result<Value, SourceError> {
+    let data = data.cloned().unwrap_or_default();
+    match data.get(key) {
+        Some(text) => parse_config_text(text, &format!("ConfigMap {namespace}/{name} key \"{key}\"")),
+        None => Err(SourceError::ConfigMapKeyMissing {
+            namespace: namespace.into(),
+            name: name.into(),
+            key: key.into(),
+            present: if data.is_empty() {
+                "no keys".into()
+            } else {
+                data.keys().map(String::as_str).collect::<Vec<_>>().join(", ")
+            },
+        }),
+    }
+}
+
+/// Where a hub source resolves to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HubLocation {
+    /// Endpoint without a trailing slash.
+    pub endpoint: String,
+    /// Repository id.
+    pub repo: String,
+    /// Revision.
+    pub revision: String,
+}
+
+impl HubLocation {
+    /// Applies the defaults: `repo` = the model name, `revision` = main, `endpoint` = the
+    /// operator's default.
+    pub fn new(hub: &HubSource, model_name: &str, default_endpoint: &str) -> Result<Self, SourceError> {
+        let endpoint = hub.endpoint.as_deref().unwrap_or(default_endpoint).trim_end_matches('/').to_string();
+        check_endpoint(&endpoint)?;
+        Ok(Self {
+            endpoint,
+            repo: hub.repo.clone().unwrap_or_else(|| model_name.to_string()),
+            revision: hub.revision.clone().unwrap_or_else(|| "main".into()),
+        })
+    }
+
+    /// `<endpoint>/<repo>/resolve/<revision>/config.json`.
+    pub fn url(&self) -> String {
+        format!("{}/{}/resolve/{}/config.json", self.endpoint, self.repo, self.revision)
+    }
+}
+
+/// HTTPS only, except plain HTTP to a loopback address (a local mirror or a test server).
+fn check_endpoint(endpoint: &str) -> Result<(), SourceError> {
+    let bad = |reason: &str| SourceError::BadEndpoint { endpoint: endpoint.into(), reason: reason.into() };
+    let url = reqwest::Url::parse(endpoint).map_err(|e| bad(&format!("not a URL ({e})")))?;
+    match url.scheme() {
+        "https" => Ok(()),
+        "http" => {
+            let host = url.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']');
+            let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+            if loopback {
+                Ok(())
+            } else {
+                Err(bad("use https:// (plain http is accepted only for loopback addresses)"))
+            }
+        }
+        other => Err(bad(&format!("scheme {other} is not supported; use https://"))),
+    }
+}
+
+/// Fetches config.json from hubs, caching each (endpoint, repo, revision) for `ttl`.
+pub struct HubClient {
+    http: reqwest::Client,
+    ttl: Duration,
+    cache: Mutex<HashMap<HubLocation, (Instant, Value)>>,
+}
+
+impl HubClient {
+    /// A client with the platform's trusted roots plus `extra_roots` (PEM), and a per-request timeout.
+    pub fn new(ttl: Duration, timeout: Duration, extra_roots: &[reqwest::Certificate]) -> Result<Self, reqwest::Error> {
+        let mut builder = reqwest::Client::builder()
+            .timeout(timeout)
+            .redirect(reqwest::redirect::Policy::limited(5))
+            .user_agent(concat!("kvpilot/", env!("CARGO_PKG_VERSION")));
+        for root in extra_roots {
+            builder = builder.add_root_certificate(root.clone());
+        }
+        Ok(Self { http: builder.build()?, ttl, cache: Mutex::new(HashMap::new()) })
+    }
+
+    /// The config.json at `location`, from the cache while it is fresh.
+    pub async fn fetch(&self, location: &HubLocation, token: Option<&str>) -> Result<Value, SourceError> {
+        if let Some(value) = self.cached(location) {
+            return Ok(value);
+        }
+        let url = location.url();
+        let unreachable = |e: reqwest::Error| SourceError::HubUnreachable { url: url.clone(), message: e.to_string() };
+        let mut request = self.http.get(&url);
+        if let Some(token) = token {
+            request = request.bearer_auth(token.trim());
+        }
+        let mut response = request.send().await.map_err(unreachable)?;
+        let status = response.status();
+        if !status.is_success() {
+            let hint = match status.as_u16() {
+                401 | 403 => {
+                    "the hub refused access: gated or private models need spec.model.config.hub.tokenSecretRef"
+                }
+                404 => "not found: check spec.model.config.hub.repo and revision (defaults: spec.model.name and main)",
+                _ => "the hub failed; kvpilot retries with backoff",
+            };
+            return Err(SourceError::HubStatus { url, status: status.as_u16(), hint: hint.into() });
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(unreachable)? {
+            body.extend_from_slice(&chunk);
+            if body.len() > MAX_CONFIG_BYTES {
+                return Err(SourceError::TooLarge { origin: url, size: body.len() });
+            }
+        }
+        let text = String::from_utf8_lossy(&body);
+        let value = parse_config_text(&text, &url)?;
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).insert(location.clone(), (Instant::now(), value.clone()));
+        Ok(value)
+    }
+
+    fn cached(&self, location: &HubLocation) -> Option<Value> {
+        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        cache.get(location).filter(|(at, _)| at.elapsed() < self.ttl).map(|(_, value)| value.clone())
+    }
+}
