@@ -61,7 +61,7 @@ pub(crate) fn hub_client(offline: bool) -> Result<Option<HubClient>, String> {
 
 /// What became of one resource.
 pub(crate) enum Assessed {
-    Report(policy::Assessment),
+    Report(Box<policy::Assessment>),
     Skipped(String),
 }
 
@@ -88,7 +88,7 @@ async fn assess_one(
     match set.model_config(found, hub, hub_endpoint).await.map_err(context)? {
         ModelConfig::SkippedOffline(url) => Ok(Assessed::Skipped(url)),
         ModelConfig::Read(config) => policy::assess(&found.resource.spec, &config)
-            .map(Assessed::Report)
+            .map(|a| Assessed::Report(Box::new(a)))
             .map_err(|e| format!("{}: {}: model config.json: {e}", found.location, found.name())),
     }
 }
@@ -114,16 +114,19 @@ pub(crate) fn run(args: &CheckArgs) -> ExitCode {
     for (index, result) in results {
         let found = &set.deployments[index];
         match result {
-            Ok(Assessed::Report(assessment)) => reports.push(Report {
-                name: found.name(),
-                source: found.location.to_string(),
-                verdict: assessment.verdict.outcome,
-                violations: assessment.verdict.violations,
-                rewrites: assessment.verdict.rewrites,
-                effective: assessment.verdict.effective,
-                layout: assessment.layout,
-                warnings: assessment.verdict.warnings,
-            }),
+            Ok(Assessed::Report(assessment)) => {
+                let assessment = *assessment;
+                reports.push(Report {
+                    name: found.name(),
+                    source: found.location.to_string(),
+                    verdict: assessment.verdict.outcome,
+                    violations: assessment.verdict.violations,
+                    rewrites: assessment.verdict.rewrites,
+                    effective: assessment.verdict.effective,
+                    layout: assessment.layout,
+                    warnings: assessment.verdict.warnings,
+                })
+            }
             Ok(Assessed::Skipped(url)) => {
                 eprintln!(
                     "kvpilot check: {}: skipped {} (--offline; its config.json is at {url})",
