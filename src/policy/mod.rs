@@ -2,6 +2,8 @@
 //! webhook, the controller and the cache runtime all call [`evaluate`].
 
 mod rules;
+#[cfg(test)]
+mod tests;
 
 use std::fmt;
 

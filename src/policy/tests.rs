@@ -1,0 +1,625 @@
+//! Every rule in Reject and Rewrite mode, with SGLang's exact messages.
+
+use k8s_openapi::api::core::v1::EnvVar;
+use proptest::prelude::*;
+use serde_json::json;
+
+use super::*;
+use crate::api::{MambaRadixCacheStrategy, PrefillSpec, TransferBackend};
+
+fn layout(config: serde_json::Value) -> AttentionLayout {
+    layout::resolve(&config, ResolveOptions::default()).expect("test layout")
+}
+
+fn full() -> AttentionLayout {
+    layout(
+        json!({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4, "num_key_value_heads": 8, "head_dim": 128}),
+    )
+}
+
+fn hybrid_swa() -> AttentionLayout {
+    layout(json!({
+        "architectures": ["GptOssForCausalLM"], "num_hidden_layers": 4, "sliding_window": 128, "head_dim": 64,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]
+    }))
+}
+
+fn pure_swa() -> AttentionLayout {
+    layout(json!({
+        "architectures": ["MiMoV2FlashForCausalLM"], "num_hidden_layers": 4, "sliding_window_size": 128,
+        "head_dim": 192, "hybrid_layer_pattern": [1, 1, 1, 1]
+    }))
+}
+
+fn ssm() -> AttentionLayout {
+    layout(json!({
+        "architectures": ["Qwen3NextForCausalLM"], "num_hidden_layers": 8, "full_attention_interval": 4, "head_dim": 256,
+        "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128
+    }))
+}
+
+fn mla() -> AttentionLayout {
+    layout(
+        json!({"architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": 4, "kv_lora_rank": 512, "qk_rope_head_dim": 64}),
+    )
+}
+
+fn dsv4() -> AttentionLayout {
+    layout(json!({
+        "architectures": ["DeepseekV4ForCausalLM"], "num_hidden_layers": 4, "sliding_window": 128, "head_dim": 512,
+        "compress_ratios": [0, 4, 128, 0]
+    }))
+}
+
+fn gemma4() -> AttentionLayout {
+    layout(json!({
+        "architectures": ["Gemma4ForCausalLM"], "num_hidden_layers": 4, "sliding_window": 512, "head_dim": 256,
+        "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]
+    }))
+}
+
+fn kimi_linear() -> AttentionLayout {
+    layout(json!({
+        "architectures": ["KimiLinearForCausalLM"], "num_hidden_layers": 4, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+        "linear_attn_config": {"full_attn_layers": [4], "kda_layers": [1, 2, 3], "num_heads": 8, "head_dim": 128}
+    }))
+}
+
+fn with(edit: impl FnOnce(&mut DisaggregationSpec)) -> DisaggregationSpec {
+    let mut settings = DisaggregationSpec { decode_context_parallel: 1, ..DisaggregationSpec::default() };
+    edit(&mut settings);
+    settings
+}
+
+fn host_pool(s: &mut DisaggregationSpec) {
+    s.retraction_backup = Some(RetractionBackup::HostPool);
+}
+
+fn run(settings: &DisaggregationSpec, decode: &DecodeSpec, layout: &AttentionLayout) -> Verdict {
+    evaluate(PolicyInput { disaggregation: settings, decode, layout })
+}
+
+fn both_modes(settings: DisaggregationSpec, decode: &DecodeSpec, layout: &AttentionLayout) -> (Verdict, Verdict) {
+    let reject = run(&DisaggregationSpec { on_invalid: OnInvalid::Reject, ..settings.clone() }, decode, layout);
+    let rewrite = run(&DisaggregationSpec { on_invalid: OnInvalid::Rewrite, ..settings }, decode, layout);
+    (reject, rewrite)
+}
+
+fn ids(verdict: &Verdict) -> Vec<(&'static str, &'static str)> {
+    verdict.violations.iter().map(|v| (v.rule, v.field)).collect()
+}
+
+fn env(name: &str, value: &str) -> EnvVar {
+    EnvVar { name: name.into(), value: Some(value.into()), value_from: None }
+}
+
+fn unified_radix_tree() -> DecodeSpec {
+    DecodeSpec { env: vec![env("SGLANG_ENABLE_UNIFIED_RADIX_TREE", "1")], ..DecodeSpec::default() }
+}
+
+const BACKUP: &str = "spec.disaggregation.retractionBackup";
+const RADIX: &str = "spec.disaggregation.decodeRadixCache";
+
+/// A rule whose safe rewrite sets `field` from `from` to `to`.
+fn assert_rewritable(
+    settings: DisaggregationSpec,
+    decode: &DecodeSpec,
+    layout: &AttentionLayout,
+    rule: &str,
+    field: &str,
+    message: &str,
+    (from, to): (&str, &str),
+) {
+    let (reject, rewrite) = both_modes(settings, decode, layout);
+    assert_eq!(reject.outcome, Outcome::Rejected, "{rule}: {reject:?}");
+    let violation = reject.violations.iter().find(|v| v.rule == rule && v.field == field).unwrap_or_else(|| {
+        panic!("{rule} {field} not among {:?}", ids(&reject));
+    });
+    assert_eq!(violation.message, message, "{rule}");
+    assert!(violation.fix.contains("onInvalid: Rewrite"), "{rule}: {}", violation.fix);
+    assert_eq!(rewrite.outcome, Outcome::Rewritten, "{rule}: {rewrite:?}");
+    assert!(rewrite.violations.is_empty(), "{rule}: {:?}", rewrite.violations);
+    let change = rewrite.rewrites.iter().find(|r| r.field == field).expect("rewrite recorded");
+    assert_eq!((change.rule.as_str(), change.from.as_str(), change.to.as_str()), (rule, from, to));
+}
+
+/// A rule with no safe rewrite: rejected in both modes.
+fn assert_manual(
+    settings: DisaggregationSpec,
+    decode: &DecodeSpec,
+    layout: &AttentionLayout,
+    rule: &str,
+    field: &str,
+    message: &str,
+) {
+    let (reject, rewrite) = both_modes(settings, decode, layout);
+    for verdict in [&reject, &rewrite] {
+        assert_eq!(verdict.outcome, Outcome::Rejected, "{rule}: {verdict:?}");
+        let violation = verdict.violations.iter().find(|v| v.rule == rule && v.field == field).unwrap_or_else(|| {
+            panic!("{rule} {field} not among {:?}", ids(verdict));
+        });
+        assert_eq!(violation.message, message, "{rule}");
+        assert!(!violation.fix.contains("onInvalid: Rewrite"), "{rule}: {}", violation.fix);
+    }
+}
+
+#[test]
+fn r1_host_pool_with_ssm() {
+    assert_rewritable(
+        with(host_pool),
+        &DecodeSpec::default(),
+        &ssm(),
+        "R1",
+        BACKUP,
+        "Host-pool retraction does not support Mamba models.",
+        ("host_pool", "cpu_tensor"),
+    );
+}
+
+#[test]
+fn r2_host_pool_with_pure_swa() {
+    assert_rewritable(
+        with(host_pool),
+        &DecodeSpec::default(),
+        &pure_swa(),
+        "R2",
+        BACKUP,
+        "Host-pool retraction does not support pure-SWA models.",
+        ("host_pool", "cpu_tensor"),
+    );
+}
+
+#[test]
+fn r2_pipeline_stage_without_full_layer() {
+    let layout = layout(json!({
+        "architectures": ["GptOssForCausalLM"], "num_hidden_layers": 4, "sliding_window": 128, "head_dim": 64,
+        "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]
+    }));
+    let pp2 = DecodeSpec { pipeline_parallel: 2, ..DecodeSpec::default() };
+    let verdict = run(&with(host_pool), &pp2, &layout);
+    assert_eq!(ids(&verdict), vec![("R2", BACKUP)]);
+    assert!(verdict.violations[0].fix.starts_with("pipeline stage 0 (layers 0..2)"), "{}", verdict.violations[0].fix);
+    assert_eq!(run(&with(host_pool), &DecodeSpec::default(), &layout).outcome, Outcome::Valid, "PP=1 has full layers");
+    assert_eq!(automatic_retraction_backup(&with(|_| {}), &pp2, &layout), RetractionBackup::CpuTensor);
+}
+
+#[test]
+fn r8_host_pool_with_decode_radix_cache_on_pure_swa() {
+    let settings = with(|s| {
+        host_pool(s);
+        s.decode_radix_cache = true;
+    });
+    let (reject, rewrite) = both_modes(settings, &DecodeSpec::default(), &pure_swa());
+    assert_eq!(ids(&reject), vec![("R8", BACKUP), ("R13", RADIX), ("R16", RADIX)]);
+    assert_eq!(
+        reject.violations[0].message,
+        "--disaggregation-decode-retraction-backup=host_pool requires UnifiedRadixCache with HiCache attached."
+    );
+    assert_eq!(rewrite.outcome, Outcome::Rewritten);
+    let rewrites: Vec<_> = rewrite.rewrites.iter().map(|r| (r.rule.as_str(), r.field.as_str())).collect();
+    assert_eq!(rewrites, vec![("R8", BACKUP), ("R13", RADIX)]);
+}
+
+#[test]
+fn r9_host_pool_with_mla_and_deepseek_v4() {
+    for layout in [mla(), dsv4()] {
+        assert_rewritable(
+            with(host_pool),
+            &DecodeSpec::default(),
+            &layout,
+            "R9",
+            BACKUP,
+            "--disaggregation-decode-retraction-backup=host_pool requires an MHA or hybrid-SWA HiCache host stack.",
+            ("host_pool", "cpu_tensor"),
+        );
+    }
+}
+
+#[test]
+fn s2_s3_s4_server_argument_checks() {
+    let decode = DecodeSpec::default();
+    assert_rewritable(
+        with(|s| {
+            host_pool(s);
+            s.decode_context_parallel = 2;
+        }),
+        &decode,
+        &full(),
+        "S2",
+        BACKUP,
+        "--disaggregation-decode-retraction-backup=host_pool does not support --dcp-size > 1.",
+        ("host_pool", "cpu_tensor"),
+    );
+    assert_rewritable(
+        with(|s| {
+            host_pool(s);
+            s.priority_scheduling = true;
+        }),
+        &decode,
+        &full(),
+        "S3",
+        BACKUP,
+        "--disaggregation-decode-retraction-backup=host_pool requires --disable-priority-preemption when priority \
+         scheduling is enabled.",
+        ("host_pool", "cpu_tensor"),
+    );
+    let preemption_off = with(|s| {
+        host_pool(s);
+        s.priority_scheduling = true;
+        s.disable_priority_preemption = true;
+    });
+    assert_eq!(run(&preemption_off, &decode, &full()).outcome, Outcome::Valid);
+    assert_rewritable(
+        with(|s| {
+            host_pool(s);
+            s.decode_offload_kv_cache = true;
+        }),
+        &decode,
+        &full(),
+        "S4",
+        BACKUP,
+        "The arguments disaggregation-decode-enable-offload-kvcache and disaggregation-decode-retraction-backup=host_pool \
+         are mutually exclusive: both build a decode host pool.",
+        ("host_pool", "cpu_tensor"),
+    );
+}
+
+#[test]
+fn r13_to_r17_decode_radix_cache_by_layout() {
+    let radix = || with(|s| s.decode_radix_cache = true);
+    assert_rewritable(
+        radix(),
+        &DecodeSpec::default(),
+        &hybrid_swa(),
+        "R13",
+        RADIX,
+        "--disaggregation-decode-enable-radix-cache with sliding window attention (SWA) models requires the unified \
+         radix tree (set SGLANG_ENABLE_UNIFIED_RADIX_TREE=1).",
+        ("true", "false"),
+    );
+    assert_eq!(run(&radix(), &unified_radix_tree(), &hybrid_swa()).outcome, Outcome::Valid);
+    assert_rewritable(
+        with(|s| {
+            s.decode_radix_cache = true;
+            s.hierarchical_cache = true;
+        }),
+        &unified_radix_tree(),
+        &hybrid_swa(),
+        "R14",
+        RADIX,
+        "--disaggregation-decode-enable-radix-cache with sliding window attention (SWA) models currently supports only \
+         device-resident cache and is incompatible with --enable-hierarchical-cache.",
+        ("true", "false"),
+    );
+    assert_rewritable(
+        radix(),
+        &unified_radix_tree(),
+        &dsv4(),
+        "R15",
+        RADIX,
+        "--disaggregation-decode-enable-radix-cache does not support DeepSeek-V4 (DSA) compressed KV (c4/c128/indexer) yet.",
+        ("true", "false"),
+    );
+    assert_rewritable(
+        radix(),
+        &unified_radix_tree(),
+        &gemma4(),
+        "R16",
+        RADIX,
+        "--disaggregation-decode-enable-radix-cache does not support SWA-compress models (e.g. Gemma4 / MiMo-V2) yet.",
+        ("true", "false"),
+    );
+    assert_rewritable(
+        radix(),
+        &DecodeSpec::default(),
+        &ssm(),
+        "R17",
+        RADIX,
+        "--disaggregation-decode-enable-radix-cache is incompatible with Mamba/SSM models",
+        ("true", "false"),
+    );
+    assert_eq!(run(&radix(), &DecodeSpec::default(), &full()).outcome, Outcome::Valid);
+}
+
+#[test]
+fn r18_decode_radix_cache_with_fake_backend_or_speculation() {
+    assert_rewritable(
+        with(|s| {
+            s.decode_radix_cache = true;
+            s.transfer_backend = TransferBackend::Fake;
+        }),
+        &DecodeSpec::default(),
+        &full(),
+        "R18",
+        RADIX,
+        "--disaggregation-decode-enable-radix-cache is incompatible with --disaggregation-transfer-backend fake",
+        ("true", "false"),
+    );
+    assert_rewritable(
+        with(|s| {
+            s.decode_radix_cache = true;
+            s.speculative_algorithm = Some("EAGLE".into());
+        }),
+        &DecodeSpec::default(),
+        &full(),
+        "R18",
+        RADIX,
+        "--disaggregation-decode-enable-radix-cache is incompatible with speculative decoding (--speculative-algorithm EAGLE)",
+        ("true", "false"),
+    );
+}
+
+#[test]
+fn r19_decode_context_parallel() {
+    let dcp = |edit: fn(&mut DisaggregationSpec)| {
+        with(|s| {
+            s.decode_context_parallel = 2;
+            edit(s);
+        })
+    };
+    assert_manual(
+        dcp(|s| s.transfer_backend = TransferBackend::Mori),
+        &DecodeSpec::default(),
+        &full(),
+        "R19",
+        "spec.disaggregation.transferBackend",
+        "PD decode DCP requires --disaggregation-transfer-backend mooncake or nixl, got 'mori'.",
+    );
+    assert_rewritable(
+        dcp(|s| s.decode_radix_cache = true),
+        &DecodeSpec::default(),
+        &full(),
+        "R19",
+        RADIX,
+        "PD decode DCP currently requires chunk cache; --disaggregation-decode-enable-radix-cache is not supported.",
+        ("true", "false"),
+    );
+    assert_rewritable(
+        dcp(|s| s.hierarchical_cache = true),
+        &DecodeSpec::default(),
+        &full(),
+        "R19",
+        "spec.disaggregation.hierarchicalCache",
+        "PD decode DCP currently requires chunk cache; --enable-hierarchical-cache is not supported.",
+        ("true", "false"),
+    );
+}
+
+#[test]
+fn r20_staging_buffer_needs_mooncake_or_nixl() {
+    let decode = DecodeSpec { env: vec![env("SGLANG_DISAGG_STAGING_BUFFER", "true")], ..DecodeSpec::default() };
+    assert_manual(
+        with(|s| s.transfer_backend = TransferBackend::Mori),
+        &decode,
+        &full(),
+        "R20",
+        "spec.decode.env",
+        "SGLANG_DISAGG_STAGING_BUFFER requires disaggregation_transfer_backend='mooncake' or 'nixl', got 'mori'.",
+    );
+    assert_eq!(run(&with(|_| {}), &decode, &full()).outcome, Outcome::Valid, "mooncake is fine");
+}
+
+fn prefill(tp: i32) -> Option<PrefillSpec> {
+    Some(PrefillSpec { tensor_parallel: tp, data_parallel: 1, enable_dp_attention: false })
+}
+
+#[test]
+fn t1_tp_mismatch_on_non_mla_swa_models_is_never_rewritten() {
+    let decode = DecodeSpec { tensor_parallel: 4, ..DecodeSpec::default() };
+    assert_manual(
+        with(|s| s.prefill = prefill(2)),
+        &decode,
+        &hybrid_swa(),
+        "T1",
+        "spec.decode.tensorParallel",
+        "PD state transfer does not support TP-mismatched non-MLA SWA models (prefill_tp_size=2, decode_tp_size=4)",
+    );
+    let fix = &run(&with(|s| s.prefill = prefill(2)), &decode, &hybrid_swa()).violations[0].fix;
+    assert!(fix.contains("prefill attention TP 2"), "{fix}");
+    // Attention TP under DP attention is TP ÷ DP: 4 ÷ 2 matches prefill's 2.
+    let dp_attention =
+        DecodeSpec { tensor_parallel: 4, data_parallel: 2, enable_dp_attention: true, ..DecodeSpec::default() };
+    assert_eq!(run(&with(|s| s.prefill = prefill(2)), &dp_attention, &hybrid_swa()).outcome, Outcome::Valid);
+    // MLA-like pools, full pools and SSM state may differ in TP.
+    for layout in [mla(), dsv4(), full(), ssm()] {
+        assert_eq!(run(&with(|s| s.prefill = prefill(2)), &decode, &layout).outcome, Outcome::Valid);
+    }
+    // Without the prefill side, T1 cannot be checked: a warning, not a violation.
+    let verdict = run(&with(|_| {}), &decode, &hybrid_swa());
+    assert_eq!(verdict.outcome, Outcome::Valid);
+    assert!(verdict.warnings.iter().any(|w| w.contains("T1")), "{:?}", verdict.warnings);
+}
+
+#[test]
+fn m1_and_m3_mamba_strategies() {
+    assert_rewritable(
+        with(|s| s.mamba_radix_cache_strategy = Some(MambaRadixCacheStrategy::ExtraBufferLazy)),
+        &DecodeSpec::default(),
+        &ssm(),
+        "M1",
+        "spec.disaggregation.mambaRadixCacheStrategy",
+        "extra_buffer_lazy unsupported under PD disaggregation; use --mamba-radix-cache-strategy extra_buffer.",
+        ("extra_buffer_lazy", "extra_buffer"),
+    );
+    assert_manual(
+        with(|s| s.mamba_radix_cache_strategy = Some(MambaRadixCacheStrategy::NoBuffer)),
+        &DecodeSpec { page_size: 16, ..DecodeSpec::default() },
+        &ssm(),
+        "M3",
+        "spec.decode.pageSize",
+        "no_buffer only supports page_size=1.",
+    );
+}
+
+#[test]
+fn u1_to_u3_unified_memory() {
+    let unified = |backend| {
+        with(move |s| {
+            s.enable_unified_memory = true;
+            s.transfer_backend = backend;
+        })
+    };
+    let field = "spec.disaggregation.enableUnifiedMemory";
+    let verdict = run(&unified(TransferBackend::Nixl), &DecodeSpec::default(), &kimi_linear());
+    assert_eq!(ids(&verdict), vec![("U1", field)]);
+    let verdict = run(&unified(TransferBackend::Mooncake), &DecodeSpec::default(), &ssm());
+    assert_eq!(ids(&verdict), vec![("U2", field)]);
+    assert!(verdict.violations[0].message.starts_with(
+        "--enable-unified-memory with PD disaggregation currently supports only MLA hybrid-Mamba models (e.g. kimi-linear)"
+    ));
+    let verdict = run(&unified(TransferBackend::Mooncake), &DecodeSpec::default(), &hybrid_swa());
+    assert_eq!(ids(&verdict), vec![("U3", field)]);
+    assert_eq!(
+        run(&unified(TransferBackend::Mooncake), &DecodeSpec::default(), &kimi_linear()).outcome,
+        Outcome::Valid,
+        "MLA hybrid-Mamba on mooncake is the supported case"
+    );
+    let rewritten = run(
+        &DisaggregationSpec { on_invalid: OnInvalid::Rewrite, ..unified(TransferBackend::Mooncake) },
+        &DecodeSpec::default(),
+        &ssm(),
+    );
+    assert_eq!((rewritten.outcome, rewritten.effective.enable_unified_memory), (Outcome::Rewritten, false));
+}
+
+#[test]
+fn automatic_backup_follows_sglang() {
+    let decode = DecodeSpec::default();
+    let unset = with(|_| {});
+    for (layout, expected) in [
+        (full(), RetractionBackup::HostPool),
+        (hybrid_swa(), RetractionBackup::HostPool),
+        (pure_swa(), RetractionBackup::CpuTensor),
+        (ssm(), RetractionBackup::CpuTensor),
+        (mla(), RetractionBackup::CpuTensor),
+        (dsv4(), RetractionBackup::CpuTensor),
+    ] {
+        let verdict = run(&unset, &decode, &layout);
+        assert_eq!(verdict.outcome, Outcome::Valid);
+        assert_eq!(verdict.effective.retraction_backup, expected, "{:?}", layout.kv_pool);
+        assert_eq!(verdict.effective.retraction_backup_source, SettingSource::Auto);
+    }
+    assert_eq!(run(&unset, &decode, &full()).effective.host_pool_ratio, Some(BACKUP_ONLY_HOST_POOL_RATIO));
+    let hicache = run(&with(|s| s.hierarchical_cache = true), &decode, &full()).effective;
+    assert_eq!((hicache.retraction_backup, hicache.host_pool_ratio), (RetractionBackup::HostPool, Some(2.0)));
+    for edit in [
+        (|s: &mut DisaggregationSpec| s.decode_radix_cache = true) as fn(&mut DisaggregationSpec),
+        |s| s.decode_offload_kv_cache = true,
+        |s| s.priority_scheduling = true,
+        |s| s.decode_context_parallel = 2,
+        |s| s.enable_unified_memory = true,
+    ] {
+        let verdict = run(&with(edit), &decode, &full());
+        assert_eq!(verdict.effective.retraction_backup, RetractionBackup::CpuTensor, "{:?}", verdict.settings);
+        assert_eq!(verdict.effective.host_pool_ratio, None);
+    }
+    let cpu = run(&with(|s| s.host_pool_ratio = Some(0.5)), &decode, &ssm());
+    assert!(cpu.warnings.iter().any(|w| w.contains("hostPoolRatio has no effect")), "{:?}", cpu.warnings);
+}
+
+#[test]
+fn violations_are_reported_in_rule_order_and_deterministically() {
+    let settings = with(|s| {
+        host_pool(s);
+        s.decode_context_parallel = 2;
+        s.priority_scheduling = true;
+        s.decode_offload_kv_cache = true;
+        s.decode_radix_cache = true;
+        s.transfer_backend = TransferBackend::Fake;
+        s.mamba_radix_cache_strategy = Some(MambaRadixCacheStrategy::ExtraBufferLazy);
+    });
+    let first = run(&settings, &DecodeSpec::default(), &ssm());
+    let rules: Vec<_> = first.violations.iter().map(|v| v.rule).collect();
+    assert_eq!(rules, vec!["S2", "S3", "S4", "R1", "R17", "R18", "R19", "R19", "M1"]);
+    for _ in 0..10 {
+        assert_eq!(run(&settings, &DecodeSpec::default(), &ssm()), first);
+    }
+    let rewrite =
+        run(&DisaggregationSpec { on_invalid: OnInvalid::Rewrite, ..settings }, &DecodeSpec::default(), &ssm());
+    // The fake backend under DCP (R19) has no safe rewrite, so Rewrite mode still rejects.
+    assert_eq!(rewrite.outcome, Outcome::Rejected);
+    assert_eq!(ids(&rewrite), vec![("R19", "spec.disaggregation.transferBackend")]);
+    let fields: Vec<_> = rewrite.rewrites.iter().map(|r| (r.rule.as_str(), r.field.as_str())).collect();
+    assert_eq!(
+        fields,
+        vec![("S2", BACKUP), ("R17", RADIX), ("M1", "spec.disaggregation.mambaRadixCacheStrategy")],
+        "one rewrite per field, by the first rule that needed it"
+    );
+}
+
+#[test]
+fn violation_display_is_rule_field_message() {
+    let verdict = run(&with(host_pool), &DecodeSpec::default(), &pure_swa());
+    assert_eq!(
+        verdict.violations[0].to_string(),
+        "R2 spec.disaggregation.retractionBackup: Host-pool retraction does not support pure-SWA models. (fix: use \
+         cpu_tensor or leave retractionBackup unset; or set onInvalid: Rewrite to let kvpilot rewrite it)"
+    );
+}
+
+fn any_layout() -> impl Strategy<Value = AttentionLayout> {
+    prop::sample::select(vec![full(), hybrid_swa(), pure_swa(), ssm(), mla(), dsv4(), gemma4(), kimi_linear()])
+}
+
+prop_compose! {
+    fn any_settings()(
+        backup in prop::option::of(prop::sample::select(vec![RetractionBackup::CpuTensor, RetractionBackup::HostPool])),
+        rewrite in any::<bool>(),
+        backend in prop::sample::select(vec![TransferBackend::Mooncake, TransferBackend::Nixl, TransferBackend::Mori, TransferBackend::Fake]),
+        flags in prop::array::uniform7(any::<bool>()),
+        dcp in 1..4i32,
+        strategy in prop::option::of(prop::sample::select(vec![
+            MambaRadixCacheStrategy::NoBuffer, MambaRadixCacheStrategy::ExtraBuffer, MambaRadixCacheStrategy::ExtraBufferLazy])),
+        prefill_tp in prop::option::of(1..9i32),
+        speculative in any::<bool>(),
+    ) -> DisaggregationSpec {
+        DisaggregationSpec {
+            retraction_backup: backup,
+            on_invalid: if rewrite { OnInvalid::Rewrite } else { OnInvalid::Reject },
+            transfer_backend: backend,
+            prefill: prefill_tp.map(|tp| PrefillSpec { tensor_parallel: tp, data_parallel: 1, enable_dp_attention: false }),
+            decode_radix_cache: flags[0],
+            decode_offload_kv_cache: flags[1],
+            hierarchical_cache: flags[2],
+            priority_scheduling: flags[3],
+            disable_priority_preemption: flags[4],
+            decode_context_parallel: dcp,
+            speculative_algorithm: speculative.then(|| "EAGLE".to_string()),
+            mamba_radix_cache_strategy: strategy,
+            host_pool_ratio: None,
+            enable_unified_memory: flags[5],
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+
+    /// What Rewrite mode produces is valid as written; Reject mode rejects exactly when
+    /// something is violated.
+    #[test]
+    fn rewritten_settings_are_valid_as_written(
+        settings in any_settings(), layout in any_layout(), tp in 1..9i32, pp in 1..3i32, page in 1..3i32, unified_tree in any::<bool>()
+    ) {
+        let decode = DecodeSpec {
+            tensor_parallel: tp, pipeline_parallel: pp, page_size: page,
+            env: if unified_tree { unified_radix_tree().env } else { vec![] },
+            ..DecodeSpec::default()
+        };
+        let verdict = run(&settings, &decode, &layout);
+        prop_assert_eq!(verdict.outcome == Outcome::Rejected, !verdict.violations.is_empty());
+        if settings.on_invalid == OnInvalid::Reject {
+            prop_assert!(verdict.rewrites.is_empty());
+        }
+        if verdict.outcome != Outcome::Rejected {
+            let again = run(&DisaggregationSpec { on_invalid: OnInvalid::Reject, ..verdict.settings.clone() }, &decode, &layout);
+            prop_assert_eq!(again.outcome, Outcome::Valid, "{:?}", again.violations);
+            let same_source = EffectiveSettings { retraction_backup_source: again.effective.retraction_backup_source, ..verdict.effective.clone() };
+            prop_assert_eq!(again.effective, same_source);
+        }
+        if verdict.effective.retraction_backup == RetractionBackup::HostPool && verdict.outcome != Outcome::Rejected {
+            prop_assert!(matches!(layout.kv_pool, KvPool::Full | KvPool::HybridSwa));
+            prop_assert!(!layout.has(LayoutFeature::DeepseekV4));
+        }
+    }
+}
