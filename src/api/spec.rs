@@ -277,7 +277,7 @@ impl MambaRadixCacheStrategy {
 }
 
 /// Disaggregation and retraction settings of the decode side.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct DisaggregationSpec {
     /// Where retracted requests keep their KV cache: `cpu_tensor`, `host_pool`, or unset for
@@ -326,6 +326,29 @@ pub struct DisaggregationSpec {
     /// Unified device memory pool (`--enable-unified-memory`).
     #[serde(default)]
     pub enable_unified_memory: bool,
+}
+
+impl Default for DisaggregationSpec {
+    /// The same values serde fills in for an empty `disaggregation: {}` (this is also the
+    /// schema default the API server applies when the block is missing).
+    fn default() -> Self {
+        Self {
+            retraction_backup: None,
+            on_invalid: OnInvalid::default(),
+            transfer_backend: TransferBackend::default(),
+            prefill: None,
+            decode_radix_cache: false,
+            decode_offload_kv_cache: false,
+            hierarchical_cache: false,
+            priority_scheduling: false,
+            disable_priority_preemption: false,
+            decode_context_parallel: one(),
+            speculative_algorithm: None,
+            mamba_radix_cache_strategy: None,
+            host_pool_ratio: None,
+            enable_unified_memory: false,
+        }
+    }
 }
 
 /// The prefill fleet's parallelism, as far as the transfer rules need it.

@@ -66,7 +66,7 @@ fn kimi_linear() -> AttentionLayout {
 }
 
 fn with(edit: impl FnOnce(&mut DisaggregationSpec)) -> DisaggregationSpec {
-    let mut settings = DisaggregationSpec { decode_context_parallel: 1, ..DisaggregationSpec::default() };
+    let mut settings = DisaggregationSpec::default();
     edit(&mut settings);
     settings
 }

@@ -1,0 +1,281 @@
+//! The `kvpilot` binary's contracts: `crd`, `layout`, `check` (exit codes, JSON, ConfigMap
+//! resolution, hub sources served by a real HTTP server on loopback).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn kvpilot(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kvpilot")).args(args).output().expect("run kvpilot")
+}
+
+fn repo(path: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path).display().to_string()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn crd_prints_the_committed_file() {
+    let out = kvpilot(&["crd"]);
+    assert!(out.status.success());
+    assert_eq!(stdout(&out), std::fs::read_to_string(repo("crds/inferencedeployment.yaml")).unwrap());
+}
+
+#[test]
+fn version_prints_the_package_version() {
+    let out = kvpilot(&["version"]);
+    assert_eq!(stdout(&out).trim(), format!("kvpilot {}", env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn layout_prints_one_json_object() {
+    let out = kvpilot(&["layout", "--config", &repo("tests/fixtures/configs/gpt-oss-20b.json")]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let layout: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(layout["kvPool"], "hybrid-swa");
+    assert_eq!(layout["layers"]["fullAttention"], 12);
+    let expected: Value =
+        serde_json::from_str(&std::fs::read_to_string(repo("tests/fixtures/layouts/gpt-oss-20b.json")).unwrap())
+            .unwrap();
+    assert_eq!(layout, expected);
+
+    let disabled = kvpilot(&[
+        "layout",
+        "--config",
+        &repo("tests/fixtures/configs/gpt-oss-20b.json"),
+        "--disable-hybrid-swa-memory",
+    ]);
+    let layout: Value = serde_json::from_str(&stdout(&disabled)).unwrap();
+    assert_eq!(layout["kvPool"], "full");
+}
+
+#[test]
+fn layout_errors_name_the_file_and_field_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let no_layers = write(dir.path(), "no-layers.json", r#"{"architectures": ["LlamaForCausalLM"]}"#);
+    let out = kvpilot(&["layout", "--config", &no_layers]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains(&no_layers) && stderr(&out).contains("num_hidden_layers"), "{}", stderr(&out));
+    assert!(stdout(&out).is_empty());
+
+    let not_json = write(dir.path(), "broken.json", "{\"architectures\": [");
+    let out = kvpilot(&["layout", "--config", &not_json]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("not valid JSON (line 1"), "{}", stderr(&out));
+
+    let out = kvpilot(&["layout", "--config", "/nonexistent/config.json"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("/nonexistent/config.json"), "{}", stderr(&out));
+}
+
+fn check_json(args: &[&str]) -> (Option<i32>, Vec<Value>, String) {
+    let mut all = vec!["check", "--output", "json"];
+    all.extend_from_slice(args);
+    let out = kvpilot(&all);
+    let reports: Vec<Value> = serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)));
+    (out.status.code(), reports, stderr(&out))
+}
+
+fn by_name<'a>(reports: &'a [Value], name: &str) -> &'a Value {
+    reports.iter().find(|r| r["name"] == name).unwrap_or_else(|| panic!("{name} not in {reports:?}"))
+}
+
+#[test]
+fn check_reports_every_example_and_exits_1_on_a_rejection() {
+    let (code, reports, err) = check_json(&["-f", &repo("examples")]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(reports.len(), 6);
+    let rejected = by_name(&reports, "default/deepseek-v3");
+    assert_eq!(rejected["verdict"], "rejected");
+    assert_eq!(rejected["violations"][0]["rule"], "R9");
+    assert_eq!(rejected["violations"][0]["field"], "spec.disaggregation.retractionBackup");
+    assert_eq!(
+        rejected["violations"][0]["message"],
+        "--disaggregation-decode-retraction-backup=host_pool requires an MHA or hybrid-SWA HiCache host stack."
+    );
+    let rewritten = by_name(&reports, "default/mimo-pure-swa");
+    assert_eq!(rewritten["verdict"], "rewritten");
+    assert_eq!(
+        rewritten["rewrites"][0],
+        serde_json::json!({"rule": "R2", "field": "spec.disaggregation.retractionBackup", "from": "host_pool", "to": "cpu_tensor"})
+    );
+    assert_eq!(rewritten["effective"]["retractionBackup"], "cpu_tensor");
+    // Resolved from the ConfigMap in the same file.
+    let from_config_map = by_name(&reports, "models/qwen3-next");
+    assert_eq!(from_config_map["layout"]["kvPool"], "hybrid-ssm");
+    assert_eq!(from_config_map["rewrites"].as_array().unwrap().len(), 2);
+    let valid = by_name(&reports, "default/gpt-oss-20b");
+    assert_eq!(
+        (valid["verdict"].as_str(), valid["effective"]["retractionBackup"].as_str()),
+        (Some("valid"), Some("host_pool"))
+    );
+}
+
+#[test]
+fn check_exits_0_when_nothing_is_rejected_and_defaults_the_namespace() {
+    let dir = tempfile::tempdir().unwrap();
+    let text =
+        std::fs::read_to_string(repo("examples/llama-3.1-8b-full.yaml")).unwrap().replace("  namespace: default\n", "");
+    write(dir.path(), "llama.yaml", &text);
+    let nested = dir.path().join("nested");
+    std::fs::create_dir(&nested).unwrap();
+    std::fs::copy(repo("examples/mimo-pure-swa-rewrite.yaml"), nested.join("mimo.yml")).unwrap();
+    write(dir.path(), "notes.txt", "not a manifest");
+    let (code, reports, err) = check_json(&["-f", &dir.path().display().to_string()]);
+    assert_eq!(code, Some(0), "{err}");
+    let names: Vec<_> = reports.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(names, vec!["default/llama-3-1-8b", "default/mimo-pure-swa"]);
+}
+
+#[test]
+fn check_text_output_is_readable() {
+    let out = kvpilot(&["check", "-f", &repo("examples/deepseek-v3-mla-rejected.yaml")]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    assert!(text.contains("default/deepseek-v3"), "{text}");
+    assert!(text.contains("✗ R9 spec.disaggregation.retractionBackup"), "{text}");
+    assert!(text.contains("1 checked: 0 valid, 0 rewritten, 1 rejected"), "{text}");
+}
+
+const MINIMAL: &str = r#"apiVersion: kvpilot.dev/v1alpha1
+kind: InferenceDeployment
+metadata:
+  name: NAME
+spec:
+  model:
+    name: acme/model
+    config:
+      SOURCE
+"#;
+
+fn manifest(name: &str, source: &str) -> String {
+    MINIMAL.replace("NAME", name).replace("SOURCE", source)
+}
+
+#[test]
+fn check_unreadable_input_exits_2_naming_file_document_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing_cm = write(dir.path(), "missing-cm.yaml", &manifest("a", "configMapRef: {name: nowhere}"));
+    let (code, reports, err) = check_json(&["-f", &missing_cm]);
+    assert_eq!(code, Some(2));
+    assert!(reports.is_empty());
+    assert!(err.contains(&format!("{missing_cm}, document 1")), "{err}");
+    assert!(err.contains("ConfigMap default/nowhere"), "{err}");
+
+    let bad_field = write(
+        dir.path(),
+        "bad-field.yaml",
+        &(manifest("b", "inline: {num_hidden_layers: 2}") + "  decode:\n    replicas: two\n"),
+    );
+    let (code, _, err) = check_json(&["-f", &bad_field]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("field spec.decode.replicas"), "{err}");
+
+    let two_sources =
+        write(dir.path(), "two.yaml", &manifest("c", "inline: {num_hidden_layers: 2}\n      configMapRef: {name: x}"));
+    let (code, _, err) = check_json(&["-f", &two_sources]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("inline, configMapRef are all set"), "{err}");
+
+    let bad_yaml = write(dir.path(), "bad.yaml", "apiVersion: v1\nkind: [unclosed\n");
+    let (code, _, err) = check_json(&["-f", &bad_yaml]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("bad.yaml, document 1: not valid YAML"), "{err}");
+
+    let bad_config =
+        write(dir.path(), "bad-config.yaml", &manifest("d", "inline: {architectures: [LlamaForCausalLM]}"));
+    let (code, _, err) = check_json(&["-f", &bad_config]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("field `num_hidden_layers`"), "{err}");
+
+    let (code, _, err) = check_json(&["-f", "/nonexistent/dir"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("/nonexistent/dir"), "{err}");
+}
+
+mod hub {
+    use std::net::SocketAddr;
+
+    use axum::Router;
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::routing::get;
+
+    use super::*;
+
+    /// A Hugging Face-compatible hub on loopback serving one gated repository.
+    async fn serve() -> SocketAddr {
+        let config = std::fs::read_to_string(repo("tests/fixtures/configs/nemotron-nano-9b-v2.json")).unwrap();
+        let app = Router::new().route(
+            "/acme/nemotron/resolve/{revision}/config.json",
+            get(move |headers: HeaderMap| async move {
+                match headers.get("authorization").and_then(|v| v.to_str().ok()) {
+                    Some("Bearer hub-token") => (StatusCode::OK, config.clone()),
+                    _ => (StatusCode::UNAUTHORIZED, "gated".to_string()),
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        addr
+    }
+
+    fn hub_manifest(addr: SocketAddr, with_secret: bool) -> String {
+        let mut text = manifest(
+            "nemotron",
+            &format!("hub: {{repo: acme/nemotron, endpoint: \"http://{addr}\", tokenSecretRef: {{name: hub-token}}}}"),
+        ) + "  disaggregation:\n    retractionBackup: host_pool\n";
+        if with_secret {
+            text +=
+                "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: hub-token\nstringData:\n  token: hub-token\n";
+        }
+        text
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn check_fetches_hub_sources_with_the_token_secret() {
+        let addr = serve().await;
+        let dir = tempfile::tempdir().unwrap();
+        let with_token = write(dir.path(), "hub.yaml", &hub_manifest(addr, true));
+        let (code, reports, err) = tokio::task::spawn_blocking(move || check_json(&["-f", &with_token])).await.unwrap();
+        assert_eq!(code, Some(1), "{err}");
+        assert_eq!(reports[0]["layout"]["kvPool"], "hybrid-ssm");
+        assert_eq!(reports[0]["violations"][0]["rule"], "R1");
+        assert_eq!(reports[0]["violations"][0]["message"], "Host-pool retraction does not support Mamba models.");
+
+        let without_token = write(dir.path(), "hub-no-secret.yaml", &hub_manifest(addr, false));
+        let path = without_token.clone();
+        let (code, _, err) = tokio::task::spawn_blocking(move || check_json(&["-f", &path])).await.unwrap();
+        assert_eq!(code, Some(2));
+        assert!(err.contains("HTTP 401") && err.contains("tokenSecretRef"), "{err}");
+
+        let (code, reports, err) =
+            tokio::task::spawn_blocking(move || check_json(&["--offline", "-f", &without_token])).await.unwrap();
+        assert_eq!(code, Some(0), "{err}");
+        assert!(reports.is_empty());
+        assert!(err.contains("skipped default/nemotron (--offline"), "{err}");
+    }
+
+    #[test]
+    fn plain_http_hubs_are_refused_off_loopback() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), "hub.yaml", &manifest("remote", "hub: {endpoint: \"http://hub.example.com\"}"));
+        let (code, _, err) = check_json(&["-f", &path]);
+        assert_eq!(code, Some(2));
+        assert!(err.contains("use https://"), "{err}");
+    }
+}
