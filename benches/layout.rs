@@ -26,9 +26,20 @@ fn large_configs() -> Vec<(&'static str, Value)> {
     let layers = 256;
     let layer_types: Vec<&str> =
         (0..layers).map(|i| if i % 4 == 3 { "full_attention" } else { "sliding_attention" }).collect();
-    let pattern: String = (0..layers).map(|i| if i % 8 == 7 { '*' } else if i % 2 == 0 { 'M' } else { '-' }).collect();
+    let pattern: String = (0..layers)
+        .map(|i| {
+            if i % 8 == 7 {
+                '*'
+            } else if i % 2 == 0 {
+                'M'
+            } else {
+                '-'
+            }
+        })
+        .collect();
     // Padding fields make the document the size of a big multimodal config.json (~40 KB).
-    let padding: serde_json::Map<String, Value> = (0..400).map(|i| (format!("unused_field_{i}"), json!([i, "x", 1.5]))).collect();
+    let padding: serde_json::Map<String, Value> =
+        (0..400).map(|i| (format!("unused_field_{i}"), json!([i, "x", 1.5]))).collect();
     let mut gpt_oss = json!({
         "architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "num_hidden_layers": layers,
         "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "sliding_window": 128,

@@ -8,3 +8,4 @@ pub mod cli;
 pub mod layout;
 pub mod policy;
 pub mod source;
+pub mod webhook;

@@ -111,7 +111,10 @@ fn check_reports_every_example_and_exits_1_on_a_rejection() {
     assert_eq!(rewritten["verdict"], "rewritten");
     assert_eq!(
         rewritten["rewrites"][0],
-        serde_json::json!({"rule": "R2", "field": "spec.disaggregation.retractionBackup", "from": "host_pool", "to": "cpu_tensor"})
+        serde_json::json!({
+            "rule": "R2", "field": "spec.disaggregation.retractionBackup", "from": "host_pool", "to": "cpu_tensor",
+            "message": "Host-pool retraction does not support pure-SWA models."
+        })
     );
     assert_eq!(rewritten["effective"]["retractionBackup"], "cpu_tensor");
     // Resolved from the ConfigMap in the same file.

@@ -68,6 +68,8 @@ pub struct Rewrite {
     pub from: String,
     /// The value used instead.
     pub to: String,
+    /// SGLang's message for the rule.
+    pub message: String,
 }
 
 /// The settings the decode pods run with, after automatic choices and rewrites.

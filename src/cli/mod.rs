@@ -3,6 +3,8 @@
 mod check;
 mod layout_cmd;
 mod manifests;
+mod serve;
+mod webhook_cmd;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -30,6 +32,8 @@ enum Command {
     Layout(layout_cmd::LayoutArgs),
     /// Check every InferenceDeployment in manifests against its model's layout (for CI).
     Check(check::CheckArgs),
+    /// Serve the validating and mutating admission webhooks over HTTPS.
+    Webhook(webhook_cmd::WebhookArgs),
 }
 
 /// Runs the parsed command line and returns the process exit code.
@@ -39,6 +43,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Version => print_stdout(&format!("kvpilot {}\n", env!("CARGO_PKG_VERSION"))),
         Command::Layout(args) => layout_cmd::run(&args),
         Command::Check(args) => check::run(&args),
+        Command::Webhook(args) => webhook_cmd::run(&args),
     }
 }
 

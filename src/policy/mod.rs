@@ -113,16 +113,20 @@ pub fn evaluate(input: PolicyInput<'_>) -> Verdict {
                         continue;
                     };
                     let context = Context { settings: &settings, decode: input.decode, layout: input.layout };
-                    if (rule.check)(&context).is_none() {
-                        continue;
-                    }
+                    let Some(finding) = (rule.check)(&context) else { continue };
                     let (from, to) = apply(&mut settings);
                     changed = true;
                     match rewrites.iter_mut().find(|r| r.field == rule.field) {
                         // A second rule fixed by the same field keeps the first rule's record and
                         // the original value.
                         Some(existing) => existing.to = to,
-                        None => rewrites.push(Rewrite { rule: rule.id.into(), field: rule.field.into(), from, to }),
+                        None => rewrites.push(Rewrite {
+                            rule: rule.id.into(),
+                            field: rule.field.into(),
+                            from,
+                            to,
+                            message: finding.message,
+                        }),
                     }
                 }
                 if !changed {

@@ -29,6 +29,12 @@ pub enum SourceError {
     /// The Secret named by `tokenSecretRef` does not exist or lacks the key.
     #[error("Secret {namespace}/{name} with key \"{key}\" (spec.model.config.hub.tokenSecretRef) was not found")]
     TokenSecretNotFound { namespace: String, name: String, key: String },
+    /// The API server could not be asked (a transient error: retried).
+    #[error("reading {what} from the API server failed: {message}")]
+    ClusterApi { what: String, message: String },
+    /// `spec.model.config` names no source or several.
+    #[error("{0}")]
+    SourceSelection(String),
     /// The text is not a JSON object.
     #[error("{origin} is not valid JSON (line {line}, column {column}): {message}")]
     InvalidJson { origin: String, line: usize, column: usize, message: String },
@@ -55,6 +61,8 @@ impl SourceError {
         match self {
             Self::ConfigMapNotFound { .. } | Self::ConfigMapKeyMissing { .. } => "ConfigMapUnavailable",
             Self::TokenSecretNotFound { .. } => "TokenSecretUnavailable",
+            Self::SourceSelection(_) => "InvalidConfigSource",
+            Self::ClusterApi { .. } => "ApiUnavailable",
             Self::InvalidJson { .. } | Self::NotAnObject { .. } | Self::TooLarge { .. } => "InvalidConfigJson",
             Self::BadEndpoint { .. } => "InvalidHubEndpoint",
             Self::HubStatus { .. } | Self::HubUnreachable { .. } => "HubFetchFailed",
@@ -211,4 +219,69 @@ impl HubClient {
         let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         cache.get(location).filter(|(at, _)| at.elapsed() < self.ttl).map(|(_, value)| value.clone())
     }
+}
+
+/// Reads config sources inside a cluster: ConfigMaps and token Secrets through the API server,
+/// hub sources through a shared [`HubClient`].
+#[derive(Clone)]
+pub struct ClusterSource {
+    client: kube::Client,
+    hub: std::sync::Arc<HubClient>,
+    default_endpoint: String,
+}
+
+impl ClusterSource {
+    /// A reader using `client` for ConfigMaps and Secrets and `hub` for hub sources.
+    pub fn new(client: kube::Client, hub: std::sync::Arc<HubClient>, default_endpoint: impl Into<String>) -> Self {
+        Self { client, hub, default_endpoint: default_endpoint.into() }
+    }
+
+    /// The model's config.json, for a resource in `namespace`.
+    pub async fn model_config(&self, namespace: &str, model: &crate::api::ModelSpec) -> Result<Value, SourceError> {
+        use crate::api::ConfigSourceRef;
+        use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+        use kube::Api;
+
+        match model.config.source() {
+            Err(message) => Err(SourceError::SourceSelection(message)),
+            Ok(ConfigSourceRef::Inline(map)) => Ok(Value::Object(map.clone())),
+            Ok(ConfigSourceRef::ConfigMap(reference)) => {
+                let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), namespace);
+                let not_found =
+                    || SourceError::ConfigMapNotFound { namespace: namespace.into(), name: reference.name.clone() };
+                let config_map = api
+                    .get_opt(&reference.name)
+                    .await
+                    .map_err(|e| api_error(format!("ConfigMap {namespace}/{}", reference.name), e))?
+                    .ok_or_else(not_found)?;
+                config_from_config_map_data(config_map.data.as_ref(), namespace, &reference.name, &reference.key)
+            }
+            Ok(ConfigSourceRef::Hub(hub)) => {
+                let location = HubLocation::new(hub, &model.name, &self.default_endpoint)?;
+                let token = match &hub.token_secret_ref {
+                    None => None,
+                    Some(reference) => {
+                        let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+                        let missing = || SourceError::TokenSecretNotFound {
+                            namespace: namespace.into(),
+                            name: reference.name.clone(),
+                            key: reference.key.clone(),
+                        };
+                        let secret = api
+                            .get_opt(&reference.name)
+                            .await
+                            .map_err(|e| api_error(format!("Secret {namespace}/{}", reference.name), e))?
+                            .ok_or_else(missing)?;
+                        let bytes = secret.data.and_then(|d| d.get(&reference.key).cloned()).ok_or_else(missing)?;
+                        Some(String::from_utf8_lossy(&bytes.0).into_owned())
+                    }
+                };
+                self.hub.fetch(&location, token.as_deref()).await
+            }
+        }
+    }
+}
+
+fn api_error(what: String, error: kube::Error) -> SourceError {
+    SourceError::ClusterApi { what, message: error.to_string() }
 }

@@ -1,0 +1,218 @@
+//! AdmissionReview in, AdmissionReview out: the validating and mutating decisions, built on
+//! `policy::assess`. No HTTP here.
+
+use base64::Engine;
+use json_patch::{AddOperation, Patch, PatchOperation, jsonptr::PointerBuf};
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use serde_json::Value;
+
+use crate::api::{InferenceDeployment, OnInvalid};
+use crate::policy::{self, Outcome};
+use crate::source::ClusterSource;
+
+/// The group/version/kind this webhook admits.
+const GROUP: &str = "kvpilot.dev";
+const VERSION: &str = "v1alpha1";
+const KIND: &str = "InferenceDeployment";
+
+/// Why a request body could not be taken as an AdmissionReview: the server answers HTTP 400.
+#[derive(Debug, thiserror::Error)]
+pub enum BadReview {
+    #[error("request body is not JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("request body is not an admission.k8s.io/v1 AdmissionReview with a request: {0}")]
+    NotAReview(String),
+}
+
+/// Which webhook is asking.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `/validate`: allow or deny.
+    Validate,
+    /// `/mutate`: allow, with a JSON patch applying the rewrites for `onInvalid: Rewrite`.
+    Mutate,
+}
+
+/// Decodes a request body, decides, and returns the response review as JSON (with `patch`
+/// base64-encoded, as the API server requires).
+pub async fn review(body: &[u8], mode: Mode, source: Option<&ClusterSource>) -> Result<Value, BadReview> {
+    let raw: Value = serde_json::from_slice(body).map_err(BadReview::NotJson)?;
+    let review: AdmissionReview<DynamicObject> =
+        serde_json::from_value(raw).map_err(|e| BadReview::NotAReview(e.to_string()))?;
+    let api_version = review.types.api_version.clone();
+    let request: AdmissionRequest<DynamicObject> =
+        review.try_into().map_err(|_| BadReview::NotAReview("it has no request".into()))?;
+    let response = decide(&request, &api_version, mode, source).await;
+    Ok(encode(response.into_review()))
+}
+
+async fn decide(
+    request: &AdmissionRequest<DynamicObject>,
+    api_version: &str,
+    mode: Mode,
+    source: Option<&ClusterSource>,
+) -> AdmissionResponse {
+    let response = AdmissionResponse::from(request);
+    if api_version != "admission.k8s.io/v1" {
+        return denied(
+            response,
+            400,
+            "BadRequest",
+            format!("AdmissionReview apiVersion {api_version} is not supported; use admission.k8s.io/v1"),
+        );
+    }
+    let gvk = &request.kind;
+    if (gvk.group.as_str(), gvk.version.as_str(), gvk.kind.as_str()) != (GROUP, VERSION, KIND) {
+        return denied(
+            response,
+            400,
+            "BadRequest",
+            format!(
+                "kvpilot's webhook admits {GROUP}/{VERSION} {KIND} only, got {}/{} {}; check the webhook's rules",
+                gvk.group, gvk.version, gvk.kind
+            ),
+        );
+    }
+    // Status writes (the controller's) and deletions are not settings changes.
+    if request.sub_resource.is_some() || !matches!(request.operation, Operation::Create | Operation::Update) {
+        return response;
+    }
+    let Some(object) = &request.object else {
+        return denied(response, 400, "BadRequest", format!("{:?} request has no object", request.operation));
+    };
+    let resource: InferenceDeployment = match serde_json::to_value(object)
+        .map_err(|e| e.to_string())
+        .and_then(|v| serde_path_to_error::deserialize(v).map_err(|e| format!("field {}: {}", e.path(), e.inner())))
+    {
+        Ok(resource) => resource,
+        Err(e) => return denied(response, 422, "Invalid", format!("InferenceDeployment is malformed: {e}")),
+    };
+    let name = format!("{}/{}", request.namespace.as_deref().unwrap_or("default"), request.name);
+    let namespace = request.namespace.clone().unwrap_or_else(|| "default".into());
+    let inline = resource.spec.model.config.inline.is_some();
+
+    let config = match config_for(&resource, &namespace, source).await {
+        Ok(config) => config,
+        Err(problem) => {
+            return warned(
+                response,
+                vec![format!(
+                    "kvpilot could not read the model config.json ({problem}); the controller checks the settings once \
+                     it can, see the ModelResolved condition"
+                )],
+            );
+        }
+    };
+    let assessment = match policy::assess(&resource.spec, &config) {
+        Ok(assessment) => assessment,
+        // An inline config is part of this object: refuse it. An external one can still be fixed.
+        Err(e) if inline => {
+            return denied(
+                response,
+                422,
+                "Invalid",
+                format!("{name}: spec.model.config.inline is not a model config: {e}"),
+            );
+        }
+        Err(e) => {
+            return warned(response, vec![format!("the model config.json of {name} is not a model config: {e}")]);
+        }
+    };
+    let verdict = &assessment.verdict;
+    let mut warnings: Vec<String> = assessment.layout.warnings.iter().chain(&verdict.warnings).cloned().collect();
+    match (verdict.outcome, mode) {
+        (Outcome::Rejected, Mode::Validate) => {
+            let listed: Vec<String> = verdict.violations.iter().map(ToString::to_string).collect();
+            denied(
+                response,
+                422,
+                "Invalid",
+                format!(
+                    "{name} is not valid for its model's attention layout ({}): {}",
+                    assessment.layout.kv_pool.as_str(),
+                    listed.join("; ")
+                ),
+            )
+        }
+        (Outcome::Rewritten, _) => {
+            warnings.extend(
+                verdict
+                    .rewrites
+                    .iter()
+                    .map(|r| format!("{}: {} → {} ({}: {})", r.field, r.from, r.to, r.rule, r.message)),
+            );
+            if mode == Mode::Mutate && resource.spec.disaggregation.on_invalid == OnInvalid::Rewrite {
+                match rewrite_patch(verdict)
+                    .and_then(|patch| response.clone().with_patch(patch).map_err(|e| e.to_string()))
+                {
+                    Ok(patched) => warned(patched, warnings),
+                    Err(e) => warned(response, vec![format!("kvpilot could not build the rewrite patch: {e}")]),
+                }
+            } else {
+                warned(response, warnings)
+            }
+        }
+        _ => warned(response, warnings),
+    }
+}
+
+async fn config_for(
+    resource: &InferenceDeployment,
+    namespace: &str,
+    source: Option<&ClusterSource>,
+) -> Result<Value, String> {
+    if let Some(inline) = &resource.spec.model.config.inline {
+        return Ok(Value::Object(inline.clone()));
+    }
+    match source {
+        Some(source) => source.model_config(namespace, &resource.spec.model).await.map_err(|e| e.to_string()),
+        None => Err("the webhook runs without a Kubernetes client".into()),
+    }
+}
+
+/// JSON patch that writes each rewritten field of `spec.disaggregation` into the object.
+fn rewrite_patch(verdict: &policy::Verdict) -> Result<Patch, String> {
+    let settings = serde_json::to_value(&verdict.settings).map_err(|e| e.to_string())?;
+    // Every rewritable rule is about a field of spec.disaggregation, so the block exists.
+    let mut operations = Vec::new();
+    for rewrite in &verdict.rewrites {
+        let key = rewrite
+            .field
+            .strip_prefix("spec.disaggregation.")
+            .ok_or_else(|| format!("{} is not a disaggregation field", rewrite.field))?;
+        let value = settings.get(key).cloned().unwrap_or(Value::Null);
+        operations.push(PatchOperation::Add(AddOperation {
+            path: PointerBuf::parse(format!("/spec/disaggregation/{key}")).map_err(|e| e.to_string())?,
+            value,
+        }));
+    }
+    Ok(Patch(operations))
+}
+
+fn denied(response: AdmissionResponse, code: u16, reason: &str, message: String) -> AdmissionResponse {
+    let mut response = response.deny(message);
+    response.result.code = code;
+    response.result.reason = reason.into();
+    response
+}
+
+fn warned(mut response: AdmissionResponse, warnings: Vec<String>) -> AdmissionResponse {
+    if !warnings.is_empty() {
+        response.warnings = Some(warnings);
+    }
+    response
+}
+
+/// Serializes the review with `response.patch` as base64 text: kube's type writes the bytes as
+/// a JSON array of numbers, which the Kubernetes API does not document (kube-rs #1781).
+fn encode(review: AdmissionReview<DynamicObject>) -> Value {
+    let mut value = serde_json::to_value(&review).unwrap_or(Value::Null);
+    if let Some(patch) = value.pointer_mut("/response/patch")
+        && let Some(bytes) =
+            patch.as_array().map(|items| items.iter().filter_map(|b| b.as_u64()).map(|b| b as u8).collect::<Vec<u8>>())
+    {
+        *patch = Value::String(base64::engine::general_purpose::STANDARD.encode(bytes));
+    }
+    value
+}
