@@ -4,6 +4,7 @@
 //! Data flows one way: [`api`] → [`layout`] → [`policy`] → controller / webhook / runtime.
 
 pub mod api;
+pub mod apiserver;
 pub mod cli;
 pub mod layout;
 pub mod policy;
