@@ -6,6 +6,7 @@
 pub mod api;
 pub mod apiserver;
 pub mod cli;
+pub mod controller;
 pub mod layout;
 pub mod policy;
 pub mod source;

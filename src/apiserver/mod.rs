@@ -18,6 +18,7 @@
 //! (lists return everything), watch bookmarks, and the scheduler and kubelet (pods stay pending
 //! until a test or the demo marks them ready).
 
+pub mod kubelet;
 pub mod selector;
 pub mod store;
 

@@ -1,0 +1,222 @@
+//! Status as a pure function of what the controller observed: standard conditions whose
+//! `lastTransitionTime` moves only when their status does.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::api::{
+    CONDITION_MODEL_RESOLVED, CONDITION_PROGRESSING, CONDITION_READY, CONDITION_SETTINGS_VALID, DecodeStatus,
+    InferenceDeploymentStatus,
+};
+use crate::policy::{Assessment, Outcome};
+
+/// One condition as the controller decided it, before timestamps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decided {
+    pub type_: &'static str,
+    pub status: &'static str,
+    pub reason: String,
+    pub message: String,
+}
+
+impl Decided {
+    pub fn new(type_: &'static str, ok: Option<bool>, reason: impl Into<String>, message: impl Into<String>) -> Self {
+        let status = match ok {
+            Some(true) => "True",
+            Some(false) => "False",
+            None => "Unknown",
+        };
+        Self { type_, status, reason: reason.into(), message: message.into() }
+    }
+}
+
+/// Conditions with `observedGeneration`, keeping the previous `lastTransitionTime` of any
+/// condition whose status did not change.
+pub fn conditions(
+    previous: &[Condition],
+    decided: &[Decided],
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Vec<Condition> {
+    decided
+        .iter()
+        .map(|d| {
+            let transition = previous
+                .iter()
+                .find(|c| c.type_ == d.type_ && c.status == d.status)
+                .map(|c| c.last_transition_time.clone())
+                .unwrap_or(Time(now));
+            Condition {
+                type_: d.type_.into(),
+                status: d.status.into(),
+                reason: d.reason.clone(),
+                message: d.message.clone(),
+                last_transition_time: transition,
+                observed_generation: generation,
+            }
+        })
+        .collect()
+}
+
+/// Status when the model config could not be read or is not a model config.
+pub fn unresolved(reason: &str, message: &str) -> Vec<Decided> {
+    vec![
+        Decided::new(CONDITION_MODEL_RESOLVED, Some(false), reason, message),
+        Decided::new(
+            CONDITION_SETTINGS_VALID,
+            None,
+            "ModelUnresolved",
+            "the settings are checked once the model config is read",
+        ),
+        Decided::new(
+            CONDITION_READY,
+            Some(false),
+            "ModelUnresolved",
+            "no pods are managed until the model config is read",
+        ),
+        Decided::new(CONDITION_PROGRESSING, Some(false), "ModelUnresolved", message),
+    ]
+}
+
+/// Pod counts for conditions and `status.decode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PodCounts {
+    /// Live pods of any revision.
+    pub total: i32,
+    /// Live pods of the current revision.
+    pub updated: i32,
+    /// Ready pods of the current revision.
+    pub ready_updated: i32,
+}
+
+/// Conditions for a resolved model: settings verdict, readiness and rollout progress.
+pub fn resolved(assessment: &Assessment, source: &str, desired: i32, counts: PodCounts) -> Vec<Decided> {
+    let layout = &assessment.layout;
+    let verdict = &assessment.verdict;
+    let model = Decided::new(
+        CONDITION_MODEL_RESOLVED,
+        Some(true),
+        "Resolved",
+        format!(
+            "{} from {source}: {} pool, {} layers ({} full, {} sliding, {} ssm)",
+            layout.architecture,
+            layout.kv_pool.as_str(),
+            layout.layers.total,
+            layout.layers.full_attention,
+            layout.layers.sliding_window,
+            layout.layers.ssm
+        ),
+    );
+    let settings = match verdict.outcome {
+        Outcome::Valid => {
+            Decided::new(CONDITION_SETTINGS_VALID, Some(true), "Valid", "the settings are valid for the layout")
+        }
+        Outcome::Rewritten => Decided::new(
+            CONDITION_SETTINGS_VALID,
+            Some(true),
+            "Rewritten",
+            verdict
+                .rewrites
+                .iter()
+                .map(|r| format!("{}: {} → {} ({}: {})", r.field, r.from, r.to, r.rule, r.message))
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+        Outcome::Rejected => Decided::new(
+            CONDITION_SETTINGS_VALID,
+            Some(false),
+            verdict.violations.first().map(|v| v.rule).unwrap_or("Rejected"),
+            verdict
+                .violations
+                .iter()
+                .map(|v| format!("{} {}: {} Fix: {}", v.rule, v.field, v.message, v.fix))
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+    };
+    if verdict.outcome == Outcome::Rejected {
+        return vec![
+            model,
+            settings,
+            Decided::new(
+                CONDITION_READY,
+                Some(false),
+                "SettingsRejected",
+                "no pods are created or changed while the settings are rejected",
+            ),
+            Decided::new(
+                CONDITION_PROGRESSING,
+                Some(false),
+                "SettingsRejected",
+                "fix the settings named in SettingsValid",
+            ),
+        ];
+    }
+    let done = counts.updated == desired && counts.total == desired;
+    let ready = counts.ready_updated == desired && done;
+    let ready_condition = if ready {
+        Decided::new(CONDITION_READY, Some(true), "AllReplicasReady", format!("{desired}/{desired} decode pods ready"))
+    } else {
+        Decided::new(
+            CONDITION_READY,
+            Some(false),
+            "ReplicasNotReady",
+            format!("{}/{desired} decode pods of the current revision ready", counts.ready_updated),
+        )
+    };
+    let progressing = if done && ready {
+        Decided::new(CONDITION_PROGRESSING, Some(false), "Complete", "the current revision is rolled out")
+    } else {
+        Decided::new(
+            CONDITION_PROGRESSING,
+            Some(true),
+            "RollingOut",
+            format!("{} of {desired} pods at the current revision, {} pods in all", counts.updated, counts.total),
+        )
+    };
+    vec![model, settings, ready_condition, progressing]
+}
+
+/// The complete status object.
+pub fn status(
+    previous: Option<&InferenceDeploymentStatus>,
+    decided: &[Decided],
+    generation: Option<i64>,
+    assessment: Option<&Assessment>,
+    decode: Option<DecodeStatus>,
+    now: Timestamp,
+) -> InferenceDeploymentStatus {
+    let previous_conditions = previous.map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let mut status = InferenceDeploymentStatus {
+        observed_generation: generation,
+        conditions: conditions(previous_conditions, decided, generation, now),
+        layout: assessment.map(|a| a.layout.clone()),
+        effective: assessment.filter(|a| a.verdict.outcome != Outcome::Rejected).map(|a| a.verdict.effective.clone()),
+        rewrites: assessment.map(|a| a.verdict.rewrites.clone()).unwrap_or_default(),
+        decode,
+    };
+    // Keep the last known pod counts when this pass could not look at pods.
+    if status.decode.is_none() {
+        status.decode = previous.and_then(|p| p.decode.clone());
+    }
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transition_time_moves_only_when_the_status_changes() {
+        let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let t1: Timestamp = "2026-01-01T00:05:00Z".parse().unwrap();
+        let ready = [Decided::new(CONDITION_READY, Some(false), "ReplicasNotReady", "0/2")];
+        let first = conditions(&[], &ready, Some(1), t0);
+        let same_status = [Decided::new(CONDITION_READY, Some(false), "ReplicasNotReady", "1/2")];
+        let second = conditions(&first, &same_status, Some(2), t1);
+        assert_eq!(second[0].last_transition_time, Time(t0));
+        assert_eq!((second[0].message.as_str(), second[0].observed_generation), ("1/2", Some(2)));
+        let flipped = [Decided::new(CONDITION_READY, Some(true), "AllReplicasReady", "2/2")];
+        assert_eq!(conditions(&second, &flipped, Some(2), t1)[0].last_transition_time, Time(t1));
+    }
+}
