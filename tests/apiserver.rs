@@ -245,3 +245,53 @@ async fn server_side_apply_creates_then_replaces_named_fields() {
     assert_eq!(applied.metadata.labels.unwrap()["a"], "2");
     assert_eq!(applied.metadata.uid, created.metadata.uid);
 }
+
+#[tokio::test]
+async fn apply_conflicts_with_another_managers_fields_unless_forced() {
+    let server = ApiServer::new();
+    let maps: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+    let body = |value: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": {"owner": value}});
+    maps.patch("cm", &PatchParams::apply("alice"), &Patch::Apply(body("alice"))).await.unwrap();
+    maps.patch("cm", &PatchParams::apply("alice"), &Patch::Apply(body("alice-again"))).await.unwrap();
+    let conflict = maps.patch("cm", &PatchParams::apply("bob"), &Patch::Apply(body("bob"))).await.unwrap_err();
+    assert_eq!(api_code(conflict), 409);
+    // The same value is no conflict, and force takes the field over.
+    maps.patch("cm", &PatchParams::apply("bob"), &Patch::Apply(body("alice-again"))).await.unwrap();
+    let forced = maps.patch("cm", &PatchParams::apply("bob").force(), &Patch::Apply(body("bob"))).await.unwrap();
+    assert_eq!(forced.data.unwrap()["owner"], "bob");
+    assert_eq!(
+        api_code(maps.patch("cm", &PatchParams::apply("alice"), &Patch::Apply(body("alice"))).await.unwrap_err()),
+        409
+    );
+}
+
+#[tokio::test]
+async fn only_one_lease_manager_leads_at_a_time() {
+    use kube_lease_manager::LeaseManagerBuilder;
+    let server = ApiServer::new();
+    let build = |identity: &'static str| {
+        LeaseManagerBuilder::new(server.client(), "kvpilot-operator")
+            .with_namespace("kvpilot-system")
+            .with_identity(identity)
+            .with_duration(5)
+            .with_grace(2)
+            .build()
+    };
+    let first = build("replica-a").await.unwrap();
+    let second = build("replica-b").await.unwrap();
+    assert!(first.changed().await.unwrap(), "the first replica takes the free lease");
+    let contender = tokio::time::timeout(Duration::from_millis(1500), second.changed()).await;
+    assert!(contender.is_err(), "the second replica waits while the lease is held");
+    let lease: Api<Lease> = Api::namespaced(server.client(), "kvpilot-system");
+    assert_eq!(
+        lease.get("kvpilot-operator").await.unwrap().spec.unwrap().holder_identity.as_deref(),
+        Some("replica-a")
+    );
+    first.release().await.unwrap();
+    let took_over = tokio::time::timeout(Duration::from_secs(10), second.changed()).await.unwrap().unwrap();
+    assert!(took_over, "the second replica leads once the lease is released");
+    assert_eq!(
+        lease.get("kvpilot-operator").await.unwrap().spec.unwrap().holder_identity.as_deref(),
+        Some("replica-b")
+    );
+}

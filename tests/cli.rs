@@ -32,7 +32,8 @@ fn write(dir: &Path, name: &str, text: &str) -> String {
 fn crd_prints_the_committed_file() {
     let out = kvpilot(&["crd"]);
     assert!(out.status.success());
-    assert_eq!(stdout(&out), std::fs::read_to_string(repo("crds/inferencedeployment.yaml")).unwrap());
+    let committed = std::fs::read_to_string(repo("crds/inferencedeployment.yaml")).unwrap();
+    assert!(stdout(&out) == committed, "kvpilot crd differs from crds/inferencedeployment.yaml; regenerate it");
 }
 
 #[test]
@@ -281,4 +282,65 @@ mod hub {
         assert_eq!(code, Some(2));
         assert!(err.contains("use https://"), "{err}");
     }
+}
+
+#[test]
+fn render_prints_valid_objects_and_refuses_rejected_resources() {
+    let out = kvpilot(&[
+        "render",
+        "-f",
+        &repo("examples/mimo-pure-swa-rewrite.yaml"),
+        "-f",
+        &repo("examples/gpt-oss-20b-hybrid-swa.yaml"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("# default/mimo-pure-swa: rewritten (revision "), "{text}");
+    assert!(
+        text.contains("#   rewritten spec.disaggregation.retractionBackup: host_pool -> cpu_tensor (R2)"),
+        "{text}"
+    );
+    let docs: Vec<Value> = serde_norway::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|d: &Value| !d.is_null())
+        .collect();
+    let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, vec!["ConfigMap", "Service", "Pod", "ConfigMap", "Service", "Pod", "Pod"]);
+    let runtime: Value = serde_json::from_str(docs[0]["data"]["runtime.json"].as_str().unwrap()).unwrap();
+    assert_eq!(runtime["effective"]["retractionBackup"], "cpu_tensor");
+    assert_eq!(docs[2]["spec"]["containers"][0]["image"], format!("kvpilot/kvpilot:{}", env!("CARGO_PKG_VERSION")));
+
+    let json_out = kvpilot(&[
+        "render",
+        "-o",
+        "json",
+        "--runtime-image",
+        "registry.local/kvpilot:dev",
+        "-f",
+        &repo("examples/llama-3.1-8b-full.yaml"),
+    ]);
+    let list: Value = serde_json::from_str(&stdout(&json_out)).unwrap();
+    assert_eq!((list["kind"].as_str(), list["items"].as_array().unwrap().len()), (Some("List"), 4));
+    assert_eq!(list["items"][2]["spec"]["containers"][0]["image"], "registry.local/kvpilot:dev");
+
+    let rejected = kvpilot(&["render", "-f", &repo("examples/deepseek-v3-mla-rejected.yaml")]);
+    assert_eq!(rejected.status.code(), Some(1));
+    assert!(!stdout(&rejected).contains("kind:"), "no objects for a rejected resource");
+    assert!(stderr(&rejected).contains("R9 spec.disaggregation.retractionBackup"), "{}", stderr(&rejected));
+}
+
+#[test]
+fn demo_runs_the_controller_on_the_bundled_examples() {
+    let out = kvpilot(&["demo", "--pod-start-ms", "20"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    for row in [
+        "deepseek-v3     deepseek-ai/DeepSeek-V3            mla          -            R9          0       1",
+        "mimo-pure-swa   example/mimo-v2-pure-swa           pure-swa     cpu_tensor   Rewritten   1       1",
+        "gpt-oss-20b     openai/gpt-oss-20b                 hybrid-swa   host_pool    Valid       2       2",
+    ] {
+        assert!(text.contains(row), "{row:?} missing from\n{text}");
+    }
+    assert!(text.contains("R1: Host-pool retraction does not support Mamba models."), "{text}");
+    assert!(text.contains("M1: extra_buffer_lazy unsupported under PD disaggregation"), "{text}");
 }

@@ -11,9 +11,13 @@
 //! selectors; owner-reference garbage collection (synchronous, cascading); Leases; injected
 //! faults (error responses, dropped watches).
 //!
+//! Server-side apply is modelled coarsely: an apply replaces the top-level fields it names (a
+//! status apply replaces status), every write records which field manager set each leaf field,
+//! and an apply without `force` that would change a leaf another manager set gets 409 Conflict.
+//!
 //! What it does not model: authentication and RBAC, the admission chain (webhooks, CEL rules,
-//! schema validation and defaulting), server-side apply field ownership and conflicts (an apply
-//! replaces the top-level fields it names; status applies replace status), strategic-merge list
+//! schema validation and defaulting), the rest of server-side apply (field removal by a
+//! manager, list merge keys, `managedFields` in responses), strategic-merge list
 //! semantics, finalizers and graceful deletion (deletes are immediate), dry runs, pagination
 //! (lists return everything), watch bookmarks, and the scheduler and kubelet (pods stay pending
 //! until a test or the demo marks them ready).
@@ -36,7 +40,7 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, watch};
 
 use selector::LabelSelector;
-use store::{ApiError, Change, EventType, RESOURCES, ResourceType, Store};
+use store::{ApiError, Change, EventType, RESOURCES, ResourceType, Store, Write};
 
 /// The response body type of the server.
 pub type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
@@ -421,6 +425,7 @@ impl ApiServer {
             Some("status") if rt.status_subresource => true,
             Some(other) => return Err(ApiError::new(404, "NotFound", format!("{}/{other} is not served", rt.plural))),
         };
+        let manager = params.get("fieldManager").map(String::as_str).unwrap_or("unknown");
         let selector = LabelSelector::parse(params.get("labelSelector").map(String::as_str).unwrap_or_default())
             .map_err(|e| ApiError::new(400, "BadRequest", e))?;
         match (method.clone(), target.name.as_deref()) {
@@ -449,19 +454,28 @@ impl ApiServer {
             }
             (Method::POST, None) => {
                 let object = parse_body(body)?;
-                let (created, changes) = self.store().create(rt, &namespace, object)?;
+                let (created, changes) = self.store().create(rt, &namespace, object, manager)?;
                 self.publish(changes);
                 Ok(json_response(201, &created))
             }
             (Method::PUT, Some(name)) => {
                 let object = parse_body(body)?;
                 let expected = object.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_string);
-                let (updated, changes) =
-                    self.store().update(rt, &namespace, name, object, expected.as_deref(), status_only)?;
+                let (updated, changes) = self.store().update(
+                    rt,
+                    &namespace,
+                    name,
+                    object,
+                    &Write { expected_version: expected.as_deref(), status_only, manager },
+                )?;
                 self.publish(changes);
                 Ok(json_response(200, &updated))
             }
-            (Method::PATCH, Some(name)) => self.patch(rt, &namespace, name, body, content_type, status_only),
+            (Method::PATCH, Some(name)) => {
+                let force = params.get("force").is_some_and(|f| f == "true");
+                let write = Write { expected_version: None, status_only, manager };
+                self.patch((rt, &namespace, name), body, content_type, write, force)
+            }
             (Method::DELETE, Some(name)) => {
                 let (deleted, changes) = self.store().delete(rt, &namespace, name)?;
                 self.publish(changes);
@@ -473,22 +487,31 @@ impl ApiServer {
 
     fn patch(
         &self,
-        rt: ResourceType,
-        namespace: &str,
-        name: &str,
+        (rt, namespace, name): (ResourceType, &str, &str),
         body: &[u8],
         content_type: &str,
-        status_only: bool,
+        write: Write<'_>,
+        force: bool,
     ) -> Result<Response<ResponseBody>, ApiError> {
+        let Write { status_only, manager, .. } = write;
         let patch = parse_body(body)?;
         let mut store = self.store();
         let current = store.get(&rt, namespace, name).cloned();
         let (result, changes) = match (content_type.split(';').next().unwrap_or_default().trim(), current) {
-            ("application/apply-patch+yaml", None) if !status_only => store.create(rt, namespace, patch)?,
+            ("application/apply-patch+yaml", None) if !status_only => store.create(rt, namespace, patch, manager)?,
             (_, None) => return Err(ApiError::not_found(&rt, name)),
             ("application/apply-patch+yaml", Some(current)) => {
+                let conflicts =
+                    if force { Vec::new() } else { store.apply_conflicts(&rt, namespace, name, &patch, manager) };
+                if !conflicts.is_empty() {
+                    return Err(ApiError::new(
+                        409,
+                        "Conflict",
+                        format!("Apply failed with {} conflicts: {}", conflicts.len(), conflicts.join(", ")),
+                    ));
+                }
                 let new = apply_onto(&current, &patch, status_only);
-                store.update(rt, namespace, name, new, None, status_only)?
+                store.update(rt, namespace, name, new, &write)?
             }
             ("application/json-patch+json", Some(current)) => {
                 let operations: json_patch::Patch = serde_json::from_value(patch)
@@ -496,13 +519,13 @@ impl ApiServer {
                 let mut new = current.clone();
                 json_patch::patch(&mut new, &operations)
                     .map_err(|e| ApiError::new(422, "Invalid", format!("the JSON patch does not apply: {e}")))?;
-                store.update(rt, namespace, name, new, None, status_only)?
+                store.update(rt, namespace, name, new, &write)?
             }
             ("application/merge-patch+json" | "application/strategic-merge-patch+json", Some(current)) => {
                 let mut new = current.clone();
                 json_patch::merge(&mut new, &patch);
                 let expected = patch.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_string);
-                store.update(rt, namespace, name, new, expected.as_deref(), status_only)?
+                store.update(rt, namespace, name, new, &Write { expected_version: expected.as_deref(), ..write })?
             }
             (other, _) => {
                 return Err(ApiError::new(415, "UnsupportedMediaType", format!("unsupported patch type \"{other}\"")));

@@ -159,6 +159,51 @@ pub struct Change {
 
 type Key = (ResourceType, String, String);
 
+/// How an update is made.
+#[derive(Debug, Clone, Copy)]
+pub struct Write<'a> {
+    /// The resourceVersion the writer read; a stale one gets 409.
+    pub expected_version: Option<&'a str>,
+    /// A `/status` write: only status changes.
+    pub status_only: bool,
+    /// The field manager making the write.
+    pub manager: &'a str,
+}
+
+/// Leaf paths of an object's content (`spec.a.b`, `metadata.labels.x`), arrays counted as
+/// leaves: the unit of field ownership in this model.
+pub fn leaves(value: &Value) -> BTreeMap<String, Value> {
+    fn walk(value: &Value, path: String, out: &mut BTreeMap<String, Value>) {
+        match value {
+            Value::Object(map) if !map.is_empty() => {
+                for (key, child) in map {
+                    walk(child, if path.is_empty() { key.clone() } else { format!("{path}.{key}") }, out);
+                }
+            }
+            other => {
+                out.insert(path, other.clone());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    if let Some(map) = value.as_object() {
+        for (key, child) in map {
+            match key.as_str() {
+                "apiVersion" | "kind" => {}
+                "metadata" => {
+                    for field in ["labels", "annotations", "ownerReferences", "finalizers"] {
+                        if let Some(v) = child.get(field) {
+                            walk(v, format!("metadata.{field}"), &mut out);
+                        }
+                    }
+                }
+                _ => walk(child, key.clone(), &mut out),
+            }
+        }
+    }
+    out
+}
+
 /// Objects and history.
 #[derive(Default)]
 pub struct Store {
@@ -166,6 +211,8 @@ pub struct Store {
     uid_counter: u64,
     objects: BTreeMap<Key, Value>,
     log: Vec<Change>,
+    /// Which field manager last set each leaf of each object.
+    owners: BTreeMap<Key, BTreeMap<String, String>>,
     /// Changes at or below this version are forgotten (a watch from before gets 410 Gone).
     compacted_through: u64,
 }
@@ -252,6 +299,7 @@ impl Store {
         rt: ResourceType,
         namespace: &str,
         mut object: Value,
+        manager: &str,
     ) -> Result<(Value, Vec<Change>), ApiError> {
         if !object.is_object() {
             return Err(ApiError::new(400, "BadRequest", "the request body must be a JSON object"));
@@ -293,22 +341,23 @@ impl Store {
         meta.insert("generation".into(), json!(1));
         meta.insert("creationTimestamp".into(), json!(k8s_openapi::jiff::Timestamp::now().to_string()));
         meta.remove("deletionTimestamp");
-        self.objects.insert((rt, namespace.to_string(), name), object.clone());
+        let key = (rt, namespace.to_string(), name);
+        self.objects.insert(key.clone(), object.clone());
+        self.take_ownership(&key, &Value::Null, &object, manager);
         let change = self.record(rt, EventType::Added, object.clone());
         Ok((object, vec![change]))
     }
 
     /// Stores `new` in place of the current object, if it differs in anything but server fields.
-    /// `expected_version` is the resourceVersion the writer read (409 when stale).
     pub fn update(
         &mut self,
         rt: ResourceType,
         namespace: &str,
         name: &str,
         mut new: Value,
-        expected_version: Option<&str>,
-        status_only: bool,
+        write: &Write<'_>,
     ) -> Result<(Value, Vec<Change>), ApiError> {
+        let Write { expected_version, status_only, manager } = *write;
         let key = (rt, namespace.to_string(), name.to_string());
         let current = self.objects.get(&key).cloned().ok_or_else(|| ApiError::not_found(&rt, name))?;
         let current_version = current.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or_default();
@@ -368,6 +417,7 @@ impl Store {
         }
         let version = self.next_version();
         metadata(&mut new).insert("resourceVersion".into(), json!(version.to_string()));
+        self.take_ownership(&key, &current, &new, manager);
         self.objects.insert(key, new.clone());
         let change = self.record(rt, EventType::Modified, new.clone());
         Ok((new, vec![change]))
@@ -404,7 +454,45 @@ impl Store {
         Ok((removed, changes))
     }
 
+    /// The leaves `manager` changed become its own.
+    fn take_ownership(&mut self, key: &Key, before: &Value, after: &Value, manager: &str) {
+        let before = leaves(before);
+        let owners = self.owners.entry(key.clone()).or_default();
+        for (path, value) in leaves(after) {
+            if before.get(&path) != Some(&value) {
+                owners.insert(path, manager.to_string());
+            }
+        }
+    }
+
+    /// For an apply without `force`: the leaves of `body` that would change a value another
+    /// manager set (server-side apply's conflict rule).
+    pub fn apply_conflicts(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        body: &Value,
+        manager: &str,
+    ) -> Vec<String> {
+        let key = (*rt, namespace.to_string(), name.to_string());
+        let (Some(current), Some(owners)) = (self.objects.get(&key), self.owners.get(&key)) else { return Vec::new() };
+        let current = leaves(current);
+        leaves(body)
+            .into_iter()
+            .filter(|(path, value)| {
+                current.get(path).is_some_and(|v| v != value) && owners.get(path).is_some_and(|owner| owner != manager)
+            })
+            .map(|(path, _)| format!("{path} (owned by {})", owners[&path]))
+            .collect()
+    }
+
     fn deleted(&mut self, rt: ResourceType, mut object: Value) -> Change {
+        self.owners.remove(&(
+            rt,
+            object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default().to_string(),
+            name_of(&object),
+        ));
         let version = self.next_version();
         metadata(&mut object).insert("resourceVersion".into(), json!(version.to_string()));
         self.record(rt, EventType::Deleted, object)

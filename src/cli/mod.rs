@@ -1,8 +1,11 @@
 //! Argument parsing and wiring of the `kvpilot` subcommands. No rules live here.
 
 mod check;
+mod demo_cmd;
 mod layout_cmd;
 mod manifests;
+mod operator_cmd;
+mod render_cmd;
 mod serve;
 mod webhook_cmd;
 
@@ -34,6 +37,12 @@ enum Command {
     Check(check::CheckArgs),
     /// Serve the validating and mutating admission webhooks over HTTPS.
     Webhook(webhook_cmd::WebhookArgs),
+    /// Run the controller (and optionally the webhook) against the cluster.
+    Operator(operator_cmd::OperatorArgs),
+    /// Print the objects the controller would create for the InferenceDeployments in manifests.
+    Render(render_cmd::RenderArgs),
+    /// Run the controller against an in-process API server with the bundled examples.
+    Demo(demo_cmd::DemoArgs),
 }
 
 /// Runs the parsed command line and returns the process exit code.
@@ -44,6 +53,9 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Layout(args) => layout_cmd::run(&args),
         Command::Check(args) => check::run(&args),
         Command::Webhook(args) => webhook_cmd::run(&args),
+        Command::Operator(args) => operator_cmd::run(&args),
+        Command::Render(args) => render_cmd::run(&args),
+        Command::Demo(args) => demo_cmd::run(&args),
     }
 }
 

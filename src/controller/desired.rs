@@ -296,7 +296,24 @@ pub fn desired_state(resource: &InferenceDeployment, assessment: &Assessment, op
     Desired { revision, config_map, service, template, replicas: decode.replicas.max(0), selector, name }
 }
 
+/// A typed object as JSON with apiVersion and kind (apply patches and `kvpilot render` need them).
+pub fn with_type_meta<T: serde::Serialize>(object: &T, api_version: &str, kind: &str) -> serde_json::Value {
+    let mut value = serde_json::to_value(object).unwrap_or_default();
+    value["apiVersion"] = json!(api_version);
+    value["kind"] = json!(kind);
+    value
+}
+
 impl Desired {
+    /// Everything a fresh InferenceDeployment gets, as it is applied: the ConfigMap, the
+    /// Service and pods 0..replicas.
+    pub fn objects(&self) -> Vec<serde_json::Value> {
+        let mut objects =
+            vec![with_type_meta(&self.config_map, "v1", "ConfigMap"), with_type_meta(&self.service, "v1", "Service")];
+        objects.extend((0..self.replicas as u32).map(|ordinal| with_type_meta(&self.pod(ordinal), "v1", "Pod")));
+        objects
+    }
+
     /// The pod with `ordinal` at this revision.
     pub fn pod(&self, ordinal: u32) -> Pod {
         let mut pod = self.template.clone();

@@ -24,7 +24,7 @@ use serde_json::json;
 use crate::api::{ConfigSourceRef, DecodeStatus, InferenceDeployment, InferenceDeploymentStatus, Rewrite};
 use crate::policy::{self, Assessment, Outcome};
 use crate::source::{ClusterSource, SourceError};
-use desired::{Desired, LABEL_ORDINAL, LABEL_REVISION, RenderOptions, desired_state};
+use desired::{Desired, LABEL_ORDINAL, LABEL_REVISION, RenderOptions, desired_state, with_type_meta};
 use metrics::Metrics;
 use rollout::{ObservedPod, resolve_int_or_percent};
 
@@ -224,13 +224,13 @@ async fn reconcile_inner(resource: &InferenceDeployment, context: &Context) -> R
     let config_maps: Api<ConfigMap> = Api::namespaced(context.client.clone(), &namespace);
     let config_map_name = desired.config_map.metadata.name.clone().unwrap_or_default();
     config_maps
-        .patch(&config_map_name, &apply, &Patch::Apply(typed(&desired.config_map, "v1", "ConfigMap")))
+        .patch(&config_map_name, &apply, &Patch::Apply(with_type_meta(&desired.config_map, "v1", "ConfigMap")))
         .await
         .map_err(Error::Kube)?;
     let services: Api<Service> = Api::namespaced(context.client.clone(), &namespace);
     let service_name = desired.service.metadata.name.clone().unwrap_or_default();
     services
-        .patch(&service_name, &apply, &Patch::Apply(typed(&desired.service, "v1", "Service")))
+        .patch(&service_name, &apply, &Patch::Apply(with_type_meta(&desired.service, "v1", "Service")))
         .await
         .map_err(Error::Kube)?;
 
@@ -252,7 +252,7 @@ async fn reconcile_inner(resource: &InferenceDeployment, context: &Context) -> R
     for ordinal in &plan.create {
         let pod = desired.pod(*ordinal);
         let pod_name = pod.metadata.name.clone().unwrap_or_default();
-        match pods.patch(&pod_name, &apply, &Patch::Apply(typed(&pod, "v1", "Pod"))).await {
+        match pods.patch(&pod_name, &apply, &Patch::Apply(with_type_meta(&pod, "v1", "Pod"))).await {
             Ok(_) => {}
             // The previous pod of that name is still terminating: the next pass retries.
             Err(kube::Error::Api(status)) if status.code == 409 => {}
@@ -279,14 +279,6 @@ async fn reconcile_inner(resource: &InferenceDeployment, context: &Context) -> R
     publish_rewrites(context, resource, previous, &assessment).await;
     let settled = plan.create.is_empty() && plan.delete.is_empty() && decided[2].status == "True";
     Ok(Action::requeue(if settled { RESYNC } else { ROLLOUT_REQUEUE }))
-}
-
-/// A typed object as the JSON body of an apply patch (apply needs apiVersion and kind).
-fn typed<T: serde::Serialize>(object: &T, api_version: &str, kind: &str) -> serde_json::Value {
-    let mut value = serde_json::to_value(object).unwrap_or_default();
-    value["apiVersion"] = json!(api_version);
-    value["kind"] = json!(kind);
-    value
 }
 
 fn source_description(resource: &InferenceDeployment) -> String {
@@ -385,7 +377,10 @@ async fn publish_rewrites(
     for rewrite in assessment.verdict.rewrites.iter().filter(|r| !known.contains(r)) {
         let note =
             format!("{}: {} → {} ({}: {})", rewrite.field, rewrite.from, rewrite.to, rewrite.rule, rewrite.message);
-        publish(context, resource, EventType::Normal, "SettingRewritten", &note, "Rewrite").await;
+        // The Recorder folds events of one reason and action into a series whatever their note
+        // says, so each rule gets its own action.
+        publish(context, resource, EventType::Normal, "SettingRewritten", &note, &format!("Rewrite{}", rewrite.rule))
+            .await;
     }
 }
 

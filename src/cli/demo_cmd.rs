@@ -1,0 +1,219 @@
+//! `kvpilot demo`: the real controller against the in-process API server with the bundled
+//! examples, a simulated kubelet marking pods ready, and what `kubectl get` would show.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::api::InferenceDeployment;
+use crate::apiserver::{ApiServer, kubelet};
+use crate::controller::desired::{DECODE_APP, LABEL_NAME, LABEL_REVISION, RenderOptions};
+use crate::controller::metrics::Metrics;
+use crate::controller::{self, Context, Scope};
+use crate::source::{ClusterSource, DEFAULT_HUB_ENDPOINT, HubClient};
+
+/// The examples shipped in `examples/`, compiled in so the demo needs no files.
+const EXAMPLES: &[(&str, &str)] = &[
+    ("llama-3.1-8b-full.yaml", include_str!("../../examples/llama-3.1-8b-full.yaml")),
+    ("gpt-oss-20b-hybrid-swa.yaml", include_str!("../../examples/gpt-oss-20b-hybrid-swa.yaml")),
+    ("mimo-pure-swa-rewrite.yaml", include_str!("../../examples/mimo-pure-swa-rewrite.yaml")),
+    ("qwen3-next-hybrid-ssm.yaml", include_str!("../../examples/qwen3-next-hybrid-ssm.yaml")),
+    ("deepseek-v3-mla-rejected.yaml", include_str!("../../examples/deepseek-v3-mla-rejected.yaml")),
+    ("gemma-3-1b-sliding-full-pool.yaml", include_str!("../../examples/gemma-3-1b-sliding-full-pool.yaml")),
+];
+
+#[derive(Args, Debug)]
+pub(crate) struct DemoArgs {
+    /// Give up if the examples have not settled by then.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    timeout_seconds: u64,
+    /// How long the simulated kubelet takes to report a pod ready.
+    #[arg(long, value_name = "MILLISECONDS", default_value_t = 300)]
+    pod_start_ms: u64,
+}
+
+fn condition<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
+    object["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
+}
+
+/// Settled: rejected, unresolved, or ready.
+fn settled(object: &Value) -> bool {
+    let status = |t| condition(object, t).and_then(|c| c["status"].as_str()).unwrap_or_default();
+    status("Ready") == "True" || status("SettingsValid") == "False" || status("ModelResolved") == "False"
+}
+
+fn table(rows: Vec<Vec<String>>) -> String {
+    let widths: Vec<usize> =
+        (0..rows[0].len()).map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0)).collect();
+    rows.iter()
+        .map(|row| {
+            row.iter()
+                .enumerate()
+                .map(|(i, cell)| format!("{cell:<w$}", w = widths[i]))
+                .collect::<Vec<_>>()
+                .join("   ")
+                .trim_end()
+                .to_string()
+                + "\n"
+        })
+        .collect()
+}
+
+fn text(value: &Value) -> String {
+    match value {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+async fn load_examples(server: &ApiServer) -> Result<usize, String> {
+    let client = server.client();
+    let mut count = 0;
+    for (file, text) in EXAMPLES {
+        for document in serde_norway::Deserializer::from_str(text) {
+            let value = Value::deserialize(document).map_err(|e| format!("{file}: {e}"))?;
+            let namespace = value["metadata"]["namespace"].as_str().unwrap_or("default").to_string();
+            match value["kind"].as_str() {
+                Some("ConfigMap") => {
+                    let config_map: ConfigMap = serde_json::from_value(value).map_err(|e| format!("{file}: {e}"))?;
+                    Api::<ConfigMap>::namespaced(client.clone(), &namespace)
+                        .create(&PostParams::default(), &config_map)
+                        .await
+                        .map_err(|e| format!("{file}: {e}"))?;
+                }
+                Some("InferenceDeployment") => {
+                    let resource: InferenceDeployment =
+                        serde_json::from_value(value).map_err(|e| format!("{file}: {e}"))?;
+                    Api::<InferenceDeployment>::namespaced(client.clone(), &namespace)
+                        .create(&PostParams::default(), &resource)
+                        .await
+                        .map_err(|e| format!("{file}: {e}"))?;
+                    count += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(count)
+}
+
+fn report(server: &ApiServer, elapsed: Duration) -> String {
+    let mut out = format!(
+        "kvpilot demo: the controller settled {} InferenceDeployments in {:.1} s\n\n",
+        server.list("kvpilot.dev", "v1alpha1", "inferencedeployments", None).len(),
+        elapsed.as_secs_f64()
+    );
+    out += "$ kubectl get infd -A -o wide\n";
+    let mut rows = vec![
+        ["NAMESPACE", "NAME", "MODEL", "LAYOUT", "BACKUP", "SETTINGS", "READY", "DESIRED"].map(String::from).to_vec(),
+    ];
+    for d in server.list("kvpilot.dev", "v1alpha1", "inferencedeployments", None) {
+        let settings = condition(&d, "SettingsValid").map(|c| text(&c["reason"])).unwrap_or_else(|| "-".into());
+        rows.push(vec![
+            text(&d["metadata"]["namespace"]),
+            text(&d["metadata"]["name"]),
+            text(&d["spec"]["model"]["name"]),
+            text(&d["status"]["layout"]["kvPool"]),
+            text(&d["status"]["effective"]["retractionBackup"]),
+            settings,
+            text(&d["status"]["decode"]["readyReplicas"]).replace('-', "0"),
+            text(&d["spec"]["decode"]["replicas"]),
+        ]);
+    }
+    out += &table(rows);
+    out += "\n$ kubectl get pods -A -l app.kubernetes.io/name=kvpilot-decode\n";
+    let mut rows = vec![["NAMESPACE", "NAME", "READY", "STATUS", "REVISION"].map(String::from).to_vec()];
+    for pod in
+        server.list("", "v1", "pods", None).into_iter().filter(|p| p["metadata"]["labels"][LABEL_NAME] == DECODE_APP)
+    {
+        let ready = pod["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+        rows.push(vec![
+            text(&pod["metadata"]["namespace"]),
+            text(&pod["metadata"]["name"]),
+            if ready { "1/1" } else { "0/1" }.into(),
+            text(&pod["status"]["phase"]).replace('-', "Pending"),
+            text(&pod["metadata"]["labels"][LABEL_REVISION]),
+        ]);
+    }
+    out += &table(rows);
+    out += "\n$ kubectl get events -A --field-selector reportingController=kvpilot\n";
+    let mut rows = vec![["NAMESPACE", "TYPE", "REASON", "OBJECT", "MESSAGE"].map(String::from).to_vec()];
+    for event in server.list("events.k8s.io", "v1", "events", None) {
+        rows.push(vec![
+            text(&event["metadata"]["namespace"]),
+            text(&event["type"]),
+            text(&event["reason"]),
+            format!("infd/{}", text(&event["regarding"]["name"])),
+            text(&event["note"]),
+        ]);
+    }
+    out += &table(rows);
+    out +=
+        "\n$ kubectl get infd deepseek-v3 -o jsonpath='{.status.conditions[?(@.type==\"SettingsValid\")].message}'\n";
+    if let Some(d) = server.get("kvpilot.dev", "v1alpha1", "inferencedeployments", "default", "deepseek-v3") {
+        out += &format!("{}\n", condition(&d, "SettingsValid").map(|c| text(&c["message"])).unwrap_or_default());
+    }
+    out
+}
+
+async fn demo(args: &DemoArgs) -> Result<String, String> {
+    let server = ApiServer::new();
+    let client = server.client();
+    let hub = HubClient::new(Duration::from_secs(60), Duration::from_secs(5), &[]).map_err(|e| e.to_string())?;
+    let source = ClusterSource::new(client.clone(), Arc::new(hub), DEFAULT_HUB_ENDPOINT);
+    let options = RenderOptions { runtime_image: concat!("kvpilot/kvpilot:", env!("CARGO_PKG_VERSION")).into() };
+    let context = Arc::new(Context::new(client.clone(), source, options, Metrics::default()));
+    let kubelet =
+        kubelet::spawn(client, &format!("{LABEL_NAME}={DECODE_APP}"), Duration::from_millis(args.pod_start_ms));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let operator = tokio::spawn(controller::run(context, Scope::All, async move {
+        let _ = stopped.await;
+    }));
+    let start = Instant::now();
+    let expected = load_examples(&server).await?;
+    let timeout = Duration::from_secs(args.timeout_seconds);
+    loop {
+        let deployments = server.list("kvpilot.dev", "v1alpha1", "inferencedeployments", None);
+        if deployments.len() == expected && deployments.iter().all(settled) {
+            break;
+        }
+        if start.elapsed() > timeout {
+            return Err(format!(
+                "the examples did not settle within {timeout:?}\n{}",
+                report(&server, start.elapsed())
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let elapsed = start.elapsed();
+    let _ = stop.send(());
+    let _ = operator.await;
+    kubelet.abort();
+    Ok(report(&server, elapsed))
+}
+
+pub(crate) fn run(args: &DemoArgs) -> ExitCode {
+    let runtime = match super::serve::runtime() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("kvpilot demo: cannot start: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match runtime.block_on(demo(args)) {
+        Ok(report) => super::print_stdout(&report),
+        Err(e) => {
+            eprintln!("kvpilot demo: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! `kvpilot render -f PATH... [--output yaml|json] [--offline]`: the objects the controller
+//! would apply for each InferenceDeployment, for review in a GitOps pull request.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+use serde_json::{Value, json};
+
+use super::check::{Assessed, assess_all, hub_client};
+use super::manifests;
+use crate::controller::desired::{RenderOptions, desired_state};
+use crate::policy::Outcome;
+use crate::source::DEFAULT_HUB_ENDPOINT;
+
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub(crate) enum RenderFormat {
+    Yaml,
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct RenderArgs {
+    /// A manifest file or directory (recursed). Repeatable.
+    #[arg(short = 'f', long = "filename", value_name = "PATH", required = true)]
+    paths: Vec<PathBuf>,
+    /// `yaml`: documents with the verdict in comments; `json`: one v1 List.
+    #[arg(long, short = 'o', value_enum, default_value_t = RenderFormat::Yaml)]
+    output: RenderFormat,
+    /// Do not fetch hub sources (resources that need one are skipped, said on stderr).
+    #[arg(long)]
+    offline: bool,
+    /// Hub endpoint for hub sources that do not name one.
+    #[arg(long, env = "KVPILOT_HUB_ENDPOINT", default_value = DEFAULT_HUB_ENDPOINT)]
+    hub_endpoint: String,
+    /// Image of the decode pods when spec.decode.image is unset (the operator's --runtime-image).
+    #[arg(long, env = "KVPILOT_RUNTIME_IMAGE", default_value = concat!("kvpilot/kvpilot:", env!("CARGO_PKG_VERSION")))]
+    runtime_image: String,
+}
+
+pub(crate) fn run(args: &RenderArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("kvpilot render: cannot start: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let (set, mut errors) = manifests::load(&args.paths);
+    let hub = match hub_client(args.offline) {
+        Ok(hub) => hub,
+        Err(e) => {
+            eprintln!("kvpilot render: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let options = RenderOptions { runtime_image: args.runtime_image.clone() };
+    let mut yaml = String::new();
+    let mut items: Vec<Value> = Vec::new();
+    let mut rejected = false;
+    for (index, result) in runtime.block_on(assess_all(&set, hub.as_ref(), &args.hub_endpoint)) {
+        let found = &set.deployments[index];
+        let assessment = match result {
+            Ok(Assessed::Report(assessment)) => assessment,
+            Ok(Assessed::Skipped(url)) => {
+                eprintln!(
+                    "kvpilot render: {}: skipped {} (--offline; its config.json is at {url})",
+                    found.location,
+                    found.name()
+                );
+                continue;
+            }
+            Err(e) => {
+                errors.push(e);
+                continue;
+            }
+        };
+        let verdict = &assessment.verdict;
+        if verdict.outcome == Outcome::Rejected {
+            rejected = true;
+            eprintln!("kvpilot render: {} is rejected; nothing would be created:", found.name());
+            for violation in &verdict.violations {
+                eprintln!("  {violation}");
+            }
+            yaml += &format!("# {}: rejected, no objects (see stderr)\n", found.name());
+            continue;
+        }
+        let desired = desired_state(&found.resource, &assessment, &options);
+        yaml += &format!("# {}: {} (revision {})\n", found.name(), verdict.outcome.as_str(), desired.revision);
+        for rewrite in &verdict.rewrites {
+            yaml +=
+                &format!("#   rewritten {}: {} -> {} ({})\n", rewrite.field, rewrite.from, rewrite.to, rewrite.rule);
+        }
+        for object in desired.objects() {
+            yaml += "---\n";
+            yaml += &serde_norway::to_string(&object).unwrap_or_default();
+            items.push(object);
+        }
+    }
+    let rendered = match args.output {
+        RenderFormat::Yaml => yaml,
+        RenderFormat::Json => {
+            serde_json::to_string_pretty(&json!({"apiVersion": "v1", "kind": "List", "items": items}))
+                .unwrap_or_default()
+                + "\n"
+        }
+    };
+    if super::print_stdout(&rendered) != ExitCode::SUCCESS {
+        return ExitCode::from(2);
+    }
+    for error in &errors {
+        eprintln!("kvpilot render: {error}");
+    }
+    if !errors.is_empty() {
+        ExitCode::from(2)
+    } else if rejected {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
