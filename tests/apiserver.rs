@@ -295,3 +295,37 @@ async fn only_one_lease_manager_leads_at_a_time() {
         Some("replica-b")
     );
 }
+
+/// Regression: changes were published after the store lock was released, so two concurrent
+/// writers could publish out of resourceVersion order and a live watch dropped the older one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_writers_lose_no_watch_event() {
+    let server = ApiServer::new();
+    let maps: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+    let mut stream = maps.watch(&WatchParams::default(), "0").await.unwrap().boxed();
+    let writers: Vec<_> = (0..8)
+        .map(|w| {
+            let maps = maps.clone();
+            tokio::spawn(async move {
+                for i in 0..150 {
+                    let cm: ConfigMap =
+                        serde_json::from_value(json!({"metadata": {"name": format!("cm-{w}-{i}")}})).unwrap();
+                    maps.create(&PostParams::default(), &cm).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < 1200 {
+        match tokio::time::timeout(Duration::from_secs(5), stream.try_next()).await {
+            Ok(Ok(Some(WatchEvent::Added(cm)))) => {
+                seen.insert(cm.metadata.name.unwrap());
+            }
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(_) => panic!("the watch saw {} of 1200 creations", seen.len()),
+        }
+    }
+}

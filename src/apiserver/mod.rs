@@ -353,6 +353,9 @@ impl ApiServer {
         Some(status)
     }
 
+    /// Sends changes to the watches. Callers hold the store lock, so changes go out in
+    /// resourceVersion order: a watch skips versions at or below the last it sent, and an
+    /// out-of-order send would be lost.
     fn publish(&self, changes: Vec<Change>) {
         for change in changes {
             // No receivers is fine: nobody is watching.
@@ -360,8 +363,39 @@ impl ApiServer {
         }
     }
 
+    /// Serves the API over plain HTTP on `listener` (loopback), so a separate process can use
+    /// it through a kubeconfig. Runs until the task is aborted.
+    pub async fn serve_http(&self, listener: tokio::net::TcpListener) {
+        let builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let server = self.clone();
+            let builder = builder.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+                    let server = server.clone();
+                    async move { Ok::<_, Infallible>(server.handle(request).await) }
+                });
+                let _ = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service).await;
+            });
+        }
+    }
+
+    /// A kubeconfig for a client of [`ApiServer::serve_http`] at `addr`.
+    pub fn kubeconfig(addr: std::net::SocketAddr, namespace: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: inmemory\n  cluster:\n    server: http://{addr}\n\
+             users:\n- name: inmemory\n  user: {{}}\ncontexts:\n- name: inmemory\n  context:\n    cluster: inmemory\n\
+             \x20   user: inmemory\n    namespace: {namespace}\ncurrent-context: inmemory\n"
+        )
+    }
+
     /// Serves one request.
-    pub async fn handle(&self, request: Request<kube::client::Body>) -> Response<ResponseBody> {
+    pub async fn handle<B>(&self, request: Request<B>) -> Response<ResponseBody>
+    where
+        B: http_body::Body<Data = Bytes>,
+        B::Error: std::fmt::Display,
+    {
         let (parts, body) = request.into_parts();
         let path = parts.uri.path().to_string();
         {
@@ -454,21 +488,20 @@ impl ApiServer {
             }
             (Method::POST, None) => {
                 let object = parse_body(body)?;
-                let (created, changes) = self.store().create(rt, &namespace, object, manager)?;
+                let mut store = self.store();
+                let (created, changes) = store.create(rt, &namespace, object, manager)?;
                 self.publish(changes);
+                drop(store);
                 Ok(json_response(201, &created))
             }
             (Method::PUT, Some(name)) => {
                 let object = parse_body(body)?;
                 let expected = object.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_string);
-                let (updated, changes) = self.store().update(
-                    rt,
-                    &namespace,
-                    name,
-                    object,
-                    &Write { expected_version: expected.as_deref(), status_only, manager },
-                )?;
+                let mut store = self.store();
+                let write = Write { expected_version: expected.as_deref(), status_only, manager };
+                let (updated, changes) = store.update(rt, &namespace, name, object, &write)?;
                 self.publish(changes);
+                drop(store);
                 Ok(json_response(200, &updated))
             }
             (Method::PATCH, Some(name)) => {
@@ -477,8 +510,10 @@ impl ApiServer {
                 self.patch((rt, &namespace, name), body, content_type, write, force)
             }
             (Method::DELETE, Some(name)) => {
-                let (deleted, changes) = self.store().delete(rt, &namespace, name)?;
+                let mut store = self.store();
+                let (deleted, changes) = store.delete(rt, &namespace, name)?;
                 self.publish(changes);
+                drop(store);
                 Ok(json_response(200, &deleted))
             }
             (method, _) => Err(ApiError::new(405, "MethodNotAllowed", format!("{method} is not supported here"))),
@@ -531,8 +566,8 @@ impl ApiServer {
                 return Err(ApiError::new(415, "UnsupportedMediaType", format!("unsupported patch type \"{other}\"")));
             }
         };
-        drop(store);
         self.publish(changes);
+        drop(store);
         Ok(json_response(200, &result))
     }
 
