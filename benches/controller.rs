@@ -34,15 +34,11 @@ fn resource(index: usize, replicas: usize) -> InferenceDeployment {
 }
 
 fn ready_count(server: &ApiServer) -> usize {
-    server
-        .list("kvpilot.dev", "v1alpha1", "inferencedeployments", Some("bench"))
-        .iter()
-        .filter(|d| {
-            d["status"]["conditions"]
-                .as_array()
-                .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
-        })
-        .count()
+    server.count(("kvpilot.dev", "v1alpha1", "inferencedeployments"), Some("bench"), |d| {
+        d["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+    })
 }
 
 fn peak_rss_kib(pid: u32) -> Option<u64> {
@@ -136,11 +132,11 @@ fn main() {
                 let _ = operator.kill();
                 panic!("{} of {deployments} resources were Ready after {deadline:?}", ready_count(&server));
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
         let elapsed = start.elapsed();
         peak = peak.max(peak_rss_kib(pid).unwrap_or(0));
-        let pods = server.list("", "v1", "pods", Some("bench")).len();
+        let pods = server.count(("", "v1", "pods"), Some("bench"), |_| true);
         let _ = operator.kill();
         let _ = operator.wait();
 

@@ -334,6 +334,19 @@ impl ApiServer {
         self.store().get(&rt, namespace, name).cloned()
     }
 
+    /// How many objects of a type in a namespace satisfy `predicate`, without copying them.
+    pub fn count(
+        &self,
+        (group, version, plural): (&str, &str, &str),
+        namespace: Option<&str>,
+        predicate: impl Fn(&Value) -> bool,
+    ) -> usize {
+        match store::resource_type(group, version, plural) {
+            Some(rt) => self.store().count(&rt, namespace, predicate),
+            None => 0,
+        }
+    }
+
     /// Every object of a type in a namespace (None: all namespaces), straight from the store.
     pub fn list(&self, group: &str, version: &str, plural: &str, namespace: Option<&str>) -> Vec<Value> {
         match store::resource_type(group, version, plural) {
@@ -467,17 +480,19 @@ impl ApiServer {
                 Ok(self.watch(rt, target.namespace, selector, params))
             }
             (Method::GET, None) => {
-                let store = self.store();
-                let items: Vec<Value> = store
-                    .list(&rt, target.namespace.as_deref())
-                    .into_iter()
-                    .filter(|o| selector.matches(o) && field_selector_matches(params.get("fieldSelector"), o))
-                    .collect();
+                let (items, version): (Vec<Value>, u64) = {
+                    let store = self.store();
+                    // Filter before copying: a label-selected list must not cost a copy of every object.
+                    let items = store.list_matching(&rt, target.namespace.as_deref(), |o| {
+                        selector.matches(o) && field_selector_matches(params.get("fieldSelector"), o)
+                    });
+                    (items, store.resource_version())
+                };
                 Ok(json_response(
                     200,
                     &json!({
                         "kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(),
-                        "metadata": {"resourceVersion": store.resource_version().to_string()}, "items": items
+                        "metadata": {"resourceVersion": version.to_string()}, "items": items
                     }),
                 ))
             }

@@ -276,6 +276,28 @@ impl Store {
             .collect()
     }
 
+    /// Copies of the objects of a type that satisfy `predicate`.
+    pub fn list_matching(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        predicate: impl Fn(&Value) -> bool,
+    ) -> Vec<Value> {
+        self.objects
+            .iter()
+            .filter(|((t, ns, _), v)| t == rt && namespace.is_none_or(|n| n == ns) && predicate(v))
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    /// How many objects of a type satisfy `predicate`.
+    pub fn count(&self, rt: &ResourceType, namespace: Option<&str>, predicate: impl Fn(&Value) -> bool) -> usize {
+        self.objects
+            .iter()
+            .filter(|((t, ns, _), v)| t == rt && namespace.is_none_or(|n| n == ns) && predicate(v))
+            .count()
+    }
+
     /// Changes after `since`, of one type.
     pub fn changes_after(&self, rt: &ResourceType, since: u64) -> Vec<Change> {
         let start = self.log.partition_point(|c| c.resource_version <= since);
