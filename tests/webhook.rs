@@ -33,6 +33,10 @@ fn write_pair(dir: &Path, cert: &str, key: &str) -> (PathBuf, PathBuf) {
 }
 
 async fn start() -> Server {
+    start_with(WebhookState::default()).await
+}
+
+async fn start_with(state: WebhookState) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let (cert_pem, key_pem) = self_signed();
     let (cert_path, key_path) = write_pair(dir.path(), &cert_pem, &key_pem);
@@ -40,12 +44,7 @@ async fn start() -> Server {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let config = cert.server_config().unwrap();
-    tokio::spawn(webhook::serve_tls(
-        listener,
-        config,
-        webhook::router(WebhookState::default()),
-        std::future::pending(),
-    ));
+    tokio::spawn(webhook::serve_tls(listener, config, webhook::router(state), std::future::pending()));
     Server { addr, cert_pem, cert, dir }
 }
 
@@ -352,4 +351,41 @@ proptest! {
             assert_eq!(health.status(), 200);
         });
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_map_sources_are_read_through_the_api_server() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, PostParams};
+    use kvpilot::apiserver::ApiServer;
+    use kvpilot::source::{ClusterSource, HubClient};
+
+    let api = ApiServer::new();
+    let config = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/configs/custom-pure-swa.json"),
+    )
+    .unwrap();
+    let config_map: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "mimo-config", "namespace": "default"}, "data": {"config.json": config}}),
+    )
+    .unwrap();
+    Api::<ConfigMap>::namespaced(api.client(), "default").create(&PostParams::default(), &config_map).await.unwrap();
+    let hub = Arc::new(HubClient::new(Duration::from_secs(60), Duration::from_secs(5), &[]).unwrap());
+    let server =
+        start_with(WebhookState { source: Some(ClusterSource::new(api.client(), hub, "https://huggingface.co")) })
+            .await;
+
+    let mut object = pure_swa("Reject");
+    object["spec"]["model"]["config"] = json!({"configMapRef": {"name": "mimo-config", "key": "config.json"}});
+    let response = server.review("/validate", &admission_review("CREATE", &object, None)).await;
+    assert_eq!(response["allowed"], false, "{response}");
+    assert!(
+        response["status"]["message"].as_str().unwrap().contains("R2 spec.disaggregation.retractionBackup"),
+        "{response}"
+    );
+
+    object["spec"]["model"]["config"] = json!({"configMapRef": {"name": "missing", "key": "config.json"}});
+    let response = server.review("/validate", &admission_review("CREATE", &object, None)).await;
+    assert_eq!(response["allowed"], true, "an unreadable source is allowed with a warning");
+    assert!(response["warnings"][0].as_str().unwrap().contains("ConfigMap default/missing"), "{response}");
 }
