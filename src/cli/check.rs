@@ -93,21 +93,29 @@ async fn assess_one(
     }
 }
 
+/// What the offline commands start from: a runtime, the manifests read (with the problems met
+/// reading them) and the hub client (None under `--offline`). Prints the error itself.
+pub(crate) fn prepare(
+    command: &str,
+    paths: &[PathBuf],
+    offline: bool,
+) -> Result<(tokio::runtime::Runtime, ManifestSet, Vec<String>, Option<HubClient>), ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| {
+        eprintln!("kvpilot {command}: cannot start: {e}");
+        ExitCode::from(2)
+    })?;
+    let (set, errors) = manifests::load(paths);
+    let hub = hub_client(offline).map_err(|e| {
+        eprintln!("kvpilot {command}: {e}");
+        ExitCode::from(2)
+    })?;
+    Ok((runtime, set, errors, hub))
+}
+
 pub(crate) fn run(args: &CheckArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("kvpilot check: cannot start: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let (set, mut errors) = manifests::load(&args.paths);
-    let hub = match hub_client(args.offline) {
-        Ok(hub) => hub,
-        Err(e) => {
-            eprintln!("kvpilot check: {e}");
-            return ExitCode::from(2);
-        }
+    let (runtime, set, mut errors, hub) = match prepare("check", &args.paths, args.offline) {
+        Ok(prepared) => prepared,
+        Err(code) => return code,
     };
     let results = runtime.block_on(assess_all(&set, hub.as_ref(), &args.hub_endpoint));
     let mut reports = Vec::new();

@@ -7,8 +7,7 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
-use super::check::{Assessed, assess_all, hub_client};
-use super::manifests;
+use super::check::{Assessed, assess_all, prepare};
 use crate::controller::desired::{RenderOptions, desired_state};
 use crate::policy::Outcome;
 use crate::source::DEFAULT_HUB_ENDPOINT;
@@ -39,20 +38,9 @@ pub(crate) struct RenderArgs {
 }
 
 pub(crate) fn run(args: &RenderArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("kvpilot render: cannot start: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let (set, mut errors) = manifests::load(&args.paths);
-    let hub = match hub_client(args.offline) {
-        Ok(hub) => hub,
-        Err(e) => {
-            eprintln!("kvpilot render: {e}");
-            return ExitCode::from(2);
-        }
+    let (runtime, set, mut errors, hub) = match prepare("render", &args.paths, args.offline) {
+        Ok(prepared) => prepared,
+        Err(code) => return code,
     };
     let options = RenderOptions { runtime_image: args.runtime_image.clone() };
     let mut yaml = String::new();
