@@ -112,6 +112,24 @@ pub(crate) fn prepare(
     Ok((runtime, set, errors, hub))
 }
 
+/// Prints the report and the input problems, and gives the offline commands' exit code:
+/// 2 for unreadable input, 1 when anything is rejected, else 0.
+pub(crate) fn finish(command: &str, rendered: &str, errors: &[String], rejected: bool) -> ExitCode {
+    if super::print_stdout(rendered) != ExitCode::SUCCESS {
+        return ExitCode::from(2);
+    }
+    for error in errors {
+        eprintln!("kvpilot {command}: {error}");
+    }
+    if !errors.is_empty() {
+        ExitCode::from(2)
+    } else if rejected {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
 pub(crate) fn run(args: &CheckArgs) -> ExitCode {
     let (runtime, set, mut errors, hub) = match prepare("check", &args.paths, args.offline) {
         Ok(prepared) => prepared,
@@ -149,19 +167,7 @@ pub(crate) fn run(args: &CheckArgs) -> ExitCode {
         OutputFormat::Json => serde_json::to_string_pretty(&reports).map(|json| json + "\n").unwrap_or_default(),
         OutputFormat::Text => text_report(&reports),
     };
-    if super::print_stdout(&rendered) != ExitCode::SUCCESS {
-        return ExitCode::from(2);
-    }
-    for error in &errors {
-        eprintln!("kvpilot check: {error}");
-    }
-    if !errors.is_empty() {
-        ExitCode::from(2)
-    } else if reports.iter().any(|r| r.verdict == Outcome::Rejected) {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    }
+    finish("check", &rendered, &errors, reports.iter().any(|r| r.verdict == Outcome::Rejected))
 }
 
 fn text_report(reports: &[Report]) -> String {

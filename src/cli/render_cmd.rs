@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
-use super::check::{Assessed, assess_all, prepare};
+use super::check::{Assessed, assess_all, finish, prepare};
 use crate::controller::desired::{RenderOptions, desired_state};
 use crate::policy::Outcome;
 use crate::source::DEFAULT_HUB_ENDPOINT;
@@ -93,17 +93,5 @@ pub(crate) fn run(args: &RenderArgs) -> ExitCode {
                 + "\n"
         }
     };
-    if super::print_stdout(&rendered) != ExitCode::SUCCESS {
-        return ExitCode::from(2);
-    }
-    for error in &errors {
-        eprintln!("kvpilot render: {error}");
-    }
-    if !errors.is_empty() {
-        ExitCode::from(2)
-    } else if rejected {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    }
+    finish("render", &rendered, &errors, rejected)
 }
