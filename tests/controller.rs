@@ -50,6 +50,15 @@ impl Operator {
     }
 }
 
+/// An API server, a kubelet that reports pods ready `pod_start` after they appear, and a
+/// running operator.
+fn cluster(pod_start: Duration) -> (ApiServer, tokio::task::JoinHandle<()>, Operator) {
+    let server = ApiServer::new();
+    let kubelet = kubelet::spawn(server.client(), "app.kubernetes.io/name=kvpilot-decode", pod_start);
+    let operator = Operator::start(&server);
+    (server, kubelet, operator)
+}
+
 fn example(name: &str) -> Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples").join(name);
     let text = std::fs::read_to_string(path).unwrap();
@@ -147,9 +156,7 @@ async fn patch_spec(server: &ApiServer, name: &str, patch: Value) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn creates_owned_objects_and_reports_ready() {
-    let server = ApiServer::new();
-    let _kubelet = kubelet::spawn(server.client(), "app.kubernetes.io/name=kvpilot-decode", Duration::from_millis(30));
-    let operator = Operator::start(&server);
+    let (server, _kubelet, operator) = cluster(Duration::from_millis(30));
     let created = create(&server, &example("llama-3.1-8b-full.yaml")).await;
     ready(&server, "llama-3-1-8b", 2).await;
 
@@ -198,9 +205,7 @@ async fn creates_owned_objects_and_reports_ready() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scales_up_and_down_and_recreates_deleted_pods() {
-    let server = ApiServer::new();
-    let _kubelet = kubelet::spawn(server.client(), "app.kubernetes.io/name=kvpilot-decode", Duration::from_millis(10));
-    let operator = Operator::start(&server);
+    let (server, _kubelet, operator) = cluster(Duration::from_millis(10));
     create(&server, &example("llama-3.1-8b-full.yaml")).await;
     ready(&server, "llama-3-1-8b", 2).await;
 
@@ -222,9 +227,7 @@ async fn scales_up_and_down_and_recreates_deleted_pods() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolls_out_a_new_revision_within_max_unavailable() {
-    let server = ApiServer::new();
-    let _kubelet = kubelet::spawn(server.client(), "app.kubernetes.io/name=kvpilot-decode", Duration::from_millis(40));
-    let operator = Operator::start(&server);
+    let (server, _kubelet, operator) = cluster(Duration::from_millis(40));
     let mut object = example("llama-3.1-8b-full.yaml");
     set(&mut object, "/spec/decode/replicas", json!(4));
     create(&server, &object).await;
@@ -273,9 +276,7 @@ async fn rolls_out_a_new_revision_within_max_unavailable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejected_settings_create_nothing_until_fixed_and_never_touch_running_pods() {
-    let server = ApiServer::new();
-    let _kubelet = kubelet::spawn(server.client(), "app.kubernetes.io/name=kvpilot-decode", Duration::from_millis(10));
-    let operator = Operator::start(&server);
+    let (server, _kubelet, operator) = cluster(Duration::from_millis(10));
     let mut object = example("mimo-pure-swa-rewrite.yaml");
     set(&mut object, "/spec/disaggregation/onInvalid", json!("Reject"));
     create(&server, &object).await;
@@ -316,9 +317,7 @@ async fn rejected_settings_create_nothing_until_fixed_and_never_touch_running_po
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rewrites_are_recorded_in_status_and_events_and_run_by_the_pods() {
-    let server = ApiServer::new();
-    let _kubelet = kubelet::spawn(server.client(), "app.kubernetes.io/name=kvpilot-decode", Duration::from_millis(10));
-    let operator = Operator::start(&server);
+    let (server, _kubelet, operator) = cluster(Duration::from_millis(10));
     let created = create(&server, &example("mimo-pure-swa-rewrite.yaml")).await;
     ready(&server, "mimo-pure-swa", 1).await;
     let settings = condition(&server, "mimo-pure-swa", "SettingsValid").unwrap();
@@ -341,9 +340,7 @@ async fn rewrites_are_recorded_in_status_and_events_and_run_by_the_pods() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_map_sources_are_watched() {
-    let server = ApiServer::new();
-    let _kubelet = kubelet::spawn(server.client(), "app.kubernetes.io/name=kvpilot-decode", Duration::from_millis(10));
-    let operator = Operator::start(&server);
+    let (server, _kubelet, operator) = cluster(Duration::from_millis(10));
     let mut object = example("llama-3.1-8b-full.yaml");
     set(&mut object, "/spec/model/config", json!({"configMapRef": {"name": "model-config"}}));
     create(&server, &object).await;
@@ -389,9 +386,7 @@ async fn hub_sources_are_fetched_from_a_local_server() {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
 
-    let server = ApiServer::new();
-    let _kubelet = kubelet::spawn(server.client(), "app.kubernetes.io/name=kvpilot-decode", Duration::from_millis(10));
-    let operator = Operator::start(&server);
+    let (server, _kubelet, operator) = cluster(Duration::from_millis(10));
     let mut object = example("gpt-oss-20b-hybrid-swa.yaml");
     set(&mut object, "/spec/model/config", json!({"hub": {"endpoint": format!("http://{addr}")}}));
     create(&server, &object).await;
@@ -434,9 +429,7 @@ async fn api_errors_and_dropped_watches_lose_and_duplicate_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_restart_mid_rollout_converges() {
-    let server = ApiServer::new();
-    let _kubelet = kubelet::spawn(server.client(), "app.kubernetes.io/name=kvpilot-decode", Duration::from_millis(150));
-    let operator = Operator::start(&server);
+    let (server, _kubelet, operator) = cluster(Duration::from_millis(150));
     let mut object = example("llama-3.1-8b-full.yaml");
     set(&mut object, "/spec/decode/replicas", json!(4));
     create(&server, &object).await;
