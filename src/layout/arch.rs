@@ -129,4 +129,7 @@ pub(crate) fn is_known(arch: &str) -> bool {
             arch,
             "Cohere2ForCausalLM" | "GraniteMoeHybridForCausalLM" | "Llama4ForCausalLM" | "DeepseekVL2ForCausalLM"
         )
+        // Gated-delta-net variants, classified by prefix in `physical::classify` too.
+        || arch.starts_with("Qwen3Next")
+        || arch.starts_with("Qwen3_5")
 }

@@ -45,23 +45,22 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
     let root = ConfigView { map: root, prefix: "" };
     let mut warnings = Vec::new();
 
-    let mut text = root;
-    let mut text_prefix = String::new();
+    let mut nested = None;
     for key in NESTED_TEXT_CONFIG {
-        if let Some(nested) = root.object(key)? {
-            text_prefix = format!("{key}.");
-            text = ConfigView { map: nested, prefix: "" };
+        if let Some(map) = root.object(key)? {
+            nested = Some((map, format!("{key}.")));
             break;
         }
     }
-    let text = ConfigView { map: text.map, prefix: &text_prefix };
+    let (text_map, text_prefix) = nested.unwrap_or((root.map, String::new()));
+    let text = ConfigView { map: text_map, prefix: &text_prefix };
 
     let architecture = match root.strings("architectures")?.or(text.strings("architectures")?) {
         Some(list) => list.first().map(|a| a.to_string()).unwrap_or_default(),
         None => String::new(),
     };
     let arch = architecture.as_str();
-    let known = arch::is_known(arch) || arch.starts_with("Qwen3Next") || arch.starts_with("Qwen3_5");
+    let known = arch::is_known(arch);
     if arch.is_empty() {
         warnings.push("no architectures[0]: layers classified from the config's generic fields".to_string());
     }
