@@ -167,26 +167,22 @@ pub fn desired_state(resource: &InferenceDeployment, assessment: &Assessment, op
     let mut common = selector.clone();
     common.insert(LABEL_MANAGED_BY.into(), "kvpilot".into());
 
+    // Metadata of the objects named after the resource: its labels and its controller reference.
+    let owned = |object_name: String| ObjectMeta {
+        name: Some(object_name),
+        namespace: namespace.clone(),
+        labels: Some(common.clone()),
+        owner_references: Some(vec![owner.clone()]),
+        ..ObjectMeta::default()
+    };
     let runtime_json = serde_json::to_string_pretty(&runtime_config(resource, assessment)).unwrap_or_default();
     let config_map = ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(config_map_name(&name)),
-            namespace: namespace.clone(),
-            labels: Some(common.clone()),
-            owner_references: Some(vec![owner.clone()]),
-            ..ObjectMeta::default()
-        },
+        metadata: owned(config_map_name(&name)),
         data: Some(BTreeMap::from([("runtime.json".to_string(), runtime_json.clone())])),
         ..ConfigMap::default()
     };
     let service = Service {
-        metadata: ObjectMeta {
-            name: Some(service_name(&name)),
-            namespace: namespace.clone(),
-            labels: Some(common.clone()),
-            owner_references: Some(vec![owner.clone()]),
-            ..ObjectMeta::default()
-        },
+        metadata: owned(service_name(&name)),
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".into()),
             selector: Some(selector.clone()),
