@@ -1,5 +1,7 @@
 //! Argument parsing and wiring of the `kvpilot` subcommands. No rules live here.
 
+mod bench_cache_cmd;
+mod cache_runtime_cmd;
 mod check;
 mod demo_cmd;
 mod layout_cmd;
@@ -43,6 +45,10 @@ enum Command {
     Render(render_cmd::RenderArgs),
     /// Run the controller against an in-process API server with the bundled examples.
     Demo(demo_cmd::DemoArgs),
+    /// Run the decode-side KV cache runtime (what decode pods run).
+    CacheRuntime(cache_runtime_cmd::CacheRuntimeArgs),
+    /// Generate or replay a cache workload trace, or measure backup/restore bandwidth.
+    BenchCache(bench_cache_cmd::BenchCacheArgs),
 }
 
 /// Runs the parsed command line and returns the process exit code.
@@ -56,6 +62,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Operator(args) => operator_cmd::run(&args),
         Command::Render(args) => render_cmd::run(&args),
         Command::Demo(args) => demo_cmd::run(&args),
+        Command::CacheRuntime(args) => cache_runtime_cmd::run(&args),
+        Command::BenchCache(args) => bench_cache_cmd::run(&args),
     }
 }
 
