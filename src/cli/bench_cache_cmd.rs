@@ -68,7 +68,7 @@ pub(crate) struct BenchCacheArgs {
     /// Transfer: KV bytes per token (default: Llama-3.1-8B, 32 layers × 8 heads × 256 × bf16).
     #[arg(long, value_parser = parse_bytes, default_value = "128KiB")]
     bytes_per_token: u64,
-    /// Transfer: rounds (medians are reported).
+    /// Replay and transfer: rounds, each on a fresh cache (the median is reported).
     #[arg(long, default_value_t = 5)]
     rounds: usize,
 }
@@ -99,7 +99,7 @@ fn bench(args: &BenchCacheArgs) -> Result<String, String> {
     if let Some(path) = &args.trace {
         let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let requests = trace::read_trace(BufReader::new(file), &path.display().to_string())?;
-        let report = trace::replay(&requests, args.page_size, args.capacity_tokens)?;
+        let report = trace::replay(&requests, args.page_size, args.capacity_tokens, args.rounds)?;
         return serde_json::to_string(&report).map_err(|e| e.to_string());
     }
     let report = trace::transfer(TransferParams {

@@ -56,6 +56,7 @@ async fn serve(args: &CacheRuntimeArgs, checked: Checked, plan: PoolPlan) -> Res
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let layout = &checked.config.layout;
     let description = json!({
         "model": checked.config.model,
@@ -74,7 +75,7 @@ async fn serve(args: &CacheRuntimeArgs, checked: Checked, plan: PoolPlan) -> Res
         .await
         .map_err(|e| format!("pool allocation failed: {e}"))??;
     state.ready(cache);
-    tracing::info!(addr = %args.listen, "pools allocated; ready");
+    tracing::info!(%addr, "pools allocated; ready");
     server.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
     tracing::info!("stopped");
     Ok(())

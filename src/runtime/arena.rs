@@ -9,8 +9,8 @@
 
 use std::alloc::Layout;
 use std::ptr::NonNull;
-use std::sync::Arc;
 use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -188,19 +188,30 @@ pub(crate) struct Completed {
     pub copy_time: Duration,
 }
 
+/// Whether the copy thread may start its next job (tests hold copies in flight with it).
+type Gate = Arc<(Mutex<bool>, Condvar)>;
+
 /// A thread that carries out copy jobs in order and reports each when done.
 pub(crate) struct CopyEngine {
     jobs: Option<mpsc::Sender<CopyJob>>,
     done: mpsc::Receiver<Completed>,
     worker: Option<JoinHandle<()>>,
+    gate: Gate,
 }
 
 impl CopyEngine {
     pub(crate) fn start() -> std::io::Result<Self> {
         let (jobs, queue) = mpsc::channel::<CopyJob>();
         let (report, done) = mpsc::channel();
+        let gate: Gate = Arc::new((Mutex::new(true), Condvar::new()));
+        let worker_gate = Arc::clone(&gate);
         let worker = std::thread::Builder::new().name("kvpilot-copy".into()).spawn(move || {
             for job in queue {
+                {
+                    let (open, changed) = &*worker_gate;
+                    let open = open.lock().unwrap_or_else(|p| p.into_inner());
+                    drop(changed.wait_while(open, |open| !*open).unwrap_or_else(|p| p.into_inner()));
+                }
                 let started = Instant::now();
                 for segment in &job.segments {
                     // SAFETY: ranges were bounds-checked when added, the arenas are alive (the
@@ -214,7 +225,14 @@ impl CopyEngine {
                 }
             }
         })?;
-        Ok(Self { jobs: Some(jobs), done, worker: Some(worker) })
+        Ok(Self { jobs: Some(jobs), done, worker: Some(worker), gate })
+    }
+
+    /// Lets the copy thread start jobs (true, the default) or holds them queued (false).
+    pub(crate) fn set_open(&self, open: bool) {
+        let (flag, changed) = &*self.gate;
+        *flag.lock().unwrap_or_else(|p| p.into_inner()) = open;
+        changed.notify_all();
     }
 
     /// Queues a job; false if the engine has stopped.
@@ -235,6 +253,7 @@ impl CopyEngine {
 
 impl Drop for CopyEngine {
     fn drop(&mut self) {
+        self.set_open(true);
         self.jobs.take();
         if let Some(worker) = self.worker.take() {
             let _ = worker.join();

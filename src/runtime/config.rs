@@ -207,7 +207,15 @@ impl RuntimeConfig {
             return Err(StartupError::Refused(verdict.violations));
         }
         warnings.extend(verdict.warnings.iter().cloned());
-        Ok(Checked { effective: verdict.effective, config: self, warnings })
+        let mut effective = verdict.effective;
+        // The runtime sees settings after the control plane's rewrites; where the value agrees,
+        // the control plane's record of where it came from stands.
+        if let Some(stated) = &self.effective
+            && stated.retraction_backup == effective.retraction_backup
+        {
+            effective.retraction_backup_source = stated.retraction_backup_source;
+        }
+        Ok(Checked { effective, config: self, warnings })
     }
 
     fn check_sizes(&self) -> Result<(), StartupError> {

@@ -233,3 +233,94 @@ pub fn plan(checked: &Checked, budget: Budget) -> Result<PoolPlan, String> {
         cpu_backup_limit: if checked.host_pool() { None } else { budget.host },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::runtime::config::RuntimeConfig;
+
+    const GIB: u64 = 1 << 30;
+
+    fn checked(fixture: &str, disaggregation: serde_json::Value, decode: serde_json::Value) -> Checked {
+        let path = format!("{}/tests/fixtures/layouts/{fixture}.json", env!("CARGO_MANIFEST_DIR"));
+        let layout: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let text =
+            json!({"model": {"name": fixture}, "layout": layout, "disaggregation": disaggregation, "decode": decode});
+        RuntimeConfig::parse(&text.to_string(), fixture).unwrap().check().unwrap()
+    }
+
+    fn sized(fixture: &str, disaggregation: serde_json::Value, decode: serde_json::Value, budget: Budget) -> PoolPlan {
+        plan(&checked(fixture, disaggregation, decode), budget).unwrap()
+    }
+
+    const ONE_GIB: Budget = Budget { device: GIB, host: None };
+
+    // Expected figures are computed by hand from the formulas in the module comment.
+
+    #[test]
+    fn a_full_attention_pool_takes_the_whole_budget() {
+        // 32 layers × 8 heads × (128 + 128) × 2 bytes = 131072 bytes per token.
+        let plan = sized("llama-3.1-8b-instruct", json!({}), json!({"pageSize": 16}), ONE_GIB);
+        let full = plan.full.unwrap();
+        assert_eq!((full.bytes_per_token, full.pages, full.tokens(16)), (131_072, 512, 8192));
+        assert!(plan.swa.is_none() && plan.ssm.is_none());
+        // The automatic backup for an MHA pool is host_pool, sized at 0.2 of the device pool.
+        assert_eq!(plan.host, Some(HostPool { full_pages: 102, swa_pages: 0 }));
+    }
+
+    #[test]
+    fn kv_heads_are_replicated_when_tensor_parallel_exceeds_them() {
+        let tp4 = sized("llama-3.1-8b-instruct", json!({}), json!({"tensorParallel": 4}), ONE_GIB);
+        assert_eq!(tp4.full.unwrap().bytes_per_token, 131_072);
+        let tp16 = sized("llama-3.1-8b-instruct", json!({}), json!({"tensorParallel": 16}), ONE_GIB);
+        assert_eq!(tp16.full.unwrap().pages, 4096, "8 KV heads on 16 ranks hold 16 copies' worth");
+        // An MLA latent is replicated on every attention rank.
+        let mla = sized("deepseek-v3", json!({}), json!({"tensorParallel": 8}), ONE_GIB);
+        assert_eq!(mla.full.unwrap().pages, 1909);
+    }
+
+    #[test]
+    fn hybrid_swa_splits_the_budget_with_the_swa_full_tokens_ratio() {
+        let plan = sized("gpt-oss-20b", json!({}), json!({}), ONE_GIB);
+        assert_eq!(plan.full.unwrap().pages, 24_272);
+        assert_eq!(plan.swa.unwrap().pages, 19_418);
+        assert_eq!(plan.window, Some(128));
+        let ratio = sized("gpt-oss-20b", json!({}), json!({"swaFullTokensRatio": 1.0}), ONE_GIB);
+        assert_eq!(ratio.full.unwrap().pages, ratio.swa.unwrap().pages);
+        // An explicit host budget is split in proportion to the device pools.
+        let host = sized("gpt-oss-20b", json!({}), json!({}), Budget { device: GIB, host: Some(64 << 20) });
+        assert_eq!(host.host, Some(HostPool { full_pages: 1517, swa_pages: 1213 }));
+    }
+
+    #[test]
+    fn pure_swa_gives_everything_to_the_window_pool() {
+        let plan = sized("custom-pure-swa", json!({"retractionBackup": "cpu_tensor"}), json!({}), ONE_GIB);
+        assert!(plan.full.is_none());
+        assert_eq!(plan.swa.unwrap().pages, 26_214);
+        assert_eq!(plan.host, None, "cpu_tensor has no host pool");
+    }
+
+    #[test]
+    fn ssm_hybrids_reserve_state_slots_first() {
+        let plan = sized("qwen3-next-80b-a3b", json!({}), json!({}), ONE_GIB);
+        let ssm = plan.ssm.unwrap();
+        assert_eq!((ssm.layers, ssm.bytes_per_slot, ssm.slots), (36, 36 * 2_146_304, 6));
+        assert_eq!(plan.full.unwrap().pages, 22_995);
+        assert_eq!(plan.host, None, "SSM models get cpu_tensor");
+    }
+
+    #[test]
+    fn a_budget_too_small_for_one_page_says_how_much_is_needed() {
+        let error = plan(
+            &checked("llama-3.1-8b-instruct", json!({}), json!({"pageSize": 64})),
+            Budget { device: 1 << 20, host: None },
+        )
+        .unwrap_err();
+        assert!(error.contains("8388608 bytes per page"), "{error}");
+        let error = plan(&checked("qwen3-next-80b-a3b", json!({}), json!({})), Budget { device: 1 << 20, host: None })
+            .unwrap_err();
+        assert!(error.contains("less than one request's state"), "{error}");
+    }
+}

@@ -267,11 +267,16 @@ fn host_pool_retraction_round_trip_restores_identical_bytes() {
     let shared_full = c.read(Component::Full, &before.pages.full[..3]).unwrap();
     let free_before = pool(&mut c, "full").free_tokens;
 
+    c.set_copies_running(false);
     let Retraction::BackingUp { ticket, bytes } = c.retract("r").unwrap() else { panic!("declined") };
     assert_eq!(bytes, 6 * p * FULL_BYTES as usize + 2 * p * SWA_BYTES as usize, "all full KV, the window's SWA");
-    // In flight the page is pinned; once done it is freed: either way nobody may write it.
+    // While the copy is in flight its pages are pinned and stay the request's.
     let write = c.write(Component::Full, &before.pages.full[3..4], &[0; 16]);
-    assert!(matches!(write, Err(CacheError::InvalidPages(_))), "{write:?}");
+    assert!(matches!(&write, Err(CacheError::InvalidPages(m)) if m.contains("copy in flight")), "{write:?}");
+    assert_eq!(pool(&mut c, "full").free_tokens, free_before, "nothing is freed before the copy is done");
+    assert!(matches!(c.poll(&[ticket])[0], TicketStatus::Pending { .. }));
+    assert!(matches!(c.release("r"), Err(CacheError::BadState { .. })));
+    c.set_copies_running(true);
     assert!(c.wait(ticket, WAIT));
     audit(&c);
     assert_eq!(pool(&mut c, "full").free_tokens, free_before + 6, "own pages freed once the copy is done");
@@ -280,11 +285,11 @@ fn host_pool_retraction_round_trip_restores_identical_bytes() {
     let other = c.allocate("other", "", 6).unwrap();
     fill(&mut c, Component::Full, &other.pages.full, 9);
 
+    c.set_copies_running(false);
     let restored = c.restore("r").unwrap();
-    assert!(
-        matches!(c.read(Component::Full, &restored.pages.full), Err(CacheError::InvalidPages(_))),
-        "busy while copying"
-    );
+    let read = c.read(Component::Full, &restored.pages.full);
+    assert!(matches!(&read, Err(CacheError::InvalidPages(m)) if m.contains("copy in flight")), "{read:?}");
+    c.set_copies_running(true);
     wait_done(&mut c, restored.ticket);
     assert!(matches!(c.poll(&[ticket])[0], TicketStatus::Done { .. }));
     let after = c.describe("r").unwrap();
@@ -390,12 +395,14 @@ fn operations_on_requests_in_the_wrong_state_say_what_to_do() {
     let mut c = cache(with_host(plan(1, 16, None, None), 16, 0), BackupMode::HostPool);
     c.allocate("a", "", 4).unwrap();
     assert!(matches!(c.restore("a"), Err(CacheError::BadState { .. })));
+    c.set_copies_running(false);
     let Retraction::BackingUp { ticket, .. } = c.retract("a").unwrap() else { panic!() };
-    if !c.wait(ticket, Duration::ZERO) {
-        let error = c.release("a").unwrap_err();
-        assert!(error.to_string().contains("poll its ticket"), "{error}");
-    }
-    c.wait(ticket, WAIT);
+    let error = c.release("a").unwrap_err();
+    assert!(error.to_string().contains("backing up; poll its ticket"), "{error}");
+    let error = c.restore("a").unwrap_err();
+    assert!(error.to_string().contains("poll its backup ticket"), "{error}");
+    c.set_copies_running(true);
+    assert!(c.wait(ticket, WAIT));
     assert!(matches!(c.allocate("a", "", 1), Err(CacheError::BadState { .. })));
     assert!(matches!(c.retract("a"), Err(CacheError::BadState { .. })));
     c.release("a").unwrap();

@@ -217,7 +217,7 @@ impl Tree {
             swa_receipt_tops: FxHashMap::default(),
             live_nodes: 0,
         };
-        tree.root(String::new());
+        tree.root("");
         tree
     }
 
@@ -231,12 +231,12 @@ impl Tree {
     }
 
     /// The root of a namespace (LoRA adapter or cache salt), created on first use.
-    pub(crate) fn root(&mut self, namespace: String) -> NodeId {
-        if let Some(root) = self.roots.get(&namespace) {
+    pub(crate) fn root(&mut self, namespace: &str) -> NodeId {
+        if let Some(root) = self.roots.get(namespace) {
             return *root;
         }
         let id = self.alloc_node(Node::new(NIL, Vec::new()));
-        self.roots.insert(namespace, id);
+        self.roots.insert(namespace.to_string(), id);
         id
     }
 
@@ -701,7 +701,18 @@ impl Tree {
     /// the tree's data, except that SWA tombstones the request has live pages for are healed
     /// with them; the rest becomes new nodes owning the request's pages. The SSM slot goes to
     /// the end node if that node has no state yet.
-    pub(crate) fn insert(&mut self, root: NodeId, tokens: &[u32], data: InsertData<'_>) -> Inserted {
+    ///
+    /// The first `must_match` tokens must follow whole nodes already in the tree (the request's
+    /// locked prefix); if they do not, nothing is changed and the divergence point is returned.
+    /// Nothing is mutated before that check passes: inside a locked prefix there is nothing to
+    /// split and no tombstone the request holds live pages for.
+    pub(crate) fn insert(
+        &mut self,
+        root: NodeId,
+        tokens: &[u32],
+        data: InsertData<'_>,
+        must_match: usize,
+    ) -> Result<Inserted, usize> {
         let p = self.shape.page_size;
         debug_assert!(tokens.len().is_multiple_of(p));
         let (mut pos, mut current) = (0usize, root);
@@ -710,11 +721,17 @@ impl Tree {
         let mut reused = 0;
         while pos < tokens.len() {
             let Some(mut child) = self.child(current, &tokens[pos..pos + p]) else {
+                if pos < must_match {
+                    return Err(pos);
+                }
                 current = self.insert_new(current, tokens, pos, &data);
                 pos = tokens.len();
                 break;
             };
             let m = self.common_len(&self.nodes[child as usize].key, &tokens[pos..]);
+            if pos < must_match && m < self.key_len(child) {
+                return Err(pos + m);
+            }
             if m < self.key_len(child) {
                 child = self.split(child, m);
             }
@@ -752,7 +769,7 @@ impl Tree {
             current = parent;
         }
         self.touch_path(current);
-        Inserted { last: current, reused, took_ssm }
+        Ok(Inserted { last: current, reused, took_ssm })
     }
 
     /// New nodes for `tokens[pos..]` under `parent`: one node, or two when the SWA pages start
