@@ -341,3 +341,60 @@ async fn a_retraction_round_trip_over_http_restores_identical_bytes() {
     let exited = runtime.child.wait().unwrap();
     assert!(exited.success(), "SIGTERM stops the runtime cleanly: {exited:?}");
 }
+
+fn bench_cache(args: &[&str]) -> Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_kvpilot")).arg("bench-cache").args(args).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn bench_cache_generates_replays_and_measures_as_documented() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("gsp.jsonl");
+    let trace = trace.to_str().unwrap();
+    let generated = bench_cache(&[
+        "--generate",
+        "gsp",
+        "--groups",
+        "4",
+        "--prompts-per-group",
+        "4",
+        "--system-len",
+        "256",
+        "--question-len",
+        "16",
+        "--seed",
+        "7",
+        "--out",
+        trace,
+    ]);
+    assert_eq!((generated["requests"].as_u64(), generated["tokens"].as_u64()), (Some(16), Some(16 * 272)));
+    let first_line = std::fs::read_to_string(trace).unwrap().lines().next().unwrap().to_string();
+    assert_eq!(serde_json::from_str::<Value>(&first_line).unwrap()["tokens"].as_array().unwrap().len(), 272);
+
+    let replay = bench_cache(&["--trace", trace, "--page-size", "16", "--rounds", "2"]);
+    for field in ["requests", "tokens", "hitRate", "matchP50Us", "matchP99Us", "insertP50Us", "totalSeconds"] {
+        assert!(replay[field].is_number(), "{field} missing in {replay}");
+    }
+    assert!(replay["hitRate"].as_f64().unwrap() >= 0.7, "12 of 16 prompts reuse a 256-token system prompt");
+
+    let transfer = bench_cache(&[
+        "--transfer",
+        "--requests",
+        "2",
+        "--request-tokens",
+        "64",
+        "--bytes-per-token",
+        "64",
+        "--rounds",
+        "1",
+    ]);
+    assert_eq!(transfer["verified"], true);
+    assert!(transfer["backupVsMemcpy"].as_f64().unwrap() > 0.0);
+
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_kvpilot")).args(["bench-cache", "--trace", "/nonexistent"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("/nonexistent"), "{}", stderr(&out));
+}
