@@ -977,3 +977,54 @@ impl Tree {
         self.nodes[id as usize].parent
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(page_size: usize) -> TreeShape {
+        TreeShape { page_size, full: true, swa: false, ssm: false, window: 0 }
+    }
+
+    fn insert(tree: &mut Tree, tokens: &[u32], first_page: u32) -> NodeId {
+        let pages: Vec<u32> = (0..(tokens.len() / tree.shape.page_size) as u32).map(|p| first_page + p).collect();
+        let data = InsertData { full: &pages, swa_from: 0, swa: &[], ssm: None };
+        tree.insert(0, tokens, data, 0).unwrap().last
+    }
+
+    #[test]
+    fn siblings_sharing_a_first_token_are_told_apart_by_their_whole_first_page() {
+        let mut tree = Tree::new(shape(4));
+        let a = insert(&mut tree, &[1, 2, 3, 4, 5, 6, 7, 8], 0);
+        let b = insert(&mut tree, &[1, 2, 3, 9, 5, 6, 7, 8], 10);
+        assert_ne!(a, b);
+        assert_eq!(tree.nodes[0].children.by_first_token.len() + tree.nodes[0].children.extra.len(), 2);
+        assert_eq!(tree.match_prefix(0, &[1, 2, 3, 9, 5, 6, 7, 8]), Matched { len: 8, last: b });
+        assert_eq!(tree.match_prefix(0, &[1, 2, 3, 4, 0, 0, 0, 0]).len, 4, "splits a after its first page");
+        tree.match_prefix(0, &[1, 2, 3, 9, 5, 6, 7, 8]);
+        // Evicting a (both halves, older than b) promotes the sibling waiting in `extra`.
+        let mut freed = Freed::default();
+        assert_eq!(tree.evict(Component::Full, 8, &mut freed), 8);
+        assert_eq!(tree.match_prefix(0, &[1, 2, 3, 9, 5, 6, 7, 8]).len, 8, "b was used last and survives");
+        assert!(tree.nodes[0].children.extra.is_empty());
+        tree.audit().unwrap();
+    }
+
+    #[test]
+    fn the_full_list_tail_is_always_an_evictable_leaf() {
+        let mut tree = Tree::new(shape(1));
+        insert(&mut tree, &[1, 2, 3, 4], 0);
+        insert(&mut tree, &[1, 2, 9, 9], 10);
+        insert(&mut tree, &[1, 2, 3, 4, 5], 20);
+        let mut freed = Freed::default();
+        // Leaves go first, least recent first; inner nodes only once they are leaves.
+        assert_eq!(tree.evict(Component::Full, 1, &mut freed), 2, "the [9, 9] leaf");
+        assert_eq!(tree.evict(Component::Full, 1, &mut freed), 1, "then [5]");
+        assert_eq!(tree.evict(Component::Full, 100, &mut freed), 4, "then what is left");
+        assert_eq!(tree.node_count(), 0);
+        let mut pages = freed.full.clone();
+        pages.sort_unstable();
+        assert_eq!(pages, [0, 1, 2, 3, 12, 13, 24], "every page given back once");
+        tree.audit().unwrap();
+    }
+}
