@@ -329,3 +329,73 @@ async fn concurrent_writers_lose_no_watch_event() {
         }
     }
 }
+
+#[tokio::test]
+async fn label_selected_lists_follow_relabels_deletes_and_garbage_collection() {
+    let server = ApiServer::new();
+    let pods: Api<Pod> = Api::namespaced(server.client(), "ns");
+    let owner = pods.create(&PostParams::default(), &pod("owner", json!({"app": "x"}))).await.unwrap();
+    for name in ["a", "b"] {
+        let mut child = pod(name, json!({"app": "decode", "rev": "1"}));
+        child.metadata.owner_references = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: "owner".into(),
+            uid: owner.metadata.uid.clone().unwrap(),
+            ..Default::default()
+        }]);
+        pods.create(&PostParams::default(), &child).await.unwrap();
+    }
+    let names = |list: kube::core::ObjectList<Pod>| {
+        list.items.into_iter().map(|p| p.metadata.name.unwrap()).collect::<Vec<_>>()
+    };
+    let relabel = json!({"metadata": {"labels": {"rev": "2"}}});
+    pods.patch("a", &PatchParams::default(), &Patch::Merge(&relabel)).await.unwrap();
+    assert_eq!(names(pods.list(&ListParams::default().labels("app=decode,rev=1")).await.unwrap()), vec!["b"]);
+    assert_eq!(names(pods.list(&ListParams::default().labels("rev=2")).await.unwrap()), vec!["a"]);
+    assert!(pods.list(&ListParams::default().labels("rev=3")).await.unwrap().items.is_empty());
+    let other: Api<Pod> = Api::namespaced(server.client(), "elsewhere");
+    assert!(other.list(&ListParams::default().labels("app=decode")).await.unwrap().items.is_empty());
+    pods.delete("owner", &DeleteParams::default()).await.unwrap();
+    assert!(pods.list(&ListParams::default().labels("app=decode")).await.unwrap().items.is_empty(), "collected");
+}
+
+#[tokio::test]
+async fn lists_are_paged_with_limit_and_continue() {
+    let server = ApiServer::new();
+    let pods: Api<Pod> = Api::namespaced(server.client(), "ns");
+    for i in 0..7 {
+        pods.create(&PostParams::default(), &pod(&format!("p{i}"), json!({"app": "decode"}))).await.unwrap();
+    }
+    pods.create(&PostParams::default(), &pod("other", json!({"app": "prefill"}))).await.unwrap();
+    for selector in ["", "app=decode"] {
+        let mut seen = Vec::new();
+        let mut params = ListParams::default().labels(selector).limit(3);
+        let mut pages = 0;
+        loop {
+            let page = pods.list(&params).await.unwrap();
+            pages += 1;
+            assert!(page.items.len() <= 3);
+            seen.extend(page.items.into_iter().map(|p| p.metadata.name.unwrap()));
+            match page.metadata.continue_ {
+                Some(token) if !token.is_empty() => params = params.continue_token(&token),
+                _ => break,
+            }
+        }
+        let expected = if selector.is_empty() { 8 } else { 7 };
+        assert_eq!(seen.len(), expected, "{selector:?}: every object once: {seen:?}");
+        assert_eq!(pages, expected.div_ceil(3));
+        let mut sorted = seen.clone();
+        sorted.sort();
+        assert_eq!(seen, sorted, "in name order");
+    }
+    let first = pods.list(&ListParams::default().limit(2)).await.unwrap();
+    let token = first.metadata.continue_.unwrap();
+    // History after the token's version is forgotten: its snapshot can no longer be served.
+    pods.create(&PostParams::default(), &pod("late", json!({}))).await.unwrap();
+    server.compact();
+    let expired = pods.list(&ListParams::default().limit(2).continue_token(&token)).await.unwrap_err();
+    assert_eq!(api_code(expired), 410);
+    let garbage = pods.list(&ListParams::default().limit(2).continue_token("not-a-token")).await.unwrap_err();
+    assert_eq!(api_code(garbage), 400);
+}

@@ -40,7 +40,7 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, watch};
 
 use selector::LabelSelector;
-use store::{ApiError, Change, EventType, RESOURCES, ResourceType, Store, Write};
+use store::{ApiError, Change, ListQuery, RESOURCES, ResourceType, Store, Write};
 
 /// The response body type of the server.
 pub type ResponseBody = UnsyncBoxBody<Bytes, Infallible>;
@@ -235,6 +235,33 @@ fn field_selector_matches(selector: Option<&String>, object: &Value) -> bool {
             (actual == value) != negate
         })
     })
+}
+
+/// Where a paged list resumes: the list's resourceVersion and the last position it returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ContinueToken {
+    resource_version: u64,
+    namespace: String,
+    name: String,
+}
+
+impl ContinueToken {
+    fn encode(&self) -> String {
+        use base64::Engine;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(format!("{}\n{}\n{}", self.resource_version, self.namespace, self.name))
+    }
+
+    fn decode(text: &str) -> Result<Self, ApiError> {
+        use base64::Engine;
+        let invalid = || ApiError::new(400, "BadRequest", format!("invalid continue token {text:?}"));
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(text).map_err(|_| invalid())?;
+        let text = String::from_utf8(bytes).map_err(|_| invalid())?;
+        let mut parts = text.splitn(3, '\n');
+        let resource_version = parts.next().and_then(|v| v.parse().ok()).ok_or_else(invalid)?;
+        let (Some(namespace), Some(name)) = (parts.next(), parts.next()) else { return Err(invalid()) };
+        Ok(Self { resource_version, namespace: namespace.into(), name: name.into() })
+    }
 }
 
 fn parse_body(bytes: &[u8]) -> Result<Value, ApiError> {
@@ -480,19 +507,39 @@ impl ApiServer {
                 Ok(self.watch(rt, target.namespace, selector, params))
             }
             (Method::GET, None) => {
-                let (items, version): (Vec<Value>, u64) = {
+                let limit = params.get("limit").and_then(|l| l.parse::<usize>().ok()).unwrap_or(0);
+                let resume =
+                    params.get("continue").filter(|c| !c.is_empty()).map(|c| ContinueToken::decode(c)).transpose()?;
+                let (items, version, next) = {
                     let store = self.store();
+                    let version = resume.as_ref().map_or(store.resource_version(), |t| t.resource_version);
+                    if version < store.compacted_through() {
+                        return Err(ApiError::new(
+                            410,
+                            "Expired",
+                            "the continue token is too old; list again from the start",
+                        ));
+                    }
+                    let query = ListQuery {
+                        namespace: target.namespace.as_deref(),
+                        selector: Some(&selector),
+                        limit,
+                        after: resume.as_ref().map(|t| (t.namespace.as_str(), t.name.as_str())),
+                    };
                     // Filter before copying: a label-selected list must not cost a copy of every object.
-                    let items = store.list_matching(&rt, target.namespace.as_deref(), |o| {
-                        selector.matches(o) && field_selector_matches(params.get("fieldSelector"), o)
-                    });
-                    (items, store.resource_version())
+                    let (items, next) =
+                        store.list_matching(&rt, query, |o| field_selector_matches(params.get("fieldSelector"), o));
+                    (items, version, next)
                 };
+                let mut metadata = json!({"resourceVersion": version.to_string()});
+                if let Some((namespace, name)) = next {
+                    metadata["continue"] = json!(ContinueToken { resource_version: version, namespace, name }.encode());
+                }
                 Ok(json_response(
                     200,
                     &json!({
                         "kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(),
-                        "metadata": {"resourceVersion": version.to_string()}, "items": items
+                        "metadata": metadata, "items": items
                     }),
                 ))
             }
@@ -546,7 +593,7 @@ impl ApiServer {
         let Write { status_only, manager, .. } = write;
         let patch = parse_body(body)?;
         let mut store = self.store();
-        let current = store.get(&rt, namespace, name).cloned();
+        let current = store.shared(&rt, namespace, name).cloned();
         let (result, changes) = match (content_type.split(';').next().unwrap_or_default().trim(), current) {
             ("application/apply-patch+yaml", None) if !status_only => store.create(rt, namespace, patch, manager)?,
             (_, None) => return Err(ApiError::not_found(&rt, name)),
@@ -566,13 +613,13 @@ impl ApiServer {
             ("application/json-patch+json", Some(current)) => {
                 let operations: json_patch::Patch = serde_json::from_value(patch)
                     .map_err(|e| ApiError::new(400, "BadRequest", format!("not a JSON patch: {e}")))?;
-                let mut new = current.clone();
+                let mut new = Value::clone(&current);
                 json_patch::patch(&mut new, &operations)
                     .map_err(|e| ApiError::new(422, "Invalid", format!("the JSON patch does not apply: {e}")))?;
                 store.update(rt, namespace, name, new, &write)?
             }
             ("application/merge-patch+json" | "application/strategic-merge-patch+json", Some(current)) => {
-                let mut new = current.clone();
+                let mut new = Value::clone(&current);
                 json_patch::merge(&mut new, &patch);
                 let expected = patch.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_string);
                 store.update(rt, namespace, name, new, &Write { expected_version: expected.as_deref(), ..write })?
@@ -596,6 +643,13 @@ impl ApiServer {
         let since: Option<u64> = params.get("resourceVersion").and_then(|v| v.parse().ok()).filter(|v| *v > 0);
         let timeout = params.get("timeoutSeconds").and_then(|v| v.parse::<u64>().ok()).unwrap_or(1800);
         let field_selector = params.get("fieldSelector").cloned();
+        let initial_fields = field_selector.clone();
+        let (initial_selector, initial_namespace) = (selector.clone(), namespace.clone());
+        let initial_query = ListQuery {
+            namespace: initial_namespace.as_deref(),
+            selector: Some(&initial_selector),
+            ..ListQuery::default()
+        };
         let (tx, rx) = mpsc::channel::<Bytes>(1024);
         let mut live = self.shared.changes.subscribe();
         let mut epoch = self.shared.watch_epoch.subscribe();
@@ -633,16 +687,10 @@ impl ApiServer {
                 ),
                 None => (
                     store
-                        .list(&rt, None)
+                        .list_matching(&rt, initial_query, |o| field_selector_matches(initial_fields.as_ref(), o))
+                        .0
                         .iter()
-                        .map(|o| Change {
-                            resource_version: 0,
-                            resource: rt,
-                            event: EventType::Added,
-                            object: o.clone(),
-                        })
-                        .filter(|c| relevant(c))
-                        .map(|c| line("ADDED", &c.object))
+                        .map(|o| line("ADDED", o))
                         .collect(),
                     store.resource_version(),
                 ),

@@ -68,6 +68,14 @@ impl LabelSelector {
         Ok(Self(requirements))
     }
 
+    /// The `key=value` requirements, which a label index can answer.
+    pub fn equalities(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().filter_map(|r| match r {
+            Requirement::Equals(k, v) => Some((k.as_str(), v.as_str())),
+            _ => None,
+        })
+    }
+
     /// Whether the object's `metadata.labels` satisfy every requirement.
     pub fn matches(&self, object: &Value) -> bool {
         let labels = object.pointer("/metadata/labels").and_then(Value::as_object);

@@ -2,9 +2,13 @@
 //! watches replay, write semantics (no-op detection, generation, status subresource) and
 //! owner-reference garbage collection.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
+use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
+
+use super::selector::LabelSelector;
 
 /// A resource type the server serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -148,16 +152,32 @@ impl EventType {
     }
 }
 
-/// One change, as watches deliver it.
+/// One change, as watches deliver it. The object is shared: every watch receives the same one.
 #[derive(Debug, Clone)]
 pub struct Change {
     pub resource_version: u64,
     pub resource: ResourceType,
     pub event: EventType,
-    pub object: Value,
+    pub object: Arc<Value>,
 }
 
 type Key = (ResourceType, String, String);
+
+/// A position in a type's listing: (namespace, name).
+pub type ListPosition = (String, String);
+
+/// Which objects a list asks for, and which page of them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ListQuery<'a> {
+    /// One namespace, or all.
+    pub namespace: Option<&'a str>,
+    /// Label selector (equality requirements use the label index).
+    pub selector: Option<&'a LabelSelector>,
+    /// At most this many objects (0: no limit).
+    pub limit: usize,
+    /// Start after this position (a continue token's).
+    pub after: Option<(&'a str, &'a str)>,
+}
 
 /// How an update is made.
 #[derive(Debug, Clone, Copy)]
@@ -209,7 +229,9 @@ pub fn leaves(value: &Value) -> BTreeMap<String, Value> {
 pub struct Store {
     resource_version: u64,
     uid_counter: u64,
-    objects: BTreeMap<Key, Value>,
+    objects: BTreeMap<Key, Arc<Value>>,
+    /// (type, "key=value") → the objects of that type carrying the label.
+    labels: HashMap<(ResourceType, String), BTreeSet<ListPosition>>,
     log: Vec<Change>,
     /// Which field manager last set each leaf of each object.
     owners: BTreeMap<Key, BTreeMap<String, String>>,
@@ -228,24 +250,74 @@ fn metadata(object: &mut Value) -> &mut Map<String, Value> {
     object["metadata"].as_object_mut().expect("metadata is an object")
 }
 
-/// The object without the fields the server owns, to decide whether a write changed anything.
-fn comparable(object: &Value) -> Value {
-    let mut copy = object.clone();
-    if let Some(meta) = copy.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("resourceVersion");
-        meta.remove("managedFields");
-    }
-    copy
+/// Whether two objects are equal apart from the top-level fields in `skip` and the metadata
+/// fields in `skip_meta`; compared in place, without copying either object.
+fn equal_except(a: &Value, b: &Value, skip: &[&str], skip_meta: &[&str]) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else { return a == b };
+    let same_field = |key: &str| {
+        if key == "metadata" && !skip_meta.is_empty() {
+            let (ma, mb) = (a.get(key).and_then(Value::as_object), b.get(key).and_then(Value::as_object));
+            let (Some(ma), Some(mb)) = (ma, mb) else { return a.get(key) == b.get(key) };
+            return ma
+                .keys()
+                .chain(mb.keys())
+                .filter(|k| !skip_meta.contains(&k.as_str()))
+                .all(|k| ma.get(k) == mb.get(k));
+        }
+        a.get(key) == b.get(key)
+    };
+    a.keys().chain(b.keys()).filter(|k| !skip.contains(&k.as_str())).all(|k| same_field(k))
 }
 
-/// Everything but metadata and status: a change here bumps `metadata.generation`.
-fn generation_relevant(object: &Value) -> Value {
-    let mut copy = object.clone();
-    if let Some(map) = copy.as_object_mut() {
-        map.remove("metadata");
-        map.remove("status");
+/// Whether a write changed anything but the fields the server owns.
+fn unchanged(new: &Value, current: &Value) -> bool {
+    equal_except(new, current, &[], &["resourceVersion", "managedFields"])
+}
+
+/// Whether anything but metadata and status changed (what bumps `metadata.generation`).
+fn same_generation(new: &Value, current: &Value) -> bool {
+    equal_except(new, current, &["metadata", "status"], &[])
+}
+
+/// Leaf paths of `after` whose value differs from `before`'s, as [`leaves`] names them, found
+/// by walking both at once and skipping equal subtrees (an update allocates only for changes).
+fn changed_leaves(before: &Value, after: &Value) -> Vec<String> {
+    fn walk(before: Option<&Value>, after: &Value, path: &mut String, out: &mut Vec<String>) {
+        if before == Some(after) {
+            return;
+        }
+        match after {
+            Value::Object(map) if !map.is_empty() => {
+                for (key, child) in map {
+                    let len = path.len();
+                    if !path.is_empty() {
+                        path.push('.');
+                    }
+                    path.push_str(key);
+                    walk(before.and_then(|b| b.get(key)), child, path, out);
+                    path.truncate(len);
+                }
+            }
+            _ => out.push(path.clone()),
+        }
     }
-    copy
+    let mut out = Vec::new();
+    let Some(map) = after.as_object() else { return out };
+    for (key, child) in map {
+        match key.as_str() {
+            "apiVersion" | "kind" => {}
+            "metadata" => {
+                for field in ["labels", "annotations", "ownerReferences", "finalizers"] {
+                    if let Some(value) = child.get(field) {
+                        let mut path = format!("metadata.{field}");
+                        walk(before.pointer(&format!("/metadata/{field}")), value, &mut path, &mut out);
+                    }
+                }
+            }
+            _ => walk(before.get(key), child, &mut key.clone(), &mut out),
+        }
+    }
+    out
 }
 
 impl Store {
@@ -264,37 +336,131 @@ impl Store {
     }
 
     pub fn get(&self, rt: &ResourceType, namespace: &str, name: &str) -> Option<&Value> {
+        self.shared(rt, namespace, name).map(Arc::as_ref)
+    }
+
+    /// The stored object itself, shared (no copy).
+    pub fn shared(&self, rt: &ResourceType, namespace: &str, name: &str) -> Option<&Arc<Value>> {
         self.objects.get(&(*rt, namespace.to_string(), name.to_string()))
+    }
+
+    fn label_entries(object: &Value) -> Vec<String> {
+        object
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object)
+            .map(|labels| labels.iter().filter_map(|(k, v)| Some(format!("{k}={}", v.as_str()?))).collect())
+            .unwrap_or_default()
+    }
+
+    /// Stores an object under its key, keeping the label index in step.
+    fn put(&mut self, key: Key, object: Arc<Value>) {
+        if let Some(old) = self.objects.get(&key) {
+            for label in Self::label_entries(old) {
+                if let Some(set) = self.labels.get_mut(&(key.0, label)) {
+                    set.remove(&(key.1.clone(), key.2.clone()));
+                }
+            }
+        }
+        for label in Self::label_entries(&object) {
+            self.labels.entry((key.0, label)).or_default().insert((key.1.clone(), key.2.clone()));
+        }
+        self.objects.insert(key, object);
+    }
+
+    /// Removes an object, keeping the label index in step.
+    fn take(&mut self, key: &Key) -> Option<Arc<Value>> {
+        let object = self.objects.remove(key)?;
+        for label in Self::label_entries(&object) {
+            let index_key = (key.0, label);
+            if let Some(set) = self.labels.get_mut(&index_key) {
+                set.remove(&(key.1.clone(), key.2.clone()));
+                if set.is_empty() {
+                    self.labels.remove(&index_key);
+                }
+            }
+        }
+        Some(object)
     }
 
     /// Objects of a type, in one namespace or (None) all.
     pub fn list(&self, rt: &ResourceType, namespace: Option<&str>) -> Vec<Value> {
-        self.objects
-            .iter()
-            .filter(|((t, ns, _), _)| t == rt && namespace.is_none_or(|n| n == ns))
-            .map(|(_, v)| v.clone())
-            .collect()
+        self.list_matching(rt, ListQuery { namespace, ..ListQuery::default() }, |_| true).0
     }
 
-    /// Copies of the objects of a type that satisfy `predicate`.
+    /// Copies of the objects of a type that the query selects and `predicate` accepts, in
+    /// (namespace, name) order, one page at a time; the position to continue after when more
+    /// remain. Only matching objects are visited when the selector has an equality requirement
+    /// (through the label index); otherwise only objects of the type (a key range).
     pub fn list_matching(
         &self,
         rt: &ResourceType,
-        namespace: Option<&str>,
+        query: ListQuery<'_>,
         predicate: impl Fn(&Value) -> bool,
-    ) -> Vec<Value> {
-        self.objects
-            .iter()
-            .filter(|((t, ns, _), v)| t == rt && namespace.is_none_or(|n| n == ns) && predicate(v))
-            .map(|(_, v)| v.clone())
-            .collect()
+    ) -> (Vec<Value>, Option<ListPosition>) {
+        let accept = |ns: &str, object: &Value| {
+            query.namespace.is_none_or(|n| n == ns)
+                && query.selector.is_none_or(|s| s.matches(object))
+                && predicate(object)
+        };
+        let limit = if query.limit == 0 { usize::MAX } else { query.limit };
+        let mut items = Vec::new();
+        let (mut last, mut next) = (None, None);
+        // A page ends once one more object would match: the token resumes after the last one
+        // returned.
+        let mut take = |ns: &str, name: &str, object: &Arc<Value>| -> bool {
+            if !accept(ns, object) {
+                return true;
+            }
+            if items.len() == limit {
+                next = last.take();
+                return false;
+            }
+            items.push(Value::clone(object));
+            last = Some((ns.to_string(), name.to_string()));
+            true
+        };
+        let equalities: Vec<(&str, &str)> = query.selector.map(|s| s.equalities().collect()).unwrap_or_default();
+        if equalities.is_empty() {
+            let (ns_from, name_from) = query.after.unwrap_or(("", ""));
+            let start = (*rt, ns_from.to_string(), name_from.to_string());
+            let lower = if query.after.is_some() { Bound::Excluded(start) } else { Bound::Included(start) };
+            for ((t, ns, name), object) in self.objects.range((lower, Bound::Unbounded)) {
+                if t != rt || !take(ns, name, object) {
+                    break;
+                }
+            }
+            return (items, next);
+        }
+        // The smallest set of objects carrying one of the required labels; a label nobody
+        // carries means nothing matches.
+        let mut smallest: Option<&BTreeSet<ListPosition>> = None;
+        for (k, v) in &equalities {
+            match self.labels.get(&(*rt, format!("{k}={v}"))) {
+                None => return (Vec::new(), None),
+                Some(set) if smallest.is_none_or(|s| set.len() < s.len()) => smallest = Some(set),
+                Some(_) => {}
+            }
+        }
+        let start = match query.after {
+            Some((ns, name)) => Bound::Excluded((ns.to_string(), name.to_string())),
+            None => Bound::Unbounded,
+        };
+        for (ns, name) in smallest.into_iter().flat_map(|set| set.range((start.clone(), Bound::Unbounded))) {
+            let Some(object) = self.objects.get(&(*rt, ns.clone(), name.clone())) else { continue };
+            if !take(ns, name, object) {
+                break;
+            }
+        }
+        (items, next)
     }
 
     /// How many objects of a type satisfy `predicate`.
     pub fn count(&self, rt: &ResourceType, namespace: Option<&str>, predicate: impl Fn(&Value) -> bool) -> usize {
+        let start = (*rt, String::new(), String::new());
         self.objects
-            .iter()
-            .filter(|((t, ns, _), v)| t == rt && namespace.is_none_or(|n| n == ns) && predicate(v))
+            .range(start..)
+            .take_while(|((t, _, _), _)| t == rt)
+            .filter(|((_, ns, _), v)| namespace.is_none_or(|n| n == ns) && predicate(v))
             .count()
     }
 
@@ -304,7 +470,7 @@ impl Store {
         self.log[start..].iter().filter(|c| c.resource == *rt).cloned().collect()
     }
 
-    fn record(&mut self, rt: ResourceType, event: EventType, object: Value) -> Change {
+    fn record(&mut self, rt: ResourceType, event: EventType, object: Arc<Value>) -> Change {
         let change = Change { resource_version: self.resource_version, resource: rt, event, object };
         self.log.push(change.clone());
         change
@@ -322,7 +488,7 @@ impl Store {
         namespace: &str,
         mut object: Value,
         manager: &str,
-    ) -> Result<(Value, Vec<Change>), ApiError> {
+    ) -> Result<(Arc<Value>, Vec<Change>), ApiError> {
         if !object.is_object() {
             return Err(ApiError::new(400, "BadRequest", "the request body must be a JSON object"));
         }
@@ -364,9 +530,10 @@ impl Store {
         meta.insert("creationTimestamp".into(), json!(k8s_openapi::jiff::Timestamp::now().to_string()));
         meta.remove("deletionTimestamp");
         let key = (rt, namespace.to_string(), name);
-        self.objects.insert(key.clone(), object.clone());
+        let object = Arc::new(object);
+        self.put(key.clone(), Arc::clone(&object));
         self.take_ownership(&key, &Value::Null, &object, manager);
-        let change = self.record(rt, EventType::Added, object.clone());
+        let change = self.record(rt, EventType::Added, Arc::clone(&object));
         Ok((object, vec![change]))
     }
 
@@ -378,10 +545,10 @@ impl Store {
         name: &str,
         mut new: Value,
         write: &Write<'_>,
-    ) -> Result<(Value, Vec<Change>), ApiError> {
+    ) -> Result<(Arc<Value>, Vec<Change>), ApiError> {
         let Write { expected_version, status_only, manager } = *write;
         let key = (rt, namespace.to_string(), name.to_string());
-        let current = self.objects.get(&key).cloned().ok_or_else(|| ApiError::not_found(&rt, name))?;
+        let current = Arc::clone(self.objects.get(&key).ok_or_else(|| ApiError::not_found(&rt, name))?);
         let current_version = current.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or_default();
         if let Some(expected) = expected_version.filter(|v| !v.is_empty())
             && expected != current_version
@@ -402,7 +569,7 @@ impl Store {
         if status_only {
             // /status changes status alone.
             let status = new.get("status").cloned();
-            new = current.clone();
+            new = Value::clone(&current);
             match status {
                 Some(status) => new["status"] = status,
                 None => {
@@ -421,35 +588,41 @@ impl Store {
         new["apiVersion"] = json!(rt.api_version());
         new["kind"] = json!(rt.kind);
         {
-            let current_meta = current["metadata"].as_object().cloned().unwrap_or_default();
+            let current_meta = current.get("metadata").and_then(Value::as_object);
             let meta = metadata(&mut new);
             for field in ["name", "namespace", "uid", "creationTimestamp", "generation", "resourceVersion"] {
-                match current_meta.get(field) {
+                match current_meta.and_then(|m| m.get(field)) {
                     Some(value) => meta.insert(field.into(), value.clone()),
                     None => meta.remove(field),
                 };
             }
         }
-        if generation_relevant(&new) != generation_relevant(&current) {
+        if !same_generation(&new, &current) {
             let generation = current.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1) + 1;
             metadata(&mut new).insert("generation".into(), json!(generation));
         }
-        if comparable(&new) == comparable(&current) {
+        if unchanged(&new, &current) {
             return Ok((current, Vec::new()));
         }
         let version = self.next_version();
         metadata(&mut new).insert("resourceVersion".into(), json!(version.to_string()));
         self.take_ownership(&key, &current, &new, manager);
-        self.objects.insert(key, new.clone());
-        let change = self.record(rt, EventType::Modified, new.clone());
+        let new = Arc::new(new);
+        self.put(key, Arc::clone(&new));
+        let change = self.record(rt, EventType::Modified, Arc::clone(&new));
         Ok((new, vec![change]))
     }
 
     /// DELETE, then the garbage collector: objects owned (by uid) by a deleted object go too.
-    pub fn delete(&mut self, rt: ResourceType, namespace: &str, name: &str) -> Result<(Value, Vec<Change>), ApiError> {
+    pub fn delete(
+        &mut self,
+        rt: ResourceType,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(Arc<Value>, Vec<Change>), ApiError> {
         let key = (rt, namespace.to_string(), name.to_string());
-        let removed = self.objects.remove(&key).ok_or_else(|| ApiError::not_found(&rt, name))?;
-        let mut changes = vec![self.deleted(rt, removed.clone())];
+        let removed = self.take(&key).ok_or_else(|| ApiError::not_found(&rt, name))?;
+        let mut changes = vec![self.deleted(rt, Arc::clone(&removed))];
         let mut pending: Vec<String> =
             removed.pointer("/metadata/uid").and_then(Value::as_str).map(str::to_string).into_iter().collect();
         while let Some(owner_uid) = pending.pop() {
@@ -465,7 +638,7 @@ impl Store {
                 .map(|(k, _)| k.clone())
                 .collect();
             for key in owned {
-                if let Some(object) = self.objects.remove(&key) {
+                if let Some(object) = self.take(&key) {
                     if let Some(uid) = object.pointer("/metadata/uid").and_then(Value::as_str) {
                         pending.push(uid.to_string());
                     }
@@ -478,12 +651,13 @@ impl Store {
 
     /// The leaves `manager` changed become its own.
     fn take_ownership(&mut self, key: &Key, before: &Value, after: &Value, manager: &str) {
-        let before = leaves(before);
+        let changed = changed_leaves(before, after);
+        if changed.is_empty() {
+            return;
+        }
         let owners = self.owners.entry(key.clone()).or_default();
-        for (path, value) in leaves(after) {
-            if before.get(&path) != Some(&value) {
-                owners.insert(path, manager.to_string());
-            }
+        for path in changed {
+            owners.insert(path, manager.to_string());
         }
     }
 
@@ -509,7 +683,8 @@ impl Store {
             .collect()
     }
 
-    fn deleted(&mut self, rt: ResourceType, mut object: Value) -> Change {
+    fn deleted(&mut self, rt: ResourceType, object: Arc<Value>) -> Change {
+        let mut object = Arc::unwrap_or_clone(object);
         self.owners.remove(&(
             rt,
             object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or_default().to_string(),
@@ -517,6 +692,72 @@ impl Store {
         ));
         let version = self.next_version();
         metadata(&mut object).insert("resourceVersion".into(), json!(version.to_string()));
-        self.record(rt, EventType::Deleted, object)
+        self.record(rt, EventType::Deleted, Arc::new(object))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Small JSON objects over a few shared keys, so that two of them overlap a lot.
+    fn object() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![Just(Value::Null), any::<bool>().prop_map(Value::from), (0..4i64).prop_map(Value::from)];
+        let value = leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..3).prop_map(Value::from),
+                proptest::collection::btree_map(prop_oneof![Just("a"), Just("b"), Just("c")], inner, 0..3)
+                    .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())),
+            ]
+        });
+        let top = prop_oneof![Just("spec"), Just("status"), Just("kind"), Just("metadata")];
+        let meta = prop_oneof![Just("labels"), Just("annotations"), Just("name"), Just("finalizers")];
+        (proptest::collection::btree_map(top, value.clone(), 0..4), proptest::collection::btree_map(meta, value, 0..3))
+            .prop_map(|(top, meta)| {
+                let mut object: Map<String, Value> = top.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+                object.insert(
+                    "metadata".into(),
+                    Value::Object(meta.into_iter().map(|(k, v)| (k.to_string(), v)).collect()),
+                );
+                Value::Object(object)
+            })
+    }
+
+    proptest! {
+        /// The walk that skips equal subtrees names exactly the leaves whose value changed.
+        #[test]
+        fn changed_leaves_are_the_leaves_that_differ(before in object(), after in object()) {
+            let old = leaves(&before);
+            let mut expected: Vec<String> =
+                leaves(&after).into_iter().filter(|(path, value)| old.get(path) != Some(value)).map(|(p, _)| p).collect();
+            let mut found = changed_leaves(&before, &after);
+            expected.sort();
+            found.sort();
+            prop_assert_eq!(found, expected);
+        }
+
+        /// Comparing in place agrees with comparing copies stripped of the ignored fields.
+        #[test]
+        fn in_place_comparisons_agree_with_stripped_copies(a in object(), b in object()) {
+            let strip = |v: &Value, top: &[&str], meta: &[&str]| {
+                let mut v = v.clone();
+                if let Some(map) = v.as_object_mut() {
+                    for key in top {
+                        map.remove(*key);
+                    }
+                    if let Some(m) = map.get_mut("metadata").and_then(Value::as_object_mut) {
+                        for key in meta {
+                            m.remove(*key);
+                        }
+                    }
+                }
+                v
+            };
+            prop_assert_eq!(same_generation(&a, &b), strip(&a, &["metadata", "status"], &[]) == strip(&b, &["metadata", "status"], &[]));
+            let meta = ["name", "labels"];
+            prop_assert_eq!(equal_except(&a, &b, &[], &meta), strip(&a, &[], &meta) == strip(&b, &[], &meta));
+        }
     }
 }
