@@ -44,6 +44,9 @@ pub(crate) struct OperatorArgs {
     /// Address of `/healthz` and `/readyz`.
     #[arg(long, default_value = "0.0.0.0:8081")]
     health_addr: SocketAddr,
+    /// Reconciliations in flight at once.
+    #[arg(long, default_value_t = controller::DEFAULT_MAX_CONCURRENT_RECONCILES, value_parser = clap::value_parser!(u16).range(1..))]
+    max_concurrent_reconciles: u16,
     /// Elect a leader through a Lease; only the leader reconciles.
     #[arg(long)]
     leader_elect: bool,
@@ -88,7 +91,9 @@ async fn operate(args: &OperatorArgs) -> Result<(), String> {
     let source = ClusterSource::new(client.clone(), Arc::new(hub), args.hub_endpoint.clone());
     let metrics = Metrics::default();
     let options = RenderOptions { runtime_image: args.runtime_image.clone() };
-    let context = Arc::new(Context::new(client.clone(), source.clone(), options, metrics.clone()));
+    let mut context = Context::new(client.clone(), source.clone(), options, metrics.clone());
+    context.max_concurrent_reconciles = args.max_concurrent_reconciles;
+    let context = Arc::new(context);
     let scope = scope(&args.namespace);
 
     let (stop_tx, stop) = watch::channel(false);

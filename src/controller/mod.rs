@@ -37,6 +37,9 @@ const USER_ERROR_REQUEUE: Duration = Duration::from_secs(300);
 const RESYNC: Duration = Duration::from_secs(600);
 /// Re-check while a rollout waits for pods.
 const ROLLOUT_REQUEUE: Duration = Duration::from_secs(15);
+/// Reconciliations in flight at once: each holds its rendered objects and an API connection,
+/// so an unbounded burst (every resource at start-up) costs memory and connections for nothing.
+pub const DEFAULT_MAX_CONCURRENT_RECONCILES: u16 = 32;
 
 /// What can go wrong in a reconciliation.
 #[derive(Debug, thiserror::Error)]
@@ -71,6 +74,8 @@ pub struct Context {
     pub recorder: Recorder,
     pub options: RenderOptions,
     pub metrics: Metrics,
+    /// Reconciliations in flight at once.
+    pub max_concurrent_reconciles: u16,
     failures: Mutex<HashMap<ObjectRef<InferenceDeployment>, u32>>,
 }
 
@@ -79,7 +84,15 @@ impl Context {
     pub fn new(client: kube::Client, source: ClusterSource, options: RenderOptions, metrics: Metrics) -> Self {
         let reporter = Reporter { controller: "kvpilot".into(), instance: std::env::var("POD_NAME").ok() };
         let recorder = Recorder::new(client.clone(), reporter);
-        Self { client, source, recorder, options, metrics, failures: Mutex::new(HashMap::new()) }
+        Self {
+            client,
+            source,
+            recorder,
+            options,
+            metrics,
+            max_concurrent_reconciles: DEFAULT_MAX_CONCURRENT_RECONCILES,
+            failures: Mutex::new(HashMap::new()),
+        }
     }
 
     fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef<InferenceDeployment>, u32>> {
@@ -114,7 +127,8 @@ pub async fn run(
 ) {
     let client = context.client.clone();
     let deployments: Api<InferenceDeployment> = api(&client, &scope);
-    let controller = Controller::new(deployments, watcher::Config::default().any_semantic());
+    let controller = Controller::new(deployments, watcher::Config::default().any_semantic())
+        .with_config(kube::runtime::controller::Config::default().concurrency(context.max_concurrent_reconciles));
     let store = controller.store();
     controller
         .owns(
