@@ -448,3 +448,31 @@ async fn an_operator_restart_mid_rollout_converges() {
     assert_ne!(revisions(&pods_of(&server, "llama-3-1-8b")), before);
     restarted.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_rollout_is_named_in_progressing_and_warned_about_once() {
+    let (server, _kubelet, operator) = cluster(Duration::from_millis(20));
+    let mut object = example("llama-3.1-8b-full.yaml");
+    set(&mut object, "/spec/decode/rollout", json!({"maxUnavailable": "half", "maxSurge": 0}));
+    create(&server, &object).await;
+    let name = object["metadata"]["name"].as_str().unwrap().to_string();
+    eventually("Progressing names the rollout problem", Duration::from_secs(20), || async {
+        let progressing = condition(&server, &name, "Progressing").ok_or("no Progressing condition")?;
+        let message = progressing["message"].as_str().unwrap_or_default();
+        if progressing["reason"] != "InvalidRollout" || !message.contains("spec.decode.rollout") {
+            return Err(format!("{progressing}"));
+        }
+        Ok(())
+    })
+    .await;
+    let progressing = condition(&server, &name, "Progressing").unwrap();
+    assert!(progressing["message"].as_str().unwrap().contains("maxUnavailable 1, maxSurge 0"), "{progressing}");
+    // More reconciles (a scale change, pods turning ready) must not repeat the warning.
+    patch_spec(&server, &name, json!({"decode": {"replicas": 2}})).await;
+    ready(&server, &name, 2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let warnings = events_with_reason(&server, "InvalidRollout");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0]["series"].is_null(), "warned more than once: {}", warnings[0]);
+    operator.stop().await;
+}

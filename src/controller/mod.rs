@@ -226,7 +226,7 @@ async fn reconcile_inner(resource: &InferenceDeployment, context: &Context) -> R
     let source = source_description(resource);
     if assessment.verdict.outcome == Outcome::Rejected {
         // Nothing is created or changed; pods that run keep running.
-        let decided = status::resolved(&assessment, &source, resource.spec.decode.replicas, Default::default());
+        let decided = status::resolved(&assessment, &source, resource.spec.decode.replicas, Default::default(), None);
         let reason = decided[1].reason.clone();
         write_status(&deployments, resource, &decided, Some(&assessment), None).await?;
         warn_on_transition(context, resource, previous, &reason, &decided[1].message).await;
@@ -251,16 +251,12 @@ async fn reconcile_inner(resource: &InferenceDeployment, context: &Context) -> R
     let pods: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
     let observed = observe_pods(&pods, &desired).await?;
     let rollout_spec = &resource.spec.decode.rollout;
-    let (max_unavailable, max_surge) = match (
+    let (max_unavailable, max_surge, rollout_problem) = match (
         resolve_int_or_percent(&rollout_spec.max_unavailable, desired.replicas, false),
         resolve_int_or_percent(&rollout_spec.max_surge, desired.replicas, true),
     ) {
-        (Ok(u), Ok(s)) => (u, s),
-        (Err(e), _) | (_, Err(e)) => {
-            let message = format!("spec.decode.rollout: {e}");
-            warn_on_transition(context, resource, previous, "InvalidRollout", &message).await;
-            (1, 0)
-        }
+        (Ok(u), Ok(s)) => (u, s, None),
+        (Err(e), _) | (_, Err(e)) => (1, 0, Some(format!("spec.decode.rollout: {e}"))),
     };
     let plan = rollout::plan(&observed, &desired.revision, desired.replicas, max_unavailable, max_surge);
     for ordinal in &plan.create {
@@ -282,7 +278,7 @@ async fn reconcile_inner(resource: &InferenceDeployment, context: &Context) -> R
     }
 
     let counts = count_after(&observed, &plan, &desired.revision);
-    let decided = status::resolved(&assessment, &source, desired.replicas, counts);
+    let decided = status::resolved(&assessment, &source, desired.replicas, counts, rollout_problem.as_deref());
     let decode = DecodeStatus {
         replicas: counts.total,
         ready_replicas: counts.ready_updated,
@@ -290,6 +286,12 @@ async fn reconcile_inner(resource: &InferenceDeployment, context: &Context) -> R
         selector: desired.selector.clone(),
     };
     write_status(&deployments, resource, &decided, Some(&assessment), Some(decode)).await?;
+    if let Some(problem) = &rollout_problem {
+        let already = previous.is_some_and(|s| s.conditions.iter().any(|c| c.reason == "InvalidRollout"));
+        if !already {
+            publish(context, resource, EventType::Warning, "InvalidRollout", problem, "Reconcile").await;
+        }
+    }
     publish_rewrites(context, resource, previous, &assessment).await;
     let settled = plan.create.is_empty() && plan.delete.is_empty() && decided[2].status == "True";
     Ok(Action::requeue(if settled { RESYNC } else { ROLLOUT_REQUEUE }))

@@ -90,7 +90,15 @@ pub struct PodCounts {
 }
 
 /// Conditions for a resolved model: settings verdict, readiness and rollout progress.
-pub fn resolved(assessment: &Assessment, source: &str, desired: i32, counts: PodCounts) -> Vec<Decided> {
+/// `rollout_problem` names an unusable `spec.decode.rollout`; Progressing carries it (reason
+/// `InvalidRollout`) for as long as it stands, so the user sees why the defaults are in use.
+pub fn resolved(
+    assessment: &Assessment,
+    source: &str,
+    desired: i32,
+    counts: PodCounts,
+    rollout_problem: Option<&str>,
+) -> Vec<Decided> {
     let layout = &assessment.layout;
     let verdict = &assessment.verdict;
     let model = Decided::new(
@@ -164,15 +172,23 @@ pub fn resolved(assessment: &Assessment, source: &str, desired: i32, counts: Pod
             format!("{}/{desired} decode pods of the current revision ready", counts.ready_updated),
         )
     };
-    let progressing = if done && ready {
-        Decided::new(CONDITION_PROGRESSING, Some(false), "Complete", "the current revision is rolled out")
+    let (rolling, reason, progress) = if done && ready {
+        (false, "Complete", "the current revision is rolled out".to_string())
     } else {
-        Decided::new(
-            CONDITION_PROGRESSING,
-            Some(true),
+        (
+            true,
             "RollingOut",
             format!("{} of {desired} pods at the current revision, {} pods in all", counts.updated, counts.total),
         )
+    };
+    let progressing = match rollout_problem {
+        Some(problem) => Decided::new(
+            CONDITION_PROGRESSING,
+            Some(rolling),
+            "InvalidRollout",
+            format!("{problem}; rolling out with maxUnavailable 1, maxSurge 0; {progress}"),
+        ),
+        None => Decided::new(CONDITION_PROGRESSING, Some(rolling), reason, progress),
     };
     vec![model, settings, ready_condition, progressing]
 }
