@@ -101,3 +101,53 @@ async fn one_replica_leads_and_sigterm_hands_over() {
     second.kill().unwrap();
     let _ = second.wait();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn self_signed_webhook_certificates_are_created_and_trusted_at_start_up() {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use k8s_openapi::api::core::v1::Secret;
+
+    let server = ApiServer::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let serving = server.clone();
+    tokio::spawn(async move { serving.serve_http(listener).await });
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, ApiServer::kubeconfig(addr, "default")).unwrap();
+    let configurations: Api<ValidatingWebhookConfiguration> = Api::all(server.client());
+    let configuration: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+        "metadata": {"name": "kvpilot"},
+        "webhooks": [{"name": "validate.kvpilot.dev", "admissionReviewVersions": ["v1"], "sideEffects": "None",
+                      "clientConfig": {"service": {"name": "kvpilot-webhook", "namespace": "kvpilot-system"}}}]
+    }))
+    .unwrap();
+    configurations.create(&PostParams::default(), &configuration).await.unwrap();
+
+    let tls = dir.path().join("tls");
+    let mut operator = Command::new(env!("CARGO_BIN_EXE_kvpilot"))
+        .args(["operator", "--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0"])
+        .args(["--webhook-addr", "127.0.0.1:0", "--webhook-certs", "self-signed"])
+        .args(["--validating-webhook-configuration", "kvpilot", "--operator-namespace", "kvpilot-system"])
+        .arg("--tls-cert")
+        .arg(tls.join("tls.crt"))
+        .arg("--tls-key")
+        .arg(tls.join("tls.key"))
+        .env("KUBECONFIG", &kubeconfig)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start kvpilot operator");
+    let secrets: Api<Secret> = Api::namespaced(server.client(), "kvpilot-system");
+    wait_for("the webhook Secret and caBundle", Duration::from_secs(20), async || {
+        let secret = secrets.get_opt("kvpilot-webhook-tls").await.ok().flatten();
+        let ca = secret.and_then(|s| s.data?.get("ca.crt").cloned());
+        let bundle =
+            configurations.get("kvpilot").await.ok().and_then(|c| c.webhooks?[0].client_config.ca_bundle.clone());
+        ca.is_some() && bundle == ca && tls.join("tls.crt").exists()
+    })
+    .await;
+    operator.kill().unwrap();
+    let _ = operator.wait();
+}

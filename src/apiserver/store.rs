@@ -34,7 +34,8 @@ impl ResourceType {
     }
 }
 
-/// The types served: what kvpilot, kube-runtime's Recorder and the lease manager use.
+/// The types served: what kvpilot (including its webhook certificate upkeep), kube-runtime's
+/// Recorder and the lease manager use.
 pub const RESOURCES: &[ResourceType] = &[
     ResourceType { group: "", version: "v1", kind: "Pod", plural: "pods", namespaced: true, status_subresource: true },
     ResourceType {
@@ -91,6 +92,22 @@ pub const RESOURCES: &[ResourceType] = &[
         kind: "Lease",
         plural: "leases",
         namespaced: true,
+        status_subresource: false,
+    },
+    ResourceType {
+        group: "admissionregistration.k8s.io",
+        version: "v1",
+        kind: "ValidatingWebhookConfiguration",
+        plural: "validatingwebhookconfigurations",
+        namespaced: false,
+        status_subresource: false,
+    },
+    ResourceType {
+        group: "admissionregistration.k8s.io",
+        version: "v1",
+        kind: "MutatingWebhookConfiguration",
+        plural: "mutatingwebhookconfigurations",
+        namespaced: false,
         status_subresource: false,
     },
     ResourceType {

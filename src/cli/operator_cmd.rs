@@ -20,6 +20,7 @@ use crate::controller::metrics::Metrics;
 use crate::controller::{self, Context, Scope};
 use crate::source::{ClusterSource, DEFAULT_HUB_ENDPOINT, HubClient};
 use crate::webhook::WebhookState;
+use crate::webhook::certs::{self, SelfSigned};
 
 /// The Lease that elects the leader.
 const LEASE_NAME: &str = "kvpilot-operator";
@@ -50,17 +51,44 @@ pub(crate) struct OperatorArgs {
     /// Elect a leader through a Lease; only the leader reconciles.
     #[arg(long)]
     leader_elect: bool,
-    /// Namespace of the leader-election Lease.
-    #[arg(long, env = "POD_NAMESPACE", default_value = "kvpilot-system")]
-    lease_namespace: String,
+    /// The operator's own namespace: where its leader-election Lease and its self-signed
+    /// webhook Secret live.
+    #[arg(long, alias = "lease-namespace", env = "POD_NAMESPACE", default_value = "kvpilot-system")]
+    operator_namespace: String,
     /// Also serve the admission webhook on this address (HTTPS).
     #[arg(long)]
     webhook_addr: Option<SocketAddr>,
     #[command(flatten)]
     tls: WebhookTlsArgs,
+    /// Where the webhook's certificate comes from: `files` mounted by something else
+    /// (cert-manager), or `self-signed`: kvpilot keeps a CA and certificate in a Secret, writes
+    /// them to --tls-cert/--tls-key, and sets the caBundle of the webhook configurations.
+    #[arg(long, value_enum, default_value_t = WebhookCerts::Files)]
+    webhook_certs: WebhookCerts,
+    /// self-signed: the Secret holding the CA and the serving certificate.
+    #[arg(long, default_value = "kvpilot-webhook-tls")]
+    webhook_secret: String,
+    /// self-signed: the webhook Service the certificate is for.
+    #[arg(long, default_value = "kvpilot-webhook")]
+    webhook_service: String,
+    /// self-signed: the ValidatingWebhookConfiguration whose caBundle kvpilot keeps.
+    #[arg(long)]
+    validating_webhook_configuration: Option<String>,
+    /// self-signed: the MutatingWebhookConfiguration whose caBundle kvpilot keeps.
+    #[arg(long)]
+    mutating_webhook_configuration: Option<String>,
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+}
+
+/// Where the webhook certificate comes from.
+#[derive(Clone, Copy, Debug, clap::ValueEnum, PartialEq, Eq)]
+enum WebhookCerts {
+    /// Files mounted into the pod (cert-manager, or a Secret managed elsewhere).
+    Files,
+    /// Generated and kept by kvpilot itself.
+    SelfSigned,
 }
 
 fn scope(namespace: &str) -> Scope {
@@ -119,6 +147,24 @@ async fn operate(args: &OperatorArgs) -> Result<(), String> {
         tokio::spawn(serve_http(args.health_addr, health_app, stop.clone())),
     ];
     if let Some(addr) = args.webhook_addr {
+        if args.webhook_certs == WebhookCerts::SelfSigned {
+            let certs = SelfSigned {
+                namespace: args.operator_namespace.clone(),
+                secret: args.webhook_secret.clone(),
+                service: args.webhook_service.clone(),
+                validating: args.validating_webhook_configuration.clone(),
+                mutating: args.mutating_webhook_configuration.clone(),
+                cert_path: args.tls.tls_cert.clone(),
+                key_path: args.tls.tls_key.clone(),
+            };
+            certs::reconcile(&client, &certs).await.map_err(|e| format!("webhook certificate: {e}"))?;
+            let upkeep = certs::maintain(client.clone(), certs);
+            let mut stop = stop.clone();
+            tokio::spawn(async move {
+                let _ = stop.wait_for(|s| *s).await;
+                upkeep.abort();
+            });
+        }
         let tls = args.tls.clone();
         let mut webhook_stop = stop.clone();
         tokio::spawn(async move {
@@ -140,7 +186,7 @@ async fn operate(args: &OperatorArgs) -> Result<(), String> {
         controller::run(context, scope, stopped(stop.clone())).await;
     } else {
         let manager = LeaseManagerBuilder::new(client, LEASE_NAME)
-            .with_namespace(&args.lease_namespace)
+            .with_namespace(&args.operator_namespace)
             .with_identity(identity())
             .with_duration(15)
             .with_grace(5)

@@ -2,6 +2,7 @@
 //! HTTPS only, with certificates reloaded from disk as they rotate.
 
 pub mod admission;
+pub mod certs;
 pub mod tls;
 
 use std::future::Future;
