@@ -1,0 +1,293 @@
+//! The Helm chart with a real `helm` (v4.1.4, pinned) and `kubernetes-validate --strict` for
+//! Kubernetes 1.33, for every values file in `charts/kvpilot/ci/`: lint, render, validate, and
+//! check what the rendering grants and runs. `bash scripts/install-test-tools.sh` installs the
+//! tools (`bash scripts/test.sh` runs it first).
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+const CHART: &str = "charts/kvpilot";
+const RELEASE_NAMESPACE: &str = "kvpilot-system";
+/// Kinds without a schema in kubernetes-validate (third-party CRDs); checked structurally here.
+const THIRD_PARTY_KINDS: &[&str] = &["Certificate", "Issuer", "ServiceMonitor"];
+
+fn repo(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn tool(name: &str) -> PathBuf {
+    let dir = std::env::var_os("KVPILOT_TOOLS")
+        .map(|d| PathBuf::from(d).join("bin"))
+        .unwrap_or_else(|| repo("target/test-tools/bin"));
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `bash scripts/install-test-tools.sh` (`bash scripts/test.sh` does it first)",
+        path.display()
+    );
+    path
+}
+
+fn run(program: &Path, args: &[&str]) -> Output {
+    Command::new(program).args(args).current_dir(repo("")).output().expect("run tool")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn values_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo(&format!("{CHART}/ci")))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 5, "values files: {files:?}");
+    files
+}
+
+/// `helm template` output, parsed, for a values file and extra `--set`s.
+fn render(values: &Path, sets: &[&str]) -> Result<Vec<Value>, String> {
+    let mut args = vec!["template", "kv", CHART, "--namespace", RELEASE_NAMESPACE, "--include-crds", "-f"];
+    let values = values.to_str().unwrap();
+    args.push(values);
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    let out = run(&tool("helm"), &args);
+    if !out.status.success() {
+        return Err(text(&out.stderr));
+    }
+    Ok(serde_norway::Deserializer::from_str(&text(&out.stdout))
+        .map(|d| Value::deserialize(d).unwrap())
+        .filter(|d| !d.is_null())
+        .collect())
+}
+
+fn of_kind<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    objects.iter().filter(|o| o["kind"] == kind).collect()
+}
+
+fn strings(value: &Value) -> Vec<&str> {
+    value.as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
+}
+
+fn values_of(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap();
+    let value: Value = serde_norway::from_str(&text).unwrap();
+    if value.is_null() { Value::Object(Default::default()) } else { value }
+}
+
+#[test]
+fn every_values_file_lints_renders_and_validates_for_kubernetes_1_33() {
+    let (helm, validate) = (tool("helm"), tool("kubernetes-validate"));
+    let dir = tempfile::tempdir().unwrap();
+    for values in values_files() {
+        let name = values.file_name().unwrap().to_string_lossy().into_owned();
+        let lint = run(&helm, &["lint", CHART, "--strict", "-f", values.to_str().unwrap()]);
+        assert!(lint.status.success(), "{name}: helm lint failed:\n{}{}", text(&lint.stdout), text(&lint.stderr));
+        let objects = render(&values, &[]).unwrap_or_else(|e| panic!("{name}: helm template failed: {e}"));
+        let rendered = dir.path().join(&name);
+        let documents: Vec<String> = objects.iter().map(|o| serde_norway::to_string(o).unwrap()).collect();
+        std::fs::write(&rendered, documents.join("---\n")).unwrap();
+        let out = run(&validate, &["--strict", "-k", "1.33.0", rendered.to_str().unwrap()]);
+        let report = text(&out.stdout) + &text(&out.stderr);
+        assert!(out.status.success(), "{name}: kubernetes-validate failed:\n{report}");
+        for warning in report.lines().filter(|l| l.starts_with("WARN")) {
+            assert!(
+                THIRD_PARTY_KINDS.iter().any(|k| warning.contains(&format!("kind {k} "))),
+                "{name}: unexpected warning: {warning}"
+            );
+        }
+        let validated = report.lines().filter(|l| l.contains(" passed for resource ")).count();
+        let third_party =
+            objects.iter().filter(|o| THIRD_PARTY_KINDS.contains(&o["kind"].as_str().unwrap_or(""))).count();
+        assert_eq!(validated + third_party, objects.len(), "{name}: every object is validated:\n{report}");
+    }
+}
+
+#[test]
+fn rbac_has_no_wildcards_and_grants_the_controller_exactly_what_it_uses() {
+    for values in values_files() {
+        let name = values.file_name().unwrap().to_string_lossy().into_owned();
+        let objects = render(&values, &[]).unwrap();
+        let roles: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole").collect();
+        assert!(!roles.is_empty(), "{name}");
+        for role in &roles {
+            for rule in role["rules"].as_array().unwrap() {
+                for field in ["apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"] {
+                    assert!(!strings(&rule[field]).contains(&"*"), "{name}: wildcard in {role}");
+                }
+                for verb in strings(&rule["verbs"]) {
+                    assert!(!["escalate", "bind", "impersonate"].contains(&verb), "{name}: {verb} in {role}");
+                }
+                let resources = strings(&rule["resources"]);
+                if resources.contains(&"secrets") {
+                    let verbs = strings(&rule["verbs"]);
+                    let in_release_namespace = role["metadata"]["namespace"] == RELEASE_NAMESPACE;
+                    assert!(
+                        verbs == ["get"] || (in_release_namespace && role["kind"] == "Role"),
+                        "{name}: secrets beyond get only in the operator's namespace: {role}"
+                    );
+                    assert!(!verbs.contains(&"list") && !verbs.contains(&"watch"), "{name}: listing secrets: {role}");
+                }
+            }
+        }
+        let values = values_of(&values);
+        let scoped = values["watchNamespace"].as_str().unwrap_or_default();
+        let controller = roles
+            .iter()
+            .find(|r| r["metadata"]["name"].as_str().unwrap().ends_with("-controller"))
+            .unwrap_or_else(|| panic!("{name}: no controller role"));
+        let verbs_on = |resource: &str| -> BTreeSet<&str> {
+            controller["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| strings(&r["resources"]).contains(&resource))
+                .flat_map(|r| strings(&r["verbs"]))
+                .collect()
+        };
+        let set = |v: &[&'static str]| v.iter().copied().collect::<BTreeSet<&str>>();
+        assert_eq!(verbs_on("inferencedeployments"), set(&["get", "list", "watch"]), "{name}: never writes spec");
+        assert_eq!(verbs_on("inferencedeployments/status"), set(&["get", "patch"]), "{name}");
+        assert_eq!(verbs_on("pods"), set(&["get", "list", "watch", "create", "patch", "delete"]), "{name}");
+        assert_eq!(verbs_on("configmaps"), set(&["get", "list", "watch", "create", "patch"]), "{name}");
+        if scoped.is_empty() {
+            assert_eq!(controller["kind"], "ClusterRole", "{name}");
+        } else {
+            assert_eq!(
+                (controller["kind"].as_str(), controller["metadata"]["namespace"].as_str()),
+                (Some("Role"), Some(scoped))
+            );
+            for role in of_kind(&objects, "ClusterRole") {
+                let resources: Vec<&str> =
+                    role["rules"].as_array().unwrap().iter().flat_map(|r| strings(&r["resources"])).collect();
+                assert!(
+                    resources
+                        .iter()
+                        .all(|r| r.starts_with("inferencedeployments") || r.ends_with("webhookconfigurations")),
+                    "{name}: namespace-scoped mode grants {resources:?} cluster-wide"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_container_runs_restricted_and_the_flags_follow_the_values() {
+    let help = text(&Command::new(env!("CARGO_BIN_EXE_kvpilot")).args(["operator", "--help"]).output().unwrap().stdout);
+    for values_file in values_files() {
+        let name = values_file.file_name().unwrap().to_string_lossy().into_owned();
+        let objects = render(&values_file, &[]).unwrap();
+        let values = values_of(&values_file);
+        let deployment = of_kind(&objects, "Deployment")[0];
+        let pod = &deployment["spec"]["template"]["spec"];
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{name}");
+        assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault", "{name}");
+        for container in pod["containers"].as_array().unwrap() {
+            let security = &container["securityContext"];
+            assert_eq!(security["runAsNonRoot"], true, "{name}");
+            assert_eq!(security["allowPrivilegeEscalation"], false, "{name}");
+            assert_eq!(security["readOnlyRootFilesystem"], true, "{name}");
+            assert_eq!(strings(&security["capabilities"]["drop"]), ["ALL"], "{name}");
+            assert_eq!(security["seccompProfile"]["type"], "RuntimeDefault", "{name}");
+            assert!(container["livenessProbe"].is_object() && container["readinessProbe"].is_object(), "{name}");
+        }
+        let args = strings(&pod["containers"][0]["args"]);
+        assert_eq!(args[0], "operator");
+        for flag in args.iter().skip(1) {
+            let flag = flag.split('=').next().unwrap();
+            assert!(
+                help.contains(&format!("{flag} "))
+                    || help.contains(&format!("{flag}\n"))
+                    || help.contains(&format!("{flag} <")),
+                "{name}: the chart passes {flag}, which `kvpilot operator` does not know"
+            );
+        }
+        let replicas = values["replicaCount"].as_i64().unwrap_or(2);
+        assert_eq!(deployment["spec"]["replicas"], replicas, "{name}");
+        assert_eq!(args.contains(&"--leader-elect"), replicas > 1, "{name}: leader election iff replicas > 1");
+        let webhook = values["webhook"]["enabled"].as_bool().unwrap_or(true);
+        let mode = values["webhook"]["certificates"]["mode"].as_str().unwrap_or("self-signed");
+        assert_eq!(args.iter().any(|a| a.starts_with("--webhook-addr")), webhook, "{name}");
+        assert_eq!(args.contains(&"--webhook-certs=self-signed"), webhook && mode == "self-signed", "{name}");
+        let pdb = of_kind(&objects, "PodDisruptionBudget");
+        assert_eq!(pdb.len(), usize::from(replicas > 1), "{name}: a PDB iff more than one replica");
+        let configurations = of_kind(&objects, "ValidatingWebhookConfiguration");
+        assert_eq!(configurations.len(), usize::from(webhook), "{name}");
+        if webhook {
+            let configuration = configurations[0];
+            let expected_policy = values["webhook"]["failurePolicy"].as_str().unwrap_or("Fail");
+            assert_eq!(configuration["webhooks"][0]["failurePolicy"], expected_policy, "{name}");
+            // The webhook Service reaches the pods' webhook port.
+            let service_name = configuration["webhooks"][0]["clientConfig"]["service"]["name"].as_str().unwrap();
+            let service =
+                of_kind(&objects, "Service").into_iter().find(|s| s["metadata"]["name"] == service_name).unwrap();
+            let labels = &deployment["spec"]["template"]["metadata"]["labels"];
+            for (key, value) in service["spec"]["selector"].as_object().unwrap() {
+                assert_eq!(&labels[key], value, "{name}: the webhook Service selects the operator pods");
+            }
+            assert_eq!(service["spec"]["ports"][0]["targetPort"], "webhook");
+            if mode == "cert-manager" {
+                let certificate = of_kind(&objects, "Certificate")[0];
+                let inject =
+                    configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].as_str().unwrap();
+                assert_eq!(
+                    inject,
+                    format!(
+                        "{}/{}",
+                        certificate["metadata"]["namespace"].as_str().unwrap(),
+                        certificate["metadata"]["name"].as_str().unwrap()
+                    )
+                );
+                let mounted = pod["volumes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|v| v["secret"]["secretName"] == certificate["spec"]["secretName"]);
+                assert!(mounted, "{name}: the certificate's Secret is mounted");
+                assert!(
+                    strings(&certificate["spec"]["dnsNames"])
+                        .contains(&format!("{service_name}.{RELEASE_NAMESPACE}.svc").as_str())
+                );
+            } else {
+                assert!(configuration["metadata"]["annotations"].is_null(), "{name}: no cert-manager injection");
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_values_fail_at_install_naming_the_value() {
+    let defaults = repo(&format!("{CHART}/ci/default-values.yaml"));
+    for (set, expected) in [
+        ("webhook.failurePolicy=Sometimes", "failurePolicy"),
+        ("replicaCount=0", "replicaCount"),
+        ("webhook.certificates.mode=vault", "mode"),
+        ("logFormat=xml", "logFormat"),
+        ("watchNamespace=Not_A_Namespace", "watchNamespace"),
+        ("replicaCuont=3", "replicaCuont"),
+    ] {
+        let error = render(&defaults, &[set]).expect_err(set);
+        assert!(error.contains(expected), "--set {set}: {error}");
+    }
+}
+
+#[test]
+fn the_chart_versions_follow_the_crate() {
+    let chart: Value =
+        serde_norway::from_str(&std::fs::read_to_string(repo(&format!("{CHART}/Chart.yaml"))).unwrap()).unwrap();
+    assert_eq!(chart["appVersion"], env!("CARGO_PKG_VERSION"));
+    let objects = render(&repo(&format!("{CHART}/ci/default-values.yaml")), &[]).unwrap();
+    let image =
+        of_kind(&objects, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["image"].as_str().unwrap();
+    assert_eq!(image, format!("kvpilot/kvpilot:{}", env!("CARGO_PKG_VERSION")));
+    let crds = of_kind(&objects, "CustomResourceDefinition");
+    assert_eq!(crds.len(), 1, "the chart carries the CRD");
+}
