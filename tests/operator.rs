@@ -36,6 +36,19 @@ async fn wait_for(what: &str, timeout: Duration, mut check: impl AsyncFnMut() ->
     panic!("{what} did not happen within {timeout:?}");
 }
 
+/// The in-process API server over HTTP on loopback, and a kubeconfig (in `dir`) pointing at it.
+async fn serve_on_loopback() -> (ApiServer, tempfile::TempDir, PathBuf) {
+    let server = ApiServer::new();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let serving = server.clone();
+    tokio::spawn(async move { serving.serve_http(listener).await });
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, ApiServer::kubeconfig(addr, "default")).unwrap();
+    (server, dir, kubeconfig)
+}
+
 fn ready_pods(server: &ApiServer, name: &str) -> usize {
     server
         .list("", "v1", "pods", Some("default"))
@@ -51,14 +64,7 @@ fn ready_pods(server: &ApiServer, name: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_replica_leads_and_sigterm_hands_over() {
-    let server = ApiServer::new();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let serving = server.clone();
-    tokio::spawn(async move { serving.serve_http(listener).await });
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, ApiServer::kubeconfig(addr, "default")).unwrap();
+    let (server, _dir, kubeconfig) = serve_on_loopback().await;
     let _kubelet = kubelet::spawn(server.client(), "app.kubernetes.io/name=kvpilot-decode", Duration::from_millis(20));
 
     let mut first = spawn_operator(&kubeconfig, "replica-a");
@@ -107,14 +113,7 @@ async fn self_signed_webhook_certificates_are_created_and_trusted_at_start_up() 
     use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
     use k8s_openapi::api::core::v1::Secret;
 
-    let server = ApiServer::new();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let serving = server.clone();
-    tokio::spawn(async move { serving.serve_http(listener).await });
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, ApiServer::kubeconfig(addr, "default")).unwrap();
+    let (server, dir, kubeconfig) = serve_on_loopback().await;
     let configurations: Api<ValidatingWebhookConfiguration> = Api::all(server.client());
     let configuration: ValidatingWebhookConfiguration = serde_json::from_value(json!({
         "metadata": {"name": "kvpilot"},

@@ -62,6 +62,17 @@ async fn ca_bundles(client: &kube::Client) -> Vec<Option<String>> {
         .collect()
 }
 
+/// An API server holding the webhook configurations, a client, and certificate settings whose
+/// files go to the returned directory.
+async fn cluster() -> (ApiServer, kube::Client, tempfile::TempDir, SelfSigned) {
+    let server = ApiServer::new();
+    let client = server.client();
+    configurations(&client).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    (server, client, dir, config)
+}
+
 fn secret_version(server: &ApiServer) -> String {
     let secret = server.get("", "v1", "secrets", NS, "kvpilot-webhook-tls").unwrap();
     secret["metadata"]["resourceVersion"].as_str().unwrap().to_string()
@@ -69,11 +80,7 @@ fn secret_version(server: &ApiServer) -> String {
 
 #[tokio::test]
 async fn the_served_certificate_chains_to_the_ca_set_in_every_ca_bundle() {
-    let server = ApiServer::new();
-    let client = server.client();
-    configurations(&client).await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path());
+    let (_server, client, _dir, config) = cluster().await;
     let bundle = certs::reconcile(&client, &config).await.unwrap();
     let expected = Some(BASE64.encode(&bundle.ca_pem));
     assert_eq!(ca_bundles(&client).await, vec![expected.clone(), expected.clone(), expected]);
@@ -129,11 +136,7 @@ async fn replicas_racing_at_start_up_share_one_secret() {
 
 #[tokio::test]
 async fn certificates_are_renewed_before_they_expire_and_when_the_service_changes() {
-    let server = ApiServer::new();
-    let client = server.client();
-    configurations(&client).await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path());
+    let (_server, client, _dir, config) = cluster().await;
     let now = Timestamp::now();
     let first = certs::ensure_secret(&client, &config, now).await.unwrap();
     let still_fine = now + SignedDuration::from_hours(300 * 24);
@@ -166,11 +169,7 @@ async fn certificates_are_renewed_before_they_expire_and_when_the_service_change
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ca_bundle_emptied_by_an_upgrade_is_restored() {
-    let server = ApiServer::new();
-    let client = server.client();
-    configurations(&client).await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = config(dir.path());
+    let (_server, client, _dir, config) = cluster().await;
     let bundle = certs::reconcile(&client, &config).await.unwrap();
     let upkeep = certs::maintain(client.clone(), config);
     // `helm upgrade` re-applies the configuration as rendered, without a caBundle.
