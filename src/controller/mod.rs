@@ -7,7 +7,7 @@ pub mod metrics;
 pub mod rollout;
 pub mod status;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -77,6 +77,9 @@ pub struct Context {
     /// Reconciliations in flight at once.
     pub max_concurrent_reconciles: u16,
     failures: Mutex<HashMap<ObjectRef<InferenceDeployment>, u32>>,
+    /// Events standing for each resource as of its last reconcile, so that a reconcile starting
+    /// from a cached status older than its own last write does not announce them again.
+    announced: Mutex<HashMap<ObjectRef<InferenceDeployment>, BTreeSet<String>>>,
 }
 
 impl Context {
@@ -92,6 +95,7 @@ impl Context {
             metrics,
             max_concurrent_reconciles: DEFAULT_MAX_CONCURRENT_RECONCILES,
             failures: Mutex::new(HashMap::new()),
+            announced: Mutex::new(HashMap::new()),
         }
     }
 
@@ -209,7 +213,7 @@ async fn reconcile_inner(resource: &InferenceDeployment, context: &Context) -> R
         Err(e) => {
             let decided = status::unresolved(e.reason(), &e.to_string());
             write_status(&deployments, resource, &decided, None, None).await?;
-            warn_on_transition(context, resource, previous, e.reason(), &e.to_string()).await;
+            announce(context, resource, vec![Announcement::warning(previous, e.reason(), &e.to_string())]).await;
             return Err(Error::Source(e));
         }
     };
@@ -219,7 +223,7 @@ async fn reconcile_inner(resource: &InferenceDeployment, context: &Context) -> R
             let message = format!("the model config.json is not a model config: {e}");
             write_status(&deployments, resource, &status::unresolved("InvalidModelConfig", &message), None, None)
                 .await?;
-            warn_on_transition(context, resource, previous, "InvalidModelConfig", &message).await;
+            announce(context, resource, vec![Announcement::warning(previous, "InvalidModelConfig", &message)]).await;
             return Ok(Action::requeue(USER_ERROR_REQUEUE));
         }
     };
@@ -229,7 +233,7 @@ async fn reconcile_inner(resource: &InferenceDeployment, context: &Context) -> R
         let decided = status::resolved(&assessment, &source, resource.spec.decode.replicas, Default::default(), None);
         let reason = decided[1].reason.clone();
         write_status(&deployments, resource, &decided, Some(&assessment), None).await?;
-        warn_on_transition(context, resource, previous, &reason, &decided[1].message).await;
+        announce(context, resource, vec![Announcement::warning(previous, &reason, &decided[1].message)]).await;
         return Ok(Action::requeue(USER_ERROR_REQUEUE));
     }
 
@@ -286,13 +290,20 @@ async fn reconcile_inner(resource: &InferenceDeployment, context: &Context) -> R
         selector: desired.selector.clone(),
     };
     write_status(&deployments, resource, &decided, Some(&assessment), Some(decode)).await?;
+    let mut standing = Announcement::rewrites(previous, &assessment);
     if let Some(problem) = &rollout_problem {
-        let already = previous.is_some_and(|s| s.conditions.iter().any(|c| c.reason == "InvalidRollout"));
-        if !already {
-            publish(context, resource, EventType::Warning, "InvalidRollout", problem, "Reconcile").await;
-        }
+        let recorded = previous.is_some_and(|s| {
+            s.conditions.iter().any(|c| c.reason == "InvalidRollout" && c.message.starts_with(problem.as_str()))
+        });
+        standing.push(Announcement {
+            type_: EventType::Warning,
+            reason: "InvalidRollout".into(),
+            note: problem.clone(),
+            action: "Reconcile".into(),
+            recorded,
+        });
     }
-    publish_rewrites(context, resource, previous, &assessment).await;
+    announce(context, resource, standing).await;
     let settled = plan.create.is_empty() && plan.delete.is_empty() && decided[2].status == "True";
     Ok(Action::requeue(if settled { RESYNC } else { ROLLOUT_REQUEUE }))
 }
@@ -367,35 +378,73 @@ async fn write_status(
     Ok(())
 }
 
-/// A Warning event when a problem first appears (not on every retry).
-async fn warn_on_transition(
-    context: &Context,
-    resource: &InferenceDeployment,
-    previous: Option<&InferenceDeploymentStatus>,
-    reason: &str,
-    message: &str,
-) {
-    let already = previous.is_some_and(|s| s.conditions.iter().any(|c| c.reason == reason && c.message == message));
-    if already {
-        return;
-    }
-    publish(context, resource, EventType::Warning, reason, message, "Reconcile").await;
+/// An event about something that stands on a resource: a problem, or a rewrite in effect.
+struct Announcement {
+    type_: EventType,
+    reason: String,
+    note: String,
+    action: String,
+    /// Already recorded in the status the reconcile started from (covers an operator restart).
+    recorded: bool,
 }
 
-/// A Normal event per rewrite that was not recorded before.
-async fn publish_rewrites(
-    context: &Context,
-    resource: &InferenceDeployment,
-    previous: Option<&InferenceDeploymentStatus>,
-    assessment: &Assessment,
-) {
-    let known: &[Rewrite] = previous.map(|s| s.rewrites.as_slice()).unwrap_or_default();
-    for rewrite in assessment.verdict.rewrites.iter().filter(|r| !known.contains(r)) {
-        let note =
-            format!("{}: {} → {} ({}: {})", rewrite.field, rewrite.from, rewrite.to, rewrite.rule, rewrite.message);
-        // The Recorder folds events of one reason and action into a series whatever their note
-        // says, so each rule gets its own action.
-        publish(context, resource, EventType::Normal, "SettingRewritten", &note, &format!("Rewrite{}", rewrite.rule))
+impl Announcement {
+    /// A problem, recorded when the status carries a condition with its reason and message.
+    fn warning(previous: Option<&InferenceDeploymentStatus>, reason: &str, message: &str) -> Self {
+        let recorded =
+            previous.is_some_and(|s| s.conditions.iter().any(|c| c.reason == reason && c.message == message));
+        Self {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: message.into(),
+            action: "Reconcile".into(),
+            recorded,
+        }
+    }
+
+    /// One Normal event per rewrite in effect.
+    fn rewrites(previous: Option<&InferenceDeploymentStatus>, assessment: &Assessment) -> Vec<Self> {
+        let known: &[Rewrite] = previous.map(|s| s.rewrites.as_slice()).unwrap_or_default();
+        assessment
+            .verdict
+            .rewrites
+            .iter()
+            .map(|rewrite| Self {
+                type_: EventType::Normal,
+                reason: "SettingRewritten".into(),
+                note: format!(
+                    "{}: {} → {} ({}: {})",
+                    rewrite.field, rewrite.from, rewrite.to, rewrite.rule, rewrite.message
+                ),
+                // The Recorder folds events of one reason and action into a series whatever
+                // their note says, so each rule gets its own action.
+                action: format!("Rewrite{}", rewrite.rule),
+                recorded: known.contains(rewrite),
+            })
+            .collect()
+    }
+
+    fn key(&self) -> String {
+        format!("{}\u{0}{}\u{0}{}", self.reason, self.action, self.note)
+    }
+}
+
+/// Publishes the events of `standing` (everything that stands on the resource now) that were
+/// not standing at its last reconcile nor recorded in its status. What no longer stands is
+/// forgotten, so a problem that comes back is announced again.
+async fn announce(context: &Context, resource: &InferenceDeployment, standing: Vec<Announcement>) {
+    let fresh: Vec<Announcement> = {
+        let mut announced = context.announced.lock().unwrap_or_else(|p| p.into_inner());
+        let object = ObjectRef::from_obj(resource);
+        let before = announced.remove(&object).unwrap_or_default();
+        let now: BTreeSet<String> = standing.iter().map(Announcement::key).collect();
+        if !now.is_empty() {
+            announced.insert(object, now);
+        }
+        standing.into_iter().filter(|a| !a.recorded && !before.contains(&a.key())).collect()
+    };
+    for announcement in fresh {
+        publish(context, resource, announcement.type_, &announcement.reason, &announcement.note, &announcement.action)
             .await;
     }
 }
