@@ -105,9 +105,8 @@ impl Cache {
                 _ => None,
             };
             if let Some(backup) = in_flight {
-                let (full, swa, ssm) = self.copy_pages(request, backup);
-                for (c, pages) in [(P_FULL, full), (P_SWA, swa), (P_SSM, ssm.into_iter().collect())] {
-                    for page in pages {
+                for (c, pages) in self.copy_pages(request, backup).iter().enumerate() {
+                    for &page in pages {
                         if let Some(count) = expected_busy[c].get_mut(page as usize) {
                             *count += 1;
                         }

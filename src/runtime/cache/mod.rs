@@ -332,7 +332,14 @@ impl Cache {
         }
     }
 
-    fn apply_freed(&mut self, freed: Freed) {
+    /// Counts what the tree evicted and returns it to the allocators.
+    fn free_evicted(&mut self, freed: Freed) {
+        if let Some(m) = &self.metrics {
+            let p = self.shape.page_size;
+            m.evicted(Component::Full, freed.full.len() * p);
+            m.evicted(Component::Swa, freed.swa.len() * p);
+            m.evicted(Component::Ssm, freed.ssm.len());
+        }
         self.free_into(P_FULL, &freed.full);
         self.free_into(P_SWA, &freed.swa);
         self.free_into(P_SSM, &freed.ssm);
@@ -366,18 +373,8 @@ impl Cache {
         }
         let mut freed = Freed::default();
         self.tree.evict(Component::ALL[c], (units - free) * self.unit_tokens(c), &mut freed);
-        self.record_evicted(&freed);
-        self.apply_freed(freed);
+        self.free_evicted(freed);
         self.pool(c).is_some_and(|p| p.alloc.free_count() >= units)
-    }
-
-    fn record_evicted(&self, freed: &Freed) {
-        if let Some(m) = &self.metrics {
-            let p = self.shape.page_size;
-            m.evicted(Component::Full, freed.full.len() * p);
-            m.evicted(Component::Swa, freed.swa.len() * p);
-            m.evicted(Component::Ssm, freed.ssm.len());
-        }
     }
 
     fn out_of_memory(&self, c: usize, needed: usize) -> CacheError {
@@ -413,6 +410,14 @@ impl Cache {
         Ok((take(P_FULL), take(P_SWA), take(P_SSM)))
     }
 
+    /// One SSM state slot, evicting cached state when none is free.
+    fn take_state_slot(&mut self) -> Option<u32> {
+        if !self.ensure_free(P_SSM, 1) {
+            return None;
+        }
+        self.pools[P_SSM].as_mut().and_then(|pool| pool.alloc.alloc(1)).and_then(|slots| slots.first().copied())
+    }
+
     fn ssm_bytes(&self) -> usize {
         self.pool(P_SSM).map_or(0, |p| p.unit)
     }
@@ -428,6 +433,16 @@ impl Cache {
     fn zero_state(&self, slot: u32) {
         if let Some(pool) = self.pool(P_SSM) {
             pool.data.zero(slot as usize * pool.unit, pool.unit);
+        }
+    }
+
+    /// A request's page table as the API answers it.
+    fn pages_of(&self, request: &Request) -> Pages {
+        Pages {
+            full: request.full.clone(),
+            swa: request.swa.clone(),
+            swa_from_token: self.shape.swa.then_some(request.swa_from * self.shape.page_size),
+            ssm: request.ssm,
         }
     }
 
@@ -449,9 +464,12 @@ impl Cache {
             return Err(CacheError::RequestExists(id.to_string()));
         }
         let p = self.shape.page_size;
-        if self.shape.ssm && !self.ensure_free(P_SSM, 1) {
-            return Err(self.out_of_memory(P_SSM, 1));
-        }
+        // The request's own state slot, taken first: a match that cannot have one changes nothing.
+        let slot = if self.shape.ssm {
+            Some(self.take_state_slot().ok_or_else(|| self.out_of_memory(P_SSM, 1))?)
+        } else {
+            None
+        };
         let root = self.tree.root(namespace);
         let aligned = &tokens[..tokens.len() - tokens.len() % p];
         let matched = self.tree.match_prefix(root, aligned);
@@ -477,6 +495,9 @@ impl Cache {
                 let Some(swa) = self.tree.swa_pages(*node) else {
                     self.path = path;
                     self.tree.unlock(receipt, receipt_id);
+                    if let Some(slot) = slot {
+                        self.free_into(P_SSM, &[slot]);
+                    }
                     return Err(CacheError::Internal("a matched window holds a SWA tombstone".into()));
                 };
                 let skip = (request.swa_from * p).saturating_sub(start) / p;
@@ -485,12 +506,7 @@ impl Cache {
             start += len;
         }
         self.path = path;
-        if self.shape.ssm {
-            let slot = self.pools[P_SSM].as_mut().and_then(|pool| pool.alloc.alloc(1)).and_then(|s| s.first().copied());
-            let Some(slot) = slot else {
-                self.tree.unlock(receipt, receipt_id);
-                return Err(self.out_of_memory(P_SSM, 1));
-            };
+        if let Some(slot) = slot {
             match self.tree.ssm_slot(matched.last).filter(|_| matched.last != root) {
                 Some(cached) => self.copy_state(cached, slot),
                 None => self.zero_state(slot),
@@ -503,15 +519,7 @@ impl Cache {
         if let Some(m) = &self.metrics {
             m.prefix(matched.len, tokens.len());
         }
-        let result = MatchResult {
-            matched_tokens: matched.len,
-            pages: Pages {
-                full: request.full.clone(),
-                swa: request.swa.clone(),
-                swa_from_token: self.shape.swa.then_some(request.swa_from * p),
-                ssm: request.ssm,
-            },
-        };
+        let result = MatchResult { matched_tokens: matched.len, pages: self.pages_of(&request) };
         self.requests.insert(id.to_string(), request);
         Ok(result)
     }
@@ -520,8 +528,9 @@ impl Cache {
     /// evicting cached prefixes when short. All or nothing.
     pub fn allocate(&mut self, id: &str, namespace: &str, tokens: usize) -> Result<Allocated, CacheError> {
         self.drain();
-        let existed = self.requests.contains_key(id);
-        let mut request = match self.requests.remove(id) {
+        let existing = self.requests.remove(id);
+        let existed = existing.is_some();
+        let mut request = match existing {
             Some(r) if r.state != State::Active => {
                 let error = r.bad_state(id, "only an active request can grow");
                 self.requests.insert(id.to_string(), r);
@@ -612,13 +621,7 @@ impl Cache {
         }
         // The tree gets its own copy of the state, if the state matches the inserted end.
         let state_copy = match request.ssm {
-            Some(own) if n == request.len && self.ensure_free(P_SSM, 1) => {
-                let slot = self.pools[P_SSM].as_mut().and_then(|pool| pool.alloc.alloc(1)).map(|s| s[0]);
-                if let Some(slot) = slot {
-                    self.copy_state(own, slot);
-                }
-                slot
-            }
+            Some(own) if n == request.len => self.take_state_slot().inspect(|slot| self.copy_state(own, *slot)),
             _ => None,
         };
         let swa_end = (n / p).saturating_sub(request.swa_from).min(request.swa.len());
@@ -658,27 +661,18 @@ impl Cache {
                 continue;
             }
             if self.shape.full {
-                for (k, canonical) in self.tree.full_pages(*node).iter().enumerate() {
-                    let own = &mut request.full[page + k];
-                    if *own != *canonical {
-                        shared_changed |= page + k < old_cached;
-                        duplicates.full.push(*own);
-                        *own = *canonical;
-                    }
-                }
+                let own = &mut request.full[page..page + pages];
+                shared_changed |=
+                    adopt(own, self.tree.full_pages(*node), old_cached.saturating_sub(page), &mut duplicates.full);
             }
-            if let Some(swa) = self.tree.swa_pages(*node) {
-                for (k, canonical) in swa.iter().enumerate() {
-                    if page + k < request.swa_from {
-                        continue;
-                    }
-                    let own = &mut request.swa[page + k - request.swa_from];
-                    if *own != *canonical {
-                        shared_changed |= page + k < old_cached;
-                        duplicates.swa.push(*own);
-                        *own = *canonical;
-                    }
-                }
+            // The request holds SWA pages only from `swa_from` on.
+            if let Some(swa) = self.tree.swa_pages(*node)
+                && page + pages > request.swa_from
+            {
+                let skip = request.swa_from.saturating_sub(page);
+                let own = &mut request.swa[page + skip - request.swa_from..page + pages - request.swa_from];
+                let shared = old_cached.saturating_sub(page + skip);
+                shared_changed |= adopt(own, &swa[skip..], shared, &mut duplicates.swa);
             }
             page += pages;
         }
@@ -765,8 +759,7 @@ impl Cache {
         }
         let p = self.shape.page_size;
         let amounts = Amounts { full: freed.full.len() * p, swa: freed.swa.len() * p, ssm: freed.ssm.len() };
-        self.record_evicted(&freed);
-        self.apply_freed(freed);
+        self.free_evicted(freed);
         amounts
     }
 
@@ -787,8 +780,12 @@ impl Cache {
                 )));
             }
         }
-        if writing && pages.iter().any(|p| pages.iter().filter(|q| *q == p).count() > 1) {
-            return Err(CacheError::InvalidPages("a write names a page twice".into()));
+        if writing {
+            let mut sorted = pages.to_vec();
+            sorted.sort_unstable();
+            if sorted.windows(2).any(|pair| pair[0] == pair[1]) {
+                return Err(CacheError::InvalidPages("a write names a page twice".into()));
+            }
         }
         Ok(pool)
     }
@@ -826,17 +823,11 @@ impl Cache {
     pub fn describe(&mut self, id: &str) -> Result<RequestInfo, CacheError> {
         self.drain();
         let request = self.requests.get(id).ok_or_else(|| CacheError::UnknownRequest(id.to_string()))?;
-        let p = self.shape.page_size;
         Ok(RequestInfo {
             state: request.state.name(),
             tokens: request.len,
-            cached_tokens: request.tree_pages * p,
-            pages: Pages {
-                full: request.full.clone(),
-                swa: request.swa.clone(),
-                swa_from_token: self.shape.swa.then_some(request.swa_from * p),
-                ssm: request.ssm,
-            },
+            cached_tokens: request.tree_pages * self.shape.page_size,
+            pages: self.pages_of(request),
         })
     }
 
@@ -891,4 +882,20 @@ impl Cache {
         }
         stats
     }
+}
+
+/// Makes the request's pages `own` the tree's `canonical` ones: a differing page was a
+/// duplicate the request computed and is collected to be freed. Returns whether one of the
+/// first `shared` positions (pages the request already shared with the tree) differed, which
+/// cannot happen unless something is broken.
+fn adopt(own: &mut [u32], canonical: &[u32], shared: usize, duplicates: &mut Vec<u32>) -> bool {
+    let mut shared_changed = false;
+    for (k, (own, canonical)) in own.iter_mut().zip(canonical).enumerate() {
+        if own != canonical {
+            shared_changed |= k < shared;
+            duplicates.push(*own);
+            *own = *canonical;
+        }
+    }
+    shared_changed
 }

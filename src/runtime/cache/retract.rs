@@ -79,7 +79,7 @@ impl Cache {
         let Some(mut request) = self.requests.remove(&request_id) else { return };
         match kind {
             TicketKind::Backup => {
-                self.unpin_request(&request, true);
+                self.pin_request(&request, true, false);
                 self.free_request_device(&mut request);
                 request.state = State::Retracted;
                 if let Some(backup) = &request.backup
@@ -89,7 +89,7 @@ impl Cache {
                 }
             }
             TicketKind::Restore => {
-                self.unpin_request(&request, false);
+                self.pin_request(&request, false, false);
                 if let Some(backup) = request.backup.take() {
                     self.free_backup(backup);
                 }
@@ -100,43 +100,52 @@ impl Cache {
     }
 
     /// Device pages a backup reads (all full pages, the in-window SWA pages, the SSM slot) or a
-    /// restore writes (everything the request holds).
-    pub(super) fn copy_pages(&self, request: &Request, backup: bool) -> (Vec<u32>, Vec<u32>, Option<u32>) {
+    /// restore writes (everything the request holds), per component.
+    pub(super) fn copy_pages(&self, request: &Request, backup: bool) -> [Vec<u32>; 3] {
         let swa_first =
             if backup { self.window_start_page(request.len).max(request.swa_from) } else { request.swa_from };
         let swa = request.swa[(swa_first - request.swa_from).min(request.swa.len())..].to_vec();
         let ssm = if backup && self.mode == BackupMode::HostPool { None } else { request.ssm };
-        (request.full.clone(), swa, ssm)
+        [request.full.clone(), swa, ssm.into_iter().collect()]
     }
 
-    fn pin_request(&mut self, request: &Request, backup: bool) {
-        let (full, swa, ssm) = self.copy_pages(request, backup);
-        for (c, pages) in [(P_FULL, full), (P_SWA, swa), (P_SSM, ssm.into_iter().collect())] {
+    /// Pins (or unpins) the pages a copy of `request` touches against the read/write API.
+    fn pin_request(&mut self, request: &Request, backup: bool, pinned: bool) {
+        for (c, pages) in self.copy_pages(request, backup).iter().enumerate() {
             if let Some(pool) = self.pools[c].as_mut() {
-                pool.pin(&pages);
+                if pinned { pool.pin(pages) } else { pool.unpin(pages) }
             }
         }
     }
 
-    fn unpin_request(&mut self, request: &Request, backup: bool) {
-        let (full, swa, ssm) = self.copy_pages(request, backup);
-        for (c, pages) in [(P_FULL, full), (P_SWA, swa), (P_SSM, ssm.into_iter().collect())] {
-            if let Some(pool) = self.pools[c].as_mut() {
-                pool.unpin(&pages);
-            }
+    /// Queues `job` (built for ticket `next_ticket`) and records its ticket; None if the copy
+    /// thread has stopped.
+    fn submit(&mut self, job: CopyJob, request: &str, kind: TicketKind) -> Option<u64> {
+        let ticket = self.next_ticket;
+        let bytes = job.bytes();
+        if !self.engine.submit(job) {
+            return None;
         }
+        self.next_ticket += 1;
+        self.tickets.insert(
+            ticket,
+            Ticket { request: request.to_string(), kind, submitted: Instant::now(), bytes, done: None },
+        );
+        Some(ticket)
     }
 
     pub(super) fn free_backup(&mut self, backup: Backup) {
         self.host_lru.remove(&backup.seq);
         match backup.storage {
             Storage::Host { full, swa } => {
-                for (pool, pages) in [(&mut self.host_full, full), (&mut self.host_swa, swa)] {
-                    if let Some(pool) = pool.as_mut()
-                        && let Err(e) = pool.alloc.free(&pages)
-                    {
-                        tracing::error!(error = %e, "host pool");
-                    }
+                let errors: Vec<String> = [("full", &mut self.host_full, full), ("swa", &mut self.host_swa, swa)]
+                    .into_iter()
+                    .filter_map(|(name, pool, pages)| {
+                        pool.as_mut()?.alloc.free(&pages).err().map(|e| format!("host {name} pool: {e}"))
+                    })
+                    .collect();
+                for error in errors {
+                    self.violation(&error);
                 }
             }
             Storage::Cpu { .. } => self.cpu_backup_bytes -= backup.bytes as u64,
@@ -156,26 +165,14 @@ impl Cache {
         }
         match self.start_backup(&request) {
             Ok((backup, job)) => {
-                let ticket = self.next_ticket;
                 let bytes = job.bytes();
-                self.pin_request(&request, true);
-                if !self.engine.submit(job) {
-                    self.unpin_request(&request, true);
+                self.pin_request(&request, true, true);
+                let Some(ticket) = self.submit(job, id, TicketKind::Backup) else {
+                    self.pin_request(&request, true, false);
                     self.free_backup(backup);
                     self.requests.insert(id.to_string(), request);
                     return Err(CacheError::Internal("the copy thread has stopped".into()));
-                }
-                self.next_ticket += 1;
-                self.tickets.insert(
-                    ticket,
-                    Ticket {
-                        request: id.to_string(),
-                        kind: TicketKind::Backup,
-                        submitted: Instant::now(),
-                        bytes,
-                        done: None,
-                    },
-                );
+                };
                 request.state = State::BackingUp(ticket);
                 request.backup = Some(backup);
                 self.requests.insert(id.to_string(), request);
@@ -197,7 +194,7 @@ impl Cache {
 
     /// Reserves backup storage and builds the copy job, or says why it cannot.
     fn start_backup(&mut self, request: &Request) -> Result<(Backup, CopyJob), String> {
-        let (full, swa, ssm) = self.copy_pages(request, true);
+        let [full, swa, ssm] = self.copy_pages(request, true);
         let swa_from = request.pages - swa.len();
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -234,7 +231,7 @@ impl Cache {
             }
             BackupMode::CpuTensor => {
                 let unit = |c: usize| self.pool(c).map_or(0, |pool| pool.unit);
-                let bytes = full.len() * unit(P_FULL) + swa.len() * unit(P_SWA) + ssm.map_or(0, |_| self.ssm_bytes());
+                let bytes = full.len() * unit(P_FULL) + swa.len() * unit(P_SWA) + ssm.len() * self.ssm_bytes();
                 if let Some(limit) = self.plan.cpu_backup_limit
                     && self.cpu_backup_bytes + bytes as u64 > limit
                 {
@@ -246,10 +243,10 @@ impl Cache {
                 let buffer = Arc::new(Arena::zeroed(bytes).map_err(|e| format!("no host memory for the backup: {e}"))?);
                 let mut offset = 0;
                 let mut added = true;
-                for (c, pages) in [(P_FULL, full.clone()), (P_SWA, swa.clone()), (P_SSM, ssm.into_iter().collect())] {
+                for (c, pages) in [(P_FULL, &full), (P_SWA, &swa), (P_SSM, &ssm)] {
                     let Some(pool) = self.pool(c) else { continue };
                     let dst: Vec<usize> = (0..pages.len()).map(|i| offset + i * pool.unit).collect();
-                    added &= job.add(&pool.data, &pool.offsets(&pages), &buffer, &dst, pool.unit);
+                    added &= job.add(&pool.data, &pool.offsets(pages), &buffer, &dst, pool.unit);
                     offset += pages.len() * pool.unit;
                 }
                 if !added {
@@ -260,7 +257,7 @@ impl Cache {
                     len: request.len,
                     pages: request.pages,
                     swa_from,
-                    has_ssm: ssm.is_some(),
+                    has_ssm: !ssm.is_empty(),
                     storage: Storage::Cpu { buffer },
                     seq,
                     bytes,
@@ -372,37 +369,18 @@ impl Cache {
         request.len = len;
         request.pages = pages;
         request.tree_pages = 0;
-        let undo = |cache: &mut Self, request: &mut Request| {
-            cache.free_request_device(request);
-        };
         if !added {
-            undo(self, request);
+            self.free_request_device(request);
             return Err(CacheError::Internal("a restore page lies outside its pool".into()));
         }
-        let ticket = self.next_ticket;
-        let bytes = job.bytes();
-        self.pin_request(request, false);
-        if !self.engine.submit(job) {
-            self.unpin_request(request, false);
-            undo(self, request);
+        self.pin_request(request, false, true);
+        let Some(ticket) = self.submit(job, id, TicketKind::Restore) else {
+            self.pin_request(request, false, false);
+            self.free_request_device(request);
             return Err(CacheError::Internal("the copy thread has stopped".into()));
-        }
-        self.next_ticket += 1;
-        self.tickets.insert(
-            ticket,
-            Ticket { request: id.to_string(), kind: TicketKind::Restore, submitted: Instant::now(), bytes, done: None },
-        );
+        };
         request.state = State::Restoring(ticket);
-        Ok(Restoration {
-            ticket,
-            tokens: len,
-            pages: Pages {
-                full: request.full.clone(),
-                swa: request.swa.clone(),
-                swa_from_token: self.shape.swa.then_some(swa_from * self.shape.page_size),
-                ssm: request.ssm,
-            },
-        })
+        Ok(Restoration { ticket, tokens: len, pages: self.pages_of(request) })
     }
 
     /// The state of each ticket; finished tickets are reported once and then forgotten.
