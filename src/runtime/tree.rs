@@ -607,14 +607,15 @@ impl Tree {
         if self.is_root(last) {
             return receipt;
         }
-        let mut node = last;
+        // One walk to the root locks the path and measures it (the SWA segment's start needs it).
+        let (mut node, mut end) = (last, 0usize);
         while !self.is_root(node) {
             self.lock_one(node, FULL);
+            end += self.key_len(node);
             node = self.nodes[node as usize].parent;
         }
         if self.shape.swa {
             let (mut node, mut covered) = (last, 0usize);
-            let mut end = self.path_len(last);
             loop {
                 self.lock_one(node, SWA);
                 covered += self.key_len(node);
@@ -669,16 +670,6 @@ impl Tree {
             self.unlock_one(node, FULL);
             node = self.nodes[node as usize].parent;
         }
-    }
-
-    /// Tokens from the root to the end of `id`.
-    pub(crate) fn path_len(&self, id: NodeId) -> usize {
-        let (mut len, mut node) = (0, id);
-        while !self.is_root(node) {
-            len += self.key_len(node);
-            node = self.nodes[node as usize].parent;
-        }
-        len
     }
 
     // ----- insert ----------------------------------------------------------------------------
