@@ -190,10 +190,15 @@ fn metadata_cache(page_size: usize, capacity_tokens: usize) -> Result<Cache, Str
     Cache::new(plan, BackupMode::CpuTensor, true)
 }
 
-/// One replay on a fresh cache.
-fn replay_once(requests: &[Vec<u32>], page_size: usize, capacity_tokens: usize) -> Result<ReplayReport, String> {
+/// One replay on a fresh cache: its report, and how many tokens each request matched.
+fn replay_once(
+    requests: &[Vec<u32>],
+    page_size: usize,
+    capacity_tokens: usize,
+) -> Result<(ReplayReport, Vec<usize>), String> {
     let mut cache = metadata_cache(page_size, capacity_tokens)?;
     let (mut matches, mut inserts) = (Vec::with_capacity(requests.len()), Vec::with_capacity(requests.len()));
+    let mut matched_per_request = Vec::with_capacity(requests.len());
     let (mut tokens, mut matched) = (0usize, 0usize);
     let started = Instant::now();
     for (i, request) in requests.iter().enumerate() {
@@ -208,11 +213,12 @@ fn replay_once(requests: &[Vec<u32>], page_size: usize, capacity_tokens: usize) 
         cache.release(&id).map_err(|e| format!("request {i}: {e}"))?;
         tokens += request.len();
         matched += m.matched_tokens;
+        matched_per_request.push(m.matched_tokens);
     }
     let total = started.elapsed();
     matches.sort_unstable();
     inserts.sort_unstable();
-    Ok(ReplayReport {
+    let report = ReplayReport {
         requests: requests.len(),
         tokens,
         hit_rate: matched as f64 / tokens.max(1) as f64,
@@ -226,7 +232,8 @@ fn replay_once(requests: &[Vec<u32>], page_size: usize, capacity_tokens: usize) 
         rounds: 1,
         floor_compare_p50_us: 0.0,
         match_vs_floor: 0.0,
-    })
+    };
+    Ok((report, matched_per_request))
 }
 
 /// p50 of comparing each request's first `matched[i]` tokens with a copy made before any of
@@ -260,22 +267,11 @@ pub fn replay(
 ) -> Result<ReplayReport, String> {
     let page_size = page_size.max(1);
     let rounds = rounds.max(1);
-    let mut reports =
+    let mut rounds_run =
         (0..rounds).map(|_| replay_once(requests, page_size, capacity_tokens)).collect::<Result<Vec<_>, _>>()?;
-    reports.sort_by(|a, b| a.match_p50_us.total_cmp(&b.match_p50_us));
-    let mut report = reports.swap_remove(rounds / 2);
-    // What a match must at least read: the tokens it matched (its first round's matches are
-    // what every round matches, since rounds start from an empty cache).
-    let mut probe = metadata_cache(page_size, capacity_tokens)?;
-    let mut matched = Vec::with_capacity(requests.len());
-    for (i, request) in requests.iter().enumerate() {
-        let id = format!("r{i}");
-        let m = probe.match_prefix(&id, "", request).map_err(|e| e.to_string())?.matched_tokens;
-        probe.allocate(&id, "", request.len() - m).map_err(|e| e.to_string())?;
-        probe.insert(&id, request).map_err(|e| e.to_string())?;
-        probe.release(&id).map_err(|e| e.to_string())?;
-        matched.push(m);
-    }
+    rounds_run.sort_by(|a, b| a.0.match_p50_us.total_cmp(&b.0.match_p50_us));
+    // Every round starts from an empty cache, so every round matches the same tokens.
+    let (mut report, matched) = rounds_run.swap_remove(rounds / 2);
     report.rounds = rounds;
     report.floor_compare_p50_us = floor_compare_p50_us(requests, &matched);
     report.match_vs_floor = report.match_p50_us / report.floor_compare_p50_us.max(1e-3);
