@@ -249,24 +249,52 @@ pub fn write_files(config: &SelfSigned, bundle: &Bundle) -> Result<(), CertError
     write_atomically(&config.cert_path, &bundle.cert_pem)
 }
 
+/// The validating and mutating webhook configurations, as far as their caBundles go.
+trait WebhookConfiguration:
+    kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+    /// The base64 caBundle of each webhook, in order.
+    fn ca_bundles(&self) -> Vec<Option<String>>;
+}
+
+fn encoded(bundle: &Option<ByteString>) -> Option<String> {
+    bundle.as_ref().map(|b| BASE64.encode(&b.0))
+}
+
+impl WebhookConfiguration for ValidatingWebhookConfiguration {
+    fn ca_bundles(&self) -> Vec<Option<String>> {
+        self.webhooks.iter().flatten().map(|w| encoded(&w.client_config.ca_bundle)).collect()
+    }
+}
+
+impl WebhookConfiguration for MutatingWebhookConfiguration {
+    fn ca_bundles(&self) -> Vec<Option<String>> {
+        self.webhooks.iter().flatten().map(|w| encoded(&w.client_config.ca_bundle)).collect()
+    }
+}
+
 /// Sets `caBundle` on every webhook of the named configuration that does not carry `ca_pem`.
 /// Returns whether anything was patched; a configuration that does not exist is reported and
 /// skipped (the webhook may be disabled, or not applied yet).
-async fn patch_ca_bundle<K>(
-    api: &Api<K>,
+async fn patch_ca_bundle<K: WebhookConfiguration>(
+    client: &kube::Client,
     name: &str,
     ca_pem: &str,
-    bundles: impl Fn(&K) -> Vec<Option<String>>,
-) -> Result<bool, CertError>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
+) -> Result<bool, CertError> {
+    let api: Api<K> = Api::all(client.clone());
     let Some(configuration) = api.get_opt(name).await? else {
         tracing::warn!(configuration = name, "webhook configuration not found; caBundle not set");
         return Ok(false);
     };
     let wanted = BASE64.encode(ca_pem);
-    let operations: Vec<serde_json::Value> = bundles(&configuration)
+    let operations: Vec<serde_json::Value> = configuration
+        .ca_bundles()
         .iter()
         .enumerate()
         .filter(|(_, current)| current.as_deref() != Some(wanted.as_str()))
@@ -282,27 +310,21 @@ where
     Ok(true)
 }
 
-fn encoded(bundle: &Option<ByteString>) -> Option<String> {
-    bundle.as_ref().map(|b| BASE64.encode(&b.0))
-}
-
 /// Points the named webhook configurations at the CA.
 pub async fn sync_ca_bundles(client: &kube::Client, config: &SelfSigned, ca_pem: &str) -> Result<(), CertError> {
     if let Some(name) = &config.validating {
-        let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-        patch_ca_bundle(&api, name, ca_pem, |c| {
-            c.webhooks.iter().flatten().map(|w| encoded(&w.client_config.ca_bundle)).collect()
-        })
-        .await?;
+        patch_ca_bundle::<ValidatingWebhookConfiguration>(client, name, ca_pem).await?;
     }
     if let Some(name) = &config.mutating {
-        let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-        patch_ca_bundle(&api, name, ca_pem, |c| {
-            c.webhooks.iter().flatten().map(|w| encoded(&w.client_config.ca_bundle)).collect()
-        })
-        .await?;
+        patch_ca_bundle::<MutatingWebhookConfiguration>(client, name, ca_pem).await?;
     }
     Ok(())
+}
+
+/// Every change to the named configuration, as a tick.
+fn changes<K: WebhookConfiguration>(client: &kube::Client, name: &str) -> futures::stream::BoxStream<'static, ()> {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    watcher(Api::<K>::all(client.clone()), config).default_backoff().touched_objects().map(|_| ()).boxed()
 }
 
 /// Makes sure the Secret, the served files and the caBundles agree; returns the bundle.
@@ -318,21 +340,8 @@ pub async fn reconcile(client: &kube::Client, config: &SelfSigned) -> Result<Bun
 pub fn maintain(client: kube::Client, config: SelfSigned) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let names: Vec<String> = config.validating.iter().chain(config.mutating.iter()).cloned().collect();
-        let selector = |name: &String| watcher::Config::default().fields(&format!("metadata.name={name}"));
-        let validating = config.validating.iter().map(|name| {
-            watcher(Api::<ValidatingWebhookConfiguration>::all(client.clone()), selector(name))
-                .default_backoff()
-                .touched_objects()
-                .map(|_| ())
-                .boxed()
-        });
-        let mutating = config.mutating.iter().map(|name| {
-            watcher(Api::<MutatingWebhookConfiguration>::all(client.clone()), selector(name))
-                .default_backoff()
-                .touched_objects()
-                .map(|_| ())
-                .boxed()
-        });
+        let validating = config.validating.iter().map(|name| changes::<ValidatingWebhookConfiguration>(&client, name));
+        let mutating = config.mutating.iter().map(|name| changes::<MutatingWebhookConfiguration>(&client, name));
         let mut changes = futures::stream::select_all(validating.chain(mutating));
         let mut ticker = tokio::time::interval(RENEWAL_CHECK);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
