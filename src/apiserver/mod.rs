@@ -237,6 +237,20 @@ fn field_selector_matches(selector: Option<&String>, object: &Value) -> bool {
     })
 }
 
+/// Whether a watch of `rt` (in `namespace`, with these selectors) delivers `change`.
+fn delivers(
+    change: &Change,
+    rt: ResourceType,
+    namespace: Option<&str>,
+    selector: &LabelSelector,
+    fields: Option<&String>,
+) -> bool {
+    change.resource == rt
+        && namespace.is_none_or(|ns| change.object.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns))
+        && selector.matches(&change.object)
+        && field_selector_matches(fields, &change.object)
+}
+
 /// Where a paged list resumes: the list's resourceVersion and the last position it returned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct ContinueToken {
@@ -643,24 +657,9 @@ impl ApiServer {
         let since: Option<u64> = params.get("resourceVersion").and_then(|v| v.parse().ok()).filter(|v| *v > 0);
         let timeout = params.get("timeoutSeconds").and_then(|v| v.parse::<u64>().ok()).unwrap_or(1800);
         let field_selector = params.get("fieldSelector").cloned();
-        let initial_fields = field_selector.clone();
-        let (initial_selector, initial_namespace) = (selector.clone(), namespace.clone());
-        let initial_query = ListQuery {
-            namespace: initial_namespace.as_deref(),
-            selector: Some(&initial_selector),
-            ..ListQuery::default()
-        };
         let (tx, rx) = mpsc::channel::<Bytes>(1024);
         let mut live = self.shared.changes.subscribe();
         let mut epoch = self.shared.watch_epoch.subscribe();
-        let relevant = move |change: &Change| {
-            change.resource == rt
-                && namespace
-                    .as_deref()
-                    .is_none_or(|ns| change.object.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns))
-                && selector.matches(&change.object)
-                && field_selector_matches(field_selector.as_ref(), &change.object)
-        };
         let line =
             |event: &str, object: &Value| Bytes::from(json!({"type": event, "object": object}).to_string() + "\n");
 
@@ -680,22 +679,32 @@ impl ApiServer {
                     store
                         .changes_after(&rt, since)
                         .iter()
-                        .filter(|c| relevant(c))
+                        .filter(|c| delivers(c, rt, namespace.as_deref(), &selector, field_selector.as_ref()))
                         .map(|c| line(c.event.as_str(), &c.object))
                         .collect(),
                     store.resource_version(),
                 ),
-                None => (
-                    store
-                        .list_matching(&rt, initial_query, |o| field_selector_matches(initial_fields.as_ref(), o))
-                        .0
-                        .iter()
-                        .map(|o| line("ADDED", o))
-                        .collect(),
-                    store.resource_version(),
-                ),
+                None => {
+                    let query = ListQuery {
+                        namespace: namespace.as_deref(),
+                        selector: Some(&selector),
+                        ..ListQuery::default()
+                    };
+                    let fields = field_selector.as_ref();
+                    (
+                        store
+                            .list_matching(&rt, query, |o| field_selector_matches(fields, o))
+                            .0
+                            .iter()
+                            .map(|o| line("ADDED", o))
+                            .collect(),
+                        store.resource_version(),
+                    )
+                }
             }
         };
+        let relevant =
+            move |change: &Change| delivers(change, rt, namespace.as_deref(), &selector, field_selector.as_ref());
         tokio::spawn(async move {
             for bytes in backlog {
                 if tx.send(bytes).await.is_err() {
