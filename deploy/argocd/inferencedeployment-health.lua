@@ -23,18 +23,20 @@ local function describe(condition)
   end
   return text
 end
+-- A False condition of these types degrades the resource; the first one found is reported.
+local failures = {
+  { type = "SettingsValid", meaning = "Settings rejected for the model's layout" },
+  { type = "ModelResolved", meaning = "Model config unresolved" },
+}
+for _, failure in ipairs(failures) do
+  local condition = conditions[failure.type]
+  if condition ~= nil and condition.status == "False" then
+    hs.status = "Degraded"
+    hs.message = failure.meaning .. " (" .. describe(condition) .. ")"
+    return hs
+  end
+end
 local settings = conditions["SettingsValid"]
-if settings ~= nil and settings.status == "False" then
-  hs.status = "Degraded"
-  hs.message = "Settings rejected for the model's layout (" .. describe(settings) .. ")"
-  return hs
-end
-local model = conditions["ModelResolved"]
-if model ~= nil and model.status == "False" then
-  hs.status = "Degraded"
-  hs.message = "Model config unresolved (" .. describe(model) .. ")"
-  return hs
-end
 local ready = conditions["Ready"]
 local progressing = conditions["Progressing"]
 if ready ~= nil and ready.status == "True" and (progressing == nil or progressing.status ~= "True") then
