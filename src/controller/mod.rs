@@ -6,6 +6,7 @@ pub mod desired;
 pub mod metrics;
 pub mod rollout;
 pub mod status;
+pub mod watch_backoff;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -132,7 +133,8 @@ pub async fn run(
     let client = context.client.clone();
     let deployments: Api<InferenceDeployment> = api(&client, &scope);
     let controller = Controller::new(deployments, watcher::Config::default().any_semantic())
-        .with_config(kube::runtime::controller::Config::default().concurrency(context.max_concurrent_reconciles));
+        .with_config(kube::runtime::controller::Config::default().concurrency(context.max_concurrent_reconciles))
+        .trigger_backoff(watch_backoff::WatchBackoff::default());
     let store = controller.store();
     controller
         .owns(

@@ -67,6 +67,22 @@ impl Cluster {
         Some(Cluster { kubeconfig, kubectl })
     }
 
+    /// Stops and starts kube-apiserver alone (`scripts/control-plane.sh restart-apiserver`);
+    /// etcd keeps the data, the address stays the same. Only for a test binary of its own: it
+    /// interrupts every test using the control plane meanwhile.
+    pub fn restart_apiserver(&self) {
+        // The kubeconfig lives in the run's state directory (target/control-plane/kubeconfig is
+        // a link to run/kubeconfig).
+        let state = std::fs::canonicalize(&self.kubeconfig).unwrap().parent().unwrap().to_path_buf();
+        let out = Command::new("bash")
+            .arg(repo("scripts/control-plane.sh"))
+            .arg("restart-apiserver")
+            .env("KVPILOT_CONTROL_PLANE_DIR", &state)
+            .output()
+            .expect("run scripts/control-plane.sh");
+        succeeded("scripts/control-plane.sh restart-apiserver", out);
+    }
+
     /// A client authenticated as cluster admin.
     pub async fn client(&self) -> kube::Client {
         client_for(&self.kubeconfig).await
