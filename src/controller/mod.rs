@@ -12,7 +12,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -124,8 +124,34 @@ where
     }
 }
 
-/// Runs the controller until `shutdown` completes.
+/// How long reconciles in flight may finish after `shutdown` before [`run`] returns anyway.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Runs the controller until `shutdown` completes and the reconciles in flight finish, or
+/// [`SHUTDOWN_GRACE`] after it. The bound matters: kube-runtime's graceful shutdown waits for
+/// the first list of InferenceDeployments, so an operator whose list never succeeds (RBAC
+/// refuses it, the CRD is not installed) ignored SIGTERM until killed (seen against a real
+/// kube-apiserver).
 pub async fn run(
+    context: Arc<Context>,
+    scope: Scope,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let shutdown = shutdown.shared();
+    let deadline = {
+        let shutdown = shutdown.clone();
+        async move {
+            shutdown.await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        }
+    };
+    tokio::select! {
+        () = reconcile_until(context, scope, shutdown) => {}
+        () = deadline => tracing::warn!(grace = ?SHUTDOWN_GRACE, "the controller did not stop in time; stopping anyway"),
+    }
+}
+
+async fn reconcile_until(
     context: Arc<Context>,
     scope: Scope,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,

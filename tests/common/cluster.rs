@@ -277,6 +277,21 @@ impl KvpilotProcess {
         }
     }
 
+    /// Sends SIGTERM and waits up to `timeout` for it to exit; panics (with its log) if it does not.
+    pub fn terminate(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().expect("run kill");
+        assert!(sent.success(), "kill -TERM {pid} failed");
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(start.elapsed() < timeout, "kvpilot ignored SIGTERM for {timeout:?}:\n{}", self.logs());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Stops it (SIGKILL) and waits for it.
     pub fn stop(&mut self) {
         let _ = self.child.kill();
