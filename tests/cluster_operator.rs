@@ -128,6 +128,21 @@ fn the_examples_converge_through_the_charts_rbac_and_nothing_more_is_allowed() {
             }
         }
     }
+    // Converged means quiet: with the API server's defaulting of pods, Services and ConfigMaps,
+    // the operator's server-side applies and status writes are no-ops, so nothing changes.
+    let versions = || {
+        cluster.kubectl_ok(&[
+            "get",
+            "infd,pods,services,configmaps",
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={range .items[*]}{.kind}/{.metadata.name}={.metadata.resourceVersion} {end}",
+        ])
+    };
+    let settled = versions();
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(versions(), settled, "objects keep changing after convergence");
     let table = cluster.kubectl_ok(&["get", "infd", "-n", ns, "-o", "wide"]);
     let llama: Vec<&str> = table.lines().find(|l| l.starts_with("llama-3-1-8b ")).unwrap().split_whitespace().collect();
     assert_eq!(llama[1..7], ["meta-llama/Llama-3.1-8B-Instruct", "full", "host_pool", "Valid", "2", "2"], "{table}");
