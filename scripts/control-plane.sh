@@ -21,7 +21,7 @@ STATE="${KVPILOT_CONTROL_PLANE_DIR:-$BASE/run}"
 # The release the Go module pins; stamped into the binaries as `kubectl version` and /version report it.
 KUBE_VERSION=v1.37.2
 BINARIES=(etcd kube-apiserver kube-controller-manager kubectl)
-SERVICE_CIDR=10.0.0.0/24
+SERVICE_CIDR=10.0.0.0/16
 
 log() { echo "control-plane: $*" >&2; }
 die() { log "$*"; exit 1; }
