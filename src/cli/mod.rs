@@ -14,10 +14,31 @@ mod webhook_cmd;
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use kube::CustomResourceExt;
 
 use crate::api::InferenceDeployment;
+use crate::release::{self, ReleaseChoice, ReleaseError, ReleaseSource};
+
+/// `--sglang-version`, shared by every command that evaluates rules.
+#[derive(Args, Debug, Clone, Default)]
+pub(crate) struct SglangVersionArg {
+    /// SGLang release whose rules and model classification apply (for example 0.5.23) when a
+    /// resource's spec.sglang.version does not name one; default: the newest release kvpilot
+    /// knows. A newer release than any known is checked as the newest, with a warning.
+    #[arg(long = "sglang-version", env = "KVPILOT_SGLANG_VERSION", value_name = "VERSION")]
+    pub(crate) sglang_version: Option<String>,
+}
+
+impl SglangVersionArg {
+    /// The release the flag names, or the newest known one.
+    pub(crate) fn choice(&self) -> Result<ReleaseChoice, ReleaseError> {
+        match &self.sglang_version {
+            Some(text) => release::choose_text(text, ReleaseSource::Flag),
+            None => Ok(ReleaseChoice::default_newest()),
+        }
+    }
+}
 
 /// kvpilot: checks SGLang PD-disaggregation settings against a model's attention layout.
 #[derive(Parser, Debug)]

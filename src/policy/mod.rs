@@ -277,8 +277,10 @@ pub struct Assessment {
 /// Resolves the layout of `config` as the spec asks (`hybridSwaMemory`) and evaluates the
 /// spec's settings against it: the one pipeline every entry point runs.
 pub fn assess(spec: &InferenceDeploymentSpec, config: &serde_json::Value) -> Result<Assessment, LayoutError> {
-    let options =
-        ResolveOptions { disable_hybrid_swa_memory: spec.model.hybrid_swa_memory == HybridSwaMemory::Disabled };
+    let options = ResolveOptions {
+        disable_hybrid_swa_memory: spec.model.hybrid_swa_memory == HybridSwaMemory::Disabled,
+        ..ResolveOptions::default()
+    };
     let layout = layout::resolve(config, options)?;
     let verdict = evaluate(PolicyInput { disaggregation: &spec.disaggregation, decode: &spec.decode, layout: &layout });
     Ok(Assessment { layout, verdict })
