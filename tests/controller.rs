@@ -32,7 +32,10 @@ impl Operator {
         let context = Arc::new(Context::new(
             client,
             source,
-            RenderOptions { runtime_image: "kvpilot:test".into() },
+            RenderOptions {
+                runtime_image: "kvpilot:test".into(),
+                default_release: kvpilot::release::ReleaseChoice::default_newest(),
+            },
             Metrics::default(),
         ));
         let (stop, stopped) = oneshot::channel::<()>();

@@ -217,7 +217,17 @@ async fn reconcile_inner(resource: &InferenceDeployment, context: &Context) -> R
             return Err(Error::Source(e));
         }
     };
-    let assessment = match policy::assess(&resource.spec, &config) {
+    let release = match policy::choose_release(&resource.spec, &context.options.default_release) {
+        Ok(release) => release,
+        Err(e) => {
+            let message = format!("spec.sglang.version: {e}");
+            write_status(&deployments, resource, &status::unresolved("UnknownSglangVersion", &message), None, None)
+                .await?;
+            announce(context, resource, vec![Announcement::warning(previous, "UnknownSglangVersion", &message)]).await;
+            return Ok(Action::requeue(USER_ERROR_REQUEUE));
+        }
+    };
+    let assessment = match policy::assess(&resource.spec, &config, &release) {
         Ok(assessment) => assessment,
         Err(e) => {
             let message = format!("the model config.json is not a model config: {e}");

@@ -183,6 +183,12 @@ pub struct ReleaseChoice {
     pub source: ReleaseSource,
 }
 
+impl Default for ReleaseChoice {
+    fn default() -> Self {
+        Self::default_newest()
+    }
+}
+
 impl ReleaseChoice {
     /// The newest known release, chosen because nothing named one.
     pub fn default_newest() -> Self {

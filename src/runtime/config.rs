@@ -12,6 +12,7 @@ use crate::api::{
     AttentionLayout, DecodeSpec, DisaggregationSpec, EffectiveSettings, KvPool, LayerKind, OnInvalid, RetractionBackup,
 };
 use crate::policy::{self, Outcome, PolicyInput, Violation};
+use crate::release::{self, Release, ReleaseSource};
 
 /// The model the pod serves.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -49,6 +50,9 @@ pub struct DecodeSizes {
     /// Environment of the decode container (some rules read it).
     #[serde(default)]
     pub env: Vec<EnvVar>,
+    /// KV cache dtype (`--kv-cache-dtype`), `auto` when unset.
+    #[serde(default)]
+    pub kv_cache_dtype: Option<String>,
     /// SWA tokens per full-attention token in a hybrid SWA pool (SGLang's
     /// `--swa-full-tokens-ratio`, default 0.8).
     #[serde(default)]
@@ -78,6 +82,9 @@ pub struct RuntimeConfig {
     pub disaggregation: DisaggregationSpec,
     /// Decode sizes.
     pub decode: DecodeSizes,
+    /// The SGLang release whose rules the control plane applied; the newest known when unset.
+    #[serde(default)]
+    pub sglang_version: Option<String>,
     /// Fields this version does not know (reported, not fatal).
     #[serde(flatten)]
     pub unknown: BTreeMap<String, serde_json::Value>,
@@ -156,6 +163,7 @@ impl RuntimeConfig {
             enable_dp_attention: d.enable_dp_attention,
             gpus_per_pod: d.gpus_per_pod,
             env: d.env.clone(),
+            kv_cache_dtype: d.kv_cache_dtype.clone(),
             ..DecodeSpec::default()
         }
     }
@@ -165,6 +173,14 @@ impl RuntimeConfig {
     pub fn check(self) -> Result<Checked, StartupError> {
         self.check_layout()?;
         self.check_sizes()?;
+        let release = match &self.sglang_version {
+            Some(text) => {
+                release::choose_text(text, ReleaseSource::Spec)
+                    .map_err(|e| StartupError::Input(format!("sglangVersion: {e}")))?
+                    .release
+            }
+            None => Release::newest_known(),
+        };
         let mut warnings: Vec<String> = self
             .unknown
             .keys()
@@ -183,7 +199,7 @@ impl RuntimeConfig {
                 )));
             }
             (None, Some(effective)) => {
-                let auto = policy::automatic_retraction_backup(&settings, &self.decode_spec(), &self.layout);
+                let auto = policy::automatic_retraction_backup(&settings, &self.decode_spec(), &self.layout, release);
                 if effective != auto {
                     settings.retraction_backup = Some(effective);
                 }
@@ -202,7 +218,7 @@ impl RuntimeConfig {
         }
         let decode = self.decode_spec();
         let verdict =
-            policy::evaluate(PolicyInput { disaggregation: &settings, decode: &decode, layout: &self.layout });
+            policy::evaluate(PolicyInput { disaggregation: &settings, decode: &decode, layout: &self.layout, release });
         if verdict.outcome == Outcome::Rejected {
             return Err(StartupError::Refused(verdict.violations));
         }
