@@ -54,6 +54,8 @@ enum Command {
     Crd,
     /// Print the version.
     Version,
+    /// Print the release × rule table of the SGLang rules kvpilot checks (Markdown).
+    Rules,
     /// Resolve a model's attention layout from its config.json and print it as JSON.
     Layout(layout_cmd::LayoutArgs),
     /// Check every InferenceDeployment in manifests against its model's layout (for CI).
@@ -61,7 +63,7 @@ enum Command {
     /// Serve the validating and mutating admission webhooks over HTTPS.
     Webhook(webhook_cmd::WebhookArgs),
     /// Run the controller (and optionally the webhook) against the cluster.
-    Operator(operator_cmd::OperatorArgs),
+    Operator(Box<operator_cmd::OperatorArgs>),
     /// Print the objects the controller would create for the InferenceDeployments in manifests.
     Render(render_cmd::RenderArgs),
     /// Run the controller against an in-process API server with the bundled examples.
@@ -77,6 +79,7 @@ pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Crd => print_stdout(&crd_yaml()),
         Command::Version => print_stdout(&format!("kvpilot {}\n", env!("CARGO_PKG_VERSION"))),
+        Command::Rules => print_stdout(&crate::policy::rules_markdown()),
         Command::Layout(args) => layout_cmd::run(&args),
         Command::Check(args) => check::run(&args),
         Command::Webhook(args) => webhook_cmd::run(&args),

@@ -1,6 +1,7 @@
 //! (settings, layout) → verdict. The only place the disaggregation rules live; the CLI, the
 //! webhook, the controller and the cache runtime all call [`evaluate`].
 
+mod docs;
 #[cfg(test)]
 mod release_tests;
 mod rules;
@@ -21,6 +22,7 @@ use crate::layout::{self, LayoutError, ResolveOptions};
 use crate::release::{self, Release, ReleaseChoice, ReleaseError, ReleaseSource, v0_5};
 use rules::{Context, Fix, RULES};
 
+pub use docs::{README_END, README_START, rules_markdown};
 pub use rules::{Phase, attention_tp, pipeline_stages};
 
 /// The host pool fraction SGLang gives a retraction-only host pool (`BACKUP_ONLY_HICACHE_RATIO`,
@@ -168,7 +170,7 @@ pub fn evaluate(input: PolicyInput<'_>) -> Verdict {
         SettingSource::Auto
     };
     let effective = effective_settings(&settings, input, source);
-    let warnings = warnings(&settings, input, &effective);
+    let warnings = warnings(&settings, input, &effective, outcome == Outcome::Rejected);
     Verdict { outcome, violations, rewrites, settings, effective, warnings }
 }
 
@@ -220,7 +222,7 @@ pub fn automatic_retraction_backup(
         && !settings.decode_radix_cache
         && !settings.decode_offload_kv_cache
         && !priority_preemption
-        && !(settings.enable_unified_memory && release >= v0_5(20))
+        && (!settings.enable_unified_memory || release < v0_5(20))
         && supports_host_pool
     {
         RetractionBackup::HostPool
@@ -278,7 +280,12 @@ fn required_env(settings: &DisaggregationSpec, input: PolicyInput<'_>) -> Vec<En
     }
 }
 
-fn warnings(settings: &DisaggregationSpec, input: PolicyInput<'_>, effective: &EffectiveSettings) -> Vec<String> {
+fn warnings(
+    settings: &DisaggregationSpec,
+    input: PolicyInput<'_>,
+    effective: &EffectiveSettings,
+    rejected: bool,
+) -> Vec<String> {
     let mut warnings = Vec::new();
     let layout = input.layout;
     let t1_applies = RULES.iter().any(|r| r.id == "T1" && r.applies(input.release, settings.transfer_backend));
@@ -296,7 +303,8 @@ fn warnings(settings: &DisaggregationSpec, input: PolicyInput<'_>, effective: &E
                 .to_string(),
         );
     }
-    if effective.retraction_backup == RetractionBackup::HostPool
+    if !rejected
+        && effective.retraction_backup == RetractionBackup::HostPool
         && settings.host_pool_ratio.is_none()
         && !settings.hierarchical_cache
         && input.release >= v0_5(21)
