@@ -320,3 +320,38 @@ impl Checked {
         self.effective.retraction_backup == RetractionBackup::HostPool
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn config(sglang_version: Option<&str>, disaggregation: serde_json::Value) -> RuntimeConfig {
+        let path = format!("{}/tests/fixtures/layouts/llama-3.1-8b-instruct.json", env!("CARGO_MANIFEST_DIR"));
+        let layout: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let text = json!({
+            "model": {"name": "llama"}, "layout": layout, "disaggregation": disaggregation, "decode": {},
+            "sglangVersion": sglang_version,
+        });
+        RuntimeConfig::parse(&text.to_string(), "runtime.json").unwrap()
+    }
+
+    #[test]
+    fn the_start_up_check_applies_the_release_the_control_plane_used() {
+        let host_pool = json!({"retractionBackup": "host_pool"});
+        let Err(StartupError::Refused(violations)) = config(Some("0.5.17"), host_pool.clone()).check() else {
+            panic!("0.5.17 has no retraction flag");
+        };
+        assert_eq!(violations[0].rule, "F1");
+        assert!(config(None, host_pool).check().is_ok(), "the newest release has the flag");
+        let none = config(Some("0.5.21"), json!({"retractionBackup": "none"})).check().unwrap();
+        assert_eq!(none.effective.retraction_backup, RetractionBackup::None);
+        let unset = config(Some("0.5.17"), json!({})).check().unwrap();
+        assert_eq!(unset.effective.retraction_backup, RetractionBackup::CpuTensor, "no host pool before 0.5.18");
+        let Err(StartupError::Input(message)) = config(Some("0.4.0"), json!({})).check() else {
+            panic!("an unknown release is an input error");
+        };
+        assert!(message.starts_with("sglangVersion: SGLang 0.4.0 is not a release kvpilot knows"), "{message}");
+    }
+}
