@@ -187,6 +187,7 @@ async fn creates_owned_objects_and_reports_ready() {
     assert_eq!(status["observedGeneration"], object["metadata"]["generation"]);
     assert_eq!(status["layout"]["kvPool"], "full");
     assert_eq!(status["effective"]["retractionBackup"], "host_pool");
+    assert_eq!(status["sglang"], json!({"version": "0.5.23", "source": "Default"}));
     assert_eq!(status["decode"]["readyReplicas"], 2);
     assert_eq!(
         status["decode"]["selector"],

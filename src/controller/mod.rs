@@ -301,6 +301,17 @@ async fn reconcile_inner(resource: &InferenceDeployment, context: &Context) -> R
     };
     write_status(&deployments, resource, &decided, Some(&assessment), Some(decode)).await?;
     let mut standing = Announcement::rewrites(previous, &assessment);
+    if let Some(warning) = assessment.release.warning() {
+        // Once per requested release: status.sglang records it.
+        let recorded = previous.and_then(|s| s.sglang.as_ref()) == Some(&status::sglang_status(&assessment.release));
+        standing.push(Announcement {
+            type_: EventType::Warning,
+            reason: "SglangVersionApproximated".into(),
+            note: warning,
+            action: "Reconcile".into(),
+            recorded,
+        });
+    }
     if let Some(problem) = &rollout_problem {
         let recorded = previous.is_some_and(|s| {
             s.conditions.iter().any(|c| c.reason == "InvalidRollout" && c.message.starts_with(problem.as_str()))

@@ -232,6 +232,19 @@ pub fn status(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::release::{self, ReleaseSource, v0_5};
+
+    #[test]
+    fn sglang_status_names_the_release_its_source_and_what_was_asked_for() {
+        let newer = release::choose(v0_5(30), ReleaseSource::Spec).unwrap();
+        let status = sglang_status(&newer);
+        assert_eq!(
+            (status.version.as_str(), status.requested.as_deref(), status.source.as_str()),
+            ("0.5.23", Some("0.5.30"), "Spec")
+        );
+        let image = sglang_status(&release::choose(v0_5(21), ReleaseSource::Image).unwrap());
+        assert_eq!((image.version.as_str(), image.requested, image.source.as_str()), ("0.5.21", None, "Image"));
+    }
 
     #[test]
     fn transition_time_moves_only_when_the_status_changes() {
