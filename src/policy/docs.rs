@@ -46,12 +46,16 @@ pub fn rules_markdown() -> String {
         }
         out += "\n";
     }
-    out += "\n✓ present, — absent, vN the N-th message text:\n\n";
-    for rule in RULES.iter().filter(|r| r.messages.len() > 1) {
+    out += "\n✓ present, — absent, vN the N-th message text. Message texts and conditions that change:\n\n";
+    for rule in RULES.iter().filter(|r| r.messages.len() > 1 || !r.changes.is_empty()) {
         out += &format!("- {} ({}):\n", rule.id, rule.about);
-        for (index, message) in rule.messages.iter().enumerate() {
+        for (index, message) in rule.messages.iter().enumerate().filter(|_| rule.messages.len() > 1) {
             let label = if index == 0 { "✓".to_string() } else { format!("v{}", index + 1) };
-            out += &format!("  - {label} from {}: `{}`\n", message.since, message.text);
+            let since = message.since.max(rule.span.first);
+            out += &format!("  - {label} from {since}: `{}`\n", message.text);
+        }
+        for change in rule.changes {
+            out += &format!("  - condition from {}: {}\n", change.since.max(rule.span.first), change.text);
         }
     }
     out
@@ -80,6 +84,7 @@ mod tests {
             assert!(seen.insert((rule.id, rule.about)), "{} {} twice", rule.id, rule.about);
             assert!(rule.messages.first().is_some_and(|m| m.since <= rule.span.first), "{} {}", rule.id, rule.about);
             assert!(rule.messages.windows(2).all(|w| w[0].since < w[1].since), "{} {}", rule.id, rule.about);
+            assert!(rule.changes.windows(2).all(|w| w[0].since < w[1].since), "{} {}", rule.id, rule.about);
         }
     }
 }

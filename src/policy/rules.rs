@@ -81,6 +81,8 @@ pub(crate) struct Rule {
     pub(crate) backends: &'static [TransferBackend],
     pub(crate) phase: Phase,
     pub(crate) messages: &'static [Message],
+    /// How the condition changes in later releases, for the docs (the check implements it).
+    pub(crate) changes: &'static [Message],
     pub(crate) check: fn(&Context<'_>) -> Option<Finding>,
     pub(crate) fix: Fix,
 }
@@ -312,6 +314,7 @@ pub(crate) const RULES: &[Rule] = &[
         backends: &[],
         phase: Phase::Args,
         messages: &[text("unrecognized arguments: --disaggregation-decode-retraction-backup {value}")],
+        changes: &[],
         check: |c| {
             let value = c.settings.retraction_backup?;
             when_with(true, vec![("value", value.as_str().into())])
@@ -333,6 +336,7 @@ pub(crate) const RULES: &[Rule] = &[
             "argument --disaggregation-decode-retraction-backup: invalid choice: 'none' (choose from 'cpu_tensor', \
              'host_pool')",
         )],
+        changes: &[],
         check: |c| when(c.settings.retraction_backup == Some(RetractionBackup::None)),
         fix: Fix::Rewrite {
             apply: to_cpu_tensor,
@@ -347,6 +351,7 @@ pub(crate) const RULES: &[Rule] = &[
         backends: &[],
         phase: Phase::Args,
         messages: &[text("--disaggregation-decode-retraction-backup=host_pool does not support --dcp-size > 1.")],
+        changes: &[],
         check: |c| when(host_pool(c) && dcp(c)),
         fix: Fix::Rewrite { apply: to_cpu_tensor, hint: "use cpu_tensor, or set decodeContextParallel to 1" },
     },
@@ -361,6 +366,7 @@ pub(crate) const RULES: &[Rule] = &[
             "--disaggregation-decode-retraction-backup=host_pool requires --disable-priority-preemption when \
              priority scheduling is enabled.",
         )],
+        changes: &[],
         check: |c| when(host_pool(c) && c.settings.priority_scheduling && !c.settings.disable_priority_preemption),
         fix: Fix::Rewrite { apply: to_cpu_tensor, hint: "use cpu_tensor, or set disablePriorityPreemption: true" },
     },
@@ -375,6 +381,7 @@ pub(crate) const RULES: &[Rule] = &[
             "The arguments disaggregation-decode-enable-offload-kvcache and \
              disaggregation-decode-retraction-backup=host_pool are mutually exclusive: both build a decode host pool.",
         )],
+        changes: &[],
         check: |c| when(host_pool(c) && c.settings.decode_offload_kv_cache),
         fix: Fix::Rewrite { apply: to_cpu_tensor, hint: "use cpu_tensor, or turn decodeOffloadKvCache off" },
     },
@@ -389,6 +396,7 @@ pub(crate) const RULES: &[Rule] = &[
             "--enable-unified-memory host-pool decode retraction does not support decode radix-cache H2D/D2H \
              transfers yet.",
         )],
+        changes: &[],
         check: |c| when(host_pool(c) && unified_memory(c) && radix(c)),
         fix: Fix::Rewrite { apply: to_cpu_tensor, hint: "use cpu_tensor, or turn decodeRadixCache off" },
     },
@@ -400,6 +408,7 @@ pub(crate) const RULES: &[Rule] = &[
         backends: &[],
         phase: Phase::Args,
         messages: &[text("--enable-unified-memory host-pool decode retraction does not support hybrid-Mamba models.")],
+        changes: &[],
         check: |c| when(host_pool(c) && unified_memory(c) && c.layout.uses_ssm_state()),
         fix: Fix::Rewrite { apply: to_cpu_tensor, hint: "use cpu_tensor or leave retractionBackup unset" },
     },
@@ -413,6 +422,7 @@ pub(crate) const RULES: &[Rule] = &[
         messages: &[text(
             "--enable-unified-memory host-pool decode retraction does not support hybrid-SWA H2D/D2H transfers yet.",
         )],
+        changes: &[],
         check: |c| when(host_pool(c) && unified_memory(c) && c.layout.is_hybrid_swa()),
         fix: Fix::Rewrite { apply: to_cpu_tensor, hint: "use cpu_tensor or leave retractionBackup unset" },
     },
@@ -424,6 +434,7 @@ pub(crate) const RULES: &[Rule] = &[
         backends: &[],
         phase: Phase::PoolBuild,
         messages: &[text("Host-pool retraction does not support Mamba models.")],
+        changes: &[],
         check: |c| when(host_pool(c) && c.layout.uses_ssm_state()),
         fix: Fix::Rewrite { apply: to_cpu_tensor, hint: "use cpu_tensor or leave retractionBackup unset" },
     },
@@ -435,6 +446,7 @@ pub(crate) const RULES: &[Rule] = &[
         backends: &[],
         phase: Phase::PoolBuild,
         messages: &[text("Host-pool retraction does not support pure-SWA models.")],
+        changes: &[],
         check: |c| {
             if !host_pool(c) || radix(c) {
                 return None;
@@ -463,6 +475,10 @@ pub(crate) const RULES: &[Rule] = &[
         messages: &[text(
             "--disaggregation-decode-retraction-backup=host_pool requires UnifiedRadixCache with HiCache attached.",
         )],
+        changes: &[
+            text_from(18, "any model with decode radix cache, unless SGLANG_ENABLE_UNIFIED_RADIX_TREE is set"),
+            text_from(19, "pure-SWA models only"),
+        ],
         check: |c| {
             // 0.5.18 builds the unified tree for decode radix cache only when the env var asks.
             let no_unified_tree = c.release == v0_5(18) && !env_truthy(c.decode, UNIFIED_RADIX_TREE_ENV);
@@ -480,6 +496,7 @@ pub(crate) const RULES: &[Rule] = &[
         messages: &[text(
             "--disaggregation-decode-retraction-backup=host_pool requires an MHA or hybrid-SWA HiCache host stack.",
         )],
+        changes: &[],
         check: |c| when(host_pool(c) && !c.layout.uses_ssm_state() && mla_like(c.layout)),
         fix: Fix::Rewrite { apply: to_cpu_tensor, hint: "use cpu_tensor or leave retractionBackup unset" },
     },
@@ -498,6 +515,13 @@ pub(crate) const RULES: &[Rule] = &[
                 19,
                 "--disaggregation-decode-enable-radix-cache with sliding window attention (SWA) models requires the \
                  unified radix tree (set SGLANG_ENABLE_UNIFIED_RADIX_TREE=1).",
+            ),
+        ],
+        changes: &[
+            text_from(17, "every hybrid-SWA model"),
+            text_from(
+                19,
+                "unless SGLANG_ENABLE_UNIFIED_RADIX_TREE is set; kvpilot sets it unless spec.decode.env sets it false",
             ),
         ],
         check: |c| {
@@ -523,6 +547,7 @@ pub(crate) const RULES: &[Rule] = &[
             "--disaggregation-decode-enable-radix-cache with sliding window attention (SWA) models currently supports \
              only device-resident cache and is incompatible with --enable-hierarchical-cache.",
         )],
+        changes: &[],
         check: |c| when(radix(c) && c.layout.is_hybrid_swa() && c.settings.hierarchical_cache),
         fix: Fix::Rewrite { apply: radix_off, hint: "turn decodeRadixCache or hierarchicalCache off" },
     },
@@ -544,6 +569,7 @@ pub(crate) const RULES: &[Rule] = &[
                  (SGLANG_HACK_FLASHMLA_BACKEND=unified_kv_triton).",
             ),
         ],
+        changes: &[text_from(23, "allowed with SGLANG_HACK_FLASHMLA_BACKEND=unified_kv_triton")],
         check: |c| {
             let unified_kv = c.release >= v0_5(23)
                 && c.decode.env_value("SGLANG_HACK_FLASHMLA_BACKEND").is_some_and(|v| v.trim() == "unified_kv_triton");
@@ -566,6 +592,7 @@ pub(crate) const RULES: &[Rule] = &[
             "--disaggregation-decode-enable-radix-cache does not support SWA-compress models (e.g. Gemma4 / MiMo-V2) \
              yet.",
         )],
+        changes: &[],
         check: |c| when(radix(c) && c.layout.is_hybrid_swa() && c.layout.has(LayoutFeature::SwaCompress)),
         fix: Fix::Rewrite { apply: radix_off, hint: "turn decodeRadixCache off" },
     },
@@ -577,6 +604,7 @@ pub(crate) const RULES: &[Rule] = &[
         backends: &[],
         phase: Phase::PoolBuild,
         messages: &[text("--disaggregation-decode-enable-radix-cache is incompatible with Mamba/SSM models")],
+        changes: &[],
         check: |c| when(radix(c) && c.layout.uses_ssm_state()),
         fix: Fix::Rewrite { apply: radix_off, hint: "turn decodeRadixCache off (SGLang 0.5.21 and later allow it)" },
     },
@@ -590,6 +618,7 @@ pub(crate) const RULES: &[Rule] = &[
         messages: &[text(
             "--disaggregation-decode-enable-radix-cache is incompatible with --disaggregation-transfer-backend fake",
         )],
+        changes: &[],
         check: |c| when(radix(c) && c.settings.transfer_backend == TransferBackend::Fake),
         fix: Fix::Rewrite { apply: radix_off, hint: "turn decodeRadixCache off, or use a real transfer backend" },
     },
@@ -604,6 +633,11 @@ pub(crate) const RULES: &[Rule] = &[
             "--disaggregation-decode-enable-radix-cache is incompatible with speculative decoding \
              (--speculative-algorithm {algorithm})",
         )],
+        changes: &[
+            text_from(17, "any algorithm"),
+            text_from(21, "DSPARK allowed"),
+            text_from(23, "DSPARK, EAGLE, EAGLE3 and NEXTN allowed"),
+        ],
         check: |c| {
             let algorithm = c.settings.speculative_algorithm.as_deref().filter(|_| radix(c))?;
             // Algorithms that keep decode radix cache: DSPARK from 0.5.21, EAGLE/EAGLE3/NEXTN from 0.5.23.
@@ -641,6 +675,11 @@ pub(crate) const RULES: &[Rule] = &[
                  synthetic benchmarking, got '{backend}'.",
             ),
         ],
+        changes: &[
+            text_from(17, "mooncake, nixl"),
+            text_from(19, "mooncake, nixl, fake"),
+            text_from(22, "mooncake, nixl, mori, ascend, fake"),
+        ],
         check: |c| {
             let backend = c.settings.transfer_backend;
             let allowed = match backend {
@@ -665,6 +704,7 @@ pub(crate) const RULES: &[Rule] = &[
         messages: &[text(
             "PD decode DCP currently requires chunk cache; --disaggregation-decode-enable-radix-cache is not supported.",
         )],
+        changes: &[],
         check: |c| when(dcp(c) && radix(c)),
         fix: Fix::Rewrite { apply: radix_off, hint: "turn decodeRadixCache off, or set decodeContextParallel to 1" },
     },
@@ -678,6 +718,7 @@ pub(crate) const RULES: &[Rule] = &[
         messages: &[text(
             "PD decode DCP currently requires chunk cache; --enable-hierarchical-cache is not supported.",
         )],
+        changes: &[],
         check: |c| when(dcp(c) && c.settings.hierarchical_cache),
         fix: Fix::Rewrite {
             apply: hierarchical_off,
@@ -692,6 +733,7 @@ pub(crate) const RULES: &[Rule] = &[
         backends: &[],
         phase: Phase::Handshake,
         messages: &[text("PD decode DCP requires an MLA or hybrid-MLA KV pool.")],
+        changes: &[],
         check: |c| when(dcp(c) && !mla_like(c.layout)),
         fix: Fix::Manual { hint: "set decodeContextParallel to 1: decode context parallelism needs an MLA model" },
     },
@@ -706,6 +748,7 @@ pub(crate) const RULES: &[Rule] = &[
             "SGLANG_DISAGG_STAGING_BUFFER requires disaggregation_transfer_backend='mooncake' or 'nixl', got \
              '{backend}'.",
         )],
+        changes: &[],
         check: |c| {
             when_with(
                 env_truthy(c.decode, "SGLANG_DISAGG_STAGING_BUFFER") && !mooncake_or_nixl(c),
@@ -724,6 +767,7 @@ pub(crate) const RULES: &[Rule] = &[
         backends: &[],
         phase: Phase::PoolBuild,
         messages: &[text("Unsupported KV cache type for decode offload")],
+        changes: &[text_from(21, "the unified-memory hybrid-SWA pool is accepted")],
         check: |c| {
             let pool_supported = match c.layout.kv_pool {
                 KvPool::Full | KvPool::Mla => true,
@@ -748,6 +792,7 @@ pub(crate) const RULES: &[Rule] = &[
             "Page size mismatch: prefill server has page_size={prefill}, but decode server has page_size={decode}. \
              Both servers must use the same --page-size value.",
         )],
+        changes: &[],
         check: |c| {
             let prefill = c.settings.prefill.as_ref()?.page_size?;
             let decode = c.decode.page_size;
@@ -766,6 +811,7 @@ pub(crate) const RULES: &[Rule] = &[
             "KV cache dtype mismatch: prefill server has kv_cache_dtype={prefill}, but decode server has \
              kv_cache_dtype={decode}. Both servers must use the same --kv-cache-dtype value.",
         )],
+        changes: &[],
         check: |c| {
             let prefill = kv_cache_dtype(c.settings.prefill.as_ref()?.kv_cache_dtype.as_deref());
             let decode = kv_cache_dtype(c.decode.kv_cache_dtype.as_deref());
@@ -787,6 +833,7 @@ pub(crate) const RULES: &[Rule] = &[
             "PD state transfer does not support TP-mismatched non-MLA SWA models (prefill_tp_size={prefill_tp}, \
              decode_tp_size={decode_tp})",
         )],
+        changes: &[],
         check: |c| tp_mismatch(c, swa_state(c)),
         fix: Fix::Manual { hint: TP_HINT },
     },
@@ -800,6 +847,7 @@ pub(crate) const RULES: &[Rule] = &[
         messages: &[text(
             "PD Disaggregation does NOT support PD different TP sizes for non-MLA SWA hybrid models yet.",
         )],
+        changes: &[],
         check: |c| tp_mismatch(c, swa_state(c)),
         fix: Fix::Manual { hint: TP_HINT },
     },
@@ -813,6 +861,7 @@ pub(crate) const RULES: &[Rule] = &[
         messages: &[text(
             "PD Disaggregation does NOT support PD different TP sizes for non-MLA BLOCK_SCALE hybrid models yet.",
         )],
+        changes: &[text_from(19, "mooncake only"), text_from(20, "nixl too")],
         check: |c| {
             // NIXL transfers BLOCK_SCALE state through this check from 0.5.20, Mooncake from 0.5.19.
             let checked = c.settings.transfer_backend == TransferBackend::Mooncake || c.release >= v0_5(20);
@@ -830,6 +879,7 @@ pub(crate) const RULES: &[Rule] = &[
         messages: &[text(
             "extra_buffer_lazy unsupported under PD disaggregation; use --mamba-radix-cache-strategy extra_buffer.",
         )],
+        changes: &[],
         check: |c| when(c.settings.mamba_radix_cache_strategy == Some(MambaRadixCacheStrategy::ExtraBufferLazy)),
         fix: Fix::Rewrite { apply: to_extra_buffer, hint: "use extra_buffer" },
     },
@@ -841,6 +891,7 @@ pub(crate) const RULES: &[Rule] = &[
         backends: &[],
         phase: Phase::Args,
         messages: &[text("no_buffer only supports page_size=1.")],
+        changes: &[],
         check: |c| {
             when(
                 c.layout.uses_ssm_state()
@@ -865,6 +916,7 @@ pub(crate) const RULES: &[Rule] = &[
                  and --pp-size 1.",
             ),
         ],
+        changes: &[text_from(17, "any unified memory under PD"), text_from(18, "only off mooncake or with PP > 1")],
         check: |c| {
             let refused_outright = c.release < v0_5(18);
             when(
@@ -887,6 +939,7 @@ pub(crate) const RULES: &[Rule] = &[
             "--enable-unified-memory with PD disaggregation currently supports only MLA hybrid-Mamba models (e.g. \
              kimi-linear)",
         )],
+        changes: &[],
         check: |c| when(unified_memory(c) && c.layout.uses_ssm_state() && c.layout.attention != AttentionKind::Mla),
         fix: Fix::Rewrite { apply: unified_memory_off, hint: "turn enableUnifiedMemory off" },
     },
@@ -901,6 +954,7 @@ pub(crate) const RULES: &[Rule] = &[
             "--enable-unified-memory with PD disaggregation does not support hybrid-SWA models yet (no whole-envelope \
              transfer scheme for the SWA sub-pool).",
         )],
+        changes: &[],
         check: |c| when(unified_memory(c) && c.layout.is_hybrid_swa() && !c.layout.has(LayoutFeature::DeepseekV4)),
         fix: Fix::Rewrite { apply: unified_memory_off, hint: "turn enableUnifiedMemory off" },
     },
