@@ -206,14 +206,23 @@ async fn rewrites_are_allowed_with_one_warning_each() {
 #[tokio::test]
 async fn mutate_returns_a_base64_json_patch_that_makes_the_spec_valid() {
     let server = start().await;
-    for object in [pure_swa("Rewrite"), {
-        // Two rewrites in one patch (R1 and M1), with the ConfigMap example's config inlined.
-        let mut qwen = example("qwen3-next-hybrid-ssm.yaml");
-        qwen["spec"]["model"]["config"] = json!({"inline": serde_json::from_str::<Value>(
+    for object in [
+        pure_swa("Rewrite"),
+        {
+            // Two rewrites in one patch (R1 and M1), with the ConfigMap example's config inlined.
+            let mut qwen = example("qwen3-next-hybrid-ssm.yaml");
+            qwen["spec"]["model"]["config"] = json!({"inline": serde_json::from_str::<Value>(
             &std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/configs/qwen3-next-80b-a3b.json")).unwrap()
         ).unwrap()});
-        qwen
-    }] {
+            qwen
+        },
+        {
+            // SGLang 0.5.17 has no retraction flag: the patch removes retractionBackup (F1).
+            let mut old_release = pure_swa("Rewrite");
+            old_release["spec"]["sglang"] = json!({"version": "0.5.17"});
+            old_release
+        },
+    ] {
         let response = server.review("/mutate", &admission_review("CREATE", &object, None)).await;
         assert_eq!(response["allowed"], true);
         assert_eq!(response["patchType"], "JSONPatch");
@@ -226,8 +235,12 @@ async fn mutate_returns_a_base64_json_patch_that_makes_the_spec_valid() {
         assert_eq!(resource.spec.disaggregation.on_invalid, OnInvalid::Rewrite);
         resource.spec.disaggregation.on_invalid = OnInvalid::Reject;
         let config = serde_json::to_value(resource.spec.model.config.inline.clone().unwrap()).unwrap();
-        let verdict = kvpilot::policy::assess(&resource.spec, &config, &Default::default()).unwrap().verdict;
+        let release = kvpilot::policy::choose_release(&resource.spec, &Default::default()).unwrap();
+        let verdict = kvpilot::policy::assess(&resource.spec, &config, &release).unwrap().verdict;
         assert_eq!(verdict.outcome, kvpilot::policy::Outcome::Valid, "{:?}", verdict.violations);
+        if resource.spec.sglang.is_some() {
+            assert_eq!(resource.spec.disaggregation.retraction_backup, None, "removed by the patch");
+        }
     }
     // Reject mode and valid resources are left unchanged.
     for object in [pure_swa("Reject"), example("llama-3.1-8b-full.yaml")] {
