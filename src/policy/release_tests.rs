@@ -405,3 +405,23 @@ fn a_release_from_the_spec_wins_over_the_image_and_the_flag() {
     assert_eq!((newer.release, newer.approximate()), (v0_5(23), true));
     assert!(choose_release(&spec(Some("0.5.16"), None), &flag).is_err());
 }
+
+#[test]
+fn u7_unified_memory_decode_offload_from_0_5_21() {
+    let settings = with(|s| {
+        s.enable_unified_memory = true;
+        s.decode_offload_kv_cache = true;
+    });
+    let cases = [
+        (mla(), "--enable-unified-memory with decode KV offload does not support MLA models yet."),
+        (ssm(), "--enable-unified-memory with decode KV offload does not support hybrid-Mamba models."),
+        (
+            hybrid_swa(),
+            "--enable-unified-memory with decode KV offload does not support hybrid-SWA H2D/D2H transfers yet.",
+        ),
+    ];
+    for (layout, message) in cases {
+        assert_eq!(messages("U7", &settings, &DecodeSpec::default(), &layout), on(21..=23, message));
+    }
+    assert_eq!(at(23, &settings, &DecodeSpec::default(), &full()).outcome, Outcome::Valid);
+}

@@ -187,6 +187,10 @@ fn unified_memory(c: &Context<'_>) -> bool {
     c.settings.enable_unified_memory
 }
 
+fn unified_offload(c: &Context<'_>) -> bool {
+    unified_memory(c) && c.settings.decode_offload_kv_cache
+}
+
 /// The KV cache dtype a fleet runs with: its `--kv-cache-dtype`, `auto` when unset.
 pub(crate) fn kv_cache_dtype(value: Option<&str>) -> &str {
     value.map(str::trim).filter(|v| !v.is_empty()).unwrap_or("auto")
@@ -425,6 +429,44 @@ pub(crate) const RULES: &[Rule] = &[
         changes: &[],
         check: |c| when(host_pool(c) && unified_memory(c) && c.layout.is_hybrid_swa()),
         fix: Fix::Rewrite { apply: to_cpu_tensor, hint: "use cpu_tensor or leave retractionBackup unset" },
+    },
+    Rule {
+        id: "U7",
+        about: "unified memory decode offload × MLA",
+        field: DECODE_OFFLOAD,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--enable-unified-memory with decode KV offload does not support MLA models yet.")],
+        changes: &[],
+        check: |c| when(unified_offload(c) && c.layout.attention == AttentionKind::Mla),
+        fix: Fix::Rewrite { apply: offload_off, hint: "turn decodeOffloadKvCache or enableUnifiedMemory off" },
+    },
+    Rule {
+        id: "U7",
+        about: "unified memory decode offload × hybrid Mamba",
+        field: DECODE_OFFLOAD,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--enable-unified-memory with decode KV offload does not support hybrid-Mamba models.")],
+        changes: &[],
+        check: |c| when(unified_offload(c) && c.layout.uses_ssm_state()),
+        fix: Fix::Rewrite { apply: offload_off, hint: "turn decodeOffloadKvCache or enableUnifiedMemory off" },
+    },
+    Rule {
+        id: "U7",
+        about: "unified memory decode offload × hybrid SWA",
+        field: DECODE_OFFLOAD,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-unified-memory with decode KV offload does not support hybrid-SWA H2D/D2H transfers yet.",
+        )],
+        changes: &[],
+        check: |c| when(unified_offload(c) && c.layout.is_hybrid_swa()),
+        fix: Fix::Rewrite { apply: offload_off, hint: "turn decodeOffloadKvCache or enableUnifiedMemory off" },
     },
     Rule {
         id: "R1",
