@@ -66,7 +66,7 @@ pub struct InferenceDeploymentSpec {
 #[serde(rename_all = "camelCase")]
 pub struct SglangSpec {
     /// SGLang release as PyPI spells it (`0.5.23`, `v0.5.23`, `0.5.22.post1`). Unset: the
-    /// version in the tag of spec.decode.image (`lmsysorg/sglang:v0.5.23-cu129`), else the
+    /// version in the tag of an SGLang spec.decode.image (`lmsysorg/sglang:v0.5.23-cu129`), else the
     /// operator's --sglang-version, else the newest release kvpilot knows. A release newer than
     /// any known is checked as the newest known one, with a warning; status.sglang says which
     /// release was used and where it came from.

@@ -254,12 +254,16 @@ pub fn choose_text(text: &str, source: ReleaseSource) -> Result<ReleaseChoice, R
     choose(text.trim().parse()?, source)
 }
 
-/// The SGLang release an image tag names, for tags like `v0.5.23-cu129`, `0.5.22.post1` or
-/// `v0.5.23-rocm700-mi30x`; None for a digest-only reference or a tag without a version.
+/// The SGLang release an SGLang image's tag names (a repository whose name contains `sglang`),
+/// for tags like `v0.5.23-cu129`, `0.5.22.post1` or `v0.5.23-rocm700-mi30x`; None for other
+/// images, a digest-only reference or a tag without a version.
 pub fn from_image(image: &str) -> Option<Release> {
     let reference = image.split('@').next().unwrap_or(image);
     let name_end = reference.rfind('/').map_or(0, |i| i + 1);
-    let tag = reference[name_end..].split_once(':')?.1;
+    let (name, tag) = reference[name_end..].split_once(':')?;
+    if !name.to_ascii_lowercase().contains("sglang") {
+        return None;
+    }
     let tag = tag.strip_prefix('v').unwrap_or(tag);
     let version_end = tag.find(|c: char| c != '.' && !c.is_ascii_alphanumeric()).unwrap_or(tag.len());
     tag[..version_end].parse().ok()

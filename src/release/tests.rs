@@ -72,6 +72,7 @@ fn reads_the_release_from_image_tags() {
     assert_eq!(from_image("registry:5000/sglang"), None);
     assert_eq!(from_image("lmsysorg/sglang:latest"), None);
     assert_eq!(from_image("lmsysorg/sglang@sha256:abc"), None);
+    assert_eq!(from_image("kvpilot/kvpilot:0.5.30"), None, "not an SGLang image");
 }
 
 proptest! {
