@@ -309,6 +309,39 @@ fn unified_memory_rules_per_release() {
         messages("U1", &unified, &DecodeSpec::default(), &full()),
         on(17..=17, "--enable-unified-memory is not yet compatible with PD disaggregation.")
     );
+    let on_nixl = with(|s| {
+        s.enable_unified_memory = true;
+        s.transfer_backend = TransferBackend::Nixl;
+    });
+    let catalogue = "--enable-unified-memory with PD disaggregation requires --disaggregation-transfer-backend mooncake and \
+         --pp-size 1.";
+    let since_0_5_21 =
+        "--enable-unified-memory with PD disaggregation supports only these transfer backends: mooncake; got 'nixl'.";
+    assert_eq!(
+        messages("U1", &on_nixl, &DecodeSpec::default(), &full()),
+        concat(&[
+            on(17..=17, "--enable-unified-memory is not yet compatible with PD disaggregation."),
+            on(18..=20, catalogue),
+            on(21..=23, since_0_5_21)
+        ])
+    );
+    let pp2 = DecodeSpec { pipeline_parallel: 2, ..DecodeSpec::default() };
+    assert_eq!(
+        at(23, &unified, &pp2, &full()).violations[0].message,
+        "--enable-unified-memory with PD disaggregation does not support pipeline parallelism (whole-envelope transfer \
+         has no per-layer entries to subset)."
+    );
+    let speculative = with(|s| {
+        s.enable_unified_memory = true;
+        s.speculative_algorithm = Some("DSPARK".into());
+    });
+    assert_eq!(
+        messages("U1", &speculative, &DecodeSpec::default(), &full())[4].as_deref(),
+        Some(
+            "--enable-unified-memory with PD disaggregation does not support speculative decoding with the Mooncake \
+              transfer backend."
+        )
+    );
     let fires = |rule, layout: &AttentionLayout| -> Vec<bool> {
         messages(rule, &unified, &DecodeSpec::default(), layout).iter().map(Option::is_some).collect()
     };
@@ -413,12 +446,9 @@ fn u7_unified_memory_decode_offload_from_0_5_21() {
         s.decode_offload_kv_cache = true;
     });
     let cases = [
-        (mla(), "--enable-unified-memory with decode KV offload does not support MLA models yet."),
-        (ssm(), "--enable-unified-memory with decode KV offload does not support hybrid-Mamba models."),
-        (
-            hybrid_swa(),
-            "--enable-unified-memory with decode KV offload does not support hybrid-SWA H2D/D2H transfers yet.",
-        ),
+        (mla(), "--enable-unified-memory decode KV offload does not support MLA models yet."),
+        (ssm(), "--enable-unified-memory decode KV offload does not support hybrid-Mamba models."),
+        (hybrid_swa(), "--enable-unified-memory decode KV offload does not support hybrid-SWA H2D/D2H transfers yet."),
     ];
     for (layout, message) in cases {
         assert_eq!(messages("U7", &settings, &DecodeSpec::default(), &layout), on(21..=23, message));

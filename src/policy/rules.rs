@@ -437,7 +437,7 @@ pub(crate) const RULES: &[Rule] = &[
         span: Span::since(v0_5(21)),
         backends: &[],
         phase: Phase::Args,
-        messages: &[text("--enable-unified-memory with decode KV offload does not support MLA models yet.")],
+        messages: &[text("--enable-unified-memory decode KV offload does not support MLA models yet.")],
         changes: &[],
         check: |c| when(unified_offload(c) && c.layout.attention == AttentionKind::Mla),
         fix: Fix::Rewrite { apply: offload_off, hint: "turn decodeOffloadKvCache or enableUnifiedMemory off" },
@@ -449,7 +449,7 @@ pub(crate) const RULES: &[Rule] = &[
         span: Span::since(v0_5(21)),
         backends: &[],
         phase: Phase::Args,
-        messages: &[text("--enable-unified-memory with decode KV offload does not support hybrid-Mamba models.")],
+        messages: &[text("--enable-unified-memory decode KV offload does not support hybrid-Mamba models.")],
         changes: &[],
         check: |c| when(unified_offload(c) && c.layout.uses_ssm_state()),
         fix: Fix::Rewrite { apply: offload_off, hint: "turn decodeOffloadKvCache or enableUnifiedMemory off" },
@@ -462,7 +462,7 @@ pub(crate) const RULES: &[Rule] = &[
         backends: &[],
         phase: Phase::Args,
         messages: &[text(
-            "--enable-unified-memory with decode KV offload does not support hybrid-SWA H2D/D2H transfers yet.",
+            "--enable-unified-memory decode KV offload does not support hybrid-SWA H2D/D2H transfers yet.",
         )],
         changes: &[],
         check: |c| when(unified_offload(c) && c.layout.is_hybrid_swa()),
@@ -957,18 +957,63 @@ pub(crate) const RULES: &[Rule] = &[
                 "--enable-unified-memory with PD disaggregation requires --disaggregation-transfer-backend mooncake \
                  and --pp-size 1.",
             ),
+            text_from(
+                21,
+                "--enable-unified-memory with PD disaggregation supports only these transfer backends: mooncake; got \
+                 '{backend}'.",
+            ),
         ],
-        changes: &[text_from(17, "any unified memory under PD"), text_from(18, "only off mooncake or with PP > 1")],
+        changes: &[
+            text_from(17, "any unified memory under PD"),
+            text_from(18, "off mooncake or with PP > 1"),
+            text_from(21, "off mooncake (PP and speculative decoding are rules of their own)"),
+        ],
         check: |c| {
-            let refused_outright = c.release < v0_5(18);
-            when(
-                unified_memory(c)
-                    && (refused_outright
-                        || c.settings.transfer_backend != TransferBackend::Mooncake
-                        || c.decode.pipeline_parallel > 1),
-            )
+            let backend = c.settings.transfer_backend;
+            let refused = match c.release {
+                r if r < v0_5(18) => true,
+                r if r < v0_5(21) => backend != TransferBackend::Mooncake || c.decode.pipeline_parallel > 1,
+                _ => backend != TransferBackend::Mooncake,
+            };
+            when_with(unified_memory(c) && refused, vec![("backend", backend.as_str().into())])
         },
         fix: Fix::Rewrite { apply: unified_memory_off, hint: "turn enableUnifiedMemory off" },
+    },
+    Rule {
+        id: "U1",
+        about: "unified memory under PD × PP",
+        field: UNIFIED_MEMORY,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-unified-memory with PD disaggregation does not support pipeline parallelism (whole-envelope \
+             transfer has no per-layer entries to subset).",
+        )],
+        changes: &[],
+        check: |c| when(unified_memory(c) && c.decode.pipeline_parallel > 1),
+        fix: Fix::Rewrite {
+            apply: unified_memory_off,
+            hint: "turn enableUnifiedMemory off, or set pipelineParallel to 1",
+        },
+    },
+    Rule {
+        id: "U1",
+        about: "unified memory under PD × speculative decoding",
+        field: UNIFIED_MEMORY,
+        span: Span::since(v0_5(21)),
+        backends: &[TransferBackend::Mooncake],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-unified-memory with PD disaggregation does not support speculative decoding with the Mooncake \
+             transfer backend.",
+        )],
+        changes: &[],
+        check: |c| when(unified_memory(c) && c.settings.speculative_algorithm.is_some()),
+        fix: Fix::Rewrite {
+            apply: unified_memory_off,
+            hint: "turn enableUnifiedMemory off, or drop speculativeAlgorithm",
+        },
     },
     Rule {
         id: "U2",
