@@ -34,7 +34,8 @@ pub(crate) fn ever_listed(list: &[Listed], arch: &str) -> bool {
 }
 
 /// `is_hybrid_swa_model`: architectures that get a hybrid SWA memory pool (drift §5.1).
-/// `LagunaForCausalLM` and `BeamForCausalLM` only when a layer actually slides.
+/// `LagunaForCausalLM` and `BeamForCausalLM` only when a layer actually slides. Dots3Note and
+/// MuseSpark are hybrid through their config classes ([`CONFIG_CLASS_OPT_INS`]), not this list.
 pub(crate) const HYBRID_SWA: &[Listed] = &[
     base("Llama4ForConditionalGeneration"),
     base("DeepseekV4ForCausalLM"),
@@ -59,14 +60,11 @@ pub(crate) const HYBRID_SWA: &[Listed] = &[
     from(18, "MuseGlimmerForConditionalGeneration"),
     from(19, "GraniteSWAForCausalLM"),
     from(19, "GraniteMoeSWAForCausalLM"),
-    from(19, "Dots3NoteForCausalLM"),
-    from(19, "Dots3NoteForCausalLMNextN"),
     from(21, "IQuestQ1ForCausalLM"),
     from(21, "IQuestQ1MTP"),
     from(21, "DiffusionGemmaForBlockDiffusion"),
     from(22, "EmbeddingGemma2Model"),
     from(23, "BeamForCausalLM"),
-    from(23, "MuseSparkForConditionalGeneration"),
 ];
 
 /// Hybrid-SWA architectures that are hybrid only when some layer slides (SGLang tests the
@@ -150,6 +148,10 @@ pub(crate) const MLA: &[Listed] = &[
     base("BailingMoeV2_5ForCausalLM"),
     base("SarvamMLAForCausalLM"),
     base("KimiK3ForConditionalGeneration"),
+    base("GlmMoeDsaForCausalLMNextN"),
+    base("LongcatFlashForCausalLM"),
+    base("LongcatFlashForCausalLMNextN"),
+    base("MistralLarge3ForCausalLMEagle"),
     from(19, "BailingMoeV3ForCausalLM"),
     from(19, "Dots3NoteForCausalLM"),
     from(19, "Dots3NoteForCausalLMNextN"),
@@ -172,6 +174,8 @@ pub(crate) const DSA_CAPABLE: &[Listed] = &[
     base("PixtralForConditionalGeneration"),
     base("GlmMoeDsaForCausalLM"),
     base("GlmMoeDsaForCausalLMNextN"),
+    base("LongcatFlashForCausalLM"),
+    base("LongcatFlashForCausalLMNextN"),
     from(19, "Dots3NoteForCausalLM"),
     from(19, "Dots3NoteForCausalLMNextN"),
     from(20, "Glm5NextForConditionalGeneration"),
