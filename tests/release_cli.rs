@@ -133,6 +133,13 @@ fn check_applies_the_flag_and_the_spec_field_wins() {
 
     let out = kvpilot(&["check", "-f", &unpinned, "--sglang-version", "five"]);
     assert_eq!(out.status.code(), Some(2));
+    let (code, reports, err) = check_json(&["-f", &unpinned, "--sglang-version", "0.5.31"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains("kvpilot check: warning: SGLang 0.5.31 (Flag) is newer than any release kvpilot knows"),
+        "{err}"
+    );
+    assert_eq!(reports[0]["sglang"], serde_json::json!({"version": "0.5.23", "requested": "0.5.31", "source": "Flag"}));
 }
 
 #[test]

@@ -152,6 +152,9 @@ pub(crate) fn run(args: &CheckArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(warning) = default_release.warning() {
+        eprintln!("kvpilot check: warning: {warning}");
+    }
     let results = runtime.block_on(assess_all(&set, hub.as_ref(), &args.hub_endpoint, &default_release));
     let mut reports = Vec::new();
     for (index, result) in results {

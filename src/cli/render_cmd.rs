@@ -52,6 +52,9 @@ pub(crate) fn run(args: &RenderArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(warning) = default_release.warning() {
+        eprintln!("kvpilot render: warning: {warning}");
+    }
     let options = RenderOptions { runtime_image: args.runtime_image.clone(), default_release };
     let mut yaml = String::new();
     let mut items: Vec<Value> = Vec::new();
