@@ -455,3 +455,24 @@ fn u7_unified_memory_decode_offload_from_0_5_21() {
     }
     assert_eq!(at(23, &settings, &DecodeSpec::default(), &full()).outcome, Outcome::Valid);
 }
+
+#[test]
+fn t1mx_mxfp8_kv_needs_equal_attention_tp_from_the_0_5_22_handshake() {
+    let settings = with(|s| s.prefill = Some(PrefillSpec { tensor_parallel: 2, ..PrefillSpec::default() }));
+    let decode = DecodeSpec { tensor_parallel: 4, kv_cache_dtype: Some("mxfp8".into()), ..DecodeSpec::default() };
+    assert_eq!(
+        messages("T1mx", &settings, &decode, &full()),
+        on(
+            22..=23,
+            "PD Disaggregation does NOT support different attention TP sizes with MXFP8 KV cache: prefill \
+             attn_tp_size=2, decode attn_tp_size=4, state types ['block_scale']."
+        )
+    );
+    assert!(
+        messages("T1mx", &settings, &decode, &hybrid_swa())[6]
+            .as_deref()
+            .unwrap()
+            .ends_with("state types ['block_scale', 'block_scale_swa'].")
+    );
+    assert_eq!(messages("T1mx", &settings, &decode, &mla()), on(17..=16, ""), "MLA pools are exempt");
+}

@@ -912,6 +912,27 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Manual { hint: TP_HINT },
     },
     Rule {
+        id: "T1mx",
+        about: "MXFP8 KV × attention TP mismatch",
+        field: DECODE_TP,
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::Handshake,
+        messages: &[text(
+            "PD Disaggregation does NOT support different attention TP sizes with MXFP8 KV cache: prefill \
+             attn_tp_size={prefill_tp}, decode attn_tp_size={decode_tp}, state types {states}.",
+        )],
+        changes: &[],
+        check: |c| {
+            let mxfp8 = kv_cache_dtype(c.decode.kv_cache_dtype.as_deref()).eq_ignore_ascii_case("mxfp8");
+            let mut finding = tp_mismatch(c, mxfp8)?;
+            let states = if swa_state(c) { "['block_scale', 'block_scale_swa']" } else { "['block_scale']" };
+            finding.args.push(("states", states.into()));
+            Some(finding)
+        },
+        fix: Fix::Manual { hint: TP_HINT },
+    },
+    Rule {
         id: "M1",
         about: "extra_buffer_lazy under PD",
         field: MAMBA_STRATEGY,
