@@ -1,7 +1,7 @@
 //! kvpilot: a Kubernetes operator that checks SGLang-style PD-disaggregation settings against a
 //! model's attention layout, and the decode-side KV cache runtime its pods run.
 //!
-//! Data flows one way: [`api`] → [`layout`] → [`policy`] → controller / webhook / [`runtime`].
+//! Data flows one way: [`release`], [`api`] → [`layout`] → [`policy`] → controller / webhook / [`runtime`].
 
 pub mod api;
 pub mod apiserver;
@@ -9,6 +9,7 @@ pub mod cli;
 pub mod controller;
 pub mod layout;
 pub mod policy;
+pub mod release;
 pub mod runtime;
 pub mod source;
 pub mod webhook;

@@ -273,6 +273,7 @@ fn bad_values_fail_at_install_naming_the_value() {
         ("logFormat=xml", "logFormat"),
         ("watchNamespace=Not_A_Namespace", "watchNamespace"),
         ("replicaCuont=3", "replicaCuont"),
+        ("sglangVersion=latest", "sglangVersion"),
     ] {
         let error = render(&defaults, &[set]).expect_err(set);
         assert!(error.contains(expected), "--set {set}: {error}");
@@ -290,4 +291,16 @@ fn the_chart_versions_follow_the_crate() {
     assert_eq!(image, format!("kvpilot/kvpilot:{}", env!("CARGO_PKG_VERSION")));
     let crds = of_kind(&objects, "CustomResourceDefinition");
     assert_eq!(crds.len(), 1, "the chart carries the CRD");
+}
+
+#[test]
+fn the_sglang_version_value_becomes_the_operator_flag() {
+    let defaults = repo(&format!("{CHART}/ci/default-values.yaml"));
+    let args = |sets: &[&str]| -> Vec<String> {
+        let objects = render(&defaults, sets).unwrap();
+        let pod = &of_kind(&objects, "Deployment")[0]["spec"]["template"]["spec"];
+        strings(&pod["containers"][0]["args"]).into_iter().map(str::to_string).collect()
+    };
+    assert!(!args(&[]).iter().any(|a| a.starts_with("--sglang-version")), "unset: the newest known release");
+    assert!(args(&["sglangVersion=0.5.21"]).contains(&"--sglang-version=0.5.21".to_string()));
 }

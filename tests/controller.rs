@@ -32,7 +32,10 @@ impl Operator {
         let context = Arc::new(Context::new(
             client,
             source,
-            RenderOptions { runtime_image: "kvpilot:test".into() },
+            RenderOptions {
+                runtime_image: "kvpilot:test".into(),
+                default_release: kvpilot::release::ReleaseChoice::default_newest(),
+            },
             Metrics::default(),
         ));
         let (stop, stopped) = oneshot::channel::<()>();
@@ -184,6 +187,7 @@ async fn creates_owned_objects_and_reports_ready() {
     assert_eq!(status["observedGeneration"], object["metadata"]["generation"]);
     assert_eq!(status["layout"]["kvPool"], "full");
     assert_eq!(status["effective"]["retractionBackup"], "host_pool");
+    assert_eq!(status["sglang"], json!({"version": "0.5.23", "source": "Default"}));
     assert_eq!(status["decode"]["readyReplicas"], 2);
     assert_eq!(
         status["decode"]["selector"],

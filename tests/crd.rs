@@ -226,6 +226,14 @@ fn cel_rules_refuse_what_the_schema_alone_cannot() {
             json!(0),
         ),
         ("spec.model.name must not be empty", "/spec/model/name", json!("")),
+        ("spec.sglang.version must look like 0.5.23", "/spec/sglang", json!({"version": "0.5"})),
+        ("spec.sglang.version must look like 0.5.23", "/spec/sglang", json!({"version": "latest"})),
+        (
+            "spec.disaggregation.prefill.pageSize must be at least 1",
+            "/spec/disaggregation/prefill",
+            json!({"pageSize": 0}),
+        ),
+        ("spec.decode.kvCacheDtype must not be empty", "/spec/decode/kvCacheDtype", json!("")),
     ];
     for (expected, pointer, value) in cases {
         let mut doc = base.clone();
@@ -233,6 +241,16 @@ fn cel_rules_refuse_what_the_schema_alone_cannot() {
         doc.pointer_mut(parent).unwrap().as_object_mut().unwrap().insert(key.to_string(), value);
         let errors = cel_errors(&doc);
         assert!(errors.iter().any(|e| e.starts_with(expected)), "expected {expected:?}, got {errors:?}");
+    }
+}
+
+#[test]
+fn cel_rules_accept_every_release_spelling() {
+    let base = documents(&repo("examples/llama-3.1-8b-full.yaml")).remove(0);
+    for version in ["0.5.23", "v0.5.23", "0.5.22.post1", "0.5.40"] {
+        let mut doc = base.clone();
+        doc["spec"]["sglang"] = json!({"version": version});
+        assert_eq!(cel_errors(&doc), Vec::<String>::new(), "{version}");
     }
 }
 

@@ -70,7 +70,7 @@ fn example(name: &str) -> InferenceDeployment {
 fn with_status(resource: &InferenceDeployment, counts: Option<PodCounts>, generation: i64, observed: i64) -> Value {
     let spec: &InferenceDeploymentSpec = &resource.spec;
     let config = Value::Object(spec.model.config.inline.clone().unwrap());
-    let assessment = assess(spec, &config).unwrap();
+    let assessment = assess(spec, &config, &Default::default()).unwrap();
     let decided = match counts {
         Some(counts) => status::resolved(&assessment, "spec.model.config.inline", spec.decode.replicas, counts, None),
         None => {
@@ -211,7 +211,9 @@ fn the_end_to_end_script_checks_every_admitted_example() {
                 Some(inline) => Value::Object(inline),
                 None => config_json_of_config_map(&text),
             };
-            if assess(&resource.spec, &config).unwrap().verdict.outcome != kvpilot::policy::Outcome::Rejected {
+            if assess(&resource.spec, &config, &Default::default()).unwrap().verdict.outcome
+                != kvpilot::policy::Outcome::Rejected
+            {
                 expected.push(format!(
                     "{}/{}",
                     object["metadata"]["namespace"].as_str().unwrap(),

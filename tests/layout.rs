@@ -85,13 +85,15 @@ const TABLE: &[Expected] = &[
     // 14–21: SSM / linear hybrids.
     row("qwen3-next-80b-a3b", "Qwen3NextForCausalLM", (48, 12, 0, 36), None, Mha, HybridSsm, &[]),
     row("qwen3.5-27b", "Qwen3_5ForConditionalGeneration", (64, 16, 0, 48), None, Mha, HybridSsm, &[]),
-    row("jamba-v0.1", "JambaForCausalLM", (32, 4, 0, 28), None, Mha, HybridSsm, &[]),
+    // No SGLang release serves Jamba: the layout comes with a warning saying so.
+    warning(row("jamba-v0.1", "JambaForCausalLM", (32, 4, 0, 28), None, Mha, HybridSsm, &[])),
     row("nemotron-nano-9b-v2", "NemotronHForCausalLM", (56, 4, 0, 27), None, Mha, HybridSsm, &[]),
     row("nemotron-nano-vl-v2", "NemotronH_Nano_VL_V2", (8, 1, 0, 4), None, Mha, HybridSsm, &[]),
     row("falcon-h1-7b", "FalconH1ForCausalLM", (44, 0, 0, 44), None, Mha, HybridSsm, &[ParallelHybrid]),
     row("granite-4.0-h-small", "GraniteMoeHybridForCausalLM", (40, 4, 0, 36), None, Mha, HybridSsm, &[]),
     row("granite-4.0-micro", "GraniteMoeHybridForCausalLM", (40, 40, 0, 0), None, Mha, Full, &[]),
-    row("minimax-text-01", "MiniMaxText01ForCausalLM", (80, 10, 0, 70), None, Mha, HybridSsm, &[]),
+    // No SGLang release serves MiniMax-Text-01 either.
+    warning(row("minimax-text-01", "MiniMaxText01ForCausalLM", (80, 10, 0, 70), None, Mha, HybridSsm, &[])),
     row("minimax-m2", "MiniMaxM2ForCausalLM", (62, 62, 0, 0), None, Mha, Full, &[]),
     // 23–26: MLA / DSA / DeepSeek-V4 / Kimi-Linear.
     row("deepseek-v3", "DeepseekV3ForCausalLM", (61, 61, 0, 0), None, Mla, MlaPool, &[]),
@@ -199,7 +201,9 @@ fn gemma3_layer_kinds_put_global_attention_on_every_sixth_layer() {
 #[test]
 fn disabling_hybrid_swa_memory_turns_allowlisted_models_into_full_pools() {
     for name in ["gpt-oss-20b", "custom-pure-swa", "llama-4-scout-17b-16e", "gemma-4-multimodal"] {
-        let layout = resolve(&fixture(name), ResolveOptions { disable_hybrid_swa_memory: true }).unwrap();
+        let layout =
+            resolve(&fixture(name), ResolveOptions { disable_hybrid_swa_memory: true, ..ResolveOptions::default() })
+                .unwrap();
         assert_eq!(layout.kv_pool, Full, "{name}");
     }
 }
@@ -218,4 +222,99 @@ fn kv_shapes_follow_the_config() {
     let nemotron = layout_of("nemotron-nano-9b-v2").kv_shape;
     assert_eq!(nemotron.ssm_state_bytes_per_layer, Some(128 * 80 * 128 * 4 + (128 * 80 + 2 * 8 * 128) * 3 * 2));
     assert!(layout_of("mamba2-2.7b").warnings.is_empty(), "pure Mamba-2 heads are read from num_heads/head_dim");
+}
+
+/// A probe config: `model_type` llama with only the architecture, layer types and window set,
+/// as the drift study's cross-release oracle run used (`sglang-drift.md` §5.6).
+fn probe(architecture: &str, model_type: &str, layer_types: &[&str], extra: serde_json::Value) -> serde_json::Value {
+    let mut config = serde_json::json!({
+        "architectures": [architecture], "model_type": model_type, "num_hidden_layers": layer_types.len(),
+        "num_attention_heads": 8, "num_key_value_heads": 8, "head_dim": 64, "sliding_window": 128,
+        "layer_types": layer_types,
+    });
+    config.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    config
+}
+
+fn pool_at(config: &serde_json::Value, patch: u16) -> KvPool {
+    let options = ResolveOptions { release: kvpilot::release::v0_5(patch), ..ResolveOptions::default() };
+    resolve(config, options).unwrap().kv_pool
+}
+
+const ALTERNATING: &[&str] = &["sliding_attention", "full_attention", "sliding_attention", "full_attention"];
+
+#[test]
+fn classification_follows_the_release_that_added_each_architecture() {
+    let none = serde_json::json!({});
+    let mla_fields = serde_json::json!({"kv_lora_rank": 512, "qk_rope_head_dim": 64});
+    // (config, first release with the new pool, pool before, pool from then on)
+    let cases = [
+        ("granite-swa", probe("GraniteSWAForCausalLM", "llama", ALTERNATING, none.clone()), 19, Full, HybridSwa),
+        ("iquest-q1", probe("IQuestQ1ForCausalLM", "llama", ALTERNATING, none.clone()), 21, Full, HybridSwa),
+        (
+            "diffusion-gemma",
+            probe("DiffusionGemmaForBlockDiffusion", "llama", ALTERNATING, none.clone()),
+            21,
+            Full,
+            HybridSwa,
+        ),
+        ("embedding-gemma2", probe("EmbeddingGemma2Model", "llama", ALTERNATING, none.clone()), 22, Full, HybridSwa),
+        ("beam", probe("BeamForCausalLM", "llama", ALTERNATING, none.clone()), 23, Full, HybridSwa),
+        (
+            "glm5next",
+            probe("Glm5NextForConditionalGeneration", "llama", &["full_attention"; 4], mla_fields.clone()),
+            20,
+            Full,
+            MlaPool,
+        ),
+        ("gigachat35", probe("GigaChat35ForCausalLM", "llama", &["full_attention"; 4], mla_fields), 21, Full, MlaPool),
+        ("spark2_5 opt-in", probe("Spark2_5ForCausalLM", "spark2_5", ALTERNATING, none.clone()), 20, Full, HybridSwa),
+    ];
+    for (name, config, first, before, after) in cases {
+        for patch in 17..=23 {
+            let want = if patch < first { before } else { after };
+            assert_eq!(pool_at(&config, patch), want, "{name} on 0.5.{patch}");
+        }
+    }
+    let all_full = probe("BeamForCausalLM", "llama", &["full_attention"; 4], none.clone());
+    assert_eq!(pool_at(&all_full, 23), Full, "Beam without a sliding layer keeps the ordinary pool");
+    let unlimited = probe("UnlimitedOCRForCausalLM", "llama", &["sliding_attention"; 8], none);
+    assert_eq!(pool_at(&unlimited, 17), PureSwa, "UnlimitedOCR is a pure-SWA target in every release");
+    let mamba = fixture("mamba2-2.7b");
+    assert_eq!((pool_at(&mamba, 19), pool_at(&mamba, 20)), (Full, HybridSsm), "pure Mamba is SSM from 0.5.20");
+}
+
+#[test]
+fn an_architecture_the_release_does_not_serve_gets_a_warning_one_it_serves_does_not() {
+    let gemma2 = probe("EmbeddingGemma2Model", "llama", ALTERNATING, serde_json::json!({}));
+    let at = |patch| {
+        resolve(&gemma2, ResolveOptions { release: kvpilot::release::v0_5(patch), ..ResolveOptions::default() })
+            .unwrap()
+            .warnings
+    };
+    assert!(
+        at(21).iter().any(|w| w.starts_with("SGLang 0.5.21 has no model for EmbeddingGemma2Model")),
+        "{:?}",
+        at(21)
+    );
+    assert!(!at(22).iter().any(|w| w.contains("has no model")), "{:?}", at(22));
+    for served in
+        ["Exaone4ForCausalLM", "DeciLMForCausalLM", "Mistral3ForConditionalGeneration", "FalconMambaForCausalLM"]
+    {
+        let layout =
+            resolve(&probe(served, "llama", ALTERNATING, serde_json::json!({})), ResolveOptions::default()).unwrap();
+        assert!(
+            !layout.warnings.iter().any(|w| w.contains("has no model") || w.contains("unknown")),
+            "{served}: {:?}",
+            layout.warnings
+        );
+    }
+}
+
+#[test]
+fn python_json_tokens_are_accepted_in_config_files() {
+    let text = r#"{"architectures": ["NemotronHForCausalLM"], "num_hidden_layers": 4, "hybrid_override_pattern": "M*M-",
+        "time_step_limit": [0.0, Infinity], "rescale": NaN, "head_dim": 128, "num_key_value_heads": 8}"#;
+    let config = kvpilot::source::parse_config_text(text, "config.json").unwrap();
+    assert_eq!(resolve(&config, ResolveOptions::default()).unwrap().kv_pool, HybridSsm);
 }

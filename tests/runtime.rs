@@ -154,7 +154,7 @@ fn the_controller_s_rendered_runtime_json_starts_the_runtime() {
             }
             let resource: InferenceDeployment = serde_json::from_value(object).unwrap();
             let Some(inline) = resource.spec.model.config.inline.clone() else { continue };
-            let assessment = assess(&resource.spec, &Value::Object(inline)).unwrap();
+            let assessment = assess(&resource.spec, &Value::Object(inline), &Default::default()).unwrap();
             if assessment.verdict.outcome == Outcome::Rejected {
                 continue;
             }

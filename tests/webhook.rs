@@ -149,18 +149,35 @@ async fn invalid_resources_are_denied_with_sglang_messages() {
     many["spec"]["disaggregation"]["decodeRadixCache"] = json!(true);
     let response = server.review("/validate", &admission_review("UPDATE", &many, Some(&pure_swa("Reject")))).await;
     let message = response["status"]["message"].as_str().unwrap();
-    for rule in [
-        "R8 spec.disaggregation.retractionBackup",
-        "R13 spec.disaggregation.decodeRadixCache",
-        "R16 spec.disaggregation.decodeRadixCache",
-    ] {
+    // Checked as the newest release: R13 is gone from SGLang 0.5.21 on.
+    for rule in ["R8 spec.disaggregation.retractionBackup", "R16 spec.disaggregation.decodeRadixCache"] {
         assert!(message.contains(rule), "{rule} missing from {message}");
     }
+    assert!(!message.contains("R13"), "{message}");
+    // spec.sglang.version picks the release: 0.5.18 refuses decode radix cache on every SWA model.
+    many["spec"]["sglang"] = json!({"version": "0.5.18"});
+    let response = server.review("/validate", &admission_review("UPDATE", &many, Some(&pure_swa("Reject")))).await;
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(
+            "R13 spec.disaggregation.decodeRadixCache: --disaggregation-decode-enable-radix-cache is incompatible with \
+             sliding window attention (SWA) models"
+        ),
+        "{message}"
+    );
+    many["spec"]["sglang"] = json!({"version": "0.5.9"});
+    let response = server.review("/validate", &admission_review("UPDATE", &many, Some(&pure_swa("Reject")))).await;
+    assert_eq!(response["allowed"], false);
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(message.contains("spec.sglang.version: SGLang 0.5.9 is not a release kvpilot knows"), "{message}");
+    many["spec"].as_object_mut().unwrap().remove("sglang");
 
     // A rule without a safe rewrite is denied in Rewrite mode too.
     let mut mismatched = example("gpt-oss-20b-hybrid-swa.yaml");
     mismatched["spec"]["disaggregation"]["onInvalid"] = json!("Rewrite");
     mismatched["spec"]["decode"]["tensorParallel"] = json!(4);
+    // Mooncake and NIXL transfer SWA state head by head from SGLang 0.5.22; mori keeps T1.
+    mismatched["spec"]["disaggregation"]["transferBackend"] = json!("mori");
     let response = server.review("/validate", &admission_review("CREATE", &mismatched, None)).await;
     assert_eq!(response["allowed"], false);
     assert!(
@@ -189,14 +206,23 @@ async fn rewrites_are_allowed_with_one_warning_each() {
 #[tokio::test]
 async fn mutate_returns_a_base64_json_patch_that_makes_the_spec_valid() {
     let server = start().await;
-    for object in [pure_swa("Rewrite"), {
-        // Two rewrites in one patch (R1 and M1), with the ConfigMap example's config inlined.
-        let mut qwen = example("qwen3-next-hybrid-ssm.yaml");
-        qwen["spec"]["model"]["config"] = json!({"inline": serde_json::from_str::<Value>(
+    for object in [
+        pure_swa("Rewrite"),
+        {
+            // Two rewrites in one patch (R1 and M1), with the ConfigMap example's config inlined.
+            let mut qwen = example("qwen3-next-hybrid-ssm.yaml");
+            qwen["spec"]["model"]["config"] = json!({"inline": serde_json::from_str::<Value>(
             &std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/configs/qwen3-next-80b-a3b.json")).unwrap()
         ).unwrap()});
-        qwen
-    }] {
+            qwen
+        },
+        {
+            // SGLang 0.5.17 has no retraction flag: the patch removes retractionBackup (F1).
+            let mut old_release = pure_swa("Rewrite");
+            old_release["spec"]["sglang"] = json!({"version": "0.5.17"});
+            old_release
+        },
+    ] {
         let response = server.review("/mutate", &admission_review("CREATE", &object, None)).await;
         assert_eq!(response["allowed"], true);
         assert_eq!(response["patchType"], "JSONPatch");
@@ -209,8 +235,12 @@ async fn mutate_returns_a_base64_json_patch_that_makes_the_spec_valid() {
         assert_eq!(resource.spec.disaggregation.on_invalid, OnInvalid::Rewrite);
         resource.spec.disaggregation.on_invalid = OnInvalid::Reject;
         let config = serde_json::to_value(resource.spec.model.config.inline.clone().unwrap()).unwrap();
-        let verdict = kvpilot::policy::assess(&resource.spec, &config).unwrap().verdict;
+        let release = kvpilot::policy::choose_release(&resource.spec, &Default::default()).unwrap();
+        let verdict = kvpilot::policy::assess(&resource.spec, &config, &release).unwrap().verdict;
         assert_eq!(verdict.outcome, kvpilot::policy::Outcome::Valid, "{:?}", verdict.violations);
+        if resource.spec.sglang.is_some() {
+            assert_eq!(resource.spec.disaggregation.retraction_backup, None, "removed by the patch");
+        }
     }
     // Reject mode and valid resources are left unchanged.
     for object in [pure_swa("Reject"), example("llama-3.1-8b-full.yaml")] {
@@ -371,9 +401,11 @@ async fn config_map_sources_are_read_through_the_api_server() {
     .unwrap();
     Api::<ConfigMap>::namespaced(api.client(), "default").create(&PostParams::default(), &config_map).await.unwrap();
     let hub = Arc::new(HubClient::new(Duration::from_secs(60), Duration::from_secs(5), &[]).unwrap());
-    let server =
-        start_with(WebhookState { source: Some(ClusterSource::new(api.client(), hub, "https://huggingface.co")) })
-            .await;
+    let server = start_with(WebhookState {
+        source: Some(ClusterSource::new(api.client(), hub, "https://huggingface.co")),
+        ..WebhookState::default()
+    })
+    .await;
 
     let mut object = pure_swa("Reject");
     object["spec"]["model"]["config"] = json!({"configMapRef": {"name": "mimo-config", "key": "config.json"}});

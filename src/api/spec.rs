@@ -56,6 +56,25 @@ pub struct InferenceDeploymentSpec {
     /// The decode fleet: parallelism, pod count and pod template fields.
     #[serde(default)]
     pub decode: DecodeSpec,
+    /// The SGLang release the fleets run; its rules and model classification apply.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sglang: Option<SglangSpec>,
+}
+
+/// Which SGLang release the resource is checked against.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SglangSpec {
+    /// SGLang release as PyPI spells it (`0.5.23`, `v0.5.23`, `0.5.22.post1`). Unset: the
+    /// version in the tag of an SGLang spec.decode.image (`lmsysorg/sglang:v0.5.23-cu129`), else the
+    /// operator's --sglang-version, else the newest release kvpilot knows. A release newer than
+    /// any known is checked as the newest known one, with a warning; status.sglang says which
+    /// release was used and where it came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^v?[0-9]+[.][0-9]+[.][0-9]+([.]post[0-9]+)?$')").message(
+        "spec.sglang.version must look like 0.5.23, v0.5.23 or 0.5.22.post1"
+    ))]
+    pub version: Option<String>,
 }
 
 /// The model and the source of its Hugging Face config.json.
@@ -201,6 +220,10 @@ pub enum RetractionBackup {
     /// A reserved host pool beside the device pool (needs a full-attention MHA or hybrid-SWA pool).
     #[serde(rename = "host_pool")]
     HostPool,
+    /// No backup: a retracted request is aborted with HTTP 503 for the client to retry (SGLang
+    /// 0.5.21 and later).
+    #[serde(rename = "none")]
+    None,
 }
 
 impl RetractionBackup {
@@ -209,6 +232,7 @@ impl RetractionBackup {
         match self {
             Self::CpuTensor => "cpu_tensor",
             Self::HostPool => "host_pool",
+            Self::None => "none",
         }
     }
 }
@@ -280,8 +304,10 @@ impl MambaRadixCacheStrategy {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct DisaggregationSpec {
-    /// Where retracted requests keep their KV cache: `cpu_tensor`, `host_pool`, or unset for
-    /// the runtime's automatic choice (host_pool when the layout and settings allow it).
+    /// Where retracted requests keep their KV cache: `cpu_tensor`, `host_pool`, `none` (SGLang
+    /// 0.5.21 and later: no backup, retracted requests are aborted), or unset for the runtime's
+    /// automatic choice (host_pool when the release, the layout and the settings allow it). SGLang
+    /// before 0.5.18 has no such setting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retraction_backup: Option<RetractionBackup>,
     /// `Reject` (default) refuses invalid settings; `Rewrite` fixes those with a safe fix.
@@ -366,11 +392,21 @@ pub struct PrefillSpec {
     /// Whether prefill uses DP attention (attention TP = TP / DP).
     #[serde(default)]
     pub enable_dp_attention: bool,
+    /// Prefill tokens per KV page (`--page-size`); must equal spec.decode.pageSize. Unset: not
+    /// checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1").message("spec.disaggregation.prefill.pageSize must be at least 1"))]
+    pub page_size: Option<i32>,
+    /// Prefill KV cache dtype (`--kv-cache-dtype`, `auto` by default); must equal
+    /// spec.decode.kvCacheDtype. Unset: not checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self != ''").message("spec.disaggregation.prefill.kvCacheDtype must not be empty"))]
+    pub kv_cache_dtype: Option<String>,
 }
 
 impl Default for PrefillSpec {
     fn default() -> Self {
-        Self { tensor_parallel: 1, data_parallel: 1, enable_dp_attention: false }
+        Self { tensor_parallel: 1, data_parallel: 1, enable_dp_attention: false, page_size: None, kv_cache_dtype: None }
     }
 }
 
@@ -401,6 +437,11 @@ pub struct DecodeSpec {
     #[serde(default = "one")]
     #[x_kube(validation = Rule::new("self >= 1").message("spec.decode.pageSize must be at least 1"))]
     pub page_size: i32,
+    /// Decode KV cache dtype (SGLang's `--kv-cache-dtype`: `auto`, `fp8_e4m3`, `mxfp8`, …);
+    /// defaults to `auto`, the model's dtype.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self != ''").message("spec.decode.kvCacheDtype must not be empty"))]
+    pub kv_cache_dtype: Option<String>,
     /// GPUs per pod; defaults to tensorParallel × pipelineParallel.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 1").message("spec.decode.gpusPerPod must be at least 1"))]
@@ -455,6 +496,7 @@ impl Default for DecodeSpec {
             pipeline_parallel: 1,
             enable_dp_attention: false,
             page_size: 1,
+            kv_cache_dtype: None,
             gpus_per_pod: None,
             image: None,
             image_pull_policy: None,

@@ -1,5 +1,6 @@
 //! The status half of `InferenceDeployment`, and the policy's output types it records.
 
+use k8s_openapi::api::core::v1::EnvVar;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -40,6 +41,23 @@ pub struct InferenceDeploymentStatus {
     /// Decode pod counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode: Option<DecodeStatus>,
+    /// The SGLang release the layout and settings were checked against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sglang: Option<SglangStatus>,
+}
+
+/// The SGLang release a resource was checked against and where it came from.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct SglangStatus {
+    /// The release whose rules applied (`0.5.23`).
+    pub version: String,
+    /// The release asked for, when it is newer than any kvpilot knows and `version` stands in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested: Option<String>,
+    /// Where it came from: `Spec` (spec.sglang.version), `Image` (the tag of spec.decode.image),
+    /// `Flag` (the operator's --sglang-version) or `Default` (the newest known release).
+    pub source: String,
 }
 
 /// Decode pod counts, also read by the scale subresource.
@@ -105,6 +123,10 @@ pub struct EffectiveSettings {
     pub host_pool_ratio: Option<f64>,
     /// Unified device memory pool.
     pub enable_unified_memory: bool,
+    /// Environment variables kvpilot adds to the decode pods because the release needs them
+    /// for these settings (SGLANG_ENABLE_UNIFIED_RADIX_TREE on 0.5.19–0.5.20).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub decode_env: Vec<EnvVar>,
 }
 
 /// Where an effective setting came from.

@@ -10,6 +10,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::serve::{LogFormat, init_logging, runtime, shutdown_signal};
+use crate::api::RetractionBackup;
 use crate::runtime::cache::{BackupMode, Cache};
 use crate::runtime::config::{Checked, RuntimeConfig, StartupError};
 use crate::runtime::metrics::CacheMetrics;
@@ -70,7 +71,11 @@ async fn serve(args: &CacheRuntimeArgs, checked: Checked, plan: PoolPlan) -> Res
         let app = router(std::sync::Arc::clone(&state));
         async move { axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await }
     });
-    let mode = if checked.host_pool() { BackupMode::HostPool } else { BackupMode::CpuTensor };
+    let mode = match checked.effective.retraction_backup {
+        RetractionBackup::HostPool => BackupMode::HostPool,
+        RetractionBackup::CpuTensor => BackupMode::CpuTensor,
+        RetractionBackup::None => BackupMode::None,
+    };
     let cache = tokio::task::spawn_blocking(move || Cache::new(plan, mode, false))
         .await
         .map_err(|e| format!("pool allocation failed: {e}"))??;

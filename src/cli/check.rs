@@ -8,9 +8,12 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
+use super::SglangVersionArg;
 use super::manifests::{self, Found, ManifestSet, ModelConfig};
-use crate::api::{AttentionLayout, EffectiveSettings, Rewrite};
+use crate::api::{AttentionLayout, EffectiveSettings, Rewrite, SglangStatus};
+use crate::controller::status::sglang_status;
 use crate::policy::{self, Outcome, Violation};
+use crate::release::ReleaseChoice;
 use crate::source::{DEFAULT_HUB_ENDPOINT, HubClient};
 
 #[derive(Args, Debug)]
@@ -27,6 +30,8 @@ pub(crate) struct CheckArgs {
     /// Hub endpoint for hub sources that do not name one.
     #[arg(long, env = "KVPILOT_HUB_ENDPOINT", default_value = DEFAULT_HUB_ENDPOINT)]
     hub_endpoint: String,
+    #[command(flatten)]
+    sglang: SglangVersionArg,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -47,6 +52,7 @@ struct Report {
     effective: EffectiveSettings,
     layout: AttentionLayout,
     warnings: Vec<String>,
+    sglang: SglangStatus,
 }
 
 /// Builds the hub client for commands that may fetch, or None under `--offline`.
@@ -70,10 +76,11 @@ pub(crate) async fn assess_all(
     set: &ManifestSet,
     hub: Option<&HubClient>,
     hub_endpoint: &str,
+    default_release: &ReleaseChoice,
 ) -> Vec<(usize, Result<Assessed, String>)> {
     let mut results = Vec::new();
     for (index, found) in set.deployments.iter().enumerate() {
-        results.push((index, assess_one(set, found, hub, hub_endpoint).await));
+        results.push((index, assess_one(set, found, hub, hub_endpoint, default_release).await));
     }
     results
 }
@@ -83,11 +90,14 @@ async fn assess_one(
     found: &Found,
     hub: Option<&HubClient>,
     hub_endpoint: &str,
+    default_release: &ReleaseChoice,
 ) -> Result<Assessed, String> {
+    let release = policy::choose_release(&found.resource.spec, default_release)
+        .map_err(|e| format!("{}: {} (spec.sglang.version): {e}", found.location, found.name()))?;
     let context = |e: String| format!("{}: {} ({}): {e}", found.location, found.name(), "spec.model.config");
     match set.model_config(found, hub, hub_endpoint).await.map_err(context)? {
         ModelConfig::SkippedOffline(url) => Ok(Assessed::Skipped(url)),
-        ModelConfig::Read(config) => policy::assess(&found.resource.spec, &config)
+        ModelConfig::Read(config) => policy::assess(&found.resource.spec, &config, &release)
             .map(|a| Assessed::Report(Box::new(a)))
             .map_err(|e| format!("{}: {}: model config.json: {e}", found.location, found.name())),
     }
@@ -135,7 +145,17 @@ pub(crate) fn run(args: &CheckArgs) -> ExitCode {
         Ok(prepared) => prepared,
         Err(code) => return code,
     };
-    let results = runtime.block_on(assess_all(&set, hub.as_ref(), &args.hub_endpoint));
+    let default_release = match args.sglang.choice() {
+        Ok(choice) => choice,
+        Err(e) => {
+            eprintln!("kvpilot check: --sglang-version: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(warning) = default_release.warning() {
+        eprintln!("kvpilot check: warning: {warning}");
+    }
+    let results = runtime.block_on(assess_all(&set, hub.as_ref(), &args.hub_endpoint, &default_release));
     let mut reports = Vec::new();
     for (index, result) in results {
         let found = &set.deployments[index];
@@ -151,6 +171,7 @@ pub(crate) fn run(args: &CheckArgs) -> ExitCode {
                     effective: assessment.verdict.effective,
                     layout: assessment.layout,
                     warnings: assessment.verdict.warnings,
+                    sglang: sglang_status(&assessment.release),
                 })
             }
             Ok(Assessed::Skipped(url)) => {
@@ -174,7 +195,14 @@ fn text_report(reports: &[Report]) -> String {
     let mut out = String::new();
     for r in reports {
         let l = &r.layout;
-        out += &format!("{} ({}): {}\n", r.name, r.source, r.verdict.as_str());
+        out += &format!(
+            "{} ({}): {} (SGLang {}, {})\n",
+            r.name,
+            r.source,
+            r.verdict.as_str(),
+            r.sglang.version,
+            r.sglang.source
+        );
         out += &format!(
             "  layout: {} {} — {} layers ({} full, {} sliding, {} ssm){}, attention {}\n",
             l.architecture,

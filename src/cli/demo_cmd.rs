@@ -170,7 +170,10 @@ async fn demo(args: &DemoArgs) -> Result<String, String> {
     let client = server.client();
     let hub = HubClient::new(Duration::from_secs(60), Duration::from_secs(5), &[]).map_err(|e| e.to_string())?;
     let source = ClusterSource::new(client.clone(), Arc::new(hub), DEFAULT_HUB_ENDPOINT);
-    let options = RenderOptions { runtime_image: concat!("kvpilot/kvpilot:", env!("CARGO_PKG_VERSION")).into() };
+    let options = RenderOptions {
+        runtime_image: concat!("kvpilot/kvpilot:", env!("CARGO_PKG_VERSION")).into(),
+        default_release: crate::release::ReleaseChoice::default_newest(),
+    };
     let context = Arc::new(Context::new(client.clone(), source, options, Metrics::default()));
     let kubelet =
         kubelet::spawn(client, &format!("{LABEL_NAME}={DECODE_APP}"), Duration::from_millis(args.pod_start_ms));

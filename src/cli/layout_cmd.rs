@@ -1,11 +1,13 @@
-//! `kvpilot layout --config FILE [--disable-hybrid-swa-memory]`.
+//! `kvpilot layout --config FILE [--disable-hybrid-swa-memory] [--sglang-version X]`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
 
+use super::SglangVersionArg;
 use crate::layout::{ResolveOptions, resolve};
+use crate::source::parse_config_text;
 
 #[derive(Args, Debug)]
 pub(crate) struct LayoutArgs {
@@ -15,9 +17,21 @@ pub(crate) struct LayoutArgs {
     /// Resolve as SGLang's --disable-hybrid-swa-memory would (full pool for hybrid-SWA models).
     #[arg(long)]
     disable_hybrid_swa_memory: bool,
+    #[command(flatten)]
+    sglang: SglangVersionArg,
 }
 
 pub(crate) fn run(args: &LayoutArgs) -> ExitCode {
+    let choice = match args.sglang.choice() {
+        Ok(choice) => choice,
+        Err(e) => {
+            eprintln!("kvpilot layout: --sglang-version: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(warning) = choice.warning() {
+        eprintln!("kvpilot layout: warning: {warning}");
+    }
     let file = args.config.display();
     let text = match std::fs::read_to_string(&args.config) {
         Ok(text) => text,
@@ -26,14 +40,14 @@ pub(crate) fn run(args: &LayoutArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let value: serde_json::Value = match serde_json::from_str(&text) {
+    let value = match parse_config_text(&text, &file.to_string()) {
         Ok(value) => value,
         Err(e) => {
-            eprintln!("kvpilot layout: {file}: not valid JSON (line {}, column {}): {e}", e.line(), e.column());
+            eprintln!("kvpilot layout: {e}");
             return ExitCode::from(2);
         }
     };
-    let options = ResolveOptions { disable_hybrid_swa_memory: args.disable_hybrid_swa_memory };
+    let options = ResolveOptions { disable_hybrid_swa_memory: args.disable_hybrid_swa_memory, release: choice.release };
     match resolve(&value, options) {
         Ok(layout) => match serde_json::to_string_pretty(&layout) {
             Ok(json) => super::print_stdout(&format!("{json}\n")),

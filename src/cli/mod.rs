@@ -14,10 +14,31 @@ mod webhook_cmd;
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use kube::CustomResourceExt;
 
 use crate::api::InferenceDeployment;
+use crate::release::{self, ReleaseChoice, ReleaseError, ReleaseSource};
+
+/// `--sglang-version`, shared by every command that evaluates rules.
+#[derive(Args, Debug, Clone, Default)]
+pub(crate) struct SglangVersionArg {
+    /// SGLang release whose rules and model classification apply (for example 0.5.23) when a
+    /// resource's spec.sglang.version does not name one; default: the newest release kvpilot
+    /// knows. A newer release than any known is checked as the newest, with a warning.
+    #[arg(long = "sglang-version", env = "KVPILOT_SGLANG_VERSION", value_name = "VERSION")]
+    pub(crate) sglang_version: Option<String>,
+}
+
+impl SglangVersionArg {
+    /// The release the flag names, or the newest known one.
+    pub(crate) fn choice(&self) -> Result<ReleaseChoice, ReleaseError> {
+        match &self.sglang_version {
+            Some(text) => release::choose_text(text, ReleaseSource::Flag),
+            None => Ok(ReleaseChoice::default_newest()),
+        }
+    }
+}
 
 /// kvpilot: checks SGLang PD-disaggregation settings against a model's attention layout.
 #[derive(Parser, Debug)]
@@ -33,6 +54,8 @@ enum Command {
     Crd,
     /// Print the version.
     Version,
+    /// Print the release × rule table of the SGLang rules kvpilot checks (Markdown).
+    Rules,
     /// Resolve a model's attention layout from its config.json and print it as JSON.
     Layout(layout_cmd::LayoutArgs),
     /// Check every InferenceDeployment in manifests against its model's layout (for CI).
@@ -40,7 +63,7 @@ enum Command {
     /// Serve the validating and mutating admission webhooks over HTTPS.
     Webhook(webhook_cmd::WebhookArgs),
     /// Run the controller (and optionally the webhook) against the cluster.
-    Operator(operator_cmd::OperatorArgs),
+    Operator(Box<operator_cmd::OperatorArgs>),
     /// Print the objects the controller would create for the InferenceDeployments in manifests.
     Render(render_cmd::RenderArgs),
     /// Run the controller against an in-process API server with the bundled examples.
@@ -56,6 +79,7 @@ pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Crd => print_stdout(&crd_yaml()),
         Command::Version => print_stdout(&format!("kvpilot {}\n", env!("CARGO_PKG_VERSION"))),
+        Command::Rules => print_stdout(&crate::policy::rules_markdown()),
         Command::Layout(args) => layout_cmd::run(&args),
         Command::Check(args) => check::run(&args),
         Command::Webhook(args) => webhook_cmd::run(&args),

@@ -33,6 +33,8 @@ pub(crate) struct OperatorArgs {
     /// Image of the decode pods when spec.decode.image is unset.
     #[arg(long, env = "KVPILOT_RUNTIME_IMAGE", default_value = concat!("kvpilot/kvpilot:", env!("CARGO_PKG_VERSION")))]
     runtime_image: String,
+    #[command(flatten)]
+    sglang: super::SglangVersionArg,
     /// Hub endpoint for hub sources that do not name one.
     #[arg(long, env = "KVPILOT_HUB_ENDPOINT", default_value = DEFAULT_HUB_ENDPOINT)]
     hub_endpoint: String,
@@ -118,7 +120,11 @@ async fn operate(args: &OperatorArgs) -> Result<(), String> {
         .map_err(|e| format!("cannot build the hub client: {e}"))?;
     let source = ClusterSource::new(client.clone(), Arc::new(hub), args.hub_endpoint.clone());
     let metrics = Metrics::default();
-    let options = RenderOptions { runtime_image: args.runtime_image.clone() };
+    let default_release = args.sglang.choice().map_err(|e| format!("--sglang-version: {e}"))?;
+    if let Some(warning) = default_release.warning() {
+        tracing::warn!(%warning, "--sglang-version");
+    }
+    let options = RenderOptions { runtime_image: args.runtime_image.clone(), default_release: default_release.clone() };
     let mut context = Context::new(client.clone(), source.clone(), options, metrics.clone());
     context.max_concurrent_reconciles = args.max_concurrent_reconciles;
     let context = Arc::new(context);
@@ -168,7 +174,7 @@ async fn operate(args: &OperatorArgs) -> Result<(), String> {
         let tls = args.tls.clone();
         let mut webhook_stop = stop.clone();
         tokio::spawn(async move {
-            let state = WebhookState { source: Some(source) };
+            let state = WebhookState { source: Some(source), default_release };
             let shutdown = async move {
                 let _ = webhook_stop.wait_for(|s| *s).await;
             };

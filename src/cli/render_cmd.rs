@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
+use super::SglangVersionArg;
 use super::check::{Assessed, assess_all, finish, prepare};
 use crate::controller::desired::{RenderOptions, desired_state};
 use crate::policy::Outcome;
@@ -35,6 +36,8 @@ pub(crate) struct RenderArgs {
     /// Image of the decode pods when spec.decode.image is unset (the operator's --runtime-image).
     #[arg(long, env = "KVPILOT_RUNTIME_IMAGE", default_value = concat!("kvpilot/kvpilot:", env!("CARGO_PKG_VERSION")))]
     runtime_image: String,
+    #[command(flatten)]
+    sglang: SglangVersionArg,
 }
 
 pub(crate) fn run(args: &RenderArgs) -> ExitCode {
@@ -42,11 +45,23 @@ pub(crate) fn run(args: &RenderArgs) -> ExitCode {
         Ok(prepared) => prepared,
         Err(code) => return code,
     };
-    let options = RenderOptions { runtime_image: args.runtime_image.clone() };
+    let default_release = match args.sglang.choice() {
+        Ok(choice) => choice,
+        Err(e) => {
+            eprintln!("kvpilot render: --sglang-version: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(warning) = default_release.warning() {
+        eprintln!("kvpilot render: warning: {warning}");
+    }
+    let options = RenderOptions { runtime_image: args.runtime_image.clone(), default_release };
     let mut yaml = String::new();
     let mut items: Vec<Value> = Vec::new();
     let mut rejected = false;
-    for (index, result) in runtime.block_on(assess_all(&set, hub.as_ref(), &args.hub_endpoint)) {
+    for (index, result) in
+        runtime.block_on(assess_all(&set, hub.as_ref(), &args.hub_endpoint, &options.default_release))
+    {
         let found = &set.deployments[index];
         let assessment = match result {
             Ok(Assessed::Report(assessment)) => assessment,

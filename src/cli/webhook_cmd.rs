@@ -39,6 +39,8 @@ pub(crate) struct WebhookArgs {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    #[command(flatten)]
+    sglang: super::SglangVersionArg,
 }
 
 /// Loads the certificate, connects to the cluster if one is reachable, and serves until SIGTERM.
@@ -83,8 +85,15 @@ pub(crate) fn run(args: &WebhookArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let default_release = match args.sglang.choice() {
+        Ok(choice) => choice,
+        Err(e) => {
+            eprintln!("kvpilot webhook: --sglang-version: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let result = runtime.block_on(async {
-        let state = WebhookState { source: cluster_source(&args.hub_endpoint).await };
+        let state = WebhookState { source: cluster_source(&args.hub_endpoint).await, default_release };
         serve_webhook(args.addr, &args.tls, state, shutdown_signal()).await
     });
     match result {

@@ -4,17 +4,18 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, HTTPGetAction, Pod,
-    PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext, Service, ServicePort,
-    ServiceSpec, Volume, VolumeMount,
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
+    HTTPGetAction, Pod, PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext,
+    Service, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::json;
 
-use crate::api::{DisaggregationSpec, ImagePullPolicy, InferenceDeployment, OnInvalid};
+use crate::api::{DecodeSpec, DisaggregationSpec, EffectiveSettings, ImagePullPolicy, InferenceDeployment, OnInvalid};
 use crate::policy::Assessment;
+use crate::release::ReleaseChoice;
 
 /// Label: what the pods are.
 pub const LABEL_NAME: &str = "app.kubernetes.io/name";
@@ -42,6 +43,8 @@ pub const RUNTIME_UID: i64 = 65532;
 pub struct RenderOptions {
     /// Image of the cache runtime when `spec.decode.image` is unset.
     pub runtime_image: String,
+    /// The SGLang release for resources whose spec and image name none (`--sglang-version`).
+    pub default_release: ReleaseChoice,
 }
 
 /// What should exist for one InferenceDeployment.
@@ -111,6 +114,7 @@ pub fn runtime_config(resource: &InferenceDeployment, assessment: &Assessment) -
         "layout": assessment.layout,
         "effective": assessment.verdict.effective,
         "disaggregation": checked,
+        "sglangVersion": assessment.release.release.to_string(),
         "decode": {
             "pageSize": decode.page_size,
             "tensorParallel": decode.tensor_parallel,
@@ -118,9 +122,17 @@ pub fn runtime_config(resource: &InferenceDeployment, assessment: &Assessment) -
             "pipelineParallel": decode.pipeline_parallel,
             "enableDpAttention": decode.enable_dp_attention,
             "gpusPerPod": decode.effective_gpus_per_pod(),
+            "kvCacheDtype": decode.kv_cache_dtype,
             "env": decode.env,
         },
     })
+}
+
+/// The decode container's environment: the spec's, then what the release needs for these
+/// settings (`effective.decodeEnv`).
+fn decode_env(decode: &DecodeSpec, effective: &EffectiveSettings) -> Option<Vec<EnvVar>> {
+    let env: Vec<EnvVar> = decode.env.iter().chain(&effective.decode_env).cloned().collect();
+    (!env.is_empty()).then_some(env)
 }
 
 fn image_pull_policy(policy: ImagePullPolicy) -> String {
@@ -217,7 +229,7 @@ pub fn desired_state(resource: &InferenceDeployment, assessment: &Assessment, op
             container_port: RUNTIME_PORT,
             ..ContainerPort::default()
         }]),
-        env: (!decode.env.is_empty()).then(|| decode.env.clone()),
+        env: decode_env(decode, &assessment.verdict.effective),
         resources: Some(resources(decode.resources.as_ref(), decode.effective_gpus_per_pod())),
         readiness_probe: Some(probe("/readyz", 5, 3)),
         liveness_probe: Some(probe("/healthz", 10, 6)),
@@ -352,8 +364,8 @@ mod tests {
         let config = serde_json::Value::Object(resource.spec.model.config.inline.clone().unwrap());
         desired_state(
             resource,
-            &assess(&resource.spec, &config).unwrap(),
-            &RenderOptions { runtime_image: "kvpilot:test".into() },
+            &assess(&resource.spec, &config, &ReleaseChoice::default_newest()).unwrap(),
+            &RenderOptions { runtime_image: "kvpilot:test".into(), default_release: ReleaseChoice::default_newest() },
         )
     }
 

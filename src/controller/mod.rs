@@ -245,7 +245,17 @@ async fn reconcile_inner(resource: &InferenceDeployment, context: &Context) -> R
             return Err(Error::Source(e));
         }
     };
-    let assessment = match policy::assess(&resource.spec, &config) {
+    let release = match policy::choose_release(&resource.spec, &context.options.default_release) {
+        Ok(release) => release,
+        Err(e) => {
+            let message = format!("spec.sglang.version: {e}");
+            write_status(&deployments, resource, &status::unresolved("UnknownSglangVersion", &message), None, None)
+                .await?;
+            announce(context, resource, vec![Announcement::warning(previous, "UnknownSglangVersion", &message)]).await;
+            return Ok(Action::requeue(USER_ERROR_REQUEUE));
+        }
+    };
+    let assessment = match policy::assess(&resource.spec, &config, &release) {
         Ok(assessment) => assessment,
         Err(e) => {
             let message = format!("the model config.json is not a model config: {e}");
@@ -319,6 +329,17 @@ async fn reconcile_inner(resource: &InferenceDeployment, context: &Context) -> R
     };
     write_status(&deployments, resource, &decided, Some(&assessment), Some(decode)).await?;
     let mut standing = Announcement::rewrites(previous, &assessment);
+    if let Some(warning) = assessment.release.warning() {
+        // Once per requested release: status.sglang records it.
+        let recorded = previous.and_then(|s| s.sglang.as_ref()) == Some(&status::sglang_status(&assessment.release));
+        standing.push(Announcement {
+            type_: EventType::Warning,
+            reason: "SglangVersionApproximated".into(),
+            note: warning,
+            action: "Reconcile".into(),
+            recorded,
+        });
+    }
     if let Some(problem) = &rollout_problem {
         let recorded = previous.is_some_and(|s| {
             s.conditions.iter().any(|c| c.reason == "InvalidRollout" && c.message.starts_with(problem.as_str()))

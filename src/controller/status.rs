@@ -6,9 +6,10 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::api::{
     CONDITION_MODEL_RESOLVED, CONDITION_PROGRESSING, CONDITION_READY, CONDITION_SETTINGS_VALID, DecodeStatus,
-    InferenceDeploymentStatus,
+    InferenceDeploymentStatus, SglangStatus,
 };
 use crate::policy::{Assessment, Outcome};
+use crate::release::ReleaseChoice;
 
 /// One condition as the controller decided it, before timestamps.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,6 +194,15 @@ pub fn resolved(
     vec![model, settings, ready_condition, progressing]
 }
 
+/// `status.sglang`: the release the rules were evaluated at, and where it came from.
+pub fn sglang_status(choice: &ReleaseChoice) -> SglangStatus {
+    SglangStatus {
+        version: choice.release.to_string(),
+        requested: choice.approximate().then(|| choice.requested.to_string()),
+        source: choice.source.as_str().to_string(),
+    }
+}
+
 /// The complete status object.
 pub fn status(
     previous: Option<&InferenceDeploymentStatus>,
@@ -210,6 +220,7 @@ pub fn status(
         effective: assessment.filter(|a| a.verdict.outcome != Outcome::Rejected).map(|a| a.verdict.effective.clone()),
         rewrites: assessment.map(|a| a.verdict.rewrites.clone()).unwrap_or_default(),
         decode,
+        sglang: assessment.map(|a| sglang_status(&a.release)),
     };
     // Keep the last known pod counts when this pass could not look at pods.
     if status.decode.is_none() {
@@ -221,6 +232,19 @@ pub fn status(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::release::{self, ReleaseSource, v0_5};
+
+    #[test]
+    fn sglang_status_names_the_release_its_source_and_what_was_asked_for() {
+        let newer = release::choose(v0_5(30), ReleaseSource::Spec).unwrap();
+        let status = sglang_status(&newer);
+        assert_eq!(
+            (status.version.as_str(), status.requested.as_deref(), status.source.as_str()),
+            ("0.5.23", Some("0.5.30"), "Spec")
+        );
+        let image = sglang_status(&release::choose(v0_5(21), ReleaseSource::Image).unwrap());
+        assert_eq!((image.version.as_str(), image.requested, image.source.as_str()), ("0.5.21", None, "Image"));
+    }
 
     #[test]
     fn transition_time_moves_only_when_the_status_changes() {

@@ -1,23 +1,100 @@
-//! Architecture lists SGLang classifies by name (`sglang-rules.md` §3). Kept as data so that a
-//! versioned rule profile can swap them.
+//! Architecture lists SGLang classifies by name (`sglang-rules.md` §3), keyed by the release
+//! that added each entry (`sglang-drift.md` §5), and the architectures each release serves.
 
-/// `is_hybrid_swa_model`: architectures that get a hybrid SWA memory pool (§3.1).
-pub(crate) const HYBRID_SWA: &[&str] = &[
-    "Llama4ForConditionalGeneration",
-    "DeepseekV4ForCausalLM",
-    "DeepseekV4ForCausalLMNextN",
-    "GptOssForCausalLM",
-    "MiMoV2ForCausalLM",
-    "MiMoV2FlashForCausalLM",
-    "MiMoV2MTP",
-    "Step3p5ForCausalLM",
-    "Step3p5MTP",
-    "Step3p7ForConditionalGeneration",
-    "Gemma4ForCausalLM",
-    "Gemma4ForConditionalGeneration",
-    "Gemma4UnifiedForConditionalGeneration",
-    "LagunaForCausalLM",
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use crate::release::{Release, Span, v0_5};
+
+/// One architecture of a release-keyed list and the first release that has it. The lists only
+/// grow from 0.5.17 to 0.5.23 (`sglang-drift.md` §5), so a first release is all an entry needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Listed {
+    pub(crate) arch: &'static str,
+    pub(crate) since: Release,
+}
+
+const fn base(arch: &'static str) -> Listed {
+    Listed { arch, since: v0_5(17) }
+}
+
+const fn from(patch: u16, arch: &'static str) -> Listed {
+    Listed { arch, since: v0_5(patch) }
+}
+
+/// Whether `arch` is on `list` in `release`.
+pub(crate) fn listed(list: &[Listed], arch: &str, release: Release) -> bool {
+    list.iter().any(|entry| entry.arch == arch && entry.since <= release)
+}
+
+/// Whether `arch` is on `list` in any release (what the per-layer split, which does not change
+/// between releases, goes by).
+pub(crate) fn ever_listed(list: &[Listed], arch: &str) -> bool {
+    list.iter().any(|entry| entry.arch == arch)
+}
+
+/// `is_hybrid_swa_model`: architectures that get a hybrid SWA memory pool (drift §5.1).
+/// `LagunaForCausalLM` and `BeamForCausalLM` only when a layer actually slides. Dots3Note and
+/// MuseSpark are hybrid through their config classes ([`CONFIG_CLASS_OPT_INS`]), not this list.
+pub(crate) const HYBRID_SWA: &[Listed] = &[
+    base("Llama4ForConditionalGeneration"),
+    base("DeepseekV4ForCausalLM"),
+    base("DeepseekV4ForCausalLMNextN"),
+    base("DeepseekV4ForCausalLMDSpark"),
+    base("GptOssForCausalLM"),
+    base("MiMoV2ForCausalLM"),
+    base("MiMoV2FlashForCausalLM"),
+    base("MiMoV2MTP"),
+    base("Step3p5ForCausalLM"),
+    base("Step3p5MTP"),
+    base("Step3p7ForConditionalGeneration"),
+    base("Gemma4ForCausalLM"),
+    base("Gemma4ForConditionalGeneration"),
+    base("Gemma4UnifiedForConditionalGeneration"),
+    base("LagunaForCausalLM"),
+    base("MellumForCausalLM"),
+    base("InklingForConditionalGeneration"),
+    base("InklingForConditionalGenerationMTP"),
+    base("UnlimitedOCRForCausalLM"),
+    from(18, "MuseGlimmerForCausalLM"),
+    from(18, "MuseGlimmerForConditionalGeneration"),
+    from(19, "GraniteSWAForCausalLM"),
+    from(19, "GraniteMoeSWAForCausalLM"),
+    from(21, "IQuestQ1ForCausalLM"),
+    from(21, "IQuestQ1MTP"),
+    from(21, "DiffusionGemmaForBlockDiffusion"),
+    from(22, "EmbeddingGemma2Model"),
+    from(23, "BeamForCausalLM"),
 ];
+
+/// Hybrid-SWA architectures that are hybrid only when some layer slides (SGLang tests the
+/// window or `"sliding_attention" in layer_types`).
+pub(crate) const HYBRID_SWA_IF_SLIDING: &[&str] = &["LagunaForCausalLM", "BeamForCausalLM"];
+
+/// How a config class opts into hybrid SWA by `model_type` (the key is not in config.json).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OptIn {
+    /// A class attribute: always hybrid SWA.
+    Always,
+    /// A property: hybrid SWA when some layer slides.
+    IfSliding,
+}
+
+/// Config-class opt-ins by `model_type` (drift §5.1), with the first release that has each.
+pub(crate) const CONFIG_CLASS_OPT_INS: &[(&str, OptIn, Release)] = &[
+    ("dots3_note", OptIn::Always, v0_5(19)),
+    ("spark2_5", OptIn::IfSliding, v0_5(20)),
+    ("iquest_q1", OptIn::IfSliding, v0_5(21)),
+    ("muse_spark_text", OptIn::IfSliding, v0_5(23)),
+];
+
+/// The opt-in of `model_type` in `release`, if its config class has one.
+pub(crate) fn config_class_opt_in(model_type: &str, release: Release) -> Option<OptIn> {
+    CONFIG_CLASS_OPT_INS
+        .iter()
+        .find(|(name, _, since)| *name == model_type && *since <= release)
+        .map(|(_, opt_in, _)| *opt_in)
+}
 
 /// Architectures whose hybrid SWA memory SGLang forces off (`gemma2_gemma3.py` override).
 pub(crate) const HYBRID_SWA_FORCED_OFF: &[&str] = &[
@@ -28,14 +105,18 @@ pub(crate) const HYBRID_SWA_FORCED_OFF: &[&str] = &[
     "Gemma3nForConditionalGeneration",
 ];
 
-/// `is_hybrid_swa_compress` (R16).
-pub(crate) const SWA_COMPRESS: &[&str] = &[
-    "MiMoV2ForCausalLM",
-    "MiMoV2FlashForCausalLM",
-    "MiMoV2MTP",
-    "Gemma4ForCausalLM",
-    "Gemma4ForConditionalGeneration",
-    "Gemma4UnifiedForConditionalGeneration",
+/// `is_hybrid_swa_compress` (R16), drift §5.2.
+pub(crate) const SWA_COMPRESS: &[Listed] = &[
+    base("MiMoV2ForCausalLM"),
+    base("MiMoV2FlashForCausalLM"),
+    base("MiMoV2MTP"),
+    base("Gemma4ForCausalLM"),
+    base("Gemma4ForConditionalGeneration"),
+    base("Gemma4UnifiedForConditionalGeneration"),
+    base("InklingForConditionalGeneration"),
+    base("InklingForConditionalGenerationMTP"),
+    from(21, "DiffusionGemmaForBlockDiffusion"),
+    from(22, "EmbeddingGemma2Model"),
 ];
 
 /// `is_deepseek_v4_arch`.
@@ -47,34 +128,60 @@ pub(crate) const PURE_SWA_DRAFTS: &[&str] = &["MiMoV2MTP", "Step3p5MTP"];
 
 /// `attention_arch = MLA` by architecture (§3.4). Pixtral and DeepseekVL2 are conditional and
 /// handled in `super::mla`.
-pub(crate) const MLA: &[&str] = &[
-    "DeepseekV2ForCausalLM",
-    "DeepseekV3ForCausalLM",
-    "DeepseekV32ForCausalLM",
-    "DeepseekV3ForCausalLMNextN",
-    "Glm4MoeLiteForCausalLM",
-    "Glm4MoeLiteForCausalLMNextN",
-    "GlmMoeDsaForCausalLM",
-    "DotsVLMForCausalLM",
-    "MistralLarge3ForCausalLM",
-    "MistralLarge3EagleForCausalLM",
-    "KimiK25ForConditionalGeneration",
-    "Eagle3DeepseekV2ForCausalLM",
-    "MiniCPM3ForCausalLM",
-    "KimiVLForConditionalGeneration",
-    "KimiLinearForCausalLM",
-    "BailingMoeV2_5ForCausalLM",
-    "SarvamMLAForCausalLM",
+/// Additions per release: drift §5.5.
+pub(crate) const MLA: &[Listed] = &[
+    base("DeepseekV2ForCausalLM"),
+    base("DeepseekV3ForCausalLM"),
+    base("DeepseekV32ForCausalLM"),
+    base("DeepseekV3ForCausalLMNextN"),
+    base("Glm4MoeLiteForCausalLM"),
+    base("Glm4MoeLiteForCausalLMNextN"),
+    base("GlmMoeDsaForCausalLM"),
+    base("DotsVLMForCausalLM"),
+    base("MistralLarge3ForCausalLM"),
+    base("MistralLarge3EagleForCausalLM"),
+    base("KimiK25ForConditionalGeneration"),
+    base("Eagle3DeepseekV2ForCausalLM"),
+    base("MiniCPM3ForCausalLM"),
+    base("KimiVLForConditionalGeneration"),
+    base("KimiLinearForCausalLM"),
+    base("BailingMoeV2_5ForCausalLM"),
+    base("SarvamMLAForCausalLM"),
+    base("KimiK3ForConditionalGeneration"),
+    base("GlmMoeDsaForCausalLMNextN"),
+    base("LongcatFlashForCausalLM"),
+    base("LongcatFlashForCausalLMNextN"),
+    base("MistralLarge3ForCausalLMEagle"),
+    from(19, "BailingMoeV3ForCausalLM"),
+    from(19, "Dots3NoteForCausalLM"),
+    from(19, "Dots3NoteForCausalLMNextN"),
+    from(19, "KimiK3LinearForCausalLM"),
+    from(20, "Glm5NextForConditionalGeneration"),
+    from(20, "Glm5NextForConditionalGenerationNextN"),
+    from(20, "HYV4ForCausalLM"),
+    from(20, "HYV4ForCausalLMNextN"),
+    from(21, "BailingMoeV3VLForConditionalGeneration"),
+    from(21, "GigaChat35ForCausalLM"),
+    from(21, "GigaChat35ForCausalLMNextN"),
 ];
 
 /// Architectures SGLang may run DSA on, when `index_topk` is set (`is_deepseek_dsa`).
-pub(crate) const DSA_CAPABLE: &[&str] = &[
-    "DeepseekV3ForCausalLM",
-    "DeepseekV32ForCausalLM",
-    "DeepseekV3ForCausalLMNextN",
-    "MistralLarge3ForCausalLM",
-    "PixtralForConditionalGeneration",
-    "GlmMoeDsaForCausalLM",
+pub(crate) const DSA_CAPABLE: &[Listed] = &[
+    base("DeepseekV3ForCausalLM"),
+    base("DeepseekV32ForCausalLM"),
+    base("DeepseekV3ForCausalLMNextN"),
+    base("MistralLarge3ForCausalLM"),
+    base("PixtralForConditionalGeneration"),
+    base("GlmMoeDsaForCausalLM"),
+    base("GlmMoeDsaForCausalLMNextN"),
+    base("LongcatFlashForCausalLM"),
+    base("LongcatFlashForCausalLMNextN"),
+    from(19, "Dots3NoteForCausalLM"),
+    from(19, "Dots3NoteForCausalLMNextN"),
+    from(20, "Glm5NextForConditionalGeneration"),
+    from(20, "Glm5NextForConditionalGenerationNextN"),
+    from(20, "HYV4ForCausalLM"),
+    from(20, "HYV4ForCausalLMNextN"),
 ];
 
 /// Architectures whose every layer is plain global attention, whatever window fields they carry
@@ -99,32 +206,32 @@ pub(crate) const QWEN2_WINDOW: &[&str] = &[
 /// Architectures whose recurrent-state layers SGLang's `uses_ssm_state` recognises by config
 /// class (§3.3), plus the ones the reference leaves unverified (Jamba, MiniMax-Text-01,
 /// Mamba-2), which are treated as SSM as it advises.
-pub(crate) const SSM: &[&str] = &[
-    "Qwen3NextForCausalLM",
-    "Qwen3_5ForConditionalGeneration",
-    "Qwen3_5MoeForConditionalGeneration",
-    "Qwen3_5ForCausalLM",
-    "Qwen3_5MoeForCausalLM",
-    "FalconH1ForCausalLM",
-    "NemotronHForCausalLM",
-    "NemotronH_Nano_VL_V2",
-    "Lfm2ForCausalLM",
-    "Lfm2MoeForCausalLM",
-    "Lfm2VlForConditionalGeneration",
-    "KimiLinearForCausalLM",
-    "JambaForCausalLM",
-    "MiniMaxText01ForCausalLM",
-    "MiniMaxM1ForCausalLM",
-    "Mamba2ForCausalLM",
-    "MambaForCausalLM",
+pub(crate) const SSM: &[Listed] = &[
+    base("Qwen3NextForCausalLM"),
+    base("Qwen3_5ForConditionalGeneration"),
+    base("Qwen3_5MoeForConditionalGeneration"),
+    base("Qwen3_5ForCausalLM"),
+    base("Qwen3_5MoeForCausalLM"),
+    base("FalconH1ForCausalLM"),
+    base("NemotronHForCausalLM"),
+    base("NemotronH_Nano_VL_V2"),
+    base("Lfm2ForCausalLM"),
+    base("Lfm2MoeForCausalLM"),
+    base("Lfm2VlForConditionalGeneration"),
+    base("KimiLinearForCausalLM"),
+    base("JambaForCausalLM"),
+    base("MiniMaxText01ForCausalLM"),
+    base("MiniMaxM1ForCausalLM"),
+    from(20, "Mamba2ForCausalLM"),
+    from(20, "MambaForCausalLM"),
+    from(20, "FalconMambaForCausalLM"),
 ];
 
-/// Every architecture this resolver knows by name; anything else gets the generic probe and a
-/// warning.
-pub(crate) fn is_known(arch: &str) -> bool {
-    [HYBRID_SWA, HYBRID_SWA_FORCED_OFF, MLA, DSA_CAPABLE, DENSE, WINDOW_ON_EVERY_LAYER, QWEN2_WINDOW, SSM]
-        .iter()
-        .any(|list| list.contains(&arch))
+/// Whether kvpilot's resolver has a rule for `arch` by name; anything else gets the generic
+/// probe.
+pub(crate) fn has_rule(arch: &str) -> bool {
+    [HYBRID_SWA, MLA, DSA_CAPABLE, SSM].iter().any(|list| ever_listed(list, arch))
+        || [HYBRID_SWA_FORCED_OFF, DENSE, WINDOW_ON_EVERY_LAYER, QWEN2_WINDOW].iter().any(|list| list.contains(&arch))
         || matches!(
             arch,
             "Cohere2ForCausalLM" | "GraniteMoeHybridForCausalLM" | "Llama4ForCausalLM" | "DeepseekVL2ForCausalLM"
@@ -132,4 +239,33 @@ pub(crate) fn is_known(arch: &str) -> bool {
         // Gated-delta-net variants, classified by prefix in `physical::classify` too.
         || arch.starts_with("Qwen3Next")
         || arch.starts_with("Qwen3_5")
+}
+
+/// The architectures each release has model code for (the entry classes of `sglang/srt/models/`),
+/// generated by the parity harness from the release wheels.
+const SERVED_TSV: &str = include_str!("served_architectures.tsv");
+
+/// One line of [`SERVED_TSV`]: `Arch<TAB>FIRST<TAB>LAST`, LAST `-` while still served.
+fn served_line(line: &str) -> Option<(&str, Span)> {
+    let mut fields = line.split('\t');
+    let arch = fields.next().filter(|a| !a.is_empty())?;
+    let first = fields.next()?.parse().ok()?;
+    let last = match fields.next()? {
+        "-" => None,
+        last => Some(last.parse().ok()?),
+    };
+    fields.next().is_none().then_some((arch, Span { first, last }))
+}
+
+static SERVED: LazyLock<HashMap<&'static str, Span>> = LazyLock::new(|| {
+    SERVED_TSV
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
+        .filter_map(served_line)
+        .collect()
+});
+
+/// Whether `release` has model code for `arch`.
+pub(crate) fn served(arch: &str, release: Release) -> bool {
+    SERVED.get(arch).is_some_and(|span| span.contains(release))
 }

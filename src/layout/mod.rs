@@ -11,6 +11,8 @@ mod tests;
 use serde_json::Value;
 
 use crate::api::{AttentionKind, AttentionLayout, KvPool, LayerCounts, LayerKind, LayoutFeature};
+use crate::release::Release;
+use arch::{OptIn, listed};
 use config::ConfigView;
 
 /// More layers than any real model has; a larger count is refused before anything is
@@ -18,10 +20,19 @@ use config::ConfigView;
 pub const MAX_LAYERS: u64 = 10_000;
 
 /// Switches that change the pool SGLang builds without changing the model.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResolveOptions {
     /// SGLang's `--disable-hybrid-swa-memory` (`spec.model.hybridSwaMemory: Disabled`).
     pub disable_hybrid_swa_memory: bool,
+    /// The SGLang release whose classification lists apply.
+    pub release: Release,
+}
+
+impl Default for ResolveOptions {
+    /// Hybrid SWA memory as SGLang decides it, classified as the newest known release does.
+    fn default() -> Self {
+        Self { disable_hybrid_swa_memory: false, release: Release::newest_known() }
+    }
 }
 
 /// Input that cannot be a model config, with the field at fault.
@@ -60,9 +71,16 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
         None => String::new(),
     };
     let arch = architecture.as_str();
-    let known = arch::is_known(arch);
+    let release = options.release;
+    let served = arch::served(arch, release);
+    let known = arch::has_rule(arch) || served;
     if arch.is_empty() {
         warnings.push("no architectures[0]: layers classified from the config's generic fields".to_string());
+    } else if !served {
+        warnings.push(format!(
+            "SGLang {release} has no model for {arch}: it would refuse the model or fall back to the Transformers \
+             backend with a full-attention pool"
+        ));
     }
 
     let n = match text.uint_any(&["num_hidden_layers", "n_layer", "num_layers"])? {
@@ -78,9 +96,9 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
 
     let window = physical::window_size(arch, text)?;
     let physical = physical::classify(arch, text, n, window.is_some())?;
-    if !known && !arch.is_empty() {
+    if !arch::has_rule(arch) && !arch.is_empty() {
         warnings.push(format!(
-            "unknown architecture {arch}: layer kinds read from {}",
+            "{arch} has no per-architecture rule in kvpilot: layer kinds read from {}",
             if physical.read_from.contains(' ') {
                 physical.read_from.to_string()
             } else {
@@ -102,9 +120,10 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
         }
     };
 
-    let mla = is_mla(arch, text, known, &mut warnings)?;
+    let mla = is_mla(arch, text, known, release, &mut warnings)?;
     let attention = if mla { AttentionKind::Mla } else { AttentionKind::Mha };
-    let ssm = layers.ssm > 0;
+    // An SSM family the release has no code for is not SSM in that release's sense (drift §5.4).
+    let ssm = layers.ssm > 0 && (!arch::ever_listed(arch::SSM, arch) || listed(arch::SSM, arch, release));
     if ssm && !known {
         warnings.push(format!(
             "unknown architecture {arch}: treated as an SSM hybrid because {} layers keep recurrent state",
@@ -112,19 +131,28 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
         ));
     }
 
-    let opt_in = text.boolean("is_hybrid_swa")?.unwrap_or(false);
+    let model_type = root.string("model_type")?.or(text.string("model_type")?).map(str::to_string);
+    let slides = layers.sliding_window > 0;
+    let class_opt_in = text
+        .string("model_type")?
+        .or(model_type.as_deref())
+        .and_then(|t| arch::config_class_opt_in(t, release))
+        .is_some_and(|o| o == OptIn::Always || slides);
+    let opt_in = text.boolean("is_hybrid_swa")?.unwrap_or(false) || class_opt_in;
     let forced_off = arch::HYBRID_SWA_FORCED_OFF.contains(&arch);
+    let allow_listed =
+        listed(arch::HYBRID_SWA, arch, release) && (slides || !arch::HYBRID_SWA_IF_SLIDING.contains(&arch));
     if opt_in && forced_off {
         warnings.push(format!("{arch}: is_hybrid_swa is ignored, SGLang forces hybrid SWA memory off for it"));
     }
-    if opt_in && !forced_off && !arch::HYBRID_SWA.contains(&arch) && physical.read_from != "hybrid_layer_pattern" {
+    if opt_in && !class_opt_in && !forced_off && !allow_listed && physical.read_from != "hybrid_layer_pattern" {
         warnings.push(format!(
             "is_hybrid_swa opt-in without {}: SWA/full split taken from {}",
             text.path("hybrid_layer_pattern"),
             physical.read_from
         ));
     }
-    let hybrid_swa = (arch::HYBRID_SWA.contains(&arch) || opt_in) && !forced_off && !options.disable_hybrid_swa_memory;
+    let hybrid_swa = (allow_listed || opt_in) && !forced_off && !options.disable_hybrid_swa_memory;
 
     let kv_pool = if ssm {
         KvPool::HybridSsm
@@ -136,10 +164,9 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
         KvPool::Full
     };
 
-    let features = features(arch, text)?;
+    let features = features(arch, text, release)?;
     let kv_shape =
         shape::kv_shape(text, attention, ssm, layers.full_attention + layers.sliding_window == 0, &mut warnings)?;
-    let model_type = root.string("model_type")?.or(text.string("model_type")?).map(str::to_string);
 
     Ok(AttentionLayout {
         architecture,
@@ -167,10 +194,16 @@ fn count(kinds: &[LayerKind]) -> LayerCounts {
 
 /// SGLang's `attention_arch == MLA`, by architecture (§3.4); an unknown architecture with a
 /// positive `kv_lora_rank` is assumed MLA, with a warning.
-fn is_mla(arch: &str, v: ConfigView<'_>, known: bool, warnings: &mut Vec<String>) -> Result<bool, LayoutError> {
+fn is_mla(
+    arch: &str,
+    v: ConfigView<'_>,
+    known: bool,
+    release: Release,
+    warnings: &mut Vec<String>,
+) -> Result<bool, LayoutError> {
     let rank = v.uint("kv_lora_rank")?.unwrap_or(0);
     Ok(match arch {
-        a if arch::MLA.contains(&a) => true,
+        a if listed(arch::MLA, a, release) => true,
         "PixtralForConditionalGeneration" => rank > 0,
         "DeepseekVL2ForCausalLM" => v.boolean("use_mla")?.unwrap_or(false),
         _ if !known && rank > 0 => {
@@ -182,7 +215,7 @@ fn is_mla(arch: &str, v: ConfigView<'_>, known: bool, warnings: &mut Vec<String>
     })
 }
 
-fn features(arch: &str, v: ConfigView<'_>) -> Result<Vec<LayoutFeature>, LayoutError> {
+fn features(arch: &str, v: ConfigView<'_>, release: Release) -> Result<Vec<LayoutFeature>, LayoutError> {
     let mut features = Vec::new();
     let sinks = arch == "GptOssForCausalLM"
         || (arch.starts_with("MiMoV2")
@@ -191,13 +224,13 @@ fn features(arch: &str, v: ConfigView<'_>) -> Result<Vec<LayoutFeature>, LayoutE
     if sinks {
         features.push(LayoutFeature::AttentionSinks);
     }
-    if arch::DSA_CAPABLE.contains(&arch) && v.has("index_topk") {
+    if listed(arch::DSA_CAPABLE, arch, release) && v.has("index_topk") {
         features.push(LayoutFeature::Dsa);
     }
     if arch::DEEPSEEK_V4.contains(&arch) {
         features.push(LayoutFeature::DeepseekV4);
     }
-    if arch::SWA_COMPRESS.contains(&arch) {
+    if listed(arch::SWA_COMPRESS, arch, release) {
         features.push(LayoutFeature::SwaCompress);
     }
     if arch == "FalconH1ForCausalLM" {

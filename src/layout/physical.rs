@@ -275,7 +275,7 @@ pub(crate) fn classify(arch: &str, v: ConfigView<'_>, n: usize, has_window: bool
         a if arch::WINDOW_ON_EVERY_LAYER.contains(&a) => {
             Physical::uniform(if has_window { Sliding } else { Full }, n, "sliding_window")
         }
-        a if arch::DENSE.contains(&a) || (arch::MLA.contains(&a) && a != "KimiLinearForCausalLM") => {
+        a if arch::DENSE.contains(&a) || (arch::ever_listed(arch::MLA, a) && a != "KimiLinearForCausalLM") => {
             Physical::uniform(Full, n, "architecture")
         }
         "PixtralForConditionalGeneration" | "DeepseekVL2ForCausalLM" => Physical::uniform(Full, n, "architecture"),

@@ -103,7 +103,8 @@ fn disable_hybrid_swa_memory_gives_a_full_pool() {
         "architectures": ["GptOssForCausalLM"], "num_hidden_layers": 2, "sliding_window": 128,
         "layer_types": ["sliding_attention", "full_attention"]
     });
-    let layout = resolve(&config, ResolveOptions { disable_hybrid_swa_memory: true }).unwrap();
+    let layout =
+        resolve(&config, ResolveOptions { disable_hybrid_swa_memory: true, ..ResolveOptions::default() }).unwrap();
     assert_eq!(layout.kv_pool, KvPool::Full);
     assert_eq!(layout.layers.sliding_window, 1, "the physical view does not change");
     assert_eq!(layout.sliding_window, Some(128));
@@ -202,12 +203,14 @@ proptest! {
     fn pure_swa_iff_hybrid_swa_without_full_layers((config, disable) in layer_types_config()) {
         let arch_name = config["architectures"][0].as_str().unwrap().to_string();
         let opt_in = config["is_hybrid_swa"].as_bool().unwrap();
-        let Ok(layout) = resolve(&config, ResolveOptions { disable_hybrid_swa_memory: disable }) else {
+        let Ok(layout) = resolve(&config, ResolveOptions { disable_hybrid_swa_memory: disable, ..ResolveOptions::default() }) else {
             return Ok(());
         };
         let l = layout.layers;
         prop_assert!(l.full_attention + l.sliding_window + l.ssm <= l.total);
-        let hybrid_swa_in_sglang_sense = (arch::HYBRID_SWA.contains(&arch_name.as_str()) || opt_in)
+        let hybrid_swa_in_sglang_sense = ((arch::listed(arch::HYBRID_SWA, &arch_name, ResolveOptions::default().release)
+            && (l.sliding_window > 0 || !arch::HYBRID_SWA_IF_SLIDING.contains(&arch_name.as_str())))
+            || opt_in)
             && !arch::HYBRID_SWA_FORCED_OFF.contains(&arch_name.as_str())
             && !disable
             && l.ssm == 0
@@ -217,5 +220,23 @@ proptest! {
             hybrid_swa_in_sglang_sense && l.full_attention == 0,
             "{:?}", layout
         );
+    }
+}
+
+#[test]
+fn the_served_architectures_file_parses_line_by_line() {
+    let text = include_str!("served_architectures.tsv");
+    let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()).collect();
+    assert!(lines.len() > 200, "{} architectures", lines.len());
+    for line in lines {
+        let mut fields = line.split('\t');
+        let arch = fields.next().unwrap();
+        let first: crate::release::Release = fields.next().unwrap().parse().unwrap();
+        assert!(first.is_known(), "{line}");
+        match fields.next().unwrap() {
+            "-" => assert!(arch::served(arch, crate::release::Release::newest_known()), "{line}"),
+            last => assert!(last.parse::<crate::release::Release>().unwrap().is_known(), "{line}"),
+        }
+        assert!(arch::served(arch, first), "{line}");
     }
 }

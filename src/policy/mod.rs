@@ -1,6 +1,9 @@
 //! (settings, layout) → verdict. The only place the disaggregation rules live; the CLI, the
 //! webhook, the controller and the cache runtime all call [`evaluate`].
 
+mod docs;
+#[cfg(test)]
+mod release_tests;
 mod rules;
 #[cfg(test)]
 mod tests;
@@ -9,17 +12,24 @@ use std::fmt;
 
 use serde::Serialize;
 
+use k8s_openapi::api::core::v1::EnvVar;
+
 use crate::api::{
     AttentionLayout, DecodeSpec, DisaggregationSpec, EffectiveSettings, HybridSwaMemory, InferenceDeploymentSpec,
     KvPool, LayoutFeature, OnInvalid, RetractionBackup, Rewrite, SettingSource,
 };
 use crate::layout::{self, LayoutError, ResolveOptions};
+use crate::release::{self, Release, ReleaseChoice, ReleaseError, ReleaseSource, v0_5};
 use rules::{Context, Fix, RULES};
 
-pub use rules::{attention_tp, pipeline_stages};
+pub use docs::{README_END, README_START, rules_markdown};
+pub use rules::{Phase, attention_tp, pipeline_stages};
 
-/// The host pool fraction SGLang gives a retraction-only host pool (`BACKUP_ONLY_HICACHE_RATIO`).
+/// The host pool fraction SGLang gives a retraction-only host pool (`BACKUP_ONLY_HICACHE_RATIO`,
+/// 0.5.19 on; from 0.5.21 at least this, more when one max-length request needs more).
 pub const BACKUP_ONLY_HOST_POOL_RATIO: f64 = 0.2;
+/// SGLang 0.5.18's retraction-only host pool: as large as the device pool (R9b).
+pub const FIRST_RELEASE_HOST_POOL_RATIO: f64 = 1.0;
 /// The host pool fraction when hierarchical cache shares the host pool (`--hicache-ratio` default).
 pub const HIERARCHICAL_HOST_POOL_RATIO: f64 = 2.0;
 
@@ -36,6 +46,8 @@ pub struct PolicyInput<'a> {
     pub decode: &'a DecodeSpec,
     /// The resolved layout of the model.
     pub layout: &'a AttentionLayout,
+    /// The SGLang release whose rules apply.
+    pub release: Release,
 }
 
 /// The three possible verdicts.
@@ -64,14 +76,16 @@ impl Outcome {
 /// A setting the layout cannot run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Violation {
-    /// Rule id of `sglang-rules.md` (`R2`, `T1`, …).
+    /// Rule id of `sglang-rules.md` / `sglang-drift.md` (`R2`, `T1`, `P1`, …).
     pub rule: &'static str,
     /// Field path the rule is about.
     pub field: &'static str,
-    /// SGLang's exact message.
+    /// SGLang's exact message, as the release prints it.
     pub message: String,
     /// What to change.
     pub fix: String,
+    /// Where SGLang raises it: args, pool build, handshake or transfer.
+    pub phase: &'static str,
 }
 
 impl fmt::Display for Violation {
@@ -112,8 +126,13 @@ pub fn evaluate(input: PolicyInput<'_>) -> Verdict {
                     let Fix::Rewrite { apply, .. } = rule.fix else {
                         continue;
                     };
-                    let context = Context { settings: &settings, decode: input.decode, layout: input.layout };
-                    let Some(finding) = (rule.check)(&context) else { continue };
+                    let context = Context {
+                        settings: &settings,
+                        decode: input.decode,
+                        layout: input.layout,
+                        release: input.release,
+                    };
+                    let Some(finding) = rule.evaluate(&context) else { continue };
                     let (from, to) = apply(&mut settings);
                     changed = true;
                     match rewrites.iter_mut().find(|r| r.field == rule.field) {
@@ -125,7 +144,7 @@ pub fn evaluate(input: PolicyInput<'_>) -> Verdict {
                             field: rule.field.into(),
                             from,
                             to,
-                            message: finding.message,
+                            message: rule.message(input.release, &finding),
                         }),
                     }
                 }
@@ -151,39 +170,45 @@ pub fn evaluate(input: PolicyInput<'_>) -> Verdict {
         SettingSource::Auto
     };
     let effective = effective_settings(&settings, input, source);
-    let warnings = warnings(&settings, input, &effective);
+    let warnings = warnings(&settings, input, &effective, outcome == Outcome::Rejected);
     Verdict { outcome, violations, rewrites, settings, effective, warnings }
 }
 
 fn findings(settings: &DisaggregationSpec, input: PolicyInput<'_>) -> Vec<Violation> {
-    let context = Context { settings, decode: input.decode, layout: input.layout };
+    let context = Context { settings, decode: input.decode, layout: input.layout, release: input.release };
     RULES
         .iter()
         .filter_map(|rule| {
-            let finding = (rule.check)(&context)?;
+            let finding = rule.evaluate(&context)?;
             let hint = match rule.fix {
                 Fix::Rewrite { hint, .. } => {
                     format!("{hint}; or set onInvalid: Rewrite to let kvpilot rewrite it")
                 }
                 Fix::Manual { hint } => hint.to_string(),
             };
+            let message = rule.message(input.release, &finding);
             let fix = match finding.detail {
                 Some(detail) => format!("{detail}; {hint}"),
                 None => hint,
             };
-            Some(Violation { rule: rule.id, field: rule.field, message: finding.message, fix })
+            Some(Violation { rule: rule.id, field: rule.field, message, fix, phase: rule.phase.as_str() })
         })
         .collect()
 }
 
-/// SGLang's automatic backup rule (§1.2): host_pool only on a decode server with no DCP, no
-/// decode radix cache, no decode offload, no priority preemption, no unified memory, and a pool
-/// that can mirror to the host (MHA, or hybrid SWA with full layers on every rank).
+/// SGLang's automatic backup rule, `resolve_decode_retraction_backup` of `release` (drift §4):
+/// host_pool only on a decode server with no DCP, no decode radix cache, no decode offload, no
+/// priority preemption, no unified memory (from 0.5.20), and a pool that can mirror to the host
+/// (MHA, or hybrid SWA with full layers on every rank). Before 0.5.18 there is no host pool.
 pub fn automatic_retraction_backup(
     settings: &DisaggregationSpec,
     decode: &DecodeSpec,
     layout: &AttentionLayout,
+    release: Release,
 ) -> RetractionBackup {
+    if release < v0_5(18) {
+        return RetractionBackup::CpuTensor;
+    }
     let supports_host_pool = match layout.kv_pool {
         KvPool::Full => true,
         KvPool::HybridSwa => {
@@ -197,7 +222,7 @@ pub fn automatic_retraction_backup(
         && !settings.decode_radix_cache
         && !settings.decode_offload_kv_cache
         && !priority_preemption
-        && !settings.enable_unified_memory
+        && (!settings.enable_unified_memory || release < v0_5(20))
         && supports_host_pool
     {
         RetractionBackup::HostPool
@@ -211,14 +236,15 @@ fn effective_settings(
     input: PolicyInput<'_>,
     source: SettingSource,
 ) -> EffectiveSettings {
-    let backup =
-        settings.retraction_backup.unwrap_or_else(|| automatic_retraction_backup(settings, input.decode, input.layout));
+    let backup = settings
+        .retraction_backup
+        .unwrap_or_else(|| automatic_retraction_backup(settings, input.decode, input.layout, input.release));
     let host_pool = backup == RetractionBackup::HostPool;
     let host_pool_ratio = (host_pool || settings.hierarchical_cache).then(|| {
-        settings.host_pool_ratio.unwrap_or(if host_pool && !settings.hierarchical_cache {
-            BACKUP_ONLY_HOST_POOL_RATIO
-        } else {
-            HIERARCHICAL_HOST_POOL_RATIO
+        settings.host_pool_ratio.unwrap_or(match (host_pool, settings.hierarchical_cache) {
+            (true, _) if input.release == v0_5(18) => FIRST_RELEASE_HOST_POOL_RATIO,
+            (true, false) => BACKUP_ONLY_HOST_POOL_RATIO,
+            _ => HIERARCHICAL_HOST_POOL_RATIO,
         })
     });
     EffectiveSettings {
@@ -235,13 +261,35 @@ fn effective_settings(
         mamba_radix_cache_strategy: settings.mamba_radix_cache_strategy,
         host_pool_ratio,
         enable_unified_memory: settings.enable_unified_memory,
+        decode_env: required_env(settings, input),
     }
 }
 
-fn warnings(settings: &DisaggregationSpec, input: PolicyInput<'_>, effective: &EffectiveSettings) -> Vec<String> {
+/// Environment the release needs on the decode pods for these settings: 0.5.19–0.5.20 build the
+/// unified radix tree that decode radix cache on a hybrid-SWA model needs only when
+/// `SGLANG_ENABLE_UNIFIED_RADIX_TREE=1` (R13), so kvpilot sets it unless the spec sets it.
+fn required_env(settings: &DisaggregationSpec, input: PolicyInput<'_>) -> Vec<EnvVar> {
+    let needs_unified_tree = (v0_5(19)..=v0_5(20)).contains(&input.release)
+        && settings.decode_radix_cache
+        && input.layout.is_hybrid_swa()
+        && input.decode.env_value(rules::UNIFIED_RADIX_TREE_ENV).is_none();
+    if needs_unified_tree {
+        vec![EnvVar { name: rules::UNIFIED_RADIX_TREE_ENV.into(), value: Some("1".into()), value_from: None }]
+    } else {
+        Vec::new()
+    }
+}
+
+fn warnings(
+    settings: &DisaggregationSpec,
+    input: PolicyInput<'_>,
+    effective: &EffectiveSettings,
+    rejected: bool,
+) -> Vec<String> {
     let mut warnings = Vec::new();
     let layout = input.layout;
-    if settings.prefill.is_none() && layout.is_hybrid_swa() && !layout.has(LayoutFeature::DeepseekV4) {
+    let t1_applies = RULES.iter().any(|r| r.id == "T1" && r.applies(input.release, settings.transfer_backend));
+    if settings.prefill.is_none() && t1_applies && layout.is_hybrid_swa() && !layout.has(LayoutFeature::DeepseekV4) {
         warnings.push(
             "spec.disaggregation.prefill is not set, so rule T1 (prefill and decode attention TP must match for this \
              hybrid-SWA model) cannot be checked"
@@ -255,6 +303,33 @@ fn warnings(settings: &DisaggregationSpec, input: PolicyInput<'_>, effective: &E
                 .to_string(),
         );
     }
+    if !rejected
+        && effective.retraction_backup == RetractionBackup::HostPool
+        && settings.host_pool_ratio.is_none()
+        && !settings.hierarchical_cache
+        && input.release >= v0_5(21)
+    {
+        warnings.push(format!(
+            "SGLang {} sizes the retraction host pool at max(0.2, one max-length request / device pool) of the device \
+             pool; size node memory for a full-context request, or set spec.disaggregation.hostPoolRatio",
+            input.release
+        ));
+    }
+    if effective.retraction_backup == RetractionBackup::None {
+        warnings.push(
+            "retractionBackup none keeps no backup: a request retracted under decode memory pressure is aborted with \
+             HTTP 503 for the client to retry"
+                .to_string(),
+        );
+    }
+    for env in &effective.decode_env {
+        warnings.push(format!(
+            "SGLang {} needs {}={} for these settings; kvpilot sets it on the decode pods",
+            input.release,
+            env.name,
+            env.value.as_deref().unwrap_or_default()
+        ));
+    }
     if settings.decode_radix_cache && input.decode.enable_dp_attention {
         warnings.push(
             "decode radix cache with DP attention is experimental in SGLang: it needs prefix-aware DP rank routing for \
@@ -265,21 +340,51 @@ fn warnings(settings: &DisaggregationSpec, input: PolicyInput<'_>, effective: &E
     warnings
 }
 
-/// A resource's layout and verdict.
+/// A resource's layout and verdict, and the release they were decided for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Assessment {
     /// The resolved layout.
     pub layout: AttentionLayout,
     /// The policy's verdict on it.
     pub verdict: Verdict,
+    /// The SGLang release whose classification and rules applied, and where it came from.
+    pub release: ReleaseChoice,
 }
 
-/// Resolves the layout of `config` as the spec asks (`hybridSwaMemory`) and evaluates the
-/// spec's settings against it: the one pipeline every entry point runs.
-pub fn assess(spec: &InferenceDeploymentSpec, config: &serde_json::Value) -> Result<Assessment, LayoutError> {
-    let options =
-        ResolveOptions { disable_hybrid_swa_memory: spec.model.hybrid_swa_memory == HybridSwaMemory::Disabled };
+/// The SGLang release a resource is checked against: `spec.sglang.version`, else the tag of
+/// `spec.decode.image` when it names a version, else `fallback` (the operator's or CLI's
+/// `--sglang-version`, or the newest known release). A version newer than any known gets the
+/// newest profile; a malformed or unknown one in the spec is an error.
+pub fn choose_release(spec: &InferenceDeploymentSpec, fallback: &ReleaseChoice) -> Result<ReleaseChoice, ReleaseError> {
+    if let Some(version) = spec.sglang.as_ref().and_then(|s| s.version.as_deref()) {
+        return release::choose_text(version, ReleaseSource::Spec);
+    }
+    match spec.decode.image.as_deref().and_then(release::from_image).map(|r| release::choose(r, ReleaseSource::Image)) {
+        Some(Ok(choice)) => Ok(choice),
+        // A tag naming a release kvpilot does not model (older than it knows) is not a
+        // statement about the rules to apply: the fallback does.
+        Some(Err(_)) | None => Ok(fallback.clone()),
+    }
+}
+
+/// Resolves the layout of `config` as the spec asks (`hybridSwaMemory`) and the release says,
+/// and evaluates the spec's settings against it: the one pipeline every entry point runs.
+pub fn assess(
+    spec: &InferenceDeploymentSpec,
+    config: &serde_json::Value,
+    release: &ReleaseChoice,
+) -> Result<Assessment, LayoutError> {
+    let options = ResolveOptions {
+        disable_hybrid_swa_memory: spec.model.hybrid_swa_memory == HybridSwaMemory::Disabled,
+        release: release.release,
+    };
     let layout = layout::resolve(config, options)?;
-    let verdict = evaluate(PolicyInput { disaggregation: &spec.disaggregation, decode: &spec.decode, layout: &layout });
-    Ok(Assessment { layout, verdict })
+    let mut verdict = evaluate(PolicyInput {
+        disaggregation: &spec.disaggregation,
+        decode: &spec.decode,
+        layout: &layout,
+        release: release.release,
+    });
+    verdict.warnings.extend(release.warning());
+    Ok(Assessment { layout, verdict, release: release.clone() })
 }

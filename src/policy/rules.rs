@@ -1,19 +1,63 @@
-//! Every SGLang check (`sglang-rules.md` §1.4, §2) that can be decided from an
-//! `InferenceDeployment` spec and its resolved layout, one named item each, with SGLang's exact
-//! message. The order of [`RULES`] is the order findings are reported in.
+//! Every SGLang check (`sglang-rules.md` §1.4, §2, `sglang-drift.md` §2–§3) that can be decided
+//! from an `InferenceDeployment` spec and its resolved layout, one named item each, keyed by the
+//! SGLang releases it holds for, with SGLang's exact message per release range. A release's
+//! profile is these rules evaluated at that release. The order of [`RULES`] is the order findings
+//! are reported in.
 
 use crate::api::AttentionLayout;
 use crate::api::{
     AttentionKind, DecodeSpec, DisaggregationSpec, KvPool, LayerKind, LayoutFeature, MambaRadixCacheStrategy,
     RetractionBackup, TransferBackend,
 };
+use crate::release::{Release, Span, v0_5};
 
 /// What a rule sees: the settings as they stand (maybe already partly rewritten), the decode
-/// fleet and the layout.
+/// fleet, the layout and the release the rules are evaluated at.
 pub(crate) struct Context<'a> {
     pub(crate) settings: &'a DisaggregationSpec,
     pub(crate) decode: &'a DecodeSpec,
     pub(crate) layout: &'a AttentionLayout,
+    pub(crate) release: Release,
+}
+
+/// Where in SGLang's start-up or serving a rule is raised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Argument parsing and the argument hooks (`server_args.py`, `arg_groups/`).
+    Args,
+    /// Building the KV pools and the tree cache.
+    PoolBuild,
+    /// The prefill ↔ decode handshake, before the first transfer.
+    Handshake,
+    /// KV transfer, on the prefill sender.
+    Transfer,
+}
+
+impl Phase {
+    /// The phase as the docs spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Args => "args",
+            Self::PoolBuild => "pool build",
+            Self::Handshake => "handshake",
+            Self::Transfer => "transfer",
+        }
+    }
+}
+
+/// One text of a rule's message, used from `since` until the next entry's release. `{name}`
+/// marks an interpolation the check supplies.
+pub(crate) struct Message {
+    pub(crate) since: Release,
+    pub(crate) text: &'static str,
+}
+
+const fn text(text: &'static str) -> Message {
+    Message { since: v0_5(17), text }
+}
+
+const fn text_from(patch: u16, text: &'static str) -> Message {
+    Message { since: v0_5(patch), text }
 }
 
 /// How a violation can be fixed.
@@ -24,30 +68,74 @@ pub(crate) enum Fix {
     Manual { hint: &'static str },
 }
 
-/// One rule: its id in `sglang-rules.md`, the field it is about, and its check, which returns
-/// SGLang's message and, where useful, detail for the fix text.
+/// One rule: its id in `sglang-rules.md` / `sglang-drift.md`, what it is about, the field, the
+/// releases and transfer backends it holds for, the phase SGLang raises it in, its message per
+/// release range, and its check, which says whether it is violated at `Context::release`.
 pub(crate) struct Rule {
     pub(crate) id: &'static str,
+    /// Short description, unique together with `id` (the docs table's row label).
+    pub(crate) about: &'static str,
     pub(crate) field: &'static str,
+    pub(crate) span: Span,
+    /// The transfer backends it holds for; empty for every backend.
+    pub(crate) backends: &'static [TransferBackend],
+    pub(crate) phase: Phase,
+    pub(crate) messages: &'static [Message],
+    /// How the condition changes in later releases, for the docs (the check implements it).
+    pub(crate) changes: &'static [Message],
     pub(crate) check: fn(&Context<'_>) -> Option<Finding>,
     pub(crate) fix: Fix,
 }
 
-/// A failed check.
+impl Rule {
+    /// Whether the rule exists in `release` for `backend`.
+    pub(crate) fn applies(&self, release: Release, backend: TransferBackend) -> bool {
+        self.span.contains(release) && (self.backends.is_empty() || self.backends.contains(&backend))
+    }
+
+    /// The index into `messages` of the text `release` uses.
+    pub(crate) fn variant(&self, release: Release) -> usize {
+        self.messages.iter().rposition(|m| m.since <= release).unwrap_or(0)
+    }
+
+    /// The message `release` prints for `finding`, interpolations filled in.
+    pub(crate) fn message(&self, release: Release, finding: &Finding) -> String {
+        let mut message = self.messages[self.variant(release)].text.to_string();
+        for (name, value) in &finding.args {
+            message = message.replace(&format!("{{{name}}}"), value);
+        }
+        message
+    }
+
+    /// The finding if the rule exists in the context's release and backend and is violated.
+    pub(crate) fn evaluate(&self, context: &Context<'_>) -> Option<Finding> {
+        if !self.applies(context.release, context.settings.transfer_backend) {
+            return None;
+        }
+        (self.check)(context)
+    }
+}
+
+/// A failed check: the values its message interpolates and, where useful, detail for the fix.
 pub(crate) struct Finding {
-    pub(crate) message: String,
+    pub(crate) args: Vec<(&'static str, String)>,
     pub(crate) detail: Option<String>,
 }
 
 impl Finding {
-    fn new(message: impl Into<String>) -> Option<Self> {
-        Some(Self { message: message.into(), detail: None })
+    fn new() -> Option<Self> {
+        Some(Self { args: Vec::new(), detail: None })
     }
 }
 
-/// The finding with `message` when `violated`.
-fn when(violated: bool, message: impl Into<String>) -> Option<Finding> {
-    if violated { Finding::new(message) } else { None }
+/// A finding when `violated`.
+fn when(violated: bool) -> Option<Finding> {
+    if violated { Finding::new() } else { None }
+}
+
+/// A finding with interpolated values when `violated`.
+fn when_with(violated: bool, args: Vec<(&'static str, String)>) -> Option<Finding> {
+    violated.then_some(Finding { args, detail: None })
 }
 
 pub(crate) const RETRACTION_BACKUP: &str = "spec.disaggregation.retractionBackup";
@@ -59,6 +147,14 @@ const UNIFIED_MEMORY: &str = "spec.disaggregation.enableUnifiedMemory";
 const DECODE_TP: &str = "spec.decode.tensorParallel";
 const DECODE_PAGE_SIZE: &str = "spec.decode.pageSize";
 const DECODE_ENV: &str = "spec.decode.env";
+const DECODE_OFFLOAD: &str = "spec.disaggregation.decodeOffloadKvCache";
+const DECODE_CONTEXT_PARALLEL: &str = "spec.disaggregation.decodeContextParallel";
+const DECODE_KV_CACHE_DTYPE: &str = "spec.decode.kvCacheDtype";
+
+/// The env var that selects the unified radix tree (0.5.19–0.5.20 need it for R13).
+pub(crate) const UNIFIED_RADIX_TREE_ENV: &str = "SGLANG_ENABLE_UNIFIED_RADIX_TREE";
+
+const MOONCAKE_NIXL: &[TransferBackend] = &[TransferBackend::Mooncake, TransferBackend::Nixl];
 
 fn host_pool(c: &Context<'_>) -> bool {
     c.settings.retraction_backup == Some(RetractionBackup::HostPool)
@@ -80,6 +176,68 @@ fn env_truthy(decode: &DecodeSpec, name: &str) -> bool {
     decode
         .env_value(name)
         .is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
+}
+
+/// Whether the decode env sets `name` to something other than a truthy value.
+fn env_set_falsy(decode: &DecodeSpec, name: &str) -> bool {
+    decode.env_value(name).is_some() && !env_truthy(decode, name)
+}
+
+fn unified_memory(c: &Context<'_>) -> bool {
+    c.settings.enable_unified_memory
+}
+
+fn unified_offload(c: &Context<'_>) -> bool {
+    unified_memory(c) && c.settings.decode_offload_kv_cache
+}
+
+/// The KV cache dtype a fleet runs with: its `--kv-cache-dtype`, `auto` when unset.
+pub(crate) fn kv_cache_dtype(value: Option<&str>) -> &str {
+    value.map(str::trim).filter(|v| !v.is_empty()).unwrap_or("auto")
+}
+
+fn attention_tps(c: &Context<'_>) -> Option<(i32, i32)> {
+    let prefill = c.settings.prefill.as_ref()?;
+    Some((
+        attention_tp(prefill.tensor_parallel, prefill.data_parallel, prefill.enable_dp_attention),
+        attention_tp(c.decode.tensor_parallel, c.decode.data_parallel, c.decode.enable_dp_attention),
+    ))
+}
+
+/// The T1 family: a non-MLA layout whose state needs equal attention TP, and prefill and decode
+/// attention TP that differ.
+fn tp_mismatch(c: &Context<'_>, state_present: bool) -> Option<Finding> {
+    let (prefill_tp, decode_tp) = attention_tps(c)?;
+    if !state_present || mla_like(c.layout) || prefill_tp == decode_tp {
+        return None;
+    }
+    Some(Finding {
+        args: vec![("prefill_tp", prefill_tp.to_string()), ("decode_tp", decode_tp.to_string())],
+        detail: Some(format!(
+            "make the decode attention TP (tensorParallel{}) equal the prefill attention TP {prefill_tp}",
+            if c.decode.enable_dp_attention { " ÷ dataParallel" } else { "" }
+        )),
+    })
+}
+
+fn swa_state(c: &Context<'_>) -> bool {
+    c.layout.is_hybrid_swa()
+}
+
+/// MXFP8 KV adds BLOCK_SCALE state to a non-MLA pool (drift §3.4, T1mx).
+fn block_scale_state(c: &Context<'_>) -> bool {
+    kv_cache_dtype(c.decode.kv_cache_dtype.as_deref()).eq_ignore_ascii_case("mxfp8") && !swa_state(c)
+}
+
+fn unset_backup(s: &mut DisaggregationSpec) -> (String, String) {
+    let from = s.retraction_backup.map_or("unset", RetractionBackup::as_str).to_string();
+    s.retraction_backup = None;
+    (from, "unset".into())
+}
+
+fn offload_off(s: &mut DisaggregationSpec) -> (String, String) {
+    s.decode_offload_kv_cache = false;
+    ("true".into(), "false".into())
 }
 
 fn to_cpu_tensor(s: &mut DisaggregationSpec) -> (String, String) {
@@ -153,61 +311,193 @@ fn mla_like(layout: &AttentionLayout) -> bool {
 /// The rules, in report order.
 pub(crate) const RULES: &[Rule] = &[
     Rule {
-        id: "S2",
+        id: "F1",
+        about: "retraction-backup flag unknown",
         field: RETRACTION_BACKUP,
+        span: Span::between(v0_5(17), v0_5(17)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("unrecognized arguments: --disaggregation-decode-retraction-backup {value}")],
+        changes: &[],
         check: |c| {
-            when(
-                host_pool(c) && dcp(c),
-                "--disaggregation-decode-retraction-backup=host_pool does not support --dcp-size > 1.",
-            )
+            let value = c.settings.retraction_backup?;
+            when_with(true, vec![("value", value.as_str().into())])
         },
+        fix: Fix::Rewrite {
+            apply: unset_backup,
+            hint: "leave retractionBackup unset: this release has no such flag and always uses per-request CPU \
+                   tensors",
+        },
+    },
+    Rule {
+        id: "F2",
+        about: "retraction backup none unknown",
+        field: RETRACTION_BACKUP,
+        span: Span::between(v0_5(18), v0_5(20)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "argument --disaggregation-decode-retraction-backup: invalid choice: 'none' (choose from 'cpu_tensor', \
+             'host_pool')",
+        )],
+        changes: &[],
+        check: |c| when(c.settings.retraction_backup == Some(RetractionBackup::None)),
+        fix: Fix::Rewrite {
+            apply: to_cpu_tensor,
+            hint: "use cpu_tensor: retractionBackup none exists from SGLang 0.5.21",
+        },
+    },
+    Rule {
+        id: "S2",
+        about: "host_pool × DCP",
+        field: RETRACTION_BACKUP,
+        span: Span::since(v0_5(18)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--disaggregation-decode-retraction-backup=host_pool does not support --dcp-size > 1.")],
+        changes: &[],
+        check: |c| when(host_pool(c) && dcp(c)),
         fix: Fix::Rewrite { apply: to_cpu_tensor, hint: "use cpu_tensor, or set decodeContextParallel to 1" },
     },
     Rule {
         id: "S3",
+        about: "host_pool × priority preemption",
         field: RETRACTION_BACKUP,
-        check: |c| {
-            when(
-                host_pool(c) && c.settings.priority_scheduling && !c.settings.disable_priority_preemption,
-                "--disaggregation-decode-retraction-backup=host_pool requires --disable-priority-preemption \
-                         when priority scheduling is enabled.",
-            )
-        },
+        span: Span::since(v0_5(18)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--disaggregation-decode-retraction-backup=host_pool requires --disable-priority-preemption when \
+             priority scheduling is enabled.",
+        )],
+        changes: &[],
+        check: |c| when(host_pool(c) && c.settings.priority_scheduling && !c.settings.disable_priority_preemption),
         fix: Fix::Rewrite { apply: to_cpu_tensor, hint: "use cpu_tensor, or set disablePriorityPreemption: true" },
     },
     Rule {
         id: "S4",
+        about: "host_pool × decode offload",
         field: RETRACTION_BACKUP,
-        check: |c| {
-            when(
-                host_pool(c) && c.settings.decode_offload_kv_cache,
-                "The arguments disaggregation-decode-enable-offload-kvcache and \
-                         disaggregation-decode-retraction-backup=host_pool are mutually exclusive: both build a decode \
-                         host pool.",
-            )
-        },
+        span: Span::since(v0_5(18)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "The arguments disaggregation-decode-enable-offload-kvcache and \
+             disaggregation-decode-retraction-backup=host_pool are mutually exclusive: both build a decode host pool.",
+        )],
+        changes: &[],
+        check: |c| when(host_pool(c) && c.settings.decode_offload_kv_cache),
         fix: Fix::Rewrite { apply: to_cpu_tensor, hint: "use cpu_tensor, or turn decodeOffloadKvCache off" },
     },
     Rule {
-        id: "R1",
+        id: "U6a",
+        about: "unified memory host_pool × decode radix",
         field: RETRACTION_BACKUP,
-        check: |c| {
-            when(host_pool(c) && c.layout.uses_ssm_state(), "Host-pool retraction does not support Mamba models.")
-        },
+        span: Span::between(v0_5(21), v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-unified-memory host-pool decode retraction does not support decode radix-cache H2D/D2H \
+             transfers yet.",
+        )],
+        changes: &[],
+        check: |c| when(host_pool(c) && unified_memory(c) && radix(c)),
+        fix: Fix::Rewrite { apply: to_cpu_tensor, hint: "use cpu_tensor, or turn decodeRadixCache off" },
+    },
+    Rule {
+        id: "U6b",
+        about: "unified memory host_pool × hybrid Mamba",
+        field: RETRACTION_BACKUP,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--enable-unified-memory host-pool decode retraction does not support hybrid-Mamba models.")],
+        changes: &[],
+        check: |c| when(host_pool(c) && unified_memory(c) && c.layout.uses_ssm_state()),
+        fix: Fix::Rewrite { apply: to_cpu_tensor, hint: "use cpu_tensor or leave retractionBackup unset" },
+    },
+    Rule {
+        id: "U6c",
+        about: "unified memory host_pool × hybrid SWA",
+        field: RETRACTION_BACKUP,
+        span: Span::between(v0_5(21), v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-unified-memory host-pool decode retraction does not support hybrid-SWA H2D/D2H transfers yet.",
+        )],
+        changes: &[],
+        check: |c| when(host_pool(c) && unified_memory(c) && c.layout.is_hybrid_swa()),
+        fix: Fix::Rewrite { apply: to_cpu_tensor, hint: "use cpu_tensor or leave retractionBackup unset" },
+    },
+    Rule {
+        id: "U7",
+        about: "unified memory decode offload × MLA",
+        field: DECODE_OFFLOAD,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--enable-unified-memory decode KV offload does not support MLA models yet.")],
+        changes: &[],
+        check: |c| when(unified_offload(c) && c.layout.attention == AttentionKind::Mla),
+        fix: Fix::Rewrite { apply: offload_off, hint: "turn decodeOffloadKvCache or enableUnifiedMemory off" },
+    },
+    Rule {
+        id: "U7",
+        about: "unified memory decode offload × hybrid Mamba",
+        field: DECODE_OFFLOAD,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--enable-unified-memory decode KV offload does not support hybrid-Mamba models.")],
+        changes: &[],
+        check: |c| when(unified_offload(c) && c.layout.uses_ssm_state()),
+        fix: Fix::Rewrite { apply: offload_off, hint: "turn decodeOffloadKvCache or enableUnifiedMemory off" },
+    },
+    Rule {
+        id: "U7",
+        about: "unified memory decode offload × hybrid SWA",
+        field: DECODE_OFFLOAD,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-unified-memory decode KV offload does not support hybrid-SWA H2D/D2H transfers yet.",
+        )],
+        changes: &[],
+        check: |c| when(unified_offload(c) && c.layout.is_hybrid_swa()),
+        fix: Fix::Rewrite { apply: offload_off, hint: "turn decodeOffloadKvCache or enableUnifiedMemory off" },
+    },
+    Rule {
+        id: "R1",
+        about: "host_pool × Mamba",
+        field: RETRACTION_BACKUP,
+        span: Span::since(v0_5(18)),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: &[text("Host-pool retraction does not support Mamba models.")],
+        changes: &[],
+        check: |c| when(host_pool(c) && c.layout.uses_ssm_state()),
         fix: Fix::Rewrite { apply: to_cpu_tensor, hint: "use cpu_tensor or leave retractionBackup unset" },
     },
     Rule {
         id: "R2",
+        about: "host_pool × pure SWA",
         field: RETRACTION_BACKUP,
+        span: Span::since(v0_5(18)),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: &[text("Host-pool retraction does not support pure-SWA models.")],
+        changes: &[],
         check: |c| {
             if !host_pool(c) || radix(c) {
                 return None;
             }
             if c.layout.kv_pool == KvPool::PureSwa {
-                return Finding::new("Host-pool retraction does not support pure-SWA models.");
+                return Finding::new();
             }
             stage_without_full_layer(c.layout, c.decode.pipeline_parallel).map(|(stage, start, end)| Finding {
-                message: "Host-pool retraction does not support pure-SWA models.".into(),
+                args: Vec::new(),
                 detail: Some(format!(
                     "pipeline stage {stage} (layers {start}..{end}) of pipelineParallel={} holds no full-attention layer, so \
                      that rank is pure SWA",
@@ -219,162 +509,292 @@ pub(crate) const RULES: &[Rule] = &[
     },
     Rule {
         id: "R8",
+        about: "host_pool needs UnifiedRadixCache",
         field: RETRACTION_BACKUP,
+        span: Span::since(v0_5(18)),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: &[text(
+            "--disaggregation-decode-retraction-backup=host_pool requires UnifiedRadixCache with HiCache attached.",
+        )],
+        changes: &[
+            text_from(18, "any model with decode radix cache, unless SGLANG_ENABLE_UNIFIED_RADIX_TREE is set"),
+            text_from(19, "pure-SWA models only"),
+        ],
         check: |c| {
-            when(
-                host_pool(c) && radix(c) && c.layout.kv_pool == KvPool::PureSwa,
-                "--disaggregation-decode-retraction-backup=host_pool requires UnifiedRadixCache with HiCache attached.",
-            )
+            // 0.5.18 builds the unified tree for decode radix cache only when the env var asks.
+            let no_unified_tree = c.release == v0_5(18) && !env_truthy(c.decode, UNIFIED_RADIX_TREE_ENV);
+            when(host_pool(c) && radix(c) && (c.layout.kv_pool == KvPool::PureSwa || no_unified_tree))
         },
         fix: Fix::Rewrite { apply: to_cpu_tensor, hint: "use cpu_tensor, or turn decodeRadixCache off" },
     },
     Rule {
         id: "R9",
+        about: "host_pool needs an MHA or hybrid-SWA host stack",
         field: RETRACTION_BACKUP,
-        check: |c| {
-            when(
-                host_pool(c) && !c.layout.uses_ssm_state() && mla_like(c.layout),
-                "--disaggregation-decode-retraction-backup=host_pool requires an MHA or hybrid-SWA HiCache host stack.",
-            )
-        },
+        span: Span::since(v0_5(18)),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: &[text(
+            "--disaggregation-decode-retraction-backup=host_pool requires an MHA or hybrid-SWA HiCache host stack.",
+        )],
+        changes: &[],
+        check: |c| when(host_pool(c) && !c.layout.uses_ssm_state() && mla_like(c.layout)),
         fix: Fix::Rewrite { apply: to_cpu_tensor, hint: "use cpu_tensor or leave retractionBackup unset" },
     },
     Rule {
         id: "R13",
+        about: "decode radix × SWA",
         field: DECODE_RADIX_CACHE,
+        span: Span::between(v0_5(17), v0_5(20)),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: &[
+            text(
+                "--disaggregation-decode-enable-radix-cache is incompatible with sliding window attention (SWA) models",
+            ),
+            text_from(
+                19,
+                "--disaggregation-decode-enable-radix-cache with sliding window attention (SWA) models requires the \
+                 unified radix tree (set SGLANG_ENABLE_UNIFIED_RADIX_TREE=1).",
+            ),
+        ],
+        changes: &[
+            text_from(17, "every hybrid-SWA model"),
+            text_from(
+                19,
+                "unless SGLANG_ENABLE_UNIFIED_RADIX_TREE is set; kvpilot sets it unless spec.decode.env sets it false",
+            ),
+        ],
         check: |c| {
-            when(
-                radix(c) && c.layout.is_hybrid_swa() && !env_truthy(c.decode, "SGLANG_ENABLE_UNIFIED_RADIX_TREE"),
-                "--disaggregation-decode-enable-radix-cache with sliding window attention (SWA) models requires \
-                         the unified radix tree (set SGLANG_ENABLE_UNIFIED_RADIX_TREE=1).",
-            )
+            // 0.5.17–0.5.18 refuse every SWA model; 0.5.19–0.5.20 want the env var, which kvpilot
+            // adds to the decode pods unless the spec sets it to something false.
+            let blanket = c.release < v0_5(19);
+            when(radix(c) && c.layout.is_hybrid_swa() && (blanket || env_set_falsy(c.decode, UNIFIED_RADIX_TREE_ENV)))
         },
         fix: Fix::Rewrite {
             apply: radix_off,
-            hint: "turn decodeRadixCache off, or add SGLANG_ENABLE_UNIFIED_RADIX_TREE=1 to spec.decode.env",
+            hint: "turn decodeRadixCache off (SGLang 0.5.19–0.5.20: or drop the false SGLANG_ENABLE_UNIFIED_RADIX_TREE \
+                   from spec.decode.env; 0.5.21 and later allow it)",
         },
     },
     Rule {
         id: "R14",
+        about: "decode radix × SWA × HiCache",
         field: DECODE_RADIX_CACHE,
-        check: |c| {
-            when(
-                radix(c) && c.layout.is_hybrid_swa() && c.settings.hierarchical_cache,
-                "--disaggregation-decode-enable-radix-cache with sliding window attention (SWA) models currently \
-                         supports only device-resident cache and is incompatible with --enable-hierarchical-cache.",
-            )
-        },
+        span: Span::since(v0_5(19)),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: &[text(
+            "--disaggregation-decode-enable-radix-cache with sliding window attention (SWA) models currently supports \
+             only device-resident cache and is incompatible with --enable-hierarchical-cache.",
+        )],
+        changes: &[],
+        check: |c| when(radix(c) && c.layout.is_hybrid_swa() && c.settings.hierarchical_cache),
         fix: Fix::Rewrite { apply: radix_off, hint: "turn decodeRadixCache or hierarchicalCache off" },
     },
     Rule {
         id: "R15",
+        about: "decode radix × DeepSeek-V4",
         field: DECODE_RADIX_CACHE,
-        check: |c| {
-            when(
-                radix(c) && c.layout.is_hybrid_swa() && c.layout.has(LayoutFeature::DeepseekV4),
+        span: Span::since(v0_5(19)),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: &[
+            text(
                 "--disaggregation-decode-enable-radix-cache does not support DeepSeek-V4 (DSA) compressed KV \
-                         (c4/c128/indexer) yet.",
-            )
+                 (c4/c128/indexer) yet.",
+            ),
+            text_from(
+                23,
+                "--disaggregation-decode-enable-radix-cache with DeepSeek-V4 requires the unified KV layout \
+                 (SGLANG_HACK_FLASHMLA_BACKEND=unified_kv_triton).",
+            ),
+        ],
+        changes: &[text_from(23, "allowed with SGLANG_HACK_FLASHMLA_BACKEND=unified_kv_triton")],
+        check: |c| {
+            let unified_kv = c.release >= v0_5(23)
+                && c.decode.env_value("SGLANG_HACK_FLASHMLA_BACKEND").is_some_and(|v| v.trim() == "unified_kv_triton");
+            when(radix(c) && c.layout.is_hybrid_swa() && c.layout.has(LayoutFeature::DeepseekV4) && !unified_kv)
         },
-        fix: Fix::Rewrite { apply: radix_off, hint: "turn decodeRadixCache off" },
+        fix: Fix::Rewrite {
+            apply: radix_off,
+            hint: "turn decodeRadixCache off (SGLang 0.5.23 and later: or set \
+                   SGLANG_HACK_FLASHMLA_BACKEND=unified_kv_triton in spec.decode.env)",
+        },
     },
     Rule {
         id: "R16",
+        about: "decode radix × SWA-compress",
         field: DECODE_RADIX_CACHE,
-        check: |c| {
-            when(
-                radix(c) && c.layout.is_hybrid_swa() && c.layout.has(LayoutFeature::SwaCompress),
-                "--disaggregation-decode-enable-radix-cache does not support SWA-compress models (e.g. Gemma4 / \
-                         MiMo-V2) yet.",
-            )
-        },
+        span: Span::since(v0_5(19)),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: &[text(
+            "--disaggregation-decode-enable-radix-cache does not support SWA-compress models (e.g. Gemma4 / MiMo-V2) \
+             yet.",
+        )],
+        changes: &[],
+        check: |c| when(radix(c) && c.layout.is_hybrid_swa() && c.layout.has(LayoutFeature::SwaCompress)),
         fix: Fix::Rewrite { apply: radix_off, hint: "turn decodeRadixCache off" },
     },
     Rule {
         id: "R17",
+        about: "decode radix × SSM",
         field: DECODE_RADIX_CACHE,
-        check: |c| {
-            when(
-                radix(c) && c.layout.uses_ssm_state(),
-                "--disaggregation-decode-enable-radix-cache is incompatible with Mamba/SSM models",
-            )
-        },
-        fix: Fix::Rewrite { apply: radix_off, hint: "turn decodeRadixCache off" },
+        span: Span::between(v0_5(17), v0_5(20)),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: &[text("--disaggregation-decode-enable-radix-cache is incompatible with Mamba/SSM models")],
+        changes: &[],
+        check: |c| when(radix(c) && c.layout.uses_ssm_state()),
+        fix: Fix::Rewrite { apply: radix_off, hint: "turn decodeRadixCache off (SGLang 0.5.21 and later allow it)" },
     },
     Rule {
         id: "R18",
+        about: "decode radix × fake backend",
         field: DECODE_RADIX_CACHE,
-        check: |c| {
-            when(
-                radix(c) && c.settings.transfer_backend == TransferBackend::Fake,
-                "--disaggregation-decode-enable-radix-cache is incompatible with --disaggregation-transfer-backend fake",
-            )
-        },
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--disaggregation-decode-enable-radix-cache is incompatible with --disaggregation-transfer-backend fake",
+        )],
+        changes: &[],
+        check: |c| when(radix(c) && c.settings.transfer_backend == TransferBackend::Fake),
         fix: Fix::Rewrite { apply: radix_off, hint: "turn decodeRadixCache off, or use a real transfer backend" },
     },
     Rule {
         id: "R18",
+        about: "decode radix × speculative decoding",
         field: DECODE_RADIX_CACHE,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--disaggregation-decode-enable-radix-cache is incompatible with speculative decoding \
+             (--speculative-algorithm {algorithm})",
+        )],
+        changes: &[
+            text_from(17, "any algorithm"),
+            text_from(21, "DSPARK allowed"),
+            text_from(23, "DSPARK, EAGLE, EAGLE3 and NEXTN allowed"),
+        ],
         check: |c| {
             let algorithm = c.settings.speculative_algorithm.as_deref().filter(|_| radix(c))?;
-            Finding::new(format!(
-                "--disaggregation-decode-enable-radix-cache is incompatible with speculative decoding \
-                 (--speculative-algorithm {algorithm})"
-            ))
+            // Algorithms that keep decode radix cache: DSPARK from 0.5.21, EAGLE/EAGLE3/NEXTN from 0.5.23.
+            let allowed: &[&str] = if c.release >= v0_5(23) {
+                &["DSPARK", "EAGLE", "EAGLE3", "NEXTN"]
+            } else if c.release >= v0_5(21) {
+                &["DSPARK"]
+            } else {
+                &[]
+            };
+            when_with(
+                !allowed.contains(&algorithm.to_ascii_uppercase().as_str()),
+                vec![("algorithm", algorithm.into())],
+            )
         },
         fix: Fix::Rewrite { apply: radix_off, hint: "turn decodeRadixCache off, or drop speculativeAlgorithm" },
     },
     Rule {
         id: "R19",
+        about: "decode DCP transfer backend",
         field: TRANSFER_BACKEND,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text("PD decode DCP requires --disaggregation-transfer-backend mooncake or nixl, got '{backend}'."),
+            text_from(
+                19,
+                "PD decode DCP requires --disaggregation-transfer-backend mooncake, nixl, or fake for synthetic \
+                 benchmarking, got '{backend}'.",
+            ),
+            text_from(
+                22,
+                "PD decode DCP requires --disaggregation-transfer-backend mooncake, nixl, mori, ascend, or fake for \
+                 synthetic benchmarking, got '{backend}'.",
+            ),
+        ],
+        changes: &[
+            text_from(17, "mooncake, nixl"),
+            text_from(19, "mooncake, nixl, fake"),
+            text_from(22, "mooncake, nixl, mori, ascend, fake"),
+        ],
         check: |c| {
-            when(
-                dcp(c) && !mooncake_or_nixl(c),
-                format!(
-                    "PD decode DCP requires --disaggregation-transfer-backend mooncake or nixl, got '{}'.",
-                    c.settings.transfer_backend.as_str()
-                ),
-            )
+            let backend = c.settings.transfer_backend;
+            let allowed = match backend {
+                TransferBackend::Mooncake | TransferBackend::Nixl => true,
+                TransferBackend::Fake => c.release >= v0_5(19),
+                TransferBackend::Mori => c.release >= v0_5(22),
+            };
+            when_with(dcp(c) && !allowed, vec![("backend", backend.as_str().into())])
         },
-        fix: Fix::Manual { hint: "set transferBackend to mooncake or nixl, or decodeContextParallel to 1" },
+        fix: Fix::Manual {
+            hint: "set transferBackend to mooncake or nixl (SGLang 0.5.22 and later: or mori), or \
+                   decodeContextParallel to 1",
+        },
     },
     Rule {
         id: "R19",
+        about: "decode DCP × decode radix",
         field: DECODE_RADIX_CACHE,
-        check: |c| {
-            when(
-                dcp(c) && radix(c),
-                "PD decode DCP currently requires chunk cache; --disaggregation-decode-enable-radix-cache is not \
-                         supported.",
-            )
-        },
+        span: Span::between(v0_5(17), v0_5(20)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "PD decode DCP currently requires chunk cache; --disaggregation-decode-enable-radix-cache is not supported.",
+        )],
+        changes: &[],
+        check: |c| when(dcp(c) && radix(c)),
         fix: Fix::Rewrite { apply: radix_off, hint: "turn decodeRadixCache off, or set decodeContextParallel to 1" },
     },
     Rule {
         id: "R19",
+        about: "decode DCP × HiCache",
         field: HIERARCHICAL_CACHE,
-        check: |c| {
-            when(
-                dcp(c) && c.settings.hierarchical_cache,
-                "PD decode DCP currently requires chunk cache; --enable-hierarchical-cache is not supported.",
-            )
-        },
+        span: Span::between(v0_5(17), v0_5(20)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "PD decode DCP currently requires chunk cache; --enable-hierarchical-cache is not supported.",
+        )],
+        changes: &[],
+        check: |c| when(dcp(c) && c.settings.hierarchical_cache),
         fix: Fix::Rewrite {
             apply: hierarchical_off,
             hint: "turn hierarchicalCache off, or set decodeContextParallel to 1",
         },
     },
     Rule {
+        id: "R19d",
+        about: "decode DCP needs an MLA pool",
+        field: DECODE_CONTEXT_PARALLEL,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Handshake,
+        messages: &[text("PD decode DCP requires an MLA or hybrid-MLA KV pool.")],
+        changes: &[],
+        check: |c| when(dcp(c) && !mla_like(c.layout)),
+        fix: Fix::Manual { hint: "set decodeContextParallel to 1: decode context parallelism needs an MLA model" },
+    },
+    Rule {
         id: "R20",
+        about: "staging buffer backend",
         field: DECODE_ENV,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "SGLANG_DISAGG_STAGING_BUFFER requires disaggregation_transfer_backend='mooncake' or 'nixl', got \
+             '{backend}'.",
+        )],
+        changes: &[],
         check: |c| {
-            when(
+            when_with(
                 env_truthy(c.decode, "SGLANG_DISAGG_STAGING_BUFFER") && !mooncake_or_nixl(c),
-                format!(
-                    "SGLANG_DISAGG_STAGING_BUFFER requires disaggregation_transfer_backend='mooncake' or 'nixl', got \
-                         '{}'.",
-                    c.settings.transfer_backend.as_str()
-                ),
+                vec![("backend", c.settings.transfer_backend.as_str().into())],
             )
         },
         fix: Fix::Manual {
@@ -382,95 +802,271 @@ pub(crate) const RULES: &[Rule] = &[
         },
     },
     Rule {
-        id: "T1",
-        field: DECODE_TP,
+        id: "O1",
+        about: "decode offload needs an MHA or MLA pool",
+        field: DECODE_OFFLOAD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: &[text("Unsupported KV cache type for decode offload")],
+        changes: &[text_from(21, "the unified-memory hybrid-SWA pool is accepted")],
         check: |c| {
-            let prefill = c.settings.prefill.as_ref()?;
-            if !c.layout.is_hybrid_swa() || mla_like(c.layout) {
-                return None;
-            }
-            let prefill_tp = attention_tp(prefill.tensor_parallel, prefill.data_parallel, prefill.enable_dp_attention);
-            let decode_tp =
-                attention_tp(c.decode.tensor_parallel, c.decode.data_parallel, c.decode.enable_dp_attention);
-            (prefill_tp != decode_tp).then(|| Finding {
-                message: format!(
-                    "PD state transfer does not support TP-mismatched non-MLA SWA models \
-                         (prefill_tp_size={prefill_tp}, decode_tp_size={decode_tp})"
-                ),
-                detail: Some(format!(
-                    "make the decode attention TP (tensorParallel{}) equal the prefill attention TP {prefill_tp}",
-                    if c.decode.enable_dp_attention { " ÷ dataParallel" } else { "" }
-                )),
-            })
+            let pool_supported = match c.layout.kv_pool {
+                KvPool::Full | KvPool::Mla => true,
+                // 0.5.21 accepts the unified-memory hybrid-SWA pool (UnifiedSWAKVPool).
+                KvPool::HybridSwa | KvPool::PureSwa => {
+                    c.release >= v0_5(21) && unified_memory(c) && !c.layout.has(LayoutFeature::DeepseekV4)
+                }
+                KvPool::HybridSsm => false,
+            };
+            when(c.settings.decode_offload_kv_cache && !pool_supported)
         },
-        fix: Fix::Manual {
-            hint: "changing TP changes the GPU count, so kvpilot does not rewrite it: set spec.decode.tensorParallel \
-                   (or dataParallel under DP attention) so prefill and decode attention TP match",
+        fix: Fix::Rewrite { apply: offload_off, hint: "turn decodeOffloadKvCache off" },
+    },
+    Rule {
+        id: "P1",
+        about: "prefill and decode page size",
+        field: DECODE_PAGE_SIZE,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Handshake,
+        messages: &[text(
+            "Page size mismatch: prefill server has page_size={prefill}, but decode server has page_size={decode}. \
+             Both servers must use the same --page-size value.",
+        )],
+        changes: &[],
+        check: |c| {
+            let prefill = c.settings.prefill.as_ref()?.page_size?;
+            let decode = c.decode.page_size;
+            when_with(prefill != decode, vec![("prefill", prefill.to_string()), ("decode", decode.to_string())])
         },
+        fix: Fix::Manual { hint: "set spec.decode.pageSize to spec.disaggregation.prefill.pageSize" },
+    },
+    Rule {
+        id: "P2",
+        about: "prefill and decode KV cache dtype",
+        field: DECODE_KV_CACHE_DTYPE,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Handshake,
+        messages: &[text(
+            "KV cache dtype mismatch: prefill server has kv_cache_dtype={prefill}, but decode server has \
+             kv_cache_dtype={decode}. Both servers must use the same --kv-cache-dtype value.",
+        )],
+        changes: &[],
+        check: |c| {
+            let prefill = kv_cache_dtype(c.settings.prefill.as_ref()?.kv_cache_dtype.as_deref());
+            let decode = kv_cache_dtype(c.decode.kv_cache_dtype.as_deref());
+            when_with(
+                !prefill.eq_ignore_ascii_case(decode),
+                vec![("prefill", prefill.to_string()), ("decode", decode.to_string())],
+            )
+        },
+        fix: Fix::Manual { hint: "set spec.decode.kvCacheDtype to spec.disaggregation.prefill.kvCacheDtype" },
+    },
+    Rule {
+        id: "T1",
+        about: "SWA state × TP mismatch (mori)",
+        field: DECODE_TP,
+        span: Span::always(),
+        backends: &[TransferBackend::Mori],
+        phase: Phase::Transfer,
+        messages: &[text(
+            "PD state transfer does not support TP-mismatched non-MLA SWA models (prefill_tp_size={prefill_tp}, \
+             decode_tp_size={decode_tp})",
+        )],
+        changes: &[],
+        check: |c| tp_mismatch(c, swa_state(c)),
+        fix: Fix::Manual { hint: TP_HINT },
+    },
+    Rule {
+        id: "T1",
+        about: "SWA state × TP mismatch (mooncake, nixl)",
+        field: DECODE_TP,
+        span: Span::between(v0_5(17), v0_5(21)),
+        backends: MOONCAKE_NIXL,
+        phase: Phase::Transfer,
+        messages: &[text(
+            "PD Disaggregation does NOT support PD different TP sizes for non-MLA SWA hybrid models yet.",
+        )],
+        changes: &[],
+        check: |c| tp_mismatch(c, swa_state(c)),
+        fix: Fix::Manual { hint: TP_HINT },
+    },
+    Rule {
+        id: "T1",
+        about: "MXFP8 block scales × TP mismatch (mooncake, nixl)",
+        field: DECODE_TP,
+        span: Span::between(v0_5(19), v0_5(21)),
+        backends: MOONCAKE_NIXL,
+        phase: Phase::Transfer,
+        messages: &[text(
+            "PD Disaggregation does NOT support PD different TP sizes for non-MLA BLOCK_SCALE hybrid models yet.",
+        )],
+        changes: &[text_from(19, "mooncake only"), text_from(20, "nixl too")],
+        check: |c| {
+            // NIXL transfers BLOCK_SCALE state through this check from 0.5.20, Mooncake from 0.5.19.
+            let checked = c.settings.transfer_backend == TransferBackend::Mooncake || c.release >= v0_5(20);
+            tp_mismatch(c, checked && block_scale_state(c))
+        },
+        fix: Fix::Manual { hint: TP_HINT },
+    },
+    Rule {
+        id: "T1mx",
+        about: "MXFP8 KV × attention TP mismatch",
+        field: DECODE_TP,
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::Handshake,
+        messages: &[text(
+            "PD Disaggregation does NOT support different attention TP sizes with MXFP8 KV cache: prefill \
+             attn_tp_size={prefill_tp}, decode attn_tp_size={decode_tp}, state types {states}.",
+        )],
+        changes: &[],
+        check: |c| {
+            let mxfp8 = kv_cache_dtype(c.decode.kv_cache_dtype.as_deref()).eq_ignore_ascii_case("mxfp8");
+            let mut finding = tp_mismatch(c, mxfp8)?;
+            let states = if swa_state(c) { "['block_scale', 'block_scale_swa']" } else { "['block_scale']" };
+            finding.args.push(("states", states.into()));
+            Some(finding)
+        },
+        fix: Fix::Manual { hint: TP_HINT },
     },
     Rule {
         id: "M1",
+        about: "extra_buffer_lazy under PD",
         field: MAMBA_STRATEGY,
-        check: |c| {
-            when(
-                c.settings.mamba_radix_cache_strategy == Some(MambaRadixCacheStrategy::ExtraBufferLazy),
-                "extra_buffer_lazy unsupported under PD disaggregation; use --mamba-radix-cache-strategy extra_buffer.",
-            )
-        },
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "extra_buffer_lazy unsupported under PD disaggregation; use --mamba-radix-cache-strategy extra_buffer.",
+        )],
+        changes: &[],
+        check: |c| when(c.settings.mamba_radix_cache_strategy == Some(MambaRadixCacheStrategy::ExtraBufferLazy)),
         fix: Fix::Rewrite { apply: to_extra_buffer, hint: "use extra_buffer" },
     },
     Rule {
         id: "M3",
+        about: "no_buffer page size",
         field: DECODE_PAGE_SIZE,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("no_buffer only supports page_size=1.")],
+        changes: &[],
         check: |c| {
             when(
                 c.layout.uses_ssm_state()
                     && c.settings.mamba_radix_cache_strategy == Some(MambaRadixCacheStrategy::NoBuffer)
                     && c.decode.page_size != 1,
-                "no_buffer only supports page_size=1.",
             )
         },
         fix: Fix::Manual { hint: "set spec.decode.pageSize to 1, or mambaRadixCacheStrategy to extra_buffer" },
     },
     Rule {
         id: "U1",
+        about: "unified memory under PD",
         field: UNIFIED_MEMORY,
-        check: |c| {
-            when(
-                c.settings.enable_unified_memory
-                    && (c.settings.transfer_backend != TransferBackend::Mooncake || c.decode.pipeline_parallel > 1),
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text("--enable-unified-memory is not yet compatible with PD disaggregation."),
+            text_from(
+                18,
                 "--enable-unified-memory with PD disaggregation requires --disaggregation-transfer-backend mooncake \
-                         and --pp-size 1.",
-            )
+                 and --pp-size 1.",
+            ),
+            text_from(
+                21,
+                "--enable-unified-memory with PD disaggregation supports only these transfer backends: mooncake; got \
+                 '{backend}'.",
+            ),
+        ],
+        changes: &[
+            text_from(17, "any unified memory under PD"),
+            text_from(18, "off mooncake or with PP > 1"),
+            text_from(21, "off mooncake (PP and speculative decoding are rules of their own)"),
+        ],
+        check: |c| {
+            let backend = c.settings.transfer_backend;
+            let refused = match c.release {
+                r if r < v0_5(18) => true,
+                r if r < v0_5(21) => backend != TransferBackend::Mooncake || c.decode.pipeline_parallel > 1,
+                _ => backend != TransferBackend::Mooncake,
+            };
+            when_with(unified_memory(c) && refused, vec![("backend", backend.as_str().into())])
         },
         fix: Fix::Rewrite { apply: unified_memory_off, hint: "turn enableUnifiedMemory off" },
     },
     Rule {
-        id: "U2",
+        id: "U1",
+        about: "unified memory under PD × PP",
         field: UNIFIED_MEMORY,
-        check: |c| {
-            when(
-                c.settings.enable_unified_memory
-                    && c.layout.uses_ssm_state()
-                    && c.layout.attention != AttentionKind::Mla,
-                "--enable-unified-memory with PD disaggregation currently supports only MLA hybrid-Mamba models \
-                         (e.g. kimi-linear)",
-            )
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-unified-memory with PD disaggregation does not support pipeline parallelism (whole-envelope \
+             transfer has no per-layer entries to subset).",
+        )],
+        changes: &[],
+        check: |c| when(unified_memory(c) && c.decode.pipeline_parallel > 1),
+        fix: Fix::Rewrite {
+            apply: unified_memory_off,
+            hint: "turn enableUnifiedMemory off, or set pipelineParallel to 1",
         },
+    },
+    Rule {
+        id: "U1",
+        about: "unified memory under PD × speculative decoding",
+        field: UNIFIED_MEMORY,
+        span: Span::since(v0_5(21)),
+        backends: &[TransferBackend::Mooncake],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-unified-memory with PD disaggregation does not support speculative decoding with the Mooncake \
+             transfer backend.",
+        )],
+        changes: &[],
+        check: |c| when(unified_memory(c) && c.settings.speculative_algorithm.is_some()),
+        fix: Fix::Rewrite {
+            apply: unified_memory_off,
+            hint: "turn enableUnifiedMemory off, or drop speculativeAlgorithm",
+        },
+    },
+    Rule {
+        id: "U2",
+        about: "unified memory × MHA Mamba",
+        field: UNIFIED_MEMORY,
+        span: Span::between(v0_5(18), v0_5(19)),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: &[text(
+            "--enable-unified-memory with PD disaggregation currently supports only MLA hybrid-Mamba models (e.g. \
+             kimi-linear)",
+        )],
+        changes: &[],
+        check: |c| when(unified_memory(c) && c.layout.uses_ssm_state() && c.layout.attention != AttentionKind::Mla),
         fix: Fix::Rewrite { apply: unified_memory_off, hint: "turn enableUnifiedMemory off" },
     },
     Rule {
         id: "U3",
+        about: "unified memory × hybrid SWA",
         field: UNIFIED_MEMORY,
-        check: |c| {
-            when(
-                c.settings.enable_unified_memory
-                    && c.layout.is_hybrid_swa()
-                    && !c.layout.has(LayoutFeature::DeepseekV4),
-                "--enable-unified-memory with PD disaggregation does not support hybrid-SWA models yet (no \
-                         whole-envelope transfer scheme for the SWA sub-pool).",
-            )
-        },
+        span: Span::between(v0_5(18), v0_5(19)),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: &[text(
+            "--enable-unified-memory with PD disaggregation does not support hybrid-SWA models yet (no whole-envelope \
+             transfer scheme for the SWA sub-pool).",
+        )],
+        changes: &[],
+        check: |c| when(unified_memory(c) && c.layout.is_hybrid_swa() && !c.layout.has(LayoutFeature::DeepseekV4)),
         fix: Fix::Rewrite { apply: unified_memory_off, hint: "turn enableUnifiedMemory off" },
     },
 ];
+
+const TP_HINT: &str = "changing TP changes the GPU count, so kvpilot does not rewrite it: set spec.decode.tensorParallel \
+                       (or dataParallel under DP attention) so prefill and decode attention TP match";

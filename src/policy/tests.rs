@@ -6,6 +6,7 @@ use serde_json::json;
 
 use super::*;
 use crate::api::{MambaRadixCacheStrategy, PrefillSpec, TransferBackend};
+use crate::release::v0_5;
 
 fn layout(config: serde_json::Value) -> AttentionLayout {
     layout::resolve(&config, ResolveOptions::default()).expect("test layout")
@@ -75,8 +76,16 @@ fn host_pool(s: &mut DisaggregationSpec) {
     s.retraction_backup = Some(RetractionBackup::HostPool);
 }
 
+/// The release the catalogue (`sglang-rules.md`) describes best (drift §0.1): the tests of the
+/// catalogue's rules run at it; release differences have their own tests.
+const CATALOGUE: Release = v0_5(19);
+
 fn run(settings: &DisaggregationSpec, decode: &DecodeSpec, layout: &AttentionLayout) -> Verdict {
-    evaluate(PolicyInput { disaggregation: settings, decode, layout })
+    run_at(CATALOGUE, settings, decode, layout)
+}
+
+fn run_at(release: Release, settings: &DisaggregationSpec, decode: &DecodeSpec, layout: &AttentionLayout) -> Verdict {
+    evaluate(PolicyInput { disaggregation: settings, decode, layout, release })
 }
 
 fn both_modes(settings: DisaggregationSpec, decode: &DecodeSpec, layout: &AttentionLayout) -> (Verdict, Verdict) {
@@ -180,7 +189,7 @@ fn r2_pipeline_stage_without_full_layer() {
     assert_eq!(ids(&verdict), vec![("R2", BACKUP)]);
     assert!(verdict.violations[0].fix.starts_with("pipeline stage 0 (layers 0..2)"), "{}", verdict.violations[0].fix);
     assert_eq!(run(&with(host_pool), &DecodeSpec::default(), &layout).outcome, Outcome::Valid, "PP=1 has full layers");
-    assert_eq!(automatic_retraction_backup(&with(|_| {}), &pp2, &layout), RetractionBackup::CpuTensor);
+    assert_eq!(automatic_retraction_backup(&with(|_| {}), &pp2, &layout, CATALOGUE), RetractionBackup::CpuTensor);
 }
 
 #[test]
@@ -190,14 +199,15 @@ fn r8_host_pool_with_decode_radix_cache_on_pure_swa() {
         s.decode_radix_cache = true;
     });
     let (reject, rewrite) = both_modes(settings, &DecodeSpec::default(), &pure_swa());
-    assert_eq!(ids(&reject), vec![("R8", BACKUP), ("R13", RADIX), ("R16", RADIX)]);
+    // R13 does not fire: kvpilot adds SGLANG_ENABLE_UNIFIED_RADIX_TREE=1 on 0.5.19.
+    assert_eq!(ids(&reject), vec![("R8", BACKUP), ("R16", RADIX)]);
     assert_eq!(
         reject.violations[0].message,
         "--disaggregation-decode-retraction-backup=host_pool requires UnifiedRadixCache with HiCache attached."
     );
     assert_eq!(rewrite.outcome, Outcome::Rewritten);
     let rewrites: Vec<_> = rewrite.rewrites.iter().map(|r| (r.rule.as_str(), r.field.as_str())).collect();
-    assert_eq!(rewrites, vec![("R8", BACKUP), ("R13", RADIX)]);
+    assert_eq!(rewrites, vec![("R8", BACKUP), ("R16", RADIX)]);
 }
 
 #[test]
@@ -224,7 +234,8 @@ fn s2_s3_s4_server_argument_checks() {
             s.decode_context_parallel = 2;
         }),
         &decode,
-        &full(),
+        // DCP needs an MLA pool (R19d); host_pool on MLA is R9, fixed by the same rewrite.
+        &mla(),
         "S2",
         BACKUP,
         "--disaggregation-decode-retraction-backup=host_pool does not support --dcp-size > 1.",
@@ -267,9 +278,14 @@ fn s2_s3_s4_server_argument_checks() {
 #[test]
 fn r13_to_r17_decode_radix_cache_by_layout() {
     let radix = || with(|s| s.decode_radix_cache = true);
+    // 0.5.19–0.5.20: kvpilot sets the env var the release needs; a spec that sets it false is R13.
+    let added = run(&radix(), &DecodeSpec::default(), &hybrid_swa());
+    assert_eq!(added.outcome, Outcome::Valid);
+    assert_eq!(added.effective.decode_env, vec![env("SGLANG_ENABLE_UNIFIED_RADIX_TREE", "1")]);
+    let turned_off = DecodeSpec { env: vec![env("SGLANG_ENABLE_UNIFIED_RADIX_TREE", "0")], ..DecodeSpec::default() };
     assert_rewritable(
         radix(),
-        &DecodeSpec::default(),
+        &turned_off,
         &hybrid_swa(),
         "R13",
         RADIX,
@@ -363,12 +379,13 @@ fn r19_decode_context_parallel() {
         &full(),
         "R19",
         "spec.disaggregation.transferBackend",
-        "PD decode DCP requires --disaggregation-transfer-backend mooncake or nixl, got 'mori'.",
+        "PD decode DCP requires --disaggregation-transfer-backend mooncake, nixl, or fake for synthetic benchmarking, \
+         got 'mori'.",
     );
     assert_rewritable(
         dcp(|s| s.decode_radix_cache = true),
         &DecodeSpec::default(),
-        &full(),
+        &mla(),
         "R19",
         RADIX,
         "PD decode DCP currently requires chunk cache; --disaggregation-decode-enable-radix-cache is not supported.",
@@ -377,7 +394,7 @@ fn r19_decode_context_parallel() {
     assert_rewritable(
         dcp(|s| s.hierarchical_cache = true),
         &DecodeSpec::default(),
-        &full(),
+        &mla(),
         "R19",
         "spec.disaggregation.hierarchicalCache",
         "PD decode DCP currently requires chunk cache; --enable-hierarchical-cache is not supported.",
@@ -400,21 +417,25 @@ fn r20_staging_buffer_needs_mooncake_or_nixl() {
 }
 
 fn prefill(tp: i32) -> Option<PrefillSpec> {
-    Some(PrefillSpec { tensor_parallel: tp, data_parallel: 1, enable_dp_attention: false })
+    Some(PrefillSpec { tensor_parallel: tp, ..PrefillSpec::default() })
 }
 
 #[test]
 fn t1_tp_mismatch_on_non_mla_swa_models_is_never_rewritten() {
     let decode = DecodeSpec { tensor_parallel: 4, ..DecodeSpec::default() };
+    let mori = |s: &mut DisaggregationSpec| {
+        s.prefill = prefill(2);
+        s.transfer_backend = TransferBackend::Mori;
+    };
     assert_manual(
-        with(|s| s.prefill = prefill(2)),
+        with(mori),
         &decode,
         &hybrid_swa(),
         "T1",
         "spec.decode.tensorParallel",
         "PD state transfer does not support TP-mismatched non-MLA SWA models (prefill_tp_size=2, decode_tp_size=4)",
     );
-    let fix = &run(&with(|s| s.prefill = prefill(2)), &decode, &hybrid_swa()).violations[0].fix;
+    let fix = &run(&with(mori), &decode, &hybrid_swa()).violations[0].fix;
     assert!(fix.contains("prefill attention TP 2"), "{fix}");
     // Attention TP under DP attention is TP ÷ DP: 4 ÷ 2 matches prefill's 2.
     let dp_attention =
@@ -509,7 +530,8 @@ fn automatic_backup_follows_sglang() {
         |s| s.decode_context_parallel = 2,
         |s| s.enable_unified_memory = true,
     ] {
-        let verdict = run(&with(edit), &decode, &full());
+        // Unified memory excludes host_pool from 0.5.20 on.
+        let verdict = run_at(v0_5(20), &with(edit), &decode, &full());
         assert_eq!(verdict.effective.retraction_backup, RetractionBackup::CpuTensor, "{:?}", verdict.settings);
         assert_eq!(verdict.effective.host_pool_ratio, None);
     }
@@ -530,19 +552,25 @@ fn violations_are_reported_in_rule_order_and_deterministically() {
     });
     let first = run(&settings, &DecodeSpec::default(), &ssm());
     let rules: Vec<_> = first.violations.iter().map(|v| v.rule).collect();
-    assert_eq!(rules, vec!["S2", "S3", "S4", "R1", "R17", "R18", "R19", "R19", "M1"]);
+    // 0.5.19 lets DCP use the fake backend; DCP needs an MLA pool (R19d), decode offload an MHA or MLA one (O1).
+    assert_eq!(rules, vec!["S2", "S3", "S4", "R1", "R17", "R18", "R19", "R19d", "O1", "M1"]);
     for _ in 0..10 {
         assert_eq!(run(&settings, &DecodeSpec::default(), &ssm()), first);
     }
     let rewrite =
         run(&DisaggregationSpec { on_invalid: OnInvalid::Rewrite, ..settings }, &DecodeSpec::default(), &ssm());
-    // The fake backend under DCP (R19) has no safe rewrite, so Rewrite mode still rejects.
+    // DCP on an SSM model (R19d) has no safe rewrite, so Rewrite mode still rejects.
     assert_eq!(rewrite.outcome, Outcome::Rejected);
-    assert_eq!(ids(&rewrite), vec![("R19", "spec.disaggregation.transferBackend")]);
+    assert_eq!(ids(&rewrite), vec![("R19d", "spec.disaggregation.decodeContextParallel")]);
     let fields: Vec<_> = rewrite.rewrites.iter().map(|r| (r.rule.as_str(), r.field.as_str())).collect();
     assert_eq!(
         fields,
-        vec![("S2", BACKUP), ("R17", RADIX), ("M1", "spec.disaggregation.mambaRadixCacheStrategy")],
+        vec![
+            ("S2", BACKUP),
+            ("R17", RADIX),
+            ("O1", "spec.disaggregation.decodeOffloadKvCache"),
+            ("M1", "spec.disaggregation.mambaRadixCacheStrategy")
+        ],
         "one rewrite per field, by the first rule that needed it"
     );
 }
@@ -563,7 +591,7 @@ fn any_layout() -> impl Strategy<Value = AttentionLayout> {
 
 prop_compose! {
     fn any_settings()(
-        backup in prop::option::of(prop::sample::select(vec![RetractionBackup::CpuTensor, RetractionBackup::HostPool])),
+        backup in prop::option::of(prop::sample::select(vec![RetractionBackup::CpuTensor, RetractionBackup::HostPool, RetractionBackup::None])),
         rewrite in any::<bool>(),
         backend in prop::sample::select(vec![TransferBackend::Mooncake, TransferBackend::Nixl, TransferBackend::Mori, TransferBackend::Fake]),
         flags in prop::array::uniform7(any::<bool>()),
@@ -571,13 +599,20 @@ prop_compose! {
         strategy in prop::option::of(prop::sample::select(vec![
             MambaRadixCacheStrategy::NoBuffer, MambaRadixCacheStrategy::ExtraBuffer, MambaRadixCacheStrategy::ExtraBufferLazy])),
         prefill_tp in prop::option::of(1..9i32),
+        prefill_page in prop::option::of(1..3i32),
+        prefill_dtype in prop::option::of(prop::sample::select(vec!["auto", "fp8_e4m3", "mxfp8"])),
         speculative in any::<bool>(),
     ) -> DisaggregationSpec {
         DisaggregationSpec {
             retraction_backup: backup,
             on_invalid: if rewrite { OnInvalid::Rewrite } else { OnInvalid::Reject },
             transfer_backend: backend,
-            prefill: prefill_tp.map(|tp| PrefillSpec { tensor_parallel: tp, data_parallel: 1, enable_dp_attention: false }),
+            prefill: prefill_tp.map(|tp| PrefillSpec {
+                tensor_parallel: tp,
+                page_size: prefill_page,
+                kv_cache_dtype: prefill_dtype.map(str::to_string),
+                ..PrefillSpec::default()
+            }),
             decode_radix_cache: flags[0],
             decode_offload_kv_cache: flags[1],
             hierarchical_cache: flags[2],
@@ -599,13 +634,17 @@ proptest! {
     /// something is violated.
     #[test]
     fn rewritten_settings_are_valid_as_written(
-        settings in any_settings(), layout in any_layout(), tp in 1..9i32, pp in 1..3i32, page in 1..3i32, unified_tree in any::<bool>()
+        settings in any_settings(), layout in any_layout(), tp in 1..9i32, pp in 1..3i32, page in 1..3i32,
+        unified_tree in prop::option::of(any::<bool>()), dtype in prop::option::of(prop::sample::select(vec!["auto", "mxfp8"])),
+        release in prop::sample::select(crate::release::KNOWN.to_vec()),
     ) {
         let decode = DecodeSpec {
             tensor_parallel: tp, pipeline_parallel: pp, page_size: page,
-            env: if unified_tree { unified_radix_tree().env } else { vec![] },
+            env: unified_tree.map(|on| vec![env("SGLANG_ENABLE_UNIFIED_RADIX_TREE", if on { "1" } else { "0" })]).unwrap_or_default(),
+            kv_cache_dtype: dtype.map(str::to_string),
             ..DecodeSpec::default()
         };
+        let run = |settings: &DisaggregationSpec, decode: &DecodeSpec, layout: &AttentionLayout| run_at(release, settings, decode, layout);
         let verdict = run(&settings, &decode, &layout);
         prop_assert_eq!(verdict.outcome == Outcome::Rejected, !verdict.violations.is_empty());
         if settings.on_invalid == OnInvalid::Reject {
@@ -616,6 +655,11 @@ proptest! {
             prop_assert_eq!(again.outcome, Outcome::Valid, "{:?}", again.violations);
             let same_source = EffectiveSettings { retraction_backup_source: again.effective.retraction_backup_source, ..verdict.effective.clone() };
             prop_assert_eq!(again.effective, same_source);
+        }
+        if verdict.outcome != Outcome::Rejected {
+            // Never a value the release does not have.
+            prop_assert!(release >= v0_5(18) || verdict.settings.retraction_backup.is_none());
+            prop_assert!(release >= v0_5(21) || verdict.effective.retraction_backup != RetractionBackup::None);
         }
         if verdict.effective.retraction_backup == RetractionBackup::HostPool && verdict.outcome != Outcome::Rejected {
             prop_assert!(matches!(layout.kv_pool, KvPool::Full | KvPool::HybridSwa));

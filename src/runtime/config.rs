@@ -12,6 +12,7 @@ use crate::api::{
     AttentionLayout, DecodeSpec, DisaggregationSpec, EffectiveSettings, KvPool, LayerKind, OnInvalid, RetractionBackup,
 };
 use crate::policy::{self, Outcome, PolicyInput, Violation};
+use crate::release::{self, Release, ReleaseSource};
 
 /// The model the pod serves.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -49,6 +50,9 @@ pub struct DecodeSizes {
     /// Environment of the decode container (some rules read it).
     #[serde(default)]
     pub env: Vec<EnvVar>,
+    /// KV cache dtype (`--kv-cache-dtype`), `auto` when unset.
+    #[serde(default)]
+    pub kv_cache_dtype: Option<String>,
     /// SWA tokens per full-attention token in a hybrid SWA pool (SGLang's
     /// `--swa-full-tokens-ratio`, default 0.8).
     #[serde(default)]
@@ -78,6 +82,9 @@ pub struct RuntimeConfig {
     pub disaggregation: DisaggregationSpec,
     /// Decode sizes.
     pub decode: DecodeSizes,
+    /// The SGLang release whose rules the control plane applied; the newest known when unset.
+    #[serde(default)]
+    pub sglang_version: Option<String>,
     /// Fields this version does not know (reported, not fatal).
     #[serde(flatten)]
     pub unknown: BTreeMap<String, serde_json::Value>,
@@ -156,6 +163,7 @@ impl RuntimeConfig {
             enable_dp_attention: d.enable_dp_attention,
             gpus_per_pod: d.gpus_per_pod,
             env: d.env.clone(),
+            kv_cache_dtype: d.kv_cache_dtype.clone(),
             ..DecodeSpec::default()
         }
     }
@@ -165,6 +173,14 @@ impl RuntimeConfig {
     pub fn check(self) -> Result<Checked, StartupError> {
         self.check_layout()?;
         self.check_sizes()?;
+        let release = match &self.sglang_version {
+            Some(text) => {
+                release::choose_text(text, ReleaseSource::Spec)
+                    .map_err(|e| StartupError::Input(format!("sglangVersion: {e}")))?
+                    .release
+            }
+            None => Release::newest_known(),
+        };
         let mut warnings: Vec<String> = self
             .unknown
             .keys()
@@ -183,7 +199,7 @@ impl RuntimeConfig {
                 )));
             }
             (None, Some(effective)) => {
-                let auto = policy::automatic_retraction_backup(&settings, &self.decode_spec(), &self.layout);
+                let auto = policy::automatic_retraction_backup(&settings, &self.decode_spec(), &self.layout, release);
                 if effective != auto {
                     settings.retraction_backup = Some(effective);
                 }
@@ -202,7 +218,7 @@ impl RuntimeConfig {
         }
         let decode = self.decode_spec();
         let verdict =
-            policy::evaluate(PolicyInput { disaggregation: &settings, decode: &decode, layout: &self.layout });
+            policy::evaluate(PolicyInput { disaggregation: &settings, decode: &decode, layout: &self.layout, release });
         if verdict.outcome == Outcome::Rejected {
             return Err(StartupError::Refused(verdict.violations));
         }
@@ -302,5 +318,40 @@ impl Checked {
     /// Whether retracted requests are backed up into a host pool.
     pub fn host_pool(&self) -> bool {
         self.effective.retraction_backup == RetractionBackup::HostPool
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn config(sglang_version: Option<&str>, disaggregation: serde_json::Value) -> RuntimeConfig {
+        let path = format!("{}/tests/fixtures/layouts/llama-3.1-8b-instruct.json", env!("CARGO_MANIFEST_DIR"));
+        let layout: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let text = json!({
+            "model": {"name": "llama"}, "layout": layout, "disaggregation": disaggregation, "decode": {},
+            "sglangVersion": sglang_version,
+        });
+        RuntimeConfig::parse(&text.to_string(), "runtime.json").unwrap()
+    }
+
+    #[test]
+    fn the_start_up_check_applies_the_release_the_control_plane_used() {
+        let host_pool = json!({"retractionBackup": "host_pool"});
+        let Err(StartupError::Refused(violations)) = config(Some("0.5.17"), host_pool.clone()).check() else {
+            panic!("0.5.17 has no retraction flag");
+        };
+        assert_eq!(violations[0].rule, "F1");
+        assert!(config(None, host_pool).check().is_ok(), "the newest release has the flag");
+        let none = config(Some("0.5.21"), json!({"retractionBackup": "none"})).check().unwrap();
+        assert_eq!(none.effective.retraction_backup, RetractionBackup::None);
+        let unset = config(Some("0.5.17"), json!({})).check().unwrap();
+        assert_eq!(unset.effective.retraction_backup, RetractionBackup::CpuTensor, "no host pool before 0.5.18");
+        let Err(StartupError::Input(message)) = config(Some("0.4.0"), json!({})).check() else {
+            panic!("an unknown release is an input error");
+        };
+        assert!(message.starts_with("sglangVersion: SGLang 0.4.0 is not a release kvpilot knows"), "{message}");
     }
 }

@@ -659,3 +659,14 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn without_a_backup_a_retracted_request_is_dropped_and_its_pages_freed() {
+    let mut c = cache(plan(1, 32, None, None), BackupMode::None);
+    c.allocate("r", "", 6).unwrap();
+    let Retraction::Declined { reason } = c.retract("r").unwrap() else { panic!("no backup to copy into") };
+    assert!(reason.contains("without a KV backup. Retry later."), "{reason}");
+    assert!(c.describe("r").is_err(), "the request is dropped, as SGLang aborts it with 503");
+    c.allocate("next", "", 32).unwrap();
+    audit(&c);
+}

@@ -2,6 +2,8 @@
 //! or a Hugging Face-compatible hub over HTTPS (with a TTL cache shared by everything in the
 //! process). The `check` and `render` commands, the controller and the webhook all use this.
 
+mod python_json;
+
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -9,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::api::HubSource;
+pub use python_json::to_strict_json;
 
 /// Default hub endpoint.
 pub const DEFAULT_HUB_ENDPOINT: &str = "https://huggingface.co";
@@ -70,12 +73,13 @@ impl SourceError {
     }
 }
 
-/// Parses config.json text, naming `origin` (a ConfigMap key, a URL, a file) in errors.
+/// Parses config.json text as Python's `json` does (`NaN` and the infinities accepted), naming
+/// `origin` (a ConfigMap key, a URL, a file) in errors.
 pub fn parse_config_text(text: &str, origin: &str) -> Result<Value, SourceError> {
     if text.len() > MAX_CONFIG_BYTES {
         return Err(SourceError::TooLarge { origin: origin.into(), size: text.len() });
     }
-    let value: Value = serde_json::from_str(text).map_err(|e| SourceError::InvalidJson {
+    let value: Value = serde_json::from_str(&to_strict_json(text)).map_err(|e| SourceError::InvalidJson {
         origin: origin.into(),
         line: e.line(),
         column: e.column(),

@@ -2,13 +2,14 @@
 //! `policy::assess`. No HTTP here.
 
 use base64::Engine;
-use json_patch::{AddOperation, Patch, PatchOperation, jsonptr::PointerBuf};
+use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, jsonptr::PointerBuf};
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use serde_json::Value;
 
 use crate::api::{InferenceDeployment, OnInvalid};
 use crate::policy::{self, Outcome};
+use crate::release::ReleaseChoice;
 use crate::source::ClusterSource;
 
 /// The group/version/kind this webhook admits.
@@ -36,14 +37,19 @@ pub enum Mode {
 
 /// Decodes a request body, decides, and returns the response review as JSON (with `patch`
 /// base64-encoded, as the API server requires).
-pub async fn review(body: &[u8], mode: Mode, source: Option<&ClusterSource>) -> Result<Value, BadReview> {
+pub async fn review(
+    body: &[u8],
+    mode: Mode,
+    source: Option<&ClusterSource>,
+    default_release: &ReleaseChoice,
+) -> Result<Value, BadReview> {
     let raw: Value = serde_json::from_slice(body).map_err(BadReview::NotJson)?;
     let review: AdmissionReview<DynamicObject> =
         serde_json::from_value(raw).map_err(|e| BadReview::NotAReview(e.to_string()))?;
     let api_version = review.types.api_version.clone();
     let request: AdmissionRequest<DynamicObject> =
         review.try_into().map_err(|_| BadReview::NotAReview("it has no request".into()))?;
-    let response = decide(&request, &api_version, mode, source).await;
+    let response = decide(&request, &api_version, mode, source, default_release).await;
     Ok(encode(response.into_review()))
 }
 
@@ -52,6 +58,7 @@ async fn decide(
     api_version: &str,
     mode: Mode,
     source: Option<&ClusterSource>,
+    default_release: &ReleaseChoice,
 ) -> AdmissionResponse {
     let response = AdmissionResponse::from(request);
     if api_version != "admission.k8s.io/v1" {
@@ -104,7 +111,11 @@ async fn decide(
             );
         }
     };
-    let assessment = match policy::assess(&resource.spec, &config) {
+    let release = match policy::choose_release(&resource.spec, default_release) {
+        Ok(release) => release,
+        Err(e) => return denied(response, 422, "Invalid", format!("{name}: spec.sglang.version: {e}")),
+    };
+    let assessment = match policy::assess(&resource.spec, &config, &release) {
         Ok(assessment) => assessment,
         // An inline config is part of this object: refuse it. An external one can still be fixed.
         Err(e) if inline => {
@@ -181,11 +192,12 @@ fn rewrite_patch(verdict: &policy::Verdict) -> Result<Patch, String> {
             .field
             .strip_prefix("spec.disaggregation.")
             .ok_or_else(|| format!("{} is not a disaggregation field", rewrite.field))?;
-        let value = settings.get(key).cloned().unwrap_or(Value::Null);
-        operations.push(PatchOperation::Add(AddOperation {
-            path: PointerBuf::parse(format!("/spec/disaggregation/{key}")).map_err(|e| e.to_string())?,
-            value,
-        }));
+        let path = PointerBuf::parse(format!("/spec/disaggregation/{key}")).map_err(|e| e.to_string())?;
+        // A rewrite to "unset" (F1: no retraction flag in the release) removes the field.
+        operations.push(match settings.get(key).cloned() {
+            Some(value) => PatchOperation::Add(AddOperation { path, value }),
+            None => PatchOperation::Remove(RemoveOperation { path }),
+        });
     }
     Ok(Patch(operations))
 }

@@ -20,6 +20,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use crate::release::ReleaseChoice;
 use crate::source::ClusterSource;
 use admission::Mode;
 
@@ -33,6 +34,8 @@ pub struct WebhookState {
     /// Reads ConfigMap and hub sources; None when no cluster is reachable (those sources are
     /// then allowed with a warning).
     pub source: Option<ClusterSource>,
+    /// The SGLang release for resources whose spec and image name none (`--sglang-version`).
+    pub default_release: ReleaseChoice,
 }
 
 /// The webhook's routes.
@@ -60,7 +63,7 @@ async fn handle(state: Arc<WebhookState>, body: Body, mode: Mode) -> Response {
             return bad_request(format!("cannot read the request body (at most {MAX_REVIEW_BYTES} bytes): {e}"));
         }
     };
-    match admission::review(&bytes, mode, state.source.as_ref()).await {
+    match admission::review(&bytes, mode, state.source.as_ref(), &state.default_release).await {
         Ok(review) => ([(header::CONTENT_TYPE, "application/json")], review.to_string()).into_response(),
         Err(e) => bad_request(e.to_string()),
     }

@@ -78,6 +78,9 @@ pub enum BackupMode {
     HostPool,
     /// A host buffer per request.
     CpuTensor,
+    /// No backup (`retractionBackup: none`): a retracted request is dropped, as SGLang aborts it
+    /// with HTTP 503.
+    None,
 }
 
 /// One pool: allocator, bytes, and per-page pins of in-flight copies.

@@ -200,6 +200,11 @@ impl Cache {
         self.next_seq += 1;
         let mut job = CopyJob::new(self.next_ticket);
         let backup = match self.mode {
+            BackupMode::None => {
+                return Err("retractionBackup is none: Retracted under decode memory pressure without a KV backup. \
+                            Retry later."
+                    .into());
+            }
             BackupMode::HostPool => {
                 let (host_full, host_swa) = self.reserve_host(full.len(), swa.len())?;
                 let added = [

@@ -1,0 +1,478 @@
+//! The rules per release: each release difference of `sglang-drift.md` §2–§4, with the exact
+//! message the release prints.
+
+use k8s_openapi::api::core::v1::EnvVar;
+use serde_json::json;
+
+use super::*;
+use crate::api::{PrefillSpec, TransferBackend};
+
+fn layout_at(config: serde_json::Value) -> AttentionLayout {
+    layout::resolve(&config, ResolveOptions::default()).expect("test layout")
+}
+
+fn full() -> AttentionLayout {
+    layout_at(
+        json!({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4, "num_key_value_heads": 8, "head_dim": 128}),
+    )
+}
+
+fn hybrid_swa() -> AttentionLayout {
+    layout_at(json!({
+        "architectures": ["GptOssForCausalLM"], "num_hidden_layers": 4, "sliding_window": 128, "head_dim": 64,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]
+    }))
+}
+
+fn ssm() -> AttentionLayout {
+    layout_at(json!({
+        "architectures": ["Qwen3NextForCausalLM"], "num_hidden_layers": 8, "full_attention_interval": 4, "head_dim": 256,
+        "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128
+    }))
+}
+
+fn mla() -> AttentionLayout {
+    layout_at(
+        json!({"architectures": ["DeepseekV3ForCausalLM"], "num_hidden_layers": 4, "kv_lora_rank": 512, "qk_rope_head_dim": 64}),
+    )
+}
+
+fn dsv4() -> AttentionLayout {
+    layout_at(json!({
+        "architectures": ["DeepseekV4ForCausalLM"], "num_hidden_layers": 4, "sliding_window": 128, "head_dim": 512,
+        "compress_ratios": [0, 4, 128, 0]
+    }))
+}
+
+fn with(edit: impl FnOnce(&mut DisaggregationSpec)) -> DisaggregationSpec {
+    let mut settings = DisaggregationSpec::default();
+    edit(&mut settings);
+    settings
+}
+
+fn env(name: &str, value: &str) -> DecodeSpec {
+    DecodeSpec {
+        env: vec![EnvVar { name: name.into(), value: Some(value.into()), value_from: None }],
+        ..DecodeSpec::default()
+    }
+}
+
+fn at(patch: u16, settings: &DisaggregationSpec, decode: &DecodeSpec, layout: &AttentionLayout) -> Verdict {
+    evaluate(PolicyInput { disaggregation: settings, decode, layout, release: v0_5(patch) })
+}
+
+/// The messages of `rule` on each release 0.5.17…0.5.23 (None where it does not fire).
+fn messages(
+    rule: &str,
+    settings: &DisaggregationSpec,
+    decode: &DecodeSpec,
+    layout: &AttentionLayout,
+) -> Vec<Option<String>> {
+    (17..=23)
+        .map(|patch| {
+            at(patch, settings, decode, layout).violations.into_iter().find(|v| v.rule == rule).map(|v| v.message)
+        })
+        .collect()
+}
+
+/// `message` on the releases in `present`, nothing on the others.
+fn on(present: std::ops::RangeInclusive<u16>, message: &str) -> Vec<Option<String>> {
+    (17..=23).map(|patch| present.contains(&patch).then(|| message.to_string())).collect()
+}
+
+fn concat(parts: &[Vec<Option<String>>]) -> Vec<Option<String>> {
+    (0..7).map(|i| parts.iter().find_map(|p| p[i].clone())).collect()
+}
+
+#[test]
+fn f1_the_retraction_flag_does_not_exist_before_0_5_18() {
+    let host_pool = with(|s| s.retraction_backup = Some(RetractionBackup::HostPool));
+    assert_eq!(
+        messages("F1", &host_pool, &DecodeSpec::default(), &full()),
+        on(17..=17, "unrecognized arguments: --disaggregation-decode-retraction-backup host_pool")
+    );
+    let rewritten =
+        at(17, &DisaggregationSpec { on_invalid: OnInvalid::Rewrite, ..host_pool }, &DecodeSpec::default(), &full());
+    assert_eq!(rewritten.outcome, Outcome::Rewritten);
+    assert_eq!((rewritten.rewrites[0].from.as_str(), rewritten.rewrites[0].to.as_str()), ("host_pool", "unset"));
+    assert_eq!(rewritten.settings.retraction_backup, None);
+    assert_eq!(
+        rewritten.effective.retraction_backup,
+        RetractionBackup::CpuTensor,
+        "0.5.17 always copies to CPU tensors"
+    );
+}
+
+#[test]
+fn f2_none_exists_from_0_5_21() {
+    let none = with(|s| s.retraction_backup = Some(RetractionBackup::None));
+    assert_eq!(
+        messages("F2", &none, &DecodeSpec::default(), &full()),
+        on(
+            18..=20,
+            "argument --disaggregation-decode-retraction-backup: invalid choice: 'none' (choose from 'cpu_tensor', \
+             'host_pool')"
+        )
+    );
+    let rewritten =
+        at(20, &DisaggregationSpec { on_invalid: OnInvalid::Rewrite, ..none.clone() }, &DecodeSpec::default(), &full());
+    assert_eq!(rewritten.settings.retraction_backup, Some(RetractionBackup::CpuTensor));
+    let valid = at(21, &none, &DecodeSpec::default(), &full());
+    assert_eq!((valid.outcome, valid.effective.retraction_backup), (Outcome::Valid, RetractionBackup::None));
+    assert_eq!(valid.effective.host_pool_ratio, None);
+    assert!(valid.warnings.iter().any(|w| w.contains("aborted with HTTP 503")), "{:?}", valid.warnings);
+}
+
+#[test]
+fn r13_is_a_blanket_refusal_until_0_5_18_wants_the_env_var_until_0_5_20_and_is_gone_after() {
+    let radix = with(|s| s.decode_radix_cache = true);
+    let blanket =
+        "--disaggregation-decode-enable-radix-cache is incompatible with sliding window attention (SWA) models";
+    assert_eq!(messages("R13", &radix, &DecodeSpec::default(), &hybrid_swa()), on(17..=18, blanket));
+    let off = env("SGLANG_ENABLE_UNIFIED_RADIX_TREE", "0");
+    let needs_env = "--disaggregation-decode-enable-radix-cache with sliding window attention (SWA) models requires the \
+                     unified radix tree (set SGLANG_ENABLE_UNIFIED_RADIX_TREE=1).";
+    assert_eq!(messages("R13", &radix, &off, &hybrid_swa()), concat(&[on(17..=18, blanket), on(19..=20, needs_env)]));
+    for patch in 17..=23 {
+        let added = at(patch, &radix, &DecodeSpec::default(), &hybrid_swa()).effective.decode_env;
+        assert_eq!(added.len(), usize::from((19..=20).contains(&patch)), "0.5.{patch}: {added:?}");
+    }
+}
+
+#[test]
+fn r17_and_the_dcp_chunk_cache_rules_end_with_0_5_20() {
+    let radix = with(|s| s.decode_radix_cache = true);
+    assert_eq!(
+        messages("R17", &radix, &DecodeSpec::default(), &ssm()),
+        on(17..=20, "--disaggregation-decode-enable-radix-cache is incompatible with Mamba/SSM models")
+    );
+    let dcp_radix = with(|s| {
+        s.decode_radix_cache = true;
+        s.decode_context_parallel = 2;
+    });
+    let verdicts: Vec<bool> = (17..=23)
+        .map(|p| at(p, &dcp_radix, &DecodeSpec::default(), &mla()).violations.iter().any(|v| v.rule == "R19"))
+        .collect();
+    assert_eq!(verdicts, [true, true, true, true, false, false, false]);
+}
+
+#[test]
+fn r15_changes_text_and_condition_in_0_5_23() {
+    let radix = with(|s| s.decode_radix_cache = true);
+    let old = "--disaggregation-decode-enable-radix-cache does not support DeepSeek-V4 (DSA) compressed KV \
+               (c4/c128/indexer) yet.";
+    let new = "--disaggregation-decode-enable-radix-cache with DeepSeek-V4 requires the unified KV layout \
+               (SGLANG_HACK_FLASHMLA_BACKEND=unified_kv_triton).";
+    assert_eq!(messages("R15", &radix, &DecodeSpec::default(), &dsv4()), concat(&[on(19..=22, old), on(23..=23, new)]));
+    let unified_kv = env("SGLANG_HACK_FLASHMLA_BACKEND", "unified_kv_triton");
+    assert_eq!(messages("R15", &radix, &unified_kv, &dsv4()), on(19..=22, old));
+}
+
+#[test]
+fn r18_speculative_algorithms_decode_radix_cache_allows_per_release() {
+    let with_algorithm = |algorithm: &str| {
+        with(|s| {
+            s.decode_radix_cache = true;
+            s.speculative_algorithm = Some(algorithm.into());
+        })
+    };
+    let fires = |algorithm: &str| -> Vec<bool> {
+        messages("R18", &with_algorithm(algorithm), &DecodeSpec::default(), &full())
+            .iter()
+            .map(Option::is_some)
+            .collect()
+    };
+    assert_eq!(fires("EAGLE"), [true, true, true, true, true, true, false]);
+    assert_eq!(fires("DSPARK"), [true, true, true, true, false, false, false]);
+    assert_eq!(fires("NGRAM"), [true; 7]);
+}
+
+#[test]
+fn r19_decode_dcp_backends_widen_per_release() {
+    let dcp = |backend| {
+        with(|s| {
+            s.decode_context_parallel = 2;
+            s.transfer_backend = backend;
+        })
+    };
+    let v1 = "PD decode DCP requires --disaggregation-transfer-backend mooncake or nixl, got 'mori'.";
+    let v2 = "PD decode DCP requires --disaggregation-transfer-backend mooncake, nixl, or fake for synthetic \
+              benchmarking, got 'mori'.";
+    assert_eq!(
+        messages("R19", &dcp(TransferBackend::Mori), &DecodeSpec::default(), &mla()),
+        concat(&[on(17..=18, v1), on(19..=21, v2)])
+    );
+    assert_eq!(
+        messages("R19", &dcp(TransferBackend::Fake), &DecodeSpec::default(), &mla()),
+        on(17..=18, "PD decode DCP requires --disaggregation-transfer-backend mooncake or nixl, got 'fake'.")
+    );
+}
+
+#[test]
+fn t1_by_backend_and_release() {
+    let decode = DecodeSpec { tensor_parallel: 4, ..DecodeSpec::default() };
+    let mismatched = |backend| {
+        with(|s| {
+            s.transfer_backend = backend;
+            s.prefill = Some(PrefillSpec { tensor_parallel: 2, ..PrefillSpec::default() });
+        })
+    };
+    let mori =
+        "PD state transfer does not support TP-mismatched non-MLA SWA models (prefill_tp_size=2, decode_tp_size=4)";
+    assert_eq!(messages("T1", &mismatched(TransferBackend::Mori), &decode, &hybrid_swa()), on(17..=23, mori));
+    let mooncake = "PD Disaggregation does NOT support PD different TP sizes for non-MLA SWA hybrid models yet.";
+    for backend in [TransferBackend::Mooncake, TransferBackend::Nixl] {
+        assert_eq!(messages("T1", &mismatched(backend), &decode, &hybrid_swa()), on(17..=21, mooncake));
+    }
+    // MXFP8 KV adds BLOCK_SCALE state, even on a model without SWA.
+    let mxfp8 = DecodeSpec { kv_cache_dtype: Some("mxfp8".into()), ..decode.clone() };
+    let block_scale =
+        "PD Disaggregation does NOT support PD different TP sizes for non-MLA BLOCK_SCALE hybrid models yet.";
+    assert_eq!(messages("T1", &mismatched(TransferBackend::Mooncake), &mxfp8, &full()), on(19..=21, block_scale));
+    assert_eq!(messages("T1", &mismatched(TransferBackend::Nixl), &mxfp8, &full()), on(20..=21, block_scale));
+    let newest = at(23, &with(|_| {}), &decode, &hybrid_swa());
+    assert!(!newest.warnings.iter().any(|w| w.contains("T1")), "mooncake has no T1 in 0.5.23: {:?}", newest.warnings);
+}
+
+#[test]
+fn p1_p2_prefill_and_decode_must_agree_on_page_size_and_kv_dtype() {
+    let prefill = with(|s| {
+        s.prefill =
+            Some(PrefillSpec { page_size: Some(64), kv_cache_dtype: Some("fp8_e4m3".into()), ..PrefillSpec::default() })
+    });
+    let verdict = at(23, &prefill, &DecodeSpec::default(), &full());
+    let found: Vec<(&str, &str, &str)> =
+        verdict.violations.iter().map(|v| (v.rule, v.message.as_str(), v.phase)).collect();
+    assert_eq!(
+        found,
+        [
+            (
+                "P1",
+                "Page size mismatch: prefill server has page_size=64, but decode server has page_size=1. Both servers \
+                 must use the same --page-size value.",
+                "handshake"
+            ),
+            (
+                "P2",
+                "KV cache dtype mismatch: prefill server has kv_cache_dtype=fp8_e4m3, but decode server has \
+                 kv_cache_dtype=auto. Both servers must use the same --kv-cache-dtype value.",
+                "handshake"
+            ),
+        ]
+    );
+    let matching = DecodeSpec { page_size: 64, kv_cache_dtype: Some("fp8_e4m3".into()), ..DecodeSpec::default() };
+    assert_eq!(at(17, &prefill, &matching, &full()).outcome, Outcome::Valid);
+    assert_eq!(
+        at(23, &with(|s| s.prefill = Some(PrefillSpec::default())), &DecodeSpec::default(), &full()).outcome,
+        Outcome::Valid
+    );
+}
+
+#[test]
+fn r19d_decode_dcp_needs_an_mla_pool() {
+    let dcp = with(|s| s.decode_context_parallel = 2);
+    assert_eq!(
+        messages("R19d", &dcp, &DecodeSpec::default(), &full()),
+        on(17..=23, "PD decode DCP requires an MLA or hybrid-MLA KV pool.")
+    );
+    assert_eq!(at(23, &dcp, &DecodeSpec::default(), &mla()).outcome, Outcome::Valid);
+    assert_eq!(at(23, &dcp, &DecodeSpec::default(), &dsv4()).outcome, Outcome::Valid, "DSV4 counts as MLA");
+}
+
+#[test]
+fn o1_decode_offload_needs_an_mha_or_mla_pool() {
+    let offload = with(|s| s.decode_offload_kv_cache = true);
+    for layout in [hybrid_swa(), ssm(), dsv4()] {
+        assert_eq!(
+            messages("O1", &offload, &DecodeSpec::default(), &layout),
+            on(17..=23, "Unsupported KV cache type for decode offload")
+        );
+    }
+    for layout in [full(), mla()] {
+        assert_eq!(at(23, &offload, &DecodeSpec::default(), &layout).outcome, Outcome::Valid);
+    }
+    let unified = with(|s| {
+        s.decode_offload_kv_cache = true;
+        s.enable_unified_memory = true;
+    });
+    assert_eq!(
+        messages("O1", &unified, &DecodeSpec::default(), &hybrid_swa()),
+        on(17..=20, "Unsupported KV cache type for decode offload"),
+        "0.5.21 accepts the unified-memory hybrid-SWA pool"
+    );
+}
+
+#[test]
+fn unified_memory_rules_per_release() {
+    let unified = with(|s| s.enable_unified_memory = true);
+    assert_eq!(
+        messages("U1", &unified, &DecodeSpec::default(), &full()),
+        on(17..=17, "--enable-unified-memory is not yet compatible with PD disaggregation.")
+    );
+    let on_nixl = with(|s| {
+        s.enable_unified_memory = true;
+        s.transfer_backend = TransferBackend::Nixl;
+    });
+    let catalogue = "--enable-unified-memory with PD disaggregation requires --disaggregation-transfer-backend mooncake and \
+         --pp-size 1.";
+    let since_0_5_21 =
+        "--enable-unified-memory with PD disaggregation supports only these transfer backends: mooncake; got 'nixl'.";
+    assert_eq!(
+        messages("U1", &on_nixl, &DecodeSpec::default(), &full()),
+        concat(&[
+            on(17..=17, "--enable-unified-memory is not yet compatible with PD disaggregation."),
+            on(18..=20, catalogue),
+            on(21..=23, since_0_5_21)
+        ])
+    );
+    let pp2 = DecodeSpec { pipeline_parallel: 2, ..DecodeSpec::default() };
+    assert_eq!(
+        at(23, &unified, &pp2, &full()).violations[0].message,
+        "--enable-unified-memory with PD disaggregation does not support pipeline parallelism (whole-envelope transfer \
+         has no per-layer entries to subset)."
+    );
+    let speculative = with(|s| {
+        s.enable_unified_memory = true;
+        s.speculative_algorithm = Some("DSPARK".into());
+    });
+    assert_eq!(
+        messages("U1", &speculative, &DecodeSpec::default(), &full())[4].as_deref(),
+        Some(
+            "--enable-unified-memory with PD disaggregation does not support speculative decoding with the Mooncake \
+              transfer backend."
+        )
+    );
+    let fires = |rule, layout: &AttentionLayout| -> Vec<bool> {
+        messages(rule, &unified, &DecodeSpec::default(), layout).iter().map(Option::is_some).collect()
+    };
+    assert_eq!(fires("U2", &ssm()), [false, true, true, false, false, false, false]);
+    assert_eq!(fires("U3", &hybrid_swa()), [false, true, true, false, false, false, false]);
+    let host_pool = |edit: fn(&mut DisaggregationSpec)| {
+        with(|s| {
+            s.enable_unified_memory = true;
+            s.retraction_backup = Some(RetractionBackup::HostPool);
+            edit(s);
+        })
+    };
+    let radix = host_pool(|s| s.decode_radix_cache = true);
+    assert_eq!(
+        messages("U6a", &radix, &DecodeSpec::default(), &full()),
+        on(
+            21..=21,
+            "--enable-unified-memory host-pool decode retraction does not support decode radix-cache H2D/D2H transfers yet."
+        )
+    );
+    assert_eq!(
+        messages("U6b", &host_pool(|_| {}), &DecodeSpec::default(), &ssm()),
+        on(21..=23, "--enable-unified-memory host-pool decode retraction does not support hybrid-Mamba models.")
+    );
+    assert_eq!(
+        messages("U6c", &host_pool(|_| {}), &DecodeSpec::default(), &hybrid_swa()),
+        on(
+            21..=21,
+            "--enable-unified-memory host-pool decode retraction does not support hybrid-SWA H2D/D2H transfers yet."
+        )
+    );
+}
+
+#[test]
+fn r8_on_0_5_18_needs_the_unified_tree_env_for_decode_radix_cache() {
+    let settings = with(|s| {
+        s.retraction_backup = Some(RetractionBackup::HostPool);
+        s.decode_radix_cache = true;
+    });
+    let fires: Vec<bool> =
+        messages("R8", &settings, &DecodeSpec::default(), &full()).iter().map(Option::is_some).collect();
+    assert_eq!(fires, [false, true, false, false, false, false, false]);
+    let with_env = env("SGLANG_ENABLE_UNIFIED_RADIX_TREE", "1");
+    assert_eq!(at(18, &settings, &with_env, &full()).outcome, Outcome::Valid);
+}
+
+#[test]
+fn the_automatic_backup_and_its_host_pool_follow_each_release() {
+    let unset = DisaggregationSpec::default();
+    let effective =
+        |patch, settings: &DisaggregationSpec| at(patch, settings, &DecodeSpec::default(), &full()).effective;
+    assert_eq!(effective(17, &unset).retraction_backup, RetractionBackup::CpuTensor);
+    assert_eq!(
+        (effective(18, &unset).retraction_backup, effective(18, &unset).host_pool_ratio),
+        (RetractionBackup::HostPool, Some(1.0))
+    );
+    assert_eq!(effective(19, &unset).host_pool_ratio, Some(0.2));
+    let unified = with(|s| s.enable_unified_memory = true);
+    let backups: Vec<RetractionBackup> = (18..=23).map(|p| effective(p, &unified).retraction_backup).collect();
+    use RetractionBackup::{CpuTensor, HostPool};
+    assert_eq!(
+        backups,
+        [HostPool, HostPool, CpuTensor, CpuTensor, CpuTensor, CpuTensor],
+        "unified memory excluded from 0.5.20"
+    );
+    let warned = at(21, &unset, &DecodeSpec::default(), &full()).warnings;
+    assert!(warned.iter().any(|w| w.contains("max(0.2, one max-length request")), "{warned:?}");
+}
+
+#[test]
+fn a_release_from_the_spec_wins_over_the_image_and_the_flag() {
+    let spec = |version: Option<&str>, image: Option<&str>| -> InferenceDeploymentSpec {
+        serde_json::from_value(json!({
+            "model": {"name": "m", "config": {"inline": {}}},
+            "sglang": version.map(|v| json!({"version": v})),
+            "decode": {"image": image},
+        }))
+        .unwrap()
+    };
+    let flag = release::choose(v0_5(20), ReleaseSource::Flag).unwrap();
+    let chosen = |s: &InferenceDeploymentSpec| choose_release(s, &flag).map(|c| (c.release, c.source));
+    assert_eq!(
+        chosen(&spec(Some("0.5.18"), Some("lmsysorg/sglang:v0.5.23-cu129"))),
+        Ok((v0_5(18), ReleaseSource::Spec))
+    );
+    assert_eq!(chosen(&spec(None, Some("lmsysorg/sglang:v0.5.22-cu129"))), Ok((v0_5(22), ReleaseSource::Image)));
+    assert_eq!(
+        chosen(&spec(None, Some("kvpilot/kvpilot:0.1.0"))),
+        Ok((v0_5(20), ReleaseSource::Flag)),
+        "0.1.0 is no SGLang release"
+    );
+    assert_eq!(chosen(&spec(None, None)), Ok((v0_5(20), ReleaseSource::Flag)));
+    let newer = choose_release(&spec(Some("0.5.30"), None), &flag).unwrap();
+    assert_eq!((newer.release, newer.approximate()), (v0_5(23), true));
+    assert!(choose_release(&spec(Some("0.5.16"), None), &flag).is_err());
+}
+
+#[test]
+fn u7_unified_memory_decode_offload_from_0_5_21() {
+    let settings = with(|s| {
+        s.enable_unified_memory = true;
+        s.decode_offload_kv_cache = true;
+    });
+    let cases = [
+        (mla(), "--enable-unified-memory decode KV offload does not support MLA models yet."),
+        (ssm(), "--enable-unified-memory decode KV offload does not support hybrid-Mamba models."),
+        (hybrid_swa(), "--enable-unified-memory decode KV offload does not support hybrid-SWA H2D/D2H transfers yet."),
+    ];
+    for (layout, message) in cases {
+        assert_eq!(messages("U7", &settings, &DecodeSpec::default(), &layout), on(21..=23, message));
+    }
+    assert_eq!(at(23, &settings, &DecodeSpec::default(), &full()).outcome, Outcome::Valid);
+}
+
+#[test]
+fn t1mx_mxfp8_kv_needs_equal_attention_tp_from_the_0_5_22_handshake() {
+    let settings = with(|s| s.prefill = Some(PrefillSpec { tensor_parallel: 2, ..PrefillSpec::default() }));
+    let decode = DecodeSpec { tensor_parallel: 4, kv_cache_dtype: Some("mxfp8".into()), ..DecodeSpec::default() };
+    assert_eq!(
+        messages("T1mx", &settings, &decode, &full()),
+        on(
+            22..=23,
+            "PD Disaggregation does NOT support different attention TP sizes with MXFP8 KV cache: prefill \
+             attn_tp_size=2, decode attn_tp_size=4, state types ['block_scale']."
+        )
+    );
+    assert!(
+        messages("T1mx", &settings, &decode, &hybrid_swa())[6]
+            .as_deref()
+            .unwrap()
+            .ends_with("state types ['block_scale', 'block_scale_swa'].")
+    );
+    assert_eq!(messages("T1mx", &settings, &decode, &mla()), vec![None; 7], "MLA pools are exempt");
+}
