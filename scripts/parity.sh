@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Parity harness (issue #14 item 7): runs each supported SGLang release's own classification on
+# every fixture config and compares it with `kvpilot layout --sglang-version`, and checks that
+# src/layout/served_architectures.tsv is current. Release wheels and a torch-free Python venv are
+# fetched from PyPI, pinned by hash (tests/parity/wheels/, tests/parity/requirements.txt), and
+# cached under target/parity/. Exits non-zero on any disagreement; the last line is
+# "N passed, N failed".
+#   KVPILOT_BIN     the binary to compare (default target/debug/kvpilot)
+#   PARITY_PYTHON   the Python that builds the venv (default python3; 3.10 or newer)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+parity_dir="$PWD/target/parity"
+kvpilot_bin="${KVPILOT_BIN:-$PWD/target/debug/kvpilot}"
+python="${PARITY_PYTHON:-python3}"
+mkdir -p "$parity_dir/wheels" "$parity_dir/src"
+
+# A wheel is fetched and unpacked once; the marker holds its hash, so a changed pin refetches.
+for pin in tests/parity/wheels/sglang-*.txt; do
+    version="$(basename "$pin" .txt)"
+    version="${version#sglang-}"
+    hash="$(grep -o 'sha256:[0-9a-f]*' "$pin")"
+    marker="$parity_dir/src/$version/.unpacked"
+    if [ "$(cat "$marker" 2>/dev/null)" = "$hash" ]; then
+        continue
+    fi
+    echo "parity: fetching SGLang $version"
+    # The wheels are CPython 3.11 manylinux builds; only their Python source is used, so the
+    # fetch names that platform whatever the local interpreter is.
+    "$python" -m pip download --quiet --no-deps --require-hashes --only-binary=:all: \
+        --implementation cp --python-version 3.11 --platform manylinux_2_34_x86_64 \
+        -r "$pin" -d "$parity_dir/wheels"
+    rm -rf "$parity_dir/src/$version"
+    "$python" tests/parity/unpack_wheel.py "$parity_dir"/wheels/sglang-"$version"-*.whl "$parity_dir/src/$version"
+    echo "$hash" > "$marker"
+done
+
+venv="$parity_dir/venv"
+requirements_hash="$(sha256sum tests/parity/requirements.txt | cut -d' ' -f1)"
+if [ "$(cat "$venv/.installed" 2>/dev/null)" != "$requirements_hash" ]; then
+    echo "parity: building the Python environment"
+    rm -rf "$venv"
+    "$python" -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes \
+        -r tests/parity/requirements.txt
+    echo "$requirements_hash" > "$venv/.installed"
+fi
+
+exec "$venv/bin/python" tests/parity/run.py --src "$parity_dir/src" --kvpilot "$kvpilot_bin"

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""The parity harness's driver (scripts/parity.sh sets it up and calls it).
+
+For every release pinned in tests/parity/wheels/ it runs that release's own classification
+(classify.py, one fresh interpreter per release) on every fixture config and compares it with
+`kvpilot layout --config F --sglang-version X`; it also checks that
+src/layout/served_architectures.tsv is what the releases' model code says. Prints a line per
+release, every disagreement, and a closing `N passed, N failed`; exits 1 on any failure.
+
+  --oracle-only   run and count only SGLang's side (no kvpilot binary needed)
+"""
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+
+from releases import RELEASES
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+FIXTURE_GLOBS = ("tests/fixtures/configs/*.json", "tests/fixtures/configs/parity/*.json")
+SERVED_TSV = "src/layout/served_architectures.tsv"
+
+
+def fixture_configs():
+    return sorted(p for pattern in FIXTURE_GLOBS for p in glob.glob(os.path.join(ROOT, pattern)))
+
+
+def sglang_classification(src, configs):
+    """The release's verdict per config file name (classify.py output)."""
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "classify.py"), src, *configs],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"classify.py failed on {src}:\n{proc.stderr[-2000:]}")
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return {r["file"]: r for r in results}
+
+
+def supports_sglang_version(kvpilot):
+    proc = subprocess.run([kvpilot, "layout", "--help"], capture_output=True, text=True,
+                          check=False)
+    return "--sglang-version" in proc.stdout
+
+
+def kvpilot_layout(kvpilot, config, version):
+    proc = subprocess.run([kvpilot, "layout", "--config", config, "--sglang-version", version],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        return None, proc.stderr.strip() or f"exit code {proc.returncode}"
+    try:
+        return json.loads(proc.stdout), None
+    except json.JSONDecodeError as e:
+        return None, f"output is not JSON: {e}"
+
+
+def kvpilot_facts(layout):
+    """kvpilot's layout JSON (src/api/layout_types.rs) in the oracle's terms."""
+    pool = layout["kvPool"]
+    features = set(layout.get("features", []))
+    return {
+        "isHybridSwa": pool in ("hybrid-swa", "pure-swa"),
+        "usesSsmState": pool == "hybrid-ssm",
+        "isMla": layout["attention"] == "mla",
+        "isDsa": "dsa" in features,
+        "isSwaCompress": "swa-compress" in features,
+        "fullLayers": layout["layers"]["fullAttention"],
+        "swaLayers": layout["layers"]["slidingWindow"],
+    }
+
+
+def disagreements(sglang, layout):
+    """(fact, SGLang's value, kvpilot's value) for each fact the two sides state differently.
+    Layer counts are SGLang's pool split, so they are compared only where SGLang splits (hybrid
+    SWA with per-layer ids; DeepSeek-V4's compressed pool has none)."""
+    ours = kvpilot_facts(layout)
+    facts = ["isHybridSwa", "usesSsmState", "isMla", "isDsa", "isSwaCompress"]
+    if sglang["isHybridSwa"] and sglang["fullLayers"] is not None:
+        facts += ["fullLayers", "swaLayers"]
+    return [(f, sglang[f], ours[f]) for f in facts if sglang[f] != ours[f]]
+
+
+def check_served_architectures(src):
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "served_architectures.py"),
+                           "check", src, os.path.join(ROOT, SERVED_TSV)],
+                          capture_output=True, text=True, check=False)
+    sys.stdout.write(proc.stdout)
+    sys.stderr.write(proc.stderr)
+    return proc.returncode == 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--src", required=True, help="folder holding <version>/sglang/srt")
+    parser.add_argument("--kvpilot", help="the kvpilot binary to compare")
+    parser.add_argument("--oracle-only", action="store_true")
+    args = parser.parse_args()
+
+    passed = failed = 0
+    if check_served_architectures(args.src):
+        passed += 1
+    else:
+        failed += 1
+
+    compare = not args.oracle_only
+    if compare and (not args.kvpilot or not os.access(args.kvpilot, os.X_OK)):
+        print(f"parity: no kvpilot binary at {args.kvpilot!r}; build it (cargo build) or set "
+              "KVPILOT_BIN")
+        compare, failed = False, failed + 1
+    elif compare and not supports_sglang_version(args.kvpilot):
+        print(f"parity: {args.kvpilot} has no `layout --sglang-version`; the comparison needs "
+              "the release profiles of issue #14 (items 1-2). Only SGLang's side ran.")
+        compare, failed = False, failed + 1
+
+    configs = fixture_configs()
+    for release in RELEASES:
+        version = release.version
+        verdicts = sglang_classification(os.path.join(args.src, version), configs)
+        loaded = refused = harness_errors = agreements = disagreeing = 0
+        for config in configs:
+            name = os.path.basename(config)
+            verdict = verdicts.get(name, {"harnessError": "no output from classify.py"})
+            if "harnessError" in verdict:
+                harness_errors += 1
+                print(f"  {version} {name}: the harness could not run SGLang's code: "
+                      f"{verdict['harnessError']}")
+                continue
+            if not verdict["loaded"]:
+                refused += 1  # SGLang itself cannot load this config: nothing to compare
+                continue
+            loaded += 1
+            if not compare:
+                continue
+            layout, error = kvpilot_layout(args.kvpilot, config, version)
+            if error is not None:
+                disagreeing += 1
+                print(f"  {version} {name}: SGLang classifies it, kvpilot fails: {error}")
+                continue
+            differences = disagreements(verdict, layout)
+            if differences:
+                disagreeing += 1
+                diff = ", ".join(f"{fact} SGLang={s} kvpilot={k}" for fact, s, k in differences)
+                print(f"  {version} {name}: {diff}")
+            else:
+                agreements += 1
+        summary = (f"SGLang {version}: configs {len(configs)}: classified by SGLang {loaded}, "
+                   f"refused by SGLang's loader {refused}, harness errors {harness_errors}")
+        if compare:
+            summary += f"; compared {loaded}, agreements {agreements}"
+        print(summary)
+        failed += harness_errors + disagreeing
+        passed += agreements if compare else loaded
+
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
