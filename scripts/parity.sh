@@ -2,7 +2,7 @@
 # Parity harness (issue #14 item 7): runs each supported SGLang release's own classification on
 # every fixture config and compares it with `kvpilot layout --sglang-version`, and checks that
 # src/layout/served_architectures.tsv is current. Release wheels and a torch-free Python venv are
-# fetched from PyPI, pinned by hash (tests/parity/wheels/, tests/parity/requirements.txt), and
+# fetched from PyPI, pinned by hash (tests/parity/wheels/, tests/parity/requirements-*.txt), and
 # cached under target/parity/. Exits non-zero on any disagreement; the last line is
 # "N passed, N failed".
 #   KVPILOT_BIN     the binary to compare (default target/debug/kvpilot)
@@ -21,11 +21,11 @@ for pin in tests/parity/wheels/sglang-*.txt; do
     version="${version#sglang-}"
     hash="$(grep -o 'sha256:[0-9a-f]*' "$pin")"
     marker="$parity_dir/src/$version/.unpacked"
-    if [ "$(cat "$marker" 2>/dev/null)" = "$hash" ]; then
+    if [ "$(cat "$marker" 2>/dev/null)" = "$hash" ] && [ -f "$parity_dir/src/$version/transformers.pin" ]; then
         continue
     fi
     echo "parity: fetching SGLang $version"
-    # The wheels are CPython 3.11 manylinux builds; only their Python source is used, so the
+    # Pins change the marker's hash; a stale unpack is removed first. The wheels are CPython 3.11 manylinux builds; only their Python source is used, so the
     # fetch names that platform whatever the local interpreter is.
     "$python" -m pip download --quiet --no-deps --require-hashes --only-binary=:all: \
         --implementation cp --python-version 3.11 --platform manylinux_2_34_x86_64 \
@@ -35,15 +35,20 @@ for pin in tests/parity/wheels/sglang-*.txt; do
     echo "$hash" > "$marker"
 done
 
-venv="$parity_dir/venv"
-requirements_hash="$(sha256sum tests/parity/requirements.txt | cut -d' ' -f1)"
-if [ "$(cat "$venv/.installed" 2>/dev/null)" != "$requirements_hash" ]; then
-    echo "parity: building the Python environment"
+# One venv per transformers version the releases pin (each release runs on its own pin).
+for requirements in tests/parity/requirements-transformers-*.txt; do
+    pin="$(basename "$requirements" .txt)"
+    venv="$parity_dir/venv-${pin#requirements-transformers-}"
+    requirements_hash="$(sha256sum "$requirements" | cut -d' ' -f1)"
+    if [ "$(cat "$venv/.installed" 2>/dev/null)" = "$requirements_hash" ]; then
+        continue
+    fi
+    echo "parity: building $venv"
     rm -rf "$venv"
     "$python" -m venv "$venv"
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes \
-        -r tests/parity/requirements.txt
+        -r "$requirements"
     echo "$requirements_hash" > "$venv/.installed"
-fi
+done
 
-exec "$venv/bin/python" tests/parity/run.py --src "$parity_dir/src" --kvpilot "$kvpilot_bin"
+exec "$python" tests/parity/run.py --src "$parity_dir/src" --venvs "$parity_dir" --kvpilot "$kvpilot_bin"

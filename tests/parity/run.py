@@ -29,9 +29,21 @@ def fixture_configs():
     return sorted(p for pattern in FIXTURE_GLOBS for p in glob.glob(os.path.join(ROOT, pattern)))
 
 
-def sglang_classification(src, configs):
+def release_python(src, venvs):
+    """The venv holding the transformers version this release pins."""
+    with open(os.path.join(src, "transformers.pin"), encoding="utf-8") as f:
+        pin = f.read().strip()
+    python = os.path.join(venvs, f"venv-{pin}", "bin", "python")
+    if not os.access(python, os.X_OK):
+        raise RuntimeError(f"{src} pins transformers=={pin}, but there is no {python}; add "
+                           f"tests/parity/requirements-transformers-{pin}.txt")
+    return python
+
+
+def sglang_classification(src, venvs, configs):
     """The release's verdict per config file name (classify.py output)."""
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "classify.py"), src, *configs],
+    proc = subprocess.run([release_python(src, venvs), os.path.join(HERE, "classify.py"), src,
+                           *configs],
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"classify.py failed on {src}:\n{proc.stderr[-2000:]}")
@@ -95,6 +107,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--src", required=True, help="folder holding <version>/sglang/srt")
+    parser.add_argument("--venvs", required=True, help="folder holding venv-<transformers pin>")
     parser.add_argument("--kvpilot", help="the kvpilot binary to compare")
     parser.add_argument("--oracle-only", action="store_true")
     args = parser.parse_args()
@@ -118,7 +131,7 @@ def main():
     configs = fixture_configs()
     for release in RELEASES:
         version = release.version
-        verdicts = sglang_classification(os.path.join(args.src, version), configs)
+        verdicts = sglang_classification(os.path.join(args.src, version), args.venvs, configs)
         loaded = refused = harness_errors = agreements = disagreeing = 0
         for config in configs:
             name = os.path.basename(config)

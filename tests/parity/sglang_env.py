@@ -190,17 +190,37 @@ def install(src):
     sys.meta_path.append(_FallbackFinder())
 
 
+def _ignore(*_args, **_kwargs):
+    return None
+
+
 def _tolerate_reregistration():
     """Releases pinned to an older transformers register model types (e.g. `qwen3_asr`) that
     the harness's newer transformers already has; the release's own class then wins, as it would
     on the transformers the release pins."""
     import transformers
 
+    import transformers.utils.import_utils as import_utils
+
+    # Without torch, transformers 5.12 hands out placeholder classes (metaclass DummyObject) for
+    # the image/video processor registries that refuse every use; SGLang registers processors on
+    # them at import, which classification never reads, so `register` is accepted and ignored.
+    dummy = getattr(import_utils, "DummyObject", None)
+    if dummy is not None:
+        refuse = dummy.__getattribute__
+
+        def accept_register(cls, key):
+            return _ignore if key == "register" else refuse(cls, key)
+
+        dummy.__getattribute__ = accept_register
+
     for name in ("AutoConfig", "AutoTokenizer", "AutoProcessor", "AutoImageProcessor",
                  "AutoFeatureExtractor", "AutoVideoProcessor"):
         try:
             register = getattr(transformers, name).register
-        except (AttributeError, ImportError):  # a torch-only placeholder class in this venv
+        except (AttributeError, ImportError):
+            continue
+        if register is _ignore:
             continue
         auto = getattr(transformers, name)
 
