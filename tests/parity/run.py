@@ -4,7 +4,8 @@
 For every release pinned in tests/parity/wheels/ it runs that release's own classification
 (classify.py, one fresh interpreter per release) on every fixture config and compares it with
 `kvpilot layout --config F --sglang-version X`; it also checks that
-src/layout/served_architectures.tsv is what the releases' model code says. Prints a line per
+src/layout/served_architectures.tsv is what the releases' model code says, and checks the
+rule-message table in rule_messages.py against each release's source. Prints a line per
 release, every disagreement, and a closing `N passed, N failed`; exits 1 on any failure.
 
   --oracle-only   run and count only SGLang's side (no kvpilot binary needed)
@@ -17,6 +18,7 @@ import os
 import subprocess
 import sys
 
+import rule_messages
 from releases import RELEASES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -163,9 +165,15 @@ def main():
                    f"refused by SGLang's loader {refused}, harness errors {harness_errors}")
         if compare:
             summary += f"; compared {loaded}, agreements {agreements}"
+        messages_ok, message_failures = rule_messages.check(os.path.join(args.src, version),
+                                                            version)
+        for failure in message_failures:
+            print(f"  {version} rule message {failure}")
+        summary += (f"; rule messages (static table) {messages_ok + len(message_failures)}, "
+                    f"as the table says {messages_ok}")
         print(summary)
-        failed += harness_errors + disagreeing
-        passed += agreements if compare else loaded
+        failed += harness_errors + disagreeing + len(message_failures)
+        passed += (agreements if compare else loaded) + messages_ok
 
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
