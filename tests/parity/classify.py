@@ -138,16 +138,22 @@ class Release:
             shutil.rmtree(model_dir, ignore_errors=True)
 
     def classify(self, path):
+        """The release's verdict on one config (see the module doc)."""
+        return self.model_config(path)[0]
+
+    def model_config(self, path):
+        """(verdict, the release's ModelConfig with shapes and hybrid split derived, or None)."""
         name = os.path.basename(path)
         try:
             hf_config = self.load(path)
         except Exception as e:
             first_line = (str(e).splitlines() or [""])[0][:200]
-            return {"file": name, "loaded": False, "error": f"{type(e).__name__}: {first_line}"}
+            return {"file": name, "loaded": False,
+                    "error": f"{type(e).__name__}: {first_line}"}, None
         notes = []
         archs = list(getattr(hf_config, "architectures", None) or [])
         if not archs:
-            return {"file": name, "loaded": False, "error": "config has no architectures"}
+            return {"file": name, "loaded": False, "error": "config has no architectures"}, None
         disable = self._disables_hybrid_swa_memory(archs[0], hf_config, notes)
 
         mc = self.mc["ModelConfig"].__new__(self.mc["ModelConfig"])
@@ -169,7 +175,7 @@ class Release:
             sglang_env.quietly(mc._derive_model_shapes)
         except Exception as e:  # e.g. 0.5.17 on a pure Mamba2 config: no attention heads
             return {"file": name, "loaded": False,
-                    "error": f"ModelConfig._derive_model_shapes: {type(e).__name__}: {e}"}
+                    "error": f"ModelConfig._derive_model_shapes: {type(e).__name__}: {e}"}, None
         sglang_env.quietly(mc._derive_hybrid_model)
         full = mc.full_attention_layer_ids
         swa = mc.swa_attention_layer_ids
@@ -184,7 +190,7 @@ class Release:
             "isSwaCompress": bool(getattr(mc, "is_hybrid_swa_compress", False)),
             "disableHybridSwaMemory": disable,
             "notes": notes,
-        }
+        }, mc
 
 
 def main(argv):

@@ -4,7 +4,10 @@
 For every release pinned in tests/parity/wheels/ it runs that release's own classification
 (classify.py, one fresh interpreter per release) on every fixture config and compares it with
 `kvpilot layout --config F --sglang-version X`; it also checks that
-src/layout/served_architectures.tsv is what the releases' model code says, and checks the
+src/layout/served_architectures.tsv is what the releases' model code says; runs each release's
+resolve_decode_retraction_backup (retraction.py) on a scenario matrix and compares its choice
+with `kvpilot check --sglang-version X --output json` (effective.retractionBackup, and
+effective.hostPoolRatio where the release computes it from flags alone); and checks the
 rule-message table in rule_messages.py against each release's source. Prints a line per
 release, every disagreement, and a closing `N passed, N failed`; exits 1 on any failure.
 
@@ -13,10 +16,12 @@ release, every disagreement, and a closing `N passed, N failed`; exits 1 on any 
 
 import argparse
 import glob
+import itertools
 import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import rule_messages
 from releases import RELEASES
@@ -25,6 +30,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 FIXTURE_GLOBS = ("tests/fixtures/configs/*.json", "tests/fixtures/configs/parity/*.json")
 SERVED_TSV = "src/layout/served_architectures.tsv"
+# Configs for the retraction-backup matrix: one per KV pool kind SGLang builds (full MHA, full MHA
+# by the Gemma-3 override, hybrid SWA, pure SWA on either transformers pin, MLA, SSM x2).
+RETRACTION_CONFIGS = ("llama-3.1-8b-instruct", "gemma-3-1b-it", "gpt-oss-20b", "custom-pure-swa",
+                      "gemma-4-pure-swa", "deepseek-v3", "qwen3-next-80b-a3b",
+                      "nemotron-nano-9b-v2")
 
 
 def fixture_configs():
@@ -96,6 +106,78 @@ def disagreements(sglang, layout):
     return [(f, sglang[f], ours[f]) for f in facts if sglang[f] != ours[f]]
 
 
+def retraction_scenarios():
+    """Each RETRACTION_CONFIGS config x the flags resolve_decode_retraction_backup reads."""
+    scenarios = []
+    flag_values = itertools.product(
+        (False, True), (False, True), (1, 2),
+        ((False, False), (True, False), (True, True)), (False, True))
+    for name, (radix, offload, dcp, (priority, no_preempt), unified) in itertools.product(
+            RETRACTION_CONFIGS, list(flag_values)):
+        scenarios.append({
+            "id": f"r{len(scenarios)}",
+            "config": os.path.join(ROOT, "tests/fixtures/configs", f"{name}.json"),
+            "flags": {"decodeRadixCache": radix, "decodeOffloadKvCache": offload,
+                      "decodeContextParallel": dcp, "priorityScheduling": priority,
+                      "disablePriorityPreemption": no_preempt, "enableUnifiedMemory": unified},
+        })
+    return scenarios
+
+
+def sglang_retraction(src, venvs, scenarios):
+    proc = subprocess.run([release_python(src, venvs), os.path.join(HERE, "retraction.py"), src],
+                          input=json.dumps(scenarios), capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"retraction.py failed on {src}:\n{proc.stderr[-2000:]}")
+    return {r["id"]: r for r in json.loads(proc.stdout)}
+
+
+def manifest(scenario):
+    """An InferenceDeployment equivalent to one retraction scenario (decode side, backup unset)."""
+    with open(scenario["config"], encoding="utf-8") as f:
+        # Python's json, like SGLang's loader; the manifest is written back as strict JSON.
+        config = json.load(f)
+    flags = scenario["flags"]
+    return {
+        "apiVersion": "kvpilot.dev/v1alpha1", "kind": "InferenceDeployment",
+        "metadata": {"name": scenario["id"], "namespace": "parity"},
+        "spec": {
+            "model": {"name": f"parity/{os.path.basename(scenario['config'])}",
+                      "config": {"inline": config}},
+            "disaggregation": {
+                "transferBackend": "mooncake", "prefill": {"tensorParallel": 1},
+                "decodeRadixCache": flags["decodeRadixCache"],
+                "decodeOffloadKvCache": flags["decodeOffloadKvCache"],
+                "decodeContextParallel": flags["decodeContextParallel"],
+                "priorityScheduling": flags["priorityScheduling"],
+                "disablePriorityPreemption": flags["disablePriorityPreemption"],
+                "enableUnifiedMemory": flags["enableUnifiedMemory"],
+            },
+            "decode": {"replicas": 1, "tensorParallel": 1},
+        },
+    }
+
+
+def kvpilot_effective(kvpilot, scenarios, version):
+    """kvpilot check's `effective` block per scenario id (all in one multi-document file)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write("\n---\n".join(json.dumps(manifest(s)) for s in scenarios))
+        path = f.name
+    try:
+        proc = subprocess.run([kvpilot, "check", "-f", path, "--sglang-version", version,
+                               "--output", "json", "--offline"],
+                              capture_output=True, text=True, check=False)
+    finally:
+        os.unlink(path)
+    try:
+        reports = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        raise RuntimeError(f"kvpilot check printed no JSON (exit {proc.returncode}): "
+                           f"{proc.stderr.strip()[:500]}") from None
+    return {r["name"].split("/")[-1]: r.get("effective") or {} for r in reports}
+
+
 def check_served_architectures(src):
     proc = subprocess.run([sys.executable, os.path.join(HERE, "served_architectures.py"),
                            "check", src, os.path.join(ROOT, SERVED_TSV)],
@@ -165,6 +247,34 @@ def main():
                    f"refused by SGLang's loader {refused}, harness errors {harness_errors}")
         if compare:
             summary += f"; compared {loaded}, agreements {agreements}"
+        scenarios = retraction_scenarios()
+        resolved = sglang_retraction(os.path.join(args.src, version), args.venvs, scenarios)
+        runnable = [s for s in scenarios if "backend" in resolved[s["id"]]]
+        scenario_agreements = 0
+        if compare and runnable:
+            effective = kvpilot_effective(args.kvpilot, runnable, version)
+            for scenario in runnable:
+                ours = effective.get(scenario["id"], {})
+                theirs = resolved[scenario["id"]]
+                differences = [("retractionBackup", theirs["backend"],
+                                ours.get("retractionBackup"))]
+                # The ratio sizes the host pool, which exists only with host_pool.
+                if theirs.get("hicacheRatio") is not None and theirs["backend"] == "host_pool":
+                    differences.append(("hostPoolRatio", theirs["hicacheRatio"],
+                                        ours.get("hostPoolRatio")))
+                differences = [d for d in differences if d[1] != d[2]]
+                if differences:
+                    failed += 1
+                    flags = ", ".join(f"{k}={v}" for k, v in scenario["flags"].items())
+                    diff = ", ".join(f"{f} SGLang={s} kvpilot={k}" for f, s, k in differences)
+                    print(f"  {version} retraction {os.path.basename(scenario['config'])} "
+                          f"[{flags}]: {diff}")
+                else:
+                    scenario_agreements += 1
+        summary += (f"; retraction scenarios {len(scenarios)}: run by SGLang {len(runnable)}")
+        if compare:
+            summary += f", agreements {scenario_agreements}"
+        passed += scenario_agreements if compare else len(runnable)
         messages_ok, message_failures = rule_messages.check(os.path.join(args.src, version),
                                                             version)
         for failure in message_failures:

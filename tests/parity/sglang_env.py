@@ -11,6 +11,7 @@ standard library are never answered, so transformers keeps seeing a machine with
 statement: statements that fail are skipped and recorded, functions and classes are kept.
 """
 
+import __future__
 import ast
 import contextlib
 import importlib.abc
@@ -256,6 +257,11 @@ def exec_subset(path, modname, keep_classes=()):
     with open(path, encoding="utf-8-sig") as f:
         tree = ast.parse(f.read(), path)
     namespace = {"__name__": modname, "__file__": path, "__builtins__": __builtins__}
+    # Statements compile one at a time, so the module's future import must be passed along.
+    flags = 0
+    if any(isinstance(n, ast.ImportFrom) and n.module == "__future__"
+           and any(a.name == "annotations" for a in n.names) for n in tree.body):
+        flags = __future__.annotations.compiler_flag
     for node in tree.body:
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             continue
@@ -270,7 +276,7 @@ def exec_subset(path, modname, keep_classes=()):
             ), node)
         module = ast.fix_missing_locations(ast.Module(body=[node], type_ignores=[]))
         try:
-            quietly(exec, compile(module, path, "exec"), namespace)
+            quietly(exec, compile(module, path, "exec", flags=flags, dont_inherit=True), namespace)
         except Exception as e:  # a statement that needs what is absent here
             SKIPPED.append(f"{os.path.basename(path)}:{node.lineno} {type(e).__name__}: {e}")
     return namespace
