@@ -7,7 +7,9 @@ For every release pinned in tests/parity/wheels/ it runs that release's own clas
 src/layout/served_architectures.tsv is what the releases' model code says; runs each release's
 resolve_decode_retraction_backup (retraction.py) on a scenario matrix and compares its choice
 with `kvpilot check --sglang-version X --output json` (effective.retractionBackup, and
-effective.hostPoolRatio where the release computes it from flags alone); and checks the
+effective.hostPoolRatio where the release computes it from flags alone); runs its
+handle_pd_disaggregation (pd_args.py) on a decode-flag matrix and compares the message it raises
+with kvpilot check's violations; and checks the
 rule-message table in rule_messages.py against each release's source. Prints a line per
 release, every disagreement, and a closing `N passed, N failed`; exits 1 on any failure.
 
@@ -159,10 +161,10 @@ def manifest(scenario):
     }
 
 
-def kvpilot_effective(kvpilot, scenarios, version):
-    """kvpilot check's `effective` block per scenario id (all in one multi-document file)."""
+def kvpilot_reports(kvpilot, manifests, version):
+    """kvpilot check's report per manifest name (all manifests in one multi-document file)."""
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write("\n---\n".join(json.dumps(manifest(s)) for s in scenarios))
+        f.write("\n---\n".join(json.dumps(m) for m in manifests))
         path = f.name
     try:
         proc = subprocess.run([kvpilot, "check", "-f", path, "--sglang-version", version,
@@ -175,7 +177,57 @@ def kvpilot_effective(kvpilot, scenarios, version):
     except json.JSONDecodeError:
         raise RuntimeError(f"kvpilot check printed no JSON (exit {proc.returncode}): "
                            f"{proc.stderr.strip()[:500]}") from None
-    return {r["name"].split("/")[-1]: r.get("effective") or {} for r in reports}
+    return {r["name"].split("/")[-1]: r for r in reports}
+
+
+PD_ARGS_CONFIG = "llama-3.1-8b-instruct"
+
+
+def pd_args_scenarios():
+    """Decode-server flags handle_pd_disaggregation reads that an InferenceDeployment states."""
+    scenarios = []
+    for backend, radix, dcp, hicache in itertools.product(
+            ("mooncake", "nixl", "mori", "fake"), (False, True), (1, 2), (False, True)):
+        scenarios.append({"id": f"p{len(scenarios)}", "args": {
+            "disaggregation_mode": "decode", "disaggregation_transfer_backend": backend,
+            "disaggregation_decode_enable_radix_cache": radix, "dcp_size": dcp,
+            "enable_hierarchical_cache": hicache}})
+    return scenarios
+
+
+def pd_args_manifest(scenario):
+    args = scenario["args"]
+    document = manifest({"id": scenario["id"], "config": os.path.join(
+        ROOT, "tests/fixtures/configs", f"{PD_ARGS_CONFIG}.json"), "flags": {
+        "decodeRadixCache": args["disaggregation_decode_enable_radix_cache"],
+        "decodeOffloadKvCache": False, "decodeContextParallel": args["dcp_size"],
+        "priorityScheduling": False, "disablePriorityPreemption": False,
+        "enableUnifiedMemory": False}})
+    disaggregation = document["spec"]["disaggregation"]
+    disaggregation["transferBackend"] = args["disaggregation_transfer_backend"]
+    disaggregation["hierarchicalCache"] = args["enable_hierarchical_cache"]
+    return document
+
+
+def sglang_pd_args(src, venvs, scenarios):
+    proc = subprocess.run([release_python(src, venvs), os.path.join(HERE, "pd_args.py"), src],
+                          input=json.dumps(scenarios), capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"pd_args.py failed on {src}:\n{proc.stderr[-2000:]}")
+    answer = json.loads(proc.stdout)
+    return answer["prefixes"], {r["id"]: r["error"] for r in answer["results"]}
+
+
+def pd_args_disagreement(error, prefixes, report):
+    """Why kvpilot's verdict differs from the release's argument check, or None.
+    The release stops at its first error, so kvpilot must report that exact message; where the
+    release raises nothing, kvpilot must report none of the messages that check can raise."""
+    messages = [v["message"] for v in report.get("violations", [])]
+    if error is not None:
+        return None if error in messages else f"SGLang raises {error!r}; kvpilot: {messages}"
+    extra = [m for m in messages if any(m.startswith(p) for p in prefixes)]
+    return f"SGLang accepts; kvpilot reports {extra}" if extra else None
 
 
 def check_served_architectures(src):
@@ -213,6 +265,14 @@ def main():
         compare, failed = False, failed + 1
 
     configs = fixture_configs()
+    pd_scenarios = pd_args_scenarios()
+    pd_raised, prefixes = {}, set()
+    for release in RELEASES:
+        release_prefixes, pd_raised[release.version] = sglang_pd_args(
+            os.path.join(args.src, release.version), args.venvs, pd_scenarios)
+        # Any release's wording counts: kvpilot must not raise an older or newer variant of a
+        # message where this release accepts.
+        prefixes.update(release_prefixes)
     for release in RELEASES:
         version = release.version
         verdicts = sglang_classification(os.path.join(args.src, version), args.venvs, configs)
@@ -252,9 +312,9 @@ def main():
         runnable = [s for s in scenarios if "backend" in resolved[s["id"]]]
         scenario_agreements = 0
         if compare and runnable:
-            effective = kvpilot_effective(args.kvpilot, runnable, version)
+            reports = kvpilot_reports(args.kvpilot, [manifest(s) for s in runnable], version)
             for scenario in runnable:
-                ours = effective.get(scenario["id"], {})
+                ours = reports.get(scenario["id"], {}).get("effective") or {}
                 theirs = resolved[scenario["id"]]
                 differences = [("retractionBackup", theirs["backend"],
                                 ours.get("retractionBackup"))]
@@ -275,6 +335,23 @@ def main():
         if compare:
             summary += f", agreements {scenario_agreements}"
         passed += scenario_agreements if compare else len(runnable)
+        raised = pd_raised[version]
+        pd_agreements = 0
+        if compare:
+            reports = kvpilot_reports(args.kvpilot, [pd_args_manifest(s) for s in pd_scenarios],
+                                      version)
+            for scenario in pd_scenarios:
+                why = pd_args_disagreement(raised[scenario["id"]], prefixes,
+                                           reports.get(scenario["id"], {}))
+                if why is None:
+                    pd_agreements += 1
+                else:
+                    failed += 1
+                    print(f"  {version} PD args {scenario['args']}: {why}")
+        summary += f"; PD argument scenarios {len(pd_scenarios)} run by SGLang"
+        if compare:
+            summary += f", agreements {pd_agreements}"
+        passed += pd_agreements if compare else len(pd_scenarios)
         messages_ok, message_failures = rule_messages.check(os.path.join(args.src, version),
                                                             version)
         for failure in message_failures:
