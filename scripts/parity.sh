@@ -15,6 +15,9 @@ kvpilot_bin="${KVPILOT_BIN:-$PWD/target/debug/kvpilot}"
 python="${PARITY_PYTHON:-python3}"
 mkdir -p "$parity_dir/wheels" "$parity_dir/src"
 
+# The harness's own parsers first (standard library only).
+"$python" -m unittest -q discover -s tests/parity -p 'test_*.py'
+
 # A wheel is fetched and unpacked once; the marker holds its hash, so a changed pin refetches.
 for pin in tests/parity/wheels/sglang-*.txt; do
     version="$(basename "$pin" .txt)"
