@@ -16,7 +16,11 @@ python="${PARITY_PYTHON:-python3}"
 mkdir -p "$parity_dir/wheels" "$parity_dir/src"
 
 # The harness's own parsers first (standard library only).
-"$python" -m unittest -q discover -s tests/parity -p 'test_*.py'
+if ! unit_tests="$("$python" -m unittest discover -s tests/parity -p 'test_*.py' 2>&1)"; then
+    echo "$unit_tests"
+    echo "parity: the harness's own unit tests failed"
+    exit 1
+fi
 
 # A wheel is fetched and unpacked once; the marker holds its hash, so a changed pin refetches.
 for pin in tests/parity/wheels/sglang-*.txt; do
