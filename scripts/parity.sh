@@ -40,6 +40,7 @@ for pin in tests/parity/wheels/sglang-*.txt; do
     rm -rf "$parity_dir/src/$version"
     "$python" tests/parity/unpack_wheel.py "$parity_dir"/wheels/sglang-"$version"-*.whl "$parity_dir/src/$version"
     echo "$hash" > "$marker"
+    rm -f "$parity_dir"/wheels/sglang-"$version"-*.whl  # the unpacked source is the cache
 done
 
 # One venv per transformers version the releases pin (each release runs on its own pin).
