@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Parity harness (issue #14 item 7): runs each supported SGLang release's own classification on
-# every fixture config and compares it with `kvpilot layout --sglang-version`, and checks that
-# src/layout/served_architectures.tsv is current. Release wheels and a torch-free Python venv are
-# fetched from PyPI, pinned by hash (tests/parity/wheels/, tests/parity/requirements-*.txt), and
-# cached under target/parity/. Exits non-zero on any disagreement; the last line is
-# "N passed, N failed".
+# Parity harness (issue #14 item 7): runs each supported SGLang release's own code and compares
+# it with kvpilot: its classification of every fixture config with `kvpilot layout
+# --sglang-version`, its automatic retraction-backup choice and its PD argument checks with
+# `kvpilot check --sglang-version --output json`; it also checks a rule-message table against each
+# release's source and that src/layout/served_architectures.tsv is current. Release wheels and
+# torch-free Python venvs are fetched from PyPI, pinned by hash (tests/parity/wheels/,
+# tests/parity/requirements-*.txt), and cached under target/parity/. Exits non-zero on any
+# disagreement; the last line is "N passed, N failed".
 #   KVPILOT_BIN     the binary to compare (default target/debug/kvpilot)
-#   PARITY_PYTHON   the Python that builds the venv (default python3; 3.10 or newer)
+#   PARITY_PYTHON   the Python that builds the venvs (default python3; 3.10 or newer)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,7 +34,7 @@ for pin in tests/parity/wheels/sglang-*.txt; do
         continue
     fi
     echo "parity: fetching SGLang $version"
-    # Pins change the marker's hash; a stale unpack is removed first. The wheels are CPython 3.11 manylinux builds; only their Python source is used, so the
+    # The wheels are CPython 3.11 manylinux builds; only their Python source is used, so the
     # fetch names that platform whatever the local interpreter is.
     "$python" -m pip download --quiet --no-deps --require-hashes --only-binary=:all: \
         --implementation cp --python-version 3.11 --platform manylinux_2_34_x86_64 \
