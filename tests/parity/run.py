@@ -26,7 +26,7 @@ import sys
 import tempfile
 
 import rule_messages
-from releases import RELEASES
+from releases import RELEASES, version_key
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -97,15 +97,45 @@ def kvpilot_facts(layout):
     }
 
 
-def disagreements(sglang, layout):
+# How kvpilot says a release has no model code for an architecture (issue #14 item 6:
+# "SGLang 0.5.23 has no model for JambaForCausalLM"), in `warnings` of its layout.
+NO_MODEL_WARNING = "has no model for"
+
+
+def served_architectures():
+    """architecture -> (first, last or None), from the TSV the harness keeps current."""
+    served = {}
+    with open(os.path.join(ROOT, SERVED_TSV), encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("#") or not line.strip():
+                continue
+            name, first, last = line.rstrip("\n").split("\t")
+            served[name] = (first, None if last == "-" else last)
+    return served
+
+
+def is_served(served, architecture, version):
+    if architecture not in served:
+        return False
+    first, last = served[architecture]
+    return version_key(first) <= version_key(version) and (
+        last is None or version_key(version) <= version_key(last))
+
+
+def disagreements(sglang, layout, served):
     """(fact, SGLang's value, kvpilot's value) for each fact the two sides state differently.
     Layer counts are SGLang's pool split, so they are compared only where SGLang splits (hybrid
-    SWA with per-layer ids; DeepSeek-V4's compressed pool has none)."""
-    ours = kvpilot_facts(layout)
-    facts = ["isHybridSwa", "usesSsmState", "isMla", "isDsa", "isSwaCompress"]
+    SWA with per-layer ids; DeepSeek-V4's compressed pool has none). `servedBySglang` is whether
+    the release has model code for the architecture its config loader settles on (SGLang's
+    config classes rename some, e.g. Olmo3ForCausalLM to Olmo2ForCausalLM); kvpilot must warn
+    exactly when it has none."""
+    ours = dict(kvpilot_facts(layout), servedBySglang=not any(
+        NO_MODEL_WARNING in w for w in layout.get("warnings", [])))
+    theirs = dict(sglang, servedBySglang=served)
+    facts = ["isHybridSwa", "usesSsmState", "isMla", "isDsa", "isSwaCompress", "servedBySglang"]
     if sglang["isHybridSwa"] and sglang["fullLayers"] is not None:
         facts += ["fullLayers", "swaLayers"]
-    return [(f, sglang[f], ours[f]) for f in facts if sglang[f] != ours[f]]
+    return [(f, theirs[f], ours[f]) for f in facts if theirs[f] != ours[f]]
 
 
 def retraction_scenarios():
@@ -265,6 +295,7 @@ def main():
         compare, failed = False, failed + 1
 
     configs = fixture_configs()
+    served = served_architectures()
     pd_scenarios = pd_args_scenarios()
     pd_raised, prefixes = {}, set()
     for release in RELEASES:
@@ -296,7 +327,8 @@ def main():
                 disagreeing += 1
                 print(f"  {version} {name}: SGLang classifies it, kvpilot fails: {error}")
                 continue
-            differences = disagreements(verdict, layout)
+            differences = disagreements(
+                verdict, layout, is_served(served, verdict["architecture"], version))
             if differences:
                 disagreeing += 1
                 diff = ", ".join(f"{fact} SGLang={s} kvpilot={k}" for fact, s, k in differences)

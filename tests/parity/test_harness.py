@@ -12,6 +12,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pd_args  # noqa: E402
 import rule_messages  # noqa: E402
+import run  # noqa: E402
 import served_architectures  # noqa: E402
 from releases import version_key  # noqa: E402
 
@@ -61,6 +62,21 @@ class VersionKeyTest(unittest.TestCase):
         for _ in range(50):
             shuffled = random.sample(versions, len(versions))
             self.assertEqual(sorted(shuffled, key=version_key), versions)
+
+
+class ServedRangeTest(unittest.TestCase):
+    def test_first_and_last_are_inclusive_and_dash_is_open(self):
+        served = {"Old": ("0.5.17", "0.5.19"), "New": ("0.5.21", None)}
+        self.assertTrue(run.is_served(served, "Old", "0.5.19"))
+        self.assertFalse(run.is_served(served, "Old", "0.5.20"))
+        self.assertFalse(run.is_served(served, "New", "0.5.20"))
+        self.assertTrue(run.is_served(served, "New", "0.5.99"))
+        self.assertFalse(run.is_served(served, "Unknown", "0.5.23"))
+
+    def test_the_committed_file_parses(self):
+        served = run.served_architectures()
+        self.assertIn("LlamaForCausalLM", served)
+        self.assertTrue(all(first.count(".") >= 2 for first, _ in served.values()))
 
 
 class MessageTextTest(unittest.TestCase):
