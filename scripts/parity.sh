@@ -15,6 +15,8 @@ cd "$(dirname "$0")/.."
 parity_dir="$PWD/target/parity"
 kvpilot_bin="${KVPILOT_BIN:-$PWD/target/debug/kvpilot}"
 python="${PARITY_PYTHON:-python3}"
+# Bytecode caches go under target/, never into the source tree.
+export PYTHONPYCACHEPREFIX="$parity_dir/pycache"
 mkdir -p "$parity_dir/wheels" "$parity_dir/src"
 
 # The harness's own parsers first (standard library only).
