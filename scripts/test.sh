@@ -25,6 +25,10 @@ export KVPILOT_REQUIRE_CLUSTER=1
 
 cargo test --locked
 
+# Each supported SGLang release's own code against `kvpilot layout` (needs target/debug/kvpilot,
+# which cargo test has built; downloads are cached under target/parity).
+bash scripts/parity.sh
+
 # The end-to-end run on a real cluster only when asked for (see scripts/e2e-cluster.sh).
 if [ "${KVPILOT_E2E:-0}" = 1 ]; then
     bash scripts/e2e-cluster.sh

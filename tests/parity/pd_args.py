@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""One SGLang release's own PD argument checks (`handle_pd_disaggregation`) on a scenario matrix.
+
+Usage: pd_args.py SGLANG_SRC < scenarios.json    (a JSON list, see run.py)
+Prints {"prefixes": [...], "results": [{"id", "error": message or null}]}: `error` is what the
+release raises for the decode server's arguments; `prefixes` are the fixed leading texts of
+every ValueError/assert message the function can raise (read from its syntax tree), which lets
+the caller tell whether kvpilot reports one of these rules where the release raises nothing.
+
+What runs is the release's arg_groups/pd_disaggregation_hook.py, unchanged. What stands in:
+the server args are a plain object holding the release's own field defaults (the annotated
+defaults of ServerArgs and arg_groups/fields/*.py, read with ast) overlaid with the scenario;
+`resolving_view`/`resolved_view` hand that object back, `declare_resolution` sets fields on it
+(what the real context does once resolution is applied), and DP attention is off.
+"""
+
+import ast
+import glob
+import json
+import os
+import sys
+import types
+
+import sglang_env
+
+
+def field_defaults(srt):
+    """name -> default for every literal-valued annotated field of the release's ServerArgs."""
+    files = [os.path.join(srt, "server_args.py")] + sorted(
+        glob.glob(os.path.join(srt, "arg_groups", "fields", "*.py")))
+    defaults = {}
+    for path in files:
+        with open(path, encoding="utf-8-sig") as f:
+            tree = ast.parse(f.read(), path)
+        for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+            for node in cls.body:
+                if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                        and node.value is not None):
+                    try:
+                        defaults.setdefault(node.target.id, ast.literal_eval(node.value))
+                    except ValueError:
+                        continue
+    return defaults
+
+
+def _message_prefix(node):
+    """The fixed text a raised message starts with ('' when it starts with an interpolation)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        prefix = ""
+        for part in node.values:
+            if not isinstance(part, ast.Constant):
+                break
+            prefix += part.value
+        return prefix
+    if isinstance(node, ast.BinOp):
+        return _message_prefix(node.left)
+    return ""
+
+
+def raised_prefixes(function_node):
+    prefixes = set()
+    for node in ast.walk(function_node):
+        message = None
+        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args:
+            message = node.exc.args[0]
+        elif isinstance(node, ast.Assert) and node.msg is not None:
+            message = node.msg
+        if message is not None and len(_message_prefix(message)) >= 20:
+            prefixes.add(_message_prefix(message))
+    return sorted(prefixes)
+
+
+def main(argv):
+    if len(argv) != 2:
+        sys.exit(__doc__)
+    src = argv[1]
+    scenarios = json.load(sys.stdin)
+    sglang_env.install(src)
+    srt = os.path.join(src, "sglang", "srt")
+    path = os.path.join(srt, "arg_groups", "pd_disaggregation_hook.py")
+    hook = sglang_env.exec_subset(path, "sglang.srt.arg_groups.pd_disaggregation_hook")
+    handle = hook["handle_pd_disaggregation"]
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    prefixes = raised_prefixes(next(n for n in tree.body if isinstance(n, ast.FunctionDef)
+                                    and n.name == "handle_pd_disaggregation"))
+    defaults = field_defaults(srt)
+
+    def declare_resolution(args, _source, **fields):
+        for name, value in fields.items():
+            setattr(args, name, value)
+
+    scope = dict(handle.__globals__, resolving_view=lambda args: args,
+                 resolved_view=lambda args: args, declare_resolution=declare_resolution,
+                 attn_dp_enabled_of=lambda _view: False, num_dp_ranks_of=lambda _view: 1)
+    bound = types.FunctionType(handle.__code__, scope, handle.__name__, handle.__defaults__,
+                               handle.__closure__)
+    results = []
+    for scenario in scenarios:
+        args = types.SimpleNamespace(**dict(defaults, **scenario["args"]))
+        try:
+            sglang_env.quietly(bound, args)
+            error = None
+        except (ValueError, AssertionError) as e:
+            error = str(e)
+        results.append({"id": scenario["id"], "error": error})
+    print(json.dumps({"prefixes": prefixes, "results": results}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

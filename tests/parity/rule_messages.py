@@ -1,0 +1,76 @@
+"""Rule messages per release, checked against each release's source (a static table, not an
+executed check: these rules fire at pool build, handshake or transfer time, which needs a GPU).
+
+Each row: rule id (sglang-drift.md), a fragment of SGLang's message, the file under sglang/srt/,
+and the first/last release that has it (None = open-ended). The fragment is looked for in the
+file's string constants as Python joins them (implicit concatenation and f-string parts), so a
+message split across source lines is still found. A row fails when the fragment is missing from
+a release the table says has it, or present in one it says lacks it.
+"""
+
+import ast
+import os
+
+from releases import version_key
+
+KVB = "mem_cache/kv_cache_builder.py"
+PDH = "arg_groups/pd_disaggregation_hook.py"
+
+RULES = [
+    ("R13 (0.5.17-0.5.18 blanket SWA rule)",
+     "--disaggregation-decode-enable-radix-cache is incompatible with sliding window attention "
+     "(SWA) models", KVB, "0.5.17", "0.5.18"),
+    ("R9b", "Retraction host pool is smaller than its device pool",
+     "mem_cache/unified_radix_cache.py", "0.5.18", "0.5.18"),
+    ("R19 DCP backend (mooncake or nixl)",
+     "PD decode DCP requires --disaggregation-transfer-backend mooncake or nixl, got", PDH,
+     "0.5.17", "0.5.18"),
+    ("R19 DCP backend (+ fake)", "mooncake, nixl, or fake for synthetic benchmarking", PDH,
+     "0.5.19", "0.5.21"),
+    ("R19 DCP backend (+ mori, ascend)",
+     "mooncake, nixl, mori, ascend, or fake for synthetic benchmarking", PDH, "0.5.22", None),
+    ("N2", "--disaggregation-decode-host-receive-threshold must be between 0 and 1", PDH,
+     "0.5.21", None),
+    ("LMC", "LMCacheUnifiedRadixCache currently supports colocated prefill/decode scheduling only",
+     "arg_groups/kv_cache_hook.py", "0.5.21", None),
+    ("U5a", "Unified-memory H2D/D2H does not support host-pool decode retraction with decode "
+     "radix cache yet.", KVB, "0.5.21", "0.5.21"),
+    ("R15 (0.5.23 text)", "with DeepSeek-V4 requires the unified KV layout", KVB, "0.5.23", None),
+    ("T1 mooncake/nixl text", "PD Disaggregation does NOT support PD different TP sizes for "
+     "non-MLA", "disaggregation/mooncake/conn.py", "0.5.17", None),
+    ("T1pp", "SWA hybrid models with pipeline parallelism yet", "disaggregation/common/conn.py",
+     "0.5.22", None),
+]
+
+
+def _string_constants(path):
+    with open(path, encoding="utf-8-sig") as f:
+        tree = ast.parse(f.read(), path)
+    texts = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            texts.append(node.value)
+        elif isinstance(node, ast.JoinedStr):
+            texts.append("".join(v.value if isinstance(v, ast.Constant) else "{}"
+                                 for v in node.values))
+    return texts
+
+
+def check(src, version):
+    """(passed, failures) for one release's source tree."""
+    srt = os.path.join(src, "sglang", "srt")
+    cache = {}
+    passed, failures = 0, []
+    for rule, fragment, rel_path, first, last in RULES:
+        path = os.path.join(srt, rel_path)
+        if rel_path not in cache:
+            cache[rel_path] = _string_constants(path) if os.path.exists(path) else []
+        present = any(fragment in text for text in cache[rel_path])
+        expected = version_key(first) <= version_key(version) and (
+            last is None or version_key(version) <= version_key(last))
+        if present == expected:
+            passed += 1
+        else:
+            failures.append(f"{rule}: expected {'present' if expected else 'absent'} in "
+                            f"{rel_path}, found {'present' if present else 'absent'}")
+    return passed, failures

@@ -1,0 +1,402 @@
+#!/usr/bin/env python3
+"""The parity harness's driver (scripts/parity.sh sets it up and calls it).
+
+For every release pinned in tests/parity/wheels/ it runs that release's own classification
+(classify.py, one fresh interpreter per release) on every fixture config and compares it with
+`kvpilot layout --config F --sglang-version X`; it also checks that
+src/layout/served_architectures.tsv is what the releases' model code says; runs each release's
+resolve_decode_retraction_backup (retraction.py) on a scenario matrix and compares its choice
+with `kvpilot check --sglang-version X --output json` (effective.retractionBackup, and
+effective.hostPoolRatio where the release computes it from flags alone); runs its
+handle_pd_disaggregation (pd_args.py) on a decode-flag matrix and compares the message it raises
+with kvpilot check's violations; and checks the
+rule-message table in rule_messages.py against each release's source. Prints a line per
+release, every disagreement, and a closing `N passed, N failed`; exits 1 on any failure.
+
+  --oracle-only   run and count only SGLang's side (no kvpilot binary needed)
+"""
+
+import argparse
+import glob
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import rule_messages
+from releases import RELEASES, version_key
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+FIXTURE_GLOBS = ("tests/fixtures/configs/*.json", "tests/fixtures/configs/parity/*.json")
+SERVED_TSV = "src/layout/served_architectures.tsv"
+# Configs for the retraction-backup matrix: one per KV pool kind SGLang builds (full MHA, full MHA
+# by the Gemma-3 override, hybrid SWA, pure SWA on either transformers pin, MLA, SSM x2).
+RETRACTION_CONFIGS = ("llama-3.1-8b-instruct", "gemma-3-1b-it", "gpt-oss-20b", "custom-pure-swa",
+                      "gemma-4-pure-swa", "deepseek-v3", "qwen3-next-80b-a3b",
+                      "nemotron-nano-9b-v2")
+
+
+def fixture_configs():
+    return sorted(p for pattern in FIXTURE_GLOBS for p in glob.glob(os.path.join(ROOT, pattern)))
+
+
+def release_python(src, venvs):
+    """The venv holding the transformers version this release pins."""
+    with open(os.path.join(src, "transformers.pin"), encoding="utf-8") as f:
+        pin = f.read().strip()
+    python = os.path.join(venvs, f"venv-{pin}", "bin", "python")
+    if not os.access(python, os.X_OK):
+        raise RuntimeError(f"{src} pins transformers=={pin}, but there is no {python}; add "
+                           f"tests/parity/requirements-transformers-{pin}.txt")
+    return python
+
+
+def sglang_classification(src, venvs, configs):
+    """The release's verdict per config file name (classify.py output)."""
+    proc = subprocess.run([release_python(src, venvs), os.path.join(HERE, "classify.py"), src,
+                           *configs],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"classify.py failed on {src}:\n{proc.stderr[-2000:]}")
+    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return {r["file"]: r for r in results}
+
+
+def supports_sglang_version(kvpilot):
+    proc = subprocess.run([kvpilot, "layout", "--help"], capture_output=True, text=True,
+                          check=False)
+    return "--sglang-version" in proc.stdout
+
+
+def kvpilot_layout(kvpilot, config, version):
+    proc = subprocess.run([kvpilot, "layout", "--config", config, "--sglang-version", version],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        return None, proc.stderr.strip() or f"exit code {proc.returncode}"
+    try:
+        return json.loads(proc.stdout), None
+    except json.JSONDecodeError as e:
+        return None, f"output is not JSON: {e}"
+
+
+def kvpilot_facts(layout):
+    """kvpilot's layout JSON (src/api/layout_types.rs) in the oracle's terms."""
+    pool = layout["kvPool"]
+    features = set(layout.get("features", []))
+    return {
+        "isHybridSwa": pool in ("hybrid-swa", "pure-swa"),
+        "usesSsmState": pool == "hybrid-ssm",
+        "isMla": layout["attention"] == "mla",
+        "isDsa": "dsa" in features,
+        "isSwaCompress": "swa-compress" in features,
+        "fullLayers": layout["layers"]["fullAttention"],
+        "swaLayers": layout["layers"]["slidingWindow"],
+    }
+
+
+# How kvpilot says a release has no model code for an architecture (issue #14 item 6:
+# "SGLang 0.5.23 has no model for JambaForCausalLM"), in `warnings` of its layout.
+NO_MODEL_WARNING = "has no model for"
+
+
+def served_architectures():
+    """architecture -> (first, last or None), from the TSV the harness keeps current."""
+    served = {}
+    with open(os.path.join(ROOT, SERVED_TSV), encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("#") or not line.strip():
+                continue
+            name, first, last = line.rstrip("\n").split("\t")
+            served[name] = (first, None if last == "-" else last)
+    return served
+
+
+def is_served(served, architecture, version):
+    if architecture not in served:
+        return False
+    first, last = served[architecture]
+    return version_key(first) <= version_key(version) and (
+        last is None or version_key(version) <= version_key(last))
+
+
+def disagreements(sglang, layout, served):
+    """(fact, SGLang's value, kvpilot's value) for each fact the two sides state differently.
+    Layer counts are SGLang's pool split, so they are compared only where SGLang splits (hybrid
+    SWA with per-layer ids; DeepSeek-V4's compressed pool has none). `servedBySglang` is whether
+    the release has model code for the architecture its config loader settles on (SGLang's
+    config classes rename some, e.g. Olmo3ForCausalLM to Olmo2ForCausalLM); kvpilot must warn
+    exactly when it has none."""
+    ours = dict(kvpilot_facts(layout), servedBySglang=not any(
+        NO_MODEL_WARNING in w for w in layout.get("warnings", [])))
+    theirs = dict(sglang, servedBySglang=served)
+    facts = ["isHybridSwa", "usesSsmState", "isMla", "isDsa", "isSwaCompress", "servedBySglang"]
+    if sglang["isHybridSwa"] and sglang["fullLayers"] is not None:
+        facts += ["fullLayers", "swaLayers"]
+    return [(f, theirs[f], ours[f]) for f in facts if theirs[f] != ours[f]]
+
+
+def retraction_scenarios():
+    """Each RETRACTION_CONFIGS config x the flags resolve_decode_retraction_backup reads."""
+    scenarios = []
+    flag_values = itertools.product(
+        (False, True), (False, True), (1, 2),
+        ((False, False), (True, False), (True, True)), (False, True))
+    for name, (radix, offload, dcp, (priority, no_preempt), unified) in itertools.product(
+            RETRACTION_CONFIGS, list(flag_values)):
+        scenarios.append({
+            "id": f"r{len(scenarios)}",
+            "config": os.path.join(ROOT, "tests/fixtures/configs", f"{name}.json"),
+            "flags": {"decodeRadixCache": radix, "decodeOffloadKvCache": offload,
+                      "decodeContextParallel": dcp, "priorityScheduling": priority,
+                      "disablePriorityPreemption": no_preempt, "enableUnifiedMemory": unified},
+        })
+    return scenarios
+
+
+def sglang_retraction(src, venvs, scenarios):
+    proc = subprocess.run([release_python(src, venvs), os.path.join(HERE, "retraction.py"), src],
+                          input=json.dumps(scenarios), capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"retraction.py failed on {src}:\n{proc.stderr[-2000:]}")
+    return {r["id"]: r for r in json.loads(proc.stdout)}
+
+
+def manifest(scenario):
+    """An InferenceDeployment equivalent to one retraction scenario (decode side, backup unset)."""
+    with open(scenario["config"], encoding="utf-8") as f:
+        # Python's json, like SGLang's loader; the manifest is written back as strict JSON.
+        config = json.load(f)
+    flags = scenario["flags"]
+    return {
+        "apiVersion": "kvpilot.dev/v1alpha1", "kind": "InferenceDeployment",
+        "metadata": {"name": scenario["id"], "namespace": "parity"},
+        "spec": {
+            "model": {"name": f"parity/{os.path.basename(scenario['config'])}",
+                      "config": {"inline": config}},
+            "disaggregation": {
+                "transferBackend": "mooncake", "prefill": {"tensorParallel": 1},
+                "decodeRadixCache": flags["decodeRadixCache"],
+                "decodeOffloadKvCache": flags["decodeOffloadKvCache"],
+                "decodeContextParallel": flags["decodeContextParallel"],
+                "priorityScheduling": flags["priorityScheduling"],
+                "disablePriorityPreemption": flags["disablePriorityPreemption"],
+                "enableUnifiedMemory": flags["enableUnifiedMemory"],
+            },
+            "decode": {"replicas": 1, "tensorParallel": 1},
+        },
+    }
+
+
+def kvpilot_reports(kvpilot, manifests, version):
+    """kvpilot check's report per manifest name (all manifests in one multi-document file)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write("\n---\n".join(json.dumps(m) for m in manifests))
+        path = f.name
+    try:
+        proc = subprocess.run([kvpilot, "check", "-f", path, "--sglang-version", version,
+                               "--output", "json", "--offline"],
+                              capture_output=True, text=True, check=False)
+    finally:
+        os.unlink(path)
+    try:
+        reports = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        raise RuntimeError(f"kvpilot check printed no JSON (exit {proc.returncode}): "
+                           f"{proc.stderr.strip()[:500]}") from None
+    return {r["name"].split("/")[-1]: r for r in reports}
+
+
+PD_ARGS_CONFIG = "llama-3.1-8b-instruct"
+
+
+def pd_args_scenarios():
+    """Decode-server flags handle_pd_disaggregation reads that an InferenceDeployment states.
+    Hierarchical cache is left out: from 0.5.21 its DCP check moved to the HiCache hook, so this
+    hook alone accepting it would not mean the release does."""
+    scenarios = []
+    for backend, radix, dcp in itertools.product(
+            ("mooncake", "nixl", "mori", "fake"), (False, True), (1, 2)):
+        scenarios.append({"id": f"p{len(scenarios)}", "args": {
+            "disaggregation_mode": "decode", "disaggregation_transfer_backend": backend,
+            "disaggregation_decode_enable_radix_cache": radix, "dcp_size": dcp}})
+    return scenarios
+
+
+def pd_args_manifest(scenario):
+    args = scenario["args"]
+    document = manifest({"id": scenario["id"], "config": os.path.join(
+        ROOT, "tests/fixtures/configs", f"{PD_ARGS_CONFIG}.json"), "flags": {
+        "decodeRadixCache": args["disaggregation_decode_enable_radix_cache"],
+        "decodeOffloadKvCache": False, "decodeContextParallel": args["dcp_size"],
+        "priorityScheduling": False, "disablePriorityPreemption": False,
+        "enableUnifiedMemory": False}})
+    disaggregation = document["spec"]["disaggregation"]
+    disaggregation["transferBackend"] = args["disaggregation_transfer_backend"]
+    return document
+
+
+def sglang_pd_args(src, venvs, scenarios):
+    proc = subprocess.run([release_python(src, venvs), os.path.join(HERE, "pd_args.py"), src],
+                          input=json.dumps(scenarios), capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"pd_args.py failed on {src}:\n{proc.stderr[-2000:]}")
+    answer = json.loads(proc.stdout)
+    return answer["prefixes"], {r["id"]: r["error"] for r in answer["results"]}
+
+
+def pd_args_disagreement(error, prefixes, report):
+    """Why kvpilot's verdict differs from the release's argument check, or None.
+    The release stops at its first error, so kvpilot must report that exact message; where the
+    release raises nothing, kvpilot must report none of the messages that check can raise."""
+    messages = [v["message"] for v in report.get("violations", [])]
+    if error is not None:
+        return None if error in messages else f"SGLang raises {error!r}; kvpilot: {messages}"
+    extra = [m for m in messages if any(m.startswith(p) for p in prefixes)]
+    return f"SGLang accepts; kvpilot reports {extra}" if extra else None
+
+
+def check_served_architectures(src):
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "served_architectures.py"),
+                           "check", src, os.path.join(ROOT, SERVED_TSV)],
+                          capture_output=True, text=True, check=False)
+    sys.stdout.write(proc.stdout)
+    sys.stderr.write(proc.stderr)
+    return proc.returncode == 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--src", required=True, help="folder holding <version>/sglang/srt")
+    parser.add_argument("--venvs", required=True, help="folder holding venv-<transformers pin>")
+    parser.add_argument("--kvpilot", help="the kvpilot binary to compare")
+    parser.add_argument("--oracle-only", action="store_true")
+    args = parser.parse_args()
+
+    passed = failed = 0
+    if check_served_architectures(args.src):
+        passed += 1
+    else:
+        failed += 1
+
+    compare = not args.oracle_only
+    if compare and (not args.kvpilot or not os.access(args.kvpilot, os.X_OK)):
+        print(f"parity: no kvpilot binary at {args.kvpilot!r}; build it (cargo build) or set "
+              "KVPILOT_BIN")
+        compare, failed = False, failed + 1
+    elif compare and not supports_sglang_version(args.kvpilot):
+        print(f"parity: {args.kvpilot} has no `layout --sglang-version`; the comparison needs "
+              "the release profiles of issue #14 (items 1-2). Only SGLang's side ran.")
+        compare, failed = False, failed + 1
+
+    configs = fixture_configs()
+    served = served_architectures()
+    pd_scenarios = pd_args_scenarios()
+    pd_raised, prefixes = {}, set()
+    for release in RELEASES:
+        release_prefixes, pd_raised[release.version] = sglang_pd_args(
+            os.path.join(args.src, release.version), args.venvs, pd_scenarios)
+        # Any release's wording counts: kvpilot must not raise an older or newer variant of a
+        # message where this release accepts.
+        prefixes.update(release_prefixes)
+    for release in RELEASES:
+        version = release.version
+        verdicts = sglang_classification(os.path.join(args.src, version), args.venvs, configs)
+        loaded = refused = harness_errors = agreements = disagreeing = 0
+        for config in configs:
+            name = os.path.basename(config)
+            verdict = verdicts.get(name, {"harnessError": "no output from classify.py"})
+            if "harnessError" in verdict:
+                harness_errors += 1
+                print(f"  {version} {name}: the harness could not run SGLang's code: "
+                      f"{verdict['harnessError']}")
+                continue
+            if not verdict["loaded"]:
+                refused += 1  # SGLang itself cannot load this config: nothing to compare
+                continue
+            loaded += 1
+            if not compare:
+                continue
+            layout, error = kvpilot_layout(args.kvpilot, config, version)
+            if error is not None:
+                disagreeing += 1
+                print(f"  {version} {name}: SGLang classifies it, kvpilot fails: {error}")
+                continue
+            differences = disagreements(
+                verdict, layout, is_served(served, verdict["architecture"], version))
+            if differences:
+                disagreeing += 1
+                diff = ", ".join(f"{fact} SGLang={s} kvpilot={k}" for fact, s, k in differences)
+                print(f"  {version} {name}: {diff}")
+            else:
+                agreements += 1
+        summary = (f"SGLang {version}: configs {len(configs)}: classified by SGLang {loaded}, "
+                   f"refused by SGLang's loader {refused}, harness errors {harness_errors}")
+        if compare:
+            summary += f"; compared {loaded}, agreements {agreements}"
+        scenarios = retraction_scenarios()
+        resolved = sglang_retraction(os.path.join(args.src, version), args.venvs, scenarios)
+        runnable = [s for s in scenarios if "backend" in resolved[s["id"]]]
+        scenario_agreements = 0
+        if compare and runnable:
+            reports = kvpilot_reports(args.kvpilot, [manifest(s) for s in runnable], version)
+            for scenario in runnable:
+                ours = reports.get(scenario["id"], {}).get("effective") or {}
+                theirs = resolved[scenario["id"]]
+                differences = [("retractionBackup", theirs["backend"],
+                                ours.get("retractionBackup"))]
+                # The ratio sizes the host pool, which exists only with host_pool.
+                if theirs.get("hicacheRatio") is not None and theirs["backend"] == "host_pool":
+                    differences.append(("hostPoolRatio", theirs["hicacheRatio"],
+                                        ours.get("hostPoolRatio")))
+                differences = [d for d in differences if d[1] != d[2]]
+                if differences:
+                    failed += 1
+                    flags = ", ".join(f"{k}={v}" for k, v in scenario["flags"].items())
+                    diff = ", ".join(f"{f} SGLang={s} kvpilot={k}" for f, s, k in differences)
+                    print(f"  {version} retraction {os.path.basename(scenario['config'])} "
+                          f"[{flags}]: {diff}")
+                else:
+                    scenario_agreements += 1
+        summary += (f"; retraction scenarios {len(scenarios)}: run by SGLang {len(runnable)}")
+        if compare:
+            summary += f", agreements {scenario_agreements}"
+        passed += scenario_agreements if compare else len(runnable)
+        raised = pd_raised[version]
+        pd_agreements = 0
+        if compare:
+            reports = kvpilot_reports(args.kvpilot, [pd_args_manifest(s) for s in pd_scenarios],
+                                      version)
+            for scenario in pd_scenarios:
+                why = pd_args_disagreement(raised[scenario["id"]], prefixes,
+                                           reports.get(scenario["id"], {}))
+                if why is None:
+                    pd_agreements += 1
+                else:
+                    failed += 1
+                    print(f"  {version} PD args {scenario['args']}: {why}")
+        summary += f"; PD argument scenarios {len(pd_scenarios)} run by SGLang"
+        if compare:
+            summary += f", agreements {pd_agreements}"
+        passed += pd_agreements if compare else len(pd_scenarios)
+        messages_ok, message_failures = rule_messages.check(os.path.join(args.src, version),
+                                                            version)
+        for failure in message_failures:
+            print(f"  {version} rule message {failure}")
+        summary += (f"; rule messages (static table) {messages_ok + len(message_failures)}, "
+                    f"as the table says {messages_ok}")
+        print(summary)
+        failed += harness_errors + disagreeing + len(message_failures)
+        passed += (agreements if compare else loaded) + messages_ok
+
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

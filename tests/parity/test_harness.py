@@ -1,0 +1,100 @@
+"""Unit tests for the harness's own parsers (run by scripts/parity.sh before the comparison)."""
+
+import ast
+import os
+import random
+import sys
+import tempfile
+import textwrap
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import pd_args  # noqa: E402
+import rule_messages  # noqa: E402
+import run  # noqa: E402
+import served_architectures  # noqa: E402
+from releases import version_key  # noqa: E402
+
+
+class ServedArchitecturesTest(unittest.TestCase):
+    def release(self, files):
+        root = tempfile.mkdtemp(prefix="parity-test-")
+        self.addCleanup(lambda: __import__("shutil").rmtree(root, ignore_errors=True))
+        for rel_path, text in files.items():
+            path = os.path.join(root, "0.0.1", "sglang", "srt", rel_path)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(textwrap.dedent(text))
+        return root
+
+    def test_reads_single_classes_lists_aliases_and_imports(self):
+        root = self.release({
+            "models/a.py": "class A: pass\nEntryClass = A\n",
+            "models/b.py": "class B: pass\nclass C: pass\nEntryClass = [B, C]\n",
+            "models/alias.py": "class Real: pass\nShown = Real\nEntryClass = Shown\n",
+            "models/reexport.py": ("from sglang.srt.models.pkg.impl import Impl as Local\n"
+                                   "EntryClass = [Local]\n"),
+            "models/pkg/impl.py": "class Impl: pass\nEntryClass = Impl\n",
+            "models/none.py": "class Helper: pass\n",
+        })
+        # Sub-packages are skipped as SGLang's registry skips them; aliases resolve to __name__.
+        self.assertEqual(served_architectures.served_by_release(root, "0.0.1"),
+                         {"A", "B", "C", "Real", "Impl"})
+
+    def test_byte_order_mark_is_accepted(self):
+        root = self.release({"models/bom.py": "\ufeffclass X: pass\nEntryClass = X\n"})
+        self.assertEqual(served_architectures.served_by_release(root, "0.0.1"), {"X"})
+
+    def test_unknown_forms_are_refused_with_the_file(self):
+        for text in ("import os\nif os.environ.get('X'):\n    EntryClass = []\n",
+                     "class A: pass\nEntryClass = [A]\nEntryClass.append(A)\n",
+                     "EntryClass = make_classes()\n"):
+            root = self.release({"models/odd.py": text})
+            with self.assertRaises(served_architectures.EntryClassError) as caught:
+                served_architectures.served_by_release(root, "0.0.1")
+            self.assertIn("odd.py", str(caught.exception))
+
+
+class VersionKeyTest(unittest.TestCase):
+    def test_orders_numerically_with_post_releases_after_their_base(self):
+        versions = ["0.5.9", "0.5.10", "0.5.10.post1", "0.5.10.post2", "0.5.23", "0.6.0"]
+        for _ in range(50):
+            shuffled = random.sample(versions, len(versions))
+            self.assertEqual(sorted(shuffled, key=version_key), versions)
+
+
+class ServedRangeTest(unittest.TestCase):
+    def test_first_and_last_are_inclusive_and_dash_is_open(self):
+        served = {"Old": ("0.5.17", "0.5.19"), "New": ("0.5.21", None)}
+        self.assertTrue(run.is_served(served, "Old", "0.5.19"))
+        self.assertFalse(run.is_served(served, "Old", "0.5.20"))
+        self.assertFalse(run.is_served(served, "New", "0.5.20"))
+        self.assertTrue(run.is_served(served, "New", "0.5.99"))
+        self.assertFalse(run.is_served(served, "Unknown", "0.5.23"))
+
+    def test_the_committed_file_parses(self):
+        served = run.served_architectures()
+        self.assertIn("LlamaForCausalLM", served)
+        self.assertTrue(all(first.count(".") >= 2 for first, _ in served.values()))
+
+
+class MessageTextTest(unittest.TestCase):
+    def test_prefix_stops_at_the_first_interpolation(self):
+        def prefix(expression):
+            return pd_args._message_prefix(ast.parse(expression, mode="eval").body)
+
+        self.assertEqual(prefix('"a" "b"'), "ab")
+        self.assertEqual(prefix('f"got {x} and" "more"'), "got ")
+        self.assertEqual(prefix('"head: " + ", ".join(x)'), "head: ")
+        self.assertEqual(prefix('f"{x} first"'), "")
+
+    def test_string_constants_join_split_messages(self):
+        with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+            f.write('raise ValueError(\n    "first half, "\n    f"second {x} half"\n)\n')
+        self.addCleanup(os.unlink, f.name)
+        self.assertIn("first half, second {} half", rule_messages._string_constants(f.name))
+
+
+if __name__ == "__main__":
+    unittest.main()
