@@ -1,6 +1,7 @@
 //! (settings, layout) → verdict. The only place the disaggregation rules live; the CLI, the
 //! webhook, the controller and the cache runtime all call [`evaluate`].
 
+mod role;
 mod rules;
 #[cfg(test)]
 mod tests;
@@ -16,6 +17,7 @@ use crate::api::{
 use crate::layout::{self, LayoutError, ResolveOptions};
 use rules::{Context, Fix, RULES};
 
+pub use role::evaluate_non_decode;
 pub use rules::{attention_tp, pipeline_stages};
 
 /// The host pool fraction SGLang gives a retraction-only host pool (`BACKUP_ONLY_HICACHE_RATIO`).
