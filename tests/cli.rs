@@ -99,7 +99,9 @@ fn by_name<'a>(reports: &'a [Value], name: &str) -> &'a Value {
 fn check_reports_every_example_and_exits_1_on_a_rejection() {
     let (code, reports, err) = check_json(&["-f", &repo("examples")]);
     assert_eq!(code, Some(1), "{err}");
-    assert_eq!(reports.len(), 6);
+    // Six InferenceDeployments, then the three SGLang servers of examples/guard.
+    assert_eq!(reports.len(), 9);
+    assert!(reports[6..].iter().all(|r| r["container"].is_string()), "{reports:?}");
     let rejected = by_name(&reports, "default/deepseek-v3");
     assert_eq!(rejected["verdict"], "rejected");
     assert_eq!(rejected["violations"][0]["rule"], "R9");

@@ -415,6 +415,7 @@ fn translate(text: &str) -> String {
         out = out.replace(flag.field, flag.name());
     }
     out.replace("spec.decode.env", "the container's env")
+        .replace("spec.disaggregation.prefill is not set", "the prefill servers' parallelism is not known here")
 }
 
 /// The flag a policy field stands for, as written on this server's command line.

@@ -1,0 +1,136 @@
+//! `kvpilot check` on workloads that run SGLang themselves (Pods, Deployments, StatefulSets,
+//! Jobs, LeaderWorkerSets, RoleBasedGroups, …): one report per SGLang server container, naming
+//! the object, container and flag. The guard's logic is `sglang::guard`; this file reads the
+//! model configs from the manifest set and prints.
+
+use serde::Serialize;
+
+use super::manifests::{ManifestSet, ModelConfig};
+use crate::api::{AttentionLayout, EffectiveSettings};
+use crate::policy::Outcome;
+use crate::sglang::flags::Mode;
+use crate::sglang::guard::{self, FlagFinding, FlagRewrite, Server};
+use crate::source::HubClient;
+
+/// One SGLang server's report; `--output json` lists these after the InferenceDeployments.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ServerReport {
+    /// `deploy/NAME`.
+    pub(crate) name: String,
+    pub(crate) namespace: String,
+    pub(crate) container: String,
+    /// The pod template within the object, for kinds with several (`workerTemplate`, `role decode`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) template: Option<String>,
+    pub(crate) source: String,
+    pub(crate) mode: Mode,
+    /// The SGLang release the image tag names.
+    pub(crate) release: Option<String>,
+    pub(crate) verdict: Outcome,
+    pub(crate) violations: Vec<FlagFinding>,
+    pub(crate) rewrites: Vec<FlagRewrite>,
+    pub(crate) effective: EffectiveSettings,
+    pub(crate) layout: AttentionLayout,
+    pub(crate) warnings: Vec<String>,
+    #[serde(skip)]
+    pub(crate) subject: String,
+}
+
+/// Checks every SGLang server in the set's workloads. Servers whose config.json cannot be
+/// found get no verdict: their warning goes to stderr, as skipped InferenceDeployments' do.
+pub(crate) async fn check_workloads(
+    set: &ManifestSet,
+    hub: Option<&HubClient>,
+    hub_endpoint: &str,
+    errors: &mut Vec<String>,
+) -> Vec<ServerReport> {
+    let mut reports = Vec::new();
+    for found in &set.workloads {
+        let inspection = guard::inspect(&found.object);
+        for warning in &inspection.warnings {
+            eprintln!("kvpilot check: {}: {warning}", found.location);
+        }
+        let rewrite = guard::asks_for_rewrite(&found.object);
+        for server in &inspection.servers {
+            let subject = server.subject(&inspection.object);
+            let model = match &server.model {
+                Ok(model) => model,
+                Err(warning) => {
+                    eprintln!("kvpilot check: {}: {subject}: not checked: {warning}", found.location);
+                    continue;
+                }
+            };
+            let config = match set.config_for(found.namespace(), model, hub, hub_endpoint).await {
+                Ok(ModelConfig::Read(config)) => config,
+                Ok(ModelConfig::SkippedOffline(url)) => {
+                    eprintln!(
+                        "kvpilot check: {}: skipped {subject} (--offline; its config.json is at {url})",
+                        found.location
+                    );
+                    continue;
+                }
+                Err(e) => {
+                    errors.push(format!("{}: {subject}: model config.json: {e}", found.location));
+                    continue;
+                }
+            };
+            match guard::check(server, &config, rewrite) {
+                Ok(verdict) => reports.push(report(found, &inspection.object, server, subject, verdict)),
+                Err(e) => errors.push(format!("{}: {subject}: model config.json: {e}", found.location)),
+            }
+        }
+    }
+    reports
+}
+
+fn report(
+    found: &super::manifests::FoundWorkload,
+    object: &str,
+    server: &Server,
+    subject: String,
+    verdict: guard::ServerVerdict,
+) -> ServerReport {
+    ServerReport {
+        name: object.to_string(),
+        namespace: found.namespace().to_string(),
+        container: server.container.clone(),
+        template: server.template.label.clone(),
+        source: found.location.to_string(),
+        mode: server.parsed.settings.mode,
+        release: server.release.clone(),
+        verdict: verdict.outcome,
+        violations: verdict.findings,
+        rewrites: verdict.rewrites,
+        effective: verdict.effective,
+        layout: verdict.layout,
+        warnings: verdict.warnings,
+        subject,
+    }
+}
+
+/// The text report of the servers, in the form of the InferenceDeployments' one.
+pub(crate) fn text_report(reports: &[ServerReport]) -> String {
+    let mut out = String::new();
+    for r in reports {
+        out += &format!("{} ({}): {}\n", r.subject, r.source, r.verdict.as_str());
+        out += &format!(
+            "  SGLang release: {}; --disaggregation-mode {}\n",
+            r.release
+                .as_deref()
+                .map_or_else(|| "not named by the image tag".to_string(), |v| format!("{v} (from image tag)")),
+            r.mode.as_str()
+        );
+        out += &super::check::layout_line(&r.layout);
+        for v in &r.violations {
+            out += &format!("  ✗ {} {}: {v}\n", v.violation.rule, r.subject);
+        }
+        for w in &r.rewrites {
+            out += &format!("  ↻ {}: {w}\n", r.subject);
+        }
+        for w in &r.warnings {
+            out += &format!("  ! {w}\n");
+        }
+    }
+    out
+}
