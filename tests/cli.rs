@@ -310,6 +310,13 @@ fn render_prints_valid_objects_and_refuses_rejected_resources() {
     assert_eq!(kinds, vec!["ConfigMap", "Service", "Pod", "ConfigMap", "Service", "Pod", "Pod"]);
     let runtime: Value = serde_json::from_str(docs[0]["data"]["runtime.json"].as_str().unwrap()).unwrap();
     assert_eq!(runtime["effective"]["retractionBackup"], "cpu_tensor");
+    // The SGLang flags of the effective (rewritten) settings, in the ConfigMap and the header.
+    let sglang_args: Value = serde_json::from_str(docs[0]["data"]["sglangArgs.json"].as_str().unwrap()).unwrap();
+    let decode: Vec<&str> = sglang_args["decode"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert!(decode.windows(2).any(|w| w == ["--disaggregation-decode-retraction-backup", "cpu_tensor"]), "{decode:?}");
+    assert!(decode.windows(2).any(|w| w == ["--disaggregation-mode", "decode"]), "{decode:?}");
+    assert!(text.contains("#   sglangArgs decode:  --model-path "), "{text}");
+    assert!(text.contains("#   sglangArgs prefill: --model-path "), "{text}");
     assert_eq!(docs[2]["spec"]["containers"][0]["image"], format!("kvpilot/kvpilot:{}", env!("CARGO_PKG_VERSION")));
 
     let json_out = kvpilot(&[

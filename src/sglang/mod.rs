@@ -7,12 +7,14 @@
 //! line maps *into* those types ([`flags::read`]) and out of them ([`flags::write`]) through one
 //! table, so the rules in `policy` neither change nor know about flags.
 //!
+//! - [`args`]: the flags for an InferenceDeployment's effective settings (`sglangArgs`);
 //! - [`cmdline`]: shell-word splitting and finding `python -m sglang.launch_server` / `sglang serve`;
 //! - [`flags`]: the flag ↔ setting table;
 //! - [`image`]: the SGLang release an image tag names;
 //! - [`workload`]: where pod templates are in each workload kind;
 //! - [`guard`]: object → servers → verdicts → JSON patch, pure; the CLI and the webhook drive it.
 
+pub mod args;
 pub mod cmdline;
 pub mod flags;
 pub mod guard;
