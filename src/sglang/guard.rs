@@ -514,6 +514,9 @@ pub fn rewrite_patch(object: &Value, checked: &[(&Server, &ServerVerdict)]) -> R
     Ok(Patch(operations))
 }
 
+/// Bytes of a `-c` script to replace, and their replacement (empty: removed).
+type ScriptEdit = (std::ops::Range<usize>, String);
+
 fn container_operations(
     base: &str,
     container: &Value,
@@ -522,7 +525,7 @@ fn container_operations(
     let mut operations = Vec::new();
     let mut removals: Vec<(ArgList, usize)> = Vec::new();
     // Scripts edited in place: (list, index) → edits by byte span.
-    let mut scripts: BTreeMap<(ArgList, usize), Vec<(std::ops::Range<usize>, String)>> = BTreeMap::new();
+    let mut scripts: BTreeMap<(ArgList, usize), Vec<ScriptEdit>> = BTreeMap::new();
     let mut appends: Vec<(AppendSite, Vec<String>)> = Vec::new();
     for (server, edit) in edits {
         match edit {
@@ -581,7 +584,7 @@ fn container_operations(
         }));
     }
     // Removals last and from the highest index down, so every index is exact when applied.
-    removals.sort_by(|a, b| b.1.cmp(&a.1));
+    removals.sort_by_key(|(_, index)| std::cmp::Reverse(*index));
     for (list, index) in removals {
         operations.push(PatchOperation::Remove(RemoveOperation {
             path: pointer(&format!("{base}/{}/{index}", list.key()))?,
