@@ -232,3 +232,81 @@ fn unreadable_containers_are_warnings() {
     let no_server = deployment(json!(["/entrypoint.sh"]), json!([]));
     assert!(inspect(&no_server).warnings[0].contains("no `python -m sglang.launch_server` or `sglang serve`"));
 }
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Words SGLang command lines are made of: table flags in both forms, values good and bad,
+    /// unknown flags, and noise.
+    fn word() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("--disaggregation-mode".to_string()),
+            Just("decode".to_string()),
+            Just("prefill".to_string()),
+            Just("--disaggregation-decode-retraction-backup".to_string()),
+            Just("host_pool".to_string()),
+            Just("--disaggregation-decode-retraction-backup=host_pool".to_string()),
+            Just("--disaggregation-decode-enable-radix-cache".to_string()),
+            Just("--enable-hierarchical-cache".to_string()),
+            Just("--mamba-radix-cache-strategy=extra_buffer_lazy".to_string()),
+            Just("--enable-unified-memory".to_string()),
+            Just("--tp".to_string()),
+            Just("2".to_string()),
+            Just("--dcp-size=2".to_string()),
+            Just("--mem-fraction-static".to_string()),
+            "[a-z0-9 '\"=-]{0,10}",
+        ]
+    }
+
+    fn object(words: &[String], script: bool) -> Value {
+        if script {
+            let line = words.iter().map(|w| cmdline::shell_quote(w)).collect::<Vec<_>>().join(" ");
+            deployment(
+                json!(["sh", "-c", format!("exec python3 -m sglang.launch_server {line} && echo done")]),
+                json!([]),
+            )
+        } else {
+            deployment(json!(["python3", "-m", "sglang.launch_server"]), json!(words))
+        }
+    }
+
+    proptest! {
+        /// Whatever the command line, the rewrite patch applies to the object, touches only its
+        /// command line and annotation, and what it leaves is what the policy settled on.
+        #[test]
+        fn rewrite_patches_apply_and_leave_the_settled_settings(
+            words in prop::collection::vec(word(), 0..14),
+            script in any::<bool>(),
+        ) {
+            let object = object(&words, script);
+            let server = one_server(&object);
+            let verdict = check(&server, &pure_swa(), true).unwrap();
+            let patch = rewrite_patch(&object, &[(&server, &verdict)]).unwrap();
+            let mut patched = object.clone();
+            json_patch::patch(&mut patched, &patch).unwrap();
+            let again = one_server(&patched);
+            if verdict.outcome != Outcome::Rejected {
+                let recheck = check(&again, &pure_swa(), false).unwrap();
+                prop_assert_eq!(recheck.outcome, Outcome::Valid, "{:?} → {:?}", words, recheck.findings);
+            }
+            prop_assert_eq!(&again.parsed.settings.disaggregation.retraction_backup, &verdict_backup(&server, &verdict));
+            let mut untouched = patched.clone();
+            untouched["spec"]["template"]["spec"]["containers"][1] = object["spec"]["template"]["spec"]["containers"][1].clone();
+            untouched["spec"]["template"]["metadata"] = object["spec"]["template"]["metadata"].clone();
+            prop_assert_eq!(untouched, object);
+        }
+    }
+
+    /// The retraction backup a server runs with after the rewrites of `verdict`.
+    fn verdict_backup(server: &Server, verdict: &ServerVerdict) -> Option<RetractionBackup> {
+        let rewritten =
+            verdict.rewrites.iter().any(|r| r.from.starts_with("--disaggregation-decode-retraction-backup"));
+        if rewritten {
+            Some(RetractionBackup::CpuTensor)
+        } else {
+            server.parsed.settings.disaggregation.retraction_backup
+        }
+    }
+}
