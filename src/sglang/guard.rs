@@ -16,7 +16,7 @@ use super::image::release_from_image;
 use super::workload::{self, PodTemplate};
 use crate::api::{
     AttentionLayout, ConfigMapKeyRef, DisaggregationSpec, EffectiveSettings, HubSource, InferenceDeploymentSpec,
-    ModelConfigSource, ModelSpec, OnInvalid, SecretKeyRef,
+    ModelConfigSource, ModelSpec, OnInvalid, PrefillSpec, SecretKeyRef,
 };
 use crate::layout::{LayoutError, ResolveOptions};
 use crate::policy::{self, Outcome, PolicyInput, Violation};
@@ -149,7 +149,38 @@ pub fn inspect(object: &Value) -> Inspection {
             }
         }
     }
+    pair_with_prefill(&mut inspection);
     inspection
+}
+
+/// Decode servers learn their prefill side from the prefill servers of the same object (the
+/// roles of a RoleBasedGroup, say): the transfer rule T1 compares their attention TP.
+fn pair_with_prefill(inspection: &mut Inspection) {
+    let prefill: Vec<PrefillSpec> = inspection
+        .servers
+        .iter()
+        .filter(|s| s.parsed.settings.mode == Mode::Prefill)
+        .map(|s| {
+            let decode = &s.parsed.settings.decode;
+            PrefillSpec {
+                tensor_parallel: decode.tensor_parallel,
+                data_parallel: decode.data_parallel,
+                enable_dp_attention: decode.enable_dp_attention,
+            }
+        })
+        .collect();
+    let Some(first) = prefill.first() else { return };
+    let attention = |p: &PrefillSpec| policy::attention_tp(p.tensor_parallel, p.data_parallel, p.enable_dp_attention);
+    if prefill.iter().any(|p| attention(p) != attention(first)) {
+        inspection.warnings.push(format!(
+            "{}: its prefill servers run different attention TP sizes, so rule T1 is not checked against them",
+            inspection.object
+        ));
+        return;
+    }
+    for server in inspection.servers.iter_mut().filter(|s| s.parsed.settings.mode == Mode::Decode) {
+        server.parsed.settings.disaggregation.prefill = Some(first.clone());
+    }
 }
 
 /// The `SGLANG_*` variables the rules read: from `env` (literal values), overridden by

@@ -310,3 +310,28 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn decode_servers_are_paired_with_the_prefill_servers_of_their_object() {
+    let gpt_oss: Value = serde_json::from_str(include_str!("../../tests/fixtures/configs/gpt-oss-20b.json")).unwrap();
+    let role = |name: &str, mode: &str, tp: &str| {
+        json!({"name": name, "template": {"spec": {"containers": [{"name": name, "image": "lmsysorg/sglang:v0.5.23",
+            "command": ["sglang", "serve", "--model-path", "openai/gpt-oss-20b", "--disaggregation-mode", mode, "--tp", tp]}]}}})
+    };
+    let group = |prefill_tp: &str, decode_tp: &str| {
+        json!({"apiVersion": "workloads.x-k8s.io/v1alpha1", "kind": "RoleBasedGroup", "metadata": {"name": "pd"},
+            "spec": {"roles": [role("prefill", "prefill", prefill_tp), role("decode", "decode", decode_tp)]}})
+    };
+    let verdicts = |object: &Value| -> Vec<ServerVerdict> {
+        inspect(object).servers.iter().map(|s| check(s, &gpt_oss, false).unwrap()).collect()
+    };
+    let mismatched = verdicts(&group("2", "4"));
+    assert_eq!(mismatched[0].outcome, Outcome::Valid);
+    let finding = &mismatched[1].findings[0];
+    assert_eq!((finding.violation.rule, finding.flag.as_str()), ("T1", "--tp=4"));
+    assert!(finding.violation.message.contains("prefill_tp_size=2, decode_tp_size=4"), "{finding}");
+    assert!(finding.violation.fix.contains("--tensor-parallel-size"), "{finding}");
+    let matched = verdicts(&group("4", "4"));
+    assert!(matched.iter().all(|v| v.outcome == Outcome::Valid));
+    assert!(!matched[1].warnings.iter().any(|w| w.contains("T1")), "{:?}", matched[1].warnings);
+}
