@@ -168,6 +168,25 @@ fn check_text_names_object_container_and_flag() {
 }
 
 #[test]
+fn check_rewrites_in_a_namespace_labelled_for_rewrites() {
+    let mut deployment = every_kind().remove(1);
+    deployment["metadata"]["namespace"] = json!("inference");
+    let mut config_map = config_map_json();
+    config_map["metadata"]["namespace"] = json!("inference");
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "inference", "labels": {"kvpilot.dev/guard": "enforce", guard::ON_INVALID_LABEL: "rewrite"}}});
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": [namespace, config_map, deployment]});
+    let out = kvpilot(&["check", "-o", "json", "-f", "-"], Some(&list.to_string()));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (reports[0]["namespace"].as_str(), reports[0]["verdict"].as_str()),
+        (Some("inference"), Some("rewritten"))
+    );
+    assert_eq!(reports[0]["rewrites"][0]["to"], "--disaggregation-decode-retraction-backup=cpu_tensor");
+}
+
+#[test]
 fn check_says_which_annotation_a_local_model_path_needs() {
     let mut deployment = every_kind().remove(1);
     deployment["metadata"]["annotations"] = json!({});

@@ -37,8 +37,10 @@ pub(crate) struct ServerReport {
     pub(crate) subject: String,
 }
 
-/// Checks every SGLang server in the set's workloads. Servers whose config.json cannot be
-/// found get no verdict: their warning goes to stderr, as skipped InferenceDeployments' do.
+/// Checks every SGLang server in the set's workloads, rewriting where the workload or its
+/// Namespace (when the files hold it) is labelled `kvpilot.dev/on-invalid: rewrite`. Servers
+/// whose config.json cannot be found get no verdict: their warning goes to stderr, as skipped
+/// InferenceDeployments' do.
 pub(crate) async fn check_workloads(
     set: &ManifestSet,
     hub: Option<&HubClient>,
@@ -51,7 +53,12 @@ pub(crate) async fn check_workloads(
         for warning in &inspection.warnings {
             eprintln!("kvpilot check: {}: {warning}", found.location);
         }
-        let rewrite = guard::asks_for_rewrite(&found.object);
+        let namespace_rewrites = set
+            .namespace_labels
+            .get(found.namespace())
+            .and_then(|labels| labels.get(guard::ON_INVALID_LABEL))
+            .is_some_and(|value| value == "rewrite");
+        let rewrite = namespace_rewrites || guard::asks_for_rewrite(&found.object);
         for server in &inspection.servers {
             let subject = server.subject(&inspection.object);
             let model = match &server.model {

@@ -70,6 +70,8 @@ impl FoundWorkload {
 pub struct ManifestSet {
     pub deployments: Vec<Found>,
     pub workloads: Vec<FoundWorkload>,
+    /// Labels of the Namespaces in the files (the guard's `kvpilot.dev/on-invalid`).
+    pub namespace_labels: HashMap<String, BTreeMap<String, String>>,
     config_maps: HashMap<(String, String), BTreeMap<String, String>>,
     secrets: HashMap<(String, String), BTreeMap<String, Vec<u8>>>,
 }
@@ -164,6 +166,15 @@ fn add(location: Location, value: Value, set: &mut ManifestSet, errors: &mut Vec
             }
             Err(e) => errors.push(format!("{location}: Secret: {e}")),
         },
+        ("v1", "Namespace") => {
+            let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
+            let labels = value
+                .pointer("/metadata/labels")
+                .and_then(Value::as_object)
+                .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+                .unwrap_or_default();
+            set.namespace_labels.insert(name, labels);
+        }
         (api_version, kind) if workload::is_workload(api_version, kind) => {
             set.workloads.push(FoundWorkload { location, object: value });
         }
