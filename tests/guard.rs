@@ -220,6 +220,11 @@ async fn cluster_state() -> (ApiServer, WebhookState) {
 }
 
 fn admission_review(object: &Value) -> Value {
+    update_review(object, None)
+}
+
+/// An UPDATE review when `old` is given, else a CREATE.
+fn update_review(object: &Value, old: Option<&Value>) -> Value {
     let api_version = object["apiVersion"].as_str().unwrap();
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let kind = object["kind"].as_str().unwrap();
@@ -233,12 +238,12 @@ fn admission_review(object: &Value) -> Value {
             "kind": gvk, "resource": resource, "requestKind": gvk, "requestResource": resource,
             "name": object["metadata"]["name"],
             "namespace": "default",
-            "operation": "CREATE",
+            "operation": if old.is_some() { "UPDATE" } else { "CREATE" },
             "userInfo": {"username": "admin", "groups": ["system:authenticated"]},
             "object": object,
-            "oldObject": null,
+            "oldObject": old,
             "dryRun": false,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"}
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": if old.is_some() { "UpdateOptions" } else { "CreateOptions" }}
         }
     })
 }
@@ -269,6 +274,21 @@ async fn enforce_denies_every_kind_with_sglang_s_message() {
             "{message}"
         );
     }
+}
+
+#[tokio::test]
+async fn updates_are_checked_only_when_a_pod_template_changes() {
+    let (_server, state) = cluster_state().await;
+    let deployment = every_kind().remove(1);
+    let mut scaled = deployment.clone();
+    scaled["spec"]["replicas"] = json!(3);
+    scaled["metadata"]["labels"] = json!({"team": "a"});
+    let response = post(&state, "/guard/enforce", &update_review(&scaled, Some(&deployment))).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    let mut changed = deployment.clone();
+    changed["spec"]["template"]["spec"]["containers"][0]["args"][1] = json!("/models/other");
+    let response = post(&state, "/guard/enforce", &update_review(&changed, Some(&deployment))).await;
+    assert_eq!(response["allowed"], false, "{response}");
 }
 
 #[tokio::test]

@@ -288,6 +288,8 @@ pub fn read(args: &[Arg]) -> Parsed {
                     warnings.push(format!(
                         "{written}: the value is a shell or $(VAR) expansion kvpilot cannot see; this flag is not checked"
                     ));
+                    // The unseen value wins over earlier ones, as argparse's last value does.
+                    reset(flag.target, &mut settings);
                 } else if let Err(problem) = apply(flag.target, &value, &mut settings) {
                     warnings.push(format!("{written}: {problem}; this flag is not checked"));
                 }
@@ -369,6 +371,37 @@ fn apply(target: Target, value: &str, s: &mut ServerSettings) -> Result<(), Stri
         Target::PassThrough => {}
     }
     Ok(())
+}
+
+/// Puts the value-taking setting `target` back to SGLang's default.
+fn reset(target: Target, s: &mut ServerSettings) {
+    let defaults = ServerSettings::default();
+    let (d, default) = (&mut s.disaggregation, &defaults.disaggregation);
+    match target {
+        Target::Mode => s.mode = defaults.mode,
+        Target::ModelPath => s.model_path = None,
+        Target::Revision => s.revision = None,
+        Target::RetractionBackup => d.retraction_backup = default.retraction_backup,
+        Target::TransferBackend => d.transfer_backend = default.transfer_backend,
+        Target::DecodeContextParallel => d.decode_context_parallel = default.decode_context_parallel,
+        Target::SpeculativeAlgorithm => d.speculative_algorithm = None,
+        Target::MambaRadixCacheStrategy => d.mamba_radix_cache_strategy = None,
+        Target::HostPoolRatio => d.host_pool_ratio = None,
+        Target::TensorParallel => s.decode.tensor_parallel = defaults.decode.tensor_parallel,
+        Target::DataParallel => s.decode.data_parallel = defaults.decode.data_parallel,
+        Target::PipelineParallel => s.decode.pipeline_parallel = defaults.decode.pipeline_parallel,
+        Target::PageSize => s.decode.page_size = defaults.decode.page_size,
+        // Switches take no value, so none is ever expanded.
+        Target::DecodeRadixCache
+        | Target::DecodeOffloadKvCache
+        | Target::HierarchicalCache
+        | Target::PriorityScheduling
+        | Target::DisablePriorityPreemption
+        | Target::EnableUnifiedMemory
+        | Target::EnableDpAttention
+        | Target::DisableHybridSwaMemory
+        | Target::PassThrough => {}
+    }
 }
 
 /// How a setting is written: not at all (SGLang's default), as a bare switch, or with a value.
@@ -525,6 +558,13 @@ mod tests {
             assert!(parsed.warnings.iter().any(|w| w.contains(expected)), "{line:?}: {:?}", parsed.warnings);
         }
         assert_eq!(read(&args(&["--page-size", "--tp", "2"])).settings.decode.tensor_parallel, 2);
+        // An unseen last value wins over a seen earlier one.
+        let unseen = read(&args(&[
+            "--disaggregation-decode-retraction-backup=host_pool",
+            "--disaggregation-decode-retraction-backup",
+            "$BACKUP",
+        ]));
+        assert_eq!(unseen.settings.disaggregation.retraction_backup, None);
     }
 
     #[test]

@@ -30,6 +30,15 @@ fn find(api_version: &str, kind: &str) -> Option<&'static Kind> {
     KINDS.iter().find(|k| k.kind == kind && k.group == group)
 }
 
+/// What the guard reads of an object: its pod templates (a Pod's spec), for telling whether an
+/// update changed any of it.
+pub fn template_contents(object: &Value) -> Vec<Option<&Value>> {
+    pod_templates(object)
+        .iter()
+        .map(|t| if t.pointer.is_empty() { object.get("spec") } else { object.pointer(&t.pointer) })
+        .collect()
+}
+
 /// Whether the guard reads objects of this apiVersion and kind.
 pub fn is_workload(api_version: &str, kind: &str) -> bool {
     find(api_version, kind).is_some()
@@ -61,7 +70,14 @@ pub struct PodTemplate {
 pub fn object_name(object: &Value) -> String {
     let api_version = object.get("apiVersion").and_then(Value::as_str).unwrap_or_default();
     let kind = object.get("kind").and_then(Value::as_str).unwrap_or_default();
-    let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("<unnamed>");
+    // Pods of a ReplicaSet or Job are admitted with only a generateName.
+    let name = match object.pointer("/metadata/name").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+        Some(name) => name.to_string(),
+        None => object
+            .pointer("/metadata/generateName")
+            .and_then(Value::as_str)
+            .map_or_else(|| "<unnamed>".to_string(), |prefix| format!("{prefix}*")),
+    };
     let short = find(api_version, kind).map_or_else(|| kind.to_ascii_lowercase(), |k| k.short.to_string());
     format!("{short}/{name}")
 }
@@ -154,5 +170,7 @@ mod tests {
     fn names_are_kubectl_style() {
         let object = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web-decode"}});
         assert_eq!(object_name(&object), "deploy/web-decode");
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "web-decode-7d9f-"}});
+        assert_eq!(object_name(&pod), "pod/web-decode-7d9f-*");
     }
 }

@@ -90,6 +90,13 @@ async fn decide(
     let Some(object) = request.object.as_ref().and_then(|o| serde_json::to_value(o).ok()) else {
         return denied(response, 400, "BadRequest", format!("{:?} request has no object", request.operation));
     };
+    // An update that leaves every pod template as it was (labels, replicas, an immutable Pod's
+    // metadata) brings no new SGLang flags: it is never refused for flags admitted before.
+    if let Some(old) = request.old_object.as_ref().and_then(|o| serde_json::to_value(o).ok())
+        && workload::template_contents(&old) == workload::template_contents(&object)
+    {
+        return response;
+    }
     let namespace = request.namespace.clone().unwrap_or_else(|| "default".into());
     let inspection = guard::inspect(&object);
     let mut warnings: Vec<String> = inspection.warnings.clone();
