@@ -320,6 +320,22 @@ async fn valid_workloads_and_other_containers_are_allowed_quietly() {
     assert_eq!((response["allowed"].as_bool(), response.get("warnings")), (Some(true), None));
 }
 
+/// The pods kvpilot runs for an InferenceDeployment (the cache runtime, its settings checked by
+/// the controller) are admitted in guarded namespaces without a word.
+#[tokio::test]
+async fn an_inference_deployment_s_own_pods_pass_the_guard() {
+    let (_server, state) = cluster_state().await;
+    let resource: kvpilot::api::InferenceDeployment =
+        serde_json::from_value(documents("examples/mimo-pure-swa-rewrite.yaml").remove(0)).unwrap();
+    let config = Value::Object(resource.spec.model.config.inline.clone().unwrap());
+    let assessment = kvpilot::policy::assess(&resource.spec, &config).unwrap();
+    let options = kvpilot::controller::desired::RenderOptions { runtime_image: "kvpilot/kvpilot:0.1.0".into() };
+    let desired = kvpilot::controller::desired::desired_state(&resource, &assessment, &options);
+    let pod = kvpilot::controller::desired::with_type_meta(&desired.pod(0), "v1", "Pod");
+    let response = post(&state, "/guard/enforce", &admission_review(&pod)).await;
+    assert_eq!((response["allowed"].as_bool(), response.get("warnings")), (Some(true), None), "{response}");
+}
+
 #[tokio::test]
 async fn unreadable_model_configs_are_allowed_with_a_warning_naming_the_annotation() {
     let (_server, state) = cluster_state().await;
