@@ -280,10 +280,14 @@ pub fn find_invocations(command: &[String], args: &[String]) -> Found {
 fn search(argv: &[Arg], end: AppendSite, found: &mut Found, outer: bool) {
     let mut rest = argv;
     let mut env = Vec::new();
-    // `exec`, `env [-i] NAME=value…` and `NAME=value` prefixes run the same program.
+    let mut after_env = false;
+    // `exec`, `env [-i] [--] NAME=value…` and `NAME=value` prefixes run the same program.
     loop {
         let Some(first) = rest.first() else { return };
-        if first.text == "exec" || basename(&first.text) == "env" || first.text == "-i" || first.text == "--" {
+        if first.text == "exec" || basename(&first.text) == "env" {
+            after_env |= basename(&first.text) == "env";
+            rest = &rest[1..];
+        } else if after_env && (first.text == "-i" || first.text == "--") {
             rest = &rest[1..];
         } else if let Some(pair) = assignment(&first.text) {
             env.push(pair);
@@ -467,6 +471,7 @@ mod tests {
                 &["--x", "a b"],
             ),
             (&["/bin/sh", "-ec", "A=1 env B=2 sglang serve --p \"v\""], &[], &["--p", "v"]),
+            (&["env", "-i", "--", "python3", "-m", "sglang.launch_server", "--q"], &[], &["--q"]),
         ];
         for (command, args, expected) in cases {
             let found = find_invocations(&strings(command), &strings(args));

@@ -52,10 +52,14 @@ pub struct Server {
 impl Server {
     /// `deploy/NAME container C`, with the template for kinds that have several.
     pub fn subject(&self, object: &str) -> String {
-        match &self.template.label {
-            Some(label) => format!("{object} {label} container {}", self.container),
-            None => format!("{object} container {}", self.container),
-        }
+        subject(object, &self.template, &self.container)
+    }
+}
+
+fn subject(object: &str, template: &PodTemplate, container: &str) -> String {
+    match &template.label {
+        Some(label) => format!("{object} {label} container {container}"),
+        None => format!("{object} container {container}"),
     }
 }
 
@@ -103,21 +107,7 @@ pub fn inspect(object: &Value) -> Inspection {
             template_value.pointer("/spec/containers").and_then(Value::as_array).cloned().unwrap_or_default();
         for (index, container) in containers.iter().enumerate() {
             let container_name = container.get("name").and_then(Value::as_str).unwrap_or("<unnamed>").to_string();
-            let placeholder = Server {
-                template: template.clone(),
-                container_index: index,
-                container: container_name.clone(),
-                release: None,
-                invocation: Invocation {
-                    entry: cmdline::Entry::LaunchServer,
-                    args: Vec::new(),
-                    env: Vec::new(),
-                    append_at: AppendSite::Item { list: ArgList::Args, index: 0 },
-                },
-                parsed: flags::read(&[]),
-                model: Err(String::new()),
-            };
-            let subject = placeholder.subject(&name);
+            let subject = subject(&name, &template, &container_name);
             let (command, args) = match (strings(container, "command"), strings(container, "args")) {
                 (Ok(command), Ok(args)) => (command, args),
                 (Err(e), _) | (_, Err(e)) => {
@@ -140,11 +130,13 @@ pub fn inspect(object: &Value) -> Inspection {
                 parsed.warnings.append(&mut env_warnings);
                 let model = model_spec(&merged, &parsed);
                 inspection.servers.push(Server {
+                    template: template.clone(),
+                    container_index: index,
+                    container: container_name.clone(),
+                    release: release_from_image(image),
                     invocation,
                     parsed,
                     model,
-                    release: release_from_image(image),
-                    ..placeholder.clone()
                 });
             }
         }
