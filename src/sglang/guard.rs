@@ -616,13 +616,10 @@ fn container_operations(
     Ok(operations)
 }
 
-/// Whether the object itself asks for rewrites (`kvpilot.dev/on-invalid: rewrite` as a label
-/// or annotation).
+/// Whether the object itself asks for rewrites: the label `kvpilot.dev/on-invalid: rewrite`
+/// (a label, because that is what the mutating webhook's objectSelector can see).
 pub fn asks_for_rewrite(object: &Value) -> bool {
-    ["labels", "annotations"].iter().any(|key| {
-        object.pointer(&format!("/metadata/{key}/{}", escape(ON_INVALID_LABEL))).and_then(Value::as_str)
-            == Some("rewrite")
-    })
+    object.pointer(&format!("/metadata/labels/{}", escape(ON_INVALID_LABEL))).and_then(Value::as_str) == Some("rewrite")
 }
 
 #[cfg(test)]

@@ -213,9 +213,11 @@ fn prefill_servers_are_checked_against_prefill_rules_only() {
 }
 
 #[test]
-fn objects_ask_for_rewrites_by_label_or_annotation() {
+fn objects_ask_for_rewrites_by_label() {
     let mut object = deployment(json!([]), json!([]));
     assert!(!asks_for_rewrite(&object));
+    object["metadata"]["annotations"] = json!({ON_INVALID_LABEL: "rewrite"});
+    assert!(!asks_for_rewrite(&object), "the webhook's objectSelector sees labels only");
     object["metadata"]["labels"] = json!({ON_INVALID_LABEL: "rewrite"});
     assert!(asks_for_rewrite(&object));
 }
