@@ -187,6 +187,30 @@ fn check_rewrites_in_a_namespace_labelled_for_rewrites() {
 }
 
 #[test]
+fn check_pairs_prefill_and_decode_deployments_of_one_model_for_t1() {
+    let gpt_oss = std::fs::read_to_string(repo("tests/fixtures/configs/gpt-oss-20b.json")).unwrap();
+    let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gpt-oss"},
+        "data": {"config.json": gpt_oss}});
+    let side = |name: &str, mode: &str, tp: &str| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "annotations": {guard::MODEL_CONFIG_ANNOTATION: "configmap/gpt-oss"}},
+            "spec": {"template": template(&["--model-path", "/models/gpt-oss-20b", "--disaggregation-mode", mode, "--tp-size", tp])}})
+    };
+    let list = json!({"apiVersion": "v1", "kind": "List",
+        "items": [config_map, side("gpt-prefill", "prefill", "2"), side("gpt-decode", "decode", "4")]});
+    let out = kvpilot(&["check", "-o", "json", "-f", "-"], Some(&list.to_string()));
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let decode = reports.iter().find(|r| r["name"] == "deploy/gpt-decode").unwrap();
+    assert_eq!(decode["violations"][0]["rule"], "T1");
+    assert_eq!(decode["violations"][0]["flag"], "--tp-size=4");
+    assert!(
+        decode["violations"][0]["message"].as_str().unwrap().contains("prefill_tp_size=2, decode_tp_size=4"),
+        "{decode}"
+    );
+}
+
+#[test]
 fn check_says_which_annotation_a_local_model_path_needs() {
     let mut deployment = every_kind().remove(1);
     deployment["metadata"]["annotations"] = json!({});

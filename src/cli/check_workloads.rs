@@ -3,13 +3,15 @@
 //! the object, container and flag. The guard's logic is `sglang::guard`; this file reads the
 //! model configs from the manifest set and prints.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
 use super::manifests::{ManifestSet, ModelConfig};
 use crate::api::{AttentionLayout, EffectiveSettings};
 use crate::policy::Outcome;
 use crate::sglang::flags::Mode;
-use crate::sglang::guard::{self, FlagFinding, FlagRewrite, Server};
+use crate::sglang::guard::{self, FlagFinding, FlagRewrite, Inspection, Server};
 use crate::source::HubClient;
 
 /// One SGLang server's report; `--output json` lists these after the InferenceDeployments.
@@ -48,8 +50,9 @@ pub(crate) async fn check_workloads(
     errors: &mut Vec<String>,
 ) -> Vec<ServerReport> {
     let mut reports = Vec::new();
-    for found in &set.workloads {
-        let inspection = guard::inspect(&found.object);
+    let mut inspections: Vec<Inspection> = set.workloads.iter().map(|found| guard::inspect(&found.object)).collect();
+    pair_across_objects(set, &mut inspections);
+    for (found, inspection) in set.workloads.iter().zip(&inspections) {
         for warning in &inspection.warnings {
             eprintln!("kvpilot check: {}: {warning}", found.location);
         }
@@ -89,6 +92,24 @@ pub(crate) async fn check_workloads(
         }
     }
     reports
+}
+
+/// Pairs the decode servers of a model with its prefill servers across the objects of a
+/// namespace (a prefill Deployment beside a decode Deployment), so T1 is checked in CI.
+fn pair_across_objects(set: &ManifestSet, inspections: &mut [Inspection]) {
+    let mut groups: BTreeMap<(String, String), Vec<&mut Server>> = BTreeMap::new();
+    for (found, inspection) in set.workloads.iter().zip(inspections.iter_mut()) {
+        for server in &mut inspection.servers {
+            if let Some(model) = server.parsed.settings.model_path.clone() {
+                groups.entry((found.namespace().to_string(), model)).or_default().push(server);
+            }
+        }
+    }
+    for ((namespace, model), mut servers) in groups {
+        if let Err(warning) = guard::pair_with_prefill(&mut servers) {
+            eprintln!("kvpilot check: namespace {namespace}, --model-path {model}: {warning}");
+        }
+    }
 }
 
 fn report(

@@ -141,15 +141,19 @@ pub fn inspect(object: &Value) -> Inspection {
             }
         }
     }
-    pair_with_prefill(&mut inspection);
+    let mut servers: Vec<&mut Server> = inspection.servers.iter_mut().collect();
+    if let Err(warning) = pair_with_prefill(&mut servers) {
+        inspection.warnings.push(format!("{name}: {warning}"));
+    }
     inspection
 }
 
-/// Decode servers learn their prefill side from the prefill servers of the same object (the
-/// roles of a RoleBasedGroup, say): the transfer rule T1 compares their attention TP.
-fn pair_with_prefill(inspection: &mut Inspection) {
-    let prefill: Vec<PrefillSpec> = inspection
-        .servers
+/// Gives the decode servers among `servers` their prefill side, from the prefill servers among
+/// them: the transfer rule T1 compares their attention TP. The guard pairs the servers of one
+/// object (the roles of a RoleBasedGroup, say); `kvpilot check` also pairs the servers of one
+/// model across the objects of a namespace. Prefill servers that disagree pair with nothing.
+pub fn pair_with_prefill(servers: &mut [&mut Server]) -> Result<(), String> {
+    let prefill: Vec<PrefillSpec> = servers
         .iter()
         .filter(|s| s.parsed.settings.mode == Mode::Prefill)
         .map(|s| {
@@ -161,18 +165,17 @@ fn pair_with_prefill(inspection: &mut Inspection) {
             }
         })
         .collect();
-    let Some(first) = prefill.first() else { return };
+    let Some(first) = prefill.first() else { return Ok(()) };
     let attention = |p: &PrefillSpec| policy::attention_tp(p.tensor_parallel, p.data_parallel, p.enable_dp_attention);
     if prefill.iter().any(|p| attention(p) != attention(first)) {
-        inspection.warnings.push(format!(
-            "{}: its prefill servers run different attention TP sizes, so rule T1 is not checked against them",
-            inspection.object
-        ));
-        return;
+        return Err(
+            "the prefill servers run different attention TP sizes, so rule T1 is not checked against them".into()
+        );
     }
-    for server in inspection.servers.iter_mut().filter(|s| s.parsed.settings.mode == Mode::Decode) {
+    for server in servers.iter_mut().filter(|s| s.parsed.settings.mode == Mode::Decode) {
         server.parsed.settings.disaggregation.prefill = Some(first.clone());
     }
+    Ok(())
 }
 
 /// The `SGLANG_*` variables the rules read: from `env` (literal values), overridden by
