@@ -1,6 +1,8 @@
 //! `cargo bench --bench webhook`: open-loop load at a fixed rate over TLS on loopback against
-//! `/validate` and `/mutate`, with `/healthz` at the same rate as the baseline (TLS + HTTP with no
-//! admission work). Client and server share this process and the machine's cores.
+//! `/validate` and `/mutate`, and the SGLang guard's `/guard/enforce` and `/guard/rewrite` (with
+//! the model's ConfigMap read from the in-process API server on every request, as in a cluster),
+//! with `/healthz` at the same rate as the baseline (TLS + HTTP with no admission work). Client
+//! and server share this process and the machine's cores.
 //!
 //! `BENCH_RATE` (requests/s, default 1000) and `BENCH_SECONDS` (default 10) change the load.
 
@@ -8,6 +10,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::PostParams;
+use kvpilot::apiserver::ApiServer;
+use kvpilot::source::{ClusterSource, HubClient};
 use kvpilot::webhook::{self, WebhookState, tls::ReloadingCert};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -32,6 +39,30 @@ fn review(on_invalid: &str) -> Vec<u8> {
         }
     }))
     .unwrap()
+}
+
+/// A guard review of the example workload in `file` (its first document; the second is the
+/// model's ConfigMap).
+fn guard_review(file: &str) -> (Vec<u8>, Value) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/guard").join(file);
+    let text = std::fs::read_to_string(path).unwrap();
+    let documents: Vec<Value> =
+        serde_norway::Deserializer::from_str(&text).map(|d| Value::deserialize(d).unwrap()).collect();
+    let object = documents[0].clone();
+    let api_version = object["apiVersion"].as_str().unwrap();
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let kind = object["kind"].as_str().unwrap();
+    let gvk = json!({"group": group, "version": version, "kind": kind});
+    let body = serde_json::to_vec(&json!({
+        "kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1",
+        "request": {
+            "uid": "bench", "kind": gvk, "resource": {"group": group, "version": version, "resource": "bench"},
+            "name": object["metadata"]["name"], "namespace": "default", "operation": "CREATE",
+            "userInfo": {"username": "bench"}, "object": object, "oldObject": null, "dryRun": false
+        }
+    }))
+    .unwrap();
+    (body, documents[1].clone())
 }
 
 #[derive(Clone)]
@@ -104,7 +135,20 @@ fn main() {
         let cert = ReloadingCert::new(&cert_path, &key_path).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let app = webhook::router(WebhookState::default());
+        let (enforce_body, config_map) = guard_review("deployment-rejected.yaml");
+        let (rewrite_body, _) = guard_review("leaderworkerset-rewritten.yaml");
+        let cluster = ApiServer::new();
+        let config_map: ConfigMap = serde_json::from_value(config_map).unwrap();
+        Api::<ConfigMap>::namespaced(cluster.client(), "default")
+            .create(&PostParams::default(), &config_map)
+            .await
+            .unwrap();
+        let hub = Arc::new(HubClient::new(Duration::from_secs(60), Duration::from_secs(5), &[]).unwrap());
+        let source = ClusterSource::new(cluster.client(), hub, "https://huggingface.co");
+        let app = webhook::router(WebhookState {
+            source: Some(source),
+            default_release: kvpilot::release::ReleaseChoice::default_newest(),
+        });
         tokio::spawn(webhook::serve_tls(listener, cert.server_config().unwrap(), app, std::future::pending()));
         let client = Arc::new(
             reqwest::Client::builder()
@@ -126,10 +170,14 @@ fn main() {
         let baseline = load(&client, &format!("{base}/healthz"), None, rate, seconds).await;
         let validate = load(&client, &format!("{base}/validate"), Some(review("Reject")), rate, seconds).await;
         let mutate = load(&client, &format!("{base}/mutate"), Some(review("Rewrite")), rate, seconds).await;
+        let enforce = load(&client, &format!("{base}/guard/enforce"), Some(enforce_body), rate, seconds).await;
+        let rewrite = load(&client, &format!("{base}/guard/rewrite"), Some(rewrite_body), rate, seconds).await;
         let rows = [
             ("GET /healthz (baseline)", baseline.clone()),
             ("POST /validate (deny, R2)", validate),
             ("POST /mutate (JSONPatch, R2)", mutate),
+            ("POST /guard/enforce (Deployment)", enforce),
+            ("POST /guard/rewrite (LWS, sh -c)", rewrite),
         ];
         for (name, r) in rows {
             println!(

@@ -304,3 +304,90 @@ fn the_sglang_version_value_becomes_the_operator_flag() {
     assert!(!args(&[]).iter().any(|a| a.starts_with("--sglang-version")), "unset: the newest known release");
     assert!(args(&["sglangVersion=0.5.21"]).contains(&"--sglang-version=0.5.21".to_string()));
 }
+
+/// The SGLang guard: one validating webhook per namespace mode on its own path, the rewrite
+/// webhooks, failurePolicy Ignore by default, every workload kind, and not one RBAC rule more.
+#[test]
+fn the_guard_webhooks_follow_the_values_and_need_no_extra_rbac() {
+    let defaults = repo(&format!("{CHART}/ci/default-values.yaml"));
+    let objects = render(&defaults, &[]).unwrap();
+    let webhooks = |objects: &[Value], kind: &str| -> Vec<Value> {
+        of_kind(objects, kind).first().map(|c| c["webhooks"].as_array().unwrap().clone()).unwrap_or_default()
+    };
+    let guard_entries = |objects: &[Value], kind: &str| -> Vec<Value> {
+        webhooks(objects, kind).into_iter().filter(|w| w["name"].as_str().unwrap().contains("sglang-guard")).collect()
+    };
+    let validating = guard_entries(&objects, "ValidatingWebhookConfiguration");
+    let paths: Vec<&str> = validating.iter().map(|w| w["clientConfig"]["service"]["path"].as_str().unwrap()).collect();
+    assert_eq!(paths, ["/guard/enforce", "/guard/warn"]);
+    for (entry, mode) in validating.iter().zip(["enforce", "warn"]) {
+        assert_eq!(entry["failurePolicy"], "Ignore");
+        assert_eq!(
+            entry["namespaceSelector"]["matchExpressions"],
+            serde_json::json!([{"key": "kvpilot.dev/guard", "operator": "In", "values": [mode]}])
+        );
+        let mut covered: Vec<(String, String)> = Vec::new();
+        for rule in entry["rules"].as_array().unwrap() {
+            assert_eq!(strings(&rule["operations"]), ["CREATE", "UPDATE"]);
+            for resource in strings(&rule["resources"]) {
+                covered.push((strings(&rule["apiGroups"])[0].to_string(), resource.to_string()));
+            }
+        }
+        let expected: Vec<(String, String)> =
+            kvpilot::sglang::workload::RESOURCES.iter().map(|(g, r)| (g.to_string(), r.to_string())).collect();
+        assert_eq!(covered, expected, "the webhook rules cover exactly the kinds the guard reads");
+    }
+    let mutating = guard_entries(&objects, "MutatingWebhookConfiguration");
+    assert_eq!(mutating.len(), 2);
+    assert!(mutating.iter().all(|w| w["clientConfig"]["service"]["path"] == "/guard/rewrite"));
+    assert_eq!(mutating[1]["objectSelector"]["matchExpressions"][0]["key"], "kvpilot.dev/on-invalid");
+    let args = strings(&of_kind(&objects, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"])
+        .into_iter()
+        .map(str::to_string)
+        .collect::<Vec<_>>();
+    assert!(args.contains(&"--mutating-webhook-configuration=kv-kvpilot".to_string()), "{args:?}");
+
+    let strict = render(&defaults, &["guard.failurePolicy=Fail", "guard.rewrite=false"]).unwrap();
+    assert!(guard_entries(&strict, "ValidatingWebhookConfiguration").iter().all(|w| w["failurePolicy"] == "Fail"));
+    assert!(of_kind(&strict, "MutatingWebhookConfiguration").is_empty());
+
+    let off = render(&defaults, &["guard.enabled=false"]).unwrap();
+    assert!(guard_entries(&off, "ValidatingWebhookConfiguration").is_empty());
+    assert!(of_kind(&off, "MutatingWebhookConfiguration").is_empty());
+    let webhook_off = render(&defaults, &["webhook.enabled=false"]).unwrap();
+    assert!(of_kind(&webhook_off, "ValidatingWebhookConfiguration").is_empty());
+
+    // The guard reads ConfigMaps and token Secrets the controller may read already: its RBAC is
+    // the same with and without it (but for keeping the mutating configuration's caBundle).
+    let rules = |objects: &[Value]| -> Vec<Value> {
+        objects
+            .iter()
+            .filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole")
+            .flat_map(|r| r["rules"].as_array().unwrap().clone())
+            .filter(|rule| !strings(&rule["resources"]).contains(&"mutatingwebhookconfigurations"))
+            .collect()
+    };
+    let without_mutating_ca = |objects: &[Value]| -> Vec<Value> {
+        rules(objects)
+            .into_iter()
+            .chain(
+                objects
+                    .iter()
+                    .filter(|o| o["kind"] == "ClusterRole")
+                    .flat_map(|r| r["rules"].as_array().unwrap().clone())
+                    .filter(|rule| strings(&rule["resources"]).contains(&"mutatingwebhookconfigurations"))
+                    .map(|mut rule| {
+                        rule["resources"] = serde_json::json!(["validatingwebhookconfigurations"]);
+                        rule
+                    }),
+            )
+            .collect()
+    };
+    let mut with_guard = without_mutating_ca(&objects);
+    let mut without_guard = rules(&off);
+    let sort_key = |v: &Value| v.to_string();
+    with_guard.sort_by_key(sort_key);
+    without_guard.sort_by_key(sort_key);
+    assert_eq!(with_guard, without_guard);
+    assert!(!with_guard.iter().any(|rule| strings(&rule["resources"]).contains(&"namespaces")));
+}

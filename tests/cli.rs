@@ -99,7 +99,9 @@ fn by_name<'a>(reports: &'a [Value], name: &str) -> &'a Value {
 fn check_reports_every_example_and_exits_1_on_a_rejection() {
     let (code, reports, err) = check_json(&["-f", &repo("examples")]);
     assert_eq!(code, Some(1), "{err}");
-    assert_eq!(reports.len(), 6);
+    // Six InferenceDeployments, then the three SGLang servers of examples/guard.
+    assert_eq!(reports.len(), 9);
+    assert!(reports[6..].iter().all(|r| r["container"].is_string()), "{reports:?}");
     let rejected = by_name(&reports, "default/deepseek-v3");
     assert_eq!(rejected["verdict"], "rejected");
     assert_eq!(rejected["violations"][0]["rule"], "R9");
@@ -308,6 +310,13 @@ fn render_prints_valid_objects_and_refuses_rejected_resources() {
     assert_eq!(kinds, vec!["ConfigMap", "Service", "Pod", "ConfigMap", "Service", "Pod", "Pod"]);
     let runtime: Value = serde_json::from_str(docs[0]["data"]["runtime.json"].as_str().unwrap()).unwrap();
     assert_eq!(runtime["effective"]["retractionBackup"], "cpu_tensor");
+    // The SGLang flags of the effective (rewritten) settings, in the ConfigMap and the header.
+    let sglang_args: Value = serde_json::from_str(docs[0]["data"]["sglangArgs.json"].as_str().unwrap()).unwrap();
+    let decode: Vec<&str> = sglang_args["decode"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert!(decode.windows(2).any(|w| w == ["--disaggregation-decode-retraction-backup", "cpu_tensor"]), "{decode:?}");
+    assert!(decode.windows(2).any(|w| w == ["--disaggregation-mode", "decode"]), "{decode:?}");
+    assert!(text.contains("#   sglangArgs decode:  --model-path "), "{text}");
+    assert!(text.contains("#   sglangArgs prefill: --model-path "), "{text}");
     assert_eq!(docs[2]["spec"]["containers"][0]["image"], format!("kvpilot/kvpilot:{}", env!("CARGO_PKG_VERSION")));
 
     let json_out = kvpilot(&[

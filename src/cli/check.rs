@@ -1,5 +1,6 @@
 //! `kvpilot check -f PATH... [--output text|json] [--offline]`: the policy verdict of every
-//! InferenceDeployment in a set of manifests, for CI pipelines.
+//! InferenceDeployment, and of every SGLang server in the workloads (`check_workloads`), in a
+//! set of manifests, for CI pipelines (`helm template … | kvpilot check -f -`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,6 +10,7 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 
 use super::SglangVersionArg;
+use super::check_workloads;
 use super::manifests::{self, Found, ManifestSet, ModelConfig};
 use crate::api::{AttentionLayout, EffectiveSettings, Rewrite, SglangStatus};
 use crate::controller::status::sglang_status;
@@ -18,7 +20,7 @@ use crate::source::{DEFAULT_HUB_ENDPOINT, HubClient};
 
 #[derive(Args, Debug)]
 pub(crate) struct CheckArgs {
-    /// A manifest file or directory (recursed; *.yaml, *.yml, *.json). Repeatable.
+    /// A manifest file or directory (recursed; *.yaml, *.yml, *.json), or `-` for standard input. Repeatable.
     #[arg(short = 'f', long = "filename", value_name = "PATH", required = true)]
     paths: Vec<PathBuf>,
     /// Output format.
@@ -184,14 +186,43 @@ pub(crate) fn run(args: &CheckArgs) -> ExitCode {
             Err(e) => errors.push(e),
         }
     }
+    let servers = runtime.block_on(check_workloads::check_workloads(
+        &set,
+        hub.as_ref(),
+        &args.hub_endpoint,
+        &default_release,
+        &mut errors,
+    ));
     let rendered = match args.output {
-        OutputFormat::Json => serde_json::to_string_pretty(&reports).map(|json| json + "\n").unwrap_or_default(),
-        OutputFormat::Text => text_report(&reports),
+        OutputFormat::Json => {
+            let mut items: Vec<serde_json::Value> =
+                reports.iter().filter_map(|r| serde_json::to_value(r).ok()).collect();
+            items.extend(servers.iter().filter_map(|r| serde_json::to_value(r).ok()));
+            serde_json::to_string_pretty(&items).map(|json| json + "\n").unwrap_or_default()
+        }
+        OutputFormat::Text => text_report(&reports, &servers),
     };
-    finish("check", &rendered, &errors, reports.iter().any(|r| r.verdict == Outcome::Rejected))
+    let rejected =
+        reports.iter().map(|r| r.verdict).chain(servers.iter().map(|r| r.verdict)).any(|v| v == Outcome::Rejected);
+    finish("check", &rendered, &errors, rejected)
 }
 
-fn text_report(reports: &[Report]) -> String {
+/// `  layout: …` of a report.
+pub(crate) fn layout_line(l: &AttentionLayout) -> String {
+    format!(
+        "  layout: {} {} — {} layers ({} full, {} sliding, {} ssm){}, attention {}\n",
+        l.architecture,
+        l.kv_pool.as_str(),
+        l.layers.total,
+        l.layers.full_attention,
+        l.layers.sliding_window,
+        l.layers.ssm,
+        l.sliding_window.map(|w| format!(", window {w}")).unwrap_or_default(),
+        if l.attention == crate::api::AttentionKind::Mla { "mla" } else { "mha" },
+    )
+}
+
+fn text_report(reports: &[Report], servers: &[check_workloads::ServerReport]) -> String {
     let mut out = String::new();
     for r in reports {
         let l = &r.layout;
@@ -203,17 +234,7 @@ fn text_report(reports: &[Report]) -> String {
             r.sglang.version,
             r.sglang.source
         );
-        out += &format!(
-            "  layout: {} {} — {} layers ({} full, {} sliding, {} ssm){}, attention {}\n",
-            l.architecture,
-            l.kv_pool.as_str(),
-            l.layers.total,
-            l.layers.full_attention,
-            l.layers.sliding_window,
-            l.layers.ssm,
-            l.sliding_window.map(|w| format!(", window {w}")).unwrap_or_default(),
-            if l.attention == crate::api::AttentionKind::Mla { "mla" } else { "mha" },
-        );
+        out += &layout_line(l);
         for v in &r.violations {
             out += &format!("  ✗ {} {}: {}\n      fix: {}\n", v.rule, v.field, v.message, v.fix);
         }
@@ -239,10 +260,12 @@ fn text_report(reports: &[Report]) -> String {
             out += &format!("  ! {w}\n");
         }
     }
-    let count = |o: Outcome| reports.iter().filter(|r| r.verdict == o).count();
+    out += &check_workloads::text_report(servers);
+    let verdicts: Vec<Outcome> = reports.iter().map(|r| r.verdict).chain(servers.iter().map(|r| r.verdict)).collect();
+    let count = |o: Outcome| verdicts.iter().filter(|v| **v == o).count();
     out += &format!(
         "{} checked: {} valid, {} rewritten, {} rejected\n",
-        reports.len(),
+        verdicts.len(),
         count(Outcome::Valid),
         count(Outcome::Rewritten),
         count(Outcome::Rejected)

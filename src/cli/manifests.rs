@@ -1,6 +1,7 @@
 //! Reads manifests for the offline commands (`check`, `render`): YAML or JSON files and
-//! directories, multi-document YAML, `kind: List`; collects InferenceDeployments and the
-//! ConfigMaps and Secrets they may refer to.
+//! directories (or standard input for `-`), multi-document YAML, `kind: List`; collects
+//! InferenceDeployments, the workloads the SGLang guard reads, and the ConfigMaps and Secrets
+//! they may refer to.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -10,7 +11,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::api::{ConfigSourceRef, InferenceDeployment};
+use crate::api::{ConfigSourceRef, InferenceDeployment, ModelSpec};
+use crate::sglang::workload;
 use crate::source::{self, HubClient, HubLocation, SourceError};
 
 /// Where a document came from, for error messages: `FILE, document N`.
@@ -22,8 +24,14 @@ pub struct Location {
     pub document: usize,
 }
 
+/// The path that stands for standard input.
+pub const STDIN: &str = "-";
+
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.file.as_os_str() == STDIN {
+            return write!(f, "standard input, document {}", self.document);
+        }
         write!(f, "{}, document {}", self.file.display(), self.document)
     }
 }
@@ -45,10 +53,25 @@ impl Found {
     }
 }
 
+/// A workload object (Deployment, LeaderWorkerSet, …) and where it was read.
+pub struct FoundWorkload {
+    pub location: Location,
+    pub object: Value,
+}
+
+impl FoundWorkload {
+    pub fn namespace(&self) -> &str {
+        self.object.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default")
+    }
+}
+
 /// Everything read from the given paths.
 #[derive(Default)]
 pub struct ManifestSet {
     pub deployments: Vec<Found>,
+    pub workloads: Vec<FoundWorkload>,
+    /// Labels of the Namespaces in the files (the guard's `kvpilot.dev/on-invalid`).
+    pub namespace_labels: HashMap<String, BTreeMap<String, String>>,
     config_maps: HashMap<(String, String), BTreeMap<String, String>>,
     secrets: HashMap<(String, String), BTreeMap<String, Vec<u8>>>,
 }
@@ -58,6 +81,14 @@ pub fn load(paths: &[PathBuf]) -> (ManifestSet, Vec<String>) {
     let mut set = ManifestSet::default();
     let mut errors = Vec::new();
     for path in paths {
+        if path.as_os_str() == STDIN {
+            let mut text = String::new();
+            match std::io::Read::read_to_string(&mut std::io::stdin(), &mut text) {
+                Ok(_) => read_documents(path, &text, &mut set, &mut errors),
+                Err(e) => errors.push(format!("standard input: cannot read: {e}")),
+            }
+            continue;
+        }
         let mut files = Vec::new();
         if let Err(e) = collect_files(path, &mut files) {
             errors.push(format!("{}: {e}", path.display()));
@@ -135,6 +166,18 @@ fn add(location: Location, value: Value, set: &mut ManifestSet, errors: &mut Vec
             }
             Err(e) => errors.push(format!("{location}: Secret: {e}")),
         },
+        ("v1", "Namespace") => {
+            let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default().to_string();
+            let labels = value
+                .pointer("/metadata/labels")
+                .and_then(Value::as_object)
+                .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+                .unwrap_or_default();
+            set.namespace_labels.insert(name, labels);
+        }
+        (api_version, kind) if workload::is_workload(api_version, kind) => {
+            set.workloads.push(FoundWorkload { location, object: value });
+        }
         (_, "List") => {
             for item in value.get("items").and_then(Value::as_array).cloned().unwrap_or_default() {
                 add(location.clone(), item, set, errors);
@@ -173,8 +216,18 @@ impl ManifestSet {
         hub: Option<&HubClient>,
         default_endpoint: &str,
     ) -> Result<ModelConfig, String> {
-        let namespace = found.namespace().to_string();
-        let model = &found.resource.spec.model;
+        self.config_for(found.namespace(), &found.resource.spec.model, hub, default_endpoint).await
+    }
+
+    /// Reads the config.json `model` names for an object in `namespace`.
+    pub async fn config_for(
+        &self,
+        namespace: &str,
+        model: &ModelSpec,
+        hub: Option<&HubClient>,
+        default_endpoint: &str,
+    ) -> Result<ModelConfig, String> {
+        let namespace = namespace.to_string();
         match model.config.source()? {
             ConfigSourceRef::Inline(map) => Ok(ModelConfig::Read(Value::Object(map.clone()))),
             ConfigSourceRef::ConfigMap(reference) => {

@@ -3,6 +3,7 @@
 mod bench_cache_cmd;
 mod cache_runtime_cmd;
 mod check;
+mod check_workloads;
 mod demo_cmd;
 mod layout_cmd;
 mod manifests;
@@ -58,7 +59,7 @@ enum Command {
     Rules,
     /// Resolve a model's attention layout from its config.json and print it as JSON.
     Layout(layout_cmd::LayoutArgs),
-    /// Check every InferenceDeployment in manifests against its model's layout (for CI).
+    /// Check every InferenceDeployment and SGLang workload in manifests against its model's layout (for CI).
     Check(check::CheckArgs),
     /// Serve the validating and mutating admission webhooks over HTTPS.
     Webhook(webhook_cmd::WebhookArgs),

@@ -1,5 +1,6 @@
 //! `kvpilot render -f PATH... [--output yaml|json] [--offline]`: the objects the controller
-//! would apply for each InferenceDeployment, for review in a GitOps pull request.
+//! would apply for each InferenceDeployment, for review in a GitOps pull request, with the
+//! SGLang flags of its effective settings (`sglangArgs`) in the header comments.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,6 +12,7 @@ use super::SglangVersionArg;
 use super::check::{Assessed, assess_all, finish, prepare};
 use crate::controller::desired::{RenderOptions, desired_state};
 use crate::policy::Outcome;
+use crate::sglang::cmdline::shell_quote;
 use crate::source::DEFAULT_HUB_ENDPOINT;
 
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -94,6 +96,10 @@ pub(crate) fn run(args: &RenderArgs) -> ExitCode {
             yaml +=
                 &format!("#   rewritten {}: {} -> {} ({})\n", rewrite.field, rewrite.from, rewrite.to, rewrite.rule);
         }
+        let args = crate::sglang::args::sglang_args(&found.resource.spec, verdict, assessment.release.release);
+        let line = |args: &[String]| args.iter().map(|a| shell_quote(a)).collect::<Vec<_>>().join(" ");
+        yaml += &format!("#   sglangArgs decode:  {}\n", line(&args.decode));
+        yaml += &format!("#   sglangArgs prefill: {}\n", line(&args.prefill));
         for object in desired.objects() {
             yaml += "---\n";
             yaml += &serde_norway::to_string(&object).unwrap_or_default();

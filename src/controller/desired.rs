@@ -38,6 +38,16 @@ pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 /// User and group the runtime runs as (the image's non-root user).
 pub const RUNTIME_UID: i64 = 65532;
 
+/// Key of the runtime ConfigMap holding the SGLang flags for the fleet's effective settings
+/// (`{"decode": [...], "prefill": [...]}`), for users to paste into their SGLang servers.
+pub const SGLANG_ARGS_KEY: &str = "sglangArgs.json";
+
+/// The `sglangArgs` of the resource, as the runtime ConfigMap holds them.
+pub fn sglang_args_json(resource: &InferenceDeployment, assessment: &Assessment) -> String {
+    let args = crate::sglang::args::sglang_args(&resource.spec, &assessment.verdict, assessment.release.release);
+    serde_json::to_string_pretty(&args).unwrap_or_default()
+}
+
 /// Operator-wide settings that shape the objects.
 #[derive(Debug, Clone)]
 pub struct RenderOptions {
@@ -190,7 +200,10 @@ pub fn desired_state(resource: &InferenceDeployment, assessment: &Assessment, op
     let runtime_json = serde_json::to_string_pretty(&runtime_config(resource, assessment)).unwrap_or_default();
     let config_map = ConfigMap {
         metadata: owned(config_map_name(&name)),
-        data: Some(BTreeMap::from([("runtime.json".to_string(), runtime_json.clone())])),
+        data: Some(BTreeMap::from([
+            ("runtime.json".to_string(), runtime_json.clone()),
+            (SGLANG_ARGS_KEY.to_string(), sglang_args_json(resource, assessment)),
+        ])),
         ..ConfigMap::default()
     };
     let service = Service {

@@ -4,6 +4,7 @@
 mod docs;
 #[cfg(test)]
 mod release_tests;
+mod role;
 mod rules;
 #[cfg(test)]
 mod tests;
@@ -23,6 +24,7 @@ use crate::release::{self, Release, ReleaseChoice, ReleaseError, ReleaseSource, 
 use rules::{Context, Fix, RULES};
 
 pub use docs::{README_END, README_START, rules_markdown};
+pub use role::evaluate_non_decode;
 pub use rules::{Phase, attention_tp, pipeline_stages};
 
 /// The host pool fraction SGLang gives a retraction-only host pool (`BACKUP_ONLY_HICACHE_RATIO`,

@@ -202,14 +202,14 @@ fn rewrite_patch(verdict: &policy::Verdict) -> Result<Patch, String> {
     Ok(Patch(operations))
 }
 
-fn denied(response: AdmissionResponse, code: u16, reason: &str, message: String) -> AdmissionResponse {
+pub(crate) fn denied(response: AdmissionResponse, code: u16, reason: &str, message: String) -> AdmissionResponse {
     let mut response = response.deny(message);
     response.result.code = code;
     response.result.reason = reason.into();
     response
 }
 
-fn warned(mut response: AdmissionResponse, warnings: Vec<String>) -> AdmissionResponse {
+pub(crate) fn warned(mut response: AdmissionResponse, warnings: Vec<String>) -> AdmissionResponse {
     if !warnings.is_empty() {
         response.warnings = Some(warnings);
     }
@@ -218,7 +218,7 @@ fn warned(mut response: AdmissionResponse, warnings: Vec<String>) -> AdmissionRe
 
 /// Serializes the review with `response.patch` as base64 text: kube's type writes the bytes as
 /// a JSON array of numbers, which the Kubernetes API does not document (kube-rs #1781).
-fn encode(review: AdmissionReview<DynamicObject>) -> Value {
+pub(crate) fn encode(review: AdmissionReview<DynamicObject>) -> Value {
     let mut value = serde_json::to_value(&review).unwrap_or(Value::Null);
     if let Some(patch) = value.pointer_mut("/response/patch")
         && let Some(bytes) =

@@ -1,8 +1,10 @@
-//! The admission webhook server: `POST /validate`, `POST /mutate`, `/healthz`, `/readyz`, over
-//! HTTPS only, with certificates reloaded from disk as they rotate.
+//! The admission webhook server: `POST /validate`, `POST /mutate` (InferenceDeployments), the
+//! SGLang guard's `POST /guard/enforce`, `/guard/warn`, `/guard/rewrite` (workloads),
+//! `/healthz`, `/readyz`, over HTTPS only, with certificates reloaded from disk as they rotate.
 
 pub mod admission;
 pub mod certs;
+pub mod guard;
 pub mod tls;
 
 use std::future::Future;
@@ -23,6 +25,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::release::ReleaseChoice;
 use crate::source::ClusterSource;
 use admission::Mode;
+use guard::GuardMode;
 
 /// Largest AdmissionReview accepted: an object and its old version at the API server's 1.5 MiB
 /// object limit, plus slack.
@@ -43,6 +46,9 @@ pub fn router(state: WebhookState) -> Router {
     Router::new()
         .route("/validate", post(validate))
         .route("/mutate", post(mutate))
+        .route(GuardMode::Enforce.path(), post(|state, body| guarded(state, body, GuardMode::Enforce)))
+        .route(GuardMode::Warn.path(), post(|state, body| guarded(state, body, GuardMode::Warn)))
+        .route(GuardMode::Rewrite.path(), post(|state, body| guarded(state, body, GuardMode::Rewrite)))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(|| async { "ok" }))
         .with_state(Arc::new(state))
@@ -54,6 +60,19 @@ async fn validate(State(state): State<Arc<WebhookState>>, body: Body) -> Respons
 
 async fn mutate(State(state): State<Arc<WebhookState>>, body: Body) -> Response {
     handle(state, body, Mode::Mutate).await
+}
+
+async fn guarded(State(state): State<Arc<WebhookState>>, body: Body, mode: GuardMode) -> Response {
+    let bytes = match axum::body::to_bytes(body, MAX_REVIEW_BYTES).await {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            return bad_request(format!("cannot read the request body (at most {MAX_REVIEW_BYTES} bytes): {e}"));
+        }
+    };
+    match guard::review(&bytes, mode, state.source.as_ref(), &state.default_release).await {
+        Ok(review) => ([(header::CONTENT_TYPE, "application/json")], review.to_string()).into_response(),
+        Err(e) => bad_request(e.to_string()),
+    }
 }
 
 async fn handle(state: Arc<WebhookState>, body: Body, mode: Mode) -> Response {

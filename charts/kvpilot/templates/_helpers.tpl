@@ -58,3 +58,11 @@ capabilities:
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
+
+{{/* The SGLang guard is served (it rides on the webhook server). */}}
+{{- define "kvpilot.guard" -}}{{ and .Values.webhook.enabled .Values.guard.enabled }}{{- end -}}
+
+{{/* A MutatingWebhookConfiguration exists: InferenceDeployment rewrites, or guard rewrites. */}}
+{{- define "kvpilot.mutating" -}}
+{{ or .Values.webhook.mutating.enabled (and (eq (include "kvpilot.guard" .) "true") .Values.guard.rewrite) }}
+{{- end -}}

@@ -1,0 +1,167 @@
+//! `kvpilot check` on workloads that run SGLang themselves (Pods, Deployments, StatefulSets,
+//! Jobs, LeaderWorkerSets, RoleBasedGroups, …): one report per SGLang server container, naming
+//! the object, container and flag. The guard's logic is `sglang::guard`; this file reads the
+//! model configs from the manifest set and prints.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::manifests::{ManifestSet, ModelConfig};
+use crate::api::{AttentionLayout, EffectiveSettings, SglangStatus};
+use crate::controller::status::sglang_status;
+use crate::policy::Outcome;
+use crate::release::ReleaseChoice;
+use crate::sglang::flags::Mode;
+use crate::sglang::guard::{self, FlagFinding, FlagRewrite, Inspection, Server};
+use crate::source::HubClient;
+
+/// One SGLang server's report; `--output json` lists these after the InferenceDeployments.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ServerReport {
+    /// `deploy/NAME`.
+    pub(crate) name: String,
+    pub(crate) namespace: String,
+    pub(crate) container: String,
+    /// The pod template within the object, for kinds with several (`workerTemplate`, `role decode`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) template: Option<String>,
+    pub(crate) source: String,
+    pub(crate) mode: Mode,
+    /// The SGLang release the server was checked against and where it came from (`Image`: its
+    /// tag; `Flag`/`Default`: `--sglang-version` or the newest known release).
+    pub(crate) sglang: SglangStatus,
+    pub(crate) verdict: Outcome,
+    pub(crate) violations: Vec<FlagFinding>,
+    pub(crate) rewrites: Vec<FlagRewrite>,
+    pub(crate) effective: EffectiveSettings,
+    pub(crate) layout: AttentionLayout,
+    pub(crate) warnings: Vec<String>,
+    #[serde(skip)]
+    pub(crate) subject: String,
+}
+
+/// Checks every SGLang server in the set's workloads, rewriting where the workload or its
+/// Namespace (when the files hold it) is labelled `kvpilot.dev/on-invalid: rewrite`. Servers
+/// whose config.json cannot be found get no verdict: their warning goes to stderr, as skipped
+/// InferenceDeployments' do.
+pub(crate) async fn check_workloads(
+    set: &ManifestSet,
+    hub: Option<&HubClient>,
+    hub_endpoint: &str,
+    default_release: &ReleaseChoice,
+    errors: &mut Vec<String>,
+) -> Vec<ServerReport> {
+    let mut reports = Vec::new();
+    let mut inspections: Vec<Inspection> = set.workloads.iter().map(|found| guard::inspect(&found.object)).collect();
+    pair_across_objects(set, &mut inspections);
+    for (found, inspection) in set.workloads.iter().zip(&inspections) {
+        for warning in &inspection.warnings {
+            eprintln!("kvpilot check: {}: {warning}", found.location);
+        }
+        let namespace_rewrites = set
+            .namespace_labels
+            .get(found.namespace())
+            .and_then(|labels| labels.get(guard::ON_INVALID_LABEL))
+            .is_some_and(|value| value == "rewrite");
+        let rewrite = namespace_rewrites || guard::asks_for_rewrite(&found.object);
+        for server in &inspection.servers {
+            let subject = server.subject(&inspection.object);
+            let model = match &server.model {
+                Ok(model) => model,
+                Err(warning) => {
+                    eprintln!("kvpilot check: {}: {subject}: not checked: {warning}", found.location);
+                    continue;
+                }
+            };
+            let config = match set.config_for(found.namespace(), model, hub, hub_endpoint).await {
+                Ok(ModelConfig::Read(config)) => config,
+                Ok(ModelConfig::SkippedOffline(url)) => {
+                    eprintln!(
+                        "kvpilot check: {}: skipped {subject} (--offline; its config.json is at {url})",
+                        found.location
+                    );
+                    continue;
+                }
+                Err(e) => {
+                    errors.push(format!("{}: {subject}: model config.json: {e}", found.location));
+                    continue;
+                }
+            };
+            match guard::check(server, &config, rewrite, default_release) {
+                Ok(verdict) => reports.push(report(found, &inspection.object, server, subject, verdict)),
+                Err(e) => errors.push(format!("{}: {subject}: model config.json: {e}", found.location)),
+            }
+        }
+    }
+    reports
+}
+
+/// Pairs the decode servers of a model with its prefill servers across the objects of a
+/// namespace (a prefill Deployment beside a decode Deployment), so T1 is checked in CI.
+fn pair_across_objects(set: &ManifestSet, inspections: &mut [Inspection]) {
+    let mut groups: BTreeMap<(String, String), Vec<&mut Server>> = BTreeMap::new();
+    for (found, inspection) in set.workloads.iter().zip(inspections.iter_mut()) {
+        for server in &mut inspection.servers {
+            if let Some(model) = server.parsed.settings.model_path.clone() {
+                groups.entry((found.namespace().to_string(), model)).or_default().push(server);
+            }
+        }
+    }
+    for ((namespace, model), mut servers) in groups {
+        if let Err(warning) = guard::pair_with_prefill(&mut servers) {
+            eprintln!("kvpilot check: namespace {namespace}, --model-path {model}: {warning}");
+        }
+    }
+}
+
+fn report(
+    found: &super::manifests::FoundWorkload,
+    object: &str,
+    server: &Server,
+    subject: String,
+    verdict: guard::ServerVerdict,
+) -> ServerReport {
+    ServerReport {
+        name: object.to_string(),
+        namespace: found.namespace().to_string(),
+        container: server.container.clone(),
+        template: server.template.label.clone(),
+        source: found.location.to_string(),
+        mode: server.parsed.settings.mode,
+        sglang: sglang_status(&verdict.release),
+        verdict: verdict.outcome,
+        violations: verdict.findings,
+        rewrites: verdict.rewrites,
+        effective: verdict.effective,
+        layout: verdict.layout,
+        warnings: verdict.warnings,
+        subject,
+    }
+}
+
+/// The text report of the servers, in the form of the InferenceDeployments' one.
+pub(crate) fn text_report(reports: &[ServerReport]) -> String {
+    let mut out = String::new();
+    for r in reports {
+        out += &format!("{} ({}): {}\n", r.subject, r.source, r.verdict.as_str());
+        out += &format!(
+            "  SGLang release: {} ({}); --disaggregation-mode {}\n",
+            r.sglang.version,
+            r.sglang.source,
+            r.mode.as_str()
+        );
+        out += &super::check::layout_line(&r.layout);
+        for v in &r.violations {
+            out += &format!("  ✗ {} {}: {v}\n", v.violation.rule, r.subject);
+        }
+        for w in &r.rewrites {
+            out += &format!("  ↻ {}: {w}\n", r.subject);
+        }
+        for w in &r.warnings {
+            out += &format!("  ! {w}\n");
+        }
+    }
+    out
+}

@@ -1,0 +1,100 @@
+//! The verdict for an SGLang server that is not a PD decode server (a prefill server, or one
+//! without disaggregation): the decode-side rules do not apply to it, SGLang's own checks for
+//! such servers (§1.4 S1, S5; §2.2 R21) do.
+
+use super::{Phase, PolicyInput, Verdict, Violation, evaluate, rules};
+use crate::api::{OnInvalid, RetractionBackup, TransferBackend};
+
+/// Rules of [`rules::RULES`] that SGLang applies on every PD server, prefill included
+/// (R20, M1, U1–U3), or on any server (M3).
+const ON_EVERY_PD_SERVER: &[&str] = &["R20", "M1", "U1", "U2", "U3"];
+const ON_EVERY_SERVER: &[&str] = &["M3"];
+
+/// Checks a prefill server (`prefill`) or a server without disaggregation. Nothing is
+/// rewritten: each finding here asks for a flag to be dropped or changed by hand.
+pub fn evaluate_non_decode(input: PolicyInput<'_>, prefill: bool) -> Verdict {
+    let settings = crate::api::DisaggregationSpec { on_invalid: OnInvalid::Reject, ..input.disaggregation.clone() };
+    let mut verdict = evaluate(PolicyInput { disaggregation: &settings, ..input });
+    let mut violations = Vec::new();
+    if settings.retraction_backup == Some(RetractionBackup::HostPool) {
+        violations.push(Violation {
+            rule: "S1",
+            field: rules::RETRACTION_BACKUP,
+            message: "--disaggregation-decode-retraction-backup=host_pool is only supported on a PD decode server."
+                .into(),
+            fix: "drop --disaggregation-decode-retraction-backup from servers that are not PD decode servers".into(),
+            phase: Phase::Args.as_str(),
+        });
+    }
+    if settings.decode_offload_kv_cache {
+        violations.push(Violation {
+            rule: "S5",
+            field: "spec.disaggregation.decodeOffloadKvCache",
+            message: "The argument disaggregation-decode-enable-offload-kvcache is only supported for decode side."
+                .into(),
+            fix: "drop --disaggregation-decode-enable-offload-kvcache from servers that are not PD decode servers"
+                .into(),
+            phase: Phase::Args.as_str(),
+        });
+    }
+    if prefill && settings.transfer_backend == TransferBackend::Fake {
+        violations.push(Violation {
+            rule: "R21",
+            field: "spec.disaggregation.transferBackend",
+            message: "Prefill server does not support 'fake' as the transfer backend".into(),
+            fix: "use a real transfer backend (mooncake, nixl or mori) on the prefill server".into(),
+            phase: Phase::Args.as_str(),
+        });
+    }
+    violations.extend(
+        verdict
+            .violations
+            .into_iter()
+            .filter(|v| ON_EVERY_SERVER.contains(&v.rule) || (prefill && ON_EVERY_PD_SERVER.contains(&v.rule))),
+    );
+    verdict.outcome = if violations.is_empty() { super::Outcome::Valid } else { super::Outcome::Rejected };
+    verdict.violations = violations;
+    // The remaining warnings are about the decode side's pool and pairing.
+    verdict.warnings.clear();
+    verdict
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{DecodeSpec, DisaggregationSpec, MambaRadixCacheStrategy};
+    use crate::layout::{ResolveOptions, resolve};
+
+    fn layout() -> crate::api::AttentionLayout {
+        let config = serde_json::from_str(include_str!("../../tests/fixtures/configs/llama-3.1-8b-instruct.json"));
+        resolve(&config.unwrap(), ResolveOptions::default()).unwrap()
+    }
+
+    fn rules_of(settings: &DisaggregationSpec, prefill: bool) -> Vec<&'static str> {
+        let layout = layout();
+        let decode = DecodeSpec::default();
+        let input = PolicyInput {
+            disaggregation: settings,
+            decode: &decode,
+            layout: &layout,
+            release: crate::release::Release::newest_known(),
+        };
+        evaluate_non_decode(input, prefill).violations.iter().map(|v| v.rule).collect()
+    }
+
+    #[test]
+    fn decode_only_settings_are_refused_off_the_decode_side() {
+        let settings = DisaggregationSpec {
+            retraction_backup: Some(RetractionBackup::HostPool),
+            decode_offload_kv_cache: true,
+            transfer_backend: TransferBackend::Fake,
+            mamba_radix_cache_strategy: Some(MambaRadixCacheStrategy::ExtraBufferLazy),
+            ..DisaggregationSpec::default()
+        };
+        assert_eq!(rules_of(&settings, true), ["S1", "S5", "R21", "M1"]);
+        assert_eq!(rules_of(&settings, false), ["S1", "S5"]);
+        // Decode radix cache is a decode-side flag SGLang ignores elsewhere.
+        let radix = DisaggregationSpec { decode_radix_cache: true, ..DisaggregationSpec::default() };
+        assert!(rules_of(&radix, true).is_empty());
+    }
+}

@@ -1,0 +1,129 @@
+//! The reverse direction: the SGLang flags for an InferenceDeployment's effective settings
+//! (`sglangArgs`), written through the same table the guard reads with, so a user can paste
+//! them into the prefill and decode servers that pair with the fleet.
+
+use serde::Serialize;
+
+use super::flags::{self, Mode, ServerSettings};
+use crate::api::{DecodeSpec, DisaggregationSpec, InferenceDeploymentSpec, RetractionBackup};
+use crate::policy::Verdict;
+use crate::release::{Release, v0_5};
+
+/// The server arguments of both sides.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SglangArgs {
+    /// For the decode servers: the effective settings, the automatic retraction backup pinned.
+    pub decode: Vec<String>,
+    /// For the prefill servers: model, transfer backend, page size, the prefill parallelism of
+    /// `spec.disaggregation.prefill`, and the settings both sides must share.
+    pub prefill: Vec<String>,
+}
+
+/// The flags for `spec` as the policy settled it in `verdict` (after any rewrite), for SGLang
+/// `release`: below 0.5.18 there is no retraction-backup flag to pin.
+pub fn sglang_args(spec: &InferenceDeploymentSpec, verdict: &Verdict, release: Release) -> SglangArgs {
+    let effective = &verdict.effective;
+    let settled = &verdict.settings;
+    let decode = ServerSettings {
+        mode: Mode::Decode,
+        model_path: Some(spec.model.name.clone()),
+        revision: spec.model.revision.clone(),
+        hybrid_swa_memory: spec.model.hybrid_swa_memory,
+        disaggregation: DisaggregationSpec {
+            retraction_backup: (release >= v0_5(18)).then_some(effective.retraction_backup),
+            host_pool_ratio: if effective.retraction_backup == RetractionBackup::HostPool
+                || effective.hierarchical_cache
+            {
+                effective.host_pool_ratio
+            } else {
+                None
+            },
+            ..settled.clone()
+        },
+        decode: spec.decode.clone(),
+    };
+    let prefill_side = settled.prefill.clone().unwrap_or_default();
+    let prefill = ServerSettings {
+        mode: Mode::Prefill,
+        disaggregation: DisaggregationSpec {
+            transfer_backend: settled.transfer_backend,
+            speculative_algorithm: settled.speculative_algorithm.clone(),
+            mamba_radix_cache_strategy: settled.mamba_radix_cache_strategy,
+            enable_unified_memory: settled.enable_unified_memory,
+            ..DisaggregationSpec::default()
+        },
+        decode: DecodeSpec {
+            tensor_parallel: prefill_side.tensor_parallel,
+            data_parallel: prefill_side.data_parallel,
+            enable_dp_attention: prefill_side.enable_dp_attention,
+            page_size: prefill_side.page_size.unwrap_or(spec.decode.page_size),
+            kv_cache_dtype: prefill_side.kv_cache_dtype.clone().or_else(|| spec.decode.kv_cache_dtype.clone()),
+            ..DecodeSpec::default()
+        },
+        ..decode.clone()
+    };
+    SglangArgs { decode: flags::write(&decode), prefill: flags::write(&prefill) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{InferenceDeployment, PrefillSpec};
+    use crate::release::ReleaseChoice;
+    use crate::sglang::cmdline::{Arg, ArgList, ArgSite};
+
+    fn spec() -> InferenceDeploymentSpec {
+        let text = include_str!("../../examples/gpt-oss-20b-hybrid-swa.yaml");
+        let resource: InferenceDeployment = serde_norway::from_str(text).unwrap();
+        resource.spec
+    }
+
+    fn config() -> serde_json::Value {
+        serde_json::from_str(include_str!("../../tests/fixtures/configs/gpt-oss-20b.json")).unwrap()
+    }
+
+    fn read_back(args: &[String]) -> ServerSettings {
+        let args: Vec<Arg> = args
+            .iter()
+            .enumerate()
+            .map(|(index, text)| Arg {
+                text: text.clone(),
+                site: ArgSite::Item { list: ArgList::Args, index },
+                expands: false,
+            })
+            .collect();
+        let parsed = flags::read(&args);
+        assert_eq!(parsed.warnings, Vec::<String>::new());
+        parsed.settings
+    }
+
+    #[test]
+    fn decode_args_pin_the_effective_settings_and_read_back() {
+        let mut spec = spec();
+        spec.disaggregation.prefill = Some(PrefillSpec { tensor_parallel: 2, ..PrefillSpec::default() });
+        let assessment = crate::policy::assess(&spec, &config(), &ReleaseChoice::default_newest()).unwrap();
+        let args = sglang_args(&spec, &assessment.verdict, assessment.release.release);
+        let decode = read_back(&args.decode);
+        assert_eq!(decode.mode, Mode::Decode);
+        assert_eq!(decode.model_path.as_deref(), Some(spec.model.name.as_str()));
+        assert_eq!(decode.disaggregation.retraction_backup, Some(assessment.verdict.effective.retraction_backup));
+        assert_eq!(decode.decode.tensor_parallel, spec.decode.tensor_parallel);
+        assert_eq!(decode.disaggregation.host_pool_ratio, assessment.verdict.effective.host_pool_ratio);
+        let prefill = read_back(&args.prefill);
+        assert_eq!(prefill.mode, Mode::Prefill);
+        assert_eq!((prefill.decode.tensor_parallel, prefill.disaggregation.retraction_backup), (2, None));
+        assert_eq!(prefill.disaggregation.transfer_backend, spec.disaggregation.transfer_backend);
+        assert_eq!(prefill.decode.page_size, spec.decode.page_size);
+    }
+
+    #[test]
+    fn no_backup_flag_below_the_release_that_added_it() {
+        let spec = spec();
+        let release = crate::release::choose(v0_5(17), crate::release::ReleaseSource::Flag).unwrap();
+        let assessment = crate::policy::assess(&spec, &config(), &release).unwrap();
+        let args = sglang_args(&spec, &assessment.verdict, release.release);
+        assert!(!args.decode.iter().any(|a| a.starts_with("--disaggregation-decode-retraction-backup")), "{args:?}");
+        let newest = sglang_args(&spec, &assessment.verdict, v0_5(23));
+        assert!(newest.decode.iter().any(|a| a == "--disaggregation-decode-retraction-backup"), "{newest:?}");
+    }
+}

@@ -1,0 +1,536 @@
+//! Finding SGLang server invocations in a container's `command` + `args`: POSIX shell-word
+//! splitting (quotes, escapes, `&&`/`;` chains, `exec`, environment prefixes) for `sh -c`
+//! strings, and recognition of `python -m sglang.launch_server` and `sglang serve`.
+//!
+//! Every argument keeps its [`ArgSite`], so a rewrite can be written back exactly where the
+//! argument came from: an element of the `command`/`args` array, or a byte range of a `-c` string.
+
+use std::ops::Range;
+
+/// Which array of the container an argument is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ArgList {
+    /// `container.command`.
+    Command,
+    /// `container.args`.
+    Args,
+}
+
+impl ArgList {
+    /// The container field's JSON name.
+    pub fn key(self) -> &'static str {
+        match self {
+            Self::Command => "command",
+            Self::Args => "args",
+        }
+    }
+}
+
+/// Where one argument of an invocation was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgSite {
+    /// The whole element `index` of `list`.
+    Item { list: ArgList, index: usize },
+    /// Bytes `span` of the shell script held in element `index` of `list`.
+    ShellWord { list: ArgList, index: usize, span: Range<usize> },
+}
+
+/// One argument after shell processing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arg {
+    /// The argument as the program receives it (quotes removed).
+    pub text: String,
+    /// Where it was written.
+    pub site: ArgSite,
+    /// It holds a shell expansion (`$VAR`, `$(…)`, backquotes) whose value is not known here.
+    pub expands: bool,
+}
+
+/// The program an invocation runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    /// `python -m sglang.launch_server`.
+    LaunchServer,
+    /// `sglang serve`.
+    Serve,
+}
+
+/// An SGLang server invocation: its server arguments, the environment assignments written in
+/// front of it (`VAR=value cmd`, `env VAR=value cmd`), and where arguments can be appended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Invocation {
+    pub entry: Entry,
+    /// The arguments after `sglang.launch_server` / `serve`.
+    pub args: Vec<Arg>,
+    /// `NAME=value` prefixes of the command.
+    pub env: Vec<(String, String)>,
+    /// Where a new argument goes: after the last one.
+    pub append_at: AppendSite,
+}
+
+/// Where a new argument is inserted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppendSite {
+    /// Before element `index` of `list` (`index` = its length appends).
+    Item { list: ArgList, index: usize },
+    /// At byte `offset` of the script in element `index` of `list`.
+    Shell { list: ArgList, index: usize, offset: usize },
+}
+
+/// Why a shell script cannot be split into words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShellError {
+    #[error("unterminated {quote} quote starting at byte {at}")]
+    UnterminatedQuote { quote: &'static str, at: usize },
+    #[error("unterminated $( substitution starting at byte {at}")]
+    UnterminatedSubstitution { at: usize },
+}
+
+/// A token of a shell script: a word, or an operator between commands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Token {
+    /// A word with its text after quote removal and its byte span in the script.
+    Word { text: String, span: Range<usize>, expands: bool },
+    /// `;`, `&&`, `||`, `|`, `&` or a newline: the end of a simple command.
+    Separator,
+}
+
+/// Splits a shell script into words and command separators as POSIX `sh` does (no expansion:
+/// words holding `$…` or backquotes are marked `expands`). Comments are dropped.
+pub fn split_shell(script: &str) -> Result<Vec<Token>, ShellError> {
+    let bytes = script.as_bytes();
+    let mut tokens = Vec::new();
+    let mut i = 0;
+    let mut word: Option<(String, usize, bool)> = None;
+    let finish = |word: &mut Option<(String, usize, bool)>, end: usize, tokens: &mut Vec<Token>| {
+        if let Some((text, start, expands)) = word.take() {
+            tokens.push(Token::Word { text, span: start..end, expands });
+        }
+    };
+    while i < bytes.len() {
+        let c = bytes[i];
+        match c {
+            b' ' | b'\t' | b'\r' => {
+                finish(&mut word, i, &mut tokens);
+                i += 1;
+            }
+            b'\n' | b';' | b'&' | b'|' => {
+                finish(&mut word, i, &mut tokens);
+                if tokens.last() != Some(&Token::Separator) {
+                    tokens.push(Token::Separator);
+                }
+                i += 1;
+            }
+            b'#' if word.is_none() => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'\\' => {
+                if bytes.get(i + 1) == Some(&b'\n') {
+                    // A line continuation is removed; a word around it goes on.
+                    i += 2;
+                    continue;
+                }
+                let entry = word.get_or_insert_with(|| (String::new(), i, false));
+                if let Some(next) = script[i + 1..].chars().next() {
+                    entry.0.push(next);
+                    i += 1 + next.len_utf8();
+                } else {
+                    i += 1;
+                }
+            }
+            b'\'' => {
+                let start = i;
+                let close =
+                    script[i + 1..].find('\'').ok_or(ShellError::UnterminatedQuote { quote: "single", at: start })?;
+                let entry = word.get_or_insert_with(|| (String::new(), start, false));
+                entry.0.push_str(&script[i + 1..i + 1 + close]);
+                i += close + 2;
+            }
+            b'"' => {
+                let start = i;
+                let entry = word.get_or_insert_with(|| (String::new(), start, false));
+                i += 1;
+                loop {
+                    let Some(&b) = bytes.get(i) else {
+                        return Err(ShellError::UnterminatedQuote { quote: "double", at: start });
+                    };
+                    match b {
+                        b'"' => {
+                            i += 1;
+                            break;
+                        }
+                        b'\\' if matches!(bytes.get(i + 1), Some(b'"' | b'\\' | b'$' | b'`' | b'\n')) => {
+                            if bytes[i + 1] != b'\n' {
+                                entry.0.push(bytes[i + 1] as char);
+                            }
+                            i += 2;
+                        }
+                        b'$' | b'`' => {
+                            entry.2 = true;
+                            entry.0.push(b as char);
+                            i += 1;
+                        }
+                        _ => {
+                            let ch = script[i..].chars().next().unwrap_or('\u{fffd}');
+                            entry.0.push(ch);
+                            i += ch.len_utf8().max(1);
+                        }
+                    }
+                }
+            }
+            b'$' if bytes.get(i + 1) == Some(&b'(') => {
+                let start = i;
+                let mut depth = 0usize;
+                let mut j = i + 1;
+                loop {
+                    match bytes.get(j) {
+                        None => return Err(ShellError::UnterminatedSubstitution { at: start }),
+                        Some(b'(') => depth += 1,
+                        Some(b')') => {
+                            depth -= 1;
+                            if depth == 0 {
+                                break;
+                            }
+                        }
+                        Some(_) => {}
+                    }
+                    j += 1;
+                }
+                let entry = word.get_or_insert_with(|| (String::new(), start, false));
+                entry.0.push_str(&script[start..=j]);
+                entry.2 = true;
+                i = j + 1;
+            }
+            _ => {
+                let ch = script[i..].chars().next().unwrap_or('\u{fffd}');
+                let entry = word.get_or_insert_with(|| (String::new(), i, false));
+                if matches!(ch, '$' | '`') {
+                    entry.2 = true;
+                }
+                entry.0.push(ch);
+                i += ch.len_utf8().max(1);
+            }
+        }
+    }
+    finish(&mut word, bytes.len(), &mut tokens);
+    Ok(tokens)
+}
+
+/// Shells whose `-c` script is searched for invocations.
+const SHELLS: &[&str] = &["sh", "bash", "dash", "ash", "zsh", "ksh"];
+
+fn basename(program: &str) -> &str {
+    program.rsplit('/').next().unwrap_or(program)
+}
+
+fn is_python(program: &str) -> bool {
+    let name = basename(program);
+    name == "python" || name.strip_prefix("python3").is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+}
+
+/// `NAME=value` as a shell assignment: a name of letters, digits and `_`, not starting with a digit.
+fn assignment(text: &str) -> Option<(String, String)> {
+    let (name, value) = text.split_once('=')?;
+    let mut chars = name.chars();
+    let first = chars.next()?;
+    (first.is_ascii_alphabetic() || first == '_')
+        .then_some(())
+        .filter(|()| chars.all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .map(|()| (name.to_string(), value.to_string()))
+}
+
+/// Python interpreter options that take a separate value.
+const PYTHON_OPTIONS_WITH_VALUE: &[&str] = &["-X", "-W", "-Q"];
+
+/// What the search found in a container, with what it could not read.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Found {
+    pub invocations: Vec<Invocation>,
+    pub warnings: Vec<String>,
+}
+
+/// Finds the SGLang server invocations in a container's `command` and `args` (the kubelet runs
+/// `command ++ args`; with no `command` the image's entrypoint runs `args`, searched the same).
+pub fn find_invocations(command: &[String], args: &[String]) -> Found {
+    let argv: Vec<Arg> = command
+        .iter()
+        .enumerate()
+        .map(|(index, text)| (ArgList::Command, index, text))
+        .chain(args.iter().enumerate().map(|(index, text)| (ArgList::Args, index, text)))
+        .map(|(list, index, text)| Arg {
+            text: text.clone(),
+            site: ArgSite::Item { list, index },
+            expands: text.contains("$("),
+        })
+        .collect();
+    let end = if args.is_empty() && !command.is_empty() {
+        AppendSite::Item { list: ArgList::Command, index: command.len() }
+    } else {
+        AppendSite::Item { list: ArgList::Args, index: args.len() }
+    };
+    let mut found = Found::default();
+    search(&argv, end, &mut found, true);
+    found
+}
+
+/// Looks at one simple command; `outer` allows one level of `sh -c` (a script inside a script
+/// has no site an array patch can reach).
+fn search(argv: &[Arg], end: AppendSite, found: &mut Found, outer: bool) {
+    let mut rest = argv;
+    let mut env = Vec::new();
+    let mut after_env = false;
+    // `exec`, `env [-i] [--] NAME=value…` and `NAME=value` prefixes run the same program.
+    loop {
+        let Some(first) = rest.first() else { return };
+        if first.text == "exec" || basename(&first.text) == "env" {
+            after_env |= basename(&first.text) == "env";
+            rest = &rest[1..];
+        } else if after_env && (first.text == "-i" || first.text == "--") {
+            rest = &rest[1..];
+        } else if let Some(pair) = assignment(&first.text) {
+            env.push(pair);
+            rest = &rest[1..];
+        } else {
+            break;
+        }
+    }
+    let Some(program) = rest.first() else { return };
+    if SHELLS.contains(&basename(&program.text)) {
+        let script_at =
+            rest.iter().position(|a| a.text.starts_with('-') && !a.text.starts_with("--") && a.text.ends_with('c'));
+        let Some(script) = script_at.and_then(|at| rest.get(at + 1)) else { return };
+        if !outer {
+            found.warnings.push(format!(
+                "a `{} -c` script inside a shell script is not searched for SGLang servers",
+                basename(&program.text)
+            ));
+            return;
+        }
+        let ArgSite::Item { list, index } = script.site.clone() else { return };
+        search_script(&script.text, list, index, found);
+        return;
+    }
+    let server_args = if is_python(&program.text) {
+        let mut i = 1;
+        while let Some(arg) = rest.get(i) {
+            if arg.text == "-m" {
+                break;
+            }
+            if !arg.text.starts_with('-') {
+                // A script path: not `-m sglang.launch_server`.
+                return;
+            }
+            i += if PYTHON_OPTIONS_WITH_VALUE.contains(&arg.text.as_str()) { 2 } else { 1 };
+        }
+        match rest.get(i + 1) {
+            Some(module) if module.text == "sglang.launch_server" => Some((Entry::LaunchServer, i + 2)),
+            _ => None,
+        }
+    } else if basename(&program.text) == "sglang" && rest.get(1).is_some_and(|a| a.text == "serve") {
+        Some((Entry::Serve, 2))
+    } else {
+        None
+    };
+    if let Some((entry, start)) = server_args {
+        found.invocations.push(Invocation { entry, args: rest[start..].to_vec(), env, append_at: end });
+    }
+}
+
+/// Splits a `-c` script into simple commands and searches each.
+fn search_script(script: &str, list: ArgList, index: usize, found: &mut Found) {
+    let tokens = match split_shell(script) {
+        Ok(tokens) => tokens,
+        Err(e) => {
+            found.warnings.push(format!(
+                "{}[{index}] is a shell script kvpilot cannot split ({e}); it is not checked",
+                list.key()
+            ));
+            return;
+        }
+    };
+    for command in tokens.split(|t| *t == Token::Separator) {
+        let argv: Vec<Arg> = command
+            .iter()
+            .filter_map(|token| match token {
+                Token::Word { text, span, expands } => Some(Arg {
+                    text: text.clone(),
+                    site: ArgSite::ShellWord { list, index, span: span.clone() },
+                    expands: *expands,
+                }),
+                Token::Separator => None,
+            })
+            .collect();
+        let offset = match argv.last().map(|a| &a.site) {
+            Some(ArgSite::ShellWord { span, .. }) => span.end,
+            _ => continue,
+        };
+        search(&argv, AppendSite::Shell { list, index, offset }, found, false);
+    }
+}
+
+/// A word quoted for `sh` so that it reads back as `text`: bare when it is safe, else in single quotes.
+pub fn shell_quote(text: &str) -> String {
+    let safe = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/' | '=' | ':' | ',' | '+' | '@'));
+    if safe { text.to_string() } else { format!("'{}'", text.replace('\'', r"'\''")) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(script: &str) -> Vec<String> {
+        split_shell(script)
+            .unwrap()
+            .into_iter()
+            .map(|t| match t {
+                Token::Word { text, .. } => text,
+                Token::Separator => ";".into(),
+            })
+            .collect()
+    }
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(ToString::to_string).collect()
+    }
+
+    fn texts(invocation: &Invocation) -> Vec<&str> {
+        invocation.args.iter().map(|a| a.text.as_str()).collect()
+    }
+
+    #[test]
+    fn shell_words_follow_posix_quoting() {
+        let cases: &[(&str, &[&str])] = &[
+            ("a b  c", &["a", "b", "c"]),
+            ("'a b' \"c d\"", &["a b", "c d"]),
+            (r#"a\ b "x\"y" 'it'\''s'"#, &["a b", "x\"y", "it's"]),
+            ("a && b; c\nd | e", &["a", ";", "b", ";", "c", ";", "d", ";", "e"]),
+            ("a \\\n  b", &["a", "b"]),
+            ("--x=\"1 2\"", &["--x=1 2"]),
+            ("a # comment\nb", &["a", ";", "b"]),
+            ("a#b", &["a#b"]),
+            ("", &[]),
+        ];
+        for (script, expected) in cases {
+            assert_eq!(words(script), strings(expected), "{script:?}");
+        }
+    }
+
+    #[test]
+    fn word_spans_cover_the_quoted_text() {
+        let script = "run --a 'x y' --b=\"q\"";
+        let spans: Vec<&str> = split_shell(script)
+            .unwrap()
+            .into_iter()
+            .filter_map(|t| match t {
+                Token::Word { span, .. } => Some(&script[span]),
+                Token::Separator => None,
+            })
+            .collect();
+        assert_eq!(spans, ["run", "--a", "'x y'", "--b=\"q\""]);
+    }
+
+    #[test]
+    fn expansions_are_marked() {
+        let tokens = split_shell("a $HOME \"${X}\" $(hostname -i) `id` plain").unwrap();
+        let marks: Vec<bool> = tokens
+            .into_iter()
+            .filter_map(|t| match t {
+                Token::Word { expands, .. } => Some(expands),
+                Token::Separator => None,
+            })
+            .collect();
+        assert_eq!(marks, [false, true, true, true, true, false]);
+    }
+
+    #[test]
+    fn malformed_scripts_are_errors() {
+        assert_eq!(split_shell("a 'b"), Err(ShellError::UnterminatedQuote { quote: "single", at: 2 }));
+        assert_eq!(split_shell("a \"b"), Err(ShellError::UnterminatedQuote { quote: "double", at: 2 }));
+        assert_eq!(split_shell("a $(b"), Err(ShellError::UnterminatedSubstitution { at: 2 }));
+        let found = find_invocations(&strings(&["sh", "-c", "python3 -m sglang.launch_server --tp 'x"]), &[]);
+        assert!(found.invocations.is_empty());
+        assert!(found.warnings[0].contains("command[2]") && found.warnings[0].contains("unterminated single quote"));
+    }
+
+    #[test]
+    fn invocations_are_found_in_every_form() {
+        let cases: &[(&[&str], &[&str], &[&str])] = &[
+            (&["python3", "-m", "sglang.launch_server", "--tp", "2"], &[], &["--tp", "2"]),
+            (&["python", "-m", "sglang.launch_server"], &["--tp-size=4"], &["--tp-size=4"]),
+            (&["/usr/bin/python3.12", "-u", "-X", "dev", "-m", "sglang.launch_server", "--a"], &[], &["--a"]),
+            (&["sglang", "serve", "--model-path", "m"], &[], &["--model-path", "m"]),
+            (&[], &["python3", "-m", "sglang.launch_server", "--a"], &["--a"]),
+            (
+                &["bash", "-c"],
+                &["set -e; exec python3 -m sglang.launch_server --x 'a b' && echo done"],
+                &["--x", "a b"],
+            ),
+            (&["/bin/sh", "-ec", "A=1 env B=2 sglang serve --p \"v\""], &[], &["--p", "v"]),
+            (&["env", "-i", "--", "python3", "-m", "sglang.launch_server", "--q"], &[], &["--q"]),
+        ];
+        for (command, args, expected) in cases {
+            let found = find_invocations(&strings(command), &strings(args));
+            assert_eq!(found.invocations.len(), 1, "{command:?} {args:?}");
+            assert_eq!(texts(&found.invocations[0]), *expected, "{command:?} {args:?}");
+        }
+    }
+
+    #[test]
+    fn other_programs_are_not_invocations() {
+        for command in [
+            &["python3", "-m", "sglang_router.launch_router"][..],
+            &["python3", "serve.py", "-m", "sglang.launch_server"],
+            &["sglang", "version"],
+            &["nginx"],
+            &["sh", "-c", "echo python3 -m sglang.launch_server"],
+        ] {
+            assert!(find_invocations(&strings(command), &[]).invocations.is_empty(), "{command:?}");
+        }
+    }
+
+    #[test]
+    fn sites_and_environment_prefixes_are_kept() {
+        let script = "SGLANG_ENABLE_UNIFIED_RADIX_TREE=1 exec python3 -m sglang.launch_server --b host_pool";
+        let found = find_invocations(&strings(&["sh", "-c", script]), &[]);
+        let invocation = &found.invocations[0];
+        assert_eq!(invocation.env, [("SGLANG_ENABLE_UNIFIED_RADIX_TREE".to_string(), "1".to_string())]);
+        let ArgSite::ShellWord { list, index, span } = &invocation.args[1].site else { panic!() };
+        assert_eq!((*list, *index, &script[span.clone()]), (ArgList::Command, 2, "host_pool"));
+        assert_eq!(invocation.append_at, AppendSite::Shell { list: ArgList::Command, index: 2, offset: script.len() });
+
+        let found = find_invocations(&strings(&["python3"]), &strings(&["-m", "sglang.launch_server", "--a"]));
+        assert_eq!(found.invocations[0].args[0].site, ArgSite::Item { list: ArgList::Args, index: 2 });
+        assert_eq!(found.invocations[0].append_at, AppendSite::Item { list: ArgList::Args, index: 3 });
+    }
+
+    #[test]
+    fn quoting_reads_back() {
+        for text in ["cpu_tensor", "a b", "it's", "", "$HOME", "--x=1"] {
+            assert_eq!(words(&shell_quote(text)), [text.to_string()], "{text:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn splitting_and_searching_never_panic(script in "\\PC{0,80}", args in proptest::collection::vec("\\PC{0,12}", 0..6)) {
+            let _ = split_shell(&script);
+            let _ = find_invocations(&["sh".into(), "-c".into(), script.clone()], &args);
+            let _ = find_invocations(&[], &args);
+        }
+
+        #[test]
+        fn quoted_words_split_back(items in proptest::collection::vec("\\PC{0,10}", 1..5)) {
+            let script = items.iter().map(|w| shell_quote(w)).collect::<Vec<_>>().join(" ");
+            let back: Vec<String> = split_shell(&script).unwrap().into_iter().filter_map(|t| match t {
+                Token::Word { text, .. } => Some(text),
+                Token::Separator => None,
+            }).collect();
+            proptest::prop_assert_eq!(back, items);
+        }
+    }
+}

@@ -1,0 +1,653 @@
+//! The guard's pure pipeline: a workload object → the SGLang servers in its pod templates
+//! ([`inspect`]) → where each model's config.json comes from ([`Server::model`]) → a verdict per
+//! server ([`check`]) → a JSON patch writing the rewrites back into the command lines
+//! ([`rewrite_patch`]). Reading config.json (files, API server, hub) is the caller's.
+
+use std::collections::BTreeMap;
+
+use json_patch::{AddOperation, Patch, PatchOperation, RemoveOperation, ReplaceOperation, jsonptr::PointerBuf};
+use k8s_openapi::api::core::v1::EnvVar;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::cmdline::{self, AppendSite, ArgList, ArgSite, Invocation};
+use super::flags::{self, Kind, Mode, Parsed};
+use super::workload::{self, PodTemplate};
+use crate::api::{
+    AttentionLayout, ConfigMapKeyRef, DisaggregationSpec, EffectiveSettings, HubSource, InferenceDeploymentSpec,
+    ModelConfigSource, ModelSpec, OnInvalid, PrefillSpec, SecretKeyRef,
+};
+use crate::layout::{LayoutError, ResolveOptions};
+use crate::policy::{self, Outcome, PolicyInput, Violation};
+use crate::release::{self, Release, ReleaseChoice, ReleaseSource};
+
+/// Annotation (workload or pod template) naming the model's config.json when `--model-path` is
+/// not a hub id: `configmap/NAME`, `configmap/NAME/KEY` or `hub/ORG/NAME[@REVISION]`.
+pub const MODEL_CONFIG_ANNOTATION: &str = "kvpilot.dev/model-config";
+/// Annotation naming a Secret (`NAME` or `NAME/KEY`, key `token` by default) with a hub token.
+pub const HUB_TOKEN_ANNOTATION: &str = "kvpilot.dev/hub-token-secret";
+/// Label (workload or namespace) asking for rewrites instead of refusals: `rewrite`.
+pub const ON_INVALID_LABEL: &str = "kvpilot.dev/on-invalid";
+/// Annotation on a pod template recording what the guard rewrote.
+pub const REWRITES_ANNOTATION: &str = "kvpilot.dev/rewrites";
+
+/// One SGLang server found in a container.
+#[derive(Debug, Clone)]
+pub struct Server {
+    /// The pod template it is in.
+    pub template: PodTemplate,
+    /// Index of the container in the template's `spec.containers`.
+    pub container_index: usize,
+    /// The container's name.
+    pub container: String,
+    /// The SGLang release the image tag names (an image whose repository name contains `sglang`).
+    pub release: Option<Release>,
+    pub invocation: Invocation,
+    /// The command line and environment read through the flag table.
+    pub parsed: Parsed,
+    /// The model and where its config.json is, or the warning saying why it cannot be found.
+    pub model: Result<ModelSpec, String>,
+}
+
+impl Server {
+    /// `deploy/NAME container C`, with the template for kinds that have several.
+    pub fn subject(&self, object: &str) -> String {
+        subject(object, &self.template, &self.container)
+    }
+}
+
+fn subject(object: &str, template: &PodTemplate, container: &str) -> String {
+    match &template.label {
+        Some(label) => format!("{object} {label} container {container}"),
+        None => format!("{object} container {container}"),
+    }
+}
+
+/// Everything [`inspect`] found in one object.
+#[derive(Debug, Clone)]
+pub struct Inspection {
+    /// `deploy/NAME`.
+    pub object: String,
+    pub servers: Vec<Server>,
+    /// Problems that concern no single server, each naming its subject.
+    pub warnings: Vec<String>,
+}
+
+fn annotations(metadata: Option<&Value>) -> BTreeMap<String, String> {
+    metadata
+        .and_then(|m| m.get("annotations"))
+        .and_then(Value::as_object)
+        .map(|map| map.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+        .unwrap_or_default()
+}
+
+fn strings(container: &Value, key: &str) -> Result<Vec<String>, String> {
+    match container.get(key) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|item| item.as_str().map(str::to_string).ok_or_else(|| format!("{key} holds a non-string item")))
+            .collect(),
+        Some(_) => Err(format!("{key} is not a list of strings")),
+    }
+}
+
+/// Finds every SGLang server in an object's pod templates and reads its command line, env and
+/// model source. Other kinds and containers give an empty inspection.
+pub fn inspect(object: &Value) -> Inspection {
+    let name = workload::object_name(object);
+    let mut inspection = Inspection { object: name.clone(), servers: Vec::new(), warnings: Vec::new() };
+    let object_annotations = annotations(object.get("metadata"));
+    for template in workload::pod_templates(object) {
+        let Some(template_value) = object.pointer(&template.pointer) else { continue };
+        let mut merged = object_annotations.clone();
+        // The pod template's annotation is the more specific one.
+        merged.extend(annotations(template_value.get("metadata")));
+        let containers =
+            template_value.pointer("/spec/containers").and_then(Value::as_array).cloned().unwrap_or_default();
+        for (index, container) in containers.iter().enumerate() {
+            let container_name = container.get("name").and_then(Value::as_str).unwrap_or("<unnamed>").to_string();
+            let subject = subject(&name, &template, &container_name);
+            let (command, args) = match (strings(container, "command"), strings(container, "args")) {
+                (Ok(command), Ok(args)) => (command, args),
+                (Err(e), _) | (_, Err(e)) => {
+                    inspection.warnings.push(format!("{subject}: {e}; not checked"));
+                    continue;
+                }
+            };
+            let image = container.get("image").and_then(Value::as_str).unwrap_or_default();
+            let found = cmdline::find_invocations(&command, &args);
+            inspection.warnings.extend(found.warnings.iter().map(|w| format!("{subject}: {w}")));
+            if found.invocations.is_empty() && image.contains("sglang") && found.warnings.is_empty() {
+                inspection.warnings.push(format!(
+                    "{subject}: the image {image} is SGLang's but no `python -m sglang.launch_server` or `sglang serve` \
+                     was found in command/args; not checked"
+                ));
+            }
+            for invocation in found.invocations {
+                let mut parsed = flags::read(&invocation.args);
+                let mut env_warnings = read_env(container, &invocation, &mut parsed);
+                parsed.warnings.append(&mut env_warnings);
+                let model = model_spec(&merged, &parsed);
+                inspection.servers.push(Server {
+                    template: template.clone(),
+                    container_index: index,
+                    container: container_name.clone(),
+                    release: release::from_image(image),
+                    invocation,
+                    parsed,
+                    model,
+                });
+            }
+        }
+    }
+    let mut servers: Vec<&mut Server> = inspection.servers.iter_mut().collect();
+    if let Err(warning) = pair_with_prefill(&mut servers) {
+        inspection.warnings.push(format!("{name}: {warning}"));
+    }
+    inspection
+}
+
+/// Gives the decode servers among `servers` their prefill side, from the prefill servers among
+/// them: the transfer rule T1 compares their attention TP. The guard pairs the servers of one
+/// object (the roles of a RoleBasedGroup, say); `kvpilot check` also pairs the servers of one
+/// model across the objects of a namespace. Prefill servers that disagree pair with nothing.
+pub fn pair_with_prefill(servers: &mut [&mut Server]) -> Result<(), String> {
+    let prefill: Vec<PrefillSpec> = servers
+        .iter()
+        .filter(|s| s.parsed.settings.mode == Mode::Prefill)
+        .map(|s| {
+            let decode = &s.parsed.settings.decode;
+            PrefillSpec {
+                tensor_parallel: decode.tensor_parallel,
+                data_parallel: decode.data_parallel,
+                enable_dp_attention: decode.enable_dp_attention,
+                page_size: Some(decode.page_size),
+                kv_cache_dtype: decode.kv_cache_dtype.clone(),
+            }
+        })
+        .collect();
+    let Some(first) = prefill.first() else { return Ok(()) };
+    let attention = |p: &PrefillSpec| policy::attention_tp(p.tensor_parallel, p.data_parallel, p.enable_dp_attention);
+    if prefill.iter().any(|p| attention(p) != attention(first)) {
+        return Err(
+            "the prefill servers run different attention TP sizes, so rule T1 is not checked against them".into()
+        );
+    }
+    for server in servers.iter_mut().filter(|s| s.parsed.settings.mode == Mode::Decode) {
+        server.parsed.settings.disaggregation.prefill = Some(first.clone());
+    }
+    Ok(())
+}
+
+/// The `SGLANG_*` variables the rules read: from `env` (literal values), overridden by
+/// `NAME=value` prefixes of the command. What cannot be seen becomes a warning.
+fn read_env(container: &Value, invocation: &Invocation, parsed: &mut Parsed) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let mut env: Vec<EnvVar> = Vec::new();
+    for var in container.get("env").and_then(Value::as_array).into_iter().flatten() {
+        let Some(name) = var.get("name").and_then(Value::as_str).filter(|n| n.starts_with("SGLANG_")) else {
+            continue;
+        };
+        match var.get("value").and_then(Value::as_str) {
+            Some(value) => env.push(EnvVar { name: name.into(), value: Some(value.into()), value_from: None }),
+            None if var.get("valueFrom").is_some() => {
+                warnings.push(format!("env {name} comes from valueFrom, which kvpilot does not read; not checked"));
+            }
+            None => env.push(EnvVar { name: name.into(), value: Some(String::new()), value_from: None }),
+        }
+    }
+    if container.get("envFrom").and_then(Value::as_array).is_some_and(|sources| !sources.is_empty()) {
+        warnings.push("envFrom is not inspected: SGLANG_* variables set there are not checked".into());
+    }
+    for (name, value) in invocation.env.iter().filter(|(name, _)| name.starts_with("SGLANG_")) {
+        env.retain(|var| &var.name != name);
+        env.push(EnvVar { name: name.clone(), value: Some(value.clone()), value_from: None });
+    }
+    parsed.settings.decode.env = env;
+    warnings
+}
+
+/// A hub repository id: `ORG/NAME` with no path-like start.
+fn is_hub_id(path: &str) -> bool {
+    let mut parts = path.split('/');
+    let valid = |part: &str| {
+        !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    };
+    matches!((parts.next(), parts.next(), parts.next()), (Some(org), Some(name), None)
+        if valid(org) && valid(name) && !org.starts_with('.'))
+}
+
+const MODEL_CONFIG_FORMS: &str = "configmap/NAME, configmap/NAME/KEY or hub/ORG/NAME[@REVISION]";
+
+/// The model and its config source: the `kvpilot.dev/model-config` annotation, else a hub id
+/// in `--model-path`.
+fn model_spec(annotations: &BTreeMap<String, String>, parsed: &Parsed) -> Result<ModelSpec, String> {
+    let settings = &parsed.settings;
+    let path = settings.model_path.clone();
+    let token_secret_ref = annotations.get(HUB_TOKEN_ANNOTATION).map(|value| match value.split_once('/') {
+        Some((name, key)) => SecretKeyRef { name: name.into(), key: key.into() },
+        None => SecretKeyRef { name: value.clone(), key: "token".into() },
+    });
+    let (name, revision, config) = match annotations.get(MODEL_CONFIG_ANNOTATION) {
+        Some(value) => {
+            let bad = || format!("annotation {MODEL_CONFIG_ANNOTATION}: {value:?} is not one of {MODEL_CONFIG_FORMS}");
+            let parts: Vec<&str> = value.trim().split('/').collect();
+            match parts.as_slice() {
+                ["configmap", name] | ["configmap", name, _] if !name.is_empty() => {
+                    let key = parts.get(2).filter(|k| !k.is_empty()).map_or("config.json", |k| k).to_string();
+                    let reference = ConfigMapKeyRef { name: (*name).into(), key };
+                    let config = ModelConfigSource { config_map_ref: Some(reference), ..ModelConfigSource::default() };
+                    (path.clone().unwrap_or_else(|| value.clone()), settings.revision.clone(), config)
+                }
+                ["hub", org, repo] => {
+                    let (repo, revision) = match repo.split_once('@') {
+                        Some((repo, revision)) => (repo, Some(revision.to_string())),
+                        None => (*repo, None),
+                    };
+                    let id = format!("{org}/{repo}");
+                    if !is_hub_id(&id) || revision.as_deref() == Some("") {
+                        return Err(bad());
+                    }
+                    let hub = HubSource {
+                        repo: Some(id.clone()),
+                        revision: revision.clone(),
+                        token_secret_ref,
+                        ..HubSource::default()
+                    };
+                    (
+                        path.clone().unwrap_or(id),
+                        revision,
+                        ModelConfigSource { hub: Some(hub), ..ModelConfigSource::default() },
+                    )
+                }
+                _ => return Err(bad()),
+            }
+        }
+        None => match path {
+            Some(path) if is_hub_id(&path) => {
+                let hub = HubSource { revision: settings.revision.clone(), token_secret_ref, ..HubSource::default() };
+                (path, settings.revision.clone(), ModelConfigSource { hub: Some(hub), ..ModelConfigSource::default() })
+            }
+            Some(path) => {
+                return Err(format!(
+                    "--model-path {path} is not a hub id, so kvpilot cannot read its config.json; add the annotation \
+                     {MODEL_CONFIG_ANNOTATION} ({MODEL_CONFIG_FORMS}) to the workload or its pod template"
+                ));
+            }
+            None => {
+                return Err(format!(
+                    "no --model-path on the command line; add the annotation {MODEL_CONFIG_ANNOTATION} \
+                     ({MODEL_CONFIG_FORMS}) to the workload or its pod template"
+                ));
+            }
+        },
+    };
+    Ok(ModelSpec { name, revision, config, hybrid_swa_memory: settings.hybrid_swa_memory })
+}
+
+/// A violation on the flag that carries it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FlagFinding {
+    /// The flag as written (`--disaggregation-decode-retraction-backup=host_pool`), or the
+    /// default it stands for.
+    pub flag: String,
+    #[serde(flatten)]
+    pub violation: Violation,
+}
+
+impl std::fmt::Display for FlagFinding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {} (fix: {})", self.flag, self.violation.message, self.violation.fix)
+    }
+}
+
+/// One flag change: `from` and `to` as written on the command line (`to` empty: removed).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FlagRewrite {
+    pub rule: String,
+    pub from: String,
+    pub to: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for FlagRewrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.to.is_empty() {
+            write!(f, "{} removed ({}: {})", self.from, self.rule, self.message)
+        } else {
+            write!(f, "{} → {} ({}: {})", self.from, self.to, self.rule, self.message)
+        }
+    }
+}
+
+/// A change to make to a command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Edit {
+    /// Replace the argument at `site` with `text`.
+    Replace { site: ArgSite, text: String },
+    /// Remove the argument at `site`.
+    Remove { site: ArgSite },
+    /// Add `args` at the end of the invocation.
+    Append { args: Vec<String> },
+}
+
+/// The verdict on one server.
+#[derive(Debug, Clone)]
+pub struct ServerVerdict {
+    pub outcome: Outcome,
+    pub layout: AttentionLayout,
+    /// Violations left standing.
+    pub findings: Vec<FlagFinding>,
+    /// Flag rewrites made (rewrite mode).
+    pub rewrites: Vec<FlagRewrite>,
+    pub effective: EffectiveSettings,
+    /// The SGLang release the server was checked against, and where it came from.
+    pub release: ReleaseChoice,
+    pub warnings: Vec<String>,
+    edits: Vec<Edit>,
+}
+
+/// Runs the policy for one server at the SGLang release chosen for it.
+fn assess_server(
+    spec: &InferenceDeploymentSpec,
+    config: &Value,
+    mode: Mode,
+    release: Release,
+) -> Result<(AttentionLayout, policy::Verdict), LayoutError> {
+    let options = ResolveOptions {
+        disable_hybrid_swa_memory: spec.model.hybrid_swa_memory == crate::api::HybridSwaMemory::Disabled,
+        release,
+    };
+    let layout = crate::layout::resolve(config, options)?;
+    let input = PolicyInput { disaggregation: &spec.disaggregation, decode: &spec.decode, layout: &layout, release };
+    let verdict = match mode {
+        Mode::Decode => policy::evaluate(input),
+        Mode::Prefill => policy::evaluate_non_decode(input, true),
+        Mode::Null => policy::evaluate_non_decode(input, false),
+    };
+    Ok((layout, verdict))
+}
+
+/// The release a server is checked against: the one its image tag names when kvpilot models it,
+/// else `fallback` (the CLI's or webhook's `--sglang-version`, or the newest known release),
+/// with a warning saying why the tag was not used.
+pub fn choose_release(server: &Server, fallback: &ReleaseChoice) -> (ReleaseChoice, Option<String>) {
+    match server.release.map(|r| (r, release::choose(r, ReleaseSource::Image))) {
+        Some((_, Ok(choice))) => (choice, None),
+        Some((named, Err(e))) => (
+            fallback.clone(),
+            Some(format!(
+                "the image tag names SGLang {named}, which kvpilot does not model ({e}); checked as SGLang {}",
+                fallback.release
+            )),
+        ),
+        None => (fallback.clone(), None),
+    }
+}
+
+/// Checks one server against its model's config.json. With `rewrite`, the rewrites the policy
+/// can make are made (and [`rewrite_patch`] writes them back); without, every violation stands
+/// and its fix names the flag change.
+pub fn check(
+    server: &Server,
+    config: &Value,
+    rewrite: bool,
+    fallback: &ReleaseChoice,
+) -> Result<ServerVerdict, LayoutError> {
+    let settings = &server.parsed.settings;
+    let model = server.model.clone().unwrap_or_else(|_| ModelSpec {
+        name: settings.model_path.clone().unwrap_or_default(),
+        revision: None,
+        config: ModelConfigSource::default(),
+        hybrid_swa_memory: settings.hybrid_swa_memory,
+    });
+    let spec_with = |on_invalid| InferenceDeploymentSpec {
+        model: model.clone(),
+        disaggregation: DisaggregationSpec { on_invalid, ..settings.disaggregation.clone() },
+        decode: settings.decode.clone(),
+        sglang: None,
+    };
+    let (release, release_warning) = choose_release(server, fallback);
+    let (layout, fixed) = assess_server(&spec_with(OnInvalid::Rewrite), config, settings.mode, release.release)?;
+    let (_, strict) = assess_server(&spec_with(OnInvalid::Reject), config, settings.mode, release.release)?;
+    let mut warnings: Vec<String> = release_warning.into_iter().chain(release.warning()).collect();
+    warnings.extend(layout.warnings.iter().cloned());
+    warnings.extend(fixed.warnings.iter().map(|w| translate(w)));
+    warnings.extend(server.parsed.warnings.iter().cloned());
+    // What rewrite mode changes, by the field it changes: applied with `rewrite`, named in each
+    // violation's fix without.
+    let proposals: Vec<(&str, FlagRewrite, Vec<Edit>)> = fixed
+        .rewrites
+        .iter()
+        .filter_map(|r| {
+            let (rewrite, edits) = flag_rewrite(server, &r.field, &r.to, &r.rule, &r.message)?;
+            Some((r.field.as_str(), rewrite, edits))
+        })
+        .collect();
+    let (outcome, violations, rewrites, edits, effective) = if rewrite {
+        let edits = proposals.iter().flat_map(|(_, _, e)| e.clone()).collect();
+        let rewrites = proposals.into_iter().map(|(_, r, _)| r).collect();
+        (fixed.outcome, fixed.violations, rewrites, edits, fixed.effective)
+    } else {
+        let violations = strict
+            .violations
+            .into_iter()
+            .map(|mut v| {
+                v.fix = match proposals.iter().find(|(field, _, _)| *field == v.field) {
+                    Some((_, proposal, _)) => format!(
+                        "{}; or label the workload or namespace {ON_INVALID_LABEL}=rewrite to let kvpilot rewrite it",
+                        change_text(proposal)
+                    ),
+                    None => translate(&v.fix),
+                };
+                v
+            })
+            .collect();
+        (strict.outcome, violations, Vec::new(), Vec::new(), strict.effective)
+    };
+    let findings = violations
+        .into_iter()
+        .map(|violation| FlagFinding { flag: flag_text(server, violation.field), violation })
+        .collect();
+    Ok(ServerVerdict { outcome, layout, findings, rewrites, effective, release, warnings, edits })
+}
+
+fn change_text(rewrite: &FlagRewrite) -> String {
+    if rewrite.to.is_empty() { format!("remove {}", rewrite.from) } else { format!("use {}", rewrite.to) }
+}
+
+/// Policy text names spec fields; a command line has flags. Each table field becomes its flag.
+fn translate(text: &str) -> String {
+    let mut out = text.to_string();
+    for flag in flags::FLAGS.iter().filter(|f| f.field.starts_with("spec.")) {
+        out = out.replace(flag.field, flag.name());
+    }
+    out.replace("spec.decode.env", "the container's env")
+        .replace("spec.disaggregation.prefill is not set", "the prefill servers' parallelism is not known here")
+}
+
+/// The flag a policy field stands for, as written on this server's command line.
+fn flag_text(server: &Server, field: &str) -> String {
+    if field == "spec.decode.env" {
+        let names: Vec<&str> = server.parsed.settings.decode.env.iter().map(|v| v.name.as_str()).collect();
+        return format!("env {}", names.join(", "));
+    }
+    let Some(flag) = flags::for_field(field) else { return field.to_string() };
+    match server.parsed.last(flag) {
+        Some(occurrence) => occurrence.written.clone(),
+        None => format!("{} (not set)", flag.name()),
+    }
+}
+
+/// The flag change for a policy rewrite of `field` to `to`, and the edits that make it.
+fn flag_rewrite(server: &Server, field: &str, to: &str, rule: &str, message: &str) -> Option<(FlagRewrite, Vec<Edit>)> {
+    let flag = flags::for_field(field)?;
+    let occurrences: Vec<&flags::Occurrence> =
+        server.parsed.occurrences.iter().filter(|o| std::ptr::eq(o.flag, flag)).collect();
+    let args = &server.invocation.args;
+    let from = occurrences.last().map_or_else(|| flag.name().to_string(), |o| o.written.clone());
+    let (to_text, edits) = match flag.kind {
+        Kind::Switch if to == "false" => {
+            (String::new(), occurrences.iter().map(|o| Edit::Remove { site: args[o.name_at].site.clone() }).collect())
+        }
+        Kind::Switch => (flag.name().to_string(), vec![Edit::Append { args: vec![flag.name().to_string()] }]),
+        Kind::Value if occurrences.is_empty() => (
+            format!("{}={to}", flag.name()),
+            vec![Edit::Append { args: vec![flag.name().to_string(), to.to_string()] }],
+        ),
+        Kind::Value => {
+            let edits = occurrences
+                .iter()
+                .map(|o| match o.value_at {
+                    Some(at) => Edit::Replace { site: args[at].site.clone(), text: to.to_string() },
+                    None => {
+                        let name = o.written.split_once('=').map_or(o.written.as_str(), |(name, _)| name);
+                        Edit::Replace { site: args[o.name_at].site.clone(), text: format!("{name}={to}") }
+                    }
+                })
+                .collect();
+            let name = from.split_once('=').map_or(flag.name(), |(name, _)| name);
+            (format!("{name}={to}"), edits)
+        }
+    };
+    Some((FlagRewrite { rule: rule.into(), from, to: to_text, message: message.into() }, edits))
+}
+
+fn pointer(text: &str) -> Result<PointerBuf, String> {
+    PointerBuf::parse(text).map_err(|e| format!("bad JSON pointer {text}: {e}"))
+}
+
+fn escape(token: &str) -> String {
+    token.replace('~', "~0").replace('/', "~1")
+}
+
+/// The JSON patch that applies each server's rewrites to `object`: index-exact `replace` and
+/// `remove` operations on `command`/`args` items (or one `replace` of a `-c` script), and the
+/// [`REWRITES_ANNOTATION`] on each changed pod template.
+pub fn rewrite_patch(object: &Value, checked: &[(&Server, &ServerVerdict)]) -> Result<Patch, String> {
+    let mut operations = Vec::new();
+    let mut records: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // Containers in order, each with all its edits.
+    let mut by_container: BTreeMap<(String, usize), Vec<(&Server, &Edit)>> = BTreeMap::new();
+    for (server, verdict) in checked {
+        if verdict.edits.is_empty() {
+            continue;
+        }
+        for edit in &verdict.edits {
+            by_container
+                .entry((server.template.pointer.clone(), server.container_index))
+                .or_default()
+                .push((server, edit));
+        }
+        let record = records.entry(server.template.pointer.clone()).or_default();
+        record.extend(verdict.rewrites.iter().map(|r| format!("{}: {r}", server.container)));
+    }
+    for ((template, index), edits) in &by_container {
+        let base = format!("{template}/spec/containers/{index}");
+        let container = object.pointer(&base).ok_or_else(|| format!("{base} is not in the object"))?;
+        operations.extend(container_operations(&base, container, edits)?);
+    }
+    for (template, lines) in records {
+        let metadata = format!("{template}/metadata");
+        let text = lines.join("; ");
+        let (path, value) = match object.pointer(&metadata) {
+            None => (metadata, serde_json::json!({"annotations": {REWRITES_ANNOTATION: text}})),
+            Some(meta) if meta.get("annotations").is_none_or(Value::is_null) => {
+                (format!("{metadata}/annotations"), serde_json::json!({REWRITES_ANNOTATION: text}))
+            }
+            Some(_) => (format!("{metadata}/annotations/{}", escape(REWRITES_ANNOTATION)), Value::String(text)),
+        };
+        operations.push(PatchOperation::Add(AddOperation { path: pointer(&path)?, value }));
+    }
+    Ok(Patch(operations))
+}
+
+/// Bytes of a `-c` script to replace, and their replacement (empty: removed).
+type ScriptEdit = (std::ops::Range<usize>, String);
+
+fn container_operations(
+    base: &str,
+    container: &Value,
+    edits: &[(&Server, &Edit)],
+) -> Result<Vec<PatchOperation>, String> {
+    let mut operations = Vec::new();
+    let mut removals: Vec<(ArgList, usize)> = Vec::new();
+    // Scripts edited in place: (list, index) → edits by byte span.
+    let mut scripts: BTreeMap<(ArgList, usize), Vec<ScriptEdit>> = BTreeMap::new();
+    let mut appends: Vec<(AppendSite, Vec<String>)> = Vec::new();
+    for (server, edit) in edits {
+        match edit {
+            Edit::Replace { site: ArgSite::Item { list, index }, text } => {
+                operations.push(PatchOperation::Replace(ReplaceOperation {
+                    path: pointer(&format!("{base}/{}/{index}", list.key()))?,
+                    value: Value::String(text.clone()),
+                }));
+            }
+            Edit::Remove { site: ArgSite::Item { list, index } } => removals.push((*list, *index)),
+            Edit::Replace { site: ArgSite::ShellWord { list, index, span }, text } => {
+                scripts.entry((*list, *index)).or_default().push((span.clone(), cmdline::shell_quote(text)));
+            }
+            Edit::Remove { site: ArgSite::ShellWord { list, index, span } } => {
+                scripts.entry((*list, *index)).or_default().push((span.clone(), String::new()));
+            }
+            Edit::Append { args } => appends.push((server.invocation.append_at.clone(), args.clone())),
+        }
+    }
+    for (site, args) in &appends {
+        match site {
+            AppendSite::Item { list, .. } => {
+                for arg in args {
+                    operations.push(PatchOperation::Add(AddOperation {
+                        path: pointer(&format!("{base}/{}/-", list.key()))?,
+                        value: Value::String(arg.clone()),
+                    }));
+                }
+            }
+            AppendSite::Shell { list, index, offset } => {
+                let text: String = args.iter().map(|a| format!(" {}", cmdline::shell_quote(a))).collect();
+                scripts.entry((*list, *index)).or_default().push((*offset..*offset, text));
+            }
+        }
+    }
+    for ((list, index), mut spans) in scripts {
+        let script = container
+            .get(list.key())
+            .and_then(|l| l.get(index))
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("{base}/{}/{index} is not a string", list.key()))?;
+        let mut text = script.to_string();
+        spans.sort_by_key(|(span, _)| std::cmp::Reverse(span.start));
+        for (span, replacement) in spans {
+            let start = if replacement.is_empty() {
+                // A removed word takes the blanks before it along.
+                text[..span.start].trim_end_matches([' ', '\t']).len()
+            } else {
+                span.start
+            };
+            text.replace_range(start..span.end, &replacement);
+        }
+        operations.push(PatchOperation::Replace(ReplaceOperation {
+            path: pointer(&format!("{base}/{}/{index}", list.key()))?,
+            value: Value::String(text),
+        }));
+    }
+    // Removals last and from the highest index down, so every index is exact when applied.
+    removals.sort_by_key(|(_, index)| std::cmp::Reverse(*index));
+    for (list, index) in removals {
+        operations.push(PatchOperation::Remove(RemoveOperation {
+            path: pointer(&format!("{base}/{}/{index}", list.key()))?,
+        }));
+    }
+    Ok(operations)
+}
+
+/// Whether the object itself asks for rewrites: the label `kvpilot.dev/on-invalid: rewrite`
+/// (a label, because that is what the mutating webhook's objectSelector can see).
+pub fn asks_for_rewrite(object: &Value) -> bool {
+    object.pointer(&format!("/metadata/labels/{}", escape(ON_INVALID_LABEL))).and_then(Value::as_str) == Some("rewrite")
+}
+
+#[cfg(test)]
+#[path = "guard_tests.rs"]
+mod tests;

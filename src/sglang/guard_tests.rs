@@ -1,0 +1,350 @@
+use serde_json::{Value, json};
+
+use super::*;
+use crate::api::RetractionBackup;
+use crate::release::ReleaseChoice;
+
+fn pure_swa() -> Value {
+    serde_json::from_str(include_str!("../../tests/fixtures/configs/custom-pure-swa.json")).unwrap()
+}
+
+fn deployment(command: Value, args: Value) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web-decode", "annotations": {MODEL_CONFIG_ANNOTATION: "configmap/mimo"}},
+        "spec": {"template": {"metadata": {"labels": {"app": "decode"}}, "spec": {"containers": [
+            {"name": "sidecar", "image": "busybox", "command": ["sleep", "inf"]},
+            {"name": "sglang", "image": "lmsysorg/sglang:v0.5.23-cu129", "command": command, "args": args}
+        ]}}}
+    })
+}
+
+fn one_server(object: &Value) -> Server {
+    let inspection = inspect(object);
+    assert_eq!(inspection.servers.len(), 1, "{:?}", inspection.warnings);
+    inspection.servers.into_iter().next().unwrap()
+}
+
+/// Applies the rewrite patch with `json-patch` and inspects the result again.
+fn rewritten(object: &Value) -> (Value, Server) {
+    let server = one_server(object);
+    let verdict = check(&server, &pure_swa(), true, &ReleaseChoice::default_newest()).unwrap();
+    assert_eq!(verdict.outcome, Outcome::Rewritten, "{:?}", verdict.findings);
+    let patch = rewrite_patch(object, &[(&server, &verdict)]).unwrap();
+    let mut patched = object.clone();
+    json_patch::patch(&mut patched, &patch).unwrap();
+    let again = one_server(&patched);
+    let recheck = check(&again, &pure_swa(), false, &ReleaseChoice::default_newest()).unwrap();
+    assert_eq!(recheck.outcome, Outcome::Valid, "{:?}", recheck.findings);
+    (patched, again)
+}
+
+#[test]
+fn servers_settings_env_and_model_source_are_read() {
+    let object = deployment(
+        json!(["sh", "-c"]),
+        json!(["SGLANG_DISAGG_STAGING_BUFFER=1 exec python3 -m sglang.launch_server --model-path /models/mimo \
+                --disaggregation-mode decode --tp 2 --disaggregation-decode-retraction-backup host_pool"]),
+    );
+    let mut object = object;
+    object["spec"]["template"]["spec"]["containers"][1]["env"] = json!([{"name": "SGLANG_ENABLE_UNIFIED_RADIX_TREE", "value": "1"}, {"name": "HF_TOKEN", "valueFrom": {}},
+               {"name": "SGLANG_X", "valueFrom": {"configMapKeyRef": {"name": "a", "key": "b"}}}]);
+    object["spec"]["template"]["spec"]["containers"][1]["envFrom"] = json!([{"configMapRef": {"name": "env"}}]);
+    let server = one_server(&object);
+    assert_eq!(server.subject("deploy/web-decode"), "deploy/web-decode container sglang");
+    assert_eq!(server.release, Some(crate::release::v0_5(23)));
+    let settings = &server.parsed.settings;
+    assert_eq!(settings.mode, Mode::Decode);
+    assert_eq!(settings.decode.tensor_parallel, 2);
+    assert_eq!(settings.disaggregation.retraction_backup, Some(RetractionBackup::HostPool));
+    let env: Vec<(&str, &str)> =
+        settings.decode.env.iter().map(|v| (v.name.as_str(), v.value.as_deref().unwrap_or_default())).collect();
+    assert_eq!(env, [("SGLANG_ENABLE_UNIFIED_RADIX_TREE", "1"), ("SGLANG_DISAGG_STAGING_BUFFER", "1")]);
+    let warnings = server.parsed.warnings.join("\n");
+    assert!(warnings.contains("env SGLANG_X comes from valueFrom") && warnings.contains("envFrom is not inspected"));
+    let model = server.model.unwrap();
+    assert_eq!(model.name, "/models/mimo");
+    assert_eq!(model.config.config_map_ref.unwrap().key, "config.json");
+}
+
+#[test]
+fn model_sources_come_from_the_annotation_or_a_hub_id() {
+    let server_with = |annotation: Option<&str>, path: &str| {
+        let mut object = deployment(json!(["sglang", "serve", "--model-path", path, "--revision", "r1"]), json!([]));
+        match annotation {
+            Some(value) => {
+                object["spec"]["template"]["metadata"]["annotations"] = json!({MODEL_CONFIG_ANNOTATION: value})
+            }
+            None => object["metadata"]["annotations"] = json!({HUB_TOKEN_ANNOTATION: "hf/key"}),
+        }
+        one_server(&object).model
+    };
+    let hub = server_with(None, "openai/gpt-oss-20b").unwrap();
+    let source = hub.config.hub.unwrap();
+    assert_eq!((hub.name.as_str(), source.revision.as_deref()), ("openai/gpt-oss-20b", Some("r1")));
+    assert_eq!(source.token_secret_ref.unwrap().key, "key");
+    let annotated = server_with(Some("hub/XiaomiMiMo/MiMo-V2-Flash@abc"), "/models/x").unwrap();
+    let source = annotated.config.hub.unwrap();
+    assert_eq!((source.repo.as_deref(), source.revision.as_deref()), (Some("XiaomiMiMo/MiMo-V2-Flash"), Some("abc")));
+    let config_map = server_with(Some("configmap/mimo/cfg.json"), "/models/x").unwrap().config.config_map_ref.unwrap();
+    assert_eq!((config_map.name.as_str(), config_map.key.as_str()), ("mimo", "cfg.json"));
+    for bad in ["configmap/", "hub/only-one", "s3/bucket", "hub/a/b@"] {
+        let error = server_with(Some(bad), "/models/x").unwrap_err();
+        assert!(error.contains(MODEL_CONFIG_ANNOTATION) && error.contains("configmap/NAME/KEY"), "{bad}: {error}");
+    }
+    let mut local = deployment(json!(["sglang", "serve", "--model-path", "/models/x"]), json!([]));
+    local["metadata"]["annotations"] = json!({});
+    let error = one_server(&local).model.unwrap_err();
+    assert!(error.contains("/models/x is not a hub id") && error.contains(MODEL_CONFIG_ANNOTATION), "{error}");
+}
+
+#[test]
+fn a_violation_names_the_flag_and_its_fix() {
+    let object = deployment(
+        json!(["python3", "-m", "sglang.launch_server"]),
+        json!(["--disaggregation-mode", "decode", "--disaggregation-decode-retraction-backup=host_pool"]),
+    );
+    let verdict = check(&one_server(&object), &pure_swa(), false, &ReleaseChoice::default_newest()).unwrap();
+    assert_eq!(verdict.outcome, Outcome::Rejected);
+    assert_eq!(
+        verdict.findings[0].to_string(),
+        "--disaggregation-decode-retraction-backup=host_pool: Host-pool retraction does not support pure-SWA models. \
+         (fix: use --disaggregation-decode-retraction-backup=cpu_tensor; or label the workload or namespace \
+         kvpilot.dev/on-invalid=rewrite to let kvpilot rewrite it)"
+    );
+    assert!(verdict.edits.is_empty());
+}
+
+#[test]
+fn array_rewrites_are_index_exact() {
+    let object = deployment(
+        json!(["python3", "-m", "sglang.launch_server", "--disaggregation-decode-enable-radix-cache"]),
+        json!([
+            "--disaggregation-mode",
+            "decode",
+            "--disaggregation-decode-retraction-backup",
+            "host_pool",
+            "--disaggregation-decode-enable-radix-cache",
+            "--mem-fraction-static",
+            "0.8",
+            "--disaggregation-decode-retraction-backup=host_pool",
+        ]),
+    );
+    let server = one_server(&object);
+    let verdict = check(&server, &pure_swa(), true, &ReleaseChoice::default_newest()).unwrap();
+    let patch = serde_json::to_value(rewrite_patch(&object, &[(&server, &verdict)]).unwrap()).unwrap();
+    let base = "/spec/template/spec/containers/1";
+    assert_eq!(
+        patch,
+        json!([
+            {"op": "replace", "path": format!("{base}/args/3"), "value": "cpu_tensor"},
+            {"op": "replace", "path": format!("{base}/args/7"), "value": "--disaggregation-decode-retraction-backup=cpu_tensor"},
+            {"op": "remove", "path": format!("{base}/args/4")},
+            {"op": "remove", "path": format!("{base}/command/3")},
+            {"op": "add", "path": "/spec/template/metadata/annotations", "value": {REWRITES_ANNOTATION:
+                "sglang: --disaggregation-decode-retraction-backup=host_pool → --disaggregation-decode-retraction-backup=cpu_tensor \
+                 (R8: --disaggregation-decode-retraction-backup=host_pool requires UnifiedRadixCache with HiCache attached.); \
+                 sglang: --disaggregation-decode-enable-radix-cache removed (R16: --disaggregation-decode-enable-radix-cache \
+                 does not support SWA-compress models (e.g. Gemma4 / MiMo-V2) yet.)"}}
+        ])
+    );
+    let (patched, again) = rewritten(&object);
+    let container = &patched["spec"]["template"]["spec"]["containers"][1];
+    assert_eq!(container["command"], json!(["python3", "-m", "sglang.launch_server"]));
+    assert_eq!(container["args"].as_array().unwrap().len(), 7);
+    assert_eq!(again.parsed.settings.disaggregation.retraction_backup, Some(RetractionBackup::CpuTensor));
+    assert!(!again.parsed.settings.disaggregation.decode_radix_cache);
+}
+
+#[test]
+fn shell_script_rewrites_edit_the_words_in_place() {
+    let script = "set -e\nexec python3 -m sglang.launch_server --disaggregation-mode decode \\\n  \
+                  --disaggregation-decode-enable-radix-cache \\\n  --disaggregation-decode-retraction-backup 'host_pool' \
+                  && echo done";
+    let object = deployment(json!(["/bin/bash", "-lc", script]), json!([]));
+    let (patched, _) = rewritten(&object);
+    assert_eq!(
+        patched["spec"]["template"]["spec"]["containers"][1]["command"][2],
+        "set -e\nexec python3 -m sglang.launch_server --disaggregation-mode decode \\\n \\\n  \
+         --disaggregation-decode-retraction-backup cpu_tensor && echo done"
+    );
+}
+
+#[test]
+fn the_rewrite_annotation_joins_existing_annotations() {
+    let mut object = deployment(
+        json!([
+            "sglang",
+            "serve",
+            "--disaggregation-mode",
+            "decode",
+            "--disaggregation-decode-retraction-backup",
+            "host_pool"
+        ]),
+        json!([]),
+    );
+    object["spec"]["template"]["metadata"]["annotations"] = json!({"team": "a"});
+    let (patched, _) = rewritten(&object);
+    let annotations = &patched["spec"]["template"]["metadata"]["annotations"];
+    assert_eq!(annotations["team"], "a");
+    assert!(
+        annotations[REWRITES_ANNOTATION]
+            .as_str()
+            .unwrap()
+            .contains("→ --disaggregation-decode-retraction-backup=cpu_tensor")
+    );
+}
+
+#[test]
+fn prefill_servers_are_checked_against_prefill_rules_only() {
+    let object = deployment(
+        json!(["sglang", "serve"]),
+        json!([
+            "--disaggregation-mode",
+            "prefill",
+            "--disaggregation-decode-retraction-backup",
+            "host_pool",
+            "--disaggregation-decode-enable-radix-cache"
+        ]),
+    );
+    let verdict = check(&one_server(&object), &pure_swa(), true, &ReleaseChoice::default_newest()).unwrap();
+    let rules: Vec<&str> = verdict.findings.iter().map(|f| f.violation.rule).collect();
+    assert_eq!(rules, ["S1"]);
+    assert!(verdict.edits.is_empty());
+}
+
+#[test]
+fn objects_ask_for_rewrites_by_label() {
+    let mut object = deployment(json!([]), json!([]));
+    assert!(!asks_for_rewrite(&object));
+    object["metadata"]["annotations"] = json!({ON_INVALID_LABEL: "rewrite"});
+    assert!(!asks_for_rewrite(&object), "the webhook's objectSelector sees labels only");
+    object["metadata"]["labels"] = json!({ON_INVALID_LABEL: "rewrite"});
+    assert!(asks_for_rewrite(&object));
+}
+
+#[test]
+fn unreadable_containers_are_warnings() {
+    let object = deployment(json!("python3 -m sglang.launch_server"), json!([]));
+    let inspection = inspect(&object);
+    assert!(inspection.servers.is_empty());
+    assert_eq!(
+        inspection.warnings,
+        ["deploy/web-decode container sglang: command is not a list of strings; not checked"]
+    );
+    let no_server = deployment(json!(["/entrypoint.sh"]), json!([]));
+    assert!(inspect(&no_server).warnings[0].contains("no `python -m sglang.launch_server` or `sglang serve`"));
+}
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Words SGLang command lines are made of: table flags in both forms, values good and bad,
+    /// unknown flags, and noise.
+    fn word() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("--disaggregation-mode".to_string()),
+            Just("decode".to_string()),
+            Just("prefill".to_string()),
+            Just("--disaggregation-decode-retraction-backup".to_string()),
+            Just("host_pool".to_string()),
+            Just("--disaggregation-decode-retraction-backup=host_pool".to_string()),
+            Just("--disaggregation-decode-enable-radix-cache".to_string()),
+            Just("--enable-hierarchical-cache".to_string()),
+            Just("--mamba-radix-cache-strategy=extra_buffer_lazy".to_string()),
+            Just("--enable-unified-memory".to_string()),
+            Just("--tp".to_string()),
+            Just("2".to_string()),
+            Just("--dcp-size=2".to_string()),
+            Just("--mem-fraction-static".to_string()),
+            "[a-z0-9 '\"=-]{0,10}",
+        ]
+    }
+
+    fn object(words: &[String], script: bool) -> Value {
+        if script {
+            let line = words.iter().map(|w| cmdline::shell_quote(w)).collect::<Vec<_>>().join(" ");
+            deployment(
+                json!(["sh", "-c", format!("exec python3 -m sglang.launch_server {line} && echo done")]),
+                json!([]),
+            )
+        } else {
+            deployment(json!(["python3", "-m", "sglang.launch_server"]), json!(words))
+        }
+    }
+
+    proptest! {
+        /// Whatever the command line, the rewrite patch applies to the object, touches only its
+        /// command line and annotation, and what it leaves is what the policy settled on.
+        #[test]
+        fn rewrite_patches_apply_and_leave_the_settled_settings(
+            words in prop::collection::vec(word(), 0..14),
+            script in any::<bool>(),
+        ) {
+            let object = object(&words, script);
+            let server = one_server(&object);
+            let verdict = check(&server, &pure_swa(), true, &ReleaseChoice::default_newest()).unwrap();
+            let patch = rewrite_patch(&object, &[(&server, &verdict)]).unwrap();
+            let mut patched = object.clone();
+            json_patch::patch(&mut patched, &patch).unwrap();
+            let again = one_server(&patched);
+            if verdict.outcome != Outcome::Rejected {
+                let recheck = check(&again, &pure_swa(), false, &ReleaseChoice::default_newest()).unwrap();
+                prop_assert_eq!(recheck.outcome, Outcome::Valid, "{:?} → {:?}", words, recheck.findings);
+            }
+            prop_assert_eq!(&again.parsed.settings.disaggregation.retraction_backup, &verdict_backup(&server, &verdict));
+            let mut untouched = patched.clone();
+            untouched["spec"]["template"]["spec"]["containers"][1] = object["spec"]["template"]["spec"]["containers"][1].clone();
+            untouched["spec"]["template"]["metadata"] = object["spec"]["template"]["metadata"].clone();
+            prop_assert_eq!(untouched, object);
+        }
+    }
+
+    /// The retraction backup a server runs with after the rewrites of `verdict`.
+    fn verdict_backup(server: &Server, verdict: &ServerVerdict) -> Option<RetractionBackup> {
+        let rewritten =
+            verdict.rewrites.iter().any(|r| r.from.starts_with("--disaggregation-decode-retraction-backup"));
+        if rewritten {
+            Some(RetractionBackup::CpuTensor)
+        } else {
+            server.parsed.settings.disaggregation.retraction_backup
+        }
+    }
+}
+
+#[test]
+fn decode_servers_are_paired_with_the_prefill_servers_of_their_object() {
+    let gpt_oss: Value = serde_json::from_str(include_str!("../../tests/fixtures/configs/gpt-oss-20b.json")).unwrap();
+    // Up to 0.5.21 mooncake needs equal attention TP on both sides for a hybrid-SWA model (T1);
+    // from 0.5.22 it slices SWA state head by head and allows a different TP.
+    let role = |name: &str, mode: &str, tp: &str| {
+        json!({"name": name, "template": {"spec": {"containers": [{"name": name, "image": "lmsysorg/sglang:v0.5.21",
+            "command": ["sglang", "serve", "--model-path", "openai/gpt-oss-20b", "--disaggregation-mode", mode, "--tp", tp]}]}}})
+    };
+    let group = |prefill_tp: &str, decode_tp: &str| {
+        json!({"apiVersion": "workloads.x-k8s.io/v1alpha1", "kind": "RoleBasedGroup", "metadata": {"name": "pd"},
+            "spec": {"roles": [role("prefill", "prefill", prefill_tp), role("decode", "decode", decode_tp)]}})
+    };
+    let verdicts = |object: &Value| -> Vec<ServerVerdict> {
+        inspect(object)
+            .servers
+            .iter()
+            .map(|s| check(s, &gpt_oss, false, &ReleaseChoice::default_newest()).unwrap())
+            .collect()
+    };
+    let mismatched = verdicts(&group("2", "4"));
+    assert_eq!(mismatched[0].outcome, Outcome::Valid);
+    let finding = &mismatched[1].findings[0];
+    assert_eq!((finding.violation.rule, finding.flag.as_str()), ("T1", "--tp=4"));
+    assert!(finding.violation.message.contains("different TP sizes for non-MLA SWA hybrid models"), "{finding}");
+    assert!(finding.violation.fix.contains("--tensor-parallel-size"), "{finding}");
+    let matched = verdicts(&group("4", "4"));
+    assert!(matched.iter().all(|v| v.outcome == Outcome::Valid));
+    assert!(!matched[1].warnings.iter().any(|w| w.contains("T1")), "{:?}", matched[1].warnings);
+    let newer = serde_json::to_string(&group("2", "4")).unwrap().replace("v0.5.21", "v0.5.23");
+    let newer = verdicts(&serde_json::from_str(&newer).unwrap());
+    assert!(newer.iter().all(|v| v.outcome == Outcome::Valid), "0.5.23 allows a different TP on mooncake");
+    assert_eq!(newer[1].release.release, crate::release::v0_5(23));
+}

@@ -1,0 +1,20 @@
+//! SGLang's own command line, read and written: the guard that checks SGLang servers in any
+//! workload (Deployments, StatefulSets, LeaderWorkerSets, RoleBasedGroups, …) with the same
+//! policy that checks InferenceDeployments.
+//!
+//! The policy's input is engine-neutral: `DisaggregationSpec` + `DecodeSpec` (+
+//! `ModelSpec.hybridSwaMemory`), the types an InferenceDeployment's spec already is. A command
+//! line maps *into* those types ([`flags::read`]) and out of them ([`flags::write`]) through one
+//! table, so the rules in `policy` neither change nor know about flags.
+//!
+//! - [`args`]: the flags for an InferenceDeployment's effective settings (`sglangArgs`);
+//! - [`cmdline`]: shell-word splitting and finding `python -m sglang.launch_server` / `sglang serve`;
+//! - [`flags`]: the flag ↔ setting table;
+//! - [`workload`]: where pod templates are in each workload kind;
+//! - [`guard`]: object → servers → verdicts → JSON patch, pure; the CLI and the webhook drive it.
+
+pub mod args;
+pub mod cmdline;
+pub mod flags;
+pub mod guard;
+pub mod workload;

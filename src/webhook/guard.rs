@@ -1,0 +1,181 @@
+//! The SGLang guard at admission: AdmissionReviews of workloads (Pods, Deployments, …,
+//! LeaderWorkerSets, RoleBasedGroups) in, decisions out, built on `sglang::guard`. No HTTP here.
+//!
+//! The namespace's `kvpilot.dev/guard` label picks the behaviour, and the webhook configuration
+//! does the picking: one validating webhook per mode, each on its own path with a
+//! namespaceSelector on the label. The handler so needs no read access to Namespaces and no
+//! per-request API call, and a namespace without the label is never sent here.
+
+use json_patch::Patch;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use serde_json::Value;
+
+use super::admission::{BadReview, denied, encode, warned};
+use crate::policy::Outcome;
+use crate::release::ReleaseChoice;
+use crate::sglang::guard::{self, Server, ServerVerdict};
+use crate::sglang::workload;
+use crate::source::ClusterSource;
+
+/// Namespace label opting a namespace into the guard: `enforce` or `warn`.
+pub const GUARD_LABEL: &str = "kvpilot.dev/guard";
+
+/// Which guard webhook is asking; each is served on its own path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuardMode {
+    /// `/guard/enforce`: deny workloads whose SGLang flags the model cannot run.
+    Enforce,
+    /// `/guard/warn`: allow them, with a warning per violation.
+    Warn,
+    /// `/guard/rewrite` (mutating): rewrite the flags that have a safe fix.
+    Rewrite,
+}
+
+impl GuardMode {
+    /// The HTTP path of this mode.
+    pub fn path(self) -> &'static str {
+        match self {
+            Self::Enforce => "/guard/enforce",
+            Self::Warn => "/guard/warn",
+            Self::Rewrite => "/guard/rewrite",
+        }
+    }
+}
+
+/// Decodes a request body, decides, and returns the response review as JSON.
+pub async fn review(
+    body: &[u8],
+    mode: GuardMode,
+    source: Option<&ClusterSource>,
+    default_release: &ReleaseChoice,
+) -> Result<Value, BadReview> {
+    let raw: Value = serde_json::from_slice(body).map_err(BadReview::NotJson)?;
+    let review: AdmissionReview<DynamicObject> =
+        serde_json::from_value(raw).map_err(|e| BadReview::NotAReview(e.to_string()))?;
+    let api_version = review.types.api_version.clone();
+    let request: AdmissionRequest<DynamicObject> =
+        review.try_into().map_err(|_| BadReview::NotAReview("it has no request".into()))?;
+    let response = decide(&request, &api_version, mode, source, default_release).await;
+    Ok(encode(response.into_review()))
+}
+
+async fn decide(
+    request: &AdmissionRequest<DynamicObject>,
+    api_version: &str,
+    mode: GuardMode,
+    source: Option<&ClusterSource>,
+    default_release: &ReleaseChoice,
+) -> AdmissionResponse {
+    let response = AdmissionResponse::from(request);
+    if api_version != "admission.k8s.io/v1" {
+        return denied(
+            response,
+            400,
+            "BadRequest",
+            format!("AdmissionReview apiVersion {api_version} is not supported; use admission.k8s.io/v1"),
+        );
+    }
+    let gvk = &request.kind;
+    let object_api_version =
+        if gvk.group.is_empty() { gvk.version.clone() } else { format!("{}/{}", gvk.group, gvk.version) };
+    if !workload::is_workload(&object_api_version, &gvk.kind) {
+        return denied(
+            response,
+            400,
+            "BadRequest",
+            format!(
+                "kvpilot's SGLang guard admits Pods, Deployments, ReplicaSets, StatefulSets, DaemonSets, Jobs, CronJobs, \
+                 LeaderWorkerSets and RoleBasedGroups, got {object_api_version} {}; check the webhook's rules",
+                gvk.kind
+            ),
+        );
+    }
+    if request.sub_resource.is_some() || !matches!(request.operation, Operation::Create | Operation::Update) {
+        return response;
+    }
+    let Some(object) = request.object.as_ref().and_then(|o| serde_json::to_value(o).ok()) else {
+        return denied(response, 400, "BadRequest", format!("{:?} request has no object", request.operation));
+    };
+    // An update that leaves every pod template as it was (labels, replicas, an immutable Pod's
+    // metadata) brings no new SGLang flags: it is never refused for flags admitted before.
+    if let Some(old) = request.old_object.as_ref().and_then(|o| serde_json::to_value(o).ok())
+        && workload::template_contents(&old) == workload::template_contents(&object)
+    {
+        return response;
+    }
+    let namespace = request.namespace.clone().unwrap_or_else(|| "default".into());
+    let inspection = guard::inspect(&object);
+    let mut warnings: Vec<String> = inspection.warnings.clone();
+    let mut checked: Vec<(&Server, ServerVerdict)> = Vec::new();
+    for server in &inspection.servers {
+        let subject = server.subject(&inspection.object);
+        let model = match &server.model {
+            Ok(model) => model,
+            Err(warning) => {
+                warnings.push(format!("{subject}: not checked: {warning}"));
+                continue;
+            }
+        };
+        let config = match source {
+            Some(source) => match source.model_config(&namespace, model).await {
+                Ok(config) => config,
+                Err(e) => {
+                    warnings
+                        .push(format!("{subject}: not checked: kvpilot could not read the model config.json ({e})"));
+                    continue;
+                }
+            },
+            None => {
+                warnings.push(format!("{subject}: not checked: the webhook runs without a Kubernetes client"));
+                continue;
+            }
+        };
+        match guard::check(server, &config, mode == GuardMode::Rewrite, default_release) {
+            Ok(verdict) => checked.push((server, verdict)),
+            Err(e) => {
+                warnings.push(format!("{subject}: not checked: the model config.json is not a model config: {e}"))
+            }
+        }
+    }
+    let findings: Vec<String> = checked
+        .iter()
+        .flat_map(|(server, verdict)| {
+            let subject = server.subject(&inspection.object);
+            verdict.findings.iter().map(move |finding| format!("{subject}: {finding}"))
+        })
+        .collect();
+    for (server, verdict) in &checked {
+        let subject = server.subject(&inspection.object);
+        warnings.extend(verdict.warnings.iter().map(|w| format!("{subject}: {w}")));
+    }
+    match mode {
+        GuardMode::Enforce if checked.iter().any(|(_, v)| v.outcome == Outcome::Rejected) => {
+            denied(response, 422, "Invalid", format!("SGLang flags the model cannot run: {}", findings.join("; ")))
+        }
+        GuardMode::Enforce => warned(response, warnings),
+        GuardMode::Warn => warned(response, findings.into_iter().chain(warnings).collect()),
+        GuardMode::Rewrite => {
+            let pairs: Vec<(&Server, &ServerVerdict)> = checked.iter().map(|(s, v)| (*s, v)).collect();
+            let rewrites: Vec<String> = pairs
+                .iter()
+                .flat_map(|(server, verdict)| {
+                    let subject = server.subject(&inspection.object);
+                    verdict.rewrites.iter().map(move |r| format!("kvpilot rewrote {subject}: {r}"))
+                })
+                .collect();
+            if rewrites.is_empty() {
+                return warned(response, warnings);
+            }
+            match guard::rewrite_patch(&object, &pairs)
+                .and_then(|patch: Patch| response.clone().with_patch(patch).map_err(|e| e.to_string()))
+            {
+                Ok(patched) => warned(patched, rewrites.into_iter().chain(warnings).collect()),
+                Err(e) => {
+                    warnings.push(format!("kvpilot could not build the rewrite patch: {e}"));
+                    warned(response, warnings)
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,442 @@
+//! The SGLang guard end to end: `kvpilot check` (the real binary) on every workload kind and on
+//! standard input, and the guard webhook's routes with real AdmissionReview JSON, reading the
+//! model's ConfigMap from the in-process API server, applying its JSON patch with `json-patch`
+//! and reading the command line back.
+
+use kvpilot::release::ReleaseChoice;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use base64::Engine;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::PostParams;
+use kvpilot::apiserver::ApiServer;
+use kvpilot::sglang::guard;
+use kvpilot::source::{ClusterSource, HubClient};
+use kvpilot::webhook::{self, WebhookState};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+fn repo(path: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path).display().to_string()
+}
+
+fn kvpilot(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kvpilot"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run kvpilot");
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.unwrap_or_default().as_bytes()).unwrap();
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+fn documents(path: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(repo(path)).unwrap();
+    serde_norway::Deserializer::from_str(&text).map(|d| Value::deserialize(d).unwrap()).collect()
+}
+
+fn pure_swa_config() -> String {
+    std::fs::read_to_string(repo("tests/fixtures/configs/custom-pure-swa.json")).unwrap()
+}
+
+const CONFIG_MAP: &str = "pure-swa-config";
+
+/// A pod template running an SGLang decode server with `args`.
+fn template(args: &[&str]) -> Value {
+    json!({
+        "metadata": {"labels": {"app": "sglang"}},
+        "spec": {"containers": [{
+            "name": "sglang",
+            "image": "lmsysorg/sglang:v0.5.22.post1",
+            "command": ["python3", "-m", "sglang.launch_server"],
+            "args": args,
+        }]}
+    })
+}
+
+const HOST_POOL: &[&str] = &[
+    "--model-path",
+    "/models/m",
+    "--disaggregation-mode",
+    "decode",
+    "--disaggregation-decode-retraction-backup",
+    "host_pool",
+];
+
+/// One object of each kind the guard reads, each with the host_pool decode server.
+fn every_kind() -> Vec<Value> {
+    let t = template(HOST_POOL);
+    let objects = [
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": t["spec"]}),
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"template": t}}),
+        json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "r"}, "spec": {"template": t}}),
+        json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "s"}, "spec": {"template": t}}),
+        json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "ds"}, "spec": {"template": t}}),
+        json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {"template": t}}),
+        json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c"},
+            "spec": {"schedule": "@daily", "jobTemplate": {"spec": {"template": t}}}}),
+        json!({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": {"name": "l"},
+            "spec": {"leaderWorkerTemplate": {"size": 2, "leaderTemplate": t, "workerTemplate": t}}}),
+        json!({"apiVersion": "workloads.x-k8s.io/v1alpha1", "kind": "RoleBasedGroup", "metadata": {"name": "g"},
+            "spec": {"roles": [
+                {"name": "prefill", "template": template(&["--model-path", "/models/m", "--disaggregation-mode", "prefill"])},
+                {"name": "decode", "template": t}]}}),
+    ];
+    objects
+        .into_iter()
+        .map(|mut o| {
+            o["metadata"]["namespace"] = json!("default");
+            o["metadata"]["annotations"] = json!({guard::MODEL_CONFIG_ANNOTATION: format!("configmap/{CONFIG_MAP}")});
+            o
+        })
+        .collect()
+}
+
+fn config_map_json() -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CONFIG_MAP, "namespace": "default"},
+        "data": {"config.json": pure_swa_config()}})
+}
+
+#[test]
+fn check_reads_every_workload_kind_from_standard_input() {
+    let mut items = every_kind();
+    items.push(config_map_json());
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
+    let out = kvpilot(&["check", "-o", "json", "-f", "-"], Some(&list.to_string()));
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let seen: Vec<(String, &str, &str)> = reports
+        .iter()
+        .map(|r| {
+            let name = match r["template"].as_str() {
+                Some(template) => format!("{} {template}", r["name"].as_str().unwrap()),
+                None => r["name"].as_str().unwrap().to_string(),
+            };
+            (name, r["mode"].as_str().unwrap(), r["verdict"].as_str().unwrap())
+        })
+        .collect();
+    let expected = [
+        ("pod/p", "decode", "rejected"),
+        ("deploy/d", "decode", "rejected"),
+        ("rs/r", "decode", "rejected"),
+        ("sts/s", "decode", "rejected"),
+        ("ds/ds", "decode", "rejected"),
+        ("job/j", "decode", "rejected"),
+        ("cronjob/c", "decode", "rejected"),
+        ("lws/l leaderTemplate", "decode", "rejected"),
+        ("lws/l workerTemplate", "decode", "rejected"),
+        ("rbg/g role prefill", "prefill", "valid"),
+        ("rbg/g role decode", "decode", "rejected"),
+    ];
+    let expected: Vec<(String, &str, &str)> = expected.iter().map(|(n, m, v)| (n.to_string(), *m, *v)).collect();
+    assert_eq!(seen, expected);
+    let first = &reports[0];
+    // PyPI has no 0.5.22.post1: the tag names a release kvpilot does not model, so the default
+    // release applies and a warning says so.
+    assert_eq!(
+        (first["sglang"]["version"].as_str(), first["sglang"]["source"].as_str()),
+        (Some("0.5.23"), Some("Default"))
+    );
+    let warnings = first["warnings"].to_string();
+    assert!(warnings.contains("the image tag names SGLang 0.5.22.post1, which kvpilot does not model"), "{warnings}");
+    assert_eq!(first["violations"][0]["rule"], "R2");
+    assert_eq!(first["violations"][0]["flag"], "--disaggregation-decode-retraction-backup=host_pool");
+    assert_eq!(first["source"], "standard input, document 1");
+}
+
+#[test]
+fn check_text_names_object_container_and_flag() {
+    let out = kvpilot(&["check", "-f", &repo("examples/guard/deployment-rejected.yaml")], None);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "deploy/web-decode container sglang: --disaggregation-decode-retraction-backup=host_pool: Host-pool \
+             retraction does not support pure-SWA models. (fix: use --disaggregation-decode-retraction-backup=cpu_tensor"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("SGLang release: 0.5.23 (Image)"), "{text}");
+    assert!(text.contains("1 checked: 0 valid, 0 rewritten, 1 rejected"), "{text}");
+
+    let out = kvpilot(&["check", "-f", &repo("examples/guard/leaderworkerset-rewritten.yaml")], None);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("2 checked: 0 valid, 2 rewritten, 0 rejected"));
+}
+
+#[test]
+fn check_rewrites_in_a_namespace_labelled_for_rewrites() {
+    let mut deployment = every_kind().remove(1);
+    deployment["metadata"]["namespace"] = json!("inference");
+    let mut config_map = config_map_json();
+    config_map["metadata"]["namespace"] = json!("inference");
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "inference", "labels": {"kvpilot.dev/guard": "enforce", guard::ON_INVALID_LABEL: "rewrite"}}});
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": [namespace, config_map, deployment]});
+    let out = kvpilot(&["check", "-o", "json", "-f", "-"], Some(&list.to_string()));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (reports[0]["namespace"].as_str(), reports[0]["verdict"].as_str()),
+        (Some("inference"), Some("rewritten"))
+    );
+    assert_eq!(reports[0]["rewrites"][0]["to"], "--disaggregation-decode-retraction-backup=cpu_tensor");
+}
+
+#[test]
+fn check_pairs_prefill_and_decode_deployments_of_one_model_for_t1() {
+    let gpt_oss = std::fs::read_to_string(repo("tests/fixtures/configs/gpt-oss-20b.json")).unwrap();
+    let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gpt-oss"},
+        "data": {"config.json": gpt_oss}});
+    let side = |name: &str, mode: &str, tp: &str| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "annotations": {guard::MODEL_CONFIG_ANNOTATION: "configmap/gpt-oss"}},
+            "spec": {"template": template(&["--model-path", "/models/gpt-oss-20b", "--disaggregation-mode", mode, "--tp-size", tp])}})
+    };
+    let list = json!({"apiVersion": "v1", "kind": "List",
+        "items": [config_map, side("gpt-prefill", "prefill", "2"), side("gpt-decode", "decode", "4")]});
+    // The image tag names no release kvpilot models, so --sglang-version decides: up to 0.5.21
+    // mooncake needs equal attention TP for a hybrid-SWA model, from 0.5.22 it does not.
+    let out = kvpilot(&["check", "-o", "json", "--sglang-version", "0.5.21", "-f", "-"], Some(&list.to_string()));
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let decode = reports.iter().find(|r| r["name"] == "deploy/gpt-decode").unwrap();
+    assert_eq!(decode["violations"][0]["rule"], "T1");
+    assert_eq!(decode["violations"][0]["flag"], "--tp-size=4");
+    assert!(
+        decode["violations"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does NOT support PD different TP sizes for non-MLA SWA hybrid models"),
+        "{decode}"
+    );
+    let out = kvpilot(&["check", "-o", "json", "--sglang-version", "0.5.23", "-f", "-"], Some(&list.to_string()));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+}
+
+#[test]
+fn check_says_which_annotation_a_local_model_path_needs() {
+    let mut deployment = every_kind().remove(1);
+    deployment["metadata"]["annotations"] = json!({});
+    let out = kvpilot(&["check", "-f", "-"], Some(&deployment.to_string()));
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("deploy/d container sglang: not checked: --model-path /models/m is not a hub id")
+            && err.contains("kvpilot.dev/model-config (configmap/NAME, configmap/NAME/KEY or hub/ORG/NAME[@REVISION])"),
+        "{err}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("0 checked"));
+}
+
+#[test]
+fn check_refuses_malformed_input_on_standard_input() {
+    let out = kvpilot(&["check", "-f", "-"], Some("kind: [unclosed"));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("standard input, document 1: not valid YAML"));
+}
+
+// ---- the webhook ----
+
+async fn cluster_state() -> (ApiServer, WebhookState) {
+    let server = ApiServer::new();
+    let config_map: ConfigMap = serde_json::from_value(config_map_json()).unwrap();
+    Api::<ConfigMap>::namespaced(server.client(), "default").create(&PostParams::default(), &config_map).await.unwrap();
+    let hub = Arc::new(HubClient::new(Duration::from_secs(60), Duration::from_secs(5), &[]).unwrap());
+    let source = ClusterSource::new(server.client(), hub, "https://huggingface.co");
+    (server, WebhookState { source: Some(source), default_release: ReleaseChoice::default_newest() })
+}
+
+fn admission_review(object: &Value) -> Value {
+    update_review(object, None)
+}
+
+/// An UPDATE review when `old` is given, else a CREATE.
+fn update_review(object: &Value, old: Option<&Value>) -> Value {
+    let api_version = object["apiVersion"].as_str().unwrap();
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let kind = object["kind"].as_str().unwrap();
+    let gvk = json!({"group": group, "version": version, "kind": kind});
+    let resource = json!({"group": group, "version": version, "resource": format!("{}s", kind.to_lowercase())});
+    json!({
+        "kind": "AdmissionReview",
+        "apiVersion": "admission.k8s.io/v1",
+        "request": {
+            "uid": "0c1f4e0a-6d6c-4b51-9a43-3b1c2a3d4e5f",
+            "kind": gvk, "resource": resource, "requestKind": gvk, "requestResource": resource,
+            "name": object["metadata"]["name"],
+            "namespace": "default",
+            "operation": if old.is_some() { "UPDATE" } else { "CREATE" },
+            "userInfo": {"username": "admin", "groups": ["system:authenticated"]},
+            "object": object,
+            "oldObject": old,
+            "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": if old.is_some() { "UpdateOptions" } else { "CreateOptions" }}
+        }
+    })
+}
+
+async fn post(state: &WebhookState, path: &str, review: &Value) -> Value {
+    let request = axum::http::Request::post(path).body(Body::from(review.to_string())).unwrap();
+    let response = webhook::router(state.clone()).oneshot(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+    let answer: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(answer["response"]["uid"], review["request"]["uid"]);
+    answer["response"].clone()
+}
+
+#[tokio::test]
+async fn enforce_denies_every_kind_with_sglang_s_message() {
+    let (_server, state) = cluster_state().await;
+    for object in every_kind() {
+        let response = post(&state, "/guard/enforce", &admission_review(&object)).await;
+        assert_eq!(response["allowed"], false, "{object}");
+        assert_eq!(response["status"]["code"], 422);
+        let message = response["status"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(
+                "container sglang: --disaggregation-decode-retraction-backup=host_pool: Host-pool retraction does not \
+                 support pure-SWA models."
+            ),
+            "{message}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn updates_are_checked_only_when_a_pod_template_changes() {
+    let (_server, state) = cluster_state().await;
+    let deployment = every_kind().remove(1);
+    let mut scaled = deployment.clone();
+    scaled["spec"]["replicas"] = json!(3);
+    scaled["metadata"]["labels"] = json!({"team": "a"});
+    let response = post(&state, "/guard/enforce", &update_review(&scaled, Some(&deployment))).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    let mut changed = deployment.clone();
+    changed["spec"]["template"]["spec"]["containers"][0]["args"][1] = json!("/models/other");
+    let response = post(&state, "/guard/enforce", &update_review(&changed, Some(&deployment))).await;
+    assert_eq!(response["allowed"], false, "{response}");
+}
+
+#[tokio::test]
+async fn warn_allows_with_the_violation_as_a_warning() {
+    let (_server, state) = cluster_state().await;
+    let deployment = every_kind().remove(1);
+    let response = post(&state, "/guard/warn", &admission_review(&deployment)).await;
+    assert_eq!(response["allowed"], true);
+    assert!(response.get("patch").is_none_or(Value::is_null));
+    let warnings = response["warnings"].as_array().unwrap();
+    assert!(
+        warnings[0].as_str().unwrap().starts_with(
+            "deploy/d container sglang: --disaggregation-decode-retraction-backup=host_pool: Host-pool retraction"
+        ),
+        "{warnings:?}"
+    );
+}
+
+#[tokio::test]
+async fn valid_workloads_and_other_containers_are_allowed_quietly() {
+    let (_server, state) = cluster_state().await;
+    let mut deployment = every_kind().remove(1);
+    deployment["spec"]["template"]["spec"]["containers"][0]["args"] = json!(["--model-path", "/models/m"]);
+    let response = post(&state, "/guard/enforce", &admission_review(&deployment)).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    let nginx = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"containers": [{"name": "web", "image": "nginx"}]}});
+    let response = post(&state, "/guard/enforce", &admission_review(&nginx)).await;
+    assert_eq!((response["allowed"].as_bool(), response.get("warnings")), (Some(true), None));
+}
+
+/// The pods kvpilot runs for an InferenceDeployment (the cache runtime, its settings checked by
+/// the controller) are admitted in guarded namespaces without a word.
+#[tokio::test]
+async fn an_inference_deployment_s_own_pods_pass_the_guard() {
+    let (_server, state) = cluster_state().await;
+    let resource: kvpilot::api::InferenceDeployment =
+        serde_json::from_value(documents("examples/mimo-pure-swa-rewrite.yaml").remove(0)).unwrap();
+    let config = Value::Object(resource.spec.model.config.inline.clone().unwrap());
+    let assessment = kvpilot::policy::assess(&resource.spec, &config, &ReleaseChoice::default_newest()).unwrap();
+    let options = kvpilot::controller::desired::RenderOptions {
+        runtime_image: "kvpilot/kvpilot:0.1.0".into(),
+        default_release: ReleaseChoice::default_newest(),
+    };
+    let desired = kvpilot::controller::desired::desired_state(&resource, &assessment, &options);
+    let pod = kvpilot::controller::desired::with_type_meta(&desired.pod(0), "v1", "Pod");
+    let response = post(&state, "/guard/enforce", &admission_review(&pod)).await;
+    assert_eq!((response["allowed"].as_bool(), response.get("warnings")), (Some(true), None), "{response}");
+}
+
+#[tokio::test]
+async fn unreadable_model_configs_are_allowed_with_a_warning_naming_the_annotation() {
+    let (_server, state) = cluster_state().await;
+    let mut deployment = every_kind().remove(1);
+    deployment["metadata"]["annotations"] = json!({});
+    let response = post(&state, "/guard/enforce", &admission_review(&deployment)).await;
+    assert_eq!(response["allowed"], true);
+    assert!(response["warnings"][0].as_str().unwrap().contains("add the annotation kvpilot.dev/model-config"));
+    deployment["metadata"]["annotations"] = json!({guard::MODEL_CONFIG_ANNOTATION: "configmap/missing"});
+    let response = post(&state, "/guard/enforce", &admission_review(&deployment)).await;
+    assert_eq!(response["allowed"], true);
+    assert!(response["warnings"][0].as_str().unwrap().contains("ConfigMap default/missing"), "{response}");
+}
+
+fn apply_patch(object: &Value, response: &Value) -> Value {
+    assert_eq!(response["patchType"], "JSONPatch");
+    let bytes = base64::engine::general_purpose::STANDARD.decode(response["patch"].as_str().unwrap()).unwrap();
+    let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+    let mut patched = object.clone();
+    json_patch::patch(&mut patched, &patch).unwrap();
+    patched
+}
+
+#[tokio::test]
+async fn rewrite_patches_the_example_lws_script_and_args() {
+    let (_server, state) = cluster_state().await;
+    let lws = documents("examples/guard/leaderworkerset-rewritten.yaml").remove(0);
+    let response = post(&state, "/guard/rewrite", &admission_review(&lws)).await;
+    assert_eq!(response["allowed"], true);
+    let patched = apply_patch(&lws, &response);
+    let template = &patched["spec"]["leaderWorkerTemplate"];
+    let script = template["leaderTemplate"]["spec"]["containers"][0]["command"][2].as_str().unwrap();
+    assert!(script.contains("--disaggregation-decode-retraction-backup cpu_tensor \\\n"), "{script}");
+    assert_eq!(
+        template["workerTemplate"]["spec"]["containers"][0]["args"][2],
+        "--disaggregation-decode-retraction-backup=cpu_tensor"
+    );
+    for side in ["leaderTemplate", "workerTemplate"] {
+        let record = template[side]["metadata"]["annotations"][guard::REWRITES_ANNOTATION].as_str().unwrap();
+        assert!(record.contains("host_pool → --disaggregation-decode-retraction-backup=cpu_tensor (R2"), "{record}");
+    }
+    let warnings = response["warnings"].as_array().unwrap();
+    assert!(
+        warnings[0].as_str().unwrap().starts_with("kvpilot rewrote lws/decode leaderTemplate container sglang-leader")
+    );
+    // The rewritten object passes enforce, and a second rewrite pass changes nothing.
+    let again = post(&state, "/guard/enforce", &admission_review(&patched)).await;
+    assert_eq!(again["allowed"], true, "{again}");
+    let second = post(&state, "/guard/rewrite", &admission_review(&patched)).await;
+    assert!(second.get("patch").is_none_or(Value::is_null), "{second}");
+}
+
+#[tokio::test]
+async fn other_kinds_and_non_reviews_are_refused() {
+    let (_server, state) = cluster_state().await;
+    let config_map = config_map_json();
+    let response = post(&state, "/guard/enforce", &admission_review(&config_map)).await;
+    assert_eq!((response["allowed"].as_bool(), response["status"]["code"].as_u64()), (Some(false), Some(400)));
+    let request = axum::http::Request::post("/guard/warn").body(Body::from("{}")).unwrap();
+    let response = webhook::router(state.clone()).oneshot(request).await.unwrap();
+    assert_eq!(response.status(), 400);
+}
