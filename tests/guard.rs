@@ -306,6 +306,10 @@ async fn enforce_denies_every_kind_with_sglang_s_message() {
         assert_eq!(response["status"]["code"], 422);
         let message = response["status"]["message"].as_str().unwrap();
         assert!(
+            message.starts_with("SGLang flags the model cannot run: R2 "),
+            "the refusal names the rule first: {message}"
+        );
+        assert!(
             message.contains(
                 "container sglang: --disaggregation-decode-retraction-backup=host_pool: Host-pool retraction does not \
                  support pure-SWA models."
@@ -340,7 +344,7 @@ async fn warn_allows_with_the_violation_as_a_warning() {
     let warnings = response["warnings"].as_array().unwrap();
     assert!(
         warnings[0].as_str().unwrap().starts_with(
-            "deploy/d container sglang: --disaggregation-decode-retraction-backup=host_pool: Host-pool retraction"
+            "R2 deploy/d container sglang: --disaggregation-decode-retraction-backup=host_pool: Host-pool retraction"
         ),
         "{warnings:?}"
     );

@@ -142,7 +142,9 @@ async fn decide(
         .iter()
         .flat_map(|(server, verdict)| {
             let subject = server.subject(&inspection.object);
-            verdict.findings.iter().map(move |finding| format!("{subject}: {finding}"))
+            // The rule id leads, as in `kvpilot check`'s report and the InferenceDeployment
+            // webhook's refusals, so a refusal names the rule to look up.
+            verdict.findings.iter().map(move |finding| format!("{} {subject}: {finding}", finding.violation.rule))
         })
         .collect();
     for (server, verdict) in &checked {

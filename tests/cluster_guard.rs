@@ -1,0 +1,218 @@
+//! The SGLang guard through a real kube-apiserver: the chart's guard webhook entries (their
+//! namespace and object selectors, the enforce/warn/rewrite paths) with `kvpilot operator`
+//! serving them as a host process, authenticated as the chart's ServiceAccount, which reads the
+//! model's config.json from the ConfigMap the workload's annotation names.
+//!
+//! Every webhook of the chart's configurations is pointed at the host process with a
+//! `url: https://localhost:PORT/<its path>` client config, as in `cluster_admission.rs`; the
+//! selectors and rules stay the chart's own.
+//!
+//! One test: webhook configurations are cluster-wide, so nothing else in this binary may write
+//! workloads while they point at a process this test stops.
+
+mod common;
+
+use std::time::Duration;
+
+use common::cluster::{
+    Cluster, HelmRelease, KvpilotProcess, TestNamespace, free_port, repo, succeeded, text, wait_for_blocking,
+    yaml_documents,
+};
+use serde_json::{Value, json};
+
+const SGLANG_MESSAGE: &str = "Host-pool retraction does not support pure-SWA models.";
+const BAD_FLAG: &str = "--disaggregation-decode-retraction-backup=host_pool";
+
+/// Points every webhook of configuration `kind`/`name` at `base` + the path of its Service
+/// client config, keeping everything else (selectors, rules, caBundle) as rendered.
+fn point_every_webhook_at(cluster: &Cluster, kind: &str, name: &str, base: &str) {
+    let configuration = cluster.get_json(&[kind, name]).unwrap();
+    let webhooks = configuration["webhooks"].as_array().unwrap();
+    let patch: Vec<Value> = webhooks
+        .iter()
+        .enumerate()
+        .flat_map(|(i, webhook)| {
+            let path = webhook["clientConfig"]["service"]["path"].as_str().unwrap();
+            [
+                json!({"op": "remove", "path": format!("/webhooks/{i}/clientConfig/service")}),
+                json!({"op": "add", "path": format!("/webhooks/{i}/clientConfig/url"), "value": format!("{base}{path}")}),
+            ]
+        })
+        .collect();
+    cluster.kubectl_ok(&["patch", kind, name, "--type=json", "-p", &Value::from(patch).to_string()]);
+}
+
+fn every_ca_bundle(cluster: &Cluster, kind: &str, name: &str) -> Option<Vec<String>> {
+    let configuration = cluster.get_json(&[kind, name])?;
+    configuration["webhooks"]
+        .as_array()?
+        .iter()
+        .map(|w| w["clientConfig"]["caBundle"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// The rejected example (a Deployment and the ConfigMap holding its model's config.json),
+/// moved into `namespace`: (deployment, configmap).
+fn guard_example(namespace: &str) -> (Value, Value) {
+    let mut documents = yaml_documents(&repo("examples/guard/deployment-rejected.yaml"));
+    for document in &mut documents {
+        document["metadata"]["namespace"] = json!(namespace);
+    }
+    let find = |kind: &str| documents.iter().find(|d| d["kind"] == kind).unwrap().clone();
+    (find("Deployment"), find("ConfigMap"))
+}
+
+/// A namespace with `labels`, holding the example's ConfigMap.
+fn guarded_namespace(cluster: &Cluster, prefix: &str, labels: &[&str]) -> TestNamespace {
+    let namespace = TestNamespace::create(cluster, prefix);
+    if !labels.is_empty() {
+        let mut args = vec!["label", "namespace", namespace.name.as_str()];
+        args.extend_from_slice(labels);
+        cluster.kubectl_ok(&args);
+    }
+    let (_, config_map) = guard_example(&namespace.name);
+    let out = cluster.kubectl_with_input(&["apply", "-f", "-"], &config_map.to_string());
+    succeeded("kubectl apply of the model's ConfigMap", out);
+    namespace
+}
+
+/// `kubectl apply` of `object`: (admitted, stdout, stderr — where kubectl prints warnings).
+fn apply(cluster: &Cluster, object: &Value) -> (bool, String, String) {
+    let out = cluster.kubectl_with_input(&["apply", "-f", "-"], &object.to_string());
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+fn args_of(deployment: &Value) -> Vec<String> {
+    deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_api_server_refuses_warns_rewrites_and_ignores_by_namespace_label() {
+    let cluster = cluster_or_skip!();
+    // The operator's controller watches InferenceDeployments.
+    cluster.install_crd();
+    let operator_namespace = format!("kvp-guard-{}", std::process::id());
+    // The chart's defaults: guard enabled with rewrites, failurePolicy Ignore for workloads.
+    let release = HelmRelease::install(&cluster, "guard-kvpilot", &operator_namespace, &["--set", "replicaCount=1"]);
+    let fullname = release.fullname();
+    let port = free_port();
+    let base = format!("https://localhost:{port}");
+    point_every_webhook_at(&cluster, "validatingwebhookconfiguration", &fullname, &base);
+    point_every_webhook_at(&cluster, "mutatingwebhookconfiguration", &fullname, &base);
+
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = cluster.service_account_kubeconfig(dir.path(), &operator_namespace, &fullname);
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let (metrics, health) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    let webhook_addr = format!("127.0.0.1:{port}");
+    let secret = format!("{fullname}-webhook-tls");
+    let mut operator = KvpilotProcess::start(
+        &kubeconfig,
+        &[
+            "operator",
+            "--namespace=all",
+            "--metrics-addr",
+            &metrics,
+            "--health-addr",
+            &health,
+            "--webhook-addr",
+            &webhook_addr,
+            "--webhook-certs=self-signed",
+            "--webhook-secret",
+            &secret,
+            "--webhook-service=localhost",
+            "--validating-webhook-configuration",
+            &fullname,
+            "--mutating-webhook-configuration",
+            &fullname,
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+        &[("POD_NAMESPACE", &operator_namespace)],
+    );
+    wait_for_blocking("kvpilot sets the caBundle of every webhook", Duration::from_secs(60), || {
+        operator.assert_running();
+        let validating = every_ca_bundle(&cluster, "validatingwebhookconfiguration", &fullname)?;
+        let mutating = every_ca_bundle(&cluster, "mutatingwebhookconfiguration", &fullname)?;
+        // The InferenceDeployment webhook and the guard's enforce and warn; the guard's two rewrites.
+        assert_eq!((validating.len(), mutating.len()), (3, 2), "the chart's webhook entries changed");
+        let first = validating[0].clone();
+        validating.iter().chain(&mutating).all(|b| *b == first).then_some(())
+    });
+
+    let enforce = guarded_namespace(&cluster, "kvp-guard-enforce", &["kvpilot.dev/guard=enforce"]);
+    let warn = guarded_namespace(&cluster, "kvp-guard-warn", &["kvpilot.dev/guard=warn"]);
+    let rewrite = guarded_namespace(
+        &cluster,
+        "kvp-guard-rewrite",
+        &["kvpilot.dev/guard=enforce", "kvpilot.dev/on-invalid=rewrite"],
+    );
+    let unguarded = guarded_namespace(&cluster, "kvp-guard-none", &[]);
+
+    // failurePolicy Ignore admits while the webhook is not yet reachable: wait for a refusal.
+    let (deployment, _) = guard_example(&enforce.name);
+    wait_for_blocking("the API server calls the guard", Duration::from_secs(60), || {
+        operator.assert_running();
+        let out = cluster.kubectl_with_input(&["create", "--dry-run=server", "-f", "-"], &deployment.to_string());
+        (!out.status.success()).then_some(())
+    });
+
+    // enforce: refused at `kubectl apply` with the rule id, the flag and SGLang's message.
+    let (admitted, _, refusal) = apply(&cluster, &deployment);
+    assert!(!admitted, "the host_pool Deployment was admitted in an enforce namespace");
+    assert!(refusal.contains("admission webhook \"enforce.sglang-guard.kvpilot.dev\" denied the request"), "{refusal}");
+    assert!(
+        refusal.contains(&format!("R2 deploy/web-decode container sglang: {BAD_FLAG}: {SGLANG_MESSAGE}")),
+        "{refusal}"
+    );
+    assert!(cluster.get_json(&["deployment", "web-decode", "-n", &enforce.name]).is_none());
+
+    // warn: stored as written, the violation printed by kubectl as a warning.
+    let (deployment, _) = guard_example(&warn.name);
+    let (admitted, _, warnings) = apply(&cluster, &deployment);
+    assert!(admitted, "{warnings}");
+    assert!(
+        warnings.contains(&format!("Warning: R2 deploy/web-decode container sglang: {BAD_FLAG}: {SGLANG_MESSAGE}")),
+        "{warnings}"
+    );
+    let stored = cluster.get_json(&["deployment", "web-decode", "-n", &warn.name]).unwrap();
+    assert_eq!(args_of(&stored), args_of(&deployment));
+
+    // enforce + on-invalid=rewrite: the mutating guard rewrites the flag before the validating
+    // guard sees it, so the rewritten Deployment is admitted and stored.
+    let (deployment, _) = guard_example(&rewrite.name);
+    let (admitted, _, warnings) = apply(&cluster, &deployment);
+    assert!(admitted, "{warnings}");
+    assert!(warnings.contains("Warning: kvpilot rewrote deploy/web-decode container sglang:"), "{warnings}");
+    let stored = cluster.get_json(&["deployment", "web-decode", "-n", &rewrite.name]).unwrap();
+    let expected: Vec<String> =
+        args_of(&deployment).into_iter().map(|a| if a == "host_pool" { "cpu_tensor".to_string() } else { a }).collect();
+    assert_eq!(args_of(&stored), expected, "only the retraction backup changes, in place");
+    let record = stored["spec"]["template"]["metadata"]["annotations"]["kvpilot.dev/rewrites"].as_str();
+    assert!(record.is_some_and(|r| r.contains("cpu_tensor")), "{:#}", stored["spec"]["template"]["metadata"]);
+    // A second apply of the same manifest (an UPDATE) is rewritten the same way, not refused.
+    let (admitted, _, stderr) = apply(&cluster, &deployment);
+    assert!(admitted, "{stderr}");
+    let again = cluster.get_json(&["deployment", "web-decode", "-n", &rewrite.name]).unwrap();
+    assert_eq!(args_of(&again), expected);
+
+    // No label: never sent to kvpilot, stored unchanged and without warnings.
+    let (deployment, _) = guard_example(&unguarded.name);
+    let (admitted, _, stderr) = apply(&cluster, &deployment);
+    assert!(admitted, "{stderr}");
+    assert!(!stderr.contains("Warning"), "{stderr}");
+    let stored = cluster.get_json(&["deployment", "web-decode", "-n", &unguarded.name]).unwrap();
+    assert_eq!(args_of(&stored), args_of(&deployment));
+    assert!(stored["spec"]["template"]["metadata"]["annotations"]["kvpilot.dev/rewrites"].is_null());
+
+    operator.assert_running();
+    drop(operator);
+    drop(release);
+}
