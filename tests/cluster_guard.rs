@@ -203,6 +203,24 @@ fn the_api_server_refuses_warns_rewrites_and_ignores_by_namespace_label() {
     let again = cluster.get_json(&["deployment", "web-decode", "-n", &rewrite.name]).unwrap();
     assert_eq!(args_of(&again), expected);
 
+    // The controllers' own writes pass the guard too: the ReplicaSet and the Pod the
+    // Deployment makes carry the rewritten flag and are admitted in the enforce namespace.
+    for kind in ["replicaset", "pod"] {
+        let stored = wait_for_blocking(&format!("the Deployment's {kind}"), Duration::from_secs(60), || {
+            let list = cluster.get_json(&[kind, "-l", "app=web-decode", "-n", &rewrite.name])?;
+            list["items"].as_array()?.first().cloned()
+        });
+        let spec = if kind == "pod" { &stored["spec"] } else { &stored["spec"]["template"]["spec"] };
+        let args: Vec<&str> =
+            spec["containers"][0]["args"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        assert!(args.contains(&"cpu_tensor") && !args.contains(&"host_pool"), "{kind}: {args:?}");
+    }
+    // In the warn namespace they are admitted as written.
+    wait_for_blocking("the warned Deployment's pod", Duration::from_secs(60), || {
+        let list = cluster.get_json(&["pod", "-l", "app=web-decode", "-n", &warn.name])?;
+        (!list["items"].as_array()?.is_empty()).then_some(())
+    });
+
     // No label: never sent to kvpilot, stored unchanged and without warnings.
     let (deployment, _) = guard_example(&unguarded.name);
     let (admitted, _, stderr) = apply(&cluster, &deployment);
@@ -211,6 +229,27 @@ fn the_api_server_refuses_warns_rewrites_and_ignores_by_namespace_label() {
     let stored = cluster.get_json(&["deployment", "web-decode", "-n", &unguarded.name]).unwrap();
     assert_eq!(args_of(&stored), args_of(&deployment));
     assert!(stored["spec"]["template"]["metadata"]["annotations"]["kvpilot.dev/rewrites"].is_null());
+
+    // Labelling that namespace enforce later, like Pod Security Admission: writes that leave the
+    // pod template alone (labels, replicas) still pass; a changed template is checked.
+    cluster.kubectl_ok(&["label", "namespace", &unguarded.name, "kvpilot.dev/guard=enforce"]);
+    let mut copy = deployment.clone();
+    copy["metadata"]["name"] = json!("web-decode-copy");
+    wait_for_blocking("the API server sends the relabelled namespace to the guard", Duration::from_secs(60), || {
+        let out = cluster.kubectl_with_input(&["create", "--dry-run=server", "-f", "-"], &copy.to_string());
+        (!out.status.success()).then_some(())
+    });
+    cluster.kubectl_ok(&["label", "deployment", "web-decode", "team=a", "-n", &unguarded.name]);
+    let mut scaled = deployment.clone();
+    scaled["spec"]["replicas"] = json!(2);
+    let (admitted, _, stderr) = apply(&cluster, &scaled);
+    assert!(admitted, "a replica change was refused for flags admitted before: {stderr}");
+    let mut changed = scaled.clone();
+    let port = args_of(&changed).iter().position(|a| a == "--port").unwrap() + 1;
+    changed["spec"]["template"]["spec"]["containers"][0]["args"][port] = json!("30001");
+    let (admitted, _, refusal) = apply(&cluster, &changed);
+    assert!(!admitted, "a changed pod template with host_pool was admitted");
+    assert!(refusal.contains(SGLANG_MESSAGE), "{refusal}");
 
     operator.assert_running();
     drop(operator);
