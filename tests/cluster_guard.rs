@@ -91,11 +91,57 @@ fn args_of(deployment: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The LeaderWorkerSet and RoleBasedGroup CRD stand-ins, deleted (with their objects) on drop.
+struct WorkloadCrds {
+    cluster: Cluster,
+}
+
+impl WorkloadCrds {
+    const FILE: &str = "tests/fixtures/cluster/workload-crds.yaml";
+
+    fn install(cluster: &Cluster) -> WorkloadCrds {
+        cluster.kubectl_ok(&["apply", "--server-side", "--field-manager=kvpilot-tests", "-f", Self::FILE]);
+        let crds = WorkloadCrds { cluster: cluster.clone() };
+        cluster.kubectl_ok(&["wait", "--for=condition=Established", "--timeout=60s", "-f", Self::FILE]);
+        crds
+    }
+}
+
+impl Drop for WorkloadCrds {
+    fn drop(&mut self) {
+        let _ = self.cluster.kubectl(&["delete", "-f", Self::FILE, "--wait=false", "--ignore-not-found"]);
+    }
+}
+
+/// The rewritten LeaderWorkerSet example (labelled `kvpilot.dev/on-invalid=rewrite` itself),
+/// moved into `namespace`.
+fn leader_worker_set(namespace: &str) -> Value {
+    let mut documents = yaml_documents(&repo("examples/guard/leaderworkerset-rewritten.yaml"));
+    let mut lws = documents.iter_mut().find(|d| d["kind"] == "LeaderWorkerSet").unwrap().take();
+    lws["metadata"]["namespace"] = json!(namespace);
+    lws
+}
+
+/// A RoleBasedGroup whose decode role runs the rejected example's pod template.
+fn role_based_group(deployment: &Value) -> Value {
+    json!({
+        "apiVersion": "workloads.x-k8s.io/v1alpha1",
+        "kind": "RoleBasedGroup",
+        "metadata": {
+            "name": "pd",
+            "namespace": deployment["metadata"]["namespace"],
+            "annotations": deployment["metadata"]["annotations"],
+        },
+        "spec": {"roles": [{"name": "decode", "replicas": 1, "template": deployment["spec"]["template"]}]},
+    })
+}
+
 #[test]
 fn the_api_server_refuses_warns_rewrites_and_ignores_by_namespace_label() {
     let cluster = cluster_or_skip!();
     // The operator's controller watches InferenceDeployments.
     cluster.install_crd();
+    let _workload_crds = WorkloadCrds::install(&cluster);
     let operator_namespace = format!("kvp-guard-{}", std::process::id());
     // The chart's defaults: guard enabled with rewrites, failurePolicy Ignore for workloads.
     let release = HelmRelease::install(&cluster, "guard-kvpilot", &operator_namespace, &["--set", "replicaCount=1"]);
@@ -174,6 +220,27 @@ fn the_api_server_refuses_warns_rewrites_and_ignores_by_namespace_label() {
     );
     assert!(cluster.get_json(&["deployment", "web-decode", "-n", &enforce.name]).is_none());
 
+    // A LeaderWorkerSet labelled kvpilot.dev/on-invalid=rewrite itself (the chart's objectSelector
+    // entry) is rewritten in an enforce namespace: the leader's `sh -c` script and the workers'
+    // args, each template recording it; without the label it is refused.
+    let lws = leader_worker_set(&enforce.name);
+    let (admitted, _, warnings) = apply(&cluster, &lws);
+    assert!(admitted, "{warnings}");
+    assert!(warnings.contains("Warning: kvpilot rewrote lws/decode"), "{warnings}");
+    let stored = cluster.get_json(&["leaderworkerset", "decode", "-n", &enforce.name]).unwrap();
+    let templates = &stored["spec"]["leaderWorkerTemplate"];
+    for template in [&templates["leaderTemplate"], &templates["workerTemplate"]] {
+        let container = template["spec"]["containers"][0].to_string();
+        assert!(container.contains("cpu_tensor") && !container.contains("host_pool"), "{container}");
+        assert!(template["metadata"]["annotations"]["kvpilot.dev/rewrites"].is_string(), "{:#}", template["metadata"]);
+    }
+    let mut unlabelled = lws.clone();
+    unlabelled["metadata"]["name"] = json!("decode-unlabelled");
+    unlabelled["metadata"]["labels"] = json!({});
+    let (admitted, _, refusal) = apply(&cluster, &unlabelled);
+    assert!(!admitted, "a LeaderWorkerSet with host_pool was admitted in an enforce namespace");
+    assert!(refusal.contains(SGLANG_MESSAGE), "{refusal}");
+
     // warn: stored as written, the violation printed by kubectl as a warning.
     let (deployment, _) = guard_example(&warn.name);
     let (admitted, _, warnings) = apply(&cluster, &deployment);
@@ -184,6 +251,10 @@ fn the_api_server_refuses_warns_rewrites_and_ignores_by_namespace_label() {
     );
     let stored = cluster.get_json(&["deployment", "web-decode", "-n", &warn.name]).unwrap();
     assert_eq!(args_of(&stored), args_of(&deployment));
+    // A RoleBasedGroup (a CRD kind of the chart's rules) is warned about the same way.
+    let (admitted, _, warnings) = apply(&cluster, &role_based_group(&deployment));
+    assert!(admitted, "{warnings}");
+    assert!(warnings.contains(&format!("Warning: R2 rbg/pd role decode container sglang: {BAD_FLAG}")), "{warnings}");
 
     // enforce + on-invalid=rewrite: the mutating guard rewrites the flag before the validating
     // guard sees it, so the rewritten Deployment is admitted and stored.
