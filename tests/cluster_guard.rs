@@ -122,6 +122,38 @@ fn leader_worker_set(namespace: &str) -> Value {
     lws
 }
 
+/// The rejected example's pod template in each built-in kind the chart's rules name besides
+/// Deployment: (kind, object).
+fn built_in_kinds(deployment: &Value) -> Vec<(&'static str, Value)> {
+    let metadata = &deployment["metadata"];
+    let selector = &deployment["spec"]["selector"];
+    let template = &deployment["spec"]["template"];
+    let mut run_once = template.clone();
+    run_once["spec"]["restartPolicy"] = json!("Never");
+    let with_template = |api_version: &str, kind: &str| {
+        json!({"apiVersion": api_version, "kind": kind, "metadata": metadata,
+               "spec": {"selector": selector, "template": template}})
+    };
+    vec![
+        (
+            "Pod",
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": metadata["name"], "namespace": metadata["namespace"], "annotations": metadata["annotations"],
+            }, "spec": template["spec"]}),
+        ),
+        ("ReplicaSet", with_template("apps/v1", "ReplicaSet")),
+        ("StatefulSet", with_template("apps/v1", "StatefulSet")),
+        ("DaemonSet", with_template("apps/v1", "DaemonSet")),
+        ("Job", json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": {"template": run_once}})),
+        (
+            "CronJob",
+            json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": metadata, "spec": {
+                "schedule": "0 * * * *", "jobTemplate": {"spec": {"template": run_once}},
+            }}),
+        ),
+    ]
+}
+
 /// A RoleBasedGroup whose decode role runs the rejected example's pod template.
 fn role_based_group(deployment: &Value) -> Value {
     json!({
@@ -219,6 +251,15 @@ fn the_api_server_refuses_warns_rewrites_and_ignores_by_namespace_label() {
         "{refusal}"
     );
     assert!(cluster.get_json(&["deployment", "web-decode", "-n", &enforce.name]).is_none());
+    // Every other built-in kind of the chart's rules reaches the guard too.
+    for (kind, object) in built_in_kinds(&deployment) {
+        let (admitted, _, refusal) = apply(&cluster, &object);
+        assert!(!admitted, "a {kind} with host_pool was admitted in an enforce namespace");
+        assert!(
+            refusal.contains("enforce.sglang-guard.kvpilot.dev") && refusal.contains(SGLANG_MESSAGE),
+            "{kind}: {refusal}"
+        );
+    }
 
     // A LeaderWorkerSet labelled kvpilot.dev/on-invalid=rewrite itself (the chart's objectSelector
     // entry) is rewritten in an enforce namespace: the leader's `sh -c` script and the workers'
