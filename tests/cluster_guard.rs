@@ -315,6 +315,21 @@ fn the_api_server_refuses_warns_rewrites_and_ignores_by_namespace_label() {
     let again = cluster.get_json(&["deployment", "web-decode", "-n", &rewrite.name]).unwrap();
     assert_eq!(args_of(&again), expected);
 
+    // Server-side apply (GitOps tools' way) is rewritten too, the first time and on every re-apply.
+    let mut server_side = deployment.clone();
+    server_side["metadata"]["name"] = json!("web-decode-ssa");
+    server_side["spec"]["selector"]["matchLabels"]["app"] = json!("web-decode-ssa");
+    server_side["spec"]["template"]["metadata"]["labels"]["app"] = json!("web-decode-ssa");
+    for round in ["create", "re-apply"] {
+        let out = cluster.kubectl_with_input(
+            &["apply", "--server-side", "--field-manager=gitops", "-f", "-"],
+            &server_side.to_string(),
+        );
+        assert!(out.status.success(), "server-side {round}: {}", text(&out.stderr));
+        let stored = cluster.get_json(&["deployment", "web-decode-ssa", "-n", &rewrite.name]).unwrap();
+        assert_eq!(args_of(&stored), expected, "server-side {round}");
+    }
+
     // The controllers' own writes pass the guard too: the ReplicaSet and the Pod the
     // Deployment makes carry the rewritten flag and are admitted in the enforce namespace.
     for kind in ["replicaset", "pod"] {
