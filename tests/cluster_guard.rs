@@ -292,6 +292,16 @@ fn the_api_server_refuses_warns_rewrites_and_ignores_by_namespace_label() {
     );
     let stored = cluster.get_json(&["deployment", "web-decode", "-n", &warn.name]).unwrap();
     assert_eq!(args_of(&stored), args_of(&deployment));
+    // A Pod made from the template alone (as a ReplicaSet makes it) lacks the workload's
+    // annotation: admitted unchecked, with a warning naming the annotation to add.
+    let mut bare_pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": deployment["spec"]["template"]["metadata"],
+        "spec": deployment["spec"]["template"]["spec"]});
+    bare_pod["metadata"]["name"] = json!("bare");
+    bare_pod["metadata"]["namespace"] = json!(warn.name);
+    let out = cluster.kubectl_with_input(&["create", "--dry-run=server", "-f", "-"], &bare_pod.to_string());
+    let warnings = text(&out.stderr);
+    assert!(out.status.success(), "{warnings}");
+    assert!(warnings.contains("not checked") && warnings.contains("kvpilot.dev/model-config"), "{warnings}");
     // A RoleBasedGroup (a CRD kind of the chart's rules) is warned about the same way.
     let (admitted, _, warnings) = apply(&cluster, &role_based_group(&deployment));
     assert!(admitted, "{warnings}");
@@ -378,7 +388,12 @@ fn the_api_server_refuses_warns_rewrites_and_ignores_by_namespace_label() {
     assert!(!admitted, "a changed pod template with host_pool was admitted");
     assert!(refusal.contains(SGLANG_MESSAGE), "{refusal}");
 
+    // The chart's guard.failurePolicy Ignore: with kvpilot down, guarded namespaces still admit
+    // workloads (unchecked) instead of blocking every Deployment.
     operator.assert_running();
-    drop(operator);
+    operator.stop();
+    let (deployment, _) = guard_example(&enforce.name);
+    let (admitted, _, stderr) = apply(&cluster, &deployment);
+    assert!(admitted, "refused with kvpilot down and failurePolicy Ignore: {stderr}");
     drop(release);
 }
