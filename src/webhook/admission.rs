@@ -43,14 +43,31 @@ pub async fn review(
     source: Option<&ClusterSource>,
     default_release: &ReleaseChoice,
 ) -> Result<Value, BadReview> {
+    let (request, api_version) = request_of(body)?;
+    let response = decide(&request, &api_version, mode, source, default_release).await;
+    Ok(encode(response.into_review()))
+}
+
+/// The request of an AdmissionReview body, and the review's apiVersion.
+pub(crate) fn request_of(body: &[u8]) -> Result<(AdmissionRequest<DynamicObject>, String), BadReview> {
     let raw: Value = serde_json::from_slice(body).map_err(BadReview::NotJson)?;
     let review: AdmissionReview<DynamicObject> =
         serde_json::from_value(raw).map_err(|e| BadReview::NotAReview(e.to_string()))?;
     let api_version = review.types.api_version.clone();
-    let request: AdmissionRequest<DynamicObject> =
-        review.try_into().map_err(|_| BadReview::NotAReview("it has no request".into()))?;
-    let response = decide(&request, &api_version, mode, source, default_release).await;
-    Ok(encode(response.into_review()))
+    let request = review.try_into().map_err(|_| BadReview::NotAReview("it has no request".into()))?;
+    Ok((request, api_version))
+}
+
+/// The denial of a review whose apiVersion is not the one kvpilot speaks.
+pub(crate) fn unsupported_version(response: AdmissionResponse, api_version: &str) -> Option<AdmissionResponse> {
+    (api_version != "admission.k8s.io/v1").then(|| {
+        denied(
+            response,
+            400,
+            "BadRequest",
+            format!("AdmissionReview apiVersion {api_version} is not supported; use admission.k8s.io/v1"),
+        )
+    })
 }
 
 async fn decide(
@@ -61,13 +78,8 @@ async fn decide(
     default_release: &ReleaseChoice,
 ) -> AdmissionResponse {
     let response = AdmissionResponse::from(request);
-    if api_version != "admission.k8s.io/v1" {
-        return denied(
-            response,
-            400,
-            "BadRequest",
-            format!("AdmissionReview apiVersion {api_version} is not supported; use admission.k8s.io/v1"),
-        );
+    if let Some(denial) = unsupported_version(response.clone(), api_version) {
+        return denial;
     }
     let gvk = &request.kind;
     if (gvk.group.as_str(), gvk.version.as_str(), gvk.kind.as_str()) != (GROUP, VERSION, KIND) {

@@ -8,10 +8,10 @@
 
 use json_patch::Patch;
 use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use serde_json::Value;
 
-use super::admission::{BadReview, denied, encode, warned};
+use super::admission::{self, BadReview, denied, encode, warned};
 use crate::policy::Outcome;
 use crate::release::ReleaseChoice;
 use crate::sglang::guard::{self, Server, ServerVerdict};
@@ -50,12 +50,7 @@ pub async fn review(
     source: Option<&ClusterSource>,
     default_release: &ReleaseChoice,
 ) -> Result<Value, BadReview> {
-    let raw: Value = serde_json::from_slice(body).map_err(BadReview::NotJson)?;
-    let review: AdmissionReview<DynamicObject> =
-        serde_json::from_value(raw).map_err(|e| BadReview::NotAReview(e.to_string()))?;
-    let api_version = review.types.api_version.clone();
-    let request: AdmissionRequest<DynamicObject> =
-        review.try_into().map_err(|_| BadReview::NotAReview("it has no request".into()))?;
+    let (request, api_version) = admission::request_of(body)?;
     let response = decide(&request, &api_version, mode, source, default_release).await;
     Ok(encode(response.into_review()))
 }
@@ -68,13 +63,8 @@ async fn decide(
     default_release: &ReleaseChoice,
 ) -> AdmissionResponse {
     let response = AdmissionResponse::from(request);
-    if api_version != "admission.k8s.io/v1" {
-        return denied(
-            response,
-            400,
-            "BadRequest",
-            format!("AdmissionReview apiVersion {api_version} is not supported; use admission.k8s.io/v1"),
-        );
+    if let Some(denial) = admission::unsupported_version(response.clone(), api_version) {
+        return denial;
     }
     let gvk = &request.kind;
     let object_api_version =
