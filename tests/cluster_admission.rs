@@ -18,7 +18,7 @@ mod common;
 use std::time::Duration;
 
 use common::cluster::{
-    Cluster, HelmRelease, KvpilotProcess, TestNamespace, examples_in, free_port, text, wait_for_blocking,
+    Cluster, HelmRelease, TestNamespace, examples_in, free_port, start_webhook_operator, text, wait_for_blocking,
 };
 use serde_json::{Value, json};
 
@@ -66,43 +66,14 @@ fn the_api_server_calls_the_webhook_refuses_rewrites_warns_and_applies_the_failu
     point_at(&cluster, "mutatingwebhookconfiguration", &fullname, &format!("https://localhost:{port}/mutate"));
 
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = cluster.service_account_kubeconfig(dir.path(), &operator_namespace, &fullname);
-    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-    let (metrics, health) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
-    let webhook_addr = format!("127.0.0.1:{port}");
-    let secret = format!("{fullname}-webhook-tls");
-    let mut operator = KvpilotProcess::start(
-        &kubeconfig,
-        &[
-            "operator",
-            "--namespace=all",
-            "--metrics-addr",
-            &metrics,
-            "--health-addr",
-            &health,
-            "--webhook-addr",
-            &webhook_addr,
-            "--webhook-certs=self-signed",
-            "--webhook-secret",
-            &secret,
-            "--webhook-service=localhost",
-            "--validating-webhook-configuration",
-            &fullname,
-            "--mutating-webhook-configuration",
-            &fullname,
-            "--tls-cert",
-            cert.to_str().unwrap(),
-            "--tls-key",
-            key.to_str().unwrap(),
-        ],
-        &[("POD_NAMESPACE", &operator_namespace)],
-    );
+    let mut operator = start_webhook_operator(&cluster, &operator_namespace, &fullname, port, dir.path());
     let bundle = wait_for_blocking("kvpilot sets both caBundles", Duration::from_secs(60), || {
         operator.assert_running();
         let validating = ca_bundle(&cluster, "validatingwebhookconfiguration", &fullname)?;
         let mutating = ca_bundle(&cluster, "mutatingwebhookconfiguration", &fullname)?;
         (validating == mutating).then_some(validating)
     });
+    let secret = format!("{fullname}-webhook-tls");
     let stored = cluster.get_json(&["secret", &secret, "-n", &operator_namespace]).unwrap();
     assert_eq!(stored["data"]["ca.crt"].as_str(), Some(bundle.as_str()), "the caBundle is the Secret's CA");
 

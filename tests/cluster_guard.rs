@@ -15,7 +15,7 @@ mod common;
 use std::time::Duration;
 
 use common::cluster::{
-    Cluster, HelmRelease, KvpilotProcess, TestNamespace, free_port, repo, succeeded, text, wait_for_blocking,
+    Cluster, HelmRelease, TestNamespace, free_port, repo, start_webhook_operator, succeeded, text, wait_for_blocking,
     yaml_documents,
 };
 use serde_json::{Value, json};
@@ -184,37 +184,7 @@ fn the_api_server_refuses_warns_rewrites_and_ignores_by_namespace_label() {
     point_every_webhook_at(&cluster, "mutatingwebhookconfiguration", &fullname, &base);
 
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = cluster.service_account_kubeconfig(dir.path(), &operator_namespace, &fullname);
-    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
-    let (metrics, health) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
-    let webhook_addr = format!("127.0.0.1:{port}");
-    let secret = format!("{fullname}-webhook-tls");
-    let mut operator = KvpilotProcess::start(
-        &kubeconfig,
-        &[
-            "operator",
-            "--namespace=all",
-            "--metrics-addr",
-            &metrics,
-            "--health-addr",
-            &health,
-            "--webhook-addr",
-            &webhook_addr,
-            "--webhook-certs=self-signed",
-            "--webhook-secret",
-            &secret,
-            "--webhook-service=localhost",
-            "--validating-webhook-configuration",
-            &fullname,
-            "--mutating-webhook-configuration",
-            &fullname,
-            "--tls-cert",
-            cert.to_str().unwrap(),
-            "--tls-key",
-            key.to_str().unwrap(),
-        ],
-        &[("POD_NAMESPACE", &operator_namespace)],
-    );
+    let mut operator = start_webhook_operator(&cluster, &operator_namespace, &fullname, port, dir.path());
     wait_for_blocking("kvpilot sets the caBundle of every webhook", Duration::from_secs(60), || {
         operator.assert_running();
         let validating = every_ca_bundle(&cluster, "validatingwebhookconfiguration", &fullname)?;

@@ -241,6 +241,50 @@ impl Drop for TestNamespace {
     }
 }
 
+/// `kvpilot operator` serving the webhooks on 127.0.0.1:`port` with self-signed certificates for
+/// `localhost` (Secret `FULLNAME-webhook-tls`), keeping the caBundle of the chart's webhook
+/// configurations `fullname`, and authenticated as the chart's ServiceAccount `fullname` in
+/// `namespace`, so its every call goes through the chart's RBAC. `dir` holds its credentials.
+pub fn start_webhook_operator(
+    cluster: &Cluster,
+    namespace: &str,
+    fullname: &str,
+    port: u16,
+    dir: &Path,
+) -> KvpilotProcess {
+    let kubeconfig = cluster.service_account_kubeconfig(dir, namespace, fullname);
+    let (cert, key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    let (metrics, health) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    let webhook_addr = format!("127.0.0.1:{port}");
+    let secret = format!("{fullname}-webhook-tls");
+    KvpilotProcess::start(
+        &kubeconfig,
+        &[
+            "operator",
+            "--namespace=all",
+            "--metrics-addr",
+            &metrics,
+            "--health-addr",
+            &health,
+            "--webhook-addr",
+            &webhook_addr,
+            "--webhook-certs=self-signed",
+            "--webhook-secret",
+            &secret,
+            "--webhook-service=localhost",
+            "--validating-webhook-configuration",
+            fullname,
+            "--mutating-webhook-configuration",
+            fullname,
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+        &[("POD_NAMESPACE", namespace)],
+    )
+}
+
 /// A `kvpilot` subcommand running as a host process, killed when dropped (also when the test
 /// fails). Its stderr goes to a file, shown by [`KvpilotProcess::logs`].
 pub struct KvpilotProcess {
