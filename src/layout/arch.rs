@@ -96,6 +96,20 @@ pub(crate) fn config_class_opt_in(model_type: &str, release: Release) -> Option<
         .map(|(_, opt_in, _)| *opt_in)
 }
 
+/// Window defaults of SGLang's config classes, applied when config.json has no window key
+/// (`configs/laguna.py`: `sliding_window: int = 512`, every release).
+const CONFIG_CLASS_WINDOW_DEFAULTS: &[(&str, u64)] = &[("LagunaForCausalLM", 512)];
+
+/// The window `arch`'s config class sets when config.json names none.
+pub(crate) fn config_class_window_default(arch: &str) -> Option<u64> {
+    CONFIG_CLASS_WINDOW_DEFAULTS.iter().find(|(name, _)| *name == arch).map(|(_, window)| *window)
+}
+
+/// Architectures whose `sliding_attention` layers attend globally when the window is unset
+/// (`"sliding_window": null`): SGLang builds an ordinary pool for them (`is_hybrid_swa_model`
+/// tests the window).
+pub(crate) const WINDOWLESS_SLIDING_IS_FULL: &[&str] = &["LagunaForCausalLM"];
+
 /// Architectures whose hybrid SWA memory SGLang forces off (`gemma2_gemma3.py` override).
 pub(crate) const HYBRID_SWA_FORCED_OFF: &[&str] = &[
     "Gemma2ForCausalLM",

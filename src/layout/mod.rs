@@ -106,7 +106,16 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
             }
         ));
     }
-    let kinds = physical.kinds;
+    let mut kinds = physical.kinds;
+    if window.is_none() && arch::WINDOWLESS_SLIDING_IS_FULL.contains(&arch) && kinds.contains(&LayerKind::Sliding) {
+        warnings.push(format!(
+            "{} is null: SGLang builds an ordinary pool for {arch} and its sliding_attention layers have no window",
+            text.path("sliding_window")
+        ));
+        for kind in kinds.iter_mut().filter(|kind| **kind == LayerKind::Sliding) {
+            *kind = LayerKind::Full;
+        }
+    }
     let layers = count(&kinds);
 
     let sliding_window = match (layers.sliding_window, window) {

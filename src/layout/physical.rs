@@ -348,13 +348,19 @@ fn probe(v: ConfigView<'_>, n: usize, has_window: bool) -> Result<Physical, Layo
 }
 
 /// The window of sliding layers: SGLang's `_get_sliding_window_size` order, or Llama-4's
-/// `attention_chunk_size`.
+/// `attention_chunk_size`. A config class with a default window supplies it when config.json
+/// has no window key at all (an explicit `null` stays unset, as the class keeps it).
 pub(crate) fn window_size(arch: &str, v: ConfigView<'_>) -> Result<Option<u64>, LayoutError> {
     let keys: &[&str] = if arch.starts_with("Llama4") {
         &["attention_chunk_size", "sliding_window_size", "sliding_window", "window_size"]
     } else {
         &["sliding_window_size", "sliding_window", "window_size"]
     };
+    if let Some(default) = arch::config_class_window_default(arch)
+        && keys.iter().all(|key| !v.map.contains_key(*key))
+    {
+        return Ok(Some(default));
+    }
     for key in keys {
         if let Some(value) = v.get(key) {
             return match v.uint(key)? {

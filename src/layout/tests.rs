@@ -76,6 +76,39 @@ fn sliding_layers_need_a_window() {
     assert_eq!(err.field, "sliding_window");
 }
 
+fn laguna(window: Option<Value>) -> Value {
+    let mut config = json!({
+        "architectures": ["LagunaForCausalLM"], "model_type": "laguna", "num_hidden_layers": 3,
+        "layer_types": ["sliding_attention", "sliding_attention", "full_attention"]
+    });
+    if let Some(window) = window {
+        config["sliding_window"] = window;
+    }
+    config
+}
+
+/// Parity (every release 0.5.17–0.5.23): Laguna's config class defaults `sliding_window` to 512,
+/// and an explicit null window gives SGLang's ordinary pool.
+#[test]
+fn laguna_window_follows_its_config_class() {
+    for release in crate::release::KNOWN.iter().copied() {
+        let options = ResolveOptions { release, ..ResolveOptions::default() };
+        let defaulted = resolve(&laguna(None), options).unwrap();
+        assert_eq!(defaulted.sliding_window, Some(512), "{release}");
+        assert_eq!(defaulted.kv_pool, KvPool::HybridSwa, "{release}");
+        assert_eq!((defaulted.layers.full_attention, defaulted.layers.sliding_window), (1, 2), "{release}");
+
+        let null = resolve(&laguna(Some(Value::Null)), options).unwrap();
+        assert_eq!(null.sliding_window, None, "{release}");
+        assert_eq!(null.kv_pool, KvPool::Full, "{release}");
+        assert_eq!((null.layers.full_attention, null.layers.sliding_window), (3, 0), "{release}");
+        assert!(null.warnings.iter().any(|w| w.contains("sliding_window is null")), "{:?}", null.warnings);
+
+        let explicit = resolve(&laguna(Some(json!(1024))), options).unwrap();
+        assert_eq!(explicit.sliding_window, Some(1024), "{release}");
+    }
+}
+
 #[test]
 fn required_family_fields_are_named() {
     assert_eq!(
