@@ -85,8 +85,9 @@ const TABLE: &[Expected] = &[
     // 14–21: SSM / linear hybrids.
     row("qwen3-next-80b-a3b", "Qwen3NextForCausalLM", (48, 12, 0, 36), None, Mha, HybridSsm, &[]),
     row("qwen3.5-27b", "Qwen3_5ForConditionalGeneration", (64, 16, 0, 48), None, Mha, HybridSsm, &[]),
-    // No SGLang release serves Jamba: the layout comes with a warning saying so.
-    warning(row("jamba-v0.1", "JambaForCausalLM", (32, 4, 0, 28), None, Mha, HybridSsm, &[])),
+    // No SGLang release serves Jamba, and none counts its Mamba layers as SSM state (parity,
+    // 0.5.17–0.5.23): an ordinary pool, with warnings saying both.
+    warning(row("jamba-v0.1", "JambaForCausalLM", (32, 4, 0, 28), None, Mha, Full, &[])),
     row("nemotron-nano-9b-v2", "NemotronHForCausalLM", (56, 4, 0, 27), None, Mha, HybridSsm, &[]),
     row("nemotron-nano-vl-v2", "NemotronH_Nano_VL_V2", (8, 1, 0, 4), None, Mha, HybridSsm, &[]),
     row("falcon-h1-7b", "FalconH1ForCausalLM", (44, 0, 0, 44), None, Mha, HybridSsm, &[ParallelHybrid]),

@@ -218,8 +218,8 @@ pub(crate) const QWEN2_WINDOW: &[&str] = &[
 ];
 
 /// Architectures whose recurrent-state layers SGLang's `uses_ssm_state` recognises by config
-/// class (§3.3), plus the ones the reference leaves unverified (Jamba, MiniMax-Text-01,
-/// Mamba-2), which are treated as SSM as it advises.
+/// class (§3.3), plus the ones the reference leaves unverified (MiniMax-Text-01, Mamba-2),
+/// which are treated as SSM as it advises.
 pub(crate) const SSM: &[Listed] = &[
     base("Qwen3NextForCausalLM"),
     base("Qwen3_5ForConditionalGeneration"),
@@ -233,7 +233,6 @@ pub(crate) const SSM: &[Listed] = &[
     base("Lfm2MoeForCausalLM"),
     base("Lfm2VlForConditionalGeneration"),
     base("KimiLinearForCausalLM"),
-    base("JambaForCausalLM"),
     base("MiniMaxText01ForCausalLM"),
     base("MiniMaxM1ForCausalLM"),
     from(20, "Mamba2ForCausalLM"),
@@ -241,11 +240,16 @@ pub(crate) const SSM: &[Listed] = &[
     from(20, "FalconMambaForCausalLM"),
 ];
 
+/// Architectures with recurrent layers that no release's `uses_ssm_state` recognises: Jamba has
+/// no SGLang model and its transformers config class matches none of SGLang's SSM config tests,
+/// so SGLang builds no SSM state for it (parity, 0.5.17–0.5.23).
+pub(crate) const SSM_UNRECOGNISED: &[&str] = &["JambaForCausalLM"];
+
 /// Whether kvpilot's resolver has a rule for `arch` by name; anything else gets the generic
 /// probe.
 pub(crate) fn has_rule(arch: &str) -> bool {
     [HYBRID_SWA, MLA, DSA_CAPABLE, SSM].iter().any(|list| ever_listed(list, arch))
-        || [HYBRID_SWA_FORCED_OFF, DENSE, WINDOW_ON_EVERY_LAYER, QWEN2_WINDOW].iter().any(|list| list.contains(&arch))
+        || [HYBRID_SWA_FORCED_OFF, DENSE, WINDOW_ON_EVERY_LAYER, QWEN2_WINDOW, SSM_UNRECOGNISED].iter().any(|list| list.contains(&arch))
         || matches!(
             arch,
             "Cohere2ForCausalLM" | "GraniteMoeHybridForCausalLM" | "Llama4ForCausalLM" | "DeepseekVL2ForCausalLM"

@@ -132,7 +132,16 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
     let mla = is_mla(arch, text, known, release, &mut warnings)?;
     let attention = if mla { AttentionKind::Mla } else { AttentionKind::Mha };
     // An SSM family the release has no code for is not SSM in that release's sense (drift §5.4).
-    let ssm = layers.ssm > 0 && (!arch::ever_listed(arch::SSM, arch) || listed(arch::SSM, arch, release));
+    let unrecognised_ssm = arch::SSM_UNRECOGNISED.contains(&arch);
+    let ssm = layers.ssm > 0
+        && !unrecognised_ssm
+        && (!arch::ever_listed(arch::SSM, arch) || listed(arch::SSM, arch, release));
+    if layers.ssm > 0 && unrecognised_ssm {
+        warnings.push(format!(
+            "SGLang {release} does not recognise {arch}'s {} recurrent layers (uses_ssm_state is false):              it keeps no SSM state for them",
+            layers.ssm
+        ));
+    }
     if ssm && !known {
         warnings.push(format!(
             "unknown architecture {arch}: treated as an SSM hybrid because {} layers keep recurrent state",

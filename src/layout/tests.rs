@@ -109,6 +109,22 @@ fn laguna_window_follows_its_config_class() {
     }
 }
 
+/// Parity (0.5.17–0.5.23): no release's `uses_ssm_state` recognises Jamba.
+#[test]
+fn jamba_keeps_no_ssm_state_in_any_release() {
+    let config = json!({
+        "architectures": ["JambaForCausalLM"], "model_type": "jamba", "num_hidden_layers": 8,
+        "attn_layer_period": 8, "attn_layer_offset": 4, "hidden_size": 1024, "mamba_expand": 2, "mamba_d_state": 16
+    });
+    for release in crate::release::KNOWN.iter().copied() {
+        let layout = resolve(&config, ResolveOptions { release, ..ResolveOptions::default() }).unwrap();
+        assert_eq!(layout.layers.ssm, 7, "{release}");
+        assert!(!layout.uses_ssm_state(), "{release}");
+        assert_eq!(layout.kv_pool, KvPool::Full, "{release}");
+        assert!(layout.warnings.iter().any(|w| w.contains("uses_ssm_state is false")), "{:?}", layout.warnings);
+    }
+}
+
 #[test]
 fn required_family_fields_are_named() {
     assert_eq!(
