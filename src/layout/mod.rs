@@ -3,6 +3,7 @@
 
 mod arch;
 mod config;
+mod loader;
 mod physical;
 mod shape;
 #[cfg(test)]
@@ -94,6 +95,7 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
         Some(n) => n as usize,
     };
 
+    loader::check_loads(arch, text, !text_prefix.is_empty(), release)?;
     let window = physical::window_size(arch, text)?;
     let physical = physical::classify(arch, text, n, window.is_some())?;
     if !arch::has_rule(arch) && !arch.is_empty() {
@@ -107,6 +109,7 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
         ));
     }
     let mut kinds = physical.kinds;
+    loader::force_gemma4_last_layer_full(arch, text, &mut kinds, &mut warnings);
     if window.is_none() && arch::WINDOWLESS_SLIDING_IS_FULL.contains(&arch) && kinds.contains(&LayerKind::Sliding) {
         warnings.push(format!(
             "{} is null: SGLang builds an ordinary pool for {arch} and its sliding_attention layers have no window",

@@ -4,6 +4,7 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::release::v0_5;
 
 fn resolve_default(config: Value) -> Result<AttentionLayout, LayoutError> {
     resolve(&config, ResolveOptions::default())
@@ -122,6 +123,45 @@ fn jamba_keeps_no_ssm_state_in_any_release() {
         assert!(!layout.uses_ssm_state(), "{release}");
         assert_eq!(layout.kv_pool, KvPool::Full, "{release}");
         assert!(layout.warnings.iter().any(|w| w.contains("uses_ssm_state is false")), "{:?}", layout.warnings);
+    }
+}
+
+fn gemma4_text(extra: Value) -> Value {
+    let mut config = json!({
+        "architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text", "num_hidden_layers": 3,
+        "sliding_window": 512, "head_dim": 256,
+        "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention"]
+    });
+    config.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    config
+}
+
+/// Parity: the last Gemma-4 layer is forced to full attention on every release; 0.5.22+
+/// (transformers 5.19.0) refuse a text config whose per-layer overrides differ from the globals.
+#[test]
+fn gemma4_text_configs_follow_the_pinned_transformers() {
+    let at =
+        |config: &Value, patch| resolve(config, ResolveOptions { release: v0_5(patch), ..ResolveOptions::default() });
+    let defaulted = gemma4_text(json!({}));
+    for patch in 17..=21 {
+        let layout = at(&defaulted, patch).unwrap();
+        assert_eq!(layout.layer_kinds.last(), Some(&LayerKind::Full), "0.5.{patch}");
+        assert_eq!(layout.kv_pool, KvPool::HybridSwa, "0.5.{patch}");
+    }
+    for patch in 22..=23 {
+        assert_eq!(at(&defaulted, patch).unwrap_err().field, "global_head_dim", "0.5.{patch}");
+        let equal = gemma4_text(json!({"global_head_dim": 256}));
+        assert_eq!(at(&equal, patch).unwrap().layers.full_attention, 1, "0.5.{patch}");
+        let kv =
+            gemma4_text(json!({"global_head_dim": 256, "attention_k_eq_v": true, "num_global_key_value_heads": 2}));
+        assert_eq!(at(&kv, patch).unwrap_err().field, "num_global_key_value_heads", "0.5.{patch}");
+        let stated = gemma4_text(json!({"per_layer_config": {"2": {"head_dim": 256}}}));
+        assert!(at(&stated, patch).is_ok(), "0.5.{patch}");
+        let differing = gemma4_text(json!({"per_layer_config": {"2": {"head_dim": 512}}}));
+        assert_eq!(at(&differing, patch).unwrap_err().field, "per_layer_config.2.head_dim", "0.5.{patch}");
+        let nested = json!({"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+                            "text_config": gemma4_text(json!({}))});
+        assert!(at(&nested, patch).is_ok(), "0.5.{patch}: a nested text config loads");
     }
 }
 
