@@ -240,6 +240,22 @@ pub(crate) const SSM: &[Listed] = &[
     from(20, "FalconMambaForCausalLM"),
 ];
 
+/// Config classes (by text-config `model_type`) whose models SGLang's `uses_ssm_state` counts as
+/// keeping recurrent state whatever their layer split (`configs/hybrid_arch.py`:
+/// `kimi_linear_config`, `glm5_next_config`, and the linear-attention registry entry of
+/// `configs/gigachat35.py`), with the first release that has each. All three are MLA models.
+pub(crate) const SSM_CONFIG_CLASSES: &[(&str, Release)] =
+    &[("kimi_linear", v0_5(17)), ("glm5_next", v0_5(20)), ("gigachat3_5", v0_5(21))];
+
+/// Whether `release` keeps SSM state for every model of config class `model_type`.
+pub(crate) fn ssm_config_class(model_type: &str, release: Release) -> bool {
+    SSM_CONFIG_CLASSES.iter().any(|(name, since)| *name == model_type && *since <= release)
+}
+
+/// MLA architectures whose config class declares per-layer `layer_types` (sliding and full),
+/// so their MLA pool can be hybrid SWA (`configs/dots3_note.py`).
+pub(crate) const MLA_WITH_LAYER_TYPES: &[&str] = &["Dots3NoteForCausalLM", "Dots3NoteForCausalLMNextN"];
+
 /// Architectures with recurrent layers that no release's `uses_ssm_state` recognises: Jamba has
 /// no SGLang model and its transformers config class matches none of SGLang's SSM config tests,
 /// so SGLang builds no SSM state for it (parity, 0.5.17–0.5.23).

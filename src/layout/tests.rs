@@ -165,6 +165,65 @@ fn gemma4_text_configs_follow_the_pinned_transformers() {
     }
 }
 
+fn mla_model(arch: &str, model_type: &str, extra: Value) -> Value {
+    let mut config = json!({
+        "architectures": [arch], "model_type": model_type, "num_hidden_layers": 8,
+        "kv_lora_rank": 512, "qk_rope_head_dim": 64
+    });
+    config.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    config
+}
+
+/// Parity: SGLang keeps SSM state for the kimi_linear (0.5.17+), glm5_next (0.5.20+) and
+/// gigachat3_5 (0.5.21+) config classes, MLA models all, with each class's own layer split.
+#[test]
+fn mla_models_with_ssm_state_follow_their_config_classes() {
+    let at = |config: &Value, patch| {
+        resolve(config, ResolveOptions { release: v0_5(patch), ..ResolveOptions::default() }).unwrap()
+    };
+    let kimi = mla_model("KimiK3LinearForCausalLM", "kimi_linear", json!({}));
+    for patch in 17..=23 {
+        assert!(at(&kimi, patch).uses_ssm_state(), "0.5.{patch}");
+    }
+    assert_eq!(at(&kimi, 23).attention, AttentionKind::Mla);
+    assert_eq!(at(&kimi, 23).layers.ssm, 0, "no linear_attn_config: no KDA layer, state kept all the same");
+
+    let glm = mla_model("Glm5NextForConditionalGeneration", "glm5_next", json!({}));
+    let glm_layout = at(&glm, 20);
+    assert_eq!((glm_layout.kv_pool, glm_layout.attention), (KvPool::HybridSsm, AttentionKind::Mla));
+    assert_eq!((glm_layout.layers.full_attention, glm_layout.layers.ssm), (2, 6), "every fourth layer full");
+    let glm_listed = mla_model(
+        "Glm5NextForConditionalGeneration",
+        "glm5_next",
+        json!({"linear_attn_config": {"kda_layers": [0, 1, 2, 4, 5, 6]}}),
+    );
+    assert_eq!(at(&glm_listed, 23).layer_kinds[3], LayerKind::Full, "kda_layers are 0-based");
+
+    let giga = mla_model("GigaChat35ForCausalLM", "gigachat3_5", json!({}));
+    assert_eq!(at(&giga, 21).layers.ssm, 8, "no layer_types: every layer linear");
+    assert!(at(&giga, 21).uses_ssm_state());
+    let giga_full = mla_model("GigaChat35ForCausalLM", "gigachat3_5", json!({"full_attention_layers": [3, 7]}));
+    assert_eq!((at(&giga_full, 23).layers.full_attention, at(&giga_full, 23).layers.ssm), (2, 6));
+}
+
+/// Parity (0.5.19+): Dots3Note is MLA and hybrid SWA at once, split by its `layer_types`.
+#[test]
+fn mla_with_sliding_layers_gets_a_hybrid_swa_pool() {
+    let dots = mla_model(
+        "Dots3NoteForCausalLM",
+        "dots3_note",
+        json!({"sliding_window": 4096, "layer_types": [
+            "sliding_attention", "sliding_attention", "sliding_attention", "full_attention",
+            "sliding_attention", "sliding_attention", "sliding_attention", "full_attention"
+        ]}),
+    );
+    for patch in 19..=23 {
+        let layout = resolve(&dots, ResolveOptions { release: v0_5(patch), ..ResolveOptions::default() }).unwrap();
+        assert_eq!((layout.kv_pool, layout.attention), (KvPool::HybridSwa, AttentionKind::Mla), "0.5.{patch}");
+        assert_eq!((layout.layers.full_attention, layout.layers.sliding_window), (2, 6), "0.5.{patch}");
+    }
+}
+
 #[test]
 fn required_family_fields_are_named() {
     assert_eq!(
