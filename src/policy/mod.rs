@@ -198,7 +198,8 @@ fn findings(settings: &DisaggregationSpec, input: PolicyInput<'_>) -> Vec<Violat
 
 /// Whether `--enable-unified-memory` keeps the automatic choice off host_pool: 0.5.20 refuses
 /// host_pool under unified memory outright; 0.5.21+ only for a hybrid-SWA pool
-/// (`unified_hybrid_swa` in `resolve_decode_retraction_backup`); 0.5.18–0.5.19 ignore it.
+/// (`unified_hybrid_swa` in `resolve_decode_retraction_backup`) or with MTP draft pools, which
+/// U1 already refuses (unified memory with speculative decoding); 0.5.18–0.5.19 ignore it.
 fn unified_memory_blocks_host_pool(settings: &DisaggregationSpec, layout: &AttentionLayout, release: Release) -> bool {
     settings.enable_unified_memory
         && match release {
