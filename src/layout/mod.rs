@@ -197,8 +197,14 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
     };
 
     let features = features(arch, text, release)?;
-    let kv_shape =
-        shape::kv_shape(text, attention, ssm, layers.full_attention + layers.sliding_window == 0, &mut warnings)?;
+    let kv_shape = shape::kv_shape(
+        text,
+        text_model_type,
+        attention,
+        ssm,
+        layers.full_attention + layers.sliding_window == 0,
+        &mut warnings,
+    )?;
 
     Ok(AttentionLayout {
         architecture,

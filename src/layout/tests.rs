@@ -206,6 +206,20 @@ fn mla_models_with_ssm_state_follow_their_config_classes() {
     assert_eq!((at(&giga_full, 23).layers.full_attention, at(&giga_full, 23).layers.ssm), (2, 6));
 }
 
+/// The state size of the SSM config classes comes from their own defaults, not the Mamba
+/// fallback: GLM-5-Next KDA 64 heads × 128, GigaChat-3.5 gated delta net 8/16 heads × 128.
+#[test]
+fn ssm_config_classes_size_their_state_from_their_defaults() {
+    let at_23 = |config: &Value| resolve(config, ResolveOptions::default()).unwrap();
+    let glm = at_23(&mla_model("Glm5NextForConditionalGeneration", "glm5_next", json!({})));
+    let kda = 64 * 128 * 128 * 4 + 64 * 128 * 3 * 3 * 2;
+    assert_eq!(glm.kv_shape.ssm_state_bytes_per_layer, Some(kda));
+    assert!(!glm.warnings.iter().any(|w| w.contains("Mamba defaults")), "{:?}", glm.warnings);
+    let giga = at_23(&mla_model("GigaChat35ForCausalLM", "gigachat3_5", json!({})));
+    let gdn = 16 * 128 * 128 * 4 + (8 * 128 * 2 + 16 * 128) * 3 * 2;
+    assert_eq!(giga.kv_shape.ssm_state_bytes_per_layer, Some(gdn));
+}
+
 /// Parity (0.5.19+): Dots3Note is MLA and hybrid SWA at once, split by its `layer_types`.
 #[test]
 fn mla_with_sliding_layers_gets_a_hybrid_swa_pool() {
