@@ -96,6 +96,20 @@ pub(crate) fn config_class_opt_in(model_type: &str, release: Release) -> Option<
         .map(|(_, opt_in, _)| *opt_in)
 }
 
+/// Window defaults of SGLang's config classes, applied when config.json has no window key
+/// (`configs/laguna.py`: `sliding_window: int = 512`, every release).
+const CONFIG_CLASS_WINDOW_DEFAULTS: &[(&str, u64)] = &[("LagunaForCausalLM", 512)];
+
+/// The window `arch`'s config class sets when config.json names none.
+pub(crate) fn config_class_window_default(arch: &str) -> Option<u64> {
+    CONFIG_CLASS_WINDOW_DEFAULTS.iter().find(|(name, _)| *name == arch).map(|(_, window)| *window)
+}
+
+/// Architectures whose `sliding_attention` layers attend globally when the window is unset
+/// (`"sliding_window": null`): SGLang builds an ordinary pool for them (`is_hybrid_swa_model`
+/// tests the window).
+pub(crate) const WINDOWLESS_SLIDING_IS_FULL: &[&str] = &["LagunaForCausalLM"];
+
 /// Architectures whose hybrid SWA memory SGLang forces off (`gemma2_gemma3.py` override).
 pub(crate) const HYBRID_SWA_FORCED_OFF: &[&str] = &[
     "Gemma2ForCausalLM",
@@ -204,8 +218,8 @@ pub(crate) const QWEN2_WINDOW: &[&str] = &[
 ];
 
 /// Architectures whose recurrent-state layers SGLang's `uses_ssm_state` recognises by config
-/// class (§3.3), plus the ones the reference leaves unverified (Jamba, MiniMax-Text-01,
-/// Mamba-2), which are treated as SSM as it advises.
+/// class (§3.3), plus the ones the reference leaves unverified (MiniMax-Text-01, Mamba-2),
+/// which are treated as SSM as it advises.
 pub(crate) const SSM: &[Listed] = &[
     base("Qwen3NextForCausalLM"),
     base("Qwen3_5ForConditionalGeneration"),
@@ -219,7 +233,6 @@ pub(crate) const SSM: &[Listed] = &[
     base("Lfm2MoeForCausalLM"),
     base("Lfm2VlForConditionalGeneration"),
     base("KimiLinearForCausalLM"),
-    base("JambaForCausalLM"),
     base("MiniMaxText01ForCausalLM"),
     base("MiniMaxM1ForCausalLM"),
     from(20, "Mamba2ForCausalLM"),
@@ -227,11 +240,32 @@ pub(crate) const SSM: &[Listed] = &[
     from(20, "FalconMambaForCausalLM"),
 ];
 
+/// Config classes (by text-config `model_type`) whose models SGLang's `uses_ssm_state` counts as
+/// keeping recurrent state whatever their layer split (`configs/hybrid_arch.py`:
+/// `kimi_linear_config`, `glm5_next_config`, and the linear-attention registry entry of
+/// `configs/gigachat35.py`), with the first release that has each. All three are MLA models.
+pub(crate) const SSM_CONFIG_CLASSES: &[(&str, Release)] =
+    &[("kimi_linear", v0_5(17)), ("glm5_next", v0_5(20)), ("gigachat3_5", v0_5(21))];
+
+/// Whether `release` keeps SSM state for every model of config class `model_type`.
+pub(crate) fn ssm_config_class(model_type: &str, release: Release) -> bool {
+    SSM_CONFIG_CLASSES.iter().any(|(name, since)| *name == model_type && *since <= release)
+}
+
+/// MLA architectures whose config class declares per-layer `layer_types` (sliding and full),
+/// so their MLA pool can be hybrid SWA (`configs/dots3_note.py`).
+pub(crate) const MLA_WITH_LAYER_TYPES: &[&str] = &["Dots3NoteForCausalLM", "Dots3NoteForCausalLMNextN"];
+
+/// Architectures with recurrent layers that no release's `uses_ssm_state` recognises: Jamba has
+/// no SGLang model and its transformers config class matches none of SGLang's SSM config tests,
+/// so SGLang builds no SSM state for it (parity, 0.5.17–0.5.23).
+pub(crate) const SSM_UNRECOGNISED: &[&str] = &["JambaForCausalLM"];
+
 /// Whether kvpilot's resolver has a rule for `arch` by name; anything else gets the generic
 /// probe.
 pub(crate) fn has_rule(arch: &str) -> bool {
     [HYBRID_SWA, MLA, DSA_CAPABLE, SSM].iter().any(|list| ever_listed(list, arch))
-        || [HYBRID_SWA_FORCED_OFF, DENSE, WINDOW_ON_EVERY_LAYER, QWEN2_WINDOW].iter().any(|list| list.contains(&arch))
+        || [HYBRID_SWA_FORCED_OFF, DENSE, WINDOW_ON_EVERY_LAYER, QWEN2_WINDOW, SSM_UNRECOGNISED].iter().any(|list| list.contains(&arch))
         || matches!(
             arch,
             "Cohere2ForCausalLM" | "GraniteMoeHybridForCausalLM" | "Llama4ForCausalLM" | "DeepseekVL2ForCausalLM"

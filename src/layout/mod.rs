@@ -3,6 +3,7 @@
 
 mod arch;
 mod config;
+mod loader;
 mod physical;
 mod shape;
 #[cfg(test)]
@@ -94,8 +95,10 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
         Some(n) => n as usize,
     };
 
+    loader::check_loads(arch, text, !text_prefix.is_empty(), release)?;
     let window = physical::window_size(arch, text)?;
-    let physical = physical::classify(arch, text, n, window.is_some())?;
+    let text_model_type = text.string("model_type")?.or(root.string("model_type")?);
+    let physical = physical::classify(arch, text_model_type, text, n, window.is_some())?;
     if !arch::has_rule(arch) && !arch.is_empty() {
         warnings.push(format!(
             "{arch} has no per-architecture rule in kvpilot: layer kinds read from {}",
@@ -106,7 +109,17 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
             }
         ));
     }
-    let kinds = physical.kinds;
+    let mut kinds = physical.kinds;
+    loader::force_gemma4_last_layer_full(arch, text, &mut kinds, &mut warnings);
+    if window.is_none() && arch::WINDOWLESS_SLIDING_IS_FULL.contains(&arch) && kinds.contains(&LayerKind::Sliding) {
+        warnings.push(format!(
+            "{} is null: SGLang builds an ordinary pool for {arch} and its sliding_attention layers have no window",
+            text.path("sliding_window")
+        ));
+        for kind in kinds.iter_mut().filter(|kind| **kind == LayerKind::Sliding) {
+            *kind = LayerKind::Full;
+        }
+    }
     let layers = count(&kinds);
 
     let sliding_window = match (layers.sliding_window, window) {
@@ -123,7 +136,24 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
     let mla = is_mla(arch, text, known, release, &mut warnings)?;
     let attention = if mla { AttentionKind::Mla } else { AttentionKind::Mha };
     // An SSM family the release has no code for is not SSM in that release's sense (drift §5.4).
-    let ssm = layers.ssm > 0 && (!arch::ever_listed(arch::SSM, arch) || listed(arch::SSM, arch, release));
+    let unrecognised_ssm = arch::SSM_UNRECOGNISED.contains(&arch);
+    let ssm_config_class = text_model_type.is_some_and(|t| arch::ssm_config_class(t, release));
+    let ssm = ssm_config_class
+        || (layers.ssm > 0
+            && !unrecognised_ssm
+            && (!arch::ever_listed(arch::SSM, arch) || listed(arch::SSM, arch, release)));
+    if ssm_config_class && layers.ssm == 0 {
+        warnings.push(format!(
+            "SGLang {release} keeps SSM state for every {} model, though this config has no recurrent layer",
+            text_model_type.unwrap_or_default()
+        ));
+    }
+    if layers.ssm > 0 && unrecognised_ssm {
+        warnings.push(format!(
+            "SGLang {release} does not recognise {arch}'s {} recurrent layers (uses_ssm_state is false):              it keeps no SSM state for them",
+            layers.ssm
+        ));
+    }
     if ssm && !known {
         warnings.push(format!(
             "unknown architecture {arch}: treated as an SSM hybrid because {} layers keep recurrent state",
@@ -154,19 +184,27 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
     }
     let hybrid_swa = (allow_listed || opt_in) && !forced_off && !options.disable_hybrid_swa_memory;
 
+    // Hybrid SWA is decided apart from MLA: an MLA model with sliding layers (Dots3Note) gets a
+    // hybrid-SWA pool of MLA sub-pools.
     let kv_pool = if ssm {
         KvPool::HybridSsm
-    } else if mla {
-        KvPool::Mla
     } else if hybrid_swa {
         if layers.full_attention > 0 { KvPool::HybridSwa } else { KvPool::PureSwa }
+    } else if mla {
+        KvPool::Mla
     } else {
         KvPool::Full
     };
 
     let features = features(arch, text, release)?;
-    let kv_shape =
-        shape::kv_shape(text, attention, ssm, layers.full_attention + layers.sliding_window == 0, &mut warnings)?;
+    let kv_shape = shape::kv_shape(
+        text,
+        text_model_type,
+        attention,
+        ssm,
+        layers.full_attention + layers.sliding_window == 0,
+        &mut warnings,
+    )?;
 
     Ok(AttentionLayout {
         architecture,

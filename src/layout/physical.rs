@@ -244,10 +244,66 @@ fn has_ssm_hints(v: ConfigView<'_>) -> bool {
     v.map.keys().any(|k| k.starts_with("mamba_") || k.starts_with("ssm_") || k == "state_size" || k == "ssm_cfg")
 }
 
-/// Per-layer kinds for an architecture, from the fields that architecture's family uses.
-pub(crate) fn classify(arch: &str, v: ConfigView<'_>, n: usize, has_window: bool) -> Result<Physical, LayoutError> {
+/// GLM-5-Next (`Glm5NextTextConfig`): 0-based `linear_attn_config.kda_layers`, else the
+/// `linear_attention` entries of `layer_types`, else every fourth layer full and the rest KDA.
+fn from_glm5_next(v: ConfigView<'_>, n: usize) -> Result<Physical, LayoutError> {
+    if let Some(linear) = v.object("linear_attn_config")? {
+        let sub_prefix = v.path("linear_attn_config.");
+        let sub = ConfigView { map: linear, prefix: &sub_prefix };
+        let mut kinds = vec![LayerKind::Full; n];
+        for (i, layer) in sub.uints("kda_layers")?.unwrap_or_default().into_iter().enumerate() {
+            let slot = kinds.get_mut(layer as usize).ok_or_else(|| {
+                sub.error(&format!("kda_layers[{i}]"), format!("layer {layer} is outside 0..{n} (0-based)"))
+            })?;
+            *slot = LayerKind::Ssm;
+        }
+        return Ok(Physical::new(kinds, "linear_attn_config"));
+    }
+    if let Some(found) = from_layer_types(v, n, false)? {
+        return Ok(found);
+    }
+    Ok(Physical::new(periodic(n, 4, LayerKind::Full, LayerKind::Ssm), "num_hidden_layers"))
+}
+
+/// GigaChat-3.5 (`GigaChat35Config._resolve_layer_types`): `layer_types`, else the 0-based
+/// `full_attention_layers` with every other layer linear, else every layer linear.
+fn from_gigachat35(v: ConfigView<'_>, n: usize) -> Result<Physical, LayoutError> {
+    if let Some(found) = from_layer_types(v, n, false)? {
+        return Ok(found);
+    }
+    let mut kinds = vec![LayerKind::Ssm; n];
+    for (i, layer) in v.uints("full_attention_layers")?.unwrap_or_default().into_iter().enumerate() {
+        let slot = kinds.get_mut(layer as usize).ok_or_else(|| {
+            v.error(&format!("full_attention_layers[{i}]"), format!("layer {layer} is outside 0..{n} (0-based)"))
+        })?;
+        *slot = LayerKind::Full;
+    }
+    Ok(Physical::new(kinds, "full_attention_layers"))
+}
+
+/// Per-layer kinds for an architecture, from the fields that architecture's family (or, for
+/// the config classes SGLang defines its own split in, the text config's `model_type`) uses.
+pub(crate) fn classify(
+    arch: &str,
+    model_type: Option<&str>,
+    v: ConfigView<'_>,
+    n: usize,
+    has_window: bool,
+) -> Result<Physical, LayoutError> {
     use LayerKind::{Full, Sliding, Ssm};
+    match model_type {
+        // `KimiLinearConfig` without `linear_attn_config` is plain MLA: no KDA layer.
+        Some("kimi_linear") if !v.has("linear_attn_config") => return Ok(Physical::uniform(Full, n, "model_type")),
+        Some("kimi_linear") => return from_kimi_linear(v, n),
+        Some("glm5_next") => return from_glm5_next(v, n),
+        Some("gigachat3_5") => return from_gigachat35(v, n),
+        _ => {}
+    }
     Ok(match arch {
+        a if arch::MLA_WITH_LAYER_TYPES.contains(&a) => match from_layer_types(v, n, false)? {
+            Some(p) => p,
+            None => Physical::uniform(Full, n, "architecture"),
+        },
         a if arch::PURE_SWA_DRAFTS.contains(&a) => Physical::uniform(Sliding, 1, "architecture"),
         a if arch::DEEPSEEK_V4.contains(&a) => from_compress_ratios(v, n)?,
         "Llama4ForConditionalGeneration" | "Llama4ForCausalLM" => {
@@ -348,13 +404,19 @@ fn probe(v: ConfigView<'_>, n: usize, has_window: bool) -> Result<Physical, Layo
 }
 
 /// The window of sliding layers: SGLang's `_get_sliding_window_size` order, or Llama-4's
-/// `attention_chunk_size`.
+/// `attention_chunk_size`. A config class with a default window supplies it when config.json
+/// has no window key at all (an explicit `null` stays unset, as the class keeps it).
 pub(crate) fn window_size(arch: &str, v: ConfigView<'_>) -> Result<Option<u64>, LayoutError> {
     let keys: &[&str] = if arch.starts_with("Llama4") {
         &["attention_chunk_size", "sliding_window_size", "sliding_window", "window_size"]
     } else {
         &["sliding_window_size", "sliding_window", "window_size"]
     };
+    if let Some(default) = arch::config_class_window_default(arch)
+        && keys.iter().all(|key| !v.map.contains_key(*key))
+    {
+        return Ok(Some(default));
+    }
     for key in keys {
         if let Some(value) = v.get(key) {
             return match v.uint(key)? {

@@ -33,6 +33,7 @@ fn field_u32(v: ConfigView<'_>, key: &str) -> Result<Option<u32>, LayoutError> {
 /// The sizes the runtime's pools are computed from. `has_ssm` adds the recurrent state size.
 pub(crate) fn kv_shape(
     v: ConfigView<'_>,
+    model_type: Option<&str>,
     attention: AttentionKind,
     has_ssm: bool,
     attention_free: bool,
@@ -80,7 +81,7 @@ pub(crate) fn kv_shape(
         AttentionKind::Mha => (None, None),
     };
     let ssm_state_bytes_per_layer =
-        if has_ssm { Some(ssm_state_bytes(v, dtype, attention_free, warnings)?) } else { None };
+        if has_ssm { Some(ssm_state_bytes(v, model_type, dtype, attention_free, warnings)?) } else { None };
     if let (Some(rank), Some(rope)) = (kv_lora_rank, qk_rope_head_dim) {
         // An MLA layer caches one latent of kv_lora_rank + qk_rope_head_dim per token, keys and
         // values together.
@@ -115,6 +116,7 @@ pub(crate) fn kv_shape(
 /// Recurrent state of one request in one SSM layer: the fp32 SSM state plus the conv window.
 fn ssm_state_bytes(
     v: ConfigView<'_>,
+    model_type: Option<&str>,
     dtype: u32,
     attention_free: bool,
     warnings: &mut Vec<String>,
@@ -141,12 +143,15 @@ fn ssm_state_bytes(
             .saturating_mul(dtype);
         return Ok(ssm.saturating_add(conv_bytes));
     }
-    // Gated delta net (Qwen3-Next, Qwen3.5).
+    // Gated delta net (Qwen3-Next, Qwen3.5; GigaChat-3.5 with its config class's defaults).
+    let gdn_default = |key: &str, default: u64| -> Result<Option<u64>, LayoutError> {
+        Ok(v.uint(key)?.or((model_type == Some("gigachat3_5")).then_some(default)))
+    };
     if let (Some(k_heads), Some(v_heads), Some(k_dim), Some(v_dim)) = (
-        v.uint("linear_num_key_heads")?,
-        v.uint("linear_num_value_heads")?,
-        v.uint("linear_key_head_dim")?,
-        v.uint("linear_value_head_dim")?,
+        gdn_default("linear_num_key_heads", 8)?,
+        gdn_default("linear_num_value_heads", 16)?,
+        gdn_default("linear_key_head_dim", 128)?,
+        gdn_default("linear_value_head_dim", 128)?,
     ) {
         let conv = v.uint("linear_conv_kernel_dim")?.unwrap_or(4).saturating_sub(1);
         let ssm = v_heads.saturating_mul(k_dim).saturating_mul(v_dim).saturating_mul(4);
@@ -158,12 +163,16 @@ fn ssm_state_bytes(
         let prefix = v.path("linear_attn_config.");
         let sub = ConfigView { map: linear, prefix: &prefix };
         if let (Some(heads), Some(head_dim)) = (sub.uint("num_heads")?, sub.uint("head_dim")?) {
-            let conv = sub.uint("short_conv_kernel_size")?.unwrap_or(4).saturating_sub(1);
-            let state = heads.saturating_mul(head_dim).saturating_mul(head_dim).saturating_mul(4);
-            let conv_bytes =
-                heads.saturating_mul(head_dim).saturating_mul(3).saturating_mul(conv).saturating_mul(dtype);
-            return Ok(state.saturating_add(conv_bytes));
+            let conv = sub.uint("short_conv_kernel_size")?.unwrap_or(4);
+            return Ok(kda_state_bytes(heads, head_dim, conv, dtype));
         }
+    }
+    // GLM-5-Next without linear_attn_config: its config class builds one from these fields.
+    if model_type == Some("glm5_next") {
+        let heads = v.uint("linear_num_heads")?.unwrap_or(64);
+        let head_dim = v.uint("linear_head_dim")?.unwrap_or(128);
+        let conv = v.uint("linear_conv_kernel_dim")?.unwrap_or(4);
+        return Ok(kda_state_bytes(heads, head_dim, conv, dtype));
     }
     // MiniMax lightning attention: an fp32 head_dim × head_dim state per head, no conv.
     if v.has("attn_type_list")
@@ -185,4 +194,13 @@ fn ssm_state_bytes(
     let inner = hidden.unwrap_or(4096).saturating_mul(expand.unwrap_or(2));
     let ssm = inner.saturating_mul(state.unwrap_or(16)).saturating_mul(4);
     Ok(ssm.saturating_add(inner.saturating_mul(conv.unwrap_or(4).saturating_sub(1)).saturating_mul(dtype)))
+}
+
+/// A KDA layer's state per request: an fp32 head_dim × head_dim delta-rule state per head, plus
+/// short convs (kernel `conv`, keeping `conv - 1` steps) on q, k and v.
+fn kda_state_bytes(heads: u64, head_dim: u64, conv: u64, dtype: u64) -> u64 {
+    let state = heads.saturating_mul(head_dim).saturating_mul(head_dim).saturating_mul(4);
+    let conv_bytes =
+        heads.saturating_mul(head_dim).saturating_mul(3).saturating_mul(conv.saturating_sub(1)).saturating_mul(dtype);
+    state.saturating_add(conv_bytes)
 }

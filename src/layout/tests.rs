@@ -4,6 +4,7 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::release::v0_5;
 
 fn resolve_default(config: Value) -> Result<AttentionLayout, LayoutError> {
     resolve(&config, ResolveOptions::default())
@@ -74,6 +75,167 @@ fn sliding_layers_need_a_window() {
     }))
     .unwrap_err();
     assert_eq!(err.field, "sliding_window");
+}
+
+fn laguna(window: Option<Value>) -> Value {
+    let mut config = json!({
+        "architectures": ["LagunaForCausalLM"], "model_type": "laguna", "num_hidden_layers": 3,
+        "layer_types": ["sliding_attention", "sliding_attention", "full_attention"]
+    });
+    if let Some(window) = window {
+        config["sliding_window"] = window;
+    }
+    config
+}
+
+/// Parity (every release 0.5.17–0.5.23): Laguna's config class defaults `sliding_window` to 512,
+/// and an explicit null window gives SGLang's ordinary pool.
+#[test]
+fn laguna_window_follows_its_config_class() {
+    for release in crate::release::KNOWN.iter().copied() {
+        let options = ResolveOptions { release, ..ResolveOptions::default() };
+        let defaulted = resolve(&laguna(None), options).unwrap();
+        assert_eq!(defaulted.sliding_window, Some(512), "{release}");
+        assert_eq!(defaulted.kv_pool, KvPool::HybridSwa, "{release}");
+        assert_eq!((defaulted.layers.full_attention, defaulted.layers.sliding_window), (1, 2), "{release}");
+
+        let null = resolve(&laguna(Some(Value::Null)), options).unwrap();
+        assert_eq!(null.sliding_window, None, "{release}");
+        assert_eq!(null.kv_pool, KvPool::Full, "{release}");
+        assert_eq!((null.layers.full_attention, null.layers.sliding_window), (3, 0), "{release}");
+        assert!(null.warnings.iter().any(|w| w.contains("sliding_window is null")), "{:?}", null.warnings);
+
+        let explicit = resolve(&laguna(Some(json!(1024))), options).unwrap();
+        assert_eq!(explicit.sliding_window, Some(1024), "{release}");
+    }
+}
+
+/// Parity (0.5.17–0.5.23): no release's `uses_ssm_state` recognises Jamba.
+#[test]
+fn jamba_keeps_no_ssm_state_in_any_release() {
+    let config = json!({
+        "architectures": ["JambaForCausalLM"], "model_type": "jamba", "num_hidden_layers": 8,
+        "attn_layer_period": 8, "attn_layer_offset": 4, "hidden_size": 1024, "mamba_expand": 2, "mamba_d_state": 16
+    });
+    for release in crate::release::KNOWN.iter().copied() {
+        let layout = resolve(&config, ResolveOptions { release, ..ResolveOptions::default() }).unwrap();
+        assert_eq!(layout.layers.ssm, 7, "{release}");
+        assert!(!layout.uses_ssm_state(), "{release}");
+        assert_eq!(layout.kv_pool, KvPool::Full, "{release}");
+        assert!(layout.warnings.iter().any(|w| w.contains("uses_ssm_state is false")), "{:?}", layout.warnings);
+    }
+}
+
+fn gemma4_text(extra: Value) -> Value {
+    let mut config = json!({
+        "architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text", "num_hidden_layers": 3,
+        "sliding_window": 512, "head_dim": 256,
+        "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention"]
+    });
+    config.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    config
+}
+
+/// Parity: the last Gemma-4 layer is forced to full attention on every release; 0.5.22+
+/// (transformers 5.19.0) refuse a text config whose per-layer overrides differ from the globals.
+#[test]
+fn gemma4_text_configs_follow_the_pinned_transformers() {
+    let at =
+        |config: &Value, patch| resolve(config, ResolveOptions { release: v0_5(patch), ..ResolveOptions::default() });
+    let defaulted = gemma4_text(json!({}));
+    for patch in 17..=21 {
+        let layout = at(&defaulted, patch).unwrap();
+        assert_eq!(layout.layer_kinds.last(), Some(&LayerKind::Full), "0.5.{patch}");
+        assert_eq!(layout.kv_pool, KvPool::HybridSwa, "0.5.{patch}");
+    }
+    for patch in 22..=23 {
+        assert_eq!(at(&defaulted, patch).unwrap_err().field, "global_head_dim", "0.5.{patch}");
+        let equal = gemma4_text(json!({"global_head_dim": 256}));
+        assert_eq!(at(&equal, patch).unwrap().layers.full_attention, 1, "0.5.{patch}");
+        let kv =
+            gemma4_text(json!({"global_head_dim": 256, "attention_k_eq_v": true, "num_global_key_value_heads": 2}));
+        assert_eq!(at(&kv, patch).unwrap_err().field, "num_global_key_value_heads", "0.5.{patch}");
+        let stated = gemma4_text(json!({"per_layer_config": {"2": {"head_dim": 256}}}));
+        assert!(at(&stated, patch).is_ok(), "0.5.{patch}");
+        let differing = gemma4_text(json!({"per_layer_config": {"2": {"head_dim": 512}}}));
+        assert_eq!(at(&differing, patch).unwrap_err().field, "per_layer_config.2.head_dim", "0.5.{patch}");
+        let nested = json!({"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+                            "text_config": gemma4_text(json!({}))});
+        assert!(at(&nested, patch).is_ok(), "0.5.{patch}: a nested text config loads");
+    }
+}
+
+fn mla_model(arch: &str, model_type: &str, extra: Value) -> Value {
+    let mut config = json!({
+        "architectures": [arch], "model_type": model_type, "num_hidden_layers": 8,
+        "kv_lora_rank": 512, "qk_rope_head_dim": 64
+    });
+    config.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    config
+}
+
+/// Parity: SGLang keeps SSM state for the kimi_linear (0.5.17+), glm5_next (0.5.20+) and
+/// gigachat3_5 (0.5.21+) config classes, MLA models all, with each class's own layer split.
+#[test]
+fn mla_models_with_ssm_state_follow_their_config_classes() {
+    let at = |config: &Value, patch| {
+        resolve(config, ResolveOptions { release: v0_5(patch), ..ResolveOptions::default() }).unwrap()
+    };
+    let kimi = mla_model("KimiK3LinearForCausalLM", "kimi_linear", json!({}));
+    for patch in 17..=23 {
+        assert!(at(&kimi, patch).uses_ssm_state(), "0.5.{patch}");
+    }
+    assert_eq!(at(&kimi, 23).attention, AttentionKind::Mla);
+    assert_eq!(at(&kimi, 23).layers.ssm, 0, "no linear_attn_config: no KDA layer, state kept all the same");
+
+    let glm = mla_model("Glm5NextForConditionalGeneration", "glm5_next", json!({}));
+    let glm_layout = at(&glm, 20);
+    assert_eq!((glm_layout.kv_pool, glm_layout.attention), (KvPool::HybridSsm, AttentionKind::Mla));
+    assert_eq!((glm_layout.layers.full_attention, glm_layout.layers.ssm), (2, 6), "every fourth layer full");
+    let glm_listed = mla_model(
+        "Glm5NextForConditionalGeneration",
+        "glm5_next",
+        json!({"linear_attn_config": {"kda_layers": [0, 1, 2, 4, 5, 6]}}),
+    );
+    assert_eq!(at(&glm_listed, 23).layer_kinds[3], LayerKind::Full, "kda_layers are 0-based");
+
+    let giga = mla_model("GigaChat35ForCausalLM", "gigachat3_5", json!({}));
+    assert_eq!(at(&giga, 21).layers.ssm, 8, "no layer_types: every layer linear");
+    assert!(at(&giga, 21).uses_ssm_state());
+    let giga_full = mla_model("GigaChat35ForCausalLM", "gigachat3_5", json!({"full_attention_layers": [3, 7]}));
+    assert_eq!((at(&giga_full, 23).layers.full_attention, at(&giga_full, 23).layers.ssm), (2, 6));
+}
+
+/// The state size of the SSM config classes comes from their own defaults, not the Mamba
+/// fallback: GLM-5-Next KDA 64 heads × 128, GigaChat-3.5 gated delta net 8/16 heads × 128.
+#[test]
+fn ssm_config_classes_size_their_state_from_their_defaults() {
+    let at_23 = |config: &Value| resolve(config, ResolveOptions::default()).unwrap();
+    let glm = at_23(&mla_model("Glm5NextForConditionalGeneration", "glm5_next", json!({})));
+    let kda = 64 * 128 * 128 * 4 + 64 * 128 * 3 * 3 * 2;
+    assert_eq!(glm.kv_shape.ssm_state_bytes_per_layer, Some(kda));
+    assert!(!glm.warnings.iter().any(|w| w.contains("Mamba defaults")), "{:?}", glm.warnings);
+    let giga = at_23(&mla_model("GigaChat35ForCausalLM", "gigachat3_5", json!({})));
+    let gdn = 16 * 128 * 128 * 4 + (8 * 128 * 2 + 16 * 128) * 3 * 2;
+    assert_eq!(giga.kv_shape.ssm_state_bytes_per_layer, Some(gdn));
+}
+
+/// Parity (0.5.19+): Dots3Note is MLA and hybrid SWA at once, split by its `layer_types`.
+#[test]
+fn mla_with_sliding_layers_gets_a_hybrid_swa_pool() {
+    let dots = mla_model(
+        "Dots3NoteForCausalLM",
+        "dots3_note",
+        json!({"sliding_window": 4096, "layer_types": [
+            "sliding_attention", "sliding_attention", "sliding_attention", "full_attention",
+            "sliding_attention", "sliding_attention", "sliding_attention", "full_attention"
+        ]}),
+    );
+    for patch in 19..=23 {
+        let layout = resolve(&dots, ResolveOptions { release: v0_5(patch), ..ResolveOptions::default() }).unwrap();
+        assert_eq!((layout.kv_pool, layout.attention), (KvPool::HybridSwa, AttentionKind::Mla), "0.5.{patch}");
+        assert_eq!((layout.layers.full_attention, layout.layers.sliding_window), (2, 6), "0.5.{patch}");
+    }
 }
 
 #[test]

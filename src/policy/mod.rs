@@ -198,10 +198,25 @@ fn findings(settings: &DisaggregationSpec, input: PolicyInput<'_>) -> Vec<Violat
         .collect()
 }
 
-/// SGLang's automatic backup rule, `resolve_decode_retraction_backup` of `release` (drift §4):
-/// host_pool only on a decode server with no DCP, no decode radix cache, no decode offload, no
-/// priority preemption, no unified memory (from 0.5.20), and a pool that can mirror to the host
-/// (MHA, or hybrid SWA with full layers on every rank). Before 0.5.18 there is no host pool.
+/// Whether `--enable-unified-memory` keeps the automatic choice off host_pool: 0.5.20 refuses
+/// host_pool under unified memory outright; 0.5.21+ only for a hybrid-SWA pool
+/// (`unified_hybrid_swa` in `resolve_decode_retraction_backup`) or with MTP draft pools, which
+/// U1 already refuses (unified memory with speculative decoding); 0.5.18–0.5.19 ignore it.
+fn unified_memory_blocks_host_pool(settings: &DisaggregationSpec, layout: &AttentionLayout, release: Release) -> bool {
+    settings.enable_unified_memory
+        && match release {
+            r if r < v0_5(20) => false,
+            r if r == v0_5(20) => true,
+            _ => layout.is_hybrid_swa(),
+        }
+}
+
+/// SGLang's automatic backup rule, `resolve_decode_retraction_backup` of `release` (read from
+/// each release's wheel; drift §4 misstates unified memory): host_pool only on a decode server
+/// with no DCP, no decode radix cache, no decode offload, no priority preemption, unified memory
+/// only where the release allows it ([`unified_memory_blocks_host_pool`]), and a pool that can
+/// mirror to the host (MHA, or hybrid SWA with full layers on every rank). Before 0.5.18 there
+/// is no host pool.
 pub fn automatic_retraction_backup(
     settings: &DisaggregationSpec,
     decode: &DecodeSpec,
@@ -224,7 +239,7 @@ pub fn automatic_retraction_backup(
         && !settings.decode_radix_cache
         && !settings.decode_offload_kv_cache
         && !priority_preemption
-        && (!settings.enable_unified_memory || release < v0_5(20))
+        && !unified_memory_blocks_host_pool(settings, layout, release)
         && supports_host_pool
     {
         RetractionBackup::HostPool

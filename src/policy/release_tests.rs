@@ -404,9 +404,12 @@ fn the_automatic_backup_and_its_host_pool_follow_each_release() {
     use RetractionBackup::{CpuTensor, HostPool};
     assert_eq!(
         backups,
-        [HostPool, HostPool, CpuTensor, CpuTensor, CpuTensor, CpuTensor],
-        "unified memory excluded from 0.5.20"
+        [HostPool, HostPool, CpuTensor, HostPool, HostPool, HostPool],
+        "unified memory excludes host_pool on 0.5.20 only; 0.5.21+ only for hybrid SWA (parity, each wheel)"
     );
+    let unified_swa: Vec<RetractionBackup> =
+        (18..=23).map(|p| at(p, &unified, &DecodeSpec::default(), &hybrid_swa()).effective.retraction_backup).collect();
+    assert_eq!(unified_swa, [HostPool, HostPool, CpuTensor, CpuTensor, CpuTensor, CpuTensor]);
     let warned = at(21, &unset, &DecodeSpec::default(), &full()).warnings;
     assert!(warned.iter().any(|w| w.contains("max(0.2, one max-length request")), "{warned:?}");
 }

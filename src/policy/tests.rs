@@ -55,7 +55,7 @@ fn dsv4() -> AttentionLayout {
 fn gemma4() -> AttentionLayout {
     layout(json!({
         "architectures": ["Gemma4ForCausalLM"], "num_hidden_layers": 4, "sliding_window": 512, "head_dim": 256,
-        "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]
+        "global_head_dim": 256, "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]
     }))
 }
 

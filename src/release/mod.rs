@@ -43,6 +43,33 @@ impl Release {
     }
 }
 
+/// The transformers version a release's wheel pins: its config classes are part of the
+/// release's loader (the parity harness installs the same pins, `tests/parity/`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Transformers {
+    /// transformers 5.12.1 (SGLang 0.5.17–0.5.21).
+    V5_12_1,
+    /// transformers 5.19.0 (SGLang 0.5.22 on): per-layer config attributes, read globally, raise.
+    V5_19_0,
+}
+
+impl Transformers {
+    /// The version as pip spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::V5_12_1 => "5.12.1",
+            Self::V5_19_0 => "5.19.0",
+        }
+    }
+}
+
+impl Release {
+    /// The transformers version this release pins (the nearest known one outside 0.5.17–0.5.23).
+    pub fn transformers(self) -> Transformers {
+        if self >= v0_5(22) { Transformers::V5_19_0 } else { Transformers::V5_12_1 }
+    }
+}
+
 /// Shorthand for the release `0.5.<patch>`, the only line kvpilot models.
 pub const fn v0_5(patch: u16) -> Release {
     Release::new(0, 5, patch)

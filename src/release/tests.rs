@@ -88,3 +88,9 @@ proptest! {
         let _ = from_image(&text);
     }
 }
+
+#[test]
+fn each_release_names_the_transformers_it_pins() {
+    let pins: Vec<&str> = KNOWN.iter().map(|r| r.transformers().as_str()).collect();
+    assert_eq!(pins, ["5.12.1", "5.12.1", "5.12.1", "5.12.1", "5.12.1", "5.19.0", "5.19.0"]);
+}

@@ -307,7 +307,7 @@ def main():
     for release in RELEASES:
         version = release.version
         verdicts = sglang_classification(os.path.join(args.src, version), args.venvs, configs)
-        loaded = refused = harness_errors = agreements = disagreeing = 0
+        loaded = refused = refused_by_both = harness_errors = agreements = disagreeing = 0
         for config in configs:
             name = os.path.basename(config)
             verdict = verdicts.get(name, {"harnessError": "no output from classify.py"})
@@ -317,7 +317,13 @@ def main():
                       f"{verdict['harnessError']}")
                 continue
             if not verdict["loaded"]:
-                refused += 1  # SGLang itself cannot load this config: nothing to compare
+                # SGLang itself cannot load this config: nothing to compare. Counted, not judged:
+                # most refusals are architectures the release has no config class for, where
+                # kvpilot warns instead of refusing; the count shows the loader refusals kvpilot
+                # models (Gemma-4 on transformers 5.19.0).
+                refused += 1
+                if compare and kvpilot_layout(args.kvpilot, config, version)[1] is not None:
+                    refused_by_both += 1
                 continue
             loaded += 1
             if not compare:
@@ -336,7 +342,10 @@ def main():
             else:
                 agreements += 1
         summary = (f"SGLang {version}: configs {len(configs)}: classified by SGLang {loaded}, "
-                   f"refused by SGLang's loader {refused}, harness errors {harness_errors}")
+                   f"refused by SGLang's loader {refused}")
+        if compare:
+            summary += f" (refused by kvpilot too {refused_by_both})"
+        summary += f", harness errors {harness_errors}"
         if compare:
             summary += f"; compared {loaded}, agreements {agreements}"
         scenarios = retraction_scenarios()
