@@ -147,16 +147,10 @@ pub(crate) fn run(args: &CheckArgs) -> ExitCode {
         Ok(prepared) => prepared,
         Err(code) => return code,
     };
-    let default_release = match args.sglang.choice() {
+    let default_release = match args.sglang.choice_for("check") {
         Ok(choice) => choice,
-        Err(e) => {
-            eprintln!("kvpilot check: --sglang-version: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    if let Some(warning) = default_release.warning() {
-        eprintln!("kvpilot check: warning: {warning}");
-    }
     let results = runtime.block_on(assess_all(&set, hub.as_ref(), &args.hub_endpoint, &default_release));
     let mut reports = Vec::new();
     for (index, result) in results {

@@ -22,16 +22,10 @@ pub(crate) struct LayoutArgs {
 }
 
 pub(crate) fn run(args: &LayoutArgs) -> ExitCode {
-    let choice = match args.sglang.choice() {
+    let choice = match args.sglang.choice_for("layout") {
         Ok(choice) => choice,
-        Err(e) => {
-            eprintln!("kvpilot layout: --sglang-version: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    if let Some(warning) = choice.warning() {
-        eprintln!("kvpilot layout: warning: {warning}");
-    }
     let file = args.config.display();
     let text = match std::fs::read_to_string(&args.config) {
         Ok(text) => text,

@@ -39,6 +39,19 @@ impl SglangVersionArg {
             None => Ok(ReleaseChoice::default_newest()),
         }
     }
+
+    /// [`Self::choice`] for `kvpilot COMMAND`: a bad value is reported on stderr (exit 2), and a
+    /// release newer than any known gets a warning there.
+    pub(crate) fn choice_for(&self, command: &str) -> Result<ReleaseChoice, ExitCode> {
+        let choice = self.choice().map_err(|e| {
+            eprintln!("kvpilot {command}: --sglang-version: {e}");
+            ExitCode::from(2)
+        })?;
+        if let Some(warning) = choice.warning() {
+            eprintln!("kvpilot {command}: warning: {warning}");
+        }
+        Ok(choice)
+    }
 }
 
 /// kvpilot: checks SGLang PD-disaggregation settings against a model's attention layout.

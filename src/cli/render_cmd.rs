@@ -47,16 +47,10 @@ pub(crate) fn run(args: &RenderArgs) -> ExitCode {
         Ok(prepared) => prepared,
         Err(code) => return code,
     };
-    let default_release = match args.sglang.choice() {
+    let default_release = match args.sglang.choice_for("render") {
         Ok(choice) => choice,
-        Err(e) => {
-            eprintln!("kvpilot render: --sglang-version: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    if let Some(warning) = default_release.warning() {
-        eprintln!("kvpilot render: warning: {warning}");
-    }
     let options = RenderOptions { runtime_image: args.runtime_image.clone(), default_release };
     let mut yaml = String::new();
     let mut items: Vec<Value> = Vec::new();

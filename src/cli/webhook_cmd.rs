@@ -85,12 +85,9 @@ pub(crate) fn run(args: &WebhookArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let default_release = match args.sglang.choice() {
+    let default_release = match args.sglang.choice_for("webhook") {
         Ok(choice) => choice,
-        Err(e) => {
-            eprintln!("kvpilot webhook: --sglang-version: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     let result = runtime.block_on(async {
         let state = WebhookState { source: cluster_source(&args.hub_endpoint).await, default_release };
