@@ -12,19 +12,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition, PodStatus, Service};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::api::{ConfigSourceRef, DecodeStatus, InferenceDeployment, InferenceDeploymentStatus, Rewrite};
 use crate::policy::{self, Assessment, Outcome};
 use crate::source::{ClusterSource, SourceError};
-use desired::{Desired, LABEL_ORDINAL, LABEL_REVISION, RenderOptions, desired_state, with_type_meta};
+use desired::{LABEL_ORDINAL, LABEL_REVISION, RenderOptions, desired_state, with_type_meta};
 use metrics::Metrics;
 use rollout::{ObservedPod, resolve_int_or_percent};
 
@@ -53,6 +54,9 @@ pub enum Error {
     /// The object has no namespace or name (never happens for a namespaced CRD from the API).
     #[error("the InferenceDeployment has no {0}")]
     MissingMetadata(&'static str),
+    /// The pod watch cache stopped (only while the controller shuts down).
+    #[error("the pod watch cache has stopped")]
+    CacheClosed,
 }
 
 impl Error {
@@ -60,9 +64,11 @@ impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {
             Self::Kube(kube::Error::Api(status)) if status.code == 409 => "conflict",
+            Self::Kube(kube::Error::Api(status)) if status.code == 422 => "invalid",
             Self::Kube(_) => "kube",
             Self::Source(e) => e.reason(),
             Self::MissingMetadata(_) => "metadata",
+            Self::CacheClosed => "cache",
         }
     }
 }
@@ -123,6 +129,37 @@ where
     }
 }
 
+/// What one run of the controller reads instead of asking the API server: its watch caches.
+struct Reconciler {
+    context: Arc<Context>,
+    /// Decode pods, trimmed by [`trim_pod`] to what the planner reads.
+    pods: Store<Pod>,
+}
+
+/// Drops everything of a pod the controller never reads, before it reaches the cache: with
+/// thousands of pods the specs and managedFields would dominate the operator's memory.
+fn trim_pod(pod: &mut Pod) {
+    let ready = is_ready(pod);
+    pod.metadata.managed_fields = None;
+    pod.metadata.annotations = None;
+    pod.spec = None;
+    pod.status = ready.then(|| PodStatus {
+        conditions: Some(vec![PodCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            ..PodCondition::default()
+        }]),
+        ..PodStatus::default()
+    });
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 /// Runs the controller until `shutdown` completes.
 pub async fn run(
     context: Arc<Context>,
@@ -130,28 +167,40 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = context.client.clone();
-    let deployments: Api<InferenceDeployment> = api(&client, &scope);
-    let controller = Controller::new(deployments, watcher::Config::default().any_semantic())
-        .with_config(kube::runtime::controller::Config::default().concurrency(context.max_concurrent_reconciles));
-    let store = controller.store();
-    controller
-        .owns(
-            api::<Pod>(&client, &scope),
-            watcher::Config::default().labels(&format!("{}={}", desired::LABEL_NAME, desired::DECODE_APP)),
-        )
-        .owns(
-            api::<ConfigMap>(&client, &scope),
-            watcher::Config::default().labels("app.kubernetes.io/managed-by=kvpilot"),
-        )
-        .owns(
-            api::<Service>(&client, &scope),
-            watcher::Config::default().labels("app.kubernetes.io/managed-by=kvpilot"),
-        )
+    let (deployments, deployments_writer) = reflector::store::<InferenceDeployment>();
+    let deployment_stream =
+        watcher(api::<InferenceDeployment>(&client, &scope), watcher::Config::default().any_semantic())
+            .default_backoff()
+            .modify(|d| d.metadata.managed_fields = None)
+            .reflect(deployments_writer)
+            .applied_objects();
+    let (pods, pods_writer) = reflector::store::<Pod>();
+    let pod_stream = watcher(
+        api::<Pod>(&client, &scope),
+        watcher::Config::default().labels(&format!("{}={}", desired::LABEL_NAME, desired::DECODE_APP)),
+    )
+    .default_backoff()
+    .modify(trim_pod)
+    .reflect(pods_writer)
+    .touched_objects();
+    let managed = || watcher::Config::default().labels("app.kubernetes.io/managed-by=kvpilot");
+    let config_maps = watcher(api::<PartialObjectMeta<ConfigMap>>(&client, &scope), managed()).default_backoff();
+    let services = watcher(api::<PartialObjectMeta<Service>>(&client, &scope), managed()).default_backoff();
+    let sources = watcher(api::<PartialObjectMeta<ConfigMap>>(&client, &scope), watcher::Config::default())
+        .default_backoff()
+        .touched_objects();
+    let users = deployments.clone();
+    let reconciler = Arc::new(Reconciler { context: Arc::clone(&context), pods });
+    Controller::for_stream(deployment_stream, deployments)
+        .with_config(kube::runtime::controller::Config::default().concurrency(context.max_concurrent_reconciles))
+        .owns_stream(pod_stream)
+        .owns_stream(config_maps.touched_objects())
+        .owns_stream(services.touched_objects())
         // A ConfigMap named by spec.model.config.configMapRef re-reconciles the resources using it.
-        .watches(api::<ConfigMap>(&client, &scope), watcher::Config::default(), move |config_map| {
+        .watches_stream(sources, move |config_map| {
             let namespace = config_map.namespace();
             let name = config_map.name_any();
-            store
+            users
                 .state()
                 .into_iter()
                 .filter(|d| {
@@ -162,7 +211,7 @@ pub async fn run(
                 .collect::<Vec<_>>()
         })
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, context)
+        .run(reconcile, error_policy, reconciler)
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "reconcile loop");
@@ -182,7 +231,8 @@ fn backoff(failures: u32) -> Duration {
     Duration::from_secs_f64(base * jitter)
 }
 
-fn error_policy(resource: Arc<InferenceDeployment>, error: &Error, context: Arc<Context>) -> Action {
+fn error_policy(resource: Arc<InferenceDeployment>, error: &Error, reconciler: Arc<Reconciler>) -> Action {
+    let context = &reconciler.context;
     context.metrics.failure(error.metric_label());
     let key = ObjectRef::from_obj(resource.as_ref());
     let failures = {
@@ -195,14 +245,21 @@ fn error_policy(resource: Arc<InferenceDeployment>, error: &Error, context: Arc<
     Action::requeue(backoff(failures))
 }
 
-async fn reconcile(resource: Arc<InferenceDeployment>, context: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile(resource: Arc<InferenceDeployment>, reconciler: Arc<Reconciler>) -> Result<Action, Error> {
+    let context = &reconciler.context;
     let _timer = context.metrics.start();
-    let action = reconcile_inner(&resource, &context).await?;
+    // An empty cache before the first list would look like a resource with no pods.
+    reconciler.pods.wait_until_ready().await.map_err(|_| Error::CacheClosed)?;
+    let action = reconcile_inner(&resource, context, &reconciler.pods).await?;
     context.failures().remove(&ObjectRef::from_obj(resource.as_ref()));
     Ok(action)
 }
 
-async fn reconcile_inner(resource: &InferenceDeployment, context: &Context) -> Result<Action, Error> {
+async fn reconcile_inner(
+    resource: &InferenceDeployment,
+    context: &Context,
+    cached_pods: &Store<Pod>,
+) -> Result<Action, Error> {
     let namespace = resource.namespace().ok_or(Error::MissingMetadata("namespace"))?;
     resource.metadata.name.as_ref().ok_or(Error::MissingMetadata("name"))?;
     let deployments: Api<InferenceDeployment> = Api::namespaced(context.client.clone(), &namespace);
@@ -253,7 +310,7 @@ async fn reconcile_inner(resource: &InferenceDeployment, context: &Context) -> R
         .map_err(Error::Kube)?;
 
     let pods: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
-    let observed = observe_pods(&pods, &desired).await?;
+    let observed = observe_pods(cached_pods, &namespace, resource);
     let rollout_spec = &resource.spec.decode.rollout;
     let (max_unavailable, max_surge, rollout_problem) = match (
         resolve_int_or_percent(&rollout_spec.max_unavailable, desired.replicas, false),
@@ -319,28 +376,27 @@ fn source_description(resource: &InferenceDeployment) -> String {
     }
 }
 
-async fn observe_pods(pods: &Api<Pod>, desired: &Desired) -> Result<Vec<ObservedPod>, Error> {
-    let listed = pods.list(&ListParams::default().labels(&desired.selector)).await.map_err(Error::Kube)?;
-    Ok(listed
-        .items
-        .into_iter()
+/// The resource's decode pods as the watch cache holds them.
+fn observe_pods(cached: &Store<Pod>, namespace: &str, resource: &InferenceDeployment) -> Vec<ObservedPod> {
+    let name = resource.name_any();
+    cached
+        .state()
+        .iter()
+        .filter(|pod| pod.metadata.namespace.as_deref() == Some(namespace))
         .filter_map(|pod| {
             let labels = pod.metadata.labels.as_ref()?;
-            let ordinal = labels.get(LABEL_ORDINAL)?.parse().ok()?;
-            let ready = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            if labels.get(desired::LABEL_INSTANCE) != Some(&name) {
+                return None;
+            }
             Some(ObservedPod {
                 name: pod.metadata.name.clone()?,
-                ordinal,
+                ordinal: labels.get(LABEL_ORDINAL)?.parse().ok()?,
                 revision: labels.get(LABEL_REVISION).cloned().unwrap_or_default(),
-                ready,
+                ready: is_ready(pod),
                 terminating: pod.metadata.deletion_timestamp.is_some(),
             })
         })
-        .collect())
+        .collect()
 }
 
 /// Pod counts after the plan is carried out (created pods are not ready yet).
@@ -466,5 +522,41 @@ async fn publish(
     };
     if let Err(e) = context.recorder.publish(&event, &resource.object_ref(&())).await {
         tracing::warn!(error = %e, "cannot publish an event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trimmed_pods_keep_what_the_planner_and_the_owner_trigger_read() {
+        let mut pod: Pod = serde_json::from_value(json!({
+            "metadata": {
+                "name": "llama-decode-0", "namespace": "serving", "uid": "u1",
+                "labels": {LABEL_ORDINAL: "0", LABEL_REVISION: "abc"},
+                "annotations": {"big": "x"},
+                "deletionTimestamp": "2026-01-01T00:00:00Z",
+                "ownerReferences": [{"apiVersion": "kvpilot.dev/v1alpha1", "kind": "InferenceDeployment", "name": "llama", "uid": "o1", "controller": true}],
+                "managedFields": [{"manager": "kvpilot", "operation": "Apply"}]
+            },
+            "spec": {"containers": [{"name": "c", "image": "i"}]},
+            "status": {"phase": "Running", "conditions": [
+                {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}
+            ]}
+        }))
+        .unwrap();
+        trim_pod(&mut pod);
+        assert!(pod.spec.is_none() && pod.metadata.annotations.is_none() && pod.metadata.managed_fields.is_none());
+        assert!(is_ready(&pod) && pod.metadata.deletion_timestamp.is_some());
+        assert_eq!(pod.metadata.owner_references.as_ref().map(Vec::len), Some(1));
+        assert_eq!(pod.metadata.labels.as_ref().map(|l| l[LABEL_REVISION].as_str()), Some("abc"));
+
+        let mut unready: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p"}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}
+        }))
+        .unwrap();
+        trim_pod(&mut unready);
+        assert!(!is_ready(&unready) && unready.status.is_none());
     }
 }
