@@ -262,6 +262,11 @@ async fn reconcile_inner(
 ) -> Result<Action, Error> {
     let namespace = resource.namespace().ok_or(Error::MissingMetadata("namespace"))?;
     resource.metadata.name.as_ref().ok_or(Error::MissingMetadata("name"))?;
+    if resource.metadata.deletion_timestamp.is_some() {
+        // The garbage collector is removing what it owns (with --cascade=foreground it waits
+        // for that): a pod recreated now would be deleted again, and would hold the owner up.
+        return Ok(Action::await_change());
+    }
     let deployments: Api<InferenceDeployment> = Api::namespaced(context.client.clone(), &namespace);
     let previous = resource.status.as_ref();
 
@@ -320,6 +325,25 @@ async fn reconcile_inner(
         (Err(e), _) | (_, Err(e)) => (1, 0, Some(format!("spec.decode.rollout: {e}"))),
     };
     let plan = rollout::plan(&observed, &desired.revision, desired.replicas, max_unavailable, max_surge);
+    // The status goes out before the plan is carried out and counts only pods that exist and
+    // stay: it never claims a pod being deleted or not yet created (their watch events bring
+    // the next count), so readers never see more than is true.
+    let counts = count_staying(&observed, &plan, &desired.revision);
+    let decided = status::resolved(&assessment, &source, desired.replicas, counts, rollout_problem.as_deref());
+    let decode = DecodeStatus {
+        replicas: counts.total,
+        ready_replicas: counts.ready_updated,
+        updated_replicas: counts.updated,
+        selector: desired.selector.clone(),
+    };
+    write_status(&deployments, resource, &decided, Some(&assessment), Some(decode)).await?;
+    for pod_name in &plan.delete {
+        match pods.delete(pod_name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => return Err(Error::Kube(e)),
+        }
+    }
     for ordinal in &plan.create {
         let pod = desired.pod(*ordinal);
         let pod_name = pod.metadata.name.clone().unwrap_or_default();
@@ -330,23 +354,7 @@ async fn reconcile_inner(
             Err(e) => return Err(Error::Kube(e)),
         }
     }
-    for pod_name in &plan.delete {
-        match pods.delete(pod_name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(e) => return Err(Error::Kube(e)),
-        }
-    }
 
-    let counts = count_after(&observed, &plan, &desired.revision);
-    let decided = status::resolved(&assessment, &source, desired.replicas, counts, rollout_problem.as_deref());
-    let decode = DecodeStatus {
-        replicas: counts.total,
-        ready_replicas: counts.ready_updated,
-        updated_replicas: counts.updated,
-        selector: desired.selector.clone(),
-    };
-    write_status(&deployments, resource, &decided, Some(&assessment), Some(decode)).await?;
     let mut standing = Announcement::rewrites(previous, &assessment);
     if let Some(problem) = &rollout_problem {
         let recorded = previous.is_some_and(|s| {
@@ -399,15 +407,15 @@ fn observe_pods(cached: &Store<Pod>, namespace: &str, resource: &InferenceDeploy
         .collect()
 }
 
-/// Pod counts after the plan is carried out (created pods are not ready yet).
-fn count_after(observed: &[ObservedPod], plan: &rollout::Plan, revision: &str) -> status::PodCounts {
-    let kept: Vec<&ObservedPod> =
+/// Pod counts of the pods that exist, are not terminating and stay after the plan.
+fn count_staying(observed: &[ObservedPod], plan: &rollout::Plan, revision: &str) -> status::PodCounts {
+    let staying: Vec<&ObservedPod> =
         observed.iter().filter(|p| !p.terminating && !plan.delete.contains(&p.name)).collect();
-    let created = plan.create.len() as i32;
+    let updated = || staying.iter().filter(|p| p.revision == revision);
     status::PodCounts {
-        total: kept.len() as i32 + created,
-        updated: kept.iter().filter(|p| p.revision == revision).count() as i32 + created,
-        ready_updated: kept.iter().filter(|p| p.revision == revision && p.ready).count() as i32,
+        total: staying.len() as i32,
+        updated: updated().count() as i32,
+        ready_updated: updated().filter(|p| p.ready).count() as i32,
     }
 }
 
@@ -528,6 +536,27 @@ async fn publish(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_counts_only_pods_that_exist_and_stay() {
+        let pod = |name: &str, revision: &str, ready: bool, terminating: bool| ObservedPod {
+            name: name.into(),
+            ordinal: name.len() as u32,
+            revision: revision.into(),
+            ready,
+            terminating,
+        };
+        let observed = [
+            pod("a", "new", true, false),
+            pod("bb", "new", true, true),
+            pod("ccc", "old", true, false),
+            pod("dddd", "new", false, false),
+            pod("eeeee", "new", true, false),
+        ];
+        let plan = rollout::Plan { create: vec![7, 8], delete: vec!["eeeee".into()] };
+        let counts = count_staying(&observed, &plan, "new");
+        assert_eq!(counts, status::PodCounts { total: 3, updated: 2, ready_updated: 1 });
+    }
 
     #[test]
     fn trimmed_pods_keep_what_the_planner_and_the_owner_trigger_read() {
