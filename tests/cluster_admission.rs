@@ -1,0 +1,160 @@
+//! Admission through a real kube-apiserver: the chart's validating and mutating webhook
+//! configurations, the self-signed certificate mode setting their real `caBundle`, and
+//! `kvpilot operator` serving the webhook as a host process authenticated as the chart's
+//! ServiceAccount.
+//!
+//! The configurations are pointed at the host process with a `url:` client config, because the
+//! API server reaches a webhook Service only through a kubelet-run pod and kube-proxy, neither of
+//! which runs here. The URL's host is `localhost` and the operator runs with
+//! `--webhook-service=localhost`, so the certificate it issues (for the Service's DNS names:
+//! `<service>`, `<service>.<ns>`, ...) names `localhost`, and the API server verifies it against
+//! the caBundle exactly as it would the Service's name.
+//!
+//! One test: webhook configurations are cluster-wide, so nothing else in this binary may write
+//! InferenceDeployments while they point at a process this test stops.
+
+mod common;
+
+use std::time::Duration;
+
+use common::cluster::{
+    Cluster, HelmRelease, KvpilotProcess, TestNamespace, examples_in, free_port, text, wait_for_blocking,
+};
+use serde_json::{Value, json};
+
+fn example(namespace: &str, file: &str) -> Value {
+    examples_in(namespace)
+        .into_iter()
+        .find(|(name, object)| name == file && object["kind"] == "InferenceDeployment")
+        .unwrap()
+        .1
+}
+
+fn apply(cluster: &Cluster, object: &Value) -> (bool, String, String) {
+    let out = cluster.kubectl_with_input(&["apply", "-f", "-"], &serde_json::to_string(object).unwrap());
+    (out.status.success(), text(&out.stdout), text(&out.stderr))
+}
+
+/// Points webhook `kind` (validatingwebhookconfiguration|mutatingwebhookconfiguration) at `url`.
+fn point_at(cluster: &Cluster, kind: &str, name: &str, url: &str) {
+    let patch = json!([
+        {"op": "remove", "path": "/webhooks/0/clientConfig/service"},
+        {"op": "add", "path": "/webhooks/0/clientConfig/url", "value": url},
+    ]);
+    cluster.kubectl_ok(&["patch", kind, name, "--type=json", "-p", &patch.to_string()]);
+}
+
+fn ca_bundle(cluster: &Cluster, kind: &str, name: &str) -> Option<String> {
+    let configuration = cluster.get_json(&[kind, name])?;
+    configuration["webhooks"][0]["clientConfig"]["caBundle"].as_str().map(str::to_string)
+}
+
+#[test]
+fn the_api_server_calls_the_webhook_refuses_rewrites_warns_and_applies_the_failure_policy() {
+    let cluster = cluster_or_skip!();
+    cluster.install_crd();
+    let operator_namespace = format!("kvp-adm-{}", std::process::id());
+    let release = HelmRelease::install(
+        &cluster,
+        "adm-kvpilot",
+        &operator_namespace,
+        &["--set", "webhook.mutating.enabled=true", "--set", "replicaCount=1"],
+    );
+    let fullname = release.fullname();
+    let port = free_port();
+    point_at(&cluster, "validatingwebhookconfiguration", &fullname, &format!("https://localhost:{port}/validate"));
+    point_at(&cluster, "mutatingwebhookconfiguration", &fullname, &format!("https://localhost:{port}/mutate"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = cluster.service_account_kubeconfig(dir.path(), &operator_namespace, &fullname);
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    let (metrics, health) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    let webhook_addr = format!("127.0.0.1:{port}");
+    let secret = format!("{fullname}-webhook-tls");
+    let mut operator = KvpilotProcess::start(
+        &kubeconfig,
+        &[
+            "operator",
+            "--namespace=all",
+            "--metrics-addr",
+            &metrics,
+            "--health-addr",
+            &health,
+            "--webhook-addr",
+            &webhook_addr,
+            "--webhook-certs=self-signed",
+            "--webhook-secret",
+            &secret,
+            "--webhook-service=localhost",
+            "--validating-webhook-configuration",
+            &fullname,
+            "--mutating-webhook-configuration",
+            &fullname,
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ],
+        &[("POD_NAMESPACE", &operator_namespace)],
+    );
+    let bundle = wait_for_blocking("kvpilot sets both caBundles", Duration::from_secs(60), || {
+        operator.assert_running();
+        let validating = ca_bundle(&cluster, "validatingwebhookconfiguration", &fullname)?;
+        let mutating = ca_bundle(&cluster, "mutatingwebhookconfiguration", &fullname)?;
+        (validating == mutating).then_some(validating)
+    });
+    let stored = cluster.get_json(&["secret", &secret, "-n", &operator_namespace]).unwrap();
+    assert_eq!(stored["data"]["ca.crt"].as_str(), Some(bundle.as_str()), "the caBundle is the Secret's CA");
+
+    let workload = TestNamespace::create(&cluster, "kvp-admitted");
+    let ns = workload.name.as_str();
+    let llama = example(ns, "llama-3.1-8b-full.yaml");
+    // The API server reaches the webhook once the TLS files are written and it listens.
+    wait_for_blocking("the API server calls the webhook", Duration::from_secs(60), || {
+        operator.assert_running();
+        let out = cluster
+            .kubectl_with_input(&["create", "--dry-run=server", "-f", "-"], &serde_json::to_string(&llama).unwrap());
+        out.status.success().then_some(())
+    });
+
+    // Refused at `kubectl apply` with SGLang's message and the rule id.
+    let (admitted, _, refusal) = apply(&cluster, &example(ns, "deepseek-v3-mla-rejected.yaml"));
+    assert!(!admitted, "the rejected example was admitted");
+    assert!(
+        refusal.contains("admission webhook \"validate.inferencedeployments.kvpilot.dev\" denied the request"),
+        "{refusal}"
+    );
+    assert!(refusal.contains("R9"), "{refusal}");
+    assert!(refusal.contains("requires an MHA or hybrid-SWA HiCache host stack"), "{refusal}");
+
+    // onInvalid: Rewrite with the mutating webhook: the rewritten spec is what is stored, and the
+    // rewrite reaches kubectl's output as a warning.
+    let (admitted, _, warnings) = apply(&cluster, &example(ns, "mimo-pure-swa-rewrite.yaml"));
+    assert!(admitted, "{warnings}");
+    assert!(
+        warnings.contains("Warning: spec.disaggregation.retractionBackup: host_pool → cpu_tensor (R2"),
+        "{warnings}"
+    );
+    let stored = cluster.get_json(&["infd", "mimo-pure-swa", "-n", ns]).unwrap();
+    assert_eq!(stored["spec"]["disaggregation"]["retractionBackup"], "cpu_tensor", "{:#}", stored["spec"]);
+    assert_eq!(stored["spec"]["disaggregation"]["onInvalid"], "Rewrite");
+
+    let (admitted, _, stderr) = apply(&cluster, &llama);
+    assert!(admitted, "{stderr}");
+
+    // Every webhook replica stopped: failurePolicy Fail (the chart's default) refuses writes ...
+    operator.stop();
+    let mut gemma = example(ns, "gemma-3-1b-sliding-full-pool.yaml");
+    let (admitted, _, refusal) = apply(&cluster, &gemma);
+    assert!(!admitted, "admitted with no webhook and failurePolicy Fail");
+    assert!(refusal.contains("failed calling webhook") && refusal.contains("connection refused"), "{refusal}");
+    // ... and Ignore admits them (the controller still checks the settings in status).
+    for kind in ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"] {
+        let patch = json!([{"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Ignore"}]);
+        cluster.kubectl_ok(&["patch", kind, &fullname, "--type=json", "-p", &patch.to_string()]);
+    }
+    gemma["metadata"]["name"] = json!("gemma-unchecked");
+    let (admitted, _, stderr) = apply(&cluster, &gemma);
+    assert!(admitted, "refused with failurePolicy Ignore: {stderr}");
+    drop(release);
+}

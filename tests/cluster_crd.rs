@@ -1,0 +1,244 @@
+//! The CRD on a real kube-apiserver (scripts/control-plane.sh): installed with server-side
+//! apply and Established without warnings (so its CEL rules fit the cost budget), every example
+//! accepted, every `x-kubernetes-validations` rule and every spec enum enforced with the API
+//! server's own message, printer columns, the scale subresource and `kubectl explain`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::cluster::{TestNamespace, examples_in, repo, text, wait_for_blocking, yaml_documents};
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::{Value, json};
+
+fn crd_schema() -> Value {
+    let crd = yaml_documents(&repo("crds/inferencedeployment.yaml")).remove(0);
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
+}
+
+/// A constraint of the schema at a dotted path under the object root.
+#[derive(Debug)]
+enum Constraint {
+    Rule { path: String, rule: String, message: String },
+    Enum { path: String, values: Vec<String> },
+}
+
+fn constraints(schema: &Value, path: &str, found: &mut Vec<Constraint>) {
+    for rule in schema["x-kubernetes-validations"].as_array().into_iter().flatten() {
+        found.push(Constraint::Rule {
+            path: path.to_string(),
+            rule: rule["rule"].as_str().unwrap().to_string(),
+            message: rule["message"].as_str().unwrap().to_string(),
+        });
+    }
+    if let Some(values) = schema["enum"].as_array() {
+        let values = values.iter().map(|v| v.as_str().unwrap().to_string()).collect();
+        found.push(Constraint::Enum { path: path.to_string(), values });
+    }
+    for (name, property) in schema["properties"].as_object().into_iter().flatten() {
+        let child = if path.is_empty() { name.clone() } else { format!("{path}.{name}") };
+        constraints(property, &child, found);
+    }
+    if schema["items"].is_object() {
+        constraints(&schema["items"], &format!("{path}[]"), found);
+    }
+}
+
+/// Sets `value` at a dotted path, creating the objects on the way.
+fn set(object: &mut Value, path: &str, value: Value) {
+    let mut at = object;
+    let parts: Vec<&str> = path.split('.').collect();
+    for part in &parts[..parts.len() - 1] {
+        if !at[*part].is_object() {
+            at[*part] = json!({});
+        }
+        at = &mut at[*part];
+    }
+    at[parts[parts.len() - 1]] = value;
+}
+
+/// A value that breaks `rule`. Every rule of the CRD needs a case here: a new rule fails this
+/// test until it gets one, so no rule goes unchecked against the real API server.
+fn breaking(rule: &str, path: &str) -> Value {
+    match rule {
+        "self >= 1" => json!(0),
+        "self >= 0" => json!(-1),
+        "self > 0.0" => json!(0.0),
+        "self != ''" => json!(""),
+        _ if path == "spec.model.config" && rule.contains("has(self.inline)") => {
+            json!({"inline": {"model_type": "llama"}, "configMapRef": {"name": "model-config"}})
+        }
+        _ => panic!("no invalid value for the rule `{rule}` at {path}: add a case to `breaking`"),
+    }
+}
+
+fn base(namespace: &str) -> Value {
+    let (_, mut object) =
+        examples_in(namespace).into_iter().find(|(file, _)| file == "llama-3.1-8b-full.yaml").unwrap();
+    object["metadata"]["name"] = json!("invalid");
+    object
+}
+
+fn inference_deployments(client: kube::Client, namespace: &str) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kvpilot.dev", "v1alpha1", "InferenceDeployment"),
+        "inferencedeployments",
+    );
+    Api::namespaced_with(client, namespace, &resource)
+}
+
+/// The API server's refusal of a server-side dry-run create, or a panic if it was admitted.
+async fn refusal(api: &Api<DynamicObject>, object: &Value, what: &str) -> String {
+    let object: DynamicObject = serde_json::from_value(object.clone()).unwrap();
+    match api.create(&PostParams { dry_run: true, ..Default::default() }, &object).await {
+        Ok(_) => panic!("the API server admitted {what}"),
+        Err(kube::Error::Api(status)) => {
+            assert_eq!(status.code, 422, "{what}: {status:?}");
+            status.message
+        }
+        Err(e) => panic!("{what}: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn the_crd_is_established_without_warnings_and_every_example_is_accepted() {
+    let cluster = cluster_or_skip!();
+    let out = cluster.kubectl(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager=kvpilot-tests",
+        "-f",
+        "crds/",
+    ]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("Warning"), "the CRD drew warnings (CEL cost or otherwise): {stderr}");
+    cluster.install_crd();
+    let crd = cluster.get_json(&["crd", "inferencedeployments.kvpilot.dev"]).unwrap();
+    for condition in ["Established", "NamesAccepted"] {
+        let found = crd["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == condition);
+        assert_eq!(found.map(|c| c["status"].clone()), Some(json!("True")), "{condition}: {:#}", crd["status"]);
+    }
+
+    let namespace = TestNamespace::create(&cluster, "crd-examples");
+    for (file, object) in examples_in(&namespace.name) {
+        let manifest = serde_json::to_string(&object).unwrap();
+        let out = cluster.kubectl_with_input(&["create", "--dry-run=server", "-o", "json", "-f", "-"], &manifest);
+        let stderr = text(&out.stderr);
+        assert!(out.status.success(), "examples/{file} refused: {stderr}");
+        assert!(!stderr.contains("Warning"), "examples/{file} drew warnings: {stderr}");
+        // What the API server would store: every field the example sets kept as written (nothing
+        // pruned), plus the schema's defaults.
+        let stored: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_kept(&object["spec"], &stored["spec"], &format!("examples/{file}: spec"));
+        if object["kind"] == "InferenceDeployment" {
+            assert!(stored["spec"]["disaggregation"]["onInvalid"].is_string(), "examples/{file}: no default applied");
+        }
+    }
+}
+
+fn assert_kept(written: &Value, stored: &Value, path: &str) {
+    match written {
+        Value::Object(fields) => {
+            for (name, value) in fields {
+                assert_kept(value, &stored[name], &format!("{path}.{name}"));
+            }
+        }
+        // The API server stores an integral float as an integer (10000.0 as 10000): same number.
+        Value::Number(number) => assert_eq!(Some(number.as_f64()), stored.as_number().map(|n| n.as_f64()), "{path}"),
+        _ => assert_eq!(written, stored, "{path} was changed or pruned"),
+    }
+}
+
+#[tokio::test]
+async fn every_validation_rule_and_enum_is_enforced_with_the_api_servers_message() {
+    let cluster = cluster_or_skip!();
+    cluster.install_crd();
+    let namespace = TestNamespace::create(&cluster, "crd-invalid");
+    let api = inference_deployments(cluster.client().await, &namespace.name);
+    let mut found = Vec::new();
+    constraints(&crd_schema(), "", &mut found);
+    let spec: Vec<&Constraint> = found
+        .iter()
+        .filter(|c| match c {
+            Constraint::Rule { path, .. } | Constraint::Enum { path, .. } => path.starts_with("spec."),
+        })
+        .collect();
+    assert!(spec.len() >= 15, "{found:?}");
+
+    for constraint in spec {
+        let mut object = base(&namespace.name);
+        match constraint {
+            Constraint::Rule { path, rule, message } => {
+                set(&mut object, path, breaking(rule, path));
+                let refused = refusal(&api, &object, &format!("a value breaking `{rule}` at {path}")).await;
+                assert!(refused.contains(&format!("{path}: Invalid value")), "{path}: {refused}");
+                assert!(refused.contains(message), "{path}: expected `{message}` in: {refused}");
+            }
+            Constraint::Enum { path, values } => {
+                set(&mut object, path, json!("Bogus"));
+                let refused = refusal(&api, &object, &format!("`Bogus` at {path}")).await;
+                let supported = values.iter().map(|v| format!("\"{v}\"")).collect::<Vec<_>>().join(", ");
+                let expected = format!("{path}: Unsupported value: \"Bogus\": supported values: {supported}");
+                assert!(refused.contains(&expected), "expected `{expected}` in: {refused}");
+            }
+        }
+    }
+
+    // Schema types and required fields are the API server's too.
+    let mut object = base(&namespace.name);
+    set(&mut object, "spec.decode.replicas", json!("two"));
+    let refused = refusal(&api, &object, "a string replica count").await;
+    assert!(
+        refused.contains(
+            "spec.decode.replicas: Invalid value: \"string\": spec.decode.replicas in body must be of type integer"
+        ),
+        "{refused}"
+    );
+    let mut object = base(&namespace.name);
+    object["spec"]["model"].as_object_mut().unwrap().remove("name");
+    let refused = refusal(&api, &object, "a model without a name").await;
+    assert!(refused.contains("spec.model.name: Required value"), "{refused}");
+}
+
+#[tokio::test]
+async fn printer_columns_scale_and_explain_work_through_kubectl() {
+    let cluster = cluster_or_skip!();
+    cluster.install_crd();
+    let namespace = TestNamespace::create(&cluster, "crd-kubectl");
+    let ns = namespace.name.as_str();
+    let (_, llama) = examples_in(ns).into_iter().find(|(file, _)| file == "llama-3.1-8b-full.yaml").unwrap();
+    cluster.kubectl_with_input(&["create", "-f", "-"], &serde_json::to_string(&llama).unwrap());
+    let name = llama["metadata"]["name"].as_str().unwrap();
+
+    let table = cluster.kubectl_ok(&["get", "infd", "-n", ns, "-o", "wide"]);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header, ["NAME", "MODEL", "LAYOUT", "BACKUP", "SETTINGS", "READY", "DESIRED", "AGE"], "{table}");
+    let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row[..2], [name, "meta-llama/Llama-3.1-8B-Instruct"], "{table}");
+    let narrow = cluster.kubectl_ok(&["get", "infd", "-n", ns]);
+    assert!(!narrow.contains("SETTINGS"), "Settings has priority 1, shown only with -o wide: {narrow}");
+    let by_category = cluster.kubectl_ok(&["get", "kvpilot", "-n", ns, "-o", "name"]);
+    assert_eq!(by_category.trim(), format!("inferencedeployment.kvpilot.dev/{name}"));
+
+    cluster.kubectl_ok(&["scale", "infd", name, "-n", ns, "--replicas=3"]);
+    let scaled = cluster.get_json(&["infd", name, "-n", ns]).unwrap();
+    assert_eq!(scaled["spec"]["decode"]["replicas"], 3);
+    let scale = cluster.kubectl_ok(&["get", "infd", name, "-n", ns, "--subresource=scale", "-o", "json"]);
+    let scale: Value = serde_json::from_str(&scale).unwrap();
+    assert_eq!((scale["kind"].as_str(), scale["spec"]["replicas"].as_i64()), (Some("Scale"), Some(3)), "{scale}");
+    let refused = cluster.kubectl(&["scale", "infd", name, "-n", ns, "--replicas=-1"]);
+    assert!(!refused.status.success());
+    assert!(text(&refused.stderr).contains("replicas"), "{}", text(&refused.stderr));
+
+    // The CRD's OpenAPI reaches the API server's /openapi/v3 a moment after Established.
+    let explained = wait_for_blocking("kubectl explain infd", Duration::from_secs(60), || {
+        let out = cluster.kubectl(&["explain", "infd.spec.disaggregation.onInvalid"]);
+        out.status.success().then(|| text(&out.stdout))
+    });
+    assert!(explained.contains("`Reject` (default) refuses invalid settings"), "{explained}");
+    let spec = cluster.kubectl_ok(&["explain", "infd.spec"]);
+    assert!(spec.contains("A decode fleet for one model served with SGLang-style"), "{spec}");
+}

@@ -1,0 +1,183 @@
+//! `kvpilot operator` as a host process against a real kube-apiserver, authenticated as the
+//! chart's ServiceAccount (a TokenRequest token), so every call goes through the chart's RBAC:
+//! the examples converge with no Forbidden, and the account can do nothing more than it needs.
+//! There is no kubelet: this test plays it by marking decode pods Ready through the status
+//! subresource as admin.
+
+mod common;
+
+use std::time::Duration;
+
+use common::cluster::{
+    Cluster, HelmRelease, KvpilotProcess, TestNamespace, examples_in, free_port, text, wait_for_blocking,
+};
+use serde_json::{Value, json};
+
+const CONVERGE: Duration = Duration::from_secs(90);
+
+fn condition(object: &Value, kind: &str) -> Option<Value> {
+    object["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == kind).cloned()
+}
+
+/// Marks every pod of `instance` Ready, as a kubelet would once its containers pass their probes.
+fn play_kubelet(cluster: &Cluster, namespace: &str, instance: &str) -> usize {
+    let pods = cluster.get_json(&["pods", "-n", namespace, "-l", &format!("app.kubernetes.io/instance={instance}")]);
+    let pods = pods.map(|p| p["items"].as_array().cloned().unwrap_or_default()).unwrap_or_default();
+    for pod in &pods {
+        let ready = condition(pod, "Ready").is_some_and(|c| c["status"] == "True");
+        if !ready {
+            let now = "2026-01-01T00:00:00Z";
+            let status = json!({"status": {"phase": "Running", "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": now},
+                {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+            ]}});
+            let name = pod["metadata"]["name"].as_str().unwrap();
+            let _ = cluster.kubectl(&[
+                "patch",
+                "pod",
+                name,
+                "-n",
+                namespace,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                &status.to_string(),
+            ]);
+        }
+    }
+    pods.len()
+}
+
+fn can_i(cluster: &Cluster, account: &str, args: &[&str]) -> bool {
+    let mut full = vec!["auth", "can-i", "--as", account];
+    full.extend_from_slice(args);
+    let out = cluster.kubectl(&full);
+    match text(&out.stdout).trim() {
+        "yes" => true,
+        "no" => false,
+        other => panic!("kubectl {full:?}: {other} {}", text(&out.stderr)),
+    }
+}
+
+#[test]
+fn the_examples_converge_through_the_charts_rbac_and_nothing_more_is_allowed() {
+    let cluster = cluster_or_skip!();
+    cluster.install_crd();
+    let operator_namespace = format!("kvp-op-{}", std::process::id());
+    // No webhook here (tests/cluster_admission.rs has it): a webhook configuration with
+    // failurePolicy Fail and no reachable server would refuse every InferenceDeployment.
+    let release = HelmRelease::install(
+        &cluster,
+        "rbac-kvpilot",
+        &operator_namespace,
+        &["--set", "webhook.enabled=false", "--set", "replicaCount=2"],
+    );
+    let account = release.fullname();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = cluster.service_account_kubeconfig(dir.path(), &operator_namespace, &account);
+    let workload = TestNamespace::create(&cluster, "kvp-examples");
+    let ns = workload.name.as_str();
+
+    // As the chart runs it (--namespace=all, leader election with replicaCount 2).
+    let (metrics, health) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    let mut operator = KvpilotProcess::start(
+        &kubeconfig,
+        &["operator", "--namespace=all", "--leader-elect", "--metrics-addr", &metrics, "--health-addr", &health],
+        &[("POD_NAMESPACE", &operator_namespace), ("POD_NAME", "host-replica")],
+    );
+    for (file, object) in examples_in(ns) {
+        let out = cluster.kubectl_with_input(&["create", "-f", "-"], &serde_json::to_string(&object).unwrap());
+        assert!(out.status.success(), "examples/{file}: {}", text(&out.stderr));
+    }
+    let lease = wait_for_blocking("the operator takes the Lease", CONVERGE, || {
+        operator.assert_running();
+        cluster.get_json(&["lease", "kvpilot-operator", "-n", &operator_namespace])
+    });
+    assert_eq!(lease["spec"]["holderIdentity"], "host-replica");
+
+    let deployments: Vec<Value> =
+        examples_in(ns).into_iter().map(|(_, o)| o).filter(|o| o["kind"] == "InferenceDeployment").collect();
+    for deployment in &deployments {
+        let name = deployment["metadata"]["name"].as_str().unwrap();
+        let rejected = name == "deepseek-v3";
+        let converged = wait_for_blocking(&format!("{name} converges"), CONVERGE, || {
+            operator.assert_running();
+            if !rejected {
+                play_kubelet(&cluster, ns, name);
+            }
+            let object = cluster.get_json(&["infd", name, "-n", ns])?;
+            let settings = condition(&object, "SettingsValid")?;
+            let done = if rejected {
+                settings["status"] == "False"
+            } else {
+                let replicas = object["spec"]["decode"]["replicas"].as_i64();
+                condition(&object, "ModelResolved").is_some_and(|c| c["status"] == "True")
+                    && settings["status"] == "True"
+                    && object["status"]["decode"]["readyReplicas"].as_i64() == replicas
+            };
+            done.then_some(object)
+        });
+        if rejected {
+            let settings = condition(&converged, "SettingsValid").unwrap();
+            assert!(settings["message"].as_str().unwrap().contains("R9"), "{settings}");
+            assert_eq!(play_kubelet(&cluster, ns, name), 0, "a rejected deployment gets no pods");
+        } else {
+            for object in [format!("configmap/{name}-runtime"), format!("service/{name}-decode")] {
+                assert!(cluster.get_json(&[&object, "-n", ns]).is_some(), "{object} missing");
+            }
+        }
+    }
+    let table = cluster.kubectl_ok(&["get", "infd", "-n", ns, "-o", "wide"]);
+    let llama: Vec<&str> = table.lines().find(|l| l.starts_with("llama-3-1-8b ")).unwrap().split_whitespace().collect();
+    assert_eq!(llama[1..7], ["meta-llama/Llama-3.1-8B-Instruct", "full", "host_pool", "Valid", "2", "2"], "{table}");
+    let logs = operator.logs();
+    assert!(!logs.contains("Forbidden") && !logs.contains("forbidden"), "the chart's RBAC refused a call:\n{logs}");
+
+    // The status the operator wrote passed the schema; each status enum is enforced on it too.
+    let llama = cluster.get_json(&["infd", "llama-3-1-8b", "-n", ns]).unwrap();
+    for (field, bogus) in [
+        ("layout", json!({"kvPool": "bogus"})),
+        ("layout", json!({"attention": "bogus"})),
+        ("effective", json!({"retractionBackup": "bogus"})),
+        ("effective", json!({"retractionBackupSource": "bogus"})),
+        ("effective", json!({"transferBackend": "bogus"})),
+    ] {
+        let mut status = llama["status"].clone();
+        json_patch::merge(&mut status[field], &bogus);
+        let patch = json!({"status": status}).to_string();
+        let out = cluster.kubectl(&[
+            "patch",
+            "infd",
+            "llama-3-1-8b",
+            "-n",
+            ns,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &patch,
+        ]);
+        let key = bogus.as_object().unwrap().keys().next().unwrap().clone();
+        assert!(
+            text(&out.stderr).contains(&format!("status.{field}.{key}: Unsupported value: \"bogus\"")),
+            "status.{field}.{key}=bogus: {}",
+            text(&out.stderr)
+        );
+    }
+
+    // Nothing more than it needs.
+    let sa = format!("system:serviceaccount:{operator_namespace}:{account}");
+    assert!(can_i(&cluster, &sa, &["patch", "inferencedeployments.kvpilot.dev", "--subresource=status", "-n", ns]));
+    assert!(can_i(&cluster, &sa, &["watch", "inferencedeployments.kvpilot.dev", "--all-namespaces"]));
+    for verb in ["update", "patch", "create", "delete"] {
+        assert!(!can_i(&cluster, &sa, &[verb, "inferencedeployments.kvpilot.dev", "-n", ns]), "{verb} spec");
+    }
+    assert!(!can_i(&cluster, &sa, &["list", "secrets", "--all-namespaces"]));
+    assert!(!can_i(&cluster, &sa, &["list", "secrets", "-n", ns]));
+    assert!(can_i(&cluster, &sa, &["get", "leases/kvpilot-operator", "-n", &operator_namespace]));
+    for verb in ["get", "create", "update", "patch", "delete"] {
+        assert!(!can_i(&cluster, &sa, &[verb, "leases", "-n", ns]), "{verb} leases elsewhere");
+        assert!(!can_i(&cluster, &sa, &[verb, "leases/kvpilot-operator", "-n", "kube-system"]), "{verb} kube-system");
+    }
+    assert!(!can_i(&cluster, &sa, &["update", "leases/other-lease", "-n", &operator_namespace]));
+    operator.stop();
+}

@@ -1,0 +1,355 @@
+//! Helpers for tests against the real control plane of `scripts/control-plane.sh`: its admin
+//! kubeconfig from `KVPILOT_CLUSTER_KUBECONFIG`, kubectl of the same release, a namespace per
+//! test, `kvpilot` host processes stopped on drop, and waiting with timeouts.
+//!
+//! `scripts/test.sh` always starts the control plane and sets the variable; a plain `cargo test`
+//! without it skips these tests with a message (see [`Cluster::from_env`]).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// The environment variable naming the admin kubeconfig of the control plane.
+pub const KUBECONFIG_ENV: &str = "KVPILOT_CLUSTER_KUBECONFIG";
+/// Set by `scripts/test.sh`: a missing cluster fails the cluster tests instead of skipping them.
+pub const REQUIRE_ENV: &str = "KVPILOT_REQUIRE_CLUSTER";
+/// Optional: the kubectl binary (default: the one `scripts/control-plane.sh` built).
+pub const KUBECTL_ENV: &str = "KVPILOT_CLUSTER_KUBECTL";
+
+pub fn repo(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// The control plane under test, reached as cluster admin.
+#[derive(Clone, Debug)]
+pub struct Cluster {
+    pub kubeconfig: PathBuf,
+    pub kubectl: PathBuf,
+}
+
+/// Returns the cluster, or returns from the test after saying it is skipped.
+#[macro_export]
+macro_rules! cluster_or_skip {
+    () => {
+        match $crate::common::cluster::Cluster::from_env() {
+            Some(cluster) => cluster,
+            None => return,
+        }
+    };
+}
+
+impl Cluster {
+    /// The cluster named by `KVPILOT_CLUSTER_KUBECONFIG`, or None (after printing that the test
+    /// is skipped) when it is unset.
+    pub fn from_env() -> Option<Cluster> {
+        let Some(kubeconfig) = std::env::var_os(KUBECONFIG_ENV) else {
+            assert!(
+                std::env::var_os(REQUIRE_ENV).is_none(),
+                "{REQUIRE_ENV} is set but {KUBECONFIG_ENV} is not: the cluster tests would be skipped"
+            );
+            eprintln!(
+                "skipped: {KUBECONFIG_ENV} is not set; `bash scripts/test.sh` starts a control plane and sets it \
+                 (or run `scripts/control-plane.sh up` and export {KUBECONFIG_ENV}=target/control-plane/kubeconfig)"
+            );
+            return None;
+        };
+        let kubeconfig = PathBuf::from(kubeconfig);
+        assert!(kubeconfig.exists(), "{KUBECONFIG_ENV}={} does not exist", kubeconfig.display());
+        let kubectl = std::env::var_os(KUBECTL_ENV)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| repo("target/control-plane/bin/kubectl"));
+        assert!(kubectl.exists(), "kubectl is missing at {}: run `scripts/control-plane.sh build`", kubectl.display());
+        Some(Cluster { kubeconfig, kubectl })
+    }
+
+    /// A client authenticated as cluster admin.
+    pub async fn client(&self) -> kube::Client {
+        client_for(&self.kubeconfig).await
+    }
+
+    /// Runs kubectl as admin; returns its output whatever the exit status.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_as(&self.kubeconfig, args, None)
+    }
+
+    /// Runs kubectl with `input` on stdin.
+    pub fn kubectl_with_input(&self, args: &[&str], input: &str) -> Output {
+        self.kubectl_as(&self.kubeconfig, args, Some(input))
+    }
+
+    /// Runs kubectl with another kubeconfig (a ServiceAccount's, for example).
+    pub fn kubectl_as(&self, kubeconfig: &Path, args: &[&str], input: Option<&str>) -> Output {
+        let mut child = Command::new(&self.kubectl)
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .current_dir(repo(""))
+            .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start kubectl");
+        if let Some(input) = input {
+            child.stdin.take().unwrap().write_all(input.as_bytes()).expect("write kubectl stdin");
+        }
+        child.wait_with_output().expect("run kubectl")
+    }
+
+    /// Runs kubectl as admin and returns its stdout; panics with stderr when it fails.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        succeeded(&format!("kubectl {}", args.join(" ")), self.kubectl(args))
+    }
+
+    /// `kubectl get -o json` of one object, or None when it does not exist.
+    pub fn get_json(&self, args: &[&str]) -> Option<Value> {
+        let mut full = vec!["get", "-o", "json"];
+        full.extend_from_slice(args);
+        let out = self.kubectl(&full);
+        if !out.status.success() {
+            let stderr = text(&out.stderr);
+            assert!(stderr.contains("NotFound") || stderr.contains("not found"), "kubectl {full:?}: {stderr}");
+            return None;
+        }
+        Some(serde_json::from_slice(&out.stdout).expect("kubectl -o json"))
+    }
+
+    /// Installs the CRD with server-side apply (idempotent, so tests may race to do it) and
+    /// waits until it is Established.
+    pub fn install_crd(&self) {
+        self.kubectl_ok(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=kvpilot-tests",
+            "-f",
+            "crds/",
+        ]);
+        self.kubectl_ok(&[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/inferencedeployments.kvpilot.dev",
+        ]);
+    }
+
+    /// A kubeconfig (written into `dir`) that authenticates with a fresh token of the
+    /// ServiceAccount `namespace/name` from the TokenRequest API.
+    pub fn service_account_kubeconfig(&self, dir: &Path, namespace: &str, name: &str) -> PathBuf {
+        let token = self.kubectl_ok(&["create", "token", name, "-n", namespace, "--duration=2h"]);
+        let admin: Value = serde_norway::from_str(&std::fs::read_to_string(&self.kubeconfig).unwrap()).unwrap();
+        let cluster = &admin["clusters"][0]["cluster"];
+        let config = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "test", "cluster": cluster}],
+            "users": [{"name": name, "user": {"token": token.trim()}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": name, "namespace": namespace}}],
+            "current-context": "test",
+        });
+        let path = dir.join(format!("{namespace}-{name}.kubeconfig"));
+        std::fs::write(&path, serde_json::to_string(&config).unwrap()).unwrap();
+        path
+    }
+}
+
+/// A client for any kubeconfig file.
+pub async fn client_for(kubeconfig: &Path) -> kube::Client {
+    let config = kube::config::Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
+    let options = kube::config::KubeConfigOptions::default();
+    let config = kube::Config::from_custom_kubeconfig(config, &options).await.expect("kubeconfig");
+    kube::Client::try_from(config).expect("client")
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The stdout of a command that must have succeeded.
+pub fn succeeded(what: &str, out: Output) -> String {
+    assert!(out.status.success(), "{what} failed ({}):\n{}\n{}", out.status, text(&out.stderr), text(&out.stdout));
+    text(&out.stdout)
+}
+
+/// Every document of a YAML file, parsed.
+pub fn yaml_documents(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_norway::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).unwrap())
+        .filter(|d| !d.is_null())
+        .collect()
+}
+
+/// The examples, each moved into `namespace` (they name `default` or `models`), by file name.
+pub fn examples_in(namespace: &str) -> Vec<(String, Value)> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo("examples"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .flat_map(|path| {
+            let file = path.file_name().unwrap().to_string_lossy().into_owned();
+            yaml_documents(&path).into_iter().map(move |mut object| {
+                object["metadata"]["namespace"] = Value::from(namespace);
+                (file.clone(), object)
+            })
+        })
+        .collect()
+}
+
+/// A namespace of its own for one test, deleted (without waiting) when dropped.
+pub struct TestNamespace {
+    pub name: String,
+    cluster: Cluster,
+}
+
+impl TestNamespace {
+    /// Creates `<prefix>-<pid>-<n>`: unique across parallel tests and test binaries.
+    pub fn create(cluster: &Cluster, prefix: &str) -> TestNamespace {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let name = format!("{prefix}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+        cluster.kubectl_ok(&["create", "namespace", &name]);
+        TestNamespace { name, cluster: cluster.clone() }
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        let _ = self.cluster.kubectl(&["delete", "namespace", &self.name, "--wait=false", "--ignore-not-found"]);
+    }
+}
+
+/// A `kvpilot` subcommand running as a host process, killed when dropped (also when the test
+/// fails). Its stderr goes to a file, shown by [`KvpilotProcess::logs`].
+pub struct KvpilotProcess {
+    child: Child,
+    log: tempfile::NamedTempFile,
+}
+
+impl KvpilotProcess {
+    /// Starts `kvpilot <args>` with `KUBECONFIG=kubeconfig` and extra environment.
+    pub fn start(kubeconfig: &Path, args: &[&str], env: &[(&str, &str)]) -> KvpilotProcess {
+        let log = tempfile::NamedTempFile::new().unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_kvpilot"))
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "warn,kvpilot=info")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log.reopen().unwrap())
+            .spawn()
+            .expect("start kvpilot");
+        KvpilotProcess { child, log }
+    }
+
+    /// What it logged so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(self.log.path()).unwrap_or_default()
+    }
+
+    /// Panics (with its log) if it exited.
+    pub fn assert_running(&mut self) {
+        if let Some(status) = self.child.try_wait().unwrap() {
+            panic!("kvpilot exited ({status}):\n{}", self.logs());
+        }
+    }
+
+    /// Stops it (SIGKILL) and waits for it.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for KvpilotProcess {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A free loopback port (bound and released: good enough for a test's own listener).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Polls `check` every 200 ms until it returns Some; panics naming `what` after `timeout`.
+pub async fn wait_for<T>(what: &str, timeout: Duration, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(start.elapsed() < timeout, "{what} did not happen within {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// [`wait_for`] for blocking checks (kubectl).
+pub fn wait_for_blocking<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(start.elapsed() < timeout, "{what} did not happen within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The pinned helm binary of `scripts/install-test-tools.sh`.
+pub fn helm_binary() -> PathBuf {
+    let dir = std::env::var_os("KVPILOT_TOOLS")
+        .map(|d| PathBuf::from(d).join("bin"))
+        .unwrap_or_else(|| repo("target/test-tools/bin"));
+    let helm = dir.join("helm");
+    assert!(helm.exists(), "{} is missing: run `bash scripts/install-test-tools.sh`", helm.display());
+    helm
+}
+
+impl Cluster {
+    /// Runs helm against the cluster as admin; returns its output whatever the exit status.
+    pub fn helm(&self, args: &[&str]) -> Output {
+        Command::new(helm_binary())
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .current_dir(repo(""))
+            .output()
+            .expect("run helm")
+    }
+}
+
+/// A Helm release of charts/kvpilot, uninstalled when dropped (also when the test fails).
+pub struct HelmRelease {
+    pub name: String,
+    pub namespace: String,
+    cluster: Cluster,
+}
+
+impl HelmRelease {
+    /// `helm install NAME charts/kvpilot -n NAMESPACE --create-namespace ARGS...`, which must succeed.
+    pub fn install(cluster: &Cluster, name: &str, namespace: &str, args: &[&str]) -> HelmRelease {
+        let mut full = vec!["install", name, "charts/kvpilot", "--namespace", namespace, "--create-namespace"];
+        full.extend_from_slice(args);
+        succeeded(&format!("helm {}", full.join(" ")), cluster.helm(&full));
+        HelmRelease { name: name.to_string(), namespace: namespace.to_string(), cluster: cluster.clone() }
+    }
+
+    /// The release's full name (`kvpilot.fullname`): the release name when it contains "kvpilot".
+    pub fn fullname(&self) -> String {
+        if self.name.contains("kvpilot") { self.name.clone() } else { format!("{}-kvpilot", self.name) }
+    }
+}
+
+impl Drop for HelmRelease {
+    fn drop(&mut self) {
+        let _ = self.cluster.helm(&["uninstall", &self.name, "--namespace", &self.namespace, "--wait=false"]);
+        let _ = self.cluster.kubectl(&["delete", "namespace", &self.namespace, "--wait=false", "--ignore-not-found"]);
+    }
+}

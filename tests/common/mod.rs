@@ -1,0 +1,4 @@
+//! Shared by several integration-test crates, each of which uses only part of it.
+#![allow(dead_code)]
+
+pub mod cluster;
