@@ -3,8 +3,8 @@
 //! operator's watches come back to `410 Gone` and must list again. After each the fleet
 //! converges with no lost pod, no duplicate ordinal, no orphan and no repeated event.
 //!
-//! These restart the shared kube-apiserver (`scripts/control-plane.sh restart-apiserver`), so
-//! they run one at a time, in their own test binary (cargo runs test binaries one after another).
+//! This restarts the shared kube-apiserver (`scripts/control-plane.sh restart-apiserver`), so it
+//! has a test binary of its own (cargo runs test binaries one after another).
 
 mod common;
 mod fleet;
@@ -23,9 +23,6 @@ use kubelet::Timing;
 /// A restarted kube-apiserver can leave watch requests unanswered; the operator's read timeout
 /// (30 s) and the watches' backoff bring them back, so convergence takes longer than usual.
 const AFTER_RESTART: Duration = Duration::from_secs(240);
-
-/// One fault at a time: both restart the API server every other test talks to.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The state directory of the running control plane (certificates, `env` with its ports).
 fn state_dir(cluster: &Cluster) -> PathBuf {
@@ -89,60 +86,48 @@ fn operator_logging_watches(fleet: &Fleet) -> fleet::Operator {
     fleet.operator(&[], &[("RUST_LOG", "warn,kvpilot=info,kube_runtime::watcher=debug")])
 }
 
+/// Both faults in one restart (each restart costs the suite about a minute and a half): one
+/// resource is in the middle of a rollout when kube-apiserver goes, and etcd was compacted past
+/// every resourceVersion the operator holds, so its watches come back to 410 Gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_api_server_restarted_mid_rollout_loses_nothing() {
+async fn the_api_server_restarted_over_a_compacted_etcd_mid_rollout_loses_nothing() {
     let cluster = cluster_or_skip!();
-    let _turn = ONE_AT_A_TIME.lock().await;
     let slow = Timing::new(Duration::from_millis(700), Duration::from_millis(500));
     let fleet = Fleet::new(&cluster, "ctl-apiserver", slow).await;
     let mut operator = operator_logging_watches(&fleet);
-    let name = fleet.create(&fleet.example("llama-3.1-8b-full.yaml", |o| {
+    let rolling = fleet.create(&fleet.example("llama-3.1-8b-full.yaml", |o| {
         o["spec"]["decode"]["replicas"] = json!(4);
     }));
-    fleet.converged(&name, 4).await;
-    fleet.patch_spec(&name, json!({"decode": {"pageSize": 32}})).await;
+    let scaled = fleet.create(&fleet.example("gemma-3-1b-sliding-full-pool.yaml", |o| {
+        o["spec"]["decode"]["replicas"] = json!(2);
+    }));
+    fleet.converged(&rolling, 4).await;
+    fleet.converged(&scaled, 2).await;
+
+    fleet.patch_spec(&rolling, json!({"decode": {"pageSize": 32}})).await;
     until("the rollout started", async || {
-        let pods = fleet.pods_of(&name).await;
+        let pods = fleet.pods_of(&rolling).await;
         (pods.iter().map(|p| label(p, "kvpilot.dev/revision")).collect::<std::collections::BTreeSet<_>>().len() > 1)
             .then_some(())
     })
     .await;
-    restart_apiserver(&cluster).await;
-    fleet.converged_within(&name, 4, AFTER_RESTART).await;
-    operator.process.assert_running();
-    // Calls refused while the API server was away are retried (counted as failures); none
-    // may be a conflict or an invalid write.
-    let (_, failures) = operator.failures().await;
-    assert!(!failures.contains("conflict") && !failures.contains("invalid"), "{failures}");
-    fleet.assert_no_repeated_events().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn watches_that_come_back_to_a_compacted_etcd_list_again_and_converge() {
-    let cluster = cluster_or_skip!();
-    let _turn = ONE_AT_A_TIME.lock().await;
-    let fleet =
-        Fleet::new(&cluster, "ctl-compaction", Timing::new(Duration::from_millis(200), Duration::from_millis(300)))
-            .await;
-    let mut operator = operator_logging_watches(&fleet);
-    let name = fleet.create(&fleet.example("gemma-3-1b-sliding-full-pool.yaml", |o| {
-        o["spec"]["decode"]["replicas"] = json!(2);
-    }));
-    fleet.converged(&name, 2).await;
-
-    // Writes the operator does not watch move etcd past every resourceVersion it holds; the
-    // compaction then removes that history, and the restart makes every watch reconnect.
+    // Writes the operator does not watch move etcd past the resourceVersions its quiet watches
+    // hold; the compaction then removes that history.
     let elsewhere = common::cluster::TestNamespace::create(&cluster, "ctl-compaction-noise");
     for i in 0..20 {
         cluster.kubectl_ok(&["create", "configmap", &format!("noise-{i}"), "-n", &elsewhere.name]);
     }
     compact_etcd(&cluster).await;
     restart_apiserver(&cluster).await;
-    fleet.patch_spec(&name, json!({"decode": {"replicas": 3, "pageSize": 32}})).await;
-    fleet.converged_within(&name, 3, AFTER_RESTART).await;
+    // A change made while the watches are still away must arrive through the relist.
+    fleet.patch_spec(&scaled, json!({"decode": {"replicas": 3, "pageSize": 32}})).await;
+    fleet.converged_within(&rolling, 4, AFTER_RESTART).await;
+    fleet.converged_within(&scaled, 3, AFTER_RESTART).await;
 
     let logs = operator.process.logs();
     assert!(logs.contains("code: 410"), "no watch was told 410 Gone:\n{logs}");
+    // Calls refused while the API server was away are retried (and counted as failures); none
+    // may be a conflict or an invalid write.
     let (_, failures) = operator.failures().await;
     assert!(!failures.contains("conflict") && !failures.contains("invalid"), "{failures}");
     fleet.assert_no_repeated_events().await;

@@ -168,12 +168,14 @@ pub async fn run(
 ) {
     let client = context.client.clone();
     let (deployments, deployments_writer) = reflector::store::<InferenceDeployment>();
-    let deployment_stream =
-        watcher(api::<InferenceDeployment>(&client, &scope), watcher::Config::default().any_semantic())
-            .default_backoff()
-            .modify(|d| d.metadata.managed_fields = None)
-            .reflect(deployments_writer)
-            .applied_objects();
+    // Lists are consistent reads, not `any_semantic`: after a kube-apiserver restart over a
+    // compacted etcd, a list served from its watch cache carried a resourceVersion older than
+    // the compaction, and the watch resumed from it got 410 Gone again, for ever.
+    let deployment_stream = watcher(api::<InferenceDeployment>(&client, &scope), watcher::Config::default())
+        .default_backoff()
+        .modify(|d| d.metadata.managed_fields = None)
+        .reflect(deployments_writer)
+        .applied_objects();
     let (pods, pods_writer) = reflector::store::<Pod>();
     let pod_stream = watcher(
         api::<Pod>(&client, &scope),
