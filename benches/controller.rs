@@ -52,7 +52,8 @@ struct Run {
     elapsed: Duration,
     peak_kib: u64,
     reconciles: f64,
-    /// Requests the operator made, by verb (LIST, WATCH, GET, PATCH, DELETE, POST).
+    /// Requests the operator made, by verb (kube-apiserver's: LIST, WATCH, GET, APPLY for
+    /// server-side apply, PATCH, DELETE, POST).
     requests: BTreeMap<String, f64>,
 }
 
@@ -69,7 +70,7 @@ impl Run {
         println!("  {:<50} {:>12}", "operator peak RSS (VmHWM)", format!("{:.1} MiB", self.peak_kib as f64 / 1024.0));
         println!("  {:<50} {:>12}", "reconciles", format!("{:.0}", self.reconciles));
         println!("  {:<50} {:>12}", "API requests per reconcile", format!("{:.2}", total / self.reconciles.max(1.0)));
-        for verb in ["LIST", "WATCH", "GET", "PATCH", "DELETE", "POST"] {
+        for verb in self.requests.keys() {
             println!("  {:<50} {:>12}", format!("  {verb} per reconcile"), format!("{:.3}", per(verb)));
         }
     }

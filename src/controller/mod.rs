@@ -140,8 +140,14 @@ struct Reconciler {
 /// thousands of pods the specs and managedFields would dominate the operator's memory.
 fn trim_pod(pod: &mut Pod) {
     let ready = is_ready(pod);
+    let read = [desired::LABEL_INSTANCE, LABEL_ORDINAL, LABEL_REVISION];
+    if let Some(labels) = pod.metadata.labels.as_mut() {
+        labels.retain(|key, _| read.contains(&key.as_str()));
+    }
     pod.metadata.managed_fields = None;
     pod.metadata.annotations = None;
+    pod.metadata.generate_name = None;
+    pod.metadata.creation_timestamp = None;
     pod.spec = None;
     pod.status = ready.then(|| PodStatus {
         conditions: Some(vec![PodCondition {
@@ -565,7 +571,7 @@ mod tests {
         let mut pod: Pod = serde_json::from_value(json!({
             "metadata": {
                 "name": "llama-decode-0", "namespace": "serving", "uid": "u1",
-                "labels": {LABEL_ORDINAL: "0", LABEL_REVISION: "abc"},
+                "labels": {LABEL_ORDINAL: "0", LABEL_REVISION: "abc", "team": "a"},
                 "annotations": {"big": "x"},
                 "deletionTimestamp": "2026-01-01T00:00:00Z",
                 "ownerReferences": [{"apiVersion": "kvpilot.dev/v1alpha1", "kind": "InferenceDeployment", "name": "llama", "uid": "o1", "controller": true}],
@@ -582,6 +588,7 @@ mod tests {
         assert!(is_ready(&pod) && pod.metadata.deletion_timestamp.is_some());
         assert_eq!(pod.metadata.owner_references.as_ref().map(Vec::len), Some(1));
         assert_eq!(pod.metadata.labels.as_ref().map(|l| l[LABEL_REVISION].as_str()), Some("abc"));
+        assert!(pod.metadata.labels.as_ref().is_some_and(|l| !l.contains_key("team")), "labels nobody reads go");
 
         let mut unready: Pod = serde_json::from_value(json!({
             "metadata": {"name": "p"}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}

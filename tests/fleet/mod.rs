@@ -57,6 +57,17 @@ impl Operator {
     }
 }
 
+impl Drop for Fleet {
+    /// Leaves nothing behind for later tests (an operator watching every namespace would pick
+    /// it up): the resources go, then their pods at once, because with the kubelet gone a bound
+    /// pod would stay Terminating for ever and hold its namespace with it.
+    fn drop(&mut self) {
+        let ns = self.namespace.name.clone();
+        let _ = self.cluster.kubectl(&["delete", "infd", "--all", "-n", &ns, "--wait=false"]);
+        let _ = self.cluster.kubectl(&["delete", "pods", "--all", "-n", &ns, "--grace-period=0", "--force"]);
+    }
+}
+
 impl Drop for Operator {
     /// A failing test shows what the operator logged.
     fn drop(&mut self) {
