@@ -21,7 +21,7 @@ STATE="${KVPILOT_CONTROL_PLANE_DIR:-$BASE/run}"
 # The release the Go module pins; stamped into the binaries as `kubectl version` and /version report it.
 KUBE_VERSION=v1.37.2
 BINARIES=(etcd kube-apiserver kube-controller-manager kubectl)
-SERVICE_CIDR=10.0.0.0/24
+SERVICE_CIDR=10.0.0.0/16
 
 log() { echo "control-plane: $*" >&2; }
 die() { log "$*"; exit 1; }
@@ -197,8 +197,9 @@ API_PORT=$API_PORT
 CONTROLLER_MANAGER_PORT=$CONTROLLER_MANAGER_PORT
 KUBECONFIG=$STATE/kubeconfig
 EOF
-    # From here on a failure stops what was started.
-    trap 'log "start-up failed; stopping what was started"; down' ERR
+    # From here on a failure (or an interrupt) stops what was started.
+    trap 'log "start-up failed; stopping what was started"; down' EXIT
+    trap 'exit 130' INT TERM
     pki
     kubeconfig "$STATE/kubeconfig" admin
     kubeconfig "$STATE/controller-manager.kubeconfig" controller-manager
@@ -228,7 +229,7 @@ EOF
     # Namespaces get their "default" ServiceAccount from the controller manager: wait for it once.
     wait_until "the default ServiceAccount" 60 kube-controller-manager \
         admin_curl /api/v1/namespaces/default/serviceaccounts/default
-    trap - ERR
+    trap - EXIT INT TERM
 
     if [ "$STATE" = "$BASE/run" ]; then ln -sfn run/kubeconfig "$BASE/kubeconfig"; fi
     log "up: Kubernetes $KUBE_VERSION at https://127.0.0.1:$API_PORT"
@@ -236,7 +237,7 @@ EOF
 }
 
 down() {
-    trap - ERR
+    trap - EXIT
     [ -d "$STATE" ] || return 0
     for process in kube-controller-manager kube-apiserver etcd; do stop "$process"; done
     rm -rf "$STATE"

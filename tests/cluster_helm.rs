@@ -96,6 +96,19 @@ fn the_chart_installs_upgrades_and_uninstalls_with_every_values_file() {
                 object["metadata"]["name"]
             );
         }
+        // Namespace-scoped: the operator's account reads InferenceDeployments in the watched
+        // namespace only (a Role there, not a ClusterRole).
+        if args.iter().any(|a| a.starts_with("watchNamespace=")) {
+            let account = format!("system:serviceaccount:{namespace}:{}", release.fullname());
+            let can_i = |args: &[&str]| {
+                let mut full = vec!["auth", "can-i", "--as", &account];
+                full.extend_from_slice(args);
+                cluster.kubectl(&full).stdout.starts_with(b"yes")
+            };
+            assert!(can_i(&["watch", "inferencedeployments.kvpilot.dev", "-n", &watched.name]), "{case}");
+            assert!(!can_i(&["watch", "inferencedeployments.kvpilot.dev", "--all-namespaces"]), "{case}");
+            assert!(!can_i(&["create", "pods", "-n", "default"]), "{case}");
+        }
         // The controller manager runs the Deployment: a ReplicaSet and (unscheduled) pods.
         let deployment = format!("deployment/{}", release.fullname());
         wait_for_blocking(&format!("{case}: the Deployment's ReplicaSet"), Duration::from_secs(60), || {

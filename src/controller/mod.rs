@@ -6,12 +6,13 @@ pub mod desired;
 pub mod metrics;
 pub mod rollout;
 pub mod status;
+pub mod watch_backoff;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition, PodStatus, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
@@ -166,8 +167,34 @@ fn is_ready(pod: &Pod) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// Runs the controller until `shutdown` completes.
+/// How long reconciles in flight may finish after `shutdown` before [`run`] returns anyway.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Runs the controller until `shutdown` completes and the reconciles in flight finish, or
+/// [`SHUTDOWN_GRACE`] after it. The bound matters: kube-runtime's graceful shutdown waits for
+/// the first list of InferenceDeployments, so an operator whose list never succeeds (RBAC
+/// refuses it, the CRD is not installed) ignored SIGTERM until killed (seen against a real
+/// kube-apiserver).
 pub async fn run(
+    context: Arc<Context>,
+    scope: Scope,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let shutdown = shutdown.shared();
+    let deadline = {
+        let shutdown = shutdown.clone();
+        async move {
+            shutdown.await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        }
+    };
+    tokio::select! {
+        () = reconcile_until(context, scope, shutdown) => {}
+        () = deadline => tracing::warn!(grace = ?SHUTDOWN_GRACE, "the controller did not stop in time; stopping anyway"),
+    }
+}
+
+async fn reconcile_until(
     context: Arc<Context>,
     scope: Scope,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
@@ -178,7 +205,6 @@ pub async fn run(
     // compacted etcd, a list served from its watch cache carried a resourceVersion older than
     // the compaction, and the watch resumed from it got 410 Gone again, for ever.
     let deployment_stream = watcher(api::<InferenceDeployment>(&client, &scope), watcher::Config::default())
-        .default_backoff()
         .modify(|d| d.metadata.managed_fields = None)
         .reflect(deployments_writer)
         .applied_objects();
@@ -187,20 +213,19 @@ pub async fn run(
         api::<Pod>(&client, &scope),
         watcher::Config::default().labels(&format!("{}={}", desired::LABEL_NAME, desired::DECODE_APP)),
     )
-    .default_backoff()
     .modify(trim_pod)
     .reflect(pods_writer)
     .touched_objects();
     let managed = || watcher::Config::default().labels("app.kubernetes.io/managed-by=kvpilot");
-    let config_maps = watcher(api::<PartialObjectMeta<ConfigMap>>(&client, &scope), managed()).default_backoff();
-    let services = watcher(api::<PartialObjectMeta<Service>>(&client, &scope), managed()).default_backoff();
-    let sources = watcher(api::<PartialObjectMeta<ConfigMap>>(&client, &scope), watcher::Config::default())
-        .default_backoff()
-        .touched_objects();
+    let config_maps = watcher(api::<PartialObjectMeta<ConfigMap>>(&client, &scope), managed());
+    let services = watcher(api::<PartialObjectMeta<Service>>(&client, &scope), managed());
+    let sources =
+        watcher(api::<PartialObjectMeta<ConfigMap>>(&client, &scope), watcher::Config::default()).touched_objects();
     let users = deployments.clone();
     let reconciler = Arc::new(Reconciler { context: Arc::clone(&context), pods });
     Controller::for_stream(deployment_stream, deployments)
         .with_config(kube::runtime::controller::Config::default().concurrency(context.max_concurrent_reconciles))
+        .trigger_backoff(watch_backoff::WatchBackoff::default())
         .owns_stream(pod_stream)
         .owns_stream(config_maps.touched_objects())
         .owns_stream(services.touched_objects())

@@ -67,6 +67,22 @@ impl Cluster {
         Some(Cluster { kubeconfig, kubectl })
     }
 
+    /// Stops and starts kube-apiserver alone (`scripts/control-plane.sh restart-apiserver`);
+    /// etcd keeps the data, the address stays the same. Only for a test binary of its own: it
+    /// interrupts every test using the control plane meanwhile.
+    pub fn restart_apiserver(&self) {
+        // The kubeconfig lives in the run's state directory (target/control-plane/kubeconfig is
+        // a link to run/kubeconfig).
+        let state = std::fs::canonicalize(&self.kubeconfig).unwrap().parent().unwrap().to_path_buf();
+        let out = Command::new("bash")
+            .arg(repo("scripts/control-plane.sh"))
+            .arg("restart-apiserver")
+            .env("KVPILOT_CONTROL_PLANE_DIR", &state)
+            .output()
+            .expect("run scripts/control-plane.sh");
+        succeeded("scripts/control-plane.sh restart-apiserver", out);
+    }
+
     /// A client authenticated as cluster admin.
     pub async fn client(&self) -> kube::Client {
         client_for(&self.kubeconfig).await
@@ -258,6 +274,21 @@ impl KvpilotProcess {
     pub fn assert_running(&mut self) {
         if let Some(status) = self.child.try_wait().unwrap() {
             panic!("kvpilot exited ({status}):\n{}", self.logs());
+        }
+    }
+
+    /// Sends SIGTERM and waits up to `timeout` for it to exit; panics (with its log) if it does not.
+    pub fn terminate(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().expect("run kill");
+        assert!(sent.success(), "kill -TERM {pid} failed");
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(start.elapsed() < timeout, "kvpilot ignored SIGTERM for {timeout:?}:\n{}", self.logs());
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 
