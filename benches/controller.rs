@@ -6,19 +6,114 @@
 //! status) with no reconciling.
 //!
 //! `BENCH_DEPLOYMENTS` (default 1000) and `BENCH_REPLICAS` (default 4) change the size.
+//!
+//! With `KVPILOT_BENCH_KUBECONFIG` naming the admin kubeconfig of a real control plane
+//! (`scripts/control-plane.sh up`), the same run also reconciles the same fleet against
+//! kube-apiserver + etcd, with the test kubelet (`tests/kubelet`) marking pods ready, in a
+//! namespace of its own (deleted at the end). Both modes report the API requests per
+//! reconcile the operator made: from kube-apiserver's `apiserver_request_total` (scraped
+//! before and after, the bench's own and the kubelet's requests taken out) and from the
+//! in-process server's request log; reconciles from the operator's own metrics.
 
-use std::process::{Command, Stdio};
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
-use kube::api::{Api, PostParams};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kvpilot::api::InferenceDeployment;
 use kvpilot::apiserver::{ApiServer, kubelet};
 use serde_json::{Value, json};
 
 fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+#[path = "../tests/kubelet/mod.rs"]
+mod real_kubelet;
+
+/// The operator's own counters, from its `/metrics`.
+async fn operator_counter(metrics_addr: &str, name: &str) -> f64 {
+    let Ok(response) = reqwest::get(format!("http://{metrics_addr}/metrics")).await else { return 0.0 };
+    let text = response.text().await.unwrap_or_default();
+    text.lines().filter(|l| l.starts_with(name)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
+fn free_addr() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    format!("127.0.0.1:{port}")
+}
+
+/// What one operator run measured.
+struct Run {
+    elapsed: Duration,
+    peak_kib: u64,
+    reconciles: f64,
+    /// Requests the operator made, by verb (kube-apiserver's: LIST, WATCH, GET, APPLY for
+    /// server-side apply, PATCH, DELETE, POST).
+    requests: BTreeMap<String, f64>,
+}
+
+impl Run {
+    fn print(&self, mode: &str, deployments: usize, replicas: usize) {
+        let per = |verb: &str| self.requests.get(verb).copied().unwrap_or(0.0) / self.reconciles.max(1.0);
+        let total: f64 = self.requests.values().sum();
+        println!("{mode}: {deployments} InferenceDeployments × {replicas} replicas, operator in its own process");
+        println!(
+            "  {:<50} {:>12}",
+            "all Ready (operator start → last Ready)",
+            format!("{:.2} s", self.elapsed.as_secs_f64())
+        );
+        println!("  {:<50} {:>12}", "operator peak RSS (VmHWM)", format!("{:.1} MiB", self.peak_kib as f64 / 1024.0));
+        println!("  {:<50} {:>12}", "reconciles", format!("{:.0}", self.reconciles));
+        println!("  {:<50} {:>12}", "API requests per reconcile", format!("{:.2}", total / self.reconciles.max(1.0)));
+        for verb in self.requests.keys() {
+            println!("  {:<50} {:>12}", format!("  {verb} per reconcile"), format!("{:.3}", per(verb)));
+        }
+    }
+}
+
+/// Starts the operator, waits until `ready()` reaches `deployments`, and measures.
+async fn run_operator<F, Fut>(
+    kubeconfig: &std::path::Path,
+    deployments: usize,
+    ready: F,
+) -> (Duration, u64, Child, String)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = usize>,
+{
+    let metrics = free_addr();
+    let start = Instant::now();
+    let mut operator = Command::new(env!("CARGO_BIN_EXE_kvpilot"))
+        .args(["operator", "--metrics-addr", &metrics, "--health-addr", "127.0.0.1:0", "--namespace", "all"])
+        .env("KUBECONFIG", kubeconfig)
+        .env("RUST_LOG", std::env::var("OPERATOR_LOG").unwrap_or_else(|_| "error".into()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start kvpilot operator");
+    let pid = operator.id();
+    let mut peak = 0;
+    let deadline = Duration::from_secs(300);
+    loop {
+        let count = ready().await;
+        peak = peak.max(peak_rss_kib(pid).unwrap_or(0));
+        if count >= deployments {
+            break;
+        }
+        if start.elapsed() > deadline {
+            let _ = operator.kill();
+            panic!("{count} of {deployments} resources were Ready after {deadline:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let elapsed = start.elapsed();
+    peak = peak.max(peak_rss_kib(pid).unwrap_or(0));
+    (elapsed, peak, operator, metrics)
 }
 
 fn resource(index: usize, replicas: usize) -> InferenceDeployment {
@@ -92,58 +187,164 @@ async fn baseline(deployments: usize, replicas: usize) -> Duration {
     start.elapsed()
 }
 
+/// The operator's requests to the in-process server by verb: collection GETs are lists and
+/// watches (the log keeps paths, not queries), the kubelet's pod status writes are left out.
+fn in_process_requests(server: &ApiServer, before: &[(String, u64)]) -> BTreeMap<String, f64> {
+    let before: BTreeMap<&str, u64> = before.iter().map(|(k, n)| (k.as_str(), *n)).collect();
+    let mut by_verb = BTreeMap::new();
+    for (key, count) in server.request_log() {
+        let count = count - before.get(key.as_str()).copied().unwrap_or(0);
+        let Some((method, path)) = key.split_once(' ') else { continue };
+        if method == "PATCH" && path.contains("/pods/") && path.ends_with("/status") {
+            continue;
+        }
+        let plural_last = path.rsplit('/').next().is_some_and(|last| {
+            ["pods", "configmaps", "services", "inferencedeployments", "events", "leases"].contains(&last)
+        });
+        let verb = match method {
+            "GET" if plural_last => "LIST+WATCH",
+            other => other,
+        };
+        *by_verb.entry(verb.to_string()).or_insert(0.0) += count as f64;
+    }
+    by_verb
+}
+
+/// `apiserver_request_total` summed by verb over the resources the operator touches.
+async fn apiserver_requests(client: &kube::Client) -> BTreeMap<(String, String, String), f64> {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(request).await.expect("scrape kube-apiserver /metrics");
+    let mut totals = BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+        let label = |name: &str| {
+            let start = line.find(&format!("{name}=\""))? + name.len() + 2;
+            Some(line[start..].split('"').next()?.to_string())
+        };
+        let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else { continue };
+        let subresource = label("subresource").unwrap_or_default();
+        if !["pods", "configmaps", "services", "inferencedeployments", "events"].contains(&resource.as_str()) {
+            continue;
+        }
+        let value: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        *totals.entry((verb, resource, subresource)).or_insert(0.0) += value;
+    }
+    totals
+}
+
+async fn in_process(deployments: usize, replicas: usize) -> Run {
+    let (server, addr) = serve().await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, ApiServer::kubeconfig(addr, "bench")).unwrap();
+    let client = server.client();
+    futures::stream::iter(0..deployments)
+        .for_each_concurrent(64, |i| {
+            let api: Api<InferenceDeployment> = Api::namespaced(client.clone(), "bench");
+            async move {
+                api.create(&PostParams::default(), &resource(i, replicas)).await.unwrap();
+            }
+        })
+        .await;
+    let _kubelet = kubelet::spawn(client, "app.kubernetes.io/name=kvpilot-decode", Duration::ZERO);
+    let before = server.request_log();
+    let (elapsed, peak_kib, mut operator, metrics) =
+        run_operator(&kubeconfig, deployments, || std::future::ready(ready_count(&server))).await;
+    let reconciles = operator_counter(&metrics, "kvpilot_reconciliations_total").await;
+    let requests = in_process_requests(&server, &before);
+    let _ = operator.kill();
+    let _ = operator.wait();
+    Run { elapsed, peak_kib, reconciles, requests }
+}
+
+async fn real_api_server(kubeconfig: &std::path::Path, deployments: usize, replicas: usize) -> Run {
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(kubeconfig).expect("read KVPILOT_BENCH_KUBECONFIG"),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .expect("kubeconfig");
+    let client = kube::Client::try_from(config).unwrap();
+    let crd: CustomResourceDefinition =
+        serde_norway::from_str(include_str!("../crds/inferencedeployment.yaml")).expect("crds/");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let apply = PatchParams::apply("kvpilot-bench").force();
+    crds.patch("inferencedeployments.kvpilot.dev", &apply, &Patch::Apply(&crd)).await.expect("apply the CRD");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let namespace = format!("kvpilot-bench-{}", std::process::id());
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let object: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
+    namespaces.create(&PostParams::default(), &object).await.expect("create the bench namespace");
+    let api: Api<InferenceDeployment> = Api::namespaced(client.clone(), &namespace);
+    futures::stream::iter(0..deployments)
+        .for_each_concurrent(32, |i| {
+            let api = api.clone();
+            let namespace = namespace.clone();
+            async move {
+                let mut object = resource(i, replicas);
+                object.metadata.namespace = Some(namespace);
+                api.create(&PostParams::default(), &object).await.expect("create an InferenceDeployment");
+            }
+        })
+        .await;
+    let timing = real_kubelet::Timing { bind: false, ..real_kubelet::Timing::new(Duration::ZERO, Duration::ZERO) };
+    let _kubelet =
+        real_kubelet::start(client.clone(), Some(&namespace), "app.kubernetes.io/name=kvpilot-decode", timing);
+    let before = apiserver_requests(&client).await;
+    let polls = std::sync::atomic::AtomicU32::new(0);
+    let ready = || async {
+        polls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let list = api.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
+        list.iter()
+            .filter(|d| {
+                d.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .count()
+    };
+    let (elapsed, peak_kib, mut operator, metrics) = run_operator(kubeconfig, deployments, ready).await;
+    let reconciles = operator_counter(&metrics, "kvpilot_reconciliations_total").await;
+    let after = apiserver_requests(&client).await;
+    let _ = operator.kill();
+    let _ = operator.wait();
+    let mut requests = BTreeMap::new();
+    for (key, value) in &after {
+        let (verb, resource, subresource) = key;
+        let mut delta = value - before.get(key).copied().unwrap_or(0.0);
+        // The kubelet's status writes and the bench's own Ready polls are not the operator's.
+        if resource == "pods" && subresource == "status" && verb == "PATCH" {
+            continue;
+        }
+        if resource == "inferencedeployments" && verb == "LIST" {
+            delta -= f64::from(polls.load(std::sync::atomic::Ordering::Relaxed));
+        }
+        *requests.entry(verb.clone()).or_insert(0.0) += delta.max(0.0);
+    }
+    let _ = namespaces.delete(&namespace, &DeleteParams::background()).await;
+    Run { elapsed, peak_kib, reconciles, requests }
+}
+
 fn main() {
     let deployments = env_or("BENCH_DEPLOYMENTS", 1000);
     let replicas = env_or("BENCH_REPLICAS", 4);
+    let real = std::env::var_os("KVPILOT_BENCH_KUBECONFIG").map(std::path::PathBuf::from);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
     runtime.block_on(async move {
         let baseline = baseline(deployments, replicas).await;
-
-        let (server, addr) = serve().await;
-        let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(&kubeconfig, ApiServer::kubeconfig(addr, "bench")).unwrap();
-        let client = server.client();
-        futures::stream::iter(0..deployments)
-            .for_each_concurrent(64, |i| {
-                let api: Api<InferenceDeployment> = Api::namespaced(client.clone(), "bench");
-                async move {
-                    api.create(&PostParams::default(), &resource(i, replicas)).await.unwrap();
-                }
-            })
-            .await;
-        let _kubelet = kubelet::spawn(client, "app.kubernetes.io/name=kvpilot-decode", Duration::ZERO);
-
-        let start = Instant::now();
-        let mut operator = Command::new(env!("CARGO_BIN_EXE_kvpilot"))
-            .args(["operator", "--metrics-addr", "127.0.0.1:0", "--health-addr", "127.0.0.1:0"])
-            .env("KUBECONFIG", &kubeconfig)
-            .env("RUST_LOG", std::env::var("OPERATOR_LOG").unwrap_or_else(|_| "error".into()))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start kvpilot operator");
-        let pid = operator.id();
-        let mut peak = 0;
-        let deadline = Duration::from_secs(120);
-        while ready_count(&server) < deployments {
-            peak = peak.max(peak_rss_kib(pid).unwrap_or(0));
-            if start.elapsed() > deadline {
-                let _ = operator.kill();
-                panic!("{} of {deployments} resources were Ready after {deadline:?}", ready_count(&server));
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+        let run = in_process(deployments, replicas).await;
+        run.print("in-process API server", deployments, replicas);
+        println!(
+            "  {:<50} {:>12}",
+            "baseline: the same objects written directly",
+            format!("{:.2} s", baseline.as_secs_f64())
+        );
+        println!(
+            "  {:<50} {:>12}",
+            "ratio operator / baseline",
+            format!("{:.2}x", run.elapsed.as_secs_f64() / baseline.as_secs_f64())
+        );
+        println!("  (LIST+WATCH: collection GETs; the in-process log keeps no query to tell them apart)");
+        if let Some(kubeconfig) = real {
+            let run = real_api_server(&kubeconfig, deployments, replicas).await;
+            run.print("kube-apiserver + etcd", deployments, replicas);
         }
-        let elapsed = start.elapsed();
-        peak = peak.max(peak_rss_kib(pid).unwrap_or(0));
-        let pods = server.count(("", "v1", "pods"), Some("bench"), |_| true);
-        let _ = operator.kill();
-        let _ = operator.wait();
-
-        println!("controller: {deployments} InferenceDeployments × {replicas} replicas ({pods} pods), operator in its own process");
-        println!("{:<52} {:>12}", "all Ready (operator start → last Ready)", format!("{:.2} s", elapsed.as_secs_f64()));
-        println!("{:<52} {:>12}", "operator peak RSS (VmHWM)", format!("{:.1} MiB", peak as f64 / 1024.0));
-        println!("{:<52} {:>12}", "baseline: the same objects written directly", format!("{:.2} s", baseline.as_secs_f64()));
-        println!("{:<52} {:>12}", "ratio operator / baseline", format!("{:.2}x", elapsed.as_secs_f64() / baseline.as_secs_f64()));
     });
 }

@@ -369,6 +369,12 @@ impl ApiServer {
         requests.iter().filter(|(k, _)| k.starts_with(method) && k.contains(path_contains)).map(|(_, n)| n).sum()
     }
 
+    /// Every `METHOD path` served so far with its count (for benches breaking traffic down).
+    pub fn request_log(&self) -> Vec<(String, u64)> {
+        let requests = self.shared.requests.lock().unwrap_or_else(|p| p.into_inner());
+        requests.iter().map(|(k, n)| (k.clone(), *n)).collect()
+    }
+
     /// An object, straight from the store.
     pub fn get(&self, group: &str, version: &str, plural: &str, namespace: &str, name: &str) -> Option<Value> {
         let rt = store::resource_type(group, version, plural)?;

@@ -24,6 +24,11 @@ use crate::webhook::certs::{self, SelfSigned};
 
 /// The Lease that elects the leader.
 const LEASE_NAME: &str = "kvpilot-operator";
+/// Longest wait for any byte from the API server. A kube-apiserver that restarts can leave a
+/// watch request unanswered for good (seen against v1.37 after a restart over a compacted
+/// etcd): without a limit that watch, and the reconciles it triggers, would stop. A quiet watch
+/// that hits the limit is simply reopened from its resourceVersion.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Args, Debug)]
 pub(crate) struct OperatorArgs {
@@ -115,7 +120,9 @@ fn identity() -> String {
 }
 
 async fn operate(args: &OperatorArgs) -> Result<(), String> {
-    let client = kube::Client::try_default().await.map_err(|e| format!("cannot reach the Kubernetes API: {e}"))?;
+    let mut config = kube::Config::infer().await.map_err(|e| format!("cannot find the Kubernetes API: {e}"))?;
+    config.read_timeout = Some(READ_TIMEOUT);
+    let client = kube::Client::try_from(config).map_err(|e| format!("cannot reach the Kubernetes API: {e}"))?;
     let hub = HubClient::new(Duration::from_secs(args.hub_cache_seconds), Duration::from_secs(20), &[])
         .map_err(|e| format!("cannot build the hub client: {e}"))?;
     let source = ClusterSource::new(client.clone(), Arc::new(hub), args.hub_endpoint.clone());

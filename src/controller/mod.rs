@@ -13,19 +13,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition, PodStatus, Service};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::api::{ConfigSourceRef, DecodeStatus, InferenceDeployment, InferenceDeploymentStatus, Rewrite};
 use crate::policy::{self, Assessment, Outcome};
 use crate::source::{ClusterSource, SourceError};
-use desired::{Desired, LABEL_ORDINAL, LABEL_REVISION, RenderOptions, desired_state, with_type_meta};
+use desired::{LABEL_ORDINAL, LABEL_REVISION, RenderOptions, desired_state, with_type_meta};
 use metrics::Metrics;
 use rollout::{ObservedPod, resolve_int_or_percent};
 
@@ -54,6 +55,9 @@ pub enum Error {
     /// The object has no namespace or name (never happens for a namespaced CRD from the API).
     #[error("the InferenceDeployment has no {0}")]
     MissingMetadata(&'static str),
+    /// The pod watch cache stopped (only while the controller shuts down).
+    #[error("the pod watch cache has stopped")]
+    CacheClosed,
 }
 
 impl Error {
@@ -61,9 +65,11 @@ impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {
             Self::Kube(kube::Error::Api(status)) if status.code == 409 => "conflict",
+            Self::Kube(kube::Error::Api(status)) if status.code == 422 => "invalid",
             Self::Kube(_) => "kube",
             Self::Source(e) => e.reason(),
             Self::MissingMetadata(_) => "metadata",
+            Self::CacheClosed => "cache",
         }
     }
 }
@@ -124,6 +130,43 @@ where
     }
 }
 
+/// What one run of the controller reads instead of asking the API server: its watch caches.
+struct Reconciler {
+    context: Arc<Context>,
+    /// Decode pods, trimmed by [`trim_pod`] to what the planner reads.
+    pods: Store<Pod>,
+}
+
+/// Drops everything of a pod the controller never reads, before it reaches the cache: with
+/// thousands of pods the specs and managedFields would dominate the operator's memory.
+fn trim_pod(pod: &mut Pod) {
+    let ready = is_ready(pod);
+    let read = [desired::LABEL_INSTANCE, LABEL_ORDINAL, LABEL_REVISION];
+    if let Some(labels) = pod.metadata.labels.as_mut() {
+        labels.retain(|key, _| read.contains(&key.as_str()));
+    }
+    pod.metadata.managed_fields = None;
+    pod.metadata.annotations = None;
+    pod.metadata.generate_name = None;
+    pod.metadata.creation_timestamp = None;
+    pod.spec = None;
+    pod.status = ready.then(|| PodStatus {
+        conditions: Some(vec![PodCondition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            ..PodCondition::default()
+        }]),
+        ..PodStatus::default()
+    });
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 /// How long reconciles in flight may finish after `shutdown` before [`run`] returns anyway.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
@@ -157,29 +200,40 @@ async fn reconcile_until(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = context.client.clone();
-    let deployments: Api<InferenceDeployment> = api(&client, &scope);
-    let controller = Controller::new(deployments, watcher::Config::default().any_semantic())
+    let (deployments, deployments_writer) = reflector::store::<InferenceDeployment>();
+    // Lists are consistent reads, not `any_semantic`: after a kube-apiserver restart over a
+    // compacted etcd, a list served from its watch cache carried a resourceVersion older than
+    // the compaction, and the watch resumed from it got 410 Gone again, for ever.
+    let deployment_stream = watcher(api::<InferenceDeployment>(&client, &scope), watcher::Config::default())
+        .modify(|d| d.metadata.managed_fields = None)
+        .reflect(deployments_writer)
+        .applied_objects();
+    let (pods, pods_writer) = reflector::store::<Pod>();
+    let pod_stream = watcher(
+        api::<Pod>(&client, &scope),
+        watcher::Config::default().labels(&format!("{}={}", desired::LABEL_NAME, desired::DECODE_APP)),
+    )
+    .modify(trim_pod)
+    .reflect(pods_writer)
+    .touched_objects();
+    let managed = || watcher::Config::default().labels("app.kubernetes.io/managed-by=kvpilot");
+    let config_maps = watcher(api::<PartialObjectMeta<ConfigMap>>(&client, &scope), managed());
+    let services = watcher(api::<PartialObjectMeta<Service>>(&client, &scope), managed());
+    let sources =
+        watcher(api::<PartialObjectMeta<ConfigMap>>(&client, &scope), watcher::Config::default()).touched_objects();
+    let users = deployments.clone();
+    let reconciler = Arc::new(Reconciler { context: Arc::clone(&context), pods });
+    Controller::for_stream(deployment_stream, deployments)
         .with_config(kube::runtime::controller::Config::default().concurrency(context.max_concurrent_reconciles))
-        .trigger_backoff(watch_backoff::WatchBackoff::default());
-    let store = controller.store();
-    controller
-        .owns(
-            api::<Pod>(&client, &scope),
-            watcher::Config::default().labels(&format!("{}={}", desired::LABEL_NAME, desired::DECODE_APP)),
-        )
-        .owns(
-            api::<ConfigMap>(&client, &scope),
-            watcher::Config::default().labels("app.kubernetes.io/managed-by=kvpilot"),
-        )
-        .owns(
-            api::<Service>(&client, &scope),
-            watcher::Config::default().labels("app.kubernetes.io/managed-by=kvpilot"),
-        )
+        .trigger_backoff(watch_backoff::WatchBackoff::default())
+        .owns_stream(pod_stream)
+        .owns_stream(config_maps.touched_objects())
+        .owns_stream(services.touched_objects())
         // A ConfigMap named by spec.model.config.configMapRef re-reconciles the resources using it.
-        .watches(api::<ConfigMap>(&client, &scope), watcher::Config::default(), move |config_map| {
+        .watches_stream(sources, move |config_map| {
             let namespace = config_map.namespace();
             let name = config_map.name_any();
-            store
+            users
                 .state()
                 .into_iter()
                 .filter(|d| {
@@ -190,7 +244,7 @@ async fn reconcile_until(
                 .collect::<Vec<_>>()
         })
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, context)
+        .run(reconcile, error_policy, reconciler)
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "reconcile loop");
@@ -210,7 +264,8 @@ fn backoff(failures: u32) -> Duration {
     Duration::from_secs_f64(base * jitter)
 }
 
-fn error_policy(resource: Arc<InferenceDeployment>, error: &Error, context: Arc<Context>) -> Action {
+fn error_policy(resource: Arc<InferenceDeployment>, error: &Error, reconciler: Arc<Reconciler>) -> Action {
+    let context = &reconciler.context;
     context.metrics.failure(error.metric_label());
     let key = ObjectRef::from_obj(resource.as_ref());
     let failures = {
@@ -223,16 +278,28 @@ fn error_policy(resource: Arc<InferenceDeployment>, error: &Error, context: Arc<
     Action::requeue(backoff(failures))
 }
 
-async fn reconcile(resource: Arc<InferenceDeployment>, context: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile(resource: Arc<InferenceDeployment>, reconciler: Arc<Reconciler>) -> Result<Action, Error> {
+    let context = &reconciler.context;
     let _timer = context.metrics.start();
-    let action = reconcile_inner(&resource, &context).await?;
+    // An empty cache before the first list would look like a resource with no pods.
+    reconciler.pods.wait_until_ready().await.map_err(|_| Error::CacheClosed)?;
+    let action = reconcile_inner(&resource, context, &reconciler.pods).await?;
     context.failures().remove(&ObjectRef::from_obj(resource.as_ref()));
     Ok(action)
 }
 
-async fn reconcile_inner(resource: &InferenceDeployment, context: &Context) -> Result<Action, Error> {
+async fn reconcile_inner(
+    resource: &InferenceDeployment,
+    context: &Context,
+    cached_pods: &Store<Pod>,
+) -> Result<Action, Error> {
     let namespace = resource.namespace().ok_or(Error::MissingMetadata("namespace"))?;
     resource.metadata.name.as_ref().ok_or(Error::MissingMetadata("name"))?;
+    if resource.metadata.deletion_timestamp.is_some() {
+        // The garbage collector is removing what it owns (with --cascade=foreground it waits
+        // for that): a pod recreated now would be deleted again, and would hold the owner up.
+        return Ok(Action::await_change());
+    }
     let deployments: Api<InferenceDeployment> = Api::namespaced(context.client.clone(), &namespace);
     let previous = resource.status.as_ref();
 
@@ -291,7 +358,7 @@ async fn reconcile_inner(resource: &InferenceDeployment, context: &Context) -> R
         .map_err(Error::Kube)?;
 
     let pods: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
-    let observed = observe_pods(&pods, &desired).await?;
+    let observed = observe_pods(cached_pods, &namespace, resource);
     let rollout_spec = &resource.spec.decode.rollout;
     let (max_unavailable, max_surge, rollout_problem) = match (
         resolve_int_or_percent(&rollout_spec.max_unavailable, desired.replicas, false),
@@ -301,6 +368,25 @@ async fn reconcile_inner(resource: &InferenceDeployment, context: &Context) -> R
         (Err(e), _) | (_, Err(e)) => (1, 0, Some(format!("spec.decode.rollout: {e}"))),
     };
     let plan = rollout::plan(&observed, &desired.revision, desired.replicas, max_unavailable, max_surge);
+    // The status goes out before the plan is carried out and counts only pods that exist and
+    // stay: it never claims a pod being deleted or not yet created (their watch events bring
+    // the next count), so readers never see more than is true.
+    let counts = count_staying(&observed, &plan, &desired.revision);
+    let decided = status::resolved(&assessment, &source, desired.replicas, counts, rollout_problem.as_deref());
+    let decode = DecodeStatus {
+        replicas: counts.total,
+        ready_replicas: counts.ready_updated,
+        updated_replicas: counts.updated,
+        selector: desired.selector.clone(),
+    };
+    write_status(&deployments, resource, &decided, Some(&assessment), Some(decode)).await?;
+    for pod_name in &plan.delete {
+        match pods.delete(pod_name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => return Err(Error::Kube(e)),
+        }
+    }
     for ordinal in &plan.create {
         let pod = desired.pod(*ordinal);
         let pod_name = pod.metadata.name.clone().unwrap_or_default();
@@ -311,23 +397,7 @@ async fn reconcile_inner(resource: &InferenceDeployment, context: &Context) -> R
             Err(e) => return Err(Error::Kube(e)),
         }
     }
-    for pod_name in &plan.delete {
-        match pods.delete(pod_name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(e) => return Err(Error::Kube(e)),
-        }
-    }
 
-    let counts = count_after(&observed, &plan, &desired.revision);
-    let decided = status::resolved(&assessment, &source, desired.replicas, counts, rollout_problem.as_deref());
-    let decode = DecodeStatus {
-        replicas: counts.total,
-        ready_replicas: counts.ready_updated,
-        updated_replicas: counts.updated,
-        selector: desired.selector.clone(),
-    };
-    write_status(&deployments, resource, &decided, Some(&assessment), Some(decode)).await?;
     let mut standing = Announcement::rewrites(previous, &assessment);
     if let Some(warning) = assessment.release.warning() {
         // Once per requested release: status.sglang records it.
@@ -368,39 +438,38 @@ fn source_description(resource: &InferenceDeployment) -> String {
     }
 }
 
-async fn observe_pods(pods: &Api<Pod>, desired: &Desired) -> Result<Vec<ObservedPod>, Error> {
-    let listed = pods.list(&ListParams::default().labels(&desired.selector)).await.map_err(Error::Kube)?;
-    Ok(listed
-        .items
-        .into_iter()
+/// The resource's decode pods as the watch cache holds them.
+fn observe_pods(cached: &Store<Pod>, namespace: &str, resource: &InferenceDeployment) -> Vec<ObservedPod> {
+    let name = resource.name_any();
+    cached
+        .state()
+        .iter()
+        .filter(|pod| pod.metadata.namespace.as_deref() == Some(namespace))
         .filter_map(|pod| {
             let labels = pod.metadata.labels.as_ref()?;
-            let ordinal = labels.get(LABEL_ORDINAL)?.parse().ok()?;
-            let ready = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            if labels.get(desired::LABEL_INSTANCE) != Some(&name) {
+                return None;
+            }
             Some(ObservedPod {
                 name: pod.metadata.name.clone()?,
-                ordinal,
+                ordinal: labels.get(LABEL_ORDINAL)?.parse().ok()?,
                 revision: labels.get(LABEL_REVISION).cloned().unwrap_or_default(),
-                ready,
+                ready: is_ready(pod),
                 terminating: pod.metadata.deletion_timestamp.is_some(),
             })
         })
-        .collect())
+        .collect()
 }
 
-/// Pod counts after the plan is carried out (created pods are not ready yet).
-fn count_after(observed: &[ObservedPod], plan: &rollout::Plan, revision: &str) -> status::PodCounts {
-    let kept: Vec<&ObservedPod> =
+/// Pod counts of the pods that exist, are not terminating and stay after the plan.
+fn count_staying(observed: &[ObservedPod], plan: &rollout::Plan, revision: &str) -> status::PodCounts {
+    let staying: Vec<&ObservedPod> =
         observed.iter().filter(|p| !p.terminating && !plan.delete.contains(&p.name)).collect();
-    let created = plan.create.len() as i32;
+    let updated = || staying.iter().filter(|p| p.revision == revision);
     status::PodCounts {
-        total: kept.len() as i32 + created,
-        updated: kept.iter().filter(|p| p.revision == revision).count() as i32 + created,
-        ready_updated: kept.iter().filter(|p| p.revision == revision && p.ready).count() as i32,
+        total: staying.len() as i32,
+        updated: updated().count() as i32,
+        ready_updated: updated().filter(|p| p.ready).count() as i32,
     }
 }
 
@@ -515,5 +584,63 @@ async fn publish(
     };
     if let Err(e) = context.recorder.publish(&event, &resource.object_ref(&())).await {
         tracing::warn!(error = %e, "cannot publish an event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_counts_only_pods_that_exist_and_stay() {
+        let pod = |name: &str, revision: &str, ready: bool, terminating: bool| ObservedPod {
+            name: name.into(),
+            ordinal: name.len() as u32,
+            revision: revision.into(),
+            ready,
+            terminating,
+        };
+        let observed = [
+            pod("a", "new", true, false),
+            pod("bb", "new", true, true),
+            pod("ccc", "old", true, false),
+            pod("dddd", "new", false, false),
+            pod("eeeee", "new", true, false),
+        ];
+        let plan = rollout::Plan { create: vec![7, 8], delete: vec!["eeeee".into()] };
+        let counts = count_staying(&observed, &plan, "new");
+        assert_eq!(counts, status::PodCounts { total: 3, updated: 2, ready_updated: 1 });
+    }
+
+    #[test]
+    fn trimmed_pods_keep_what_the_planner_and_the_owner_trigger_read() {
+        let mut pod: Pod = serde_json::from_value(json!({
+            "metadata": {
+                "name": "llama-decode-0", "namespace": "serving", "uid": "u1",
+                "labels": {LABEL_ORDINAL: "0", LABEL_REVISION: "abc", "team": "a"},
+                "annotations": {"big": "x"},
+                "deletionTimestamp": "2026-01-01T00:00:00Z",
+                "ownerReferences": [{"apiVersion": "kvpilot.dev/v1alpha1", "kind": "InferenceDeployment", "name": "llama", "uid": "o1", "controller": true}],
+                "managedFields": [{"manager": "kvpilot", "operation": "Apply"}]
+            },
+            "spec": {"containers": [{"name": "c", "image": "i"}]},
+            "status": {"phase": "Running", "conditions": [
+                {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}
+            ]}
+        }))
+        .unwrap();
+        trim_pod(&mut pod);
+        assert!(pod.spec.is_none() && pod.metadata.annotations.is_none() && pod.metadata.managed_fields.is_none());
+        assert!(is_ready(&pod) && pod.metadata.deletion_timestamp.is_some());
+        assert_eq!(pod.metadata.owner_references.as_ref().map(Vec::len), Some(1));
+        assert_eq!(pod.metadata.labels.as_ref().map(|l| l[LABEL_REVISION].as_str()), Some("abc"));
+        assert!(pod.metadata.labels.as_ref().is_some_and(|l| !l.contains_key("team")), "labels nobody reads go");
+
+        let mut unready: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p"}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}
+        }))
+        .unwrap();
+        trim_pod(&mut unready);
+        assert!(!is_ready(&unready) && unready.status.is_none());
     }
 }

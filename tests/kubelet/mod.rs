@@ -1,0 +1,175 @@
+//! The node side of pods for tests against a real API server, which has no kubelet: binds
+//! each decode pod to a node, reports it Running and Ready through the status subresource
+//! after a start-up delay, and, once the pod is being deleted, finishes the deletion after a
+//! shutdown delay (a kubelet's final delete with grace period 0). Bound pods are what make a
+//! real API server delete gracefully: an unbound pod is removed at once.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+
+/// The node every pod is bound to (no Node object: nothing here checks that it exists).
+pub const NODE: &str = "kvpilot-test-node";
+/// The field manager of the kubelet's writes.
+pub const MANAGER: &str = "kvpilot-test-kubelet";
+
+/// How the fake node behaves.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// From a pod's appearance to Ready.
+    pub start: Duration,
+    /// From a pod's deletionTimestamp to its removal.
+    pub stop: Duration,
+    /// Bind pods to [`NODE`] (graceful deletion) or leave them unbound (deleted at once).
+    pub bind: bool,
+}
+
+impl Timing {
+    /// Pods start after `start` and take `stop` to shut down.
+    pub fn new(start: Duration, stop: Duration) -> Self {
+        Self { start, stop, bind: true }
+    }
+}
+
+/// The running kubelet; stops when dropped.
+pub struct Kubelet {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Work already started for a pod, so a burst of watch events starts it once.
+#[derive(Default)]
+struct InFlight(Mutex<HashSet<(String, &'static str)>>);
+
+impl InFlight {
+    fn claim(&self, uid: &str, step: &'static str) -> bool {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).insert((uid.to_string(), step))
+    }
+    fn release(&self, uid: &str, step: &'static str) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).remove(&(uid.to_string(), step));
+    }
+}
+
+/// Plays the node for the pods of `namespace` (all namespaces when None) matching `selector`.
+pub fn start(client: kube::Client, namespace: Option<&str>, selector: &str, timing: Timing) -> Kubelet {
+    let pods: Api<Pod> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let config = watcher::Config::default().labels(selector);
+    let in_flight = Arc::new(InFlight::default());
+    let task = tokio::spawn(async move {
+        let mut stream = watcher(pods, config).default_backoff().applied_objects().boxed();
+        while let Some(event) = stream.next().await {
+            let Ok(pod) = event else { continue };
+            let (Some(name), Some(ns), Some(uid)) =
+                (pod.metadata.name.clone(), pod.metadata.namespace.clone(), pod.metadata.uid.clone())
+            else {
+                continue;
+            };
+            let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+            let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some();
+            let step = if pod.metadata.deletion_timestamp.is_some() {
+                "stop"
+            } else if timing.bind && !bound {
+                "bind"
+            } else if !is_ready(&pod) {
+                "start"
+            } else {
+                continue;
+            };
+            if !in_flight.claim(&uid, step) {
+                continue;
+            }
+            let in_flight = Arc::clone(&in_flight);
+            tokio::spawn(async move {
+                tokio::time::sleep(match step {
+                    "stop" => timing.stop,
+                    "bind" => Duration::ZERO,
+                    _ => timing.start,
+                })
+                .await;
+                // A node retries until the API server takes the write (it may be restarting);
+                // a pod that no event will mention again must not be forgotten.
+                for _ in 0..RETRIES {
+                    let done = match step {
+                        "stop" => finish_deletion(&api, &name, &uid).await,
+                        "bind" => bind(&api, &name).await,
+                        _ => report_ready(&api, &name).await,
+                    };
+                    if done {
+                        return;
+                    }
+                    tokio::time::sleep(RETRY).await;
+                }
+                in_flight.release(&uid, step);
+            });
+        }
+    });
+    Kubelet { task }
+}
+
+/// Attempts of one step, [`RETRY`] apart: two minutes of an API server away.
+const RETRIES: u32 = 240;
+const RETRY: Duration = Duration::from_millis(500);
+
+/// Whether the write happened or can no longer happen (the pod is gone or changed).
+fn settle(result: Result<(), kube::Error>) -> bool {
+    match result {
+        Ok(()) => true,
+        Err(kube::Error::Api(e)) => e.code == 404 || e.code == 409,
+        Err(_) => false,
+    }
+}
+
+async fn bind(api: &Api<Pod>, name: &str) -> bool {
+    let binding = json!({
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}
+    });
+    let bound = api.create_subresource::<_, serde_json::Value>("binding", name, &PostParams::default(), &binding).await;
+    settle(bound.map(drop))
+}
+
+async fn report_ready(api: &Api<Pod>, name: &str) -> bool {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let status = json!({"status": {
+        "phase": "Running",
+        "podIP": "10.0.0.1",
+        "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+            {"type": "Ready", "status": "True", "lastTransitionTime": now}
+        ]
+    }});
+    let params = PatchParams { field_manager: Some(MANAGER.into()), ..PatchParams::default() };
+    settle(api.patch_status(name, &params, &Patch::Merge(&status)).await.map(drop))
+}
+
+async fn finish_deletion(api: &Api<Pod>, name: &str, uid: &str) -> bool {
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions { uid: Some(uid.to_string()), resource_version: None }),
+        ..DeleteParams::default()
+    };
+    settle(api.delete(name, &params).await.map(drop))
+}
