@@ -452,3 +452,13 @@ async fn with_leader_election_one_operator_reconciles_and_the_other_takes_over()
     second.assert_no_failures().await;
     fleet.assert_no_repeated_events().await;
 }
+
+#[test]
+fn only_formatted_api_refusals_in_warnings_count_as_refusals() {
+    let pid_in_namespace = "INFO kvpilot::cli::operator_cmd: reconciling scope=Namespace(\"ctl-source-24225-0\")";
+    assert_eq!(fleet::api_refusal_in(pid_in_namespace), None);
+    let warned_422 = "WARN name=web reconcile failed error=ApiError: Pod \"web-0\" is invalid (Status { code: 422 })";
+    assert_eq!(fleet::api_refusal_in(warned_422), Some("code: 422"));
+    let refused = "ERROR error=ApiError: forbidden (Status { reason: \"Forbidden\", code: 403 })";
+    assert_eq!(fleet::api_refusal_in(refused), Some("code: 403"));
+}
