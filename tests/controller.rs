@@ -29,7 +29,7 @@ impl Operator {
         let client = server.client();
         let hub = Arc::new(HubClient::new(Duration::from_secs(60), Duration::from_secs(5), &[]).unwrap());
         let source = ClusterSource::new(client.clone(), hub, "https://huggingface.co");
-        let context = Arc::new(Context::new(
+        let mut context = Context::new(
             client,
             source,
             RenderOptions {
@@ -37,7 +37,11 @@ impl Operator {
                 default_release: kvpilot::release::ReleaseChoice::default_newest(),
             },
             Metrics::default(),
-        ));
+        );
+        // These tests step through many reconciles each; the production debounce (the
+        // operator tests and the cluster tests run it) would only make them wait.
+        context.reconcile_debounce = Duration::from_millis(20);
+        let context = Arc::new(context);
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(controller::run(context, Scope::All, async move {
             let _ = stopped.await;
@@ -478,5 +482,49 @@ async fn an_invalid_rollout_is_named_in_progressing_and_warned_about_once() {
     let warnings = events_with_reason(&server, "InvalidRollout");
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(warnings[0]["series"].is_null(), "warned more than once: {}", warnings[0]);
+    operator.stop().await;
+}
+
+/// Applies to the ConfigMap and Service of `name` so far, from the server's request log.
+fn kept_applies(server: &ApiServer, name: &str) -> u64 {
+    let paths = [
+        format!("PATCH /api/v1/namespaces/{NS}/configmaps/{name}-runtime"),
+        format!("PATCH /api/v1/namespaces/{NS}/services/{name}-decode"),
+    ];
+    server.request_log().into_iter().filter(|(key, _)| paths.contains(key)).map(|(_, count)| count).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_config_map_and_service_are_applied_again_only_when_they_or_the_settings_change() {
+    let (server, _kubelet, operator) = cluster(Duration::from_millis(30));
+    create(&server, &example("llama-3.1-8b-full.yaml")).await;
+    ready(&server, "llama-3-1-8b", 2).await;
+    // Pod events re-reconciled the resource several times; the first pass wrote both objects.
+    assert_eq!(kept_applies(&server, "llama-3-1-8b"), 2, "{:?}", server.request_log());
+
+    // Another writer changes a field the controller owns: the change is its own write, so the
+    // controller applies again and takes the field back.
+    let config_maps: Api<ConfigMap> = Api::namespaced(server.client(), NS);
+    let original = config_maps.get("llama-3-1-8b-runtime").await.unwrap().data.unwrap();
+    let edit = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"runtime.json": "{}"}});
+    config_maps
+        .patch("llama-3-1-8b-runtime", &PatchParams::apply("someone-else").force(), &Patch::Apply(edit))
+        .await
+        .unwrap();
+    eventually("the controller restores runtime.json", Duration::from_secs(10), || async {
+        let data = config_maps.get("llama-3-1-8b-runtime").await.map_err(|e| e.to_string())?.data.unwrap_or_default();
+        if data == original { Ok(()) } else { Err(format!("runtime.json is {:?}", data.get("runtime.json"))) }
+    })
+    .await;
+    assert_eq!(kept_applies(&server, "llama-3-1-8b"), 2 + 2, "the edit, and the ConfigMap applied once more");
+
+    // A settings change that reaches the ConfigMap applies it again.
+    patch_spec(&server, "llama-3-1-8b", json!({"disaggregation": {"retractionBackup": "cpu_tensor"}})).await;
+    eventually("runtime.json follows the spec", Duration::from_secs(10), || async {
+        let data = config_maps.get("llama-3-1-8b-runtime").await.map_err(|e| e.to_string())?.data.unwrap_or_default();
+        let runtime: Value = serde_json::from_str(&data["runtime.json"]).map_err(|e| e.to_string())?;
+        if runtime["effective"]["retractionBackup"] == "cpu_tensor" { Ok(()) } else { Err(runtime.to_string()) }
+    })
+    .await;
     operator.stop().await;
 }

@@ -55,6 +55,10 @@ pub(crate) struct OperatorArgs {
     /// Reconciliations in flight at once.
     #[arg(long, default_value_t = controller::DEFAULT_MAX_CONCURRENT_RECONCILES, value_parser = clap::value_parser!(u16).range(1..))]
     max_concurrent_reconciles: u16,
+    /// How long a reconcile waits for more events about the same resource (0: not at all).
+    #[arg(long, value_name = "MILLISECONDS", default_value_t = controller::DEFAULT_RECONCILE_DEBOUNCE.as_millis() as u64,
+          value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    reconcile_debounce_ms: u64,
     /// Elect a leader through a Lease; only the leader reconciles.
     #[arg(long)]
     leader_elect: bool,
@@ -134,6 +138,7 @@ async fn operate(args: &OperatorArgs) -> Result<(), String> {
     let options = RenderOptions { runtime_image: args.runtime_image.clone(), default_release: default_release.clone() };
     let mut context = Context::new(client.clone(), source.clone(), options, metrics.clone());
     context.max_concurrent_reconciles = args.max_concurrent_reconciles;
+    context.reconcile_debounce = std::time::Duration::from_millis(args.reconcile_debounce_ms);
     let context = Arc::new(context);
     let scope = scope(&args.namespace);
 
