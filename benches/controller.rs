@@ -23,7 +23,8 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::WatchStreamExt;
 use kvpilot::api::InferenceDeployment;
 use kvpilot::apiserver::{ApiServer, kubelet};
 use serde_json::{Value, json};
@@ -256,6 +257,24 @@ async fn in_process(deployments: usize, replicas: usize) -> Run {
     Run { elapsed, peak_kib, reconciles, requests }
 }
 
+/// Waits until nothing writes or reads the kinds the bench uses for 3 s (at most 5 minutes):
+/// the garbage collector may still be working through an earlier run's objects.
+async fn settle(client: &kube::Client) {
+    let count = async || {
+        apiserver_requests(client).await.iter().filter(|(key, _)| key.0 != "WATCH").map(|(_, n)| n).sum::<f64>()
+    };
+    let start = Instant::now();
+    let mut last = count().await;
+    while start.elapsed() < Duration::from_secs(300) {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let now = count().await;
+        if now == last {
+            return;
+        }
+        last = now;
+    }
+}
+
 async fn real_api_server(kubeconfig: &std::path::Path, deployments: usize, replicas: usize) -> Run {
     let config = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::read_from(kubeconfig).expect("read KVPILOT_BENCH_KUBECONFIG"),
@@ -270,6 +289,7 @@ async fn real_api_server(kubeconfig: &std::path::Path, deployments: usize, repli
     let apply = PatchParams::apply("kvpilot-bench").force();
     crds.patch("inferencedeployments.kvpilot.dev", &apply, &Patch::Apply(&crd)).await.expect("apply the CRD");
     tokio::time::sleep(Duration::from_secs(2)).await;
+    settle(&client).await;
     let namespace = format!("kvpilot-bench-{}", std::process::id());
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let object: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
@@ -289,36 +309,50 @@ async fn real_api_server(kubeconfig: &std::path::Path, deployments: usize, repli
     let timing = real_kubelet::Timing { bind: false, ..real_kubelet::Timing::new(Duration::ZERO, Duration::ZERO) };
     let _kubelet =
         real_kubelet::start(client.clone(), Some(&namespace), "app.kubernetes.io/name=kvpilot-decode", timing);
+    // Ready is counted from a watch: polling lists of 1,000 resources took kube-apiserver CPU
+    // from the run it measures.
+    let (watched, writer) = kube::runtime::reflector::store::<InferenceDeployment>();
+    let watching = tokio::spawn(
+        kube::runtime::watcher(api.clone(), kube::runtime::watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .for_each(|_| std::future::ready(())),
+    );
+    watched.wait_until_ready().await.expect("watch the bench's InferenceDeployments");
     let before = apiserver_requests(&client).await;
-    let polls = std::sync::atomic::AtomicU32::new(0);
-    let ready = || async {
-        polls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let list = api.list(&ListParams::default()).await.map(|l| l.items).unwrap_or_default();
-        list.iter()
+    let ready = || {
+        let ready = watched
+            .state()
+            .iter()
             .filter(|d| {
                 d.status.as_ref().is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
             })
-            .count()
+            .count();
+        std::future::ready(ready)
     };
     let (elapsed, peak_kib, mut operator, metrics) = run_operator(kubeconfig, deployments, ready).await;
     let reconciles = operator_counter(&metrics, "kvpilot_reconciliations_total").await;
     let after = apiserver_requests(&client).await;
+    watching.abort();
     let _ = operator.kill();
     let _ = operator.wait();
     let mut requests = BTreeMap::new();
     for (key, value) in &after {
         let (verb, resource, subresource) = key;
-        let mut delta = value - before.get(key).copied().unwrap_or(0.0);
-        // The kubelet's status writes and the bench's own Ready polls are not the operator's.
+        let delta = value - before.get(key).copied().unwrap_or(0.0);
+        // The kubelet's status writes are not the operator's.
         if resource == "pods" && subresource == "status" && verb == "PATCH" {
             continue;
         }
-        if resource == "inferencedeployments" && verb == "LIST" {
-            delta -= f64::from(polls.load(std::sync::atomic::Ordering::Relaxed));
-        }
         *requests.entry(verb.clone()).or_insert(0.0) += delta.max(0.0);
     }
+    // The next run starts on an idle API server: the namespace controller's deletion of 1,000
+    // resources and their objects would otherwise compete with it.
     let _ = namespaces.delete(&namespace, &DeleteParams::background()).await;
+    let gone = Instant::now();
+    while namespaces.get_opt(&namespace).await.ok().flatten().is_some() && gone.elapsed() < Duration::from_secs(300) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
     Run { elapsed, peak_kib, reconciles, requests }
 }
 
