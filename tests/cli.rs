@@ -1,10 +1,13 @@
 //! The `kvpilot` binary's contracts: `crd`, `layout`, `check` (exit codes, JSON, ConfigMap
 //! resolution, hub sources served by a real HTTP server on loopback).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use serde_json::Value;
+
+mod common;
+use common::output::{stderr, stdout, write};
 
 fn kvpilot(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kvpilot")).args(args).output().expect("run kvpilot")
@@ -12,20 +15,6 @@ fn kvpilot(args: &[&str]) -> Output {
 
 fn repo(path: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path).display().to_string()
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    path.display().to_string()
 }
 
 #[test]

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::cluster::{TestNamespace, examples_in, text, wait_for_blocking};
+use common::cluster::{APPLY_CRDS, TestNamespace, examples_in, text, wait_for_blocking};
 use common::crd::{Constraint, constraints, crd_schema, set};
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -60,14 +60,7 @@ async fn refusal(api: &Api<DynamicObject>, object: &Value, what: &str) -> String
 #[tokio::test]
 async fn the_crd_is_established_without_warnings_and_every_example_is_accepted() {
     let cluster = cluster_or_skip!();
-    let out = cluster.kubectl(&[
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "--field-manager=kvpilot-tests",
-        "-f",
-        "crds/",
-    ]);
+    let out = cluster.kubectl(&APPLY_CRDS);
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(!stderr.contains("Warning"), "the CRD drew warnings (CEL cost or otherwise): {stderr}");

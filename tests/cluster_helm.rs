@@ -6,10 +6,9 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use common::cluster::{Cluster, HelmRelease, TestNamespace, repo, succeeded, text, wait_for_blocking};
+use common::cluster::{Cluster, HelmRelease, TestNamespace, succeeded, text, wait_for_blocking, yaml_files};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -17,16 +16,6 @@ use serde_json::Value;
 const KINDS: &str = "deployments,replicasets,pods,services,configmaps,secrets,serviceaccounts,roles,rolebindings,\
                      clusterroles,clusterrolebindings,validatingwebhookconfigurations,mutatingwebhookconfigurations,\
                      networkpolicies,poddisruptionbudgets,servicemonitors,certificates,issuers";
-
-fn values_files() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(repo("charts/kvpilot/ci"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    files
-}
 
 /// The objects of a release as Helm recorded them.
 fn manifest(cluster: &Cluster, release: &HelmRelease) -> Vec<Value> {
@@ -69,7 +58,7 @@ fn the_chart_installs_upgrades_and_uninstalls_with_every_values_file() {
     let watched = TestNamespace::create(&cluster, "kvp-watched");
 
     let mut cases: Vec<(String, Vec<String>)> = vec![("defaults".into(), vec![])];
-    for file in values_files() {
+    for file in yaml_files("charts/kvpilot/ci") {
         let stem = file.file_stem().unwrap().to_string_lossy().replace("-values", "");
         let mut args = vec!["-f".to_string(), file.to_string_lossy().into_owned()];
         let values: Value = serde_norway::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();

@@ -2,10 +2,13 @@
 //! rules`, and config.json files with Python's `NaN` / `Infinity` from every source.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use serde_json::Value;
+
+mod common;
+use common::output::{stderr, stdout, write};
 
 fn kvpilot(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kvpilot"))
@@ -13,20 +16,6 @@ fn kvpilot(args: &[&str]) -> Output {
         .env_remove("KVPILOT_SGLANG_VERSION")
         .output()
         .expect("run kvpilot")
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> String {
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    path.display().to_string()
 }
 
 const EMBEDDING_GEMMA2: &str = r#"{"architectures": ["EmbeddingGemma2Model"], "model_type": "gemma2", "num_hidden_layers": 4,

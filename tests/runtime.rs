@@ -17,6 +17,9 @@ use kvpilot::runtime::sizing::{self, Budget};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+mod common;
+use common::output::stderr;
+
 fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
 }
@@ -41,10 +44,6 @@ fn runtime(config: &Path, extra: &[&str]) -> Output {
         .env("RUST_LOG", "warn")
         .output()
         .expect("run kvpilot cache-runtime")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 fn refused_with(config: Value, message: &str) {

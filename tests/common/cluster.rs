@@ -25,6 +25,21 @@ pub fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
+/// kubectl arguments that server-side apply `crds/` as the tests' field manager.
+pub const APPLY_CRDS: [&str; 6] =
+    ["apply", "--server-side", "--force-conflicts", "--field-manager=kvpilot-tests", "-f", "crds/"];
+
+/// The `.yaml` files of a directory of the repository, sorted.
+pub fn yaml_files(dir: &str) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo(dir))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
 /// The control plane under test, reached as cluster admin.
 #[derive(Clone, Debug)]
 pub struct Cluster {
@@ -136,14 +151,7 @@ impl Cluster {
     /// Installs the CRD with server-side apply (idempotent, so tests may race to do it) and
     /// waits until it is Established.
     pub fn install_crd(&self) {
-        self.kubectl_ok(&[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--field-manager=kvpilot-tests",
-            "-f",
-            "crds/",
-        ]);
+        self.kubectl_ok(&APPLY_CRDS);
         self.kubectl_ok(&[
             "wait",
             "--for=condition=Established",
@@ -201,13 +209,7 @@ pub fn yaml_documents(path: &Path) -> Vec<Value> {
 
 /// The examples, each moved into `namespace` (they name `default` or `models`), by file name.
 pub fn examples_in(namespace: &str) -> Vec<(String, Value)> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(repo("examples"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
-    files.sort();
-    files
+    yaml_files("examples")
         .into_iter()
         .flat_map(|path| {
             let file = path.file_name().unwrap().to_string_lossy().into_owned();

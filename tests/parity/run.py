@@ -156,13 +156,19 @@ def retraction_scenarios():
     return scenarios
 
 
-def sglang_retraction(src, venvs, scenarios):
-    proc = subprocess.run([release_python(src, venvs), os.path.join(HERE, "retraction.py"), src],
+def run_release_script(script, src, venvs, scenarios):
+    """Runs one of this directory's scripts on a release's sources with the scenarios on
+    stdin, in that release's venv, and returns its JSON answer."""
+    proc = subprocess.run([release_python(src, venvs), os.path.join(HERE, script), src],
                           input=json.dumps(scenarios), capture_output=True, text=True,
                           check=False)
     if proc.returncode != 0:
-        raise RuntimeError(f"retraction.py failed on {src}:\n{proc.stderr[-2000:]}")
-    return {r["id"]: r for r in json.loads(proc.stdout)}
+        raise RuntimeError(f"{script} failed on {src}:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout)
+
+
+def sglang_retraction(src, venvs, scenarios):
+    return {r["id"]: r for r in run_release_script("retraction.py", src, venvs, scenarios)}
 
 
 def manifest(scenario):
@@ -240,12 +246,7 @@ def pd_args_manifest(scenario):
 
 
 def sglang_pd_args(src, venvs, scenarios):
-    proc = subprocess.run([release_python(src, venvs), os.path.join(HERE, "pd_args.py"), src],
-                          input=json.dumps(scenarios), capture_output=True, text=True,
-                          check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"pd_args.py failed on {src}:\n{proc.stderr[-2000:]}")
-    answer = json.loads(proc.stdout)
+    answer = run_release_script("pd_args.py", src, venvs, scenarios)
     return answer["prefixes"], {r["id"]: r["error"] for r in answer["results"]}
 
 
