@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Mutex;
 
-/// Which object: its kind, namespace and name.
-pub type ObjectKey = (&'static str, String, String);
+/// Which object of the kind: its namespace and name.
+pub type ObjectKey = (String, String);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct LastApply {
@@ -21,7 +21,8 @@ struct LastApply {
     resource_version: String,
 }
 
-/// The last apply of each object, forgotten for objects the watch cache no longer has.
+/// The last apply of each object of one kind, forgotten for objects the watch cache no longer
+/// has.
 #[derive(Debug, Default)]
 pub struct AppliedBodies(Mutex<Records>);
 
@@ -87,7 +88,7 @@ mod tests {
     }
 
     fn key(name: &str) -> ObjectKey {
-        ("ConfigMap", "ns".into(), name.into())
+        ("ns".into(), name.into())
     }
 
     #[test]
@@ -108,7 +109,7 @@ mod tests {
     fn records_of_objects_gone_from_the_cache_are_forgotten() {
         let applied = AppliedBodies::default();
         for i in 0..=FORGET_AFTER {
-            applied.record(key(&i.to_string()), 1, Some("1".into()), |key| key.2 == "0");
+            applied.record(key(&i.to_string()), 1, Some("1".into()), |key| key.1 == "0");
         }
         assert_eq!(records(&applied), 1);
         assert!(applied.unchanged(&key("0"), 1, Some("1")));

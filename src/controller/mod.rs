@@ -146,15 +146,20 @@ struct Reconciler {
     context: Arc<Context>,
     /// Decode pods, trimmed by [`trim_pod`] to what the planner reads.
     pods: Store<Pod>,
-    /// The ConfigMaps and Services the controller keeps, trimmed by [`trim_kept`].
-    config_maps: Store<PartialObjectMeta<ConfigMap>>,
-    services: Store<PartialObjectMeta<Service>>,
-    /// What this run last applied to them.
+    /// The ConfigMap and the Service the controller keeps for each resource.
+    config_maps: Kept<ConfigMap>,
+    services: Kept<Service>,
+}
+
+/// A kind the controller keeps one object of per resource: its metadata watch cache, trimmed
+/// by [`trim_kept`], and what this run last applied to its objects.
+struct Kept<K: Resource<DynamicType = ()> + 'static> {
+    cache: Store<PartialObjectMeta<K>>,
     applied: AppliedBodies,
 }
 
-/// Keeps of a ConfigMap's or Service's metadata what the owner trigger and [`AppliedBodies`]
-/// read: name, namespace, resourceVersion and owner references.
+/// Keeps of a ConfigMap's or Service's metadata what the owner trigger and [`Kept`] read:
+/// name, namespace, resourceVersion and owner references.
 fn trim_kept<K>(object: &mut PartialObjectMeta<K>) {
     let meta = &mut object.metadata;
     meta.managed_fields = None;
@@ -259,9 +264,8 @@ async fn reconcile_until(
     let reconciler = Arc::new(Reconciler {
         context: Arc::clone(&context),
         pods,
-        config_maps: kept_config_maps,
-        services: kept_services,
-        applied: AppliedBodies::default(),
+        config_maps: Kept::new(kept_config_maps),
+        services: Kept::new(kept_services),
     });
     Controller::for_stream(deployment_stream, deployments)
         .with_config(
@@ -387,10 +391,10 @@ async fn reconcile_inner(resource: &InferenceDeployment, reconciler: &Reconciler
     let apply = PatchParams::apply(FIELD_MANAGER).force();
     let config_map_name = desired.config_map.metadata.name.clone().unwrap_or_default();
     let config_map = with_type_meta(&desired.config_map, "v1", "ConfigMap");
-    apply_kept::<ConfigMap>(reconciler, &namespace, &config_map_name, config_map).await?;
+    reconciler.config_maps.apply(&context.client, &apply, &namespace, &config_map_name, config_map).await?;
     let service_name = desired.service.metadata.name.clone().unwrap_or_default();
     let service = with_type_meta(&desired.service, "v1", "Service");
-    apply_kept::<Service>(reconciler, &namespace, &service_name, service).await?;
+    reconciler.services.apply(&context.client, &apply, &namespace, &service_name, service).await?;
 
     let pods: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
     let observed = observe_pods(&reconciler.pods, &namespace, resource);
@@ -462,44 +466,43 @@ async fn reconcile_inner(resource: &InferenceDeployment, reconciler: &Reconciler
     Ok(Action::requeue(if settled { RESYNC } else { ROLLOUT_REQUEUE }))
 }
 
-/// Server-side applies `body` to the ConfigMap or Service `name`, unless this run applied the
-/// same body last and nobody wrote the object since (see [`AppliedBodies`]).
-async fn apply_kept<K>(
-    reconciler: &Reconciler,
-    namespace: &str,
-    name: &str,
-    body: serde_json::Value,
-) -> Result<(), Error>
+impl<K> Kept<K>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + k8s_openapi::Resource
         + Clone
         + serde::de::DeserializeOwned
-        + std::fmt::Debug,
+        + std::fmt::Debug
+        + 'static,
 {
-    let key: ObjectKey = (<K as k8s_openapi::Resource>::KIND, namespace.to_string(), name.to_string());
-    let hash = body_hash(&body);
-    if reconciler.applied.unchanged(&key, hash, reconciler.cached_version(&key).as_deref()) {
-        return Ok(());
+    fn new(cache: Store<PartialObjectMeta<K>>) -> Self {
+        Self { cache, applied: AppliedBodies::default() }
     }
-    let api: Api<K> = Api::namespaced(reconciler.context.client.clone(), namespace);
-    let written =
-        api.patch(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(body)).await.map_err(Error::Kube)?;
-    let version = written.meta().resource_version.clone();
-    reconciler.applied.record(key, hash, version, |key| reconciler.cached_version(key).is_some());
-    Ok(())
-}
 
-impl Reconciler {
-    /// The resourceVersion of a kept ConfigMap or Service in the watch cache.
-    fn cached_version(&self, (kind, namespace, name): &ObjectKey) -> Option<String> {
-        match *kind {
-            "ConfigMap" => {
-                self.config_maps.get(&ObjectRef::new(name).within(namespace))?.metadata.resource_version.clone()
-            }
-            "Service" => self.services.get(&ObjectRef::new(name).within(namespace))?.metadata.resource_version.clone(),
-            _ => None,
+    /// The object's resourceVersion in the watch cache.
+    fn cached_version(&self, (namespace, name): &ObjectKey) -> Option<String> {
+        self.cache.get(&ObjectRef::new(name).within(namespace))?.metadata.resource_version.clone()
+    }
+
+    /// Server-side applies `body` to the object `name`, unless this run applied the same body
+    /// last and nobody wrote the object since (see [`AppliedBodies`]).
+    async fn apply(
+        &self,
+        client: &kube::Client,
+        apply: &PatchParams,
+        namespace: &str,
+        name: &str,
+        body: serde_json::Value,
+    ) -> Result<(), Error> {
+        let key: ObjectKey = (namespace.to_string(), name.to_string());
+        let hash = body_hash(&body);
+        if self.applied.unchanged(&key, hash, self.cached_version(&key).as_deref()) {
+            return Ok(());
         }
+        let api: Api<K> = Api::namespaced(client.clone(), namespace);
+        let written = api.patch(name, apply, &Patch::Apply(body)).await.map_err(Error::Kube)?;
+        let version = written.meta().resource_version.clone();
+        self.applied.record(key, hash, version, |key| self.cached_version(key).is_some());
+        Ok(())
     }
 }
 
