@@ -88,9 +88,9 @@ fn by_name<'a>(reports: &'a [Value], name: &str) -> &'a Value {
 fn check_reports_every_example_and_exits_1_on_a_rejection() {
     let (code, reports, err) = check_json(&["-f", &repo("examples")]);
     assert_eq!(code, Some(1), "{err}");
-    // Six InferenceDeployments, then the three SGLang servers of examples/guard.
-    assert_eq!(reports.len(), 9);
-    assert!(reports[6..].iter().all(|r| r["container"].is_string()), "{reports:?}");
+    // Seven InferenceDeployments, then the three SGLang servers of examples/guard.
+    assert_eq!(reports.len(), 10);
+    assert!(reports[7..].iter().all(|r| r["container"].is_string()), "{reports:?}");
     let rejected = by_name(&reports, "default/deepseek-v3");
     assert_eq!(rejected["verdict"], "rejected");
     assert_eq!(rejected["violations"][0]["rule"], "R9");
@@ -275,6 +275,65 @@ mod hub {
     }
 }
 
+/// `kvpilot render -f X | kvpilot check -f -`: the guard, reading the SGLang servers of the pods
+/// kvpilot renders, reaches the verdict kvpilot reached for the resource and runs the same
+/// effective settings; a rewritten resource's pods run the rewrite, so the guard finds them valid.
+#[test]
+fn rendered_pods_get_the_verdict_and_settings_of_their_inference_deployment() {
+    let mut examples: Vec<PathBuf> = std::fs::read_dir(repo("examples"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    examples.sort();
+    let mut compared = 0;
+    for example in examples {
+        let example = example.to_str().unwrap();
+        let rendered = kvpilot(&["render", "-f", example]);
+        let (_, originals, _) = check_json(&["-f", example]);
+        let original = &originals[0];
+        if original["verdict"] == "rejected" {
+            assert_eq!(rendered.status.code(), Some(1), "{example}");
+            continue;
+        }
+        assert_eq!(rendered.status.code(), Some(0), "{example}: {}", stderr(&rendered));
+        // The example file too: a configMapRef source's ConfigMap is in it.
+        let mut check = Command::new(env!("CARGO_BIN_EXE_kvpilot"))
+            .args(["check", "-f", "-", "-f", example, "--output", "json", "--offline"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        check.stdin.take().unwrap().write_all(&rendered.stdout).unwrap();
+        let out = check.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{example}: {}", stderr(&out));
+        let reports: Vec<Value> = serde_json::from_str(&stdout(&out)).unwrap();
+        let servers: Vec<&Value> = reports.iter().filter(|r| r["container"] == "sglang").collect();
+        assert!(!servers.is_empty(), "{example}: the guard found no server in the rendered pods: {reports:?}");
+        let without_source = |effective: &Value| {
+            let mut effective = effective.clone();
+            effective.as_object_mut().unwrap().remove("retractionBackupSource");
+            effective
+        };
+        for server in servers {
+            assert_eq!(server["verdict"], "valid", "{example} {}: {server}", server["name"]);
+            assert_eq!(server["mode"], "decode", "{example}");
+            assert_eq!(server["sglang"]["version"], original["sglang"]["version"], "{example}");
+            assert_eq!(server["layout"], original["layout"], "{example}");
+            assert_eq!(
+                without_source(&server["effective"]),
+                without_source(&original["effective"]),
+                "{example} {}",
+                server["name"]
+            );
+            compared += 1;
+        }
+    }
+    assert!(compared >= 8, "{compared} servers compared");
+}
+
 #[test]
 fn render_prints_valid_objects_and_refuses_rejected_resources() {
     let out = kvpilot(&[
@@ -297,8 +356,6 @@ fn render_prints_valid_objects_and_refuses_rejected_resources() {
         .collect();
     let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, vec!["ConfigMap", "Service", "Pod", "ConfigMap", "Service", "Pod", "Pod"]);
-    let runtime: Value = serde_json::from_str(docs[0]["data"]["runtime.json"].as_str().unwrap()).unwrap();
-    assert_eq!(runtime["effective"]["retractionBackup"], "cpu_tensor");
     // The SGLang flags of the effective (rewritten) settings, in the ConfigMap and the header.
     let sglang_args: Value = serde_json::from_str(docs[0]["data"]["sglangArgs.json"].as_str().unwrap()).unwrap();
     let decode: Vec<&str> = sglang_args["decode"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
@@ -306,20 +363,25 @@ fn render_prints_valid_objects_and_refuses_rejected_resources() {
     assert!(decode.windows(2).any(|w| w == ["--disaggregation-mode", "decode"]), "{decode:?}");
     assert!(text.contains("#   sglangArgs decode:  --model-path "), "{text}");
     assert!(text.contains("#   sglangArgs prefill: --model-path "), "{text}");
-    assert_eq!(docs[2]["spec"]["containers"][0]["image"], format!("kvpilot/kvpilot:{}", env!("CARGO_PKG_VERSION")));
+    let pod = &docs[2]["spec"]["containers"][0];
+    assert_eq!(pod["image"], "lmsysorg/sglang:v0.5.23-cu129");
+    let pod_args: Vec<&str> = pod["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert_eq!(pod_args[..decode.len()], decode[..], "the pod runs the decode flags of the ConfigMap");
 
     let json_out = kvpilot(&[
         "render",
         "-o",
         "json",
-        "--runtime-image",
-        "registry.local/kvpilot:dev",
+        "--sglang-version",
+        "0.5.21",
+        "--sglang-image",
+        "registry.local/sglang:{version}-rdma",
         "-f",
         &repo("examples/llama-3.1-8b-full.yaml"),
     ]);
     let list: Value = serde_json::from_str(&stdout(&json_out)).unwrap();
     assert_eq!((list["kind"].as_str(), list["items"].as_array().unwrap().len()), (Some("List"), 4));
-    assert_eq!(list["items"][2]["spec"]["containers"][0]["image"], "registry.local/kvpilot:dev");
+    assert_eq!(list["items"][2]["spec"]["containers"][0]["image"], "registry.local/sglang:0.5.21-rdma");
 
     let rejected = kvpilot(&["render", "-f", &repo("examples/deepseek-v3-mla-rejected.yaml")]);
     assert_eq!(rejected.status.code(), Some(1));
@@ -333,12 +395,30 @@ fn demo_runs_the_controller_on_the_bundled_examples() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = stdout(&out);
     for row in [
-        "deepseek-v3     deepseek-ai/DeepSeek-V3            mla          -            R9          0       1",
-        "mimo-pure-swa   example/mimo-v2-pure-swa           pure-swa     cpu_tensor   Rewritten   1       1",
-        "gpt-oss-20b     openai/gpt-oss-20b                 hybrid-swa   host_pool    Valid       2       2",
+        "deepseek-v3        deepseek-ai/DeepSeek-V3            mla          -            R9          0       1",
+        "deepseek-v3-tp16   deepseek-ai/DeepSeek-V3            mla          cpu_tensor   Valid       1       1",
+        "mimo-pure-swa      example/mimo-v2-pure-swa           pure-swa     cpu_tensor   Rewritten   1       1",
+        "gpt-oss-20b        openai/gpt-oss-20b                 hybrid-swa   host_pool    Valid       2       2",
+        // The pods as `kubectl get pods -o wide` shows them: SGLang servers, a group of two ranks.
+        "deepseek-v3-tp16-decode-0-1   1/1     Running",
+        "gpt-oss-20b-decode-1          1/1     Running",
     ] {
         assert!(text.contains(row), "{row:?} missing from\n{text}");
     }
+    assert!(text.contains("lmsysorg/sglang:v0.5.23-cu129"), "{text}");
+    // The command line of rank 1 of the multi-node replica.
+    assert!(
+        text.contains(
+            "python3 -m sglang.launch_server --model-path /models/DeepSeek-V3 --disaggregation-mode decode \
+             --tensor-parallel-size 16"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("--nnodes 2 --node-rank 1 --dist-init-addr deepseek-v3-tp16-decode-0-0.deepseek-v3-tp16-decode.default.svc:5000"),
+        "{text}"
+    );
+    assert!(text.contains("http://llama-3-1-8b-decode-1.llama-3-1-8b-decode.default.svc:30000"), "{text}");
     assert!(text.contains("R1: Host-pool retraction does not support Mamba models."), "{text}");
     assert!(text.contains("M1: extra_buffer_lazy unsupported under PD disaggregation"), "{text}");
 }

@@ -49,9 +49,10 @@ fn documented(file: &str) -> (&'static str, &'static [&'static str]) {
         "deepseek-v3-mla-rejected.yaml" => ("R9", &[]),
         "mimo-pure-swa-rewrite.yaml" => ("Rewritten", &["R2"]),
         "qwen3-next-hybrid-ssm.yaml" => ("Rewritten", &["R1", "M1"]),
-        "gemma-3-1b-sliding-full-pool.yaml" | "gpt-oss-20b-hybrid-swa.yaml" | "llama-3.1-8b-full.yaml" => {
-            ("Valid", &[])
-        }
+        "gemma-3-1b-sliding-full-pool.yaml"
+        | "gpt-oss-20b-hybrid-swa.yaml"
+        | "llama-3.1-8b-full.yaml"
+        | "deepseek-v3-tp16-multinode.yaml" => ("Valid", &[]),
         other => panic!("examples/{other} has no documented state in this test: add it"),
     }
 }
@@ -81,7 +82,7 @@ async fn every_example_reaches_its_documented_state() {
             })
             .await;
             assert!(fleet.pods_of(name).await.is_empty(), "{file}: no pods");
-            assert!(fleet.config_maps().get_opt(&format!("{name}-runtime")).await.unwrap().is_none(), "{file}");
+            assert!(fleet.config_maps().get_opt(&format!("{name}-sglang")).await.unwrap().is_none(), "{file}");
             assert!(fleet.services().get_opt(&format!("{name}-decode")).await.unwrap().is_none(), "{file}");
             continue;
         }
@@ -96,9 +97,13 @@ async fn every_example_reaches_its_documented_state() {
             (decode.replicas, decode.ready_replicas, decode.updated_replicas),
             (replicas as i32, replicas as i32, replicas as i32)
         );
-        let config_map = fleet.config_maps().get(&format!("{name}-runtime")).await.unwrap();
-        let runtime: Value = serde_json::from_str(&config_map.data.unwrap()["runtime.json"]).unwrap();
-        assert_eq!(runtime["model"]["name"], object["spec"]["model"]["name"], "{file}");
+        let config_map = fleet.config_maps().get(&format!("{name}-sglang")).await.unwrap();
+        let args: Value = serde_json::from_str(&config_map.data.unwrap()["sglangArgs.json"]).unwrap();
+        let decode: Vec<String> = serde_json::from_value(args["decode"].clone()).unwrap();
+        for pod in fleet.pods_of(name).await {
+            let sglang = &pod.spec.as_ref().unwrap().containers[0];
+            assert_eq!(sglang.args.as_ref().unwrap()[..decode.len()], decode[..], "{file}: {}", pod.name_any());
+        }
         let service = fleet.services().get(&format!("{name}-decode")).await.unwrap();
         assert_eq!(service.spec.unwrap().cluster_ip.as_deref(), Some("None"), "{file}: headless");
     }
@@ -148,7 +153,7 @@ async fn removed_fields_leave_the_pods_and_other_managers_fields_stay() {
     let applied: Vec<_> =
         service.metadata.managed_fields.iter().flatten().filter(|f| f.operation.as_deref() == Some("Apply")).collect();
     assert!(applied.iter().all(|f| f.manager.as_deref() == Some("kvpilot")), "one applier: {applied:?}");
-    let config_map = fleet.config_maps().get(&format!("{name}-runtime")).await.unwrap();
+    let config_map = fleet.config_maps().get(&format!("{name}-sglang")).await.unwrap();
     assert_eq!(managers(&config_map.metadata), BTreeSet::from(["kvpilot".to_string()]));
     operator.assert_no_failures().await;
     fleet.assert_no_repeated_events().await;
@@ -185,14 +190,14 @@ async fn deletion_goes_through_the_garbage_collector_and_deleted_pods_come_back(
     ]);
     assert!(out.status.success(), "foreground deletion: {}", common::cluster::text(&out.stderr));
     assert!(fleet.pods_of(&llama).await.is_empty(), "the pods went first");
-    for (kind, object) in [("configmap", format!("{llama}-runtime")), ("service", format!("{llama}-decode"))] {
+    for (kind, object) in [("configmap", format!("{llama}-sglang")), ("service", format!("{llama}-decode"))] {
         assert!(fleet.cluster.get_json(&[kind, &object, "-n", fleet.ns()]).is_none(), "{kind}/{object} left");
     }
 
     fleet.deployments().delete(&gemma, &DeleteParams::background()).await.unwrap();
     until("the garbage collector removes gemma's objects", async || {
         let none_left = fleet.pods_of(&gemma).await.is_empty()
-            && fleet.config_maps().get_opt(&format!("{gemma}-runtime")).await.ok()?.is_none()
+            && fleet.config_maps().get_opt(&format!("{gemma}-sglang")).await.ok()?.is_none()
             && fleet.services().get_opt(&format!("{gemma}-decode")).await.ok()?.is_none();
         none_left.then_some(())
     })

@@ -130,7 +130,7 @@ fn the_examples_converge_through_the_charts_rbac_and_nothing_more_is_allowed() {
             assert!(message.split(|c: char| !c.is_ascii_alphanumeric()).any(rule_id), "no rule id: {settings}");
             assert_eq!(play_kubelet(&cluster, ns, name), 0, "a rejected deployment gets no pods");
         } else {
-            for object in [format!("configmap/{name}-runtime"), format!("service/{name}-decode")] {
+            for object in [format!("configmap/{name}-sglang"), format!("service/{name}-decode")] {
                 assert!(cluster.get_json(&[&object, "-n", ns]).is_some(), "{object} missing");
             }
         }

@@ -29,15 +29,7 @@ impl Operator {
         let client = server.client();
         let hub = Arc::new(HubClient::new(Duration::from_secs(60), Duration::from_secs(5), &[]).unwrap());
         let source = ClusterSource::new(client.clone(), hub, "https://huggingface.co");
-        let mut context = Context::new(
-            client,
-            source,
-            RenderOptions {
-                runtime_image: "kvpilot:test".into(),
-                default_release: kvpilot::release::ReleaseChoice::default_newest(),
-            },
-            Metrics::default(),
-        );
+        let mut context = Context::new(client, source, RenderOptions::default(), Metrics::default());
         // These tests step through many reconciles each; the production debounce (the
         // operator tests and the cluster tests run it) would only make them wait.
         context.reconcile_debounce = Duration::from_millis(20);
@@ -157,6 +149,12 @@ fn set(object: &mut Value, pointer: &str, value: Value) {
     object.pointer_mut(parent).unwrap().as_object_mut().unwrap().insert(key.into(), value);
 }
 
+/// The decode flags of a resource's `NAME-sglang` ConfigMap.
+fn decode_args(data: &std::collections::BTreeMap<String, String>) -> Vec<String> {
+    let args: Value = serde_json::from_str(&data["sglangArgs.json"]).unwrap();
+    serde_json::from_value(args["decode"].clone()).unwrap()
+}
+
 async fn patch_spec(server: &ApiServer, name: &str, patch: Value) {
     deployments(server).patch(name, &PatchParams::default(), &Patch::Merge(json!({"spec": patch}))).await.unwrap();
 }
@@ -168,20 +166,23 @@ async fn creates_owned_objects_and_reports_ready() {
     ready(&server, "llama-3-1-8b", 2).await;
 
     let uid = created.metadata.uid.unwrap();
-    let config_map: ConfigMap = Api::namespaced(server.client(), NS).get("llama-3-1-8b-runtime").await.unwrap();
+    let config_map: ConfigMap = Api::namespaced(server.client(), NS).get("llama-3-1-8b-sglang").await.unwrap();
     let service: Service = Api::namespaced(server.client(), NS).get("llama-3-1-8b-decode").await.unwrap();
     for owners in [&config_map.metadata.owner_references, &service.metadata.owner_references] {
         assert_eq!(owners.as_ref().unwrap()[0].uid, uid);
     }
-    let runtime: Value = serde_json::from_str(&config_map.data.unwrap()["runtime.json"]).unwrap();
-    assert_eq!(runtime["effective"]["retractionBackup"], "host_pool");
-    assert_eq!(runtime["layout"]["kvPool"], "full");
+    let args = decode_args(&config_map.data.unwrap());
+    assert!(args.windows(2).any(|w| w == ["--disaggregation-decode-retraction-backup", "host_pool"]), "{args:?}");
     assert_eq!(service.spec.unwrap().cluster_ip.as_deref(), Some("None"));
     let pods: Vec<Pod> = Api::namespaced(server.client(), NS).list(&ListParams::default()).await.unwrap().items;
     let mut names: Vec<_> = pods.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
     names.sort();
     assert_eq!(names, vec!["llama-3-1-8b-decode-0", "llama-3-1-8b-decode-1"]);
     for pod in &pods {
+        let sglang = &pod.spec.as_ref().unwrap().containers[0];
+        assert_eq!(sglang.command.as_ref().unwrap(), &["python3", "-m", "sglang.launch_server"]);
+        let pod_args = sglang.args.as_ref().unwrap();
+        assert_eq!(pod_args[..args.len()], args[..], "the pod runs the flags the policy decided");
         assert_eq!(pod.metadata.owner_references.as_ref().unwrap()[0].uid, uid);
         assert_eq!(pod.metadata.labels.as_ref().unwrap()["app.kubernetes.io/managed-by"], "kvpilot");
     }
@@ -299,7 +300,7 @@ async fn rejected_settings_create_nothing_until_fixed_and_never_touch_running_po
     assert_eq!(condition(&server, "mimo-pure-swa", "Ready").unwrap()["reason"], "SettingsRejected");
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(pods_of(&server, "mimo-pure-swa").is_empty(), "no pods for rejected settings");
-    assert!(server.get("", "v1", "configmaps", NS, "mimo-pure-swa-runtime").is_none());
+    assert!(server.get("", "v1", "configmaps", NS, "mimo-pure-swa-sglang").is_none());
     assert_eq!(events_with_reason(&server, "R2").len(), 1, "one Warning event, not one per retry");
 
     patch_spec(&server, "mimo-pure-swa", json!({"disaggregation": {"retractionBackup": "cpu_tensor"}})).await;
@@ -336,9 +337,11 @@ async fn rewrites_are_recorded_in_status_and_events_and_run_by_the_pods() {
     assert_eq!(object["status"]["effective"]["retractionBackup"], "cpu_tensor");
     assert_eq!(object["spec"]["disaggregation"]["retractionBackup"], "host_pool", "the spec keeps what the user wrote");
     assert_eq!(object["metadata"]["generation"], json!(created.metadata.generation.unwrap()));
-    let runtime = server.get("", "v1", "configmaps", NS, "mimo-pure-swa-runtime").unwrap();
-    let runtime: Value = serde_json::from_str(runtime["data"]["runtime.json"].as_str().unwrap()).unwrap();
-    assert_eq!(runtime["effective"]["retractionBackup"], "cpu_tensor");
+    for pod in pods_of(&server, "mimo-pure-swa") {
+        let args: Vec<&str> =
+            pod["spec"]["containers"][0]["args"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        assert!(args.windows(2).any(|w| w == ["--disaggregation-decode-retraction-backup", "cpu_tensor"]), "{args:?}");
+    }
     let events = events_with_reason(&server, "SettingRewritten");
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0]["type"], "Normal");
@@ -488,7 +491,7 @@ async fn an_invalid_rollout_is_named_in_progressing_and_warned_about_once() {
 /// Applies to the ConfigMap and Service of `name` so far, from the server's request log.
 fn kept_applies(server: &ApiServer, name: &str) -> u64 {
     let paths = [
-        format!("PATCH /api/v1/namespaces/{NS}/configmaps/{name}-runtime"),
+        format!("PATCH /api/v1/namespaces/{NS}/configmaps/{name}-sglang"),
         format!("PATCH /api/v1/namespaces/{NS}/services/{name}-decode"),
     ];
     server.request_log().into_iter().filter(|(key, _)| paths.contains(key)).map(|(_, count)| count).sum()
@@ -505,25 +508,29 @@ async fn the_config_map_and_service_are_applied_again_only_when_they_or_the_sett
     // Another writer changes a field the controller owns: the change is its own write, so the
     // controller applies again and takes the field back.
     let config_maps: Api<ConfigMap> = Api::namespaced(server.client(), NS);
-    let original = config_maps.get("llama-3-1-8b-runtime").await.unwrap().data.unwrap();
-    let edit = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"runtime.json": "{}"}});
+    let original = config_maps.get("llama-3-1-8b-sglang").await.unwrap().data.unwrap();
+    let edit = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"sglangArgs.json": "{}"}});
     config_maps
-        .patch("llama-3-1-8b-runtime", &PatchParams::apply("someone-else").force(), &Patch::Apply(edit))
+        .patch("llama-3-1-8b-sglang", &PatchParams::apply("someone-else").force(), &Patch::Apply(edit))
         .await
         .unwrap();
-    eventually("the controller restores runtime.json", Duration::from_secs(10), || async {
-        let data = config_maps.get("llama-3-1-8b-runtime").await.map_err(|e| e.to_string())?.data.unwrap_or_default();
-        if data == original { Ok(()) } else { Err(format!("runtime.json is {:?}", data.get("runtime.json"))) }
+    eventually("the controller restores sglangArgs.json", Duration::from_secs(10), || async {
+        let data = config_maps.get("llama-3-1-8b-sglang").await.map_err(|e| e.to_string())?.data.unwrap_or_default();
+        if data == original { Ok(()) } else { Err(format!("sglangArgs.json is {:?}", data.get("sglangArgs.json"))) }
     })
     .await;
     assert_eq!(kept_applies(&server, "llama-3-1-8b"), 2 + 2, "the edit, and the ConfigMap applied once more");
 
     // A settings change that reaches the ConfigMap applies it again.
     patch_spec(&server, "llama-3-1-8b", json!({"disaggregation": {"retractionBackup": "cpu_tensor"}})).await;
-    eventually("runtime.json follows the spec", Duration::from_secs(10), || async {
-        let data = config_maps.get("llama-3-1-8b-runtime").await.map_err(|e| e.to_string())?.data.unwrap_or_default();
-        let runtime: Value = serde_json::from_str(&data["runtime.json"]).map_err(|e| e.to_string())?;
-        if runtime["effective"]["retractionBackup"] == "cpu_tensor" { Ok(()) } else { Err(runtime.to_string()) }
+    eventually("sglangArgs.json follows the spec", Duration::from_secs(10), || async {
+        let data = config_maps.get("llama-3-1-8b-sglang").await.map_err(|e| e.to_string())?.data.unwrap_or_default();
+        let args = decode_args(&data);
+        if args.windows(2).any(|w| w == ["--disaggregation-decode-retraction-backup", "cpu_tensor"]) {
+            Ok(())
+        } else {
+            Err(format!("{args:?}"))
+        }
     })
     .await;
     operator.stop().await;

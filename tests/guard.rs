@@ -363,23 +363,33 @@ async fn valid_workloads_and_other_containers_are_allowed_quietly() {
     assert_eq!((response["allowed"].as_bool(), response.get("warnings")), (Some(true), None));
 }
 
-/// The pods kvpilot runs for an InferenceDeployment (the cache runtime, its settings checked by
-/// the controller) are admitted in guarded namespaces without a word.
+/// The pods kvpilot runs for an InferenceDeployment (SGLang decode servers started with the
+/// flags the controller decided) are admitted in guarded namespaces without a word, the guard
+/// reading the model's config.json from the ConfigMap their annotation names.
 #[tokio::test]
 async fn an_inference_deployment_s_own_pods_pass_the_guard() {
-    let (_server, state) = cluster_state().await;
-    let resource: kvpilot::api::InferenceDeployment =
-        serde_json::from_value(documents("examples/mimo-pure-swa-rewrite.yaml").remove(0)).unwrap();
-    let config = Value::Object(resource.spec.model.config.inline.clone().unwrap());
-    let assessment = kvpilot::policy::assess(&resource.spec, &config, &ReleaseChoice::default_newest()).unwrap();
-    let options = kvpilot::controller::desired::RenderOptions {
-        runtime_image: "kvpilot/kvpilot:0.1.0".into(),
-        default_release: ReleaseChoice::default_newest(),
-    };
-    let desired = kvpilot::controller::desired::desired_state(&resource, &assessment, &options);
-    let pod = kvpilot::controller::desired::with_type_meta(&desired.pod(0), "v1", "Pod");
-    let response = post(&state, "/guard/enforce", &admission_review(&pod)).await;
-    assert_eq!((response["allowed"].as_bool(), response.get("warnings")), (Some(true), None), "{response}");
+    let (server, state) = cluster_state().await;
+    for file in ["examples/mimo-pure-swa-rewrite.yaml", "examples/deepseek-v3-tp16-multinode.yaml"] {
+        let resource: kvpilot::api::InferenceDeployment = serde_json::from_value(documents(file).remove(0)).unwrap();
+        let config = Value::Object(resource.spec.model.config.inline.clone().unwrap());
+        let assessment =
+            kvpilot::sglang::server::assess(&resource.spec, &config, &ReleaseChoice::default_newest()).unwrap();
+        let options = kvpilot::controller::desired::RenderOptions::default();
+        let desired = kvpilot::controller::desired::desired_state(&resource, &assessment, &options);
+        Api::<ConfigMap>::namespaced(server.client(), "default")
+            .create(&PostParams::default(), &desired.config_map)
+            .await
+            .unwrap();
+        for pod in desired.replica(0) {
+            let pod = kvpilot::controller::desired::with_type_meta(&pod, "v1", "Pod");
+            let response = post(&state, "/guard/enforce", &admission_review(&pod)).await;
+            assert_eq!(
+                (response["allowed"].as_bool(), response.get("warnings")),
+                (Some(true), None),
+                "{file}: {response}"
+            );
+        }
+    }
 }
 
 #[tokio::test]

@@ -20,3 +20,21 @@ pub(crate) fn condition_list(generator: &mut SchemaGenerator) -> Schema {
     schema.insert("x-kubernetes-list-map-keys".into(), serde_json::json!(["type"]));
     schema
 }
+
+/// A `core/v1` Volume's schema without `name`: the volume sources a user picks from, named by
+/// kvpilot.
+pub(crate) fn volume_source(generator: &mut SchemaGenerator) -> Schema {
+    let mut schema = <k8s_openapi::api::core::v1::Volume as JsonSchema>::json_schema(generator);
+    if let Some(properties) = schema.get_mut("properties").and_then(serde_json::Value::as_object_mut) {
+        properties.remove("name");
+    }
+    if let Some(required) = schema.get_mut("required").and_then(serde_json::Value::as_array_mut) {
+        required.retain(|field| field != "name");
+    }
+    schema.insert(
+        "description".into(),
+        "A Kubernetes volume source (persistentVolumeClaim, hostPath, nfs, csi, …), as in a Pod's volumes, without a name."
+            .into(),
+    );
+    schema
+}

@@ -3,18 +3,19 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Affinity, EnvVar, ResourceRequirements, Toleration};
+use k8s_openapi::api::core::v1::{Affinity, EnvVar, ResourceRequirements, Toleration, Volume};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::schema::preserve_unknown_object;
+use super::schema::{preserve_unknown_object, volume_source};
 use super::status::InferenceDeploymentStatus;
 
-/// A decode fleet for one model served with SGLang-style prefill/decode disaggregation.
-/// kvpilot resolves the model's attention layout, checks the disaggregation settings against
-/// it, and runs decode pods with the kvpilot cache runtime.
+/// A decode fleet for one model served with SGLang prefill/decode disaggregation. kvpilot
+/// resolves the model's attention layout, checks the disaggregation settings against it, and
+/// runs SGLang decode servers started with exactly the flags it decided.
 // clippy reads the repeated `printcolumn(type_ = ...)` arguments as duplicated attributes.
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -81,12 +82,17 @@ pub struct SglangSpec {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelSpec {
-    /// Model id or path handed to the runtime (for example `openai/gpt-oss-20b`).
+    /// Model id on the hub (for example `openai/gpt-oss-20b`); also the name the decode servers
+    /// serve it under (`--served-model-name`).
     #[x_kube(validation = Rule::new("self != ''").message("spec.model.name must not be empty"))]
     pub name: String,
-    /// Model revision (branch, tag or commit) handed to the runtime.
+    /// Model revision (branch, tag or commit) SGLang downloads from the hub.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
+    /// Where the decode servers load the weights from: the hub (SGLang downloads spec.model.name,
+    /// the default) or a volume mounted read-only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<WeightsSource>,
     /// Where the model's config.json comes from: exactly one of inline, configMapRef or hub.
     pub config: ModelConfigSource,
     /// Whether sliding-window models that SGLang supports with a hybrid SWA memory pool get
@@ -94,6 +100,97 @@ pub struct ModelSpec {
     /// `--disable-hybrid-swa-memory`).
     #[serde(default)]
     pub hybrid_swa_memory: HybridSwaMemory,
+}
+
+/// Where the weights come from: exactly one of `hub` or `volume`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("(has(self.hub) ? 1 : 0) + (has(self.volume) ? 1 : 0) == 1")
+    .message("set exactly one of spec.model.source.hub or spec.model.source.volume"))]
+pub struct WeightsSource {
+    /// SGLang downloads spec.model.name at spec.model.revision from the hub (with HF_TOKEN from
+    /// spec.model.config.hub.tokenSecretRef when set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hub: Option<HubWeights>,
+    /// The weights are in a volume, mounted read-only at /models.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume: Option<VolumeWeights>,
+}
+
+/// Weights downloaded from the hub.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct HubWeights {
+    /// A volume kept as the Hugging Face cache (`HF_HOME`), so a restarted pod does not download
+    /// the weights again: any Kubernetes volume source (`persistentVolumeClaim`, `hostPath`, …).
+    /// Unset: the container's own disk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "volume_source")]
+    pub cache: Option<VolumeSource>,
+}
+
+/// Weights in a volume.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeWeights {
+    /// The volume: any Kubernetes volume source (`persistentVolumeClaim`, `hostPath`, `nfs`,
+    /// `csi`, …), mounted read-only at /models.
+    #[schemars(schema_with = "volume_source")]
+    pub source: VolumeSource,
+    /// The model's directory inside the volume, relative to its root (`--model-path` is
+    /// `/models/<path>`); empty for the root itself.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[schemars(length(max = 1024))]
+    #[x_kube(validation = Rule::new("!self.startsWith('/') && !self.matches('(^|/)[.][.](/|$)')").message(
+        "spec.model.source.volume.path must be relative to the volume and stay inside it (no leading / and no ..)"
+    ))]
+    pub path: String,
+}
+
+/// A Kubernetes volume source: a `Volume` without its `name` (kvpilot names the volumes it
+/// mounts).
+#[derive(Clone, Debug, PartialEq)]
+pub struct VolumeSource(pub Volume);
+
+impl VolumeSource {
+    /// The volume under `name`.
+    pub fn named(&self, name: &str) -> Volume {
+        Volume { name: name.to_string(), ..self.0.clone() }
+    }
+}
+
+impl Serialize for VolumeSource {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut value = serde_json::to_value(&self.0).map_err(serde::ser::Error::custom)?;
+        if let Some(map) = value.as_object_mut() {
+            map.remove("name");
+        }
+        value.serialize(serializer)
+    }
+}
+
+/// Lenient on purpose: a watched object that fails to deserialize would stop the controller's
+/// whole list, so an empty source is reported by [`VolumeSource::is_empty`]'s callers instead.
+impl<'de> Deserialize<'de> for VolumeSource {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut map = serde_json::Map::deserialize(deserializer)?;
+        map.insert("name".into(), "model".into());
+        Volume::deserialize(serde_json::Value::Object(map)).map(Self).map_err(serde::de::Error::custom)
+    }
+}
+
+impl VolumeSource {
+    /// Whether no source is set (the API server would default such a volume to an emptyDir).
+    pub fn is_empty(&self) -> bool {
+        serde_json::to_value(&self.0).ok().and_then(|v| v.as_object().map(|m| m.len() <= 1)).unwrap_or(true)
+    }
+}
+
+impl ModelSpec {
+    /// The volume the weights are in, if they are not downloaded from the hub.
+    pub fn weights_volume(&self) -> Option<&VolumeWeights> {
+        self.source.as_ref().and_then(|s| s.volume.as_ref())
+    }
 }
 
 /// Exactly one source of the model's config.json.
@@ -413,6 +510,9 @@ impl Default for PrefillSpec {
 /// The decode fleet.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "!has(self.nodesPerReplica) || (self.tensorParallel * self.pipelineParallel) % self.nodesPerReplica == 0"
+).message("spec.decode.nodesPerReplica must divide tensorParallel × pipelineParallel: each pod of a replica holds an equal share of its GPUs"))]
 pub struct DecodeSpec {
     /// Number of decode pods.
     #[serde(default = "one")]
@@ -442,11 +542,50 @@ pub struct DecodeSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self != ''").message("spec.decode.kvCacheDtype must not be empty"))]
     pub kv_cache_dtype: Option<String>,
-    /// GPUs per pod; defaults to tensorParallel × pipelineParallel.
+    /// GPUs per pod; defaults to tensorParallel × pipelineParallel / nodesPerReplica.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 1").message("spec.decode.gpusPerPod must be at least 1"))]
     pub gpus_per_pod: Option<i32>,
-    /// Container image of the decode pods; defaults to the operator's --runtime-image.
+    /// Pods per replica (default 1). Above 1, a replica is a group of pods
+    /// `NAME-decode-REPLICA-RANK` that run one SGLang server together (`--nnodes`, `--node-rank`,
+    /// `--dist-init-addr` of rank 0), created, rolled, counted and restarted as one unit; each
+    /// pod gets tensorParallel × pipelineParallel / nodesPerReplica GPUs.
+    #[serde(default = "one")]
+    #[x_kube(validation = Rule::new("self >= 1").message("spec.decode.nodesPerReplica must be at least 1"))]
+    pub nodes_per_replica: i32,
+    /// Port of SGLang's HTTP server (API, `/health`, metrics).
+    #[serde(default = "default_port")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 65535").message("spec.decode.port must be between 1 and 65535"))]
+    pub port: i32,
+    /// Size of the memory-backed /dev/shm (NCCL and the host KV pool live there); default 16Gi.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shm_size: Option<Quantity>,
+    /// How long a server may take to load the model before its startup probe gives up
+    /// (default 1800 s, probed every 30 s).
+    #[serde(default = "default_startup_seconds")]
+    #[x_kube(validation = Rule::new("self >= 30").message("spec.decode.startupTimeoutSeconds must be at least 30"))]
+    pub startup_timeout_seconds: i32,
+    /// How long a deleted pod has to finish its requests (default 60 s).
+    #[serde(default = "default_grace_seconds")]
+    #[x_kube(validation = Rule::new("self >= 0").message("spec.decode.terminationGracePeriodSeconds must not be negative"))]
+    pub termination_grace_period_seconds: i64,
+    /// Extended resources each pod requests besides its GPUs, for example
+    /// `rdma/rdma_shared_device_a: 1` (requests equal limits).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra_resources: BTreeMap<String, Quantity>,
+    /// Linux capabilities added to the SGLang container, for example `IPC_LOCK` for RDMA.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capabilities: Vec<String>,
+    /// Run the pods in the node's network namespace (with `dnsPolicy: ClusterFirstWithHostNet`),
+    /// as RDMA fleets without an RDMA device plugin do.
+    #[serde(default)]
+    pub host_network: bool,
+    /// InfiniBand devices for the KV transfer (`--disaggregation-ib-device`, e.g. `mlx5_0,mlx5_1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self != ''").message("spec.decode.ibDevice must not be empty"))]
+    pub ib_device: Option<String>,
+    /// SGLang image of the decode servers. Unset: the operator's --sglang-image for the
+    /// resolved release (`lmsysorg/sglang:v{version}-cu129` by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     /// Image pull policy of the decode container.
@@ -467,7 +606,10 @@ pub struct DecodeSpec {
     /// Extra environment variables of the decode container.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<EnvVar>,
-    /// Extra arguments appended to the cache runtime's command line.
+    /// Extra SGLang server arguments, appended after the ones kvpilot renders. A flag that sets
+    /// something kvpilot decides (retraction backup, transfer backend, parallel sizes, page
+    /// size, caches, ports, …) is refused, naming the spec field to use instead; other flags
+    /// pass through.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extra_args: Vec<String>,
     /// Extra labels of the decode pods.
@@ -498,6 +640,15 @@ impl Default for DecodeSpec {
             page_size: 1,
             kv_cache_dtype: None,
             gpus_per_pod: None,
+            nodes_per_replica: 1,
+            port: default_port(),
+            shm_size: None,
+            startup_timeout_seconds: default_startup_seconds(),
+            termination_grace_period_seconds: default_grace_seconds(),
+            extra_resources: BTreeMap::new(),
+            capabilities: Vec::new(),
+            host_network: false,
+            ib_device: None,
             image: None,
             image_pull_policy: None,
             resources: None,
@@ -516,9 +667,11 @@ impl Default for DecodeSpec {
 }
 
 impl DecodeSpec {
-    /// GPUs each decode pod requests: `gpusPerPod`, or tensorParallel × pipelineParallel.
+    /// GPUs each decode pod requests: `gpusPerPod`, or tensorParallel × pipelineParallel spread
+    /// over nodesPerReplica pods.
     pub fn effective_gpus_per_pod(&self) -> i32 {
-        self.gpus_per_pod.unwrap_or(self.tensor_parallel.saturating_mul(self.pipeline_parallel))
+        self.gpus_per_pod
+            .unwrap_or(self.tensor_parallel.saturating_mul(self.pipeline_parallel) / self.nodes_per_replica.max(1))
     }
 
     /// The value of an environment variable set literally in `env`, if any.
@@ -566,4 +719,16 @@ fn default_max_surge() -> IntOrString {
 
 fn one() -> i32 {
     1
+}
+
+fn default_port() -> i32 {
+    30000
+}
+
+fn default_startup_seconds() -> i32 {
+    1800
+}
+
+fn default_grace_seconds() -> i64 {
+    60
 }

@@ -64,14 +64,17 @@ pub struct SglangStatus {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct DecodeStatus {
-    /// Decode pods that exist, of any revision.
+    /// Decode replicas that exist, of any revision (a multi-node replica counts once).
     pub replicas: i32,
-    /// Ready decode pods of the current revision.
+    /// Replicas of the current revision all of whose pods are ready.
     pub ready_replicas: i32,
-    /// Decode pods of the current revision.
+    /// Replicas of the current revision.
     pub updated_replicas: i32,
     /// Label selector of the decode pods (for the scale subresource).
     pub selector: String,
+    /// The URLs of the ready replicas' SGLang servers (rank 0 of each), for a router.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub endpoints: Vec<String>,
 }
 
 /// One setting kvpilot changed, and why.

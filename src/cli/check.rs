@@ -99,7 +99,7 @@ async fn assess_one(
     let context = |e: String| format!("{}: {} ({}): {e}", found.location, found.name(), "spec.model.config");
     match set.model_config(found, hub, hub_endpoint).await.map_err(context)? {
         ModelConfig::SkippedOffline(url) => Ok(Assessed::Skipped(url)),
-        ModelConfig::Read(config) => policy::assess(&found.resource.spec, &config, &release)
+        ModelConfig::Read(config) => crate::sglang::server::assess(&found.resource.spec, &config, &release)
             .map(|a| Assessed::Report(Box::new(a)))
             .map_err(|e| format!("{}: {}: model config.json: {e}", found.location, found.name())),
     }

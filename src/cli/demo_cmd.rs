@@ -13,9 +13,10 @@ use serde_json::Value;
 
 use crate::api::InferenceDeployment;
 use crate::apiserver::{ApiServer, kubelet};
-use crate::controller::desired::{DECODE_APP, LABEL_NAME, LABEL_REVISION, RenderOptions};
+use crate::controller::desired::{DECODE_APP, LABEL_NAME, LABEL_RANK, LABEL_REVISION, RenderOptions};
 use crate::controller::metrics::Metrics;
 use crate::controller::{self, Context, Scope};
+use crate::sglang::cmdline::shell_quote;
 use crate::source::{ClusterSource, DEFAULT_HUB_ENDPOINT, HubClient};
 
 /// The examples shipped in `examples/`, compiled in so the demo needs no files.
@@ -26,6 +27,7 @@ const EXAMPLES: &[(&str, &str)] = &[
     ("qwen3-next-hybrid-ssm.yaml", include_str!("../../examples/qwen3-next-hybrid-ssm.yaml")),
     ("deepseek-v3-mla-rejected.yaml", include_str!("../../examples/deepseek-v3-mla-rejected.yaml")),
     ("gemma-3-1b-sliding-full-pool.yaml", include_str!("../../examples/gemma-3-1b-sliding-full-pool.yaml")),
+    ("deepseek-v3-tp16-multinode.yaml", include_str!("../../examples/deepseek-v3-tp16-multinode.yaml")),
 ];
 
 #[derive(Args, Debug)]
@@ -128,11 +130,15 @@ fn report(server: &ApiServer, elapsed: Duration) -> String {
         ]);
     }
     out += &table(rows);
-    out += "\n$ kubectl get pods -A -l app.kubernetes.io/name=kvpilot-decode\n";
-    let mut rows = vec![["NAMESPACE", "NAME", "READY", "STATUS", "REVISION"].map(String::from).to_vec()];
-    for pod in
-        server.list("", "v1", "pods", None).into_iter().filter(|p| p["metadata"]["labels"][LABEL_NAME] == DECODE_APP)
-    {
+    out += "\n$ kubectl get pods -A -l app.kubernetes.io/name=kvpilot-decode -o wide\n";
+    let mut rows =
+        vec![["NAMESPACE", "NAME", "READY", "STATUS", "IP", "NODE", "IMAGE", "REVISION"].map(String::from).to_vec()];
+    let pods: Vec<Value> = server
+        .list("", "v1", "pods", None)
+        .into_iter()
+        .filter(|p| p["metadata"]["labels"][LABEL_NAME] == DECODE_APP)
+        .collect();
+    for pod in &pods {
         let ready = pod["status"]["conditions"]
             .as_array()
             .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
@@ -141,8 +147,31 @@ fn report(server: &ApiServer, elapsed: Duration) -> String {
             text(&pod["metadata"]["name"]),
             if ready { "1/1" } else { "0/1" }.into(),
             text(&pod["status"]["phase"]).replace('-', "Pending"),
+            text(&pod["status"]["podIP"]),
+            text(&pod["spec"]["nodeName"]),
+            text(&pod["spec"]["containers"][0]["image"]),
             text(&pod["metadata"]["labels"][LABEL_REVISION]),
         ]);
+    }
+    out += &table(rows);
+    if let Some(pod) = pods.iter().find(|p| p["metadata"]["labels"][LABEL_RANK] == "1").or(pods.first()) {
+        let name = text(&pod["metadata"]["name"]);
+        let words: Vec<String> = ["command", "args"]
+            .iter()
+            .flat_map(|key| pod["spec"]["containers"][0][key].as_array().cloned().unwrap_or_default())
+            .map(|word| shell_quote(&text(&word)))
+            .collect();
+        out += &format!(
+            "\n$ kubectl get pod {name} -o jsonpath='{{.spec.containers[0].command}} {{.spec.containers[0].args}}'\n"
+        );
+        out += &format!("{}\n", words.join(" "));
+    }
+    out += "\n$ kubectl get infd -A -o custom-columns=NAME:.metadata.name,ENDPOINTS:.status.decode.endpoints\n";
+    let mut rows = vec![["NAME", "ENDPOINTS"].map(String::from).to_vec()];
+    for d in server.list("kvpilot.dev", "v1alpha1", "inferencedeployments", None) {
+        let endpoints = d["status"]["decode"]["endpoints"].as_array().cloned().unwrap_or_default();
+        let urls: Vec<String> = endpoints.iter().map(text).collect();
+        rows.push(vec![text(&d["metadata"]["name"]), if urls.is_empty() { "<none>".into() } else { urls.join(",") }]);
     }
     out += &table(rows);
     out += "\n$ kubectl get events -A --field-selector reportingController=kvpilot\n";
@@ -170,10 +199,7 @@ async fn demo(args: &DemoArgs) -> Result<String, String> {
     let client = server.client();
     let hub = HubClient::new(Duration::from_secs(60), Duration::from_secs(5), &[]).map_err(|e| e.to_string())?;
     let source = ClusterSource::new(client.clone(), Arc::new(hub), DEFAULT_HUB_ENDPOINT);
-    let options = RenderOptions {
-        runtime_image: concat!("kvpilot/kvpilot:", env!("CARGO_PKG_VERSION")).into(),
-        default_release: crate::release::ReleaseChoice::default_newest(),
-    };
+    let options = RenderOptions::default();
     let context = Arc::new(Context::new(client.clone(), source, options, Metrics::default()));
     let kubelet =
         kubelet::spawn(client, &format!("{LABEL_NAME}={DECODE_APP}"), Duration::from_millis(args.pod_start_ms));

@@ -35,9 +35,10 @@ pub(crate) struct OperatorArgs {
     /// Namespace to watch, or `all` for every namespace.
     #[arg(long, env = "KVPILOT_WATCH_NAMESPACE", default_value = "all")]
     namespace: String,
-    /// Image of the decode pods when spec.decode.image is unset.
-    #[arg(long, env = "KVPILOT_RUNTIME_IMAGE", default_value = concat!("kvpilot/kvpilot:", env!("CARGO_PKG_VERSION")))]
-    runtime_image: String,
+    /// SGLang image of the decode servers when spec.decode.image is unset; `{version}` stands
+    /// for the resource's SGLang release.
+    #[arg(long, env = "KVPILOT_SGLANG_IMAGE", default_value = crate::controller::desired::DEFAULT_SGLANG_IMAGE)]
+    sglang_image: String,
     #[command(flatten)]
     sglang: super::SglangVersionArg,
     /// Hub endpoint for hub sources that do not name one.
@@ -135,7 +136,7 @@ async fn operate(args: &OperatorArgs) -> Result<(), String> {
     if let Some(warning) = default_release.warning() {
         tracing::warn!(%warning, "--sglang-version");
     }
-    let options = RenderOptions { runtime_image: args.runtime_image.clone(), default_release: default_release.clone() };
+    let options = RenderOptions { sglang_image: args.sglang_image.clone(), default_release: default_release.clone() };
     let mut context = Context::new(client.clone(), source.clone(), options, metrics.clone());
     context.max_concurrent_reconciles = args.max_concurrent_reconciles;
     context.reconcile_debounce = std::time::Duration::from_millis(args.reconcile_debounce_ms);

@@ -35,9 +35,10 @@ pub(crate) struct RenderArgs {
     /// Hub endpoint for hub sources that do not name one.
     #[arg(long, env = "KVPILOT_HUB_ENDPOINT", default_value = DEFAULT_HUB_ENDPOINT)]
     hub_endpoint: String,
-    /// Image of the decode pods when spec.decode.image is unset (the operator's --runtime-image).
-    #[arg(long, env = "KVPILOT_RUNTIME_IMAGE", default_value = concat!("kvpilot/kvpilot:", env!("CARGO_PKG_VERSION")))]
-    runtime_image: String,
+    /// SGLang image of the decode servers when spec.decode.image is unset; `{version}` stands
+    /// for the resource's SGLang release.
+    #[arg(long, env = "KVPILOT_SGLANG_IMAGE", default_value = crate::controller::desired::DEFAULT_SGLANG_IMAGE)]
+    sglang_image: String,
     #[command(flatten)]
     sglang: SglangVersionArg,
 }
@@ -51,7 +52,7 @@ pub(crate) fn run(args: &RenderArgs) -> ExitCode {
         Ok(choice) => choice,
         Err(code) => return code,
     };
-    let options = RenderOptions { runtime_image: args.runtime_image.clone(), default_release };
+    let options = RenderOptions { sglang_image: args.sglang_image.clone(), default_release };
     let mut yaml = String::new();
     let mut items: Vec<Value> = Vec::new();
     let mut rejected = false;

@@ -1,21 +1,26 @@
 //! The objects an InferenceDeployment should have, as a pure function of the resource and its
 //! assessment. `kvpilot render` prints exactly these; the controller applies them.
+//!
+//! A replica is one SGLang decode server: one pod, or with `nodesPerReplica` > 1 a group of pods
+//! `NAME-decode-REPLICA-RANK` that start together and find rank 0 through the headless Service.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-    HTTPGetAction, Pod, PodSecurityContext, PodSpec, Probe, ResourceRequirements, SeccompProfile, SecurityContext,
-    Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+    Capabilities, ConfigMap, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, Pod,
+    PodSpec, Probe, ResourceRequirements, SecretKeySelector, SecurityContext, Service, ServicePort, ServiceSpec,
+    Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::json;
 
-use crate::api::{DecodeSpec, DisaggregationSpec, EffectiveSettings, ImagePullPolicy, InferenceDeployment, OnInvalid};
+use crate::api::{ConfigSourceRef, DecodeSpec, EffectiveSettings, ImagePullPolicy, InferenceDeployment};
 use crate::policy::Assessment;
 use crate::release::ReleaseChoice;
+use crate::sglang::guard::MODEL_CONFIG_ANNOTATION;
+use crate::sglang::server::{self, MODELS_DIR};
 
 /// Label: what the pods are.
 pub const LABEL_NAME: &str = "app.kubernetes.io/name";
@@ -25,24 +30,34 @@ pub const LABEL_INSTANCE: &str = "app.kubernetes.io/instance";
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// Label: the revision (hash of everything that affects a pod).
 pub const LABEL_REVISION: &str = "kvpilot.dev/revision";
-/// Label: the pod's ordinal.
+/// Label: the replica's ordinal.
 pub const LABEL_ORDINAL: &str = "kvpilot.dev/ordinal";
+/// Label: the pod's rank within its replica (0 for single-pod replicas).
+pub const LABEL_RANK: &str = "kvpilot.dev/rank";
 /// `app.kubernetes.io/name` of decode pods.
 pub const DECODE_APP: &str = "kvpilot-decode";
-/// Port of the cache runtime's HTTP API and probes.
-pub const RUNTIME_PORT: i32 = 8080;
-/// Where the runtime ConfigMap is mounted.
-pub const CONFIG_DIR: &str = "/etc/kvpilot";
 /// The GPU resource requested per pod.
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
-/// User and group the runtime runs as (the image's non-root user).
-pub const RUNTIME_UID: i64 = 65532;
+/// The SGLang container's name.
+pub const SGLANG_CONTAINER: &str = "sglang";
+/// The image of the decode servers when `spec.decode.image` is unset; `{version}` is replaced
+/// by the resolved SGLang release.
+pub const DEFAULT_SGLANG_IMAGE: &str = "lmsysorg/sglang:v{version}-cu129";
+/// `/dev/shm` when `spec.decode.shmSize` is unset.
+pub const DEFAULT_SHM_SIZE: &str = "16Gi";
+/// Where the hub cache volume is mounted (`HF_HOME`).
+pub const HF_HOME: &str = "/hf-cache";
+/// How often the startup probe asks while the model loads.
+const STARTUP_PERIOD_SECONDS: i32 = 30;
 
-/// Key of the runtime ConfigMap holding the SGLang flags for the fleet's effective settings
-/// (`{"decode": [...], "prefill": [...]}`), for users to paste into their SGLang servers.
+/// Key of the ConfigMap holding the SGLang flags for the fleet's effective settings
+/// (`{"decode": [...], "prefill": [...]}`), for the prefill servers users run themselves.
 pub const SGLANG_ARGS_KEY: &str = "sglangArgs.json";
+/// Key of the ConfigMap holding an inline config.json, which the pods' model-config annotation
+/// points the guard at.
+pub const MODEL_CONFIG_KEY: &str = "config.json";
 
-/// The `sglangArgs` of the resource, as the runtime ConfigMap holds them.
+/// The `sglangArgs` of the resource, as the ConfigMap holds them.
 pub fn sglang_args_json(resource: &InferenceDeployment, assessment: &Assessment) -> String {
     let args = crate::sglang::args::sglang_args(&resource.spec, &assessment.verdict, assessment.release.release);
     serde_json::to_string_pretty(&args).unwrap_or_default()
@@ -51,28 +66,40 @@ pub fn sglang_args_json(resource: &InferenceDeployment, assessment: &Assessment)
 /// Operator-wide settings that shape the objects.
 #[derive(Debug, Clone)]
 pub struct RenderOptions {
-    /// Image of the cache runtime when `spec.decode.image` is unset.
-    pub runtime_image: String,
+    /// The SGLang image for resources that name none, `{version}` standing for the release.
+    pub sglang_image: String,
     /// The SGLang release for resources whose spec and image name none (`--sglang-version`).
     pub default_release: ReleaseChoice,
+}
+
+impl Default for RenderOptions {
+    fn default() -> Self {
+        Self { sglang_image: DEFAULT_SGLANG_IMAGE.into(), default_release: ReleaseChoice::default_newest() }
+    }
 }
 
 /// What should exist for one InferenceDeployment.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Desired {
-    /// Hash of the pod template and the runtime configuration.
+    /// Hash of the pod template.
     pub revision: String,
-    /// `NAME-runtime`, key `runtime.json`.
+    /// `NAME-sglang`: the flags for both sides, and an inline config.json.
     pub config_map: ConfigMap,
-    /// Headless `NAME-decode`.
+    /// Headless `NAME-decode`: stable DNS names for the pods.
     pub service: Service,
-    /// Pod template; [`Desired::pod`] names it.
+    /// Pod template; [`Desired::pod`] names it and gives it its rank.
     template: Pod,
     /// `spec.decode.replicas`.
     pub replicas: i32,
+    /// Pods per replica.
+    pub nodes_per_replica: i32,
     /// Label selector (`k=v,k=v`) of the decode pods.
     pub selector: String,
     name: String,
+    namespace: String,
+    port: i32,
+    /// How many of the container's last arguments are `spec.decode.extraArgs`.
+    extra_args: usize,
 }
 
 /// 64-bit FNV-1a: a stable hash (the standard library's is not stable across releases), the
@@ -86,14 +113,19 @@ pub fn service_name(name: &str) -> String {
     format!("{name}-decode")
 }
 
-/// The name of the runtime ConfigMap.
+/// The name of the ConfigMap with the SGLang flags.
 pub fn config_map_name(name: &str) -> String {
-    format!("{name}-runtime")
+    format!("{name}-sglang")
 }
 
-/// The name of the pod with `ordinal`.
-pub fn pod_name(name: &str, ordinal: u32) -> String {
-    format!("{name}-decode-{ordinal}")
+/// The name of a replica: its pod's name, or the prefix of its pods' names.
+pub fn replica_name(name: &str, replica: u32) -> String {
+    format!("{name}-decode-{replica}")
+}
+
+/// The name of the pod of rank `rank` in replica `replica`.
+pub fn pod_name(name: &str, replica: u32, rank: i32, nodes_per_replica: i32) -> String {
+    if nodes_per_replica > 1 { format!("{}-{rank}", replica_name(name, replica)) } else { replica_name(name, replica) }
 }
 
 /// The labels every decode pod of `name` carries (the Service selects on these).
@@ -113,36 +145,49 @@ fn owner_reference(resource: &InferenceDeployment) -> OwnerReference {
     }
 }
 
-/// The runtime's whole input: model, layout, effective settings and decode sizes, plus the
-/// settings in spec form so the runtime can rerun the same policy check.
-pub fn runtime_config(resource: &InferenceDeployment, assessment: &Assessment) -> serde_json::Value {
-    let spec = &resource.spec;
-    let decode = &spec.decode;
-    let checked = DisaggregationSpec { on_invalid: OnInvalid::Reject, ..assessment.verdict.settings.clone() };
-    json!({
-        "model": {"name": spec.model.name, "revision": spec.model.revision},
-        "layout": assessment.layout,
-        "effective": assessment.verdict.effective,
-        "disaggregation": checked,
-        "sglangVersion": assessment.release.release.to_string(),
-        "decode": {
-            "pageSize": decode.page_size,
-            "tensorParallel": decode.tensor_parallel,
-            "dataParallel": decode.data_parallel,
-            "pipelineParallel": decode.pipeline_parallel,
-            "enableDpAttention": decode.enable_dp_attention,
-            "gpusPerPod": decode.effective_gpus_per_pod(),
-            "kvCacheDtype": decode.kv_cache_dtype,
-            "env": decode.env,
-        },
-    })
+/// The SGLang image of the resource: `spec.decode.image`, else the operator's template for the
+/// release asked for.
+pub fn sglang_image(decode: &DecodeSpec, release: &ReleaseChoice, options: &RenderOptions) -> String {
+    decode.image.clone().unwrap_or_else(|| options.sglang_image.replace("{version}", &release.requested.to_string()))
 }
 
-/// The decode container's environment: the spec's, then what the release needs for these
-/// settings (`effective.decodeEnv`).
-fn decode_env(decode: &DecodeSpec, effective: &EffectiveSettings) -> Option<Vec<EnvVar>> {
-    let env: Vec<EnvVar> = decode.env.iter().chain(&effective.decode_env).cloned().collect();
-    (!env.is_empty()).then_some(env)
+fn env_var(name: &str, value: &str) -> EnvVar {
+    EnvVar { name: name.into(), value: Some(value.into()), ..EnvVar::default() }
+}
+
+/// The SGLang container's environment: the spec's, what the release needs for these settings
+/// (`effective.decodeEnv`), and for hub weights the token and cache the download uses, unless
+/// the spec sets them itself.
+fn decode_env(resource: &InferenceDeployment, effective: &EffectiveSettings) -> Vec<EnvVar> {
+    let spec = &resource.spec;
+    let mut env: Vec<EnvVar> = spec.decode.env.iter().chain(&effective.decode_env).cloned().collect();
+    let mut add = |var: EnvVar| {
+        if !env.iter().any(|e| e.name == var.name) {
+            env.push(var);
+        }
+    };
+    if spec.model.weights_volume().is_none() {
+        if let Ok(ConfigSourceRef::Hub(hub)) = spec.model.config.source()
+            && let Some(secret) = &hub.token_secret_ref
+        {
+            add(EnvVar {
+                name: "HF_TOKEN".into(),
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(SecretKeySelector {
+                        name: secret.name.clone(),
+                        key: secret.key.clone(),
+                        optional: Some(false),
+                    }),
+                    ..EnvVarSource::default()
+                }),
+                ..EnvVar::default()
+            });
+        }
+        if spec.model.source.as_ref().and_then(|s| s.hub.as_ref()).is_some_and(|hub| hub.cache.is_some()) {
+            add(env_var("HF_HOME", HF_HOME));
+        }
+    }
+    env
 }
 
 fn image_pull_policy(policy: ImagePullPolicy) -> String {
@@ -154,36 +199,87 @@ fn image_pull_policy(policy: ImagePullPolicy) -> String {
     .into()
 }
 
-fn probe(path: &str, period: i32, failures: i32) -> Probe {
+/// SGLang's `GET /health`: cheap, answered by every rank (ranks above 0 run a health server of
+/// their own once their schedulers are up).
+fn health_probe(period: i32, timeout: i32, failures: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
-            path: Some(path.into()),
+            path: Some("/health".into()),
             port: IntOrString::String("http".into()),
             ..HTTPGetAction::default()
         }),
         period_seconds: Some(period),
         failure_threshold: Some(failures),
-        timeout_seconds: Some(2),
+        timeout_seconds: Some(timeout),
         ..Probe::default()
     }
 }
 
-fn resources(user: Option<&ResourceRequirements>, gpus: i32) -> ResourceRequirements {
-    let mut resources = user.cloned().unwrap_or_default();
-    let gpu = Quantity(gpus.to_string());
-    resources.limits.get_or_insert_default().insert(GPU_RESOURCE.into(), gpu.clone());
+fn resources(decode: &DecodeSpec) -> ResourceRequirements {
+    let mut resources = decode.resources.clone().unwrap_or_default();
+    let mut extended = decode.extra_resources.clone();
+    extended.insert(GPU_RESOURCE.into(), Quantity(decode.effective_gpus_per_pod().to_string()));
+    let limits = resources.limits.get_or_insert_default();
+    limits.extend(extended.clone());
     // Extended resources must have requests equal to limits.
     if let Some(requests) = resources.requests.as_mut() {
-        requests.insert(GPU_RESOURCE.into(), gpu);
+        requests.extend(extended);
     }
     resources
+}
+
+/// Where the guard finds the model's config.json: the ConfigMap kvpilot writes for an inline
+/// config, the user's ConfigMap, or the hub.
+fn model_config_annotation(resource: &InferenceDeployment, name: &str) -> Option<String> {
+    match resource.spec.model.config.source().ok()? {
+        ConfigSourceRef::Inline(_) => Some(format!("configmap/{}/{MODEL_CONFIG_KEY}", config_map_name(name))),
+        ConfigSourceRef::ConfigMap(r) => Some(format!("configmap/{}/{}", r.name, r.key)),
+        ConfigSourceRef::Hub(hub) => {
+            let repo = hub.repo.as_deref().unwrap_or(&resource.spec.model.name);
+            Some(match &hub.revision {
+                Some(revision) => format!("hub/{repo}@{revision}"),
+                None => format!("hub/{repo}"),
+            })
+        }
+    }
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    }
+}
+
+/// The pod's volumes and the SGLang container's mounts: `/dev/shm` in memory, the weights or the
+/// hub cache.
+fn volumes(resource: &InferenceDeployment) -> (Vec<Volume>, Vec<VolumeMount>) {
+    let spec = &resource.spec;
+    let shm = spec.decode.shm_size.clone().unwrap_or_else(|| Quantity(DEFAULT_SHM_SIZE.into()));
+    let mut volumes = vec![Volume {
+        name: "dshm".into(),
+        empty_dir: Some(EmptyDirVolumeSource { medium: Some("Memory".into()), size_limit: Some(shm) }),
+        ..Volume::default()
+    }];
+    let mut mounts = vec![mount("dshm", "/dev/shm", false)];
+    if let Some(weights) = spec.model.weights_volume() {
+        volumes.push(weights.source.named("model"));
+        mounts.push(mount("model", MODELS_DIR, true));
+    } else if let Some(cache) = spec.model.source.as_ref().and_then(|s| s.hub.as_ref()).and_then(|h| h.cache.as_ref()) {
+        volumes.push(cache.named("hf-cache"));
+        mounts.push(mount("hf-cache", HF_HOME, false));
+    }
+    (volumes, mounts)
 }
 
 /// Renders what should exist for `resource` given its (non-rejected) assessment.
 pub fn desired_state(resource: &InferenceDeployment, assessment: &Assessment, options: &RenderOptions) -> Desired {
     let name = resource.metadata.name.clone().unwrap_or_default();
     let namespace = resource.metadata.namespace.clone();
-    let decode = &resource.spec.decode;
+    let spec = &resource.spec;
+    let decode = &spec.decode;
     let owner = owner_reference(resource);
     let selector = selector_labels(&name);
     let mut common = selector.clone();
@@ -197,24 +293,21 @@ pub fn desired_state(resource: &InferenceDeployment, assessment: &Assessment, op
         owner_references: Some(vec![owner.clone()]),
         ..ObjectMeta::default()
     };
-    let runtime_json = serde_json::to_string_pretty(&runtime_config(resource, assessment)).unwrap_or_default();
-    let config_map = ConfigMap {
-        metadata: owned(config_map_name(&name)),
-        data: Some(BTreeMap::from([
-            ("runtime.json".to_string(), runtime_json.clone()),
-            (SGLANG_ARGS_KEY.to_string(), sglang_args_json(resource, assessment)),
-        ])),
-        ..ConfigMap::default()
-    };
+    let mut data = BTreeMap::from([(SGLANG_ARGS_KEY.to_string(), sglang_args_json(resource, assessment))]);
+    if let Ok(ConfigSourceRef::Inline(config)) = spec.model.config.source() {
+        data.insert(MODEL_CONFIG_KEY.into(), serde_json::to_string_pretty(config).unwrap_or_default());
+    }
+    let config_map = ConfigMap { metadata: owned(config_map_name(&name)), data: Some(data), ..ConfigMap::default() };
     let service = Service {
         metadata: owned(service_name(&name)),
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".into()),
             selector: Some(selector.clone()),
+            // Ranks find rank 0 by name before any of them is ready.
             publish_not_ready_addresses: Some(true),
             ports: Some(vec![ServicePort {
                 name: Some("http".into()),
-                port: RUNTIME_PORT,
+                port: decode.port,
                 target_port: Some(IntOrString::String("http".into())),
                 ..ServicePort::default()
             }]),
@@ -223,98 +316,83 @@ pub fn desired_state(resource: &InferenceDeployment, assessment: &Assessment, op
         ..Service::default()
     };
 
-    let mut args = vec![
-        "cache-runtime".to_string(),
-        "--config".into(),
-        format!("{CONFIG_DIR}/runtime.json"),
-        "--listen".into(),
-        format!("0.0.0.0:{RUNTIME_PORT}"),
-    ];
-    args.extend(decode.extra_args.iter().cloned());
+    let (volumes, volume_mounts) = volumes(resource);
+    let env = decode_env(resource, &assessment.verdict.effective);
+    let startup_failures = (decode.startup_timeout_seconds + STARTUP_PERIOD_SECONDS - 1) / STARTUP_PERIOD_SECONDS;
     let container = Container {
-        name: "cache-runtime".into(),
-        image: Some(decode.image.clone().unwrap_or_else(|| options.runtime_image.clone())),
+        name: SGLANG_CONTAINER.into(),
+        image: Some(sglang_image(decode, &assessment.release, options)),
         image_pull_policy: decode.image_pull_policy.map(image_pull_policy),
-        command: Some(vec!["kvpilot".into()]),
-        args: Some(args),
+        command: Some(vec!["python3".into(), "-m".into(), "sglang.launch_server".into()]),
+        args: Some(server::decode_args(spec, &assessment.verdict, assessment.release.release)),
         ports: Some(vec![ContainerPort {
             name: Some("http".into()),
-            container_port: RUNTIME_PORT,
+            container_port: decode.port,
             ..ContainerPort::default()
         }]),
-        env: decode_env(decode, &assessment.verdict.effective),
-        resources: Some(resources(decode.resources.as_ref(), decode.effective_gpus_per_pod())),
-        readiness_probe: Some(probe("/readyz", 5, 3)),
-        liveness_probe: Some(probe("/healthz", 10, 6)),
-        security_context: Some(SecurityContext {
-            run_as_non_root: Some(true),
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Capabilities::default() }),
-            seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }),
+        env: (!env.is_empty()).then_some(env),
+        resources: Some(resources(decode)),
+        startup_probe: Some(health_probe(STARTUP_PERIOD_SECONDS, 5, startup_failures.max(1))),
+        readiness_probe: Some(health_probe(10, 5, 3)),
+        liveness_probe: Some(health_probe(30, 10, 4)),
+        security_context: (!decode.capabilities.is_empty()).then(|| SecurityContext {
+            capabilities: Some(Capabilities { add: Some(decode.capabilities.clone()), ..Capabilities::default() }),
             ..SecurityContext::default()
         }),
-        volume_mounts: Some(vec![
-            VolumeMount {
-                name: "runtime-config".into(),
-                mount_path: CONFIG_DIR.into(),
-                read_only: Some(true),
-                ..VolumeMount::default()
-            },
-            VolumeMount { name: "scratch".into(), mount_path: "/tmp".into(), ..VolumeMount::default() },
-        ]),
+        volume_mounts: Some(volume_mounts),
         ..Container::default()
     };
     let mut labels = decode.pod_labels.clone();
     labels.extend(common);
+    let mut annotations = decode.pod_annotations.clone();
+    if let Some(config) = model_config_annotation(resource, &name) {
+        annotations.insert(MODEL_CONFIG_ANNOTATION.into(), config);
+    }
+    let nodes_per_replica = decode.nodes_per_replica.max(1);
     let template = Pod {
         metadata: ObjectMeta {
             namespace: namespace.clone(),
             labels: Some(labels),
-            annotations: (!decode.pod_annotations.is_empty()).then(|| decode.pod_annotations.clone()),
+            annotations: Some(annotations),
             owner_references: Some(vec![owner]),
             ..ObjectMeta::default()
         },
         spec: Some(PodSpec {
             containers: vec![container],
-            volumes: Some(vec![
-                Volume {
-                    name: "runtime-config".into(),
-                    config_map: Some(ConfigMapVolumeSource {
-                        name: config_map_name(&name),
-                        ..ConfigMapVolumeSource::default()
-                    }),
-                    ..Volume::default()
-                },
-                Volume {
-                    name: "scratch".into(),
-                    empty_dir: Some(EmptyDirVolumeSource::default()),
-                    ..Volume::default()
-                },
-            ]),
+            volumes: Some(volumes),
             subdomain: Some(service_name(&name)),
+            host_network: decode.host_network.then_some(true),
+            dns_policy: decode.host_network.then(|| "ClusterFirstWithHostNet".into()),
+            // A rank that fails takes its replica down with it (NCCL cannot take a rank back),
+            // and the controller replaces the group; a single pod is restarted in place.
+            restart_policy: (nodes_per_replica > 1).then(|| "Never".into()),
+            termination_grace_period_seconds: Some(decode.termination_grace_period_seconds),
             node_selector: (!decode.node_selector.is_empty()).then(|| decode.node_selector.clone()),
             tolerations: (!decode.tolerations.is_empty()).then(|| decode.tolerations.clone()),
             affinity: decode.affinity.clone(),
             service_account_name: decode.service_account_name.clone(),
             priority_class_name: decode.priority_class_name.clone(),
             automount_service_account_token: Some(false),
-            security_context: Some(PodSecurityContext {
-                run_as_non_root: Some(true),
-                run_as_user: Some(RUNTIME_UID),
-                run_as_group: Some(RUNTIME_UID),
-                fs_group: Some(RUNTIME_UID),
-                seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }),
-                ..PodSecurityContext::default()
-            }),
             ..PodSpec::default()
         }),
         ..Pod::default()
     };
-    let hashed = format!("{}\n{runtime_json}", serde_json::to_string(&template).unwrap_or_default());
+    let hashed = format!("{}\n{nodes_per_replica}", serde_json::to_string(&template).unwrap_or_default());
     let revision = format!("{:016x}", fnv1a(hashed.as_bytes()))[..10].to_string();
     let selector = selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
-    Desired { revision, config_map, service, template, replicas: decode.replicas.max(0), selector, name }
+    Desired {
+        revision,
+        config_map,
+        service,
+        template,
+        replicas: decode.replicas.max(0),
+        nodes_per_replica,
+        selector,
+        name,
+        namespace: namespace.unwrap_or_default(),
+        port: decode.port,
+        extra_args: decode.extra_args.len(),
+    }
 }
 
 /// A typed object as JSON with apiVersion and kind (apply patches and `kvpilot render` need them).
@@ -327,24 +405,58 @@ pub fn with_type_meta<T: serde::Serialize>(object: &T, api_version: &str, kind: 
 
 impl Desired {
     /// Everything a fresh InferenceDeployment gets, as it is applied: the ConfigMap, the
-    /// Service and pods 0..replicas.
+    /// Service and the pods of replicas 0..replicas.
     pub fn objects(&self) -> Vec<serde_json::Value> {
         let mut objects =
             vec![with_type_meta(&self.config_map, "v1", "ConfigMap"), with_type_meta(&self.service, "v1", "Service")];
-        objects.extend((0..self.replicas as u32).map(|ordinal| with_type_meta(&self.pod(ordinal), "v1", "Pod")));
+        objects.extend(
+            (0..self.replicas as u32)
+                .flat_map(|replica| self.replica(replica))
+                .map(|pod| with_type_meta(&pod, "v1", "Pod")),
+        );
         objects
     }
 
-    /// The pod with `ordinal` at this revision.
-    pub fn pod(&self, ordinal: u32) -> Pod {
+    /// The pods of replica `replica` at this revision, rank 0 first.
+    pub fn replica(&self, replica: u32) -> Vec<Pod> {
+        (0..self.nodes_per_replica).map(|rank| self.pod(replica, rank)).collect()
+    }
+
+    /// The DNS name of a pod through the headless Service.
+    fn host(&self, pod_name: &str) -> String {
+        format!("{pod_name}.{}.{}.svc", service_name(&self.name), self.namespace)
+    }
+
+    /// The URL a router sends replica `replica`'s requests to: its rank 0.
+    pub fn endpoint(&self, replica: u32) -> String {
+        self.endpoint_of(&pod_name(&self.name, replica, 0, self.nodes_per_replica))
+    }
+
+    /// The URL of the SGLang server of the pod named `pod_name`.
+    pub fn endpoint_of(&self, pod_name: &str) -> String {
+        format!("http://{}:{}", self.host(pod_name), self.port)
+    }
+
+    /// The pod of rank `rank` in replica `replica` at this revision.
+    pub fn pod(&self, replica: u32, rank: i32) -> Pod {
         let mut pod = self.template.clone();
-        let pod_name = pod_name(&self.name, ordinal);
-        pod.metadata.name = Some(pod_name.clone());
+        let name = pod_name(&self.name, replica, rank, self.nodes_per_replica);
+        pod.metadata.name = Some(name.clone());
         let labels = pod.metadata.labels.get_or_insert_default();
         labels.insert(LABEL_REVISION.into(), self.revision.clone());
-        labels.insert(LABEL_ORDINAL.into(), ordinal.to_string());
+        labels.insert(LABEL_ORDINAL.into(), replica.to_string());
+        labels.insert(LABEL_RANK.into(), rank.to_string());
+        let leader = self.host(&pod_name(&self.name, replica, 0, self.nodes_per_replica));
         if let Some(spec) = pod.spec.as_mut() {
-            spec.hostname = Some(pod_name);
+            spec.hostname = Some(name);
+            if self.nodes_per_replica > 1
+                && let Some(args) = spec.containers[0].args.as_mut()
+            {
+                // Before extraArgs, which come last.
+                let at = args.len() - self.extra_args;
+                let ranks = server::rank_args(self.nodes_per_replica, rank, &leader);
+                args.splice(at..at, ranks);
+            }
         }
         pod
     }
@@ -354,17 +466,19 @@ impl Desired {
 mod tests {
     use super::*;
     use crate::api::InferenceDeploymentSpec;
-    use crate::policy::assess;
+    use crate::sglang::server::assess;
 
-    fn resource(tp: i32) -> InferenceDeployment {
+    fn resource(decode: serde_json::Value) -> InferenceDeployment {
         let config = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/fixtures/configs/llama-3.1-8b-instruct.json"
         ))
         .unwrap();
+        let mut decode_spec = json!({"replicas": 3, "podLabels": {"team": "a", LABEL_INSTANCE: "spoofed"}});
+        decode_spec.as_object_mut().unwrap().extend(decode.as_object().unwrap().clone());
         let spec: InferenceDeploymentSpec = serde_json::from_value(json!({
             "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "config": {"inline": serde_json::from_str::<serde_json::Value>(&config).unwrap()}},
-            "decode": {"replicas": 3, "tensorParallel": tp, "podLabels": {"team": "a", LABEL_INSTANCE: "spoofed"}}
+            "decode": decode_spec
         }))
         .unwrap();
         let mut resource = InferenceDeployment::new("llama", spec);
@@ -375,44 +489,142 @@ mod tests {
 
     fn render(resource: &InferenceDeployment) -> Desired {
         let config = serde_json::Value::Object(resource.spec.model.config.inline.clone().unwrap());
-        desired_state(
-            resource,
-            &assess(&resource.spec, &config, &ReleaseChoice::default_newest()).unwrap(),
-            &RenderOptions { runtime_image: "kvpilot:test".into(), default_release: ReleaseChoice::default_newest() },
-        )
+        let assessment = assess(&resource.spec, &config, &ReleaseChoice::default_newest()).unwrap();
+        desired_state(resource, &assessment, &RenderOptions::default())
+    }
+
+    fn container(pod: &Pod) -> &Container {
+        &pod.spec.as_ref().unwrap().containers[0]
+    }
+
+    fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+        args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).map(String::as_str)
     }
 
     #[test]
-    fn pods_are_owned_labelled_secured_and_request_gpus() {
-        let desired = render(&resource(2));
-        let pod = desired.pod(1);
+    fn pods_run_sglang_owned_labelled_with_gpus_probes_and_shm() {
+        let desired = render(&resource(json!({"tensorParallel": 2})));
+        let pod = desired.pod(1, 0);
         assert_eq!(pod.metadata.name.as_deref(), Some("llama-decode-1"));
         let labels = pod.metadata.labels.as_ref().unwrap();
         assert_eq!(labels[LABEL_INSTANCE], "llama", "user labels cannot steal the selector");
         assert_eq!(labels["team"], "a");
-        assert_eq!(labels[LABEL_REVISION], desired.revision);
+        assert_eq!((labels[LABEL_REVISION].as_str(), labels[LABEL_RANK].as_str()), (desired.revision.as_str(), "0"));
         assert_eq!(pod.metadata.owner_references.as_ref().unwrap()[0].uid, "uid-1");
-        let container = &pod.spec.as_ref().unwrap().containers[0];
-        assert_eq!(container.resources.as_ref().unwrap().limits.as_ref().unwrap()[GPU_RESOURCE], Quantity("2".into()));
-        let security = container.security_context.as_ref().unwrap();
+        let sglang = container(&pod);
+        assert_eq!(sglang.image.as_deref(), Some("lmsysorg/sglang:v0.5.23-cu129"));
+        assert_eq!(sglang.command.as_ref().unwrap(), &["python3", "-m", "sglang.launch_server"]);
+        let args = sglang.args.as_ref().unwrap();
+        assert_eq!(flag(args, "--model-path"), Some("meta-llama/Llama-3.1-8B-Instruct"));
+        assert_eq!(flag(args, "--disaggregation-mode"), Some("decode"));
+        assert_eq!(flag(args, "--tensor-parallel-size"), Some("2"));
+        assert_eq!((flag(args, "--host"), flag(args, "--port")), (Some("0.0.0.0"), Some("30000")));
+        assert_eq!(flag(args, "--served-model-name"), Some("meta-llama/Llama-3.1-8B-Instruct"));
+        assert!(args.iter().any(|a| a == "--enable-metrics") && !args.iter().any(|a| a == "--nnodes"));
+        assert_eq!(sglang.resources.as_ref().unwrap().limits.as_ref().unwrap()[GPU_RESOURCE], Quantity("2".into()));
+        let startup = sglang.startup_probe.as_ref().unwrap();
+        assert_eq!((startup.period_seconds, startup.failure_threshold), (Some(30), Some(60)), "60 × 30 s to load");
         assert_eq!(
-            (security.run_as_non_root, security.allow_privilege_escalation, security.read_only_root_filesystem),
-            (Some(true), Some(false), Some(true))
+            sglang.readiness_probe.as_ref().unwrap().http_get.as_ref().unwrap().path.as_deref(),
+            Some("/health")
         );
-        assert_eq!(container.args.as_ref().unwrap()[..3], ["cache-runtime", "--config", "/etc/kvpilot/runtime.json"]);
+        let spec = pod.spec.as_ref().unwrap();
+        let shm = spec.volumes.as_ref().unwrap().iter().find(|v| v.name == "dshm").unwrap().empty_dir.clone().unwrap();
+        assert_eq!((shm.medium.as_deref(), shm.size_limit), (Some("Memory"), Some(Quantity("16Gi".into()))));
+        assert_eq!((spec.termination_grace_period_seconds, spec.restart_policy.as_deref()), (Some(60), None));
+        assert_eq!(spec.subdomain.as_deref(), Some("llama-decode"));
+        assert_eq!(
+            pod.metadata.annotations.as_ref().unwrap()[MODEL_CONFIG_ANNOTATION],
+            "configmap/llama-sglang/config.json",
+            "the guard finds the config kvpilot checked"
+        );
+        assert!(desired.config_map.data.as_ref().unwrap().contains_key(MODEL_CONFIG_KEY));
         assert_eq!(desired.selector, "app.kubernetes.io/instance=llama,app.kubernetes.io/name=kvpilot-decode");
+        assert_eq!(desired.endpoint(1), "http://llama-decode-1.llama-decode.serving.svc:30000");
+    }
+
+    #[test]
+    fn a_multi_node_replica_is_a_group_that_finds_rank_zero_by_name() {
+        let desired = render(&resource(
+            json!({"tensorParallel": 16, "nodesPerReplica": 2, "extraArgs": ["--mem-fraction-static", "0.8"]}),
+        ));
+        let group = desired.replica(3);
+        let names: Vec<_> = group.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
+        assert_eq!(names, ["llama-decode-3-0", "llama-decode-3-1"]);
+        for (rank, pod) in group.iter().enumerate() {
+            let args = container(pod).args.as_ref().unwrap();
+            assert_eq!(flag(args, "--nnodes"), Some("2"));
+            assert_eq!(flag(args, "--node-rank"), Some(rank.to_string().as_str()));
+            assert_eq!(flag(args, "--dist-init-addr"), Some("llama-decode-3-0.llama-decode.serving.svc:5000"));
+            assert_eq!(args[args.len() - 2..], ["--mem-fraction-static", "0.8"], "extraArgs stay last");
+            assert_eq!(
+                container(pod).resources.as_ref().unwrap().limits.as_ref().unwrap()[GPU_RESOURCE],
+                Quantity("8".into())
+            );
+            assert_eq!(pod.spec.as_ref().unwrap().restart_policy.as_deref(), Some("Never"));
+            assert_eq!(pod.metadata.labels.as_ref().unwrap()[LABEL_RANK], rank.to_string());
+        }
+        assert_eq!(desired.endpoint(3), "http://llama-decode-3-0.llama-decode.serving.svc:30000");
+        assert_eq!(desired.objects().len(), 2 + 3 * 2);
+    }
+
+    #[test]
+    fn weights_come_from_a_volume_or_the_hub_cache() {
+        let mut volume = resource(json!({}));
+        volume.spec.model.source = Some(
+            serde_json::from_value(
+                json!({"volume": {"source": {"persistentVolumeClaim": {"claimName": "weights"}}, "path": "llama"}}),
+            )
+            .unwrap(),
+        );
+        volume.spec.model.revision = Some("abc".into());
+        let pod = render(&volume).pod(0, 0);
+        let args = container(&pod).args.as_ref().unwrap();
+        assert_eq!((flag(args, "--model-path"), flag(args, "--revision")), (Some("/models/llama"), None));
+        let model = pod.spec.as_ref().unwrap().volumes.as_ref().unwrap().iter().find(|v| v.name == "model").unwrap();
+        assert_eq!(model.persistent_volume_claim.as_ref().unwrap().claim_name, "weights");
+        let mounted = container(&pod).volume_mounts.as_ref().unwrap().iter().find(|m| m.name == "model").unwrap();
+        assert_eq!((mounted.mount_path.as_str(), mounted.read_only), ("/models", Some(true)));
+
+        let mut hub = resource(json!({}));
+        hub.spec.model.source =
+            Some(serde_json::from_value(json!({"hub": {"cache": {"hostPath": {"path": "/var/hf"}}}})).unwrap());
+        let pod = render(&hub).pod(0, 0);
+        let env = container(&pod).env.clone().unwrap();
+        assert!(env.iter().any(|e| e.name == "HF_HOME" && e.value.as_deref() == Some(HF_HOME)));
+        assert!(container(&pod).volume_mounts.as_ref().unwrap().iter().any(|m| m.mount_path == HF_HOME));
+    }
+
+    #[test]
+    fn rdma_pass_throughs_reach_the_pod() {
+        let desired = render(&resource(json!({
+            "extraResources": {"rdma/rdma_shared_device_a": "1"}, "capabilities": ["IPC_LOCK"],
+            "hostNetwork": true, "ibDevice": "mlx5_0,mlx5_1", "resources": {"requests": {"cpu": "8"}}
+        })));
+        let pod = desired.pod(0, 0);
+        let sglang = container(&pod);
+        let resources = sglang.resources.as_ref().unwrap();
+        assert_eq!(resources.limits.as_ref().unwrap()["rdma/rdma_shared_device_a"], Quantity("1".into()));
+        assert_eq!(resources.requests.as_ref().unwrap()["rdma/rdma_shared_device_a"], Quantity("1".into()));
+        assert_eq!(
+            sglang.security_context.as_ref().unwrap().capabilities.as_ref().unwrap().add,
+            Some(vec!["IPC_LOCK".into()])
+        );
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!((spec.host_network, spec.dns_policy.as_deref()), (Some(true), Some("ClusterFirstWithHostNet")));
+        assert_eq!(flag(sglang.args.as_ref().unwrap(), "--disaggregation-ib-device"), Some("mlx5_0,mlx5_1"));
     }
 
     #[test]
     fn the_revision_covers_what_affects_a_pod_and_nothing_else() {
-        let base = render(&resource(1));
-        assert_eq!(render(&resource(1)).revision, base.revision, "deterministic");
-        assert_ne!(render(&resource(2)).revision, base.revision, "TP changes the pods");
-        let mut scaled = resource(1);
-        scaled.spec.decode.replicas = 7;
-        assert_eq!(render(&scaled).revision, base.revision, "scaling is not a rollout");
-        let mut relabelled = resource(1);
-        relabelled.spec.decode.pod_labels.insert("team".into(), "b".into());
-        assert_ne!(render(&relabelled).revision, base.revision);
+        let base = render(&resource(json!({})));
+        assert_eq!(render(&resource(json!({}))).revision, base.revision, "deterministic");
+        assert_ne!(render(&resource(json!({"tensorParallel": 2}))).revision, base.revision, "TP changes the pods");
+        assert_ne!(
+            render(&resource(json!({"tensorParallel": 2, "nodesPerReplica": 2}))).revision,
+            render(&resource(json!({"tensorParallel": 2}))).revision
+        );
+        assert_eq!(render(&resource(json!({"replicas": 7}))).revision, base.revision, "scaling is not a rollout");
+        assert_ne!(render(&resource(json!({"podLabels": {"team": "b"}}))).revision, base.revision);
     }
 }

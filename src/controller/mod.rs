@@ -1,8 +1,10 @@
-//! The InferenceDeployment controller: observe → resolve the model config → layout → policy →
-//! the pure [`desired::desired_state`] → server-side apply (one field manager) → status.
+//! The InferenceDeployment controller: observe (the model config, the pods in the watch cache)
+//! → the pure [`decide::decide`] (layout, policy, desired objects, rollout, status, events) →
+//! [`act`] (server-side apply with one field manager, status, pod deletes and creates, events).
 //! Only the status of an InferenceDeployment is ever written, never its spec.
 
 pub mod applied;
+pub mod decide;
 pub mod desired;
 pub mod metrics;
 pub mod rollout;
@@ -11,7 +13,7 @@ pub mod watch_backoff;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition, PodStatus, Service};
@@ -24,23 +26,18 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::api::{ConfigSourceRef, DecodeStatus, InferenceDeployment, InferenceDeploymentStatus, Rewrite};
-use crate::policy::{self, Assessment, Outcome};
+use crate::api::{ConfigSourceRef, InferenceDeployment};
 use crate::source::{ClusterSource, SourceError};
 use applied::{AppliedBodies, ObjectKey, body_hash};
-use desired::{LABEL_ORDINAL, LABEL_REVISION, RenderOptions, desired_state, with_type_meta};
+use decide::{Announcement, Decision, Next, Observed, ObservedPod};
+use desired::{LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, RenderOptions, with_type_meta};
 use metrics::Metrics;
-use rollout::{ObservedPod, resolve_int_or_percent};
 
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "kvpilot";
-/// How long a resource whose spec cannot work waits before it is looked at again (edits
-/// trigger a reconcile at once anyway).
-const USER_ERROR_REQUEUE: Duration = Duration::from_secs(300);
-/// Periodic resync of a healthy resource.
-const RESYNC: Duration = Duration::from_secs(600);
-/// Re-check while a rollout waits for pods.
-const ROLLOUT_REQUEUE: Duration = Duration::from_secs(15);
+/// How long pods this controller created may take to reach its watch cache before it stops
+/// waiting for them (a create the API server accepted shows up well within this).
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Reconciliations in flight at once: each holds its rendered objects and an API connection,
 /// so an unbounded burst (every resource at start-up) costs memory and connections for nothing.
 pub const DEFAULT_MAX_CONCURRENT_RECONCILES: u16 = 32;
@@ -97,7 +94,13 @@ pub struct Context {
     /// Events standing for each resource as of its last reconcile, so that a reconcile starting
     /// from a cached status older than its own last write does not announce them again.
     announced: Mutex<HashMap<ObjectRef<InferenceDeployment>, BTreeSet<String>>>,
+    /// Pods each resource's last pass created, until the watch cache shows them: a replica
+    /// missing a rank it was just given is on its way, not broken (client-go's expectations).
+    created: Mutex<HashMap<ObjectRef<InferenceDeployment>, CreatedPods>>,
 }
+
+/// When a pass created pods, and their names.
+type CreatedPods = (Instant, Vec<String>);
 
 impl Context {
     /// A context for `client`, reading config sources through `source`.
@@ -114,6 +117,7 @@ impl Context {
             reconcile_debounce: DEFAULT_RECONCILE_DEBOUNCE,
             failures: Mutex::new(HashMap::new()),
             announced: Mutex::new(HashMap::new()),
+            created: Mutex::new(HashMap::new()),
         }
     }
 
@@ -172,7 +176,8 @@ fn trim_kept<K>(object: &mut PartialObjectMeta<K>) {
 /// thousands of pods the specs and managedFields would dominate the operator's memory.
 fn trim_pod(pod: &mut Pod) {
     let ready = is_ready(pod);
-    let read = [desired::LABEL_INSTANCE, LABEL_ORDINAL, LABEL_REVISION];
+    let failed = is_failed(pod);
+    let read = [desired::LABEL_INSTANCE, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION];
     if let Some(labels) = pod.metadata.labels.as_mut() {
         labels.retain(|key, _| read.contains(&key.as_str()));
     }
@@ -181,14 +186,16 @@ fn trim_pod(pod: &mut Pod) {
     pod.metadata.generate_name = None;
     pod.metadata.creation_timestamp = None;
     pod.spec = None;
-    pod.status = ready.then(|| PodStatus {
-        conditions: Some(vec![PodCondition {
-            type_: "Ready".into(),
-            status: "True".into(),
-            ..PodCondition::default()
-        }]),
+    pod.status = (ready || failed).then(|| PodStatus {
+        phase: failed.then(|| "Failed".into()),
+        conditions: ready
+            .then(|| vec![PodCondition { type_: "Ready".into(), status: "True".into(), ..PodCondition::default() }]),
         ..PodStatus::default()
     });
+}
+
+fn is_failed(pod: &Pod) -> bool {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
 }
 
 fn is_ready(pod: &Pod) -> bool {
@@ -345,125 +352,86 @@ async fn reconcile_inner(resource: &InferenceDeployment, reconciler: &Reconciler
         // for that): a pod recreated now would be deleted again, and would hold the owner up.
         return Ok(Action::await_change());
     }
-    let deployments: Api<InferenceDeployment> = Api::namespaced(context.client.clone(), &namespace);
-    let previous = resource.status.as_ref();
+    let config = context.source.model_config(&namespace, &resource.spec.model).await;
+    let pods = observe_pods(&reconciler.pods, &namespace, resource);
+    let settling = reconciler.settling(resource, &pods);
+    let observed =
+        Observed { resource, pods, settling, options: &context.options, now: k8s_openapi::jiff::Timestamp::now() };
+    let decision = decide::decide(&observed, config);
+    act(resource, &namespace, reconciler, decision).await
+}
 
-    let config = match context.source.model_config(&namespace, &resource.spec.model).await {
-        Ok(config) => config,
-        Err(e) => {
-            let decided = status::unresolved(e.reason(), &e.to_string());
-            write_status(&deployments, resource, &decided, None, None).await?;
-            announce(context, resource, vec![Announcement::warning(previous, e.reason(), &e.to_string())]).await;
-            return Err(Error::Source(e));
-        }
-    };
-    let release = match policy::choose_release(&resource.spec, &context.options.default_release) {
-        Ok(release) => release,
-        Err(e) => {
-            let message = format!("spec.sglang.version: {e}");
-            write_status(&deployments, resource, &status::unresolved("UnknownSglangVersion", &message), None, None)
-                .await?;
-            announce(context, resource, vec![Announcement::warning(previous, "UnknownSglangVersion", &message)]).await;
-            return Ok(Action::requeue(USER_ERROR_REQUEUE));
-        }
-    };
-    let assessment = match policy::assess(&resource.spec, &config, &release) {
-        Ok(assessment) => assessment,
-        Err(e) => {
-            let message = format!("the model config.json is not a model config: {e}");
-            write_status(&deployments, resource, &status::unresolved("InvalidModelConfig", &message), None, None)
-                .await?;
-            announce(context, resource, vec![Announcement::warning(previous, "InvalidModelConfig", &message)]).await;
-            return Ok(Action::requeue(USER_ERROR_REQUEUE));
-        }
-    };
-    let source = source_description(resource);
-    if assessment.verdict.outcome == Outcome::Rejected {
-        // Nothing is created or changed; pods that run keep running.
-        let decided = status::resolved(&assessment, &source, resource.spec.decode.replicas, Default::default(), None);
-        let reason = decided[1].reason.clone();
-        write_status(&deployments, resource, &decided, Some(&assessment), None).await?;
-        announce(context, resource, vec![Announcement::warning(previous, &reason, &decided[1].message)]).await;
-        return Ok(Action::requeue(USER_ERROR_REQUEUE));
-    }
-
-    let desired = desired_state(resource, &assessment, &context.options);
+/// Carries out a [`Decision`]: the ConfigMap and Service, then the status (which counts only
+/// what exists and stays), then pod deletes and creates, then the events.
+async fn act(
+    resource: &InferenceDeployment,
+    namespace: &str,
+    reconciler: &Reconciler,
+    decision: Decision,
+) -> Result<Action, Error> {
+    let context = &reconciler.context;
     let apply = PatchParams::apply(FIELD_MANAGER).force();
-    let config_map_name = desired.config_map.metadata.name.clone().unwrap_or_default();
-    let config_map = with_type_meta(&desired.config_map, "v1", "ConfigMap");
-    reconciler.config_maps.apply(&context.client, &apply, &namespace, &config_map_name, config_map).await?;
-    let service_name = desired.service.metadata.name.clone().unwrap_or_default();
-    let service = with_type_meta(&desired.service, "v1", "Service");
-    reconciler.services.apply(&context.client, &apply, &namespace, &service_name, service).await?;
-
-    let pods: Api<Pod> = Api::namespaced(context.client.clone(), &namespace);
-    let observed = observe_pods(&reconciler.pods, &namespace, resource);
-    let rollout_spec = &resource.spec.decode.rollout;
-    let (max_unavailable, max_surge, rollout_problem) = match (
-        resolve_int_or_percent(&rollout_spec.max_unavailable, desired.replicas, false),
-        resolve_int_or_percent(&rollout_spec.max_surge, desired.replicas, true),
-    ) {
-        (Ok(u), Ok(s)) => (u, s, None),
-        (Err(e), _) | (_, Err(e)) => (1, 0, Some(format!("spec.decode.rollout: {e}"))),
-    };
-    let plan = rollout::plan(&observed, &desired.revision, desired.replicas, max_unavailable, max_surge);
-    // The status goes out before the plan is carried out and counts only pods that exist and
-    // stay: it never claims a pod being deleted or not yet created (their watch events bring
-    // the next count), so readers never see more than is true.
-    let counts = count_staying(&observed, &plan, &desired.revision);
-    let decided = status::resolved(&assessment, &source, desired.replicas, counts, rollout_problem.as_deref());
-    let decode = DecodeStatus {
-        replicas: counts.total,
-        ready_replicas: counts.ready_updated,
-        updated_replicas: counts.updated,
-        selector: desired.selector.clone(),
-    };
-    write_status(&deployments, resource, &decided, Some(&assessment), Some(decode)).await?;
-    for pod_name in &plan.delete {
+    if let Some(desired) = &decision.desired {
+        let config_map_name = desired.config_map.metadata.name.clone().unwrap_or_default();
+        let config_map = with_type_meta(&desired.config_map, "v1", "ConfigMap");
+        reconciler.config_maps.apply(&context.client, &apply, namespace, &config_map_name, config_map).await?;
+        let service_name = desired.service.metadata.name.clone().unwrap_or_default();
+        let service = with_type_meta(&desired.service, "v1", "Service");
+        reconciler.services.apply(&context.client, &apply, namespace, &service_name, service).await?;
+    }
+    if let Some(status) = &decision.status {
+        let deployments: Api<InferenceDeployment> = Api::namespaced(context.client.clone(), namespace);
+        let body = json!({"apiVersion": "kvpilot.dev/v1alpha1", "kind": "InferenceDeployment", "status": status});
+        deployments.patch_status(&resource.name_any(), &apply, &Patch::Apply(body)).await.map_err(Error::Kube)?;
+    }
+    let pods: Api<Pod> = Api::namespaced(context.client.clone(), namespace);
+    for pod_name in &decision.delete {
         match pods.delete(pod_name, &DeleteParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 404 => {}
             Err(e) => return Err(Error::Kube(e)),
         }
     }
-    for ordinal in &plan.create {
-        let pod = desired.pod(*ordinal);
+    let mut created = Vec::new();
+    for pod in &decision.create {
         let pod_name = pod.metadata.name.clone().unwrap_or_default();
-        match pods.patch(&pod_name, &apply, &Patch::Apply(with_type_meta(&pod, "v1", "Pod"))).await {
-            Ok(_) => {}
+        match pods.patch(&pod_name, &apply, &Patch::Apply(with_type_meta(pod, "v1", "Pod"))).await {
+            Ok(_) => created.push(pod_name),
             // The previous pod of that name is still terminating: the next pass retries.
             Err(kube::Error::Api(status)) if status.code == 409 => {}
             Err(e) => return Err(Error::Kube(e)),
         }
     }
+    if !created.is_empty() {
+        reconciler.expect_created(resource, created);
+    }
+    announce(context, resource, decision.announcements).await;
+    match decision.next {
+        Next::Requeue(after) => Ok(Action::requeue(after)),
+        Next::AwaitChange => Ok(Action::await_change()),
+        Next::Retry(error) => Err(Error::Source(error)),
+    }
+}
 
-    let mut standing = Announcement::rewrites(previous, &assessment);
-    if let Some(warning) = assessment.release.warning() {
-        // Once per requested release: status.sglang records it.
-        let recorded = previous.and_then(|s| s.sglang.as_ref()) == Some(&status::sglang_status(&assessment.release));
-        standing.push(Announcement {
-            type_: EventType::Warning,
-            reason: "SglangVersionApproximated".into(),
-            note: warning,
-            action: "Reconcile".into(),
-            recorded,
-        });
+impl Reconciler {
+    /// Whether pods the last pass created for `resource` are still missing from `observed`
+    /// (and not for longer than [`SETTLE_TIMEOUT`]); forgets them once they are all seen.
+    fn settling(&self, resource: &InferenceDeployment, observed: &[ObservedPod]) -> bool {
+        let key = ObjectRef::from_obj(resource);
+        let mut created = self.context.created.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((at, names)) = created.get(&key) else { return false };
+        let missing = names.iter().any(|name| !observed.iter().any(|pod| &pod.name == name));
+        if missing && at.elapsed() < SETTLE_TIMEOUT {
+            return true;
+        }
+        created.remove(&key);
+        false
     }
-    if let Some(problem) = &rollout_problem {
-        let recorded = previous.is_some_and(|s| {
-            s.conditions.iter().any(|c| c.reason == "InvalidRollout" && c.message.starts_with(problem.as_str()))
-        });
-        standing.push(Announcement {
-            type_: EventType::Warning,
-            reason: "InvalidRollout".into(),
-            note: problem.clone(),
-            action: "Reconcile".into(),
-            recorded,
-        });
+
+    fn expect_created(&self, resource: &InferenceDeployment, names: Vec<String>) {
+        let mut created = self.context.created.lock().unwrap_or_else(|p| p.into_inner());
+        created.insert(ObjectRef::from_obj(resource), (Instant::now(), names));
     }
-    announce(context, resource, standing).await;
-    let settled = plan.create.is_empty() && plan.delete.is_empty() && decided[2].status == "True";
-    Ok(Action::requeue(if settled { RESYNC } else { ROLLOUT_REQUEUE }))
 }
 
 impl<K> Kept<K>
@@ -506,17 +474,6 @@ where
     }
 }
 
-fn source_description(resource: &InferenceDeployment) -> String {
-    match resource.spec.model.config.source() {
-        Ok(ConfigSourceRef::Inline(_)) => "spec.model.config.inline".into(),
-        Ok(ConfigSourceRef::ConfigMap(r)) => format!("ConfigMap {} key {}", r.name, r.key),
-        Ok(ConfigSourceRef::Hub(h)) => {
-            format!("hub repository {}", h.repo.as_deref().unwrap_or(&resource.spec.model.name))
-        }
-        Err(e) => e,
-    }
-}
-
 /// The resource's decode pods as the watch cache holds them.
 fn observe_pods(cached: &Store<Pod>, namespace: &str, resource: &InferenceDeployment) -> Vec<ObservedPod> {
     let name = resource.name_any();
@@ -531,99 +488,15 @@ fn observe_pods(cached: &Store<Pod>, namespace: &str, resource: &InferenceDeploy
             }
             Some(ObservedPod {
                 name: pod.metadata.name.clone()?,
-                ordinal: labels.get(LABEL_ORDINAL)?.parse().ok()?,
+                replica: labels.get(LABEL_ORDINAL)?.parse().ok()?,
+                rank: labels.get(LABEL_RANK).and_then(|r| r.parse().ok()).unwrap_or(0),
                 revision: labels.get(LABEL_REVISION).cloned().unwrap_or_default(),
                 ready: is_ready(pod),
                 terminating: pod.metadata.deletion_timestamp.is_some(),
+                failed: is_failed(pod),
             })
         })
         .collect()
-}
-
-/// Pod counts of the pods that exist, are not terminating and stay after the plan.
-fn count_staying(observed: &[ObservedPod], plan: &rollout::Plan, revision: &str) -> status::PodCounts {
-    let staying: Vec<&ObservedPod> =
-        observed.iter().filter(|p| !p.terminating && !plan.delete.contains(&p.name)).collect();
-    let updated = || staying.iter().filter(|p| p.revision == revision);
-    status::PodCounts {
-        total: staying.len() as i32,
-        updated: updated().count() as i32,
-        ready_updated: updated().filter(|p| p.ready).count() as i32,
-    }
-}
-
-async fn write_status(
-    deployments: &Api<InferenceDeployment>,
-    resource: &InferenceDeployment,
-    decided: &[status::Decided],
-    assessment: Option<&Assessment>,
-    decode: Option<DecodeStatus>,
-) -> Result<(), Error> {
-    let previous = resource.status.as_ref();
-    let now = k8s_openapi::jiff::Timestamp::now();
-    let new: InferenceDeploymentStatus =
-        status::status(previous, decided, resource.metadata.generation, assessment, decode, now);
-    if previous == Some(&new) {
-        return Ok(());
-    }
-    let body = json!({"apiVersion": "kvpilot.dev/v1alpha1", "kind": "InferenceDeployment", "status": new});
-    let name = resource.name_any();
-    deployments
-        .patch_status(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(body))
-        .await
-        .map_err(Error::Kube)?;
-    Ok(())
-}
-
-/// An event about something that stands on a resource: a problem, or a rewrite in effect.
-struct Announcement {
-    type_: EventType,
-    reason: String,
-    note: String,
-    action: String,
-    /// Already recorded in the status the reconcile started from (covers an operator restart).
-    recorded: bool,
-}
-
-impl Announcement {
-    /// A problem, recorded when the status carries a condition with its reason and message.
-    fn warning(previous: Option<&InferenceDeploymentStatus>, reason: &str, message: &str) -> Self {
-        let recorded =
-            previous.is_some_and(|s| s.conditions.iter().any(|c| c.reason == reason && c.message == message));
-        Self {
-            type_: EventType::Warning,
-            reason: reason.into(),
-            note: message.into(),
-            action: "Reconcile".into(),
-            recorded,
-        }
-    }
-
-    /// One Normal event per rewrite in effect.
-    fn rewrites(previous: Option<&InferenceDeploymentStatus>, assessment: &Assessment) -> Vec<Self> {
-        let known: &[Rewrite] = previous.map(|s| s.rewrites.as_slice()).unwrap_or_default();
-        assessment
-            .verdict
-            .rewrites
-            .iter()
-            .map(|rewrite| Self {
-                type_: EventType::Normal,
-                reason: "SettingRewritten".into(),
-                note: format!(
-                    "{}: {} → {} ({}: {})",
-                    rewrite.field, rewrite.from, rewrite.to, rewrite.rule, rewrite.message
-                ),
-                // The Recorder folds events of one reason and action into a series whatever
-                // their note says, so each rule gets its own action.
-                action: format!("Rewrite{}", rewrite.rule),
-                recorded: known.contains(rewrite),
-            })
-            .collect()
-    }
-
-    fn key(&self) -> String {
-        format!("{}\u{0}{}\u{0}{}", self.reason, self.action, self.note)
-    }
 }
 
 /// Publishes the events of `standing` (everything that stands on the resource now) that were
@@ -671,27 +544,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn status_counts_only_pods_that_exist_and_stay() {
-        let pod = |name: &str, revision: &str, ready: bool, terminating: bool| ObservedPod {
-            name: name.into(),
-            ordinal: name.len() as u32,
-            revision: revision.into(),
-            ready,
-            terminating,
-        };
-        let observed = [
-            pod("a", "new", true, false),
-            pod("bb", "new", true, true),
-            pod("ccc", "old", true, false),
-            pod("dddd", "new", false, false),
-            pod("eeeee", "new", true, false),
-        ];
-        let plan = rollout::Plan { create: vec![7, 8], delete: vec!["eeeee".into()] };
-        let counts = count_staying(&observed, &plan, "new");
-        assert_eq!(counts, status::PodCounts { total: 3, updated: 2, ready_updated: 1 });
-    }
-
-    #[test]
     fn trimmed_pods_keep_what_the_planner_and_the_owner_trigger_read() {
         let mut pod: Pod = serde_json::from_value(json!({
             "metadata": {
@@ -721,5 +573,13 @@ mod tests {
         .unwrap();
         trim_pod(&mut unready);
         assert!(!is_ready(&unready) && unready.status.is_none());
+
+        let mut failed: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "labels": {LABEL_RANK: "1"}}, "status": {"phase": "Failed", "reason": "Evicted"}
+        }))
+        .unwrap();
+        trim_pod(&mut failed);
+        assert!(is_failed(&failed) && !is_ready(&failed));
+        assert_eq!(failed.metadata.labels.as_ref().map(|l| l[LABEL_RANK].as_str()), Some("1"));
     }
 }

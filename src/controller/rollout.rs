@@ -5,9 +5,9 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-/// A decode pod as the planner sees it.
+/// A decode replica (one pod, or a group of ranks) as the planner sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObservedPod {
+pub struct ObservedReplica {
     pub name: String,
     pub ordinal: u32,
     pub revision: String,
@@ -19,9 +19,9 @@ pub struct ObservedPod {
 /// One step of the rollout.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
-    /// Ordinals of pods to create at the current revision.
+    /// Ordinals of replicas to create at the current revision.
     pub create: Vec<u32>,
-    /// Names of pods to delete.
+    /// Names of replicas to delete.
     pub delete: Vec<String>,
 }
 
@@ -44,19 +44,19 @@ pub fn resolve_int_or_percent(value: &IntOrString, replicas: i32, round_up: bool
 }
 
 /// Unready pods go first, then the highest ordinals.
-fn deletion_order(pods: &mut [&ObservedPod]) {
+fn deletion_order(pods: &mut [&ObservedReplica]) {
     pods.sort_by(|a, b| a.ready.cmp(&b.ready).then(b.ordinal.cmp(&a.ordinal)));
 }
 
 /// The next step towards `replicas` pods at `revision`.
-pub fn plan(pods: &[ObservedPod], revision: &str, replicas: i32, max_unavailable: i32, max_surge: i32) -> Plan {
+pub fn plan(pods: &[ObservedReplica], revision: &str, replicas: i32, max_unavailable: i32, max_surge: i32) -> Plan {
     let replicas = replicas.max(0) as usize;
     // Both zero would never make progress; Deployments refuse it, we allow one unavailable.
     let max_unavailable = if max_unavailable <= 0 && max_surge <= 0 { 1 } else { max_unavailable.max(0) } as usize;
     let max_surge = max_surge.max(0) as usize;
-    let live: Vec<&ObservedPod> = pods.iter().filter(|p| !p.terminating).collect();
-    let mut current: Vec<&ObservedPod> = live.iter().copied().filter(|p| p.revision == revision).collect();
-    let mut old: Vec<&ObservedPod> = live.iter().copied().filter(|p| p.revision != revision).collect();
+    let live: Vec<&ObservedReplica> = pods.iter().filter(|p| !p.terminating).collect();
+    let mut current: Vec<&ObservedReplica> = live.iter().copied().filter(|p| p.revision == revision).collect();
+    let mut old: Vec<&ObservedReplica> = live.iter().copied().filter(|p| p.revision != revision).collect();
     let mut plan = Plan::default();
 
     // Scale down: surplus current pods go at once.
@@ -96,8 +96,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn pod(ordinal: u32, revision: &str, ready: bool) -> ObservedPod {
-        ObservedPod { name: format!("p-{ordinal}"), ordinal, revision: revision.into(), ready, terminating: false }
+    fn pod(ordinal: u32, revision: &str, ready: bool) -> ObservedReplica {
+        ObservedReplica { name: format!("p-{ordinal}"), ordinal, revision: revision.into(), ready, terminating: false }
     }
 
     #[test]
@@ -159,7 +159,7 @@ mod tests {
     /// the rollout converges, never drops below the availability floor, never exceeds the
     /// surge ceiling.
     fn simulate(replicas: i32, old_count: u32, unavailable: i32, surge: i32) -> Result<(), String> {
-        let mut pods: Vec<ObservedPod> = (0..old_count).map(|o| pod(o, "a", true)).collect();
+        let mut pods: Vec<ObservedReplica> = (0..old_count).map(|o| pod(o, "a", true)).collect();
         let floor =
             (replicas as usize).saturating_sub(if unavailable <= 0 && surge <= 0 { 1 } else { unavailable as usize });
         let ceiling = (replicas as usize + surge.max(0) as usize).max(old_count as usize);

@@ -82,11 +82,11 @@ pub fn unresolved(reason: &str, message: &str) -> Vec<Decided> {
 /// Pod counts for conditions and `status.decode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PodCounts {
-    /// Live pods of any revision.
+    /// Live replicas of any revision.
     pub total: i32,
-    /// Live pods of the current revision.
+    /// Live replicas of the current revision.
     pub updated: i32,
-    /// Ready pods of the current revision.
+    /// Ready replicas of the current revision.
     pub ready_updated: i32,
 }
 
@@ -164,13 +164,18 @@ pub fn resolved(
     let done = counts.updated == desired && counts.total == desired;
     let ready = counts.ready_updated == desired && done;
     let ready_condition = if ready {
-        Decided::new(CONDITION_READY, Some(true), "AllReplicasReady", format!("{desired}/{desired} decode pods ready"))
+        Decided::new(
+            CONDITION_READY,
+            Some(true),
+            "AllReplicasReady",
+            format!("{desired}/{desired} decode replicas ready"),
+        )
     } else {
         Decided::new(
             CONDITION_READY,
             Some(false),
             "ReplicasNotReady",
-            format!("{}/{desired} decode pods of the current revision ready", counts.ready_updated),
+            format!("{}/{desired} decode replicas of the current revision ready", counts.ready_updated),
         )
     };
     let (rolling, reason, progress) = if done && ready {
@@ -179,7 +184,10 @@ pub fn resolved(
         (
             true,
             "RollingOut",
-            format!("{} of {desired} pods at the current revision, {} pods in all", counts.updated, counts.total),
+            format!(
+                "{} of {desired} replicas at the current revision, {} replicas in all",
+                counts.updated, counts.total
+            ),
         )
     };
     let progressing = match rollout_problem {

@@ -23,7 +23,7 @@ use crate::layout::{self, LayoutError, ResolveOptions};
 use crate::release::{self, Release, ReleaseChoice, ReleaseError, ReleaseSource, v0_5};
 use rules::{Context, Fix, RULES};
 
-pub use docs::{README_END, README_START, rules_markdown};
+pub use docs::{RULES_DOC_END, RULES_DOC_START, rules_markdown};
 pub use role::evaluate_non_decode;
 pub use rules::{Phase, attention_tp, pipeline_stages};
 

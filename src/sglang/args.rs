@@ -26,8 +26,9 @@ pub fn sglang_args(spec: &InferenceDeploymentSpec, verdict: &Verdict, release: R
     let settled = &verdict.settings;
     let decode = ServerSettings {
         mode: Mode::Decode,
-        model_path: Some(spec.model.name.clone()),
-        revision: spec.model.revision.clone(),
+        model_path: Some(super::server::model_path(&spec.model)),
+        // A revision picks a hub commit; weights in a volume are what they are.
+        revision: spec.model.revision.clone().filter(|_| spec.model.weights_volume().is_none()),
         hybrid_swa_memory: spec.model.hybrid_swa_memory,
         disaggregation: DisaggregationSpec {
             retraction_backup: (release >= v0_5(18)).then_some(effective.retraction_backup),

@@ -283,7 +283,7 @@ fn model_spec(annotations: &BTreeMap<String, String>, parsed: &Parsed) -> Result
             }
         },
     };
-    Ok(ModelSpec { name, revision, config, hybrid_swa_memory: settings.hybrid_swa_memory })
+    Ok(ModelSpec { name, revision, source: None, config, hybrid_swa_memory: settings.hybrid_swa_memory })
 }
 
 /// A violation on the flag that carries it.
@@ -399,6 +399,7 @@ pub fn check(
     let model = server.model.clone().unwrap_or_else(|_| ModelSpec {
         name: settings.model_path.clone().unwrap_or_default(),
         revision: None,
+        source: None,
         config: ModelConfigSource::default(),
         hybrid_swa_memory: settings.hybrid_swa_memory,
     });

@@ -11,10 +11,13 @@
 //! - [`cmdline`]: shell-word splitting and finding `python -m sglang.launch_server` / `sglang serve`;
 //! - [`flags`]: the flag ↔ setting table;
 //! - [`workload`]: where pod templates are in each workload kind;
-//! - [`guard`]: object → servers → verdicts → JSON patch, pure; the CLI and the webhook drive it.
+//! - [`guard`]: object → servers → verdicts → JSON patch, pure; the CLI and the webhook drive it;
+//! - [`server`]: the decode server's own flags (port, ranks, …), what `extraArgs` may not set, and
+//!   [`server::assess`], the verdict every entry point decides with.
 
 pub mod args;
 pub mod cmdline;
 pub mod flags;
 pub mod guard;
+pub mod server;
 pub mod workload;

@@ -127,7 +127,7 @@ async fn decide(
         Ok(release) => release,
         Err(e) => return denied(response, 422, "Invalid", format!("{name}: spec.sglang.version: {e}")),
     };
-    let assessment = match policy::assess(&resource.spec, &config, &release) {
+    let assessment = match crate::sglang::server::assess(&resource.spec, &config, &release) {
         Ok(assessment) => assessment,
         // An inline config is part of this object: refuse it. An external one can still be fixed.
         Err(e) if inline => {

@@ -105,17 +105,7 @@ impl Fleet {
     pub fn operator(&self, extra: &[&str], env: &[(&str, &str)]) -> Operator {
         let metrics = format!("127.0.0.1:{}", free_port());
         let health = format!("127.0.0.1:{}", free_port());
-        let mut args = vec![
-            "operator",
-            "--namespace",
-            self.ns(),
-            "--metrics-addr",
-            &metrics,
-            "--health-addr",
-            &health,
-            "--runtime-image",
-            "kvpilot:test",
-        ];
+        let mut args = vec!["operator", "--namespace", self.ns(), "--metrics-addr", &metrics, "--health-addr", &health];
         args.extend_from_slice(extra);
         let process = KvpilotProcess::start(&self.cluster.kubeconfig, &args, env);
         Operator { process, metrics }
@@ -175,18 +165,19 @@ impl Fleet {
     /// [`Fleet::converged`] with its own patience (after a fault, watches take a while back).
     pub async fn converged_within(&self, name: &str, replicas: usize, timeout: Duration) -> InferenceDeployment {
         let mut last = String::new();
-        let found = wait_for_or(&format!("{name} converges on {replicas} pods"), timeout, &mut last, async |last| {
-            let resource = self.deployments().get(name).await.ok()?;
-            let pods = self.pods_of(name).await;
-            match fleet_problem(&resource, &pods, replicas) {
-                None => Some(resource),
-                Some(problem) => {
-                    *last = problem;
-                    None
+        let found =
+            wait_for_or(&format!("{name} converges on {replicas} replicas"), timeout, &mut last, async |last| {
+                let resource = self.deployments().get(name).await.ok()?;
+                let pods = self.pods_of(name).await;
+                match fleet_problem(&resource, &pods, replicas) {
+                    None => Some(resource),
+                    Some(problem) => {
+                        *last = problem;
+                        None
+                    }
                 }
-            }
-        })
-        .await;
+            })
+            .await;
         self.assert_no_orphans().await;
         found
     }
@@ -298,7 +289,9 @@ pub fn fleet_problem(resource: &InferenceDeployment, pods: &[Pod], replicas: usi
     // A replacement takes the lowest ordinal free when it is created, and a terminating pod
     // holds its own until it is gone: ordinals may move, but never repeat.
     let ordinals: BTreeSet<u32> = pods.iter().filter_map(|p| label(p, "kvpilot.dev/ordinal").parse().ok()).collect();
-    if terminating > 0 || revisions.len() > 1 || pods.len() != replicas || ordinals.len() != replicas {
+    // A replica of a multi-node resource is a group of pods, one per rank.
+    let nodes = resource.spec.decode.nodes_per_replica.max(1) as usize;
+    if terminating > 0 || revisions.len() > 1 || pods.len() != replicas * nodes || ordinals.len() != replicas {
         return Some(format!(
             "{} pods: ordinals {ordinals:?}, revisions {revisions:?}, {terminating} terminating",
             pods.len()

@@ -261,6 +261,48 @@ def pd_args_disagreement(error, prefixes, report):
     return f"SGLang accepts; kvpilot reports {extra}" if extra else None
 
 
+def rendered_argvs(kvpilot, version):
+    """The SGLang argv of every decode pod `kvpilot render` gives for the examples, at `version`:
+    [{"id": "example.yaml pod-name", "argv": [...]}]. Rejected examples render no pods."""
+    cases = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "examples", "*.yaml"))):
+        proc = subprocess.run([kvpilot, "render", "-o", "json", "--offline", "--sglang-version", version,
+                               "-f", path], capture_output=True, text=True, check=False)
+        if proc.returncode not in (0, 1):
+            raise RuntimeError(f"kvpilot render {path} failed ({proc.returncode}): {proc.stderr[-500:]}")
+        for item in json.loads(proc.stdout)["items"]:
+            if item["kind"] != "Pod":
+                continue
+            container = item["spec"]["containers"][0]
+            if container["command"] != ["python3", "-m", "sglang.launch_server"]:
+                raise RuntimeError(f"{path}: {item['metadata']['name']} does not run sglang.launch_server")
+            cases.append({"id": f"{os.path.basename(path)} {item['metadata']['name']}",
+                          "argv": container["args"]})
+    return cases
+
+
+def check_rendered_argvs(kvpilot, src, venvs, version):
+    """Each rendered decode argv through the release's own parser and post-parse checks.
+    Returns (passed, failed, summary)."""
+    cases = rendered_argvs(kvpilot, version)
+    answer = run_release_script("server_argv.py", src, venvs, cases)
+    passed = failed = post_ran = 0
+    for case, result in zip(cases, answer["results"]):
+        post = result["postInit"] or {}
+        if result["error"] is not None:
+            failed += 1
+            print(f"  {version} {case['id']}: SGLang's parser refuses the rendered argv: {result['error']}")
+        elif "error" in post:
+            failed += 1
+            print(f"  {version} {case['id']}: ServerArgs refuses the rendered argv: {post['error']}")
+        else:
+            passed += 1
+            post_ran += "ok" in post
+    summary = (f"decode argv {len(cases)}: accepted by the parser {len(cases) - sum(r['error'] is not None for r in answer['results'])}"
+               f", post-parse checks ran to the end {post_ran} (the rest stop at missing hardware)")
+    return passed, failed, summary
+
+
 def check_served_architectures(src):
     proc = subprocess.run([sys.executable, os.path.join(HERE, "served_architectures.py"),
                            "check", src, os.path.join(ROOT, SERVED_TSV)],
@@ -400,6 +442,11 @@ def main():
             print(f"  {version} rule message {failure}")
         summary += (f"; rule messages (static table) {messages_ok + len(message_failures)}, "
                     f"as the table says {messages_ok}")
+        if compare:
+            argv_passed, argv_failed, argv_summary = check_rendered_argvs(
+                args.kvpilot, os.path.join(args.src, version), args.venvs, version)
+            passed, failed = passed + argv_passed, failed + argv_failed
+            summary += f"; {argv_summary}"
         print(summary)
         failed += harness_errors + disagreeing + len(message_failures)
         passed += (agreements if compare else loaded) + messages_ok

@@ -1,0 +1,266 @@
+//! The decode server's own command line: what kvpilot writes after the policy's flags (address,
+//! port, served name, multi-node ranks, IB devices), from one table that also tells which flags
+//! `spec.decode.extraArgs` may not set, and the spec checks that come with running the pods.
+
+use crate::api::{InferenceDeploymentSpec, ModelSpec};
+use crate::layout::LayoutError;
+use crate::policy::{self, Assessment, Outcome, Violation};
+use crate::release::{Release, ReleaseChoice};
+
+use super::args::sglang_args;
+use super::flags::FLAGS;
+
+/// Where a volume with the weights is mounted in the SGLang container.
+pub const MODELS_DIR: &str = "/models";
+/// The port rank 0 of a multi-node replica listens on for the other ranks (`--dist-init-addr`).
+pub const DIST_INIT_PORT: i32 = 5000;
+
+/// A flag kvpilot writes from the pod's spec rather than from the policy's settings.
+#[derive(Debug, PartialEq, Eq)]
+pub struct PodFlag {
+    /// SGLang's spellings; the first is what kvpilot writes.
+    pub names: &'static [&'static str],
+    /// The spec field that decides it.
+    pub field: &'static str,
+}
+
+const fn pod_flag(names: &'static [&'static str], field: &'static str) -> PodFlag {
+    PodFlag { names, field }
+}
+
+const HOST: PodFlag = pod_flag(&["--host"], "the pod (kvpilot listens on every address)");
+const PORT: PodFlag = pod_flag(&["--port"], "spec.decode.port");
+const SERVED_NAME: PodFlag = pod_flag(&["--served-model-name"], "spec.model.name");
+const METRICS: PodFlag = pod_flag(&["--enable-metrics"], "the pod (kvpilot always enables metrics)");
+const IB_DEVICE: PodFlag = pod_flag(&["--disaggregation-ib-device"], "spec.decode.ibDevice");
+const NNODES: PodFlag = pod_flag(&["--nnodes"], "spec.decode.nodesPerReplica");
+const NODE_RANK: PodFlag = pod_flag(&["--node-rank"], "spec.decode.nodesPerReplica");
+const DIST_INIT: PodFlag = pod_flag(&["--dist-init-addr", "--nccl-init-addr"], "spec.decode.nodesPerReplica");
+
+/// Every flag kvpilot writes from the pod's spec.
+pub const POD_FLAGS: &[PodFlag] = &[HOST, PORT, SERVED_NAME, METRICS, IB_DEVICE, NNODES, NODE_RANK, DIST_INIT];
+
+/// The `--model-path` of the decode servers: the weights' directory in the mounted volume, or
+/// the hub id SGLang downloads.
+pub fn model_path(model: &ModelSpec) -> String {
+    match model.weights_volume() {
+        Some(volume) if !volume.path.trim_matches('/').is_empty() => {
+            format!("{MODELS_DIR}/{}", volume.path.trim_matches('/'))
+        }
+        Some(_) => MODELS_DIR.to_string(),
+        None => model.name.clone(),
+    }
+}
+
+/// The arguments of every decode server of `spec` (after `python3 -m sglang.launch_server`):
+/// the policy's flags for the verdict, then the pod's, then `extraArgs`. Multi-node ranks add
+/// [`rank_args`] before `extraArgs`.
+pub fn decode_args(spec: &InferenceDeploymentSpec, verdict: &policy::Verdict, release: Release) -> Vec<String> {
+    let decode = &spec.decode;
+    let mut args = sglang_args(spec, verdict, release).decode;
+    args.extend([HOST.names[0].to_string(), "0.0.0.0".into()]);
+    args.extend([PORT.names[0].to_string(), decode.port.to_string()]);
+    args.extend([SERVED_NAME.names[0].to_string(), spec.model.name.clone()]);
+    args.push(METRICS.names[0].to_string());
+    if let Some(devices) = &decode.ib_device {
+        args.extend([IB_DEVICE.names[0].to_string(), devices.clone()]);
+    }
+    args.extend(decode.extra_args.iter().cloned());
+    args
+}
+
+/// The flags of rank `rank` of a replica spread over `nodes` pods whose rank 0 is `leader`.
+pub fn rank_args(nodes: i32, rank: i32, leader: &str) -> Vec<String> {
+    vec![
+        NNODES.names[0].to_string(),
+        nodes.to_string(),
+        NODE_RANK.names[0].to_string(),
+        rank.to_string(),
+        DIST_INIT.names[0].to_string(),
+        format!("{leader}:{DIST_INIT_PORT}"),
+    ]
+}
+
+/// The flag an `extraArgs` item sets that kvpilot decides, and the spec field deciding it.
+/// Reads as argparse does: `--name`, `--name=value`, every alias, and unambiguous prefixes
+/// (argparse's `allow_abbrev`), so no spelling gets past the policy.
+pub fn owned_flag(arg: &str) -> Option<(&'static str, &'static str)> {
+    let name = arg.split_once('=').map_or(arg, |(name, _)| name);
+    if !name.starts_with("--") || name.len() < 4 {
+        return None;
+    }
+    let owned =
+        FLAGS.iter().map(|flag| (flag.names, flag.field)).chain(POD_FLAGS.iter().map(|flag| (flag.names, flag.field)));
+    let mut abbreviated = None;
+    for (names, field) in owned {
+        if names.contains(&name) {
+            return Some((names[0], field));
+        }
+        if abbreviated.is_none() && names.iter().any(|full| full.starts_with(name)) {
+            abbreviated = Some((names[0], field));
+        }
+    }
+    abbreviated
+}
+
+fn violation(rule: &'static str, field: &'static str, message: String, fix: String) -> Violation {
+    Violation { rule, field, message, fix, phase: "spec" }
+}
+
+/// What keeps the pods of `spec` from being built as asked: `extraArgs` setting a flag kvpilot
+/// decides (K1), a replica whose GPUs do not split evenly over its pods (K2), weights in a
+/// volume with no volume source (K3).
+pub fn pod_findings(spec: &InferenceDeploymentSpec) -> Vec<Violation> {
+    let decode = &spec.decode;
+    let mut findings: Vec<Violation> = decode
+        .extra_args
+        .iter()
+        .filter_map(|arg| {
+            let (flag, field) = owned_flag(arg)?;
+            let spelled = if arg.split('=').next() == Some(flag) { String::new() } else { format!(" (as {arg})") };
+            Some(violation(
+                "K1",
+                "spec.decode.extraArgs",
+                format!("{flag}{spelled} is set by kvpilot from {field}"),
+                format!("remove {arg} from spec.decode.extraArgs and set {field} instead"),
+            ))
+        })
+        .collect();
+    let gpus = decode.tensor_parallel.saturating_mul(decode.pipeline_parallel);
+    let nodes = decode.nodes_per_replica.max(1);
+    if gpus % nodes != 0 {
+        findings.push(violation(
+            "K2",
+            "spec.decode.nodesPerReplica",
+            format!("{nodes} pods per replica cannot share tensorParallel × pipelineParallel = {gpus} GPUs evenly"),
+            "set spec.decode.nodesPerReplica to a divisor of tensorParallel × pipelineParallel".into(),
+        ));
+    }
+    if let Some(per_pod) = decode.gpus_per_pod.filter(|n| nodes > 1 && n * nodes != gpus) {
+        findings.push(violation(
+            "K2",
+            "spec.decode.gpusPerPod",
+            format!("{nodes} pods of {per_pod} GPUs do not hold tensorParallel × pipelineParallel = {gpus} GPUs"),
+            "unset spec.decode.gpusPerPod (kvpilot derives it) or make gpusPerPod × nodesPerReplica equal \
+             tensorParallel × pipelineParallel"
+                .into(),
+        ));
+    }
+    if let Some(source) = &spec.model.source {
+        match (&source.hub, &source.volume) {
+            (Some(_), Some(_)) | (None, None) => findings.push(violation(
+                "K3",
+                "spec.model.source",
+                "spec.model.source must name exactly one of hub or volume".into(),
+                "keep one of spec.model.source.hub and spec.model.source.volume".into(),
+            )),
+            (None, Some(volume)) if volume.source.is_empty() => findings.push(violation(
+                "K3",
+                "spec.model.source.volume.source",
+                "spec.model.source.volume.source names no volume source".into(),
+                "set one volume source such as persistentVolumeClaim: {claimName: …}, hostPath or nfs".into(),
+            )),
+            (None, Some(volume)) if volume.path.starts_with('/') || volume.path.split('/').any(|p| p == "..") => {
+                findings.push(violation(
+                    "K3",
+                    "spec.model.source.volume.path",
+                    format!("spec.model.source.volume.path {:?} leaves the volume", volume.path),
+                    "give the model's directory relative to the volume's root, without a leading / or ..".into(),
+                ));
+            }
+            _ => {}
+        }
+    }
+    findings
+}
+
+/// [`policy::assess`] plus [`pod_findings`]: the verdict on a resource whose pods kvpilot runs.
+/// Every entry point (controller, webhook, `check`, `render`) decides with this.
+pub fn assess(
+    spec: &InferenceDeploymentSpec,
+    config: &serde_json::Value,
+    release: &ReleaseChoice,
+) -> Result<Assessment, LayoutError> {
+    let mut assessment = policy::assess(spec, config, release)?;
+    let findings = pod_findings(spec);
+    if !findings.is_empty() {
+        assessment.verdict.violations.extend(findings);
+        assessment.verdict.outcome = Outcome::Rejected;
+    }
+    Ok(assessment)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn owned_flags_are_found_in_every_spelling_argparse_accepts() {
+        let cases = [
+            ("--tp", Some("--tensor-parallel-size")),
+            ("--tp-size=4", Some("--tensor-parallel-size")),
+            ("--disaggregation-decode-retraction-backup=host_pool", Some("--disaggregation-decode-retraction-backup")),
+            ("--disaggregation-decode-retraction", Some("--disaggregation-decode-retraction-backup")),
+            ("--enable-hierarchical", Some("--enable-hierarchical-cache")),
+            ("--port", Some("--port")),
+            ("--nccl-init-addr=x:1", Some("--dist-init-addr")),
+            ("--page", Some("--page-size")),
+            ("--mem-fraction-static", None),
+            ("--trust-remote-code", None),
+            ("--", None),
+            ("-x", None),
+            ("value", None),
+        ];
+        for (arg, expected) in cases {
+            assert_eq!(owned_flag(arg).map(|(flag, _)| flag), expected, "{arg}");
+        }
+    }
+
+    fn spec(decode: serde_json::Value, source: serde_json::Value) -> InferenceDeploymentSpec {
+        let mut model = json!({"name": "m/x", "config": {"inline": {}}});
+        if !source.is_null() {
+            model["source"] = source;
+        }
+        serde_json::from_value(json!({"model": model, "decode": decode})).unwrap()
+    }
+
+    #[test]
+    fn pod_findings_name_the_field_and_the_fix() {
+        let found = pod_findings(&spec(json!({"extraArgs": ["--tp=2", "--mem-fraction-static", "0.8"]}), json!(null)));
+        assert_eq!(found.len(), 1);
+        assert_eq!((found[0].rule, found[0].field), ("K1", "spec.decode.extraArgs"));
+        assert!(found[0].message.contains("spec.decode.tensorParallel"), "{}", found[0].message);
+        assert!(found[0].fix.contains("remove --tp=2"), "{}", found[0].fix);
+
+        let uneven = pod_findings(&spec(json!({"tensorParallel": 8, "nodesPerReplica": 3}), json!(null)));
+        assert_eq!(uneven.iter().map(|v| v.field).collect::<Vec<_>>(), ["spec.decode.nodesPerReplica"]);
+        let even = pod_findings(&spec(json!({"tensorParallel": 16, "nodesPerReplica": 2}), json!(null)));
+        assert!(even.is_empty(), "{even:?}");
+
+        let empty = pod_findings(&spec(json!({}), json!({"volume": {"source": {}}})));
+        assert_eq!(empty.iter().map(|v| v.field).collect::<Vec<_>>(), ["spec.model.source.volume.source"]);
+        let outside = pod_findings(&spec(
+            json!({}),
+            json!({"volume": {"source": {"hostPath": {"path": "/m"}}, "path": "a/../.."}}),
+        ));
+        assert_eq!(outside.iter().map(|v| v.field).collect::<Vec<_>>(), ["spec.model.source.volume.path"]);
+        let both =
+            pod_findings(&spec(json!({}), json!({"hub": {}, "volume": {"source": {"hostPath": {"path": "/m"}}}})));
+        assert_eq!(both.iter().map(|v| v.field).collect::<Vec<_>>(), ["spec.model.source"]);
+    }
+
+    #[test]
+    fn the_model_path_is_the_volume_directory_or_the_hub_id() {
+        let hub = spec(json!({}), json!(null));
+        assert_eq!(model_path(&hub.model), "m/x");
+        let volume = spec(
+            json!({}),
+            json!({"volume": {"source": {"persistentVolumeClaim": {"claimName": "w"}}, "path": "llama/8b/"}}),
+        );
+        assert_eq!(model_path(&volume.model), "/models/llama/8b");
+        let root = spec(json!({}), json!({"volume": {"source": {"persistentVolumeClaim": {"claimName": "w"}}}}));
+        assert_eq!(model_path(&root.model), "/models");
+    }
+}
