@@ -285,8 +285,15 @@ def check_rendered_argvs(kvpilot, src, venvs, version):
     """Each rendered decode argv through the release's own parser and post-parse checks.
     Returns (passed, failed, summary)."""
     cases = rendered_argvs(kvpilot, version)
-    answer = run_release_script("server_argv.py", src, venvs, cases)
+    # A control: the parser must refuse what it does not know, or its acceptance means nothing.
+    control = {"id": "control", "argv": cases[0]["argv"] + ["--no-such-sglang-flag"]} if cases else None
+    answer = run_release_script("server_argv.py", src, venvs, cases + ([control] if control else []))
     passed = failed = post_ran = 0
+    if control:
+        refused = answer["results"].pop()["error"] or ""
+        if "unrecognized arguments: --no-such-sglang-flag" not in refused:
+            failed += 1
+            print(f"  {version} argv control: the parser accepted an unknown flag ({refused!r})")
     for case, result in zip(cases, answer["results"]):
         post = result["postInit"] or {}
         if result["error"] is not None:

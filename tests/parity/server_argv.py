@@ -56,15 +56,53 @@ def post_init(server_args_cls, namespace):
     return {"ok": True}
 
 
+# Flags whose choices come from the tool-call and reasoning parser modules.
+_PARSER_FLAGS = ("--tool-call-parser", "--reasoning-parser")
+_PARSER_MODULES = ("sglang.srt.function_call.function_call_parser", "sglang.srt.parser.reasoning_parser")
+
+
+def load_server_args():
+    """The release's ServerArgs, and why the parser modules were stubbed ('' when they were not).
+    Some releases import the OpenAI protocol models through the tool-call parser at the top of
+    server_args; with the openai package absent their pydantic classes cannot be built. Those
+    modules only give the choices of _PARSER_FLAGS, so they are stubbed and argvs using those
+    flags are not judged."""
+    try:
+        from sglang.srt.server_args import ServerArgs
+        return ServerArgs, ""
+    except Exception as e:  # noqa: BLE001 - any import failure of the parser modules
+        reason = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+    for name in [m for m in sys.modules if m == "sglang.srt.server_args" or m.startswith(
+            ("sglang.srt.entrypoints", "sglang.srt.function_call", "sglang.srt.parser"))]:
+        del sys.modules[name]
+    for name in _PARSER_MODULES:
+        sys.modules[name] = sglang_env.InertModule(name)
+    from sglang.srt.server_args import ServerArgs
+    return ServerArgs, reason
+
+
+def _any_schema(_self, _source, _handler):
+    from pydantic_core import core_schema
+    return core_schema.any_schema()
+
+
 def main(argv):
     if len(argv) != 2:
         sys.exit(__doc__)
     cases = json.load(sys.stdin)
+    # server_args imports the OpenAI protocol models, whose pydantic fields name types of
+    # packages the harness stubs (xgrammar): such a field accepts anything, as the stub does.
+    sglang_env.Inert.__get_pydantic_core_schema__ = _any_schema
     sglang_env.install(argv[1])
-    from sglang.srt.server_args import ServerArgs  # noqa: E402  (the release's own module)
+    ServerArgs, unloaded = load_server_args()
 
     results = []
     for case in cases:
+        parsers = [flag for flag in _PARSER_FLAGS if any(a.split("=")[0] == flag for a in case["argv"])]
+        if unloaded and parsers:
+            results.append({"id": case["id"], "error": f"harness: the choices of {parsers} could not be loaded "
+                            f"({unloaded}); this argv cannot be judged", "postInit": None})
+            continue
         parser = Parser(prog="sglang serve")
         ServerArgs.add_cli_args(parser)
         try:
