@@ -11,7 +11,7 @@
 # with server-side apply and the chart with its defaults (self-signed webhook certificates), then
 # checks what a user would: the webhook refuses the rejected example at `kubectl apply` with
 # SGLang's message, the other examples resolve their layout and get decode pods, a headless
-# Service and a runtime ConfigMap. Decode pods request nvidia.com/gpu, so on a cluster without
+# Service and a ConfigMap with the SGLang flags. Decode pods request nvidia.com/gpu, so on a cluster without
 # GPUs they stay Pending; the script reports that instead of waiting for Ready.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,14 +61,14 @@ for example in examples/*.yaml; do
     [ "$example" = examples/deepseek-v3-mla-rejected.yaml ] || kubectl apply -f "$example"
 done
 # Every admitted example's namespace/name (tests/gitops.rs keeps this list equal to examples/).
-ADMITTED="default/gemma-3-1b default/gpt-oss-20b default/llama-3-1-8b default/mimo-pure-swa models/qwen3-next"
+ADMITTED="default/deepseek-v3-tp16 default/gemma-3-1b default/gpt-oss-20b default/llama-3-1-8b default/mimo-pure-swa models/qwen3-next"
 for target in $ADMITTED; do
     namespace="${target%/*}"; name="${target#*/}"
     kubectl get infd -n "$namespace" "$name" >/dev/null || fail "$target was not created"
     kubectl wait -n "$namespace" "infd/$name" --for=condition=ModelResolved --timeout=2m
     kubectl wait -n "$namespace" "infd/$name" --for=condition=SettingsValid --timeout=2m
-    kubectl get -n "$namespace" "configmap/$name-runtime" "service/$name-decode" >/dev/null \
-        || fail "$target has no runtime ConfigMap or decode Service"
+    kubectl get -n "$namespace" "configmap/$name-sglang" "service/$name-decode" >/dev/null \
+        || fail "$target has no SGLang-flags ConfigMap or decode Service"
     pods="$(kubectl get pods -n "$namespace" -l "app.kubernetes.io/instance=$name" -o name | wc -l)"
     [ "$pods" -gt 0 ] || fail "$target has no decode pods"
 done

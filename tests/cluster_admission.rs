@@ -98,6 +98,15 @@ fn the_api_server_calls_the_webhook_refuses_rewrites_warns_and_applies_the_failu
     assert!(refusal.contains("R9"), "{refusal}");
     assert!(refusal.contains("requires an MHA or hybrid-SWA HiCache host stack"), "{refusal}");
 
+    // A flag kvpilot decides cannot come in through extraArgs, whatever the spelling.
+    let mut smuggled = llama.clone();
+    smuggled["metadata"]["name"] = serde_json::json!("smuggled");
+    smuggled["spec"]["decode"]["extraArgs"] = serde_json::json!(["--tp=8", "--enable-hierarchical"]);
+    let (admitted, _, refusal) = apply(&cluster, &smuggled);
+    assert!(!admitted, "extraArgs setting kvpilot's flags were admitted");
+    assert!(refusal.contains("K1") && refusal.contains("spec.decode.tensorParallel"), "{refusal}");
+    assert!(refusal.contains("spec.disaggregation.hierarchicalCache"), "{refusal}");
+
     // onInvalid: Rewrite with the mutating webhook: the rewritten spec is what is stored, and the
     // rewrite reaches kubectl's output as a warning.
     let (admitted, _, warnings) = apply(&cluster, &example(ns, "mimo-pure-swa-rewrite.yaml"));

@@ -25,6 +25,15 @@ fn breaking(rule: &str, path: &str) -> Value {
         _ if path == "spec.model.config" && rule.contains("has(self.inline)") => {
             json!({"inline": {"model_type": "llama"}, "configMapRef": {"name": "model-config"}})
         }
+        _ if path == "spec.model.source" && rule.contains("has(self.hub)") => {
+            json!({"hub": {}, "volume": {"source": {"persistentVolumeClaim": {"claimName": "weights"}}}})
+        }
+        _ if path == "spec.model.source.volume.path" => json!("models/../../etc"),
+        "self >= 1 && self <= 65535" => json!(70000),
+        "self >= 30" => json!(10),
+        _ if path == "spec.decode" && rule.contains("nodesPerReplica") => {
+            json!({"replicas": 1, "tensorParallel": 8, "nodesPerReplica": 3})
+        }
         _ => panic!("no invalid value for the rule `{rule}` at {path}: add a case to `breaking`"),
     }
 }
@@ -121,6 +130,11 @@ async fn every_validation_rule_and_enum_is_enforced_with_the_api_servers_message
         let mut object = base(&namespace.name);
         match constraint {
             Constraint::Rule { path, rule, message } => {
+                if path == "spec.model.source.volume.path" {
+                    // The volume's required source, so that only the rule under test refuses.
+                    let source = json!({"persistentVolumeClaim": {"claimName": "weights"}});
+                    set(&mut object, "spec.model.source.volume.source", source);
+                }
                 set(&mut object, path, breaking(rule, path));
                 let refused = refusal(&api, &object, &format!("a value breaking `{rule}` at {path}")).await;
                 assert!(refused.contains(&format!("{path}: Invalid value")), "{path}: {refused}");
@@ -189,5 +203,5 @@ async fn printer_columns_scale_and_explain_work_through_kubectl() {
     });
     assert!(explained.contains("`Reject` (default) refuses invalid settings"), "{explained}");
     let spec = cluster.kubectl_ok(&["explain", "infd.spec"]);
-    assert!(spec.contains("A decode fleet for one model served with SGLang-style"), "{spec}");
+    assert!(spec.contains("A decode fleet for one model served with SGLang prefill/decode"), "{spec}");
 }

@@ -90,10 +90,16 @@ impl Drop for Operator {
 impl Fleet {
     /// A fresh namespace `prefix-…` with the CRD installed and a kubelet of `timing` for it.
     pub async fn new(cluster: &Cluster, prefix: &str, timing: Timing) -> Fleet {
+        Self::with_kubelet_for(cluster, prefix, timing, DECODE_PODS).await
+    }
+
+    /// [`Fleet::new`] whose kubelet runs only the decode pods `selector` selects; the test plays
+    /// the node for the others.
+    pub async fn with_kubelet_for(cluster: &Cluster, prefix: &str, timing: Timing, selector: &str) -> Fleet {
         cluster.install_crd();
         let namespace = TestNamespace::create(cluster, prefix);
         let client = cluster.client().await;
-        let kubelet = kubelet::start(node_client(cluster).await, Some(&namespace.name), DECODE_PODS, timing);
+        let kubelet = kubelet::start(node_client(cluster).await, Some(&namespace.name), selector, timing);
         Fleet { cluster: cluster.clone(), client, _kubelet: kubelet, namespace }
     }
 

@@ -5,6 +5,7 @@
 //! real API server delete gracefully: an unbound pod is removed at once.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -140,7 +141,8 @@ fn settle(result: Result<(), kube::Error>) -> bool {
     }
 }
 
-async fn bind(api: &Api<Pod>, name: &str) -> bool {
+/// Binds the pod `name` to [`NODE`].
+pub async fn bind(api: &Api<Pod>, name: &str) -> bool {
     let binding = json!({
         "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
         "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}
@@ -149,11 +151,16 @@ async fn bind(api: &Api<Pod>, name: &str) -> bool {
     settle(bound.map(drop))
 }
 
-async fn report_ready(api: &Api<Pod>, name: &str) -> bool {
+/// Pod IPs handed out, one per pod started, so that EndpointSlices list each pod apart.
+static STARTED: AtomicU32 = AtomicU32::new(0);
+
+/// Reports the pod `name` Running and Ready, with an address of its own.
+pub async fn report_ready(api: &Api<Pod>, name: &str) -> bool {
     let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let n = STARTED.fetch_add(1, Ordering::Relaxed);
     let status = json!({"status": {
         "phase": "Running",
-        "podIP": "10.0.0.1",
+        "podIP": format!("10.{}.{}.{}", (n >> 16) & 0xff, (n >> 8) & 0xff, (n & 0xff).max(1)),
         "conditions": [
             {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
             {"type": "Initialized", "status": "True", "lastTransitionTime": now},
