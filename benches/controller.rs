@@ -3,7 +3,8 @@
 //! kubelet. Reports the time until every resource is Ready, the operator's peak RSS (VmHWM of
 //! its own process), and, as the baseline measured in the same run, the time the same client
 //! stack takes just to write the objects the operator writes (ConfigMap, Service, 4 pods,
-//! status) with no reconciling.
+//! status) with no reconciling. Against kube-apiserver the baseline writes the very objects
+//! `desired_state` renders (SGLang pods) and waits for the kubelet, as the operator does.
 //!
 //! `BENCH_DEPLOYMENTS` (default 1000) and `BENCH_REPLICAS` (default 4) change the size.
 //!
@@ -171,7 +172,7 @@ async fn baseline(deployments: usize, replicas: usize) -> Duration {
             async move {
                 let name = format!("model-{i:04}");
                 let pp = PostParams::default();
-                let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": format!("{name}-runtime")}, "data": {"runtime.json": "{}"}})).unwrap();
+                let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": format!("{name}-sglang")}, "data": {"sglangArgs.json": "{}"}})).unwrap();
                 Api::<ConfigMap>::namespaced(client.clone(), "bench").create(&pp, &cm).await.unwrap();
                 let svc: Service = serde_json::from_value(json!({"metadata": {"name": format!("{name}-decode")}, "spec": {"clusterIP": "None"}})).unwrap();
                 Api::<Service>::namespaced(client.clone(), "bench").create(&pp, &svc).await.unwrap();
@@ -276,13 +277,7 @@ async fn settle(client: &kube::Client) {
 }
 
 async fn real_api_server(kubeconfig: &std::path::Path, deployments: usize, replicas: usize) -> Run {
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(kubeconfig).expect("read KVPILOT_BENCH_KUBECONFIG"),
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .expect("kubeconfig");
-    let client = kube::Client::try_from(config).unwrap();
+    let client = real_client(kubeconfig).await;
     let crd: CustomResourceDefinition =
         serde_norway::from_str(include_str!("../crds/inferencedeployment.yaml")).expect("crds/");
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -346,14 +341,132 @@ async fn real_api_server(kubeconfig: &std::path::Path, deployments: usize, repli
         }
         *requests.entry(verb.clone()).or_insert(0.0) += delta.max(0.0);
     }
-    // The next run starts on an idle API server: the namespace controller's deletion of 1,000
-    // resources and their objects would otherwise compete with it.
-    let _ = namespaces.delete(&namespace, &DeleteParams::background()).await;
+    delete_namespace(&namespaces, &namespace).await;
+    Run { elapsed, peak_kib, reconciles, requests }
+}
+
+/// A client for the admin kubeconfig of a real control plane.
+async fn real_client(kubeconfig: &std::path::Path) -> kube::Client {
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(kubeconfig).expect("read KVPILOT_BENCH_KUBECONFIG"),
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .expect("kubeconfig");
+    kube::Client::try_from(config).unwrap()
+}
+
+/// Deletes the bench namespace and waits until it is gone, so that the next run starts on an
+/// idle API server (the namespace controller's deletion of thousands of objects would compete
+/// with it).
+async fn delete_namespace(namespaces: &Api<Namespace>, namespace: &str) {
+    let _ = namespaces.delete(namespace, &DeleteParams::background()).await;
     let gone = Instant::now();
-    while namespaces.get_opt(&namespace).await.ok().flatten().is_some() && gone.elapsed() < Duration::from_secs(300) {
+    while namespaces.get_opt(namespace).await.ok().flatten().is_some() && gone.elapsed() < Duration::from_secs(300) {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    Run { elapsed, peak_kib, reconciles, requests }
+}
+
+/// The baseline on kube-apiserver: one client writes what the operator would for every
+/// resource, with no reconciling — the ConfigMap, the Service and the pods exactly as
+/// `desired_state` renders them (server-side apply, like the operator), then, once the test
+/// kubelet has marked a resource's pods ready, a status with Ready=True. Timed from the first
+/// write to the last Ready status, on the same server, with the same kubelet and concurrency.
+async fn real_baseline(kubeconfig: &std::path::Path, deployments: usize, replicas: usize) -> Duration {
+    use kvpilot::controller::desired::{RenderOptions, desired_state, with_type_meta};
+    let client = real_client(kubeconfig).await;
+    settle(&client).await;
+    let namespace = format!("kvpilot-bench-base-{}", std::process::id());
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let object: Namespace = serde_json::from_value(json!({"metadata": {"name": namespace}})).unwrap();
+    namespaces.create(&PostParams::default(), &object).await.expect("create the baseline namespace");
+    let api: Api<InferenceDeployment> = Api::namespaced(client.clone(), &namespace);
+    let created: Vec<InferenceDeployment> = futures::stream::iter(0..deployments)
+        .map(|i| {
+            let api = api.clone();
+            let namespace = namespace.clone();
+            async move {
+                let mut object = resource(i, replicas);
+                object.metadata.namespace = Some(namespace);
+                api.create(&PostParams::default(), &object).await.expect("create an InferenceDeployment")
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    let timing = real_kubelet::Timing { bind: false, ..real_kubelet::Timing::new(Duration::ZERO, Duration::ZERO) };
+    let _kubelet =
+        real_kubelet::start(client.clone(), Some(&namespace), "app.kubernetes.io/name=kvpilot-decode", timing);
+    // Ready pods per resource, from a watch, as the operator learns them.
+    let (pods, writer) = kube::runtime::reflector::store::<Pod>();
+    let pod_api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let watching = tokio::spawn(
+        kube::runtime::watcher(pod_api, kube::runtime::watcher::Config::default())
+            .default_backoff()
+            .reflect(writer)
+            .for_each(|_| std::future::ready(())),
+    );
+    pods.wait_until_ready().await.expect("watch the baseline's pods");
+    let options = RenderOptions::default();
+    let apply = PatchParams::apply("kvpilot-bench").force();
+    let start = Instant::now();
+    futures::stream::iter(created)
+        .for_each_concurrent(32, |resource| {
+            let (client, pods, apply, options) = (client.clone(), pods.clone(), apply.clone(), options.clone());
+            async move {
+                let namespace = resource.metadata.namespace.clone().unwrap();
+                let name = resource.metadata.name.clone().unwrap();
+                let config = Value::Object(resource.spec.model.config.inline.clone().unwrap());
+                let assessment =
+                    kvpilot::sglang::server::assess(&resource.spec, &config, &Default::default()).unwrap();
+                let desired = desired_state(&resource, &assessment, &options);
+                let cm = with_type_meta(&desired.config_map, "v1", "ConfigMap");
+                let cm_name = desired.config_map.metadata.name.clone().unwrap();
+                Api::<ConfigMap>::namespaced(client.clone(), &namespace)
+                    .patch(&cm_name, &apply, &Patch::Apply(cm))
+                    .await
+                    .unwrap();
+                let svc = with_type_meta(&desired.service, "v1", "Service");
+                let svc_name = desired.service.metadata.name.clone().unwrap();
+                Api::<Service>::namespaced(client.clone(), &namespace)
+                    .patch(&svc_name, &apply, &Patch::Apply(svc))
+                    .await
+                    .unwrap();
+                let pod_api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+                for replica in 0..replicas as u32 {
+                    for pod in desired.replica(replica) {
+                        let pod_name = pod.metadata.name.clone().unwrap();
+                        pod_api.patch(&pod_name, &apply, &Patch::Apply(with_type_meta(&pod, "v1", "Pod"))).await.unwrap();
+                    }
+                }
+                let ready = || {
+                    pods.state()
+                        .iter()
+                        .filter(|p| {
+                            p.metadata.labels.as_ref().and_then(|l| l.get("app.kubernetes.io/instance")) == Some(&name)
+                                && p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
+                                    c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                                })
+                        })
+                        .count()
+                };
+                while ready() < replicas {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                let status = json!({"apiVersion": "kvpilot.dev/v1alpha1", "kind": "InferenceDeployment",
+                    "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "AllReplicasReady",
+                        "message": "", "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string()}]}});
+                Api::<InferenceDeployment>::namespaced(client, &namespace)
+                    .patch_status(&name, &apply, &Patch::Apply(status))
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+    let elapsed = start.elapsed();
+    watching.abort();
+    delete_namespace(&namespaces, &namespace).await;
+    elapsed
 }
 
 fn main() {
@@ -379,6 +492,17 @@ fn main() {
         if let Some(kubeconfig) = real {
             let run = real_api_server(&kubeconfig, deployments, replicas).await;
             run.print("kube-apiserver + etcd", deployments, replicas);
+            let baseline = real_baseline(&kubeconfig, deployments, replicas).await;
+            println!(
+                "  {:<50} {:>12}",
+                "baseline: one client writes the same objects",
+                format!("{:.2} s", baseline.as_secs_f64())
+            );
+            println!(
+                "  {:<50} {:>12}",
+                "ratio operator / baseline (target ≤ 1.5)",
+                format!("{:.2}x", run.elapsed.as_secs_f64() / baseline.as_secs_f64())
+            );
         }
     });
 }
