@@ -417,8 +417,7 @@ async fn real_baseline(kubeconfig: &std::path::Path, deployments: usize, replica
                 let namespace = resource.metadata.namespace.clone().unwrap();
                 let name = resource.metadata.name.clone().unwrap();
                 let config = Value::Object(resource.spec.model.config.inline.clone().unwrap());
-                let assessment =
-                    kvpilot::sglang::server::assess(&resource.spec, &config, &Default::default()).unwrap();
+                let assessment = kvpilot::sglang::server::assess(&resource.spec, &config, &Default::default()).unwrap();
                 let desired = desired_state(&resource, &assessment, &options);
                 let cm = with_type_meta(&desired.config_map, "v1", "ConfigMap");
                 let cm_name = desired.config_map.metadata.name.clone().unwrap();
@@ -436,7 +435,10 @@ async fn real_baseline(kubeconfig: &std::path::Path, deployments: usize, replica
                 for replica in 0..replicas as u32 {
                     for pod in desired.replica(replica) {
                         let pod_name = pod.metadata.name.clone().unwrap();
-                        pod_api.patch(&pod_name, &apply, &Patch::Apply(with_type_meta(&pod, "v1", "Pod"))).await.unwrap();
+                        pod_api
+                            .patch(&pod_name, &apply, &Patch::Apply(with_type_meta(&pod, "v1", "Pod")))
+                            .await
+                            .unwrap();
                     }
                 }
                 let ready = || {
@@ -444,9 +446,10 @@ async fn real_baseline(kubeconfig: &std::path::Path, deployments: usize, replica
                         .iter()
                         .filter(|p| {
                             p.metadata.labels.as_ref().and_then(|l| l.get("app.kubernetes.io/instance")) == Some(&name)
-                                && p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
-                                    c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
-                                })
+                                && p.status
+                                    .as_ref()
+                                    .and_then(|s| s.conditions.as_ref())
+                                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
                         })
                         .count()
                 };

@@ -334,6 +334,27 @@ fn rendered_pods_get_the_verdict_and_settings_of_their_inference_deployment() {
     assert!(compared >= 8, "{compared} servers compared");
 }
 
+/// `kubectl apply` refuses unknown fields (strict field validation); `check` and `render` too,
+/// naming the path and the nearest known field, with exit 2.
+#[test]
+fn unknown_fields_are_refused_like_kubectl_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(repo("examples/llama-3.1-8b-full.yaml"))
+        .unwrap()
+        .replace("    replicas: 2\n", "    replcas: 2\n");
+    assert!(text.contains("replcas"), "the example changed: update this test");
+    let path = write(dir.path(), "typo.yaml", &text);
+    for command in ["check", "render"] {
+        let out = kvpilot(&[command, "-f", &path]);
+        assert_eq!(out.status.code(), Some(2), "{command}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("unknown field \"spec.decode.replcas\"; did you mean \"replicas\"?"),
+            "{command}: {}",
+            stderr(&out)
+        );
+    }
+}
+
 #[test]
 fn render_prints_valid_objects_and_refuses_rejected_resources() {
     let out = kvpilot(&[

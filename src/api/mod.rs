@@ -5,6 +5,7 @@ mod layout_types;
 mod schema;
 mod spec;
 mod status;
+pub mod strict;
 
 pub use layout_types::*;
 pub use spec::*;

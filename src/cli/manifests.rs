@@ -142,10 +142,18 @@ fn add(location: Location, value: Value, set: &mut ManifestSet, errors: &mut Vec
     let api_version = value.get("apiVersion").and_then(Value::as_str).unwrap_or_default().to_string();
     let kind = value.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
     match (api_version.as_str(), kind.as_str()) {
-        ("kvpilot.dev/v1alpha1", "InferenceDeployment") => match typed::<InferenceDeployment>(value) {
-            Ok(resource) => set.deployments.push(Found { location, resource }),
-            Err(e) => errors.push(format!("{location}: InferenceDeployment: {e}")),
-        },
+        ("kvpilot.dev/v1alpha1", "InferenceDeployment") => {
+            // `kubectl apply` refuses unknown fields (strict field validation): so does kvpilot.
+            let unknown = crate::api::strict::unknown_fields(&value);
+            if !unknown.is_empty() {
+                errors.extend(unknown.iter().map(|u| format!("{location}: InferenceDeployment: {u}")));
+                return;
+            }
+            match typed::<InferenceDeployment>(value) {
+                Ok(resource) => set.deployments.push(Found { location, resource }),
+                Err(e) => errors.push(format!("{location}: InferenceDeployment: {e}")),
+            }
+        }
         (_, "InferenceDeployment") => errors.push(format!(
             "{location}: apiVersion \"{api_version}\" is not served for InferenceDeployment; use kvpilot.dev/v1alpha1"
         )),
