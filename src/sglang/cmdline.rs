@@ -253,16 +253,15 @@ pub struct Found {
 
 /// Finds the SGLang server invocations in a container's `command` and `args` (the kubelet runs
 /// `command ++ args`; with no `command` the image's entrypoint runs `args`, searched the same).
-pub fn find_invocations(command: &[String], args: &[String]) -> Found {
+pub fn find_invocations(command: &[String], args: &[String], env: &[(String, String)]) -> Found {
     let argv: Vec<Arg> = command
         .iter()
         .enumerate()
         .map(|(index, text)| (ArgList::Command, index, text))
         .chain(args.iter().enumerate().map(|(index, text)| (ArgList::Args, index, text)))
-        .map(|(list, index, text)| Arg {
-            text: text.clone(),
-            site: ArgSite::Item { list, index },
-            expands: text.contains("$("),
+        .map(|(list, index, text)| {
+            let (text, unresolved) = expand_references(text, env);
+            Arg { text, site: ArgSite::Item { list, index }, expands: unresolved }
         })
         .collect();
     let end = if args.is_empty() && !command.is_empty() {
@@ -273,6 +272,39 @@ pub fn find_invocations(command: &[String], args: &[String]) -> Found {
     let mut found = Found::default();
     search(&argv, end, &mut found, true);
     found
+}
+
+/// Expands `$(NAME)` in a container's command or args item as the kubelet does, from the
+/// container's literal `env` values (`env`, in order): a defined name is replaced, `$$` is a
+/// literal `$`, and an undefined reference stays as written. The flag says whether one stayed:
+/// its value comes from somewhere kvpilot does not read (valueFrom, the downward API) and is
+/// never guessed.
+pub fn expand_references(text: &str, env: &[(String, String)]) -> (String, bool) {
+    let mut out = String::with_capacity(text.len());
+    let mut unresolved = false;
+    let mut rest = text;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some((name, tail)) = after.strip_prefix('(').and_then(|r| r.split_once(')')) {
+            match env.iter().rev().find(|(defined, _)| defined == name) {
+                Some((_, value)) => out.push_str(value),
+                None => {
+                    unresolved = true;
+                    out.push_str(&rest[at..at + 3 + name.len()]);
+                }
+            }
+            rest = tail;
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    (out, unresolved)
 }
 
 /// Looks at one simple command; `outer` allows one level of `sh -c` (a script inside a script
@@ -452,7 +484,7 @@ mod tests {
         assert_eq!(split_shell("a 'b"), Err(ShellError::UnterminatedQuote { quote: "single", at: 2 }));
         assert_eq!(split_shell("a \"b"), Err(ShellError::UnterminatedQuote { quote: "double", at: 2 }));
         assert_eq!(split_shell("a $(b"), Err(ShellError::UnterminatedSubstitution { at: 2 }));
-        let found = find_invocations(&strings(&["sh", "-c", "python3 -m sglang.launch_server --tp 'x"]), &[]);
+        let found = find_invocations(&strings(&["sh", "-c", "python3 -m sglang.launch_server --tp 'x"]), &[], &[]);
         assert!(found.invocations.is_empty());
         assert!(found.warnings[0].contains("command[2]") && found.warnings[0].contains("unterminated single quote"));
     }
@@ -474,7 +506,7 @@ mod tests {
             (&["env", "-i", "--", "python3", "-m", "sglang.launch_server", "--q"], &[], &["--q"]),
         ];
         for (command, args, expected) in cases {
-            let found = find_invocations(&strings(command), &strings(args));
+            let found = find_invocations(&strings(command), &strings(args), &[]);
             assert_eq!(found.invocations.len(), 1, "{command:?} {args:?}");
             assert_eq!(texts(&found.invocations[0]), *expected, "{command:?} {args:?}");
         }
@@ -489,21 +521,21 @@ mod tests {
             &["nginx"],
             &["sh", "-c", "echo python3 -m sglang.launch_server"],
         ] {
-            assert!(find_invocations(&strings(command), &[]).invocations.is_empty(), "{command:?}");
+            assert!(find_invocations(&strings(command), &[], &[]).invocations.is_empty(), "{command:?}");
         }
     }
 
     #[test]
     fn sites_and_environment_prefixes_are_kept() {
         let script = "SGLANG_ENABLE_UNIFIED_RADIX_TREE=1 exec python3 -m sglang.launch_server --b host_pool";
-        let found = find_invocations(&strings(&["sh", "-c", script]), &[]);
+        let found = find_invocations(&strings(&["sh", "-c", script]), &[], &[]);
         let invocation = &found.invocations[0];
         assert_eq!(invocation.env, [("SGLANG_ENABLE_UNIFIED_RADIX_TREE".to_string(), "1".to_string())]);
         let ArgSite::ShellWord { list, index, span } = &invocation.args[1].site else { panic!() };
         assert_eq!((*list, *index, &script[span.clone()]), (ArgList::Command, 2, "host_pool"));
         assert_eq!(invocation.append_at, AppendSite::Shell { list: ArgList::Command, index: 2, offset: script.len() });
 
-        let found = find_invocations(&strings(&["python3"]), &strings(&["-m", "sglang.launch_server", "--a"]));
+        let found = find_invocations(&strings(&["python3"]), &strings(&["-m", "sglang.launch_server", "--a"]), &[]);
         assert_eq!(found.invocations[0].args[0].site, ArgSite::Item { list: ArgList::Args, index: 2 });
         assert_eq!(found.invocations[0].append_at, AppendSite::Item { list: ArgList::Args, index: 3 });
     }
@@ -515,12 +547,37 @@ mod tests {
         }
     }
 
+    #[test]
+    fn references_expand_as_the_kubelet_expands_them() {
+        let env = [("TP".to_string(), "4".to_string()), ("MODEL".to_string(), "/models/m".to_string())];
+        let cases = [
+            ("--tp=$(TP)", ("--tp=4", false)),
+            ("$(MODEL)/x $(TP)$(TP)", ("/models/m/x 44", false)),
+            ("$$(TP) costs $$5", ("$(TP) costs $5", false)),
+            ("$(POD_IP):$(TP)", ("$(POD_IP):4", true)),
+            ("$HOME and $ alone", ("$HOME and $ alone", false)),
+            ("$(unterminated", ("$(unterminated", false)),
+        ];
+        for (text, (expanded, unresolved)) in cases {
+            assert_eq!(expand_references(text, &env), (expanded.to_string(), unresolved), "{text}");
+        }
+        let found = find_invocations(
+            &strings(&["python3", "-m", "sglang.launch_server"]),
+            &strings(&["--tp", "$(TP)", "--dp", "$(POD_DP)"]),
+            &env,
+        );
+        let args = &found.invocations[0].args;
+        assert_eq!((args[1].text.as_str(), args[1].expands), ("4", false));
+        assert_eq!((args[3].text.as_str(), args[3].expands), ("$(POD_DP)", true), "not guessed");
+    }
+
     proptest::proptest! {
         #[test]
         fn splitting_and_searching_never_panic(script in "\\PC{0,80}", args in proptest::collection::vec("\\PC{0,12}", 0..6)) {
             let _ = split_shell(&script);
-            let _ = find_invocations(&["sh".into(), "-c".into(), script.clone()], &args);
-            let _ = find_invocations(&[], &args);
+            let _ = find_invocations(&["sh".into(), "-c".into(), script.clone()], &args, &[]);
+            let _ = find_invocations(&[], &args, &[]);
+            let _ = expand_references(&script, &[("A".into(), "$(A)".into())]);
         }
 
         #[test]

@@ -116,7 +116,7 @@ pub fn inspect(object: &Value) -> Inspection {
                 }
             };
             let image = container.get("image").and_then(Value::as_str).unwrap_or_default();
-            let found = cmdline::find_invocations(&command, &args);
+            let found = cmdline::find_invocations(&command, &args, &literal_env(container));
             inspection.warnings.extend(found.warnings.iter().map(|w| format!("{subject}: {w}")));
             if found.invocations.is_empty() && image.contains("sglang") && found.warnings.is_empty() {
                 inspection.warnings.push(format!(
@@ -206,6 +206,24 @@ fn read_env(container: &Value, invocation: &Invocation, parsed: &mut Parsed) -> 
     }
     parsed.settings.decode.env = env;
     warnings
+}
+
+/// The container's `env` entries with a literal value, in order: what the kubelet expands
+/// `$(NAME)` in command and args from.
+fn literal_env(container: &Value) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = Vec::new();
+    for var in container.get("env").and_then(Value::as_array).into_iter().flatten() {
+        let Some(name) = var.get("name").and_then(Value::as_str) else { continue };
+        if var.get("valueFrom").is_some() {
+            // Unknown here: an earlier literal of the same name no longer holds.
+            env.retain(|(defined, _)| defined != name);
+            continue;
+        }
+        // A value may refer to the variables before it, as the kubelet expands them.
+        let (value, _) = cmdline::expand_references(var.get("value").and_then(Value::as_str).unwrap_or_default(), &env);
+        env.push((name.to_string(), value));
+    }
+    env
 }
 
 /// A hub repository id: `ORG/NAME` with no path-like start.
