@@ -317,7 +317,7 @@ check_webhook() {
 
 # The cache-runtime sidecar and the init container's connector copy, against the interface
 #   kvpilot cache-runtime --socket PATH --capacity BYTES [--metrics-addr ADDR]
-#       (a Unix socket for the SGLang connector; /healthz and /readyz on ADDR)
+#       (a Unix socket for the SGLang connector; /healthz on ADDR)
 #   kvpilot install-connector DEST_DIR
 #       (writes the embedded Python package kvpilot_sglang/ into DEST_DIR)
 # Runs only when `kvpilot --help` lists install-connector (the binary before that has neither).
@@ -333,7 +333,6 @@ check_cache_runtime_and_connector() {
     start cache-runtime -v "$run:/run/kvpilot" "$IMAGE" cache-runtime --socket /run/kvpilot/cache.sock \
         --capacity 67108864 --metrics-addr "127.0.0.1:$metrics"
     wait_for cache-runtime "http://127.0.0.1:$metrics/healthz"
-    wait_for cache-runtime "http://127.0.0.1:$metrics/readyz"
     for _ in $(seq 1 20); do [ -S "$run/cache.sock" ] && break || sleep 0.5; done
     [ -S "$run/cache.sock" ] || die "no socket at /run/kvpilot/cache.sock (the bind mount shows: $(ls -A "$run"))"
     [ "$(stat -c %u "$run/cache.sock")" = 65532 ] || die "the socket is owned by $(stat -c %u "$run/cache.sock"), not 65532"
@@ -366,8 +365,9 @@ EOF
         diff -r -x __pycache__ python/kvpilot_sglang "$dest/kvpilot_sglang" >&2 ||
             die "the connector the image installs differs from python/kvpilot_sglang"
     fi
-    python3 -m py_compile "$dest"/kvpilot_sglang/*.py || die "the installed connector does not compile"
-    log "ok: install-connector wrote kvpilot_sglang/ ($(ls "$dest/kvpilot_sglang" | wc -l) files)"
+    python3 -c 'import sys; [compile(open(f).read(), f, "exec") for f in sys.argv[1:]]' "$dest"/kvpilot_sglang/*.py ||
+        die "the installed connector is not valid Python"
+    log "ok: install-connector wrote kvpilot_sglang/ ($(find "$dest/kvpilot_sglang" -name '*.py' | wc -l) Python files)"
 }
 
 test_image() {
