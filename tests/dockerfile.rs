@@ -1,4 +1,5 @@
-//! What can be checked of the Dockerfile without a Docker engine (none runs on these machines).
+//! What can be checked of the Dockerfile without a Docker engine (none runs on these machines),
+//! and that scripts/image.sh, which builds and runs the image with buildah and podman, builds the same image.
 
 use std::path::PathBuf;
 
