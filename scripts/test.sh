@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, lints, unit, property and integration tests, including the
-# Helm chart (real helm + kubernetes-validate), the Argo CD health check (Lua 5.4), and the
+# Helm chart (real helm + kubernetes-validate), the Argo CD health check (Lua 5.4), the
 # tests/cluster_*.rs suite against a real control plane (scripts/control-plane.sh: etcd,
-# kube-apiserver, kube-controller-manager on loopback, built from Go modules on first use).
+# kube-apiserver, kube-controller-manager on loopback, built from Go modules on first use), and
+# the kvpilot image built with buildah and run with podman (scripts/image.sh).
 # README.md documents this command and .ci/run calls it, so CI and developers run the same thing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +29,11 @@ cargo test --locked
 # Each supported SGLang release's own code against `kvpilot layout` (needs target/debug/kvpilot,
 # which cargo test has built; downloads are cached under target/parity).
 bash scripts/parity.sh
+
+# The image as the Dockerfile makes it (release build, distroless-like base from Debian packages),
+# run as the cluster runs it: non-root, read-only root, loopback only (see docs/image.md).
+bash scripts/image.sh build
+bash scripts/image.sh test
 
 # The end-to-end run on a real cluster only when asked for (see scripts/e2e-cluster.sh).
 if [ "${KVPILOT_E2E:-0}" = 1 ]; then
