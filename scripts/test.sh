@@ -29,6 +29,10 @@ cargo test --locked
 # which cargo test has built; downloads are cached under target/parity).
 bash scripts/parity.sh
 
+# SGLang's own HiCache code (0.5.17, 0.5.21, 0.5.23) driving the cache sidecar and its connector
+# on CPU (needs target/debug/kvpilot; torch and the releases are cached under target/l3).
+bash scripts/l3-contract.sh
+
 # The end-to-end run on a real cluster only when asked for (see scripts/e2e-cluster.sh).
 if [ "${KVPILOT_E2E:-0}" = 1 ]; then
     bash scripts/e2e-cluster.sh

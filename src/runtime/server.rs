@@ -44,7 +44,8 @@ impl ConnectionError {
             Self::Io(_) => "io",
             Self::ClosedMidFrame { .. } => "closed_mid_frame",
             Self::FrameTooLarge(_) | Self::Malformed(_) => "malformed",
-            Self::Mapping(_) => "bad_region",
+            Self::Mapping(MappingError::OutOfBounds { .. }) => "bad_region",
+            Self::Mapping(_) => "bad_fd",
             Self::Protocol(_) => "protocol",
         }
     }

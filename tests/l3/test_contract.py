@@ -12,11 +12,13 @@ Run with SGLang's source on PYTHONPATH, plus python/ and tests/l3/, and KVPILOT_
 
 from __future__ import annotations
 
-import os
 import random
+import time
 import unittest
+from unittest import mock
 
 import sglang_harness as h
+from kvpilot_sglang import wire
 from sidecar import Sidecar
 
 PAGE = 16
@@ -81,8 +83,6 @@ class Contract(unittest.TestCase):
         self.assertIsNone(backend.pool_fd)
 
     def test_generic_interface_without_interface_v1(self):
-        extra = {**h.KVPILOT_EXTRA}
-        del extra["interface_v1"]
         self.round_trip(False, "page_first", 6, zero_copy=False, interface_v1=0)
         self.round_trip(True, "page_first_direct", 7, zero_copy=False, interface_v1=0)
 
@@ -159,23 +159,27 @@ class DeadSidecar(unittest.TestCase):
         ids = tokens(PAGES * PAGE, 12)
         src = host.alloc(PAGES * PAGE)
 
-        # Kill the sidecar while the controller's batches are in flight.
-        import threading
+        # The second batch's frame reaches the sidecar, which dies before it answers.
+        sent = {"frames": 0}
+        original_set = wire.Session.set
 
-        killer = threading.Timer(0.01, sidecar.kill)
-        killer.start()
-        completed = h.backup(cc, src, ids)
-        killer.join()
-        self.assertLessEqual(completed, PAGES * PAGE)
+        def set_then_die(session, *args):
+            sent["frames"] += 1
+            if sent["frames"] == 2:
+                reply = session._reply
+                session._reply = lambda: (sidecar.kill(), reply())[1]
+            return original_set(session, *args)
+
+        with mock.patch.object(wire.Session, "set", set_then_die):
+            completed = h.backup(cc, src, ids)
+        self.assertEqual(completed, 128 * PAGE, "SGLang stops at the failed batch")
         op, (hashes, hit) = h.hit_query(cc, ids)
         self.assertEqual(hit, 0, "a dead sidecar is a miss")
-        self.assertEqual(backend.batch_get_v1(["k"], host.alloc(PAGE)), [False])
+        self.assertEqual(backend.batch_get_v1(hashes or ["k"], host.alloc(PAGE)), [False])
         self.assertGreater(backend.failure_counts()["errors"], 0)
 
         sidecar.start()
-        import time
-
-        time.sleep(0.3)
+        time.sleep(0.3)  # the connector's retry_interval
         self.assertEqual(h.backup(cc, src, ids), PAGES * PAGE)
         op, (hashes, hit) = h.hit_query(cc, ids)
         self.assertEqual(hit, PAGES * PAGE)
