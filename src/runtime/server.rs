@@ -287,7 +287,7 @@ impl Connection<'_> {
                 stored.push(1);
                 continue;
             }
-            let mut page = Vec::with_capacity(regions.page_len(index) as usize);
+            let mut page = self.store.buffer(regions.page_len(index) as usize);
             for (offset, len) in regions.page(index) {
                 mapping.read_into(offset, len, &mut page)?;
             }

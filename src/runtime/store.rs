@@ -4,6 +4,10 @@
 //! A page is an immutable `Arc` buffer. Readers clone the `Arc` under the lock and copy after
 //! releasing it, so an eviction or a `clear` during a copy drops only the store's reference: the
 //! reader finishes from intact bytes, and no page is ever seen torn.
+//!
+//! Buffers of dropped pages that no reader holds are kept for reuse by pages of the same size,
+//! within the capacity: a fresh allocation costs a page fault per 4 KiB on first touch, which
+//! halved SET bandwidth in the benchmark, while a full store evicts one page per page it takes.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -31,6 +35,23 @@ struct Inner {
     lru: BTreeMap<u64, Vec<u8>>,
     next_tick: u64,
     bytes: u64,
+    /// Reusable buffers by capacity, and their total bytes.
+    spare: HashMap<usize, Vec<Vec<u8>>, FxBuildHasher>,
+    spare_bytes: u64,
+}
+
+impl Inner {
+    /// Keeps a dropped page's buffer for reuse when no reader holds it and stored plus spare
+    /// bytes stay within the capacity.
+    fn recycle(&mut self, page: Page, capacity: u64) {
+        let Ok(mut buffer) = Arc::try_unwrap(page) else { return };
+        let size = buffer.capacity() as u64;
+        if self.bytes + self.spare_bytes + size <= capacity {
+            buffer.clear();
+            self.spare_bytes += size;
+            self.spare.entry(buffer.capacity()).or_default().push(buffer);
+        }
+    }
 }
 
 /// What an insert did.
@@ -76,6 +97,18 @@ impl PageStore {
         self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// An empty buffer with room for exactly `size` bytes: a recycled one when there is one.
+    pub fn buffer(&self, size: usize) -> Vec<u8> {
+        let mut inner = self.lock();
+        match inner.spare.get_mut(&size).and_then(Vec::pop) {
+            Some(buffer) => {
+                inner.spare_bytes -= size as u64;
+                buffer
+            }
+            None => Vec::with_capacity(size),
+        }
+    }
+
     /// The handle of a namespace, created on first use.
     pub fn namespace(&self, name: &[u8]) -> Namespace {
         let mut inner = self.lock();
@@ -117,6 +150,7 @@ impl PageStore {
         if let Some(old) = inner.pages.remove(&full) {
             inner.lru.remove(&old.tick);
             inner.bytes -= old.page.len() as u64;
+            inner.recycle(old.page, self.capacity);
         }
         let mut evicted = 0;
         while inner.bytes + size > self.capacity {
@@ -124,6 +158,18 @@ impl PageStore {
             if let Some(entry) = inner.pages.remove(&oldest) {
                 inner.bytes -= entry.page.len() as u64;
                 evicted += 1;
+                inner.recycle(entry.page, self.capacity);
+            }
+        }
+        // Spare buffers give way to stored pages.
+        while inner.bytes + inner.spare_bytes + size > self.capacity && inner.spare_bytes > 0 {
+            let Some(&largest) = inner.spare.keys().max() else { break };
+            if let Some(list) = inner.spare.get_mut(&largest) {
+                list.pop();
+                if list.is_empty() {
+                    inner.spare.remove(&largest);
+                }
+                inner.spare_bytes -= largest as u64;
             }
         }
         let tick = inner.next_tick;
@@ -145,9 +191,11 @@ impl PageStore {
             .map(|(key, entry)| (key.clone(), entry.tick, entry.page.len() as u64))
             .collect();
         for (key, tick, size) in &doomed {
-            inner.pages.remove(key);
+            if let Some(entry) = inner.pages.remove(key) {
+                inner.bytes -= size;
+                inner.recycle(entry.page, self.capacity);
+            }
             inner.lru.remove(tick);
-            inner.bytes -= size;
         }
         doomed.len() as u64
     }
@@ -205,6 +253,25 @@ mod tests {
         store.insert(ns, b"b", page(8, 100));
         assert_eq!(store.contains(ns, [b"a"].iter()), [false]);
         assert!(held.iter().all(|&byte| byte == 7));
+    }
+
+    #[test]
+    fn dropped_pages_lend_their_buffers_to_new_pages_of_their_size() {
+        let store = PageStore::new(200);
+        let ns = store.namespace(b"ns");
+        store.insert(ns, b"a", page(1, 100));
+        let held = store.get(ns, [b"a"].iter()).pop().flatten().unwrap();
+        store.clear(ns);
+        let fresh = store.buffer(100);
+        assert_ne!(fresh.as_ptr(), held.as_ptr(), "a held page is not recycled");
+        drop(held);
+        let first = Arc::new(vec![2u8; 100]);
+        let address = first.as_ptr();
+        store.insert(ns, b"b", first);
+        store.clear(ns);
+        let reused = store.buffer(100);
+        assert_eq!((reused.as_ptr(), reused.len()), (address, 0));
+        assert_eq!(store.buffer(100).capacity(), 100);
     }
 
     #[test]
