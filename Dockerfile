@@ -5,6 +5,8 @@ FROM rust:1.95.0-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock rustfmt.toml ./
 COPY src ./src
+# The SGLang connector the binary embeds (kvpilot install-connector).
+COPY python ./python
 COPY benches ./benches
 COPY examples ./examples
 COPY tests/fixtures ./tests/fixtures

@@ -30,6 +30,10 @@ cargo test --locked
 # which cargo test has built; downloads are cached under target/parity).
 bash scripts/parity.sh
 
+# SGLang's own HiCache code (0.5.17, 0.5.21, 0.5.23) driving the cache sidecar and its connector
+# on CPU (needs target/debug/kvpilot; torch and the releases are cached under target/l3).
+bash scripts/l3-contract.sh
+
 # The image as the Dockerfile makes it (release build, distroless-like base from Debian packages),
 # run as the cluster runs it: non-root, read-only root, loopback only (see docs/image.md).
 bash scripts/image.sh build

@@ -1,8 +1,8 @@
 //! kvpilot: a Kubernetes operator that checks SGLang-style PD-disaggregation settings against a
-//! model's attention layout, and the decode-side KV cache runtime its pods run.
+//! model's attention layout, and the KV cache sidecar SGLang uses as its HiCache L3 store.
 //!
 //! Data flows one way: [`release`], [`api`] → [`layout`] → [`policy`] → [`sglang`] → controller /
-//! webhook / cli, and [`policy`] → [`runtime`].
+//! webhook / cli; [`runtime`] stands alone.
 
 pub mod api;
 pub mod apiserver;

@@ -1,6 +1,5 @@
 //! Argument parsing and wiring of the `kvpilot` subcommands. No rules live here.
 
-mod bench_cache_cmd;
 mod cache_runtime_cmd;
 mod check;
 mod check_workloads;
@@ -82,10 +81,10 @@ enum Command {
     Render(render_cmd::RenderArgs),
     /// Run the controller against an in-process API server with the bundled examples.
     Demo(demo_cmd::DemoArgs),
-    /// Run the decode-side KV cache runtime (what decode pods run).
+    /// Run the cache sidecar: SGLang's HiCache L3 store over a Unix socket (beside each SGLang server).
     CacheRuntime(cache_runtime_cmd::CacheRuntimeArgs),
-    /// Generate or replay a cache workload trace, or measure backup/restore bandwidth.
-    BenchCache(bench_cache_cmd::BenchCacheArgs),
+    /// Write the SGLang connector package (kvpilot_sglang) into a directory for SGLang's PYTHONPATH.
+    InstallConnector(cache_runtime_cmd::InstallConnectorArgs),
 }
 
 /// Runs the parsed command line and returns the process exit code.
@@ -101,7 +100,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Render(args) => render_cmd::run(&args),
         Command::Demo(args) => demo_cmd::run(&args),
         Command::CacheRuntime(args) => cache_runtime_cmd::run(&args),
-        Command::BenchCache(args) => bench_cache_cmd::run(&args),
+        Command::InstallConnector(args) => cache_runtime_cmd::install_connector(&args),
     }
 }
 

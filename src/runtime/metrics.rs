@@ -1,11 +1,13 @@
-//! Prometheus metrics of the cache runtime (`cache-runtime.md` §6): pool occupancy by component
-//! and state, prefix hits, evictions, retraction outcomes, backup/restore volume, latency and
-//! bandwidth, and per-operation latency.
+//! Prometheus metrics of the sidecar, and its `/metrics`, `/healthz`, `/readyz` routes.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use axum::Router;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -13,190 +15,155 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use super::Component;
-use super::cache::Stats;
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct PoolLabels {
-    component: &'static str,
-    state: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ComponentLabels {
-    component: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct StateLabels {
-    state: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabels {
-    outcome: &'static str,
-}
+use super::store::PageStore;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OpLabels {
     op: &'static str,
 }
 
-/// The runtime's metrics, registered in one registry.
-pub struct CacheMetrics {
-    cache_tokens: Family<PoolLabels, Gauge>,
-    host_slots: Family<StateLabels, Gauge>,
-    tree_nodes: Gauge,
-    hit_tokens: Counter,
-    query_tokens: Counter,
-    evicted_tokens: Family<ComponentLabels, Counter>,
-    retractions: Family<OutcomeLabels, Counter>,
-    backups_evicted: Counter,
-    backup_bytes: Counter,
-    restore_bytes: Counter,
-    backup_latency: Histogram,
-    restore_latency: Histogram,
-    bandwidth: Gauge<f64, AtomicU64>,
-    op_latency: Family<OpLabels, Histogram>,
-    invariant_violations: Counter,
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: &'static str,
+}
+
+/// The sidecar's metrics, in one registry.
+pub struct Metrics {
+    stored_bytes: Gauge,
+    stored_pages: Gauge,
+    capacity_bytes: Gauge,
+    lookups: Family<ResultLabels, Counter>,
+    evictions: Counter,
+    set_bytes: Counter,
+    get_bytes: Counter,
+    latency: Family<OpLabels, Histogram>,
+    connections: Gauge,
+    closed_connections: Family<ReasonLabels, Counter>,
+    ready: AtomicBool,
     registry: Registry,
 }
 
-impl Default for CacheMetrics {
+impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("kvpilot");
+        let mut registry = Registry::with_prefix("kvpilot_cache");
         let m = Self {
-            cache_tokens: Family::default(),
-            host_slots: Family::default(),
-            tree_nodes: Gauge::default(),
-            hit_tokens: Counter::default(),
-            query_tokens: Counter::default(),
-            evicted_tokens: Family::default(),
-            retractions: Family::default(),
-            backups_evicted: Counter::default(),
-            backup_bytes: Counter::default(),
-            restore_bytes: Counter::default(),
-            backup_latency: Histogram::new(exponential_buckets(0.000_05, 2.0, 18)),
-            restore_latency: Histogram::new(exponential_buckets(0.000_05, 2.0, 18)),
-            bandwidth: Gauge::default(),
-            op_latency: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.000_000_5, 2.0, 24))),
-            invariant_violations: Counter::default(),
+            stored_bytes: Gauge::default(),
+            stored_pages: Gauge::default(),
+            capacity_bytes: Gauge::default(),
+            lookups: Family::default(),
+            evictions: Counter::default(),
+            set_bytes: Counter::default(),
+            get_bytes: Counter::default(),
+            // 1 µs to ~8 s: an EXISTS of one key up to a 128-page copy-mode batch.
+            latency: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.000_001, 2.0, 24))),
+            connections: Gauge::default(),
+            closed_connections: Family::default(),
+            ready: AtomicBool::new(false),
             registry: Registry::default(),
         };
+        registry.register("stored_bytes", "Bytes of pages held in the store", m.stored_bytes.clone());
+        registry.register("stored_pages", "Pages held in the store", m.stored_pages.clone());
+        registry.register("capacity_bytes", "The store's capacity (--capacity)", m.capacity_bytes.clone());
+        registry.register("lookups", "Pages looked up by GET, by result (hit, miss)", m.lookups.clone());
+        registry.register("evictions", "Pages evicted to make room (least recently used first)", m.evictions.clone());
+        registry.register("set_bytes", "Bytes copied into the store", m.set_bytes.clone());
+        registry.register("get_bytes", "Bytes copied out of the store", m.get_bytes.clone());
+        registry.register("request_seconds", "Time to serve one frame, by operation", m.latency.clone());
+        registry.register("connections", "Open connections from rank processes", m.connections.clone());
         registry.register(
-            "cache_tokens",
-            "Pool occupancy by component (full, swa: tokens; ssm: state slots) and state",
-            m.cache_tokens.clone(),
-        );
-        registry.register("cache_host_slots", "Host pool token slots by state", m.host_slots.clone());
-        registry.register("cache_tree_nodes", "Nodes of the radix prefix tree", m.tree_nodes.clone());
-        registry.register("prefix_hit_tokens", "Tokens served from the prefix cache", m.hit_tokens.clone());
-        registry.register("prefix_query_tokens", "Tokens looked up in the prefix cache", m.query_tokens.clone());
-        registry.register(
-            "evicted_tokens",
-            "Cached tokens (ssm: slots) evicted, by component",
-            m.evicted_tokens.clone(),
-        );
-        registry.register("retractions", "Retractions by outcome", m.retractions.clone());
-        registry.register(
-            "backups_evicted",
-            "Finished host-pool backups evicted to make room for newer ones",
-            m.backups_evicted.clone(),
-        );
-        registry.register("backup_bytes", "Bytes copied into retraction backups", m.backup_bytes.clone());
-        registry.register("restore_bytes", "Bytes copied back by restores", m.restore_bytes.clone());
-        registry.register(
-            "backup_latency_seconds",
-            "Retraction backup time from submission to completion",
-            m.backup_latency.clone(),
-        );
-        registry.register(
-            "restore_latency_seconds",
-            "Restore time from submission to completion",
-            m.restore_latency.clone(),
-        );
-        registry.register(
-            "transfer_bandwidth_bytes_per_second",
-            "Copy bandwidth of the last finished backup or restore",
-            m.bandwidth.clone(),
-        );
-        registry.register("cache_op_latency_seconds", "Cache operation latency by operation", m.op_latency.clone());
-        registry.register(
-            "cache_invariant_violations",
-            "Internal invariant violations detected (should stay 0)",
-            m.invariant_violations.clone(),
+            "connections_closed",
+            "Connections closed, by reason (eof: the client's own close)",
+            m.closed_connections.clone(),
         );
         Self { registry, ..m }
     }
 }
 
-impl CacheMetrics {
-    /// A fresh set, shareable between the cache and the HTTP server.
-    pub fn shared() -> Arc<Self> {
-        Arc::new(Self::default())
+impl Metrics {
+    /// Metrics for a store of `capacity` bytes.
+    pub fn new(capacity: u64) -> Arc<Self> {
+        let metrics = Self::default();
+        metrics.capacity_bytes.set(i64::try_from(capacity).unwrap_or(i64::MAX));
+        Arc::new(metrics)
     }
 
-    pub(crate) fn prefix(&self, hit: usize, query: usize) {
-        self.hit_tokens.inc_by(hit as u64);
-        self.query_tokens.inc_by(query as u64);
+    /// Marks the socket as accepting connections.
+    pub fn set_ready(&self) {
+        self.ready.store(true, Ordering::Release);
     }
 
-    pub(crate) fn evicted(&self, component: Component, units: usize) {
-        if units > 0 {
-            self.evicted_tokens.get_or_create(&ComponentLabels { component: component.as_str() }).inc_by(units as u64);
-        }
+    /// Whether the socket accepts connections.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
     }
 
-    pub(crate) fn retraction(&self, outcome: &'static str) {
-        self.retractions.get_or_create(&OutcomeLabels { outcome }).inc();
+    pub(crate) fn served(&self, op: &'static str, elapsed: Duration) {
+        self.latency.get_or_create(&OpLabels { op }).observe(elapsed.as_secs_f64());
     }
 
-    pub(crate) fn backup_evicted(&self) {
-        self.backups_evicted.inc();
+    pub(crate) fn lookups(&self, hits: u64, misses: u64) {
+        self.lookups.get_or_create(&ResultLabels { result: "hit" }).inc_by(hits);
+        self.lookups.get_or_create(&ResultLabels { result: "miss" }).inc_by(misses);
     }
 
-    pub(crate) fn transfer(&self, backup: bool, bytes: usize, latency: Duration, copy_time: Duration) {
-        let (counter, histogram) = if backup {
-            (&self.backup_bytes, &self.backup_latency)
-        } else {
-            (&self.restore_bytes, &self.restore_latency)
-        };
-        counter.inc_by(bytes as u64);
-        histogram.observe(latency.as_secs_f64());
-        if bytes > 0 && !copy_time.is_zero() {
-            self.bandwidth.set(bytes as f64 / copy_time.as_secs_f64());
-        }
+    pub(crate) fn stored(&self, bytes: u64, evicted: u64) {
+        self.set_bytes.inc_by(bytes);
+        self.evictions.inc_by(evicted);
     }
 
-    pub(crate) fn invariant_violation(&self) {
-        self.invariant_violations.inc();
+    pub(crate) fn read(&self, bytes: u64) {
+        self.get_bytes.inc_by(bytes);
     }
 
-    /// Records one operation's latency.
-    pub fn op(&self, op: &'static str, elapsed: Duration) {
-        self.op_latency.get_or_create(&OpLabels { op }).observe(elapsed.as_secs_f64());
+    pub(crate) fn connection_opened(&self) {
+        self.connections.inc();
     }
 
-    pub(crate) fn occupancy(&self, stats: &Stats) {
-        for (component, pool) in &stats.pools {
-            for (state, value) in
-                [("free", pool.free_tokens), ("evictable", pool.evictable_tokens), ("protected", pool.protected_tokens)]
-            {
-                self.cache_tokens.get_or_create(&PoolLabels { component, state }).set(value as i64);
-            }
-        }
-        self.host_slots.get_or_create(&StateLabels { state: "free" }).set(stats.host.free_slots as i64);
-        self.host_slots
-            .get_or_create(&StateLabels { state: "used" })
-            .set((stats.host.total_slots - stats.host.free_slots) as i64);
-        self.tree_nodes.set(stats.tree_nodes as i64);
+    pub(crate) fn connection_closed(&self, reason: &'static str) {
+        self.connections.dec();
+        self.closed_connections.get_or_create(&ReasonLabels { reason }).inc();
     }
 
-    /// The OpenMetrics text exposition.
-    pub fn encode(&self) -> String {
+    /// The OpenMetrics text exposition, with the store's totals as of now.
+    pub fn encode(&self, store: &PageStore) -> String {
+        let usage = store.usage();
+        self.stored_bytes.set(i64::try_from(usage.bytes).unwrap_or(i64::MAX));
+        self.stored_pages.set(i64::try_from(usage.pages).unwrap_or(i64::MAX));
         let mut text = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
         text
     }
+}
+
+/// `/metrics`, `/healthz` (the process answers) and `/readyz` (the socket accepts).
+pub fn router(metrics: Arc<Metrics>, store: Arc<PageStore>) -> Router {
+    let ready = Arc::clone(&metrics);
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(move || async move {
+                if ready.is_ready() {
+                    (StatusCode::OK, "ok")
+                } else {
+                    (StatusCode::SERVICE_UNAVAILABLE, "socket not bound yet")
+                }
+            }),
+        )
+        .route(
+            "/metrics",
+            get(move || async move {
+                (
+                    [(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+                    metrics.encode(&store),
+                )
+                    .into_response()
+            }),
+        )
 }
