@@ -357,7 +357,7 @@ EOF
     # The init container: writes the package into the pod's emptyDir, read-only root.
     local dest="$WORK/connector"
     install -d -m 0770 -o 65532 -g 65532 "$dest"
-    podman run --rm "${SECURE[@]}" -v "$dest:/opt/kvpilot/python" "$IMAGE" install-connector /opt/kvpilot/python ||
+    podman run --rm "${SECURE[@]}" -v "$dest:/opt/kvpilot-py" "$IMAGE" install-connector /opt/kvpilot-py ||
         die "install-connector failed"
     for f in __init__.py hicache.py; do
         [ -f "$dest/kvpilot_sglang/$f" ] || die "install-connector wrote no kvpilot_sglang/$f"
