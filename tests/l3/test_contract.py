@@ -182,15 +182,22 @@ class DeadSidecar(unittest.TestCase):
         ids = tokens(PAGES * PAGE, 12)
         src = host.alloc(PAGES * PAGE)
 
-        # The second batch's frame reaches the sidecar, which dies before it answers.
+        # The sidecar dies in the middle of the second batch's frame: it has the frame's length
+        # and opcode, and is killed before the rest arrives.
         sent = {"frames": 0}
         original_set = wire.Session.set
 
         def set_then_die(session, *args):
             sent["frames"] += 1
             if sent["frames"] == 2:
-                reply = session._reply
-                session._reply = lambda: (sidecar.kill(), reply())[1]
+                send = session._send
+
+                def send_half_then_die(parts):
+                    send(parts[:2])
+                    sidecar.kill()
+                    send(parts[2:])
+
+                session._send = send_half_then_die
             return original_set(session, *args)
 
         with mock.patch.object(wire.Session, "set", set_then_die):
