@@ -322,3 +322,40 @@ fn a_killed_sidecar_comes_back_on_the_same_socket() {
     assert_eq!(client.get(&["a"], &[1]), [1]);
     assert_eq!(pool.page(1), pool.page(0));
 }
+
+#[test]
+fn install_connector_writes_the_package_sglang_imports() {
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("opt/kvpilot-py");
+    let out = Command::new(env!("CARGO_BIN_EXE_kvpilot")).arg("install-connector").arg(&dest).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for file in ["__init__.py", "hicache.py", "wire.py"] {
+        let written = std::fs::read_to_string(dest.join("kvpilot_sglang").join(file)).unwrap();
+        let repo =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("python/kvpilot_sglang").join(file))
+                .unwrap();
+        assert_eq!(written, repo, "{file}");
+    }
+}
+
+#[test]
+fn bad_flags_are_refused_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_a_socket = dir.path().join("file");
+    std::fs::write(&not_a_socket, "").unwrap();
+    for (args, expected) in [
+        (vec!["--capacity", "0"], "--capacity must be above 0"),
+        (vec!["--capacity", "lots"], "expected bytes such as 4GiB"),
+        (vec!["--capacity", "1GiB", "--socket", not_a_socket.to_str().unwrap()], "exists and is not a socket"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_kvpilot"))
+            .arg("cache-runtime")
+            .args(&args)
+            .args(["--metrics-addr", "127.0.0.1:0"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}

@@ -13,6 +13,7 @@ Run with SGLang's source on PYTHONPATH, plus python/ and tests/l3/, and KVPILOT_
 from __future__ import annotations
 
 import random
+import socket
 import time
 import unittest
 from unittest import mock
@@ -133,6 +134,28 @@ class Contract(unittest.TestCase):
             cc = h.controller(self.backend(host, False, model=model, layout=layout), host, zero_copy=True)
             self.assertEqual(h.hit_query(cc, ids)[1][1], 0, f"{model} {layout} saw alpha's pages")
 
+    def test_a_corrupt_client_leaves_other_clients_pages_intact(self):
+        host = h.build_host_pool(False, "page_first", page_size=PAGE)
+        h.randomize(host, 13)
+        cc = h.controller(self.backend(host, False, model="corrupt"), host, zero_copy=True)
+        ids = tokens(8 * PAGE, 13)
+        src = host.alloc(8 * PAGE)
+        self.assertEqual(h.backup(cc, src, ids), 8 * PAGE)
+        for garbage in (b"\x05\x00\x00\x00\x2a\x00\x00\x00\x00", b"\xff\xff\xff\xff", b"\x03\x00\x00\x00\x01\x01"):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as raw:
+                raw.connect(self.sidecar.socket)
+                raw.sendall(garbage)
+                raw.shutdown(socket.SHUT_WR)
+                raw.settimeout(5)
+                while raw.recv(4096):
+                    pass  # the sidecar answers with a reason, then closes
+        op, (hashes, hit) = h.hit_query(cc, ids)
+        self.assertEqual(hit, 8 * PAGE)
+        dst = host.alloc(8 * PAGE)
+        self.assertEqual(h.transfer(cc, op, hashes, dst), 8)
+        self.assertEqual(h.page_bytes(host, dst), h.page_bytes(host, src))
+        self.assertGreaterEqual(self.sidecar.metric("kvpilot_cache_connections_closed_total"), 3)
+
     def test_clear_and_stats(self):
         backend = self.round_trip(False, "page_first", 11)
         stats = backend.get_stats()
@@ -159,15 +182,22 @@ class DeadSidecar(unittest.TestCase):
         ids = tokens(PAGES * PAGE, 12)
         src = host.alloc(PAGES * PAGE)
 
-        # The second batch's frame reaches the sidecar, which dies before it answers.
+        # The sidecar dies in the middle of the second batch's frame: it has the frame's length
+        # and opcode, and is killed before the rest arrives.
         sent = {"frames": 0}
         original_set = wire.Session.set
 
         def set_then_die(session, *args):
             sent["frames"] += 1
             if sent["frames"] == 2:
-                reply = session._reply
-                session._reply = lambda: (sidecar.kill(), reply())[1]
+                send = session._send
+
+                def send_half_then_die(parts):
+                    send(parts[:2])
+                    sidecar.kill()
+                    send(parts[2:])
+
+                session._send = send_half_then_die
             return original_set(session, *args)
 
         with mock.patch.object(wire.Session, "set", set_then_die):
