@@ -1,6 +1,6 @@
 //! Decode pods on the real kube-apiserver, etcd and kube-controller-manager of
-//! `scripts/control-plane.sh`: SGLang pods with probes, volumes and RDMA pass-throughs are
-//! accepted; a multi-node replica's ranks get DNS names (the EndpointSlice controller's hostname
+//! `scripts/control-plane.sh`: SGLang pods with probes, volumes, RDMA pass-throughs and the
+//! cache runtime as a native sidecar are accepted; a multi-node replica's ranks get DNS names (the EndpointSlice controller's hostname
 //! records for the headless Service, what cluster DNS serves); the replica is Ready only when
 //! every rank is; deleting one rank restarts its group; a new revision replaces groups whole;
 //! an `extraArgs` flag kvpilot decides is refused.
@@ -86,6 +86,7 @@ async fn a_multi_node_replica_is_named_counted_and_restarted_as_one() {
         });
         o["spec"]["model"]["source"] =
             json!({"volume": {"source": {"persistentVolumeClaim": {"claimName": "weights"}}, "path": "llama"}});
+        o["spec"]["cache"] = json!({"offload": true, "capacity": "1Gi"});
     }));
     let service = format!("{name}-decode");
     let (rank0, rank1) = (format!("{name}-decode-0-0"), format!("{name}-decode-0-1"));
@@ -109,6 +110,10 @@ async fn a_multi_node_replica_is_named_counted_and_restarted_as_one() {
         let limits = sglang.resources.as_ref().unwrap().limits.as_ref().unwrap();
         assert_eq!((limits["nvidia.com/gpu"].0.as_str(), limits["rdma/rdma_shared_device_a"].0.as_str()), ("2", "1"));
         assert!(sglang.startup_probe.is_some() && sglang.readiness_probe.is_some() && sglang.liveness_probe.is_some());
+        // The cache runtime, accepted by the API server as a native sidecar.
+        let init = spec.init_containers.as_ref().unwrap();
+        assert_eq!(init.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["install-connector", "cache-runtime"]);
+        assert_eq!(init[1].restart_policy.as_deref(), Some("Always"));
     }
 
     // Rank 0 is up, rank 1 is not: the replica is not ready and no endpoint is offered yet.

@@ -60,6 +60,62 @@ pub struct InferenceDeploymentSpec {
     /// The SGLang release the fleets run; its rules and model classification apply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sglang: Option<SglangSpec>,
+    /// The kvpilot cache runtime as the decode servers' HiCache L3 KV store: a sidecar beside
+    /// every decode server, over shared memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CacheSpec>,
+}
+
+/// The kvpilot cache runtime beside every decode server, as SGLang's HiCache storage backend.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.offload || self.reuse").message(
+    "spec.cache: set offload (decode writes KV to the store), reuse (decode reads prefixes from it) or both"
+))]
+pub struct CacheSpec {
+    /// Decode servers write the KV of finished requests to the store
+    /// (`--disaggregation-decode-enable-offload-kvcache`).
+    #[serde(default)]
+    pub offload: bool,
+    /// Decode servers keep a radix cache over a hierarchical cache and read prefixes from the
+    /// store (`--disaggregation-decode-enable-radix-cache --enable-hierarchical-cache`).
+    #[serde(default)]
+    pub reuse: bool,
+    /// Bytes of pages the sidecar keeps (`kvpilot cache-runtime --capacity`, for example
+    /// `64Gi`); its memory request and limit are sized from it.
+    pub capacity: Quantity,
+}
+
+impl CacheSpec {
+    /// `capacity` in bytes, or why it cannot be read.
+    pub fn capacity_bytes(&self) -> Result<u64, String> {
+        quantity_bytes(&self.capacity.0)
+    }
+}
+
+/// A Kubernetes quantity of bytes (`64Gi`, `500M`, `1073741824`) as a number of bytes.
+pub fn quantity_bytes(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, suffix) = text.split_at(split);
+    let multiplier: u64 = match suffix {
+        "" => 1,
+        "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        "T" => 1_000_000_000_000,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        _ => return Err(format!("{text:?} is not a whole number of bytes such as 64Gi, 512Mi or 1073741824")),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(multiplier))
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("{text:?} is not a whole number of bytes such as 64Gi, 512Mi or 1073741824"))
 }
 
 /// Which SGLang release the resource is checked against.

@@ -39,6 +39,10 @@ pub(crate) struct OperatorArgs {
     /// for the resource's SGLang release.
     #[arg(long, env = "KVPILOT_SGLANG_IMAGE", default_value = crate::controller::desired::DEFAULT_SGLANG_IMAGE)]
     sglang_image: String,
+    /// The kvpilot image of the cache runtime sidecar and the connector's init container
+    /// (resources with spec.cache).
+    #[arg(long, env = "KVPILOT_RUNTIME_IMAGE", default_value = crate::controller::desired::DEFAULT_RUNTIME_IMAGE)]
+    runtime_image: String,
     #[command(flatten)]
     sglang: super::SglangVersionArg,
     /// Hub endpoint for hub sources that do not name one.
@@ -136,7 +140,11 @@ async fn operate(args: &OperatorArgs) -> Result<(), String> {
     if let Some(warning) = default_release.warning() {
         tracing::warn!(%warning, "--sglang-version");
     }
-    let options = RenderOptions { sglang_image: args.sglang_image.clone(), default_release: default_release.clone() };
+    let options = RenderOptions {
+        sglang_image: args.sglang_image.clone(),
+        runtime_image: args.runtime_image.clone(),
+        default_release: default_release.clone(),
+    };
     let mut context = Context::new(client.clone(), source.clone(), options, metrics.clone());
     context.max_concurrent_reconciles = args.max_concurrent_reconciles;
     context.reconcile_debounce = std::time::Duration::from_millis(args.reconcile_debounce_ms);

@@ -39,6 +39,10 @@ pub(crate) struct RenderArgs {
     /// for the resource's SGLang release.
     #[arg(long, env = "KVPILOT_SGLANG_IMAGE", default_value = crate::controller::desired::DEFAULT_SGLANG_IMAGE)]
     sglang_image: String,
+    /// The kvpilot image of the cache runtime sidecar and the connector's init container
+    /// (resources with spec.cache).
+    #[arg(long, env = "KVPILOT_RUNTIME_IMAGE", default_value = crate::controller::desired::DEFAULT_RUNTIME_IMAGE)]
+    runtime_image: String,
     #[command(flatten)]
     sglang: SglangVersionArg,
 }
@@ -52,7 +56,11 @@ pub(crate) fn run(args: &RenderArgs) -> ExitCode {
         Ok(choice) => choice,
         Err(code) => return code,
     };
-    let options = RenderOptions { sglang_image: args.sglang_image.clone(), default_release };
+    let options = RenderOptions {
+        sglang_image: args.sglang_image.clone(),
+        runtime_image: args.runtime_image.clone(),
+        default_release,
+    };
     let mut yaml = String::new();
     let mut items: Vec<Value> = Vec::new();
     let mut rejected = false;

@@ -43,6 +43,16 @@ pub const SGLANG_CONTAINER: &str = "sglang";
 /// The image of the decode servers when `spec.decode.image` is unset; `{version}` is replaced
 /// by the resolved SGLang release.
 pub const DEFAULT_SGLANG_IMAGE: &str = "lmsysorg/sglang:v{version}-cu129";
+/// The kvpilot image of this build: the cache runtime sidecar and the connector's installer.
+pub const DEFAULT_RUNTIME_IMAGE: &str = concat!("kvpilot/kvpilot:", env!("CARGO_PKG_VERSION"));
+/// Where the pod's containers share the cache runtime's socket.
+pub const RUN_DIR: &str = "/run/kvpilot";
+/// Where the init container writes the SGLang connector, on SGLang's `PYTHONPATH`.
+pub const CONNECTOR_DIR: &str = "/opt/kvpilot-py";
+/// Port of the cache runtime's metrics and probes.
+pub const CACHE_METRICS_PORT: i32 = 9400;
+/// User and group the kvpilot containers run as (the image's non-root user).
+pub const RUNTIME_UID: i64 = 65532;
 /// `/dev/shm` when `spec.decode.shmSize` is unset.
 pub const DEFAULT_SHM_SIZE: &str = "16Gi";
 /// Where the hub cache volume is mounted (`HF_HOME`).
@@ -68,13 +78,19 @@ pub fn sglang_args_json(resource: &InferenceDeployment, assessment: &Assessment)
 pub struct RenderOptions {
     /// The SGLang image for resources that name none, `{version}` standing for the release.
     pub sglang_image: String,
+    /// The kvpilot image: the cache runtime sidecar and the connector's init container.
+    pub runtime_image: String,
     /// The SGLang release for resources whose spec and image name none (`--sglang-version`).
     pub default_release: ReleaseChoice,
 }
 
 impl Default for RenderOptions {
     fn default() -> Self {
-        Self { sglang_image: DEFAULT_SGLANG_IMAGE.into(), default_release: ReleaseChoice::default_newest() }
+        Self {
+            sglang_image: DEFAULT_SGLANG_IMAGE.into(),
+            runtime_image: DEFAULT_RUNTIME_IMAGE.into(),
+            default_release: ReleaseChoice::default_newest(),
+        }
     }
 }
 
@@ -187,6 +203,10 @@ fn decode_env(resource: &InferenceDeployment, effective: &EffectiveSettings) -> 
             add(env_var("HF_HOME", HF_HOME));
         }
     }
+    if spec.cache.is_some() {
+        // SGLang's scheduler processes inherit it; they are what import the connector.
+        add(env_var("PYTHONPATH", CONNECTOR_DIR));
+    }
     env
 }
 
@@ -271,7 +291,94 @@ fn volumes(resource: &InferenceDeployment) -> (Vec<Volume>, Vec<VolumeMount>) {
         volumes.push(cache.named("hf-cache"));
         mounts.push(mount("hf-cache", HF_HOME, false));
     }
+    if spec.cache.is_some() {
+        for name in ["kvpilot-run", "kvpilot-py"] {
+            volumes.push(Volume {
+                name: name.into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Volume::default()
+            });
+        }
+        mounts.push(mount("kvpilot-run", RUN_DIR, false));
+        mounts.push(mount("kvpilot-py", CONNECTOR_DIR, true));
+    }
     (volumes, mounts)
+}
+
+/// The kvpilot containers' security: non-root, nothing to escalate, a read-only root.
+fn runtime_security() -> SecurityContext {
+    SecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(RUNTIME_UID),
+        run_as_group: Some(RUNTIME_UID),
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Capabilities::default() }),
+        ..SecurityContext::default()
+    }
+}
+
+fn runtime_probe(path: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String("cache-metrics".into()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        timeout_seconds: Some(2),
+        ..Probe::default()
+    }
+}
+
+/// With `spec.cache`: the init container that writes the SGLang connector where SGLang imports
+/// it from, and the cache runtime as a native sidecar (an init container that keeps running),
+/// which is up before SGLang starts and restarts on its own. Its memory holds `capacity` plus
+/// the index and pages still being read while evicted (`capacity × 1.05 + 64 MiB`).
+fn cache_init_containers(resource: &InferenceDeployment, options: &RenderOptions) -> Option<Vec<Container>> {
+    let cache = resource.spec.cache.as_ref()?;
+    let capacity = cache.capacity_bytes().ok()?;
+    let memory = Quantity((capacity + capacity / 20 + (64 << 20)).to_string());
+    let installer = Container {
+        name: "install-connector".into(),
+        image: Some(options.runtime_image.clone()),
+        args: Some(vec!["install-connector".into(), CONNECTOR_DIR.into()]),
+        volume_mounts: Some(vec![mount("kvpilot-py", CONNECTOR_DIR, false)]),
+        security_context: Some(runtime_security()),
+        ..Container::default()
+    };
+    let sidecar = Container {
+        name: "cache-runtime".into(),
+        image: Some(options.runtime_image.clone()),
+        restart_policy: Some("Always".into()),
+        args: Some(vec![
+            "cache-runtime".into(),
+            "--socket".into(),
+            server::CACHE_SOCKET.into(),
+            "--capacity".into(),
+            capacity.to_string(),
+            "--metrics-addr".into(),
+            format!("0.0.0.0:{CACHE_METRICS_PORT}"),
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some("cache-metrics".into()),
+            container_port: CACHE_METRICS_PORT,
+            ..ContainerPort::default()
+        }]),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([("memory".into(), memory.clone())])),
+            limits: Some(BTreeMap::from([("memory".into(), memory)])),
+            ..ResourceRequirements::default()
+        }),
+        startup_probe: Some(runtime_probe("/readyz", 1, 30)),
+        readiness_probe: Some(runtime_probe("/readyz", 10, 3)),
+        liveness_probe: Some(runtime_probe("/healthz", 10, 3)),
+        volume_mounts: Some(vec![mount("kvpilot-run", RUN_DIR, false)]),
+        security_context: Some(runtime_security()),
+        ..Container::default()
+    };
+    Some(vec![installer, sidecar])
 }
 
 /// Renders what should exist for `resource` given its (non-rejected) assessment.
@@ -358,6 +465,7 @@ pub fn desired_state(resource: &InferenceDeployment, assessment: &Assessment, op
             ..ObjectMeta::default()
         },
         spec: Some(PodSpec {
+            init_containers: cache_init_containers(resource, options),
             containers: vec![container],
             volumes: Some(volumes),
             subdomain: Some(service_name(&name)),
@@ -593,6 +701,45 @@ mod tests {
         let env = container(&pod).env.clone().unwrap();
         assert!(env.iter().any(|e| e.name == "HF_HOME" && e.value.as_deref() == Some(HF_HOME)));
         assert!(container(&pod).volume_mounts.as_ref().unwrap().iter().any(|m| m.mount_path == HF_HOME));
+    }
+
+    #[test]
+    fn the_cache_runtime_runs_beside_sglang_as_a_native_sidecar() {
+        let mut resource = resource(json!({}));
+        resource.spec.cache = Some(serde_json::from_value(json!({"offload": true, "capacity": "1Gi"})).unwrap());
+        let pod = render(&resource).pod(0, 0);
+        let spec = pod.spec.as_ref().unwrap();
+        let init = spec.init_containers.as_ref().unwrap();
+        assert_eq!(init[0].args.as_ref().unwrap(), &["install-connector", CONNECTOR_DIR]);
+        let sidecar = &init[1];
+        assert_eq!(sidecar.restart_policy.as_deref(), Some("Always"), "a native sidecar");
+        assert_eq!(
+            sidecar.args.as_ref().unwrap()[..5],
+            ["cache-runtime", "--socket", "/run/kvpilot/cache.sock", "--capacity", "1073741824"]
+        );
+        let memory = &sidecar.resources.as_ref().unwrap().limits.as_ref().unwrap()["memory"];
+        assert_eq!(memory.0, (1073741824u64 + 1073741824 / 20 + (64 << 20)).to_string());
+        assert_eq!(sidecar.security_context.as_ref().unwrap().run_as_user, Some(RUNTIME_UID));
+        let sglang = container(&pod);
+        let args = sglang.args.as_ref().unwrap();
+        assert!(args.iter().any(|a| a == "--disaggregation-decode-enable-offload-kvcache"), "{args:?}");
+        assert_eq!(flag(args, "--hicache-storage-backend"), Some("dynamic"));
+        let config: serde_json::Value =
+            serde_json::from_str(flag(args, "--hicache-storage-backend-extra-config").unwrap()).unwrap();
+        assert_eq!(
+            (config["module_path"].as_str(), config["socket"].as_str()),
+            (Some("kvpilot_sglang.hicache"), Some("/run/kvpilot/cache.sock"))
+        );
+        assert!(
+            sglang
+                .env
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|e| e.name == "PYTHONPATH" && e.value.as_deref() == Some(CONNECTOR_DIR))
+        );
+        let mounts: Vec<&str> = sglang.volume_mounts.as_ref().unwrap().iter().map(|m| m.mount_path.as_str()).collect();
+        assert!(mounts.contains(&RUN_DIR) && mounts.contains(&CONNECTOR_DIR), "{mounts:?}");
     }
 
     #[test]

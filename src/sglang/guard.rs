@@ -426,6 +426,7 @@ pub fn check(
         disaggregation: DisaggregationSpec { on_invalid, ..settings.disaggregation.clone() },
         decode: settings.decode.clone(),
         sglang: None,
+        cache: None,
     };
     let (release, release_warning) = choose_release(server, fallback);
     let (layout, fixed) = assess_server(&spec_with(OnInvalid::Rewrite), config, settings.mode, release.release)?;

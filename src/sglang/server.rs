@@ -40,6 +40,44 @@ const DIST_INIT: PodFlag = pod_flag(&["--dist-init-addr", "--nccl-init-addr"], "
 /// Every flag kvpilot writes from the pod's spec.
 pub const POD_FLAGS: &[PodFlag] = &[HOST, PORT, SERVED_NAME, METRICS, IB_DEVICE, NNODES, NODE_RANK, DIST_INIT];
 
+const STORAGE_BACKEND: PodFlag = pod_flag(&["--hicache-storage-backend"], "spec.cache");
+const STORAGE_CONFIG: PodFlag = pod_flag(&["--hicache-storage-backend-extra-config"], "spec.cache");
+const MEM_LAYOUT: PodFlag = pod_flag(&["--hicache-mem-layout"], "spec.cache");
+
+/// The flags that make the cache runtime SGLang's HiCache storage backend; kvpilot's with
+/// `spec.cache` set (without it, `extraArgs` may name another backend).
+pub const CACHE_FLAGS: &[PodFlag] = &[STORAGE_BACKEND, STORAGE_CONFIG, MEM_LAYOUT];
+
+/// The Unix socket of the cache runtime, in the directory the pod's containers share.
+pub const CACHE_SOCKET: &str = "/run/kvpilot/cache.sock";
+
+/// SGLang's `--hicache-storage-backend-extra-config` for the kvpilot connector: inline JSON
+/// (the shm allocator and decode offload read no `@file`), zero-copy v1 calls over a memfd host
+/// pool the sidecar maps.
+pub fn storage_backend_config() -> String {
+    serde_json::json!({
+        "backend_name": "kvpilot",
+        "module_path": "kvpilot_sglang.hicache",
+        "class_name": "KvpilotStorage",
+        "interface_v1": 1,
+        "allocator": "shm",
+        "socket": CACHE_SOCKET,
+    })
+    .to_string()
+}
+
+/// The spec as the policy sees it: `spec.cache` turns on the decode settings it stands for
+/// (offload writes; reuse reads through a radix cache over a hierarchical cache).
+pub fn effective_spec(spec: &InferenceDeploymentSpec) -> std::borrow::Cow<'_, InferenceDeploymentSpec> {
+    let Some(cache) = &spec.cache else { return std::borrow::Cow::Borrowed(spec) };
+    let mut spec = spec.clone();
+    let d = &mut spec.disaggregation;
+    d.decode_offload_kv_cache |= cache.offload;
+    d.decode_radix_cache |= cache.reuse;
+    d.hierarchical_cache |= cache.reuse;
+    std::borrow::Cow::Owned(spec)
+}
+
 /// The `--model-path` of the decode servers: the weights' directory in the mounted volume, or
 /// the hub id SGLang downloads.
 pub fn model_path(model: &ModelSpec) -> String {
@@ -65,6 +103,11 @@ pub fn decode_args(spec: &InferenceDeploymentSpec, verdict: &policy::Verdict, re
     if let Some(devices) = &decode.ib_device {
         args.extend([IB_DEVICE.names[0].to_string(), devices.clone()]);
     }
+    if spec.cache.is_some() {
+        args.extend([STORAGE_BACKEND.names[0].to_string(), "dynamic".into()]);
+        args.extend([STORAGE_CONFIG.names[0].to_string(), storage_backend_config()]);
+        args.extend([MEM_LAYOUT.names[0].to_string(), "page_first".into()]);
+    }
     args.extend(decode.extra_args.iter().cloned());
     args
 }
@@ -84,13 +127,16 @@ pub fn rank_args(nodes: i32, rank: i32, leader: &str) -> Vec<String> {
 /// The flag an `extraArgs` item sets that kvpilot decides, and the spec field deciding it.
 /// Reads as argparse does: `--name`, `--name=value`, every alias, and unambiguous prefixes
 /// (argparse's `allow_abbrev`), so no spelling gets past the policy.
-pub fn owned_flag(arg: &str) -> Option<(&'static str, &'static str)> {
+pub fn owned_flag(arg: &str, cache: bool) -> Option<(&'static str, &'static str)> {
     let name = arg.split_once('=').map_or(arg, |(name, _)| name);
     if !name.starts_with("--") || name.len() < 4 {
         return None;
     }
-    let owned =
-        FLAGS.iter().map(|flag| (flag.names, flag.field)).chain(POD_FLAGS.iter().map(|flag| (flag.names, flag.field)));
+    let cache_flags = if cache { CACHE_FLAGS } else { &[] };
+    let owned = FLAGS
+        .iter()
+        .map(|flag| (flag.names, flag.field))
+        .chain(POD_FLAGS.iter().chain(cache_flags).map(|flag| (flag.names, flag.field)));
     let mut abbreviated = None;
     for (names, field) in owned {
         if names.contains(&name) {
@@ -109,14 +155,14 @@ fn violation(rule: &'static str, field: &'static str, message: String, fix: Stri
 
 /// What keeps the pods of `spec` from being built as asked: `extraArgs` setting a flag kvpilot
 /// decides (K1), a replica whose GPUs do not split evenly over its pods (K2), weights in a
-/// volume with no volume source (K3).
+/// volume with no volume source (K3), a cache capacity that is no number of bytes (K4).
 pub fn pod_findings(spec: &InferenceDeploymentSpec) -> Vec<Violation> {
     let decode = &spec.decode;
     let mut findings: Vec<Violation> = decode
         .extra_args
         .iter()
         .filter_map(|arg| {
-            let (flag, field) = owned_flag(arg)?;
+            let (flag, field) = owned_flag(arg, spec.cache.is_some())?;
             let spelled = if arg.split('=').next() == Some(flag) { String::new() } else { format!(" (as {arg})") };
             Some(violation(
                 "K1",
@@ -144,6 +190,14 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec) -> Vec<Violation> {
             "unset spec.decode.gpusPerPod (kvpilot derives it) or make gpusPerPod × nodesPerReplica equal \
              tensorParallel × pipelineParallel"
                 .into(),
+        ));
+    }
+    if let Some(Err(problem)) = spec.cache.as_ref().map(|c| c.capacity_bytes()) {
+        findings.push(violation(
+            "K4",
+            "spec.cache.capacity",
+            format!("spec.cache.capacity: {problem}"),
+            "give the store's size in bytes with an optional binary or decimal suffix (64Gi, 500G)".into(),
         ));
     }
     if let Some(source) = &spec.model.source {
@@ -181,7 +235,7 @@ pub fn assess(
     config: &serde_json::Value,
     release: &ReleaseChoice,
 ) -> Result<Assessment, LayoutError> {
-    let mut assessment = policy::assess(spec, config, release)?;
+    let mut assessment = policy::assess(&effective_spec(spec), config, release)?;
     let findings = pod_findings(spec);
     if !findings.is_empty() {
         assessment.verdict.violations.extend(findings);
@@ -214,8 +268,17 @@ mod tests {
             ("value", None),
         ];
         for (arg, expected) in cases {
-            assert_eq!(owned_flag(arg).map(|(flag, _)| flag), expected, "{arg}");
+            assert_eq!(owned_flag(arg, false).map(|(flag, _)| flag), expected, "{arg}");
         }
+        assert_eq!(
+            owned_flag("--hicache-storage-backend=mooncake", false),
+            None,
+            "another backend, without spec.cache"
+        );
+        assert_eq!(
+            owned_flag("--hicache-storage-backend=mooncake", true),
+            Some(("--hicache-storage-backend", "spec.cache"))
+        );
     }
 
     fn spec(decode: serde_json::Value, source: serde_json::Value) -> InferenceDeploymentSpec {
