@@ -30,6 +30,7 @@ fn breaking(rule: &str, path: &str) -> Value {
         }
         _ if path == "spec.model.source.volume.path" => json!("models/../../etc"),
         "self >= 1 && self <= 65535" => json!(70000),
+        _ if path == "spec.cache" => json!({"capacity": "1Gi"}),
         "self >= 30" => json!(10),
         _ if path == "spec.decode" && rule.contains("nodesPerReplica") => {
             json!({"replicas": 1, "tensorParallel": 8, "nodesPerReplica": 3})

@@ -86,6 +86,8 @@ async fn a_multi_node_replica_is_named_counted_and_restarted_as_one() {
         });
         o["spec"]["model"]["source"] =
             json!({"volume": {"source": {"persistentVolumeClaim": {"claimName": "weights"}}, "path": "llama"}});
+        // Decode offload with an explicit host_pool backup is refused (S4): SGLang's choice instead.
+        o["spec"]["disaggregation"].as_object_mut().unwrap().remove("retractionBackup");
         o["spec"]["cache"] = json!({"offload": true, "capacity": "1Gi"});
     }));
     let service = format!("{name}-decode");
