@@ -111,7 +111,6 @@ impl Announcement {
 #[derive(Debug)]
 pub enum Next {
     Requeue(Duration),
-    AwaitChange,
     /// Reading the model config failed; the error policy backs off.
     Retry(SourceError),
 }

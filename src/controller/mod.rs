@@ -408,7 +408,6 @@ async fn act(
     announce(context, resource, decision.announcements).await;
     match decision.next {
         Next::Requeue(after) => Ok(Action::requeue(after)),
-        Next::AwaitChange => Ok(Action::await_change()),
         Next::Retry(error) => Err(Error::Source(error)),
     }
 }
