@@ -104,7 +104,7 @@ mod tests {
                  decodeOffloadKvCache, decodeRadixCache, disablePriorityPreemption, enableUnifiedMemory, \
                  hierarchicalCache, hostPoolRatio, mambaRadixCacheStrategy, onInvalid, prefill, priorityScheduling, \
                  retractionBackup, speculativeAlgorithm, transferBackend",
-                "unknown field \"spec.prefil\"; the known fields there are decode, disaggregation, model, sglang",
+                "unknown field \"spec.prefil\"; the known fields there are cache, decode, disaggregation, model, sglang",
             ]
         );
     }
