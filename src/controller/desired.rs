@@ -204,8 +204,16 @@ fn decode_env(resource: &InferenceDeployment, effective: &EffectiveSettings) -> 
         }
     }
     if spec.cache.is_some() {
-        // SGLang's scheduler processes inherit it; they are what import the connector.
-        add(env_var("PYTHONPATH", CONNECTOR_DIR));
+        // SGLang's scheduler processes inherit it; they are what import the connector. A
+        // PYTHONPATH of the spec's keeps its entries, after the connector's.
+        match env.iter_mut().find(|e| e.name == "PYTHONPATH") {
+            Some(var) => {
+                if let Some(value) = var.value.as_mut().filter(|v| !v.split(':').any(|p| p == CONNECTOR_DIR)) {
+                    *value = format!("{CONNECTOR_DIR}:{value}");
+                }
+            }
+            None => env.push(env_var("PYTHONPATH", CONNECTOR_DIR)),
+        }
     }
     env
 }
@@ -738,6 +746,13 @@ mod tests {
                 .iter()
                 .any(|e| e.name == "PYTHONPATH" && e.value.as_deref() == Some(CONNECTOR_DIR))
         );
+        let mut own = resource.clone();
+        own.spec.decode.env = vec![env_var("PYTHONPATH", "/opt/mine")];
+        let pod = render(&own).pod(0, 0);
+        let env = container(&pod).env.clone().unwrap();
+        let pythonpath: Vec<_> = env.iter().filter(|e| e.name == "PYTHONPATH").collect();
+        assert_eq!(pythonpath.len(), 1);
+        assert_eq!(pythonpath[0].value.as_deref(), Some("/opt/kvpilot-py:/opt/mine"), "the spec's entries stay");
         let mounts: Vec<&str> = sglang.volume_mounts.as_ref().unwrap().iter().map(|m| m.mount_path.as_str()).collect();
         assert!(mounts.contains(&RUN_DIR) && mounts.contains(&CONNECTOR_DIR), "{mounts:?}");
     }
