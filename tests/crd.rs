@@ -262,9 +262,9 @@ fn cel_rules_accept_every_release_spelling() {
 /// of a missing `disaggregation` block, which the CRD's own CEL rule then refused.
 #[test]
 fn defaults_equal_what_serde_fills_in_for_empty_blocks() {
-    use kvpilot::api::{DecodeSpec, DisaggregationSpec};
+    use kvpilot::api::{FleetSpec, DisaggregationSpec};
     assert_eq!(DisaggregationSpec::default(), serde_json::from_value::<DisaggregationSpec>(json!({})).unwrap());
-    assert_eq!(DecodeSpec::default(), serde_json::from_value::<DecodeSpec>(json!({})).unwrap());
+    assert_eq!(FleetSpec::default(), serde_json::from_value::<FleetSpec>(json!({})).unwrap());
     let crd = serde_json::to_value(InferenceDeployment::crd()).unwrap();
     let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
     assert_eq!(spec["disaggregation"]["default"]["decodeContextParallel"], 1);

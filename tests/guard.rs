@@ -363,13 +363,15 @@ async fn valid_workloads_and_other_containers_are_allowed_quietly() {
     assert_eq!((response["allowed"].as_bool(), response.get("warnings")), (Some(true), None));
 }
 
-/// The pods kvpilot runs for an InferenceDeployment (SGLang decode servers started with the
-/// flags the controller decided) are admitted in guarded namespaces without a word, the guard
-/// reading the model's config.json from the ConfigMap their annotation names.
+/// The pods kvpilot runs for an InferenceDeployment (SGLang prefill and decode servers started
+/// with the flags the controller decided) are admitted in guarded namespaces without a word, the
+/// guard reading the model's config.json from the ConfigMap their annotation names.
 #[tokio::test]
 async fn an_inference_deployment_s_own_pods_pass_the_guard() {
     let (server, state) = cluster_state().await;
-    for file in ["examples/mimo-pure-swa-rewrite.yaml", "examples/deepseek-v3-tp16-multinode.yaml"] {
+    let files =
+        ["examples/mimo-pure-swa-rewrite.yaml", "examples/deepseek-v3-tp16-multinode.yaml", "examples/llama-3.1-8b-full.yaml"];
+    for file in files {
         let resource: kvpilot::api::InferenceDeployment = serde_json::from_value(documents(file).remove(0)).unwrap();
         let config = Value::Object(resource.spec.model.config.inline.clone().unwrap());
         let assessment =
@@ -380,7 +382,7 @@ async fn an_inference_deployment_s_own_pods_pass_the_guard() {
             .create(&PostParams::default(), &desired.config_map)
             .await
             .unwrap();
-        for pod in desired.replica(0) {
+        for pod in desired.fleets().flat_map(|fleet| fleet.replica(0)) {
             let pod = kvpilot::controller::desired::with_type_meta(&pod, "v1", "Pod");
             let response = post(&state, "/guard/enforce", &admission_review(&pod)).await;
             assert_eq!(

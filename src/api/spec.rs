@@ -13,9 +13,10 @@ use serde::{Deserialize, Serialize};
 use super::schema::{preserve_unknown_object, volume_source};
 use super::status::InferenceDeploymentStatus;
 
-/// A decode fleet for one model served with SGLang prefill/decode disaggregation. kvpilot
-/// resolves the model's attention layout, checks the disaggregation settings against it, and
-/// runs SGLang decode servers started with exactly the flags it decided.
+/// One model served with SGLang prefill/decode disaggregation. kvpilot resolves the model's
+/// attention layout, checks the disaggregation settings against it, and runs SGLang decode
+/// servers (and, with `spec.prefill`, prefill servers and the router) started with exactly the
+/// flags it decided.
 // clippy reads the repeated `printcolumn(type_ = ...)` arguments as duplicated attributes.
 #[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -44,9 +45,17 @@ use super::status::InferenceDeploymentStatus;
     ),
     printcolumn(name = "Ready", type_ = "integer", json_path = ".status.decode.readyReplicas"),
     printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.decode.replicas"),
+    printcolumn(name = "Prefill", type_ = "integer", json_path = ".status.prefill.readyReplicas", priority = "1"),
+    printcolumn(name = "Endpoint", type_ = "string", json_path = ".status.endpoint", priority = "1"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.prefill) || !has(self.disaggregation) || !has(self.disaggregation.prefill)").message(
+    "spec.disaggregation.prefill describes prefill servers kvpilot does not run; with spec.prefill set, move its fields there and remove spec.disaggregation.prefill"
+))]
+#[x_kube(validation = Rule::new("!has(self.router) || (has(self.router.enabled) && !self.router.enabled) || has(self.prefill)").message(
+    "spec.router routes to the prefill fleet kvpilot runs: set spec.prefill, or spec.router.enabled: false"
+))]
 pub struct InferenceDeploymentSpec {
     /// The model to serve and where its config.json comes from.
     pub model: ModelSpec,
@@ -56,7 +65,17 @@ pub struct InferenceDeploymentSpec {
     pub disaggregation: DisaggregationSpec,
     /// The decode fleet: parallelism, pod count and pod template fields.
     #[serde(default)]
-    pub decode: DecodeSpec,
+    pub decode: FleetSpec,
+    /// The prefill fleet kvpilot runs beside the decode fleet (`--disaggregation-mode prefill`),
+    /// with the same fields (boxed: debug builds deserialize it in one stack frame with the rest of
+    /// the spec). Unset: the prefill servers run elsewhere (describe them in
+    /// spec.disaggregation.prefill for the transfer rules).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill: Option<Box<FleetSpec>>,
+    /// The SGLang router in front of both fleets (on by default when spec.prefill is set): it
+    /// finds the prefill and decode servers by label and sends each request to a pair.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router: Option<Box<RouterSpec>>,
     /// The SGLang release the fleets run; its rules and model classification apply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sglang: Option<SglangSpec>,
@@ -469,9 +488,16 @@ pub struct DisaggregationSpec {
     /// KV transfer backend shared with the prefill side.
     #[serde(default)]
     pub transfer_backend: TransferBackend,
-    /// The prefill side this decode fleet pairs with; needed for the transfer rules (T1).
+    /// Prefill servers kvpilot does not run, as far as the transfer rules (T1, P1, P2) need
+    /// them. With spec.prefill (a fleet kvpilot runs) this is taken from there instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prefill: Option<PrefillSpec>,
+    /// Port of the prefill servers' bootstrap server (`--disaggregation-bootstrap-port`), which
+    /// decode servers reach to set up each transfer; the router learns it from the prefill pods'
+    /// `sglang.ai/bootstrap-port` annotation.
+    #[serde(default = "default_bootstrap_port")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 65535").message("spec.disaggregation.bootstrapPort must be between 1 and 65535"))]
+    pub bootstrap_port: i32,
     /// Keep a radix prefix cache on decode (`--disaggregation-decode-enable-radix-cache`).
     #[serde(default)]
     pub decode_radix_cache: bool,
@@ -516,6 +542,7 @@ impl Default for DisaggregationSpec {
             on_invalid: OnInvalid::default(),
             transfer_backend: TransferBackend::default(),
             prefill: None,
+            bootstrap_port: default_bootstrap_port(),
             decode_radix_cache: false,
             decode_offload_kv_cache: false,
             hierarchical_cache: false,
@@ -563,55 +590,56 @@ impl Default for PrefillSpec {
     }
 }
 
-/// The decode fleet.
+/// A fleet of SGLang servers: the decode fleet (`spec.decode`) or the prefill fleet
+/// (`spec.prefill`). Validation messages name the field; the API server prefixes its path.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new(
     "!has(self.nodesPerReplica) || (self.tensorParallel * self.pipelineParallel) % self.nodesPerReplica == 0"
-).message("spec.decode.nodesPerReplica must divide tensorParallel × pipelineParallel: each pod of a replica holds an equal share of its GPUs"))]
-pub struct DecodeSpec {
-    /// Number of decode pods.
+).message("nodesPerReplica must divide tensorParallel × pipelineParallel: each pod of a replica holds an equal share of its GPUs"))]
+pub struct FleetSpec {
+    /// Number of replicas: SGLang servers of this fleet (`kubectl scale` sets the decode fleet's).
     #[serde(default = "one")]
-    #[x_kube(validation = Rule::new("self >= 0").message("spec.decode.replicas must not be negative"))]
+    #[x_kube(validation = Rule::new("self >= 0").message("replicas must not be negative"))]
     pub replicas: i32,
-    /// Decode tensor-parallel size.
+    /// Tensor-parallel size.
     #[serde(default = "one")]
-    #[x_kube(validation = Rule::new("self >= 1").message("spec.decode.tensorParallel must be at least 1"))]
+    #[x_kube(validation = Rule::new("self >= 1").message("tensorParallel must be at least 1"))]
     pub tensor_parallel: i32,
-    /// Decode data-parallel size.
+    /// Data-parallel size.
     #[serde(default = "one")]
-    #[x_kube(validation = Rule::new("self >= 1").message("spec.decode.dataParallel must be at least 1"))]
+    #[x_kube(validation = Rule::new("self >= 1").message("dataParallel must be at least 1"))]
     pub data_parallel: i32,
-    /// Decode pipeline-parallel size.
+    /// Pipeline-parallel size.
     #[serde(default = "one")]
-    #[x_kube(validation = Rule::new("self >= 1").message("spec.decode.pipelineParallel must be at least 1"))]
+    #[x_kube(validation = Rule::new("self >= 1").message("pipelineParallel must be at least 1"))]
     pub pipeline_parallel: i32,
-    /// Whether decode uses DP attention (attention TP = TP / DP).
+    /// Whether the servers use DP attention (attention TP = TP / DP).
     #[serde(default)]
     pub enable_dp_attention: bool,
     /// Tokens per KV page.
     #[serde(default = "one")]
-    #[x_kube(validation = Rule::new("self >= 1").message("spec.decode.pageSize must be at least 1"))]
+    #[x_kube(validation = Rule::new("self >= 1").message("pageSize must be at least 1"))]
     pub page_size: i32,
-    /// Decode KV cache dtype (SGLang's `--kv-cache-dtype`: `auto`, `fp8_e4m3`, `mxfp8`, …);
+    /// KV cache dtype (SGLang's `--kv-cache-dtype`: `auto`, `fp8_e4m3`, `mxfp8`, …);
     /// defaults to `auto`, the model's dtype.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self != ''").message("spec.decode.kvCacheDtype must not be empty"))]
+    #[x_kube(validation = Rule::new("self != ''").message("kvCacheDtype must not be empty"))]
     pub kv_cache_dtype: Option<String>,
     /// GPUs per pod; defaults to tensorParallel × pipelineParallel / nodesPerReplica.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self >= 1").message("spec.decode.gpusPerPod must be at least 1"))]
+    #[x_kube(validation = Rule::new("self >= 1").message("gpusPerPod must be at least 1"))]
     pub gpus_per_pod: Option<i32>,
     /// Pods per replica (default 1). Above 1, a replica is a group of pods
-    /// `NAME-decode-REPLICA-RANK` that run one SGLang server together (`--nnodes`, `--node-rank`,
+    /// `NAME-ROLE-REPLICA-RANK` that run one SGLang server together (`--nnodes`, `--node-rank`,
     /// `--dist-init-addr` of rank 0), created, rolled, counted and restarted as one unit; each
     /// pod gets tensorParallel × pipelineParallel / nodesPerReplica GPUs.
     #[serde(default = "one")]
-    #[x_kube(validation = Rule::new("self >= 1").message("spec.decode.nodesPerReplica must be at least 1"))]
+    #[x_kube(validation = Rule::new("self >= 1").message("nodesPerReplica must be at least 1"))]
     pub nodes_per_replica: i32,
     /// Port of SGLang's HTTP server (API, `/health`, metrics).
     #[serde(default = "default_port")]
-    #[x_kube(validation = Rule::new("self >= 1 && self <= 65535").message("spec.decode.port must be between 1 and 65535"))]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 65535").message("port must be between 1 and 65535"))]
     pub port: i32,
     /// Size of the memory-backed /dev/shm (NCCL and the host KV pool live there); default 16Gi.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -619,11 +647,11 @@ pub struct DecodeSpec {
     /// How long a server may take to load the model before its startup probe gives up
     /// (default 1800 s, probed every 30 s).
     #[serde(default = "default_startup_seconds")]
-    #[x_kube(validation = Rule::new("self >= 30").message("spec.decode.startupTimeoutSeconds must be at least 30"))]
+    #[x_kube(validation = Rule::new("self >= 30").message("startupTimeoutSeconds must be at least 30"))]
     pub startup_timeout_seconds: i32,
     /// How long a deleted pod has to finish its requests (default 60 s).
     #[serde(default = "default_grace_seconds")]
-    #[x_kube(validation = Rule::new("self >= 0").message("spec.decode.terminationGracePeriodSeconds must not be negative"))]
+    #[x_kube(validation = Rule::new("self >= 0").message("terminationGracePeriodSeconds must not be negative"))]
     pub termination_grace_period_seconds: i64,
     /// Extended resources each pod requests besides its GPUs, for example
     /// `rdma/rdma_shared_device_a: 1` (requests equal limits).
@@ -638,28 +666,28 @@ pub struct DecodeSpec {
     pub host_network: bool,
     /// InfiniBand devices for the KV transfer (`--disaggregation-ib-device`, e.g. `mlx5_0,mlx5_1`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self != ''").message("spec.decode.ibDevice must not be empty"))]
+    #[x_kube(validation = Rule::new("self != ''").message("ibDevice must not be empty"))]
     pub ib_device: Option<String>,
-    /// SGLang image of the decode servers. Unset: the operator's --sglang-image for the
+    /// SGLang image of the servers. Unset: the operator's --sglang-image for the
     /// resolved release (`lmsysorg/sglang:v{version}-cu129` by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
-    /// Image pull policy of the decode container.
+    /// Image pull policy of the SGLang container.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<ImagePullPolicy>,
-    /// Resources of the decode container; the GPU limit is set from gpusPerPod.
+    /// Resources of the SGLang container; the GPU limit is set from gpusPerPod.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
-    /// Node selector of the decode pods.
+    /// Node selector of the pods.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub node_selector: BTreeMap<String, String>,
-    /// Tolerations of the decode pods.
+    /// Tolerations of the pods.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
-    /// Affinity of the decode pods.
+    /// Affinity of the pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Affinity>,
-    /// Extra environment variables of the decode container.
+    /// Extra environment variables of the SGLang container.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<EnvVar>,
     /// Extra SGLang server arguments, appended after the ones kvpilot renders. A flag that sets
@@ -668,16 +696,16 @@ pub struct DecodeSpec {
     /// pass through.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub extra_args: Vec<String>,
-    /// Extra labels of the decode pods.
+    /// Extra labels of the pods.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pod_labels: BTreeMap<String, String>,
-    /// Extra annotations of the decode pods.
+    /// Extra annotations of the pods.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pod_annotations: BTreeMap<String, String>,
-    /// Service account of the decode pods.
+    /// Service account of the pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
-    /// Priority class of the decode pods.
+    /// Priority class of the pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
     /// How pods of an old revision are replaced.
@@ -685,7 +713,7 @@ pub struct DecodeSpec {
     pub rollout: RolloutSpec,
 }
 
-impl Default for DecodeSpec {
+impl Default for FleetSpec {
     fn default() -> Self {
         Self {
             replicas: 1,
@@ -722,8 +750,8 @@ impl Default for DecodeSpec {
     }
 }
 
-impl DecodeSpec {
-    /// GPUs each decode pod requests: `gpusPerPod`, or tensorParallel × pipelineParallel spread
+impl FleetSpec {
+    /// GPUs each pod requests: `gpusPerPod`, or tensorParallel × pipelineParallel spread
     /// over nodesPerReplica pods.
     pub fn effective_gpus_per_pod(&self) -> i32 {
         self.gpus_per_pod
@@ -733,6 +761,177 @@ impl DecodeSpec {
     /// The value of an environment variable set literally in `env`, if any.
     pub fn env_value(&self, name: &str) -> Option<&str> {
         self.env.iter().find(|e| e.name == name).and_then(|e| e.value.as_deref())
+    }
+}
+
+/// The SGLang router of a PD service: a Deployment that finds the prefill and decode servers by
+/// their labels (Kubernetes service discovery in its own namespace) and a Service in front of it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RouterSpec {
+    /// Run the router (default true when spec.prefill is set).
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Router pods (they share nothing; each discovers every server).
+    #[serde(default = "one")]
+    #[x_kube(validation = Rule::new("self >= 0").message("spec.router.replicas must not be negative"))]
+    pub replicas: i32,
+    /// Which router package the image runs: `sglang-router` (`python3 -m
+    /// sglang_router.launch_router`, default) or its successor `smg` (`python3 -m
+    /// smg.launch_router`); both take the same flags.
+    #[serde(default)]
+    pub launcher: RouterLauncher,
+    /// Router image. Unset: the operator's --router-image, else the servers' SGLang image
+    /// (SGLang's images ship the router).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Image pull policy of the router container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_policy: Option<ImagePullPolicy>,
+    /// How the router picks a server (`--policy`).
+    #[serde(default)]
+    pub policy: RouterPolicy,
+    /// Port the router listens on.
+    #[serde(default = "default_router_port")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 65535").message("spec.router.port must be between 1 and 65535"))]
+    pub port: i32,
+    /// The router's Service.
+    #[serde(default)]
+    pub service: RouterServiceSpec,
+    /// Resources of the router container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Node selector of the router pods.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Tolerations of the router pods.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Extra router arguments, appended after kvpilot's. A flag kvpilot sets (PD mode, service
+    /// discovery, selectors, host, port, policy) is refused, naming the field to use instead.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_args: Vec<String>,
+}
+
+impl Default for RouterSpec {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            replicas: 1,
+            launcher: RouterLauncher::default(),
+            image: None,
+            image_pull_policy: None,
+            policy: RouterPolicy::default(),
+            port: default_router_port(),
+            service: RouterServiceSpec::default(),
+            resources: None,
+            node_selector: BTreeMap::new(),
+            tolerations: Vec::new(),
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+/// The Python package whose launcher the router image runs.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum RouterLauncher {
+    /// `sglang-router` (`python3 -m sglang_router.launch_router`).
+    #[default]
+    SglangRouter,
+    /// `smg`, the router's successor (`python3 -m smg.launch_router`).
+    Smg,
+}
+
+impl RouterLauncher {
+    /// The module `python3 -m` runs.
+    pub fn module(self) -> &'static str {
+        match self {
+            Self::SglangRouter => "sglang_router.launch_router",
+            Self::Smg => "smg.launch_router",
+        }
+    }
+}
+
+/// The router's load-balancing policy (`--policy`).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum RouterPolicy {
+    /// Prefer the server holding the longest cached prefix, balanced by load.
+    #[default]
+    CacheAware,
+    /// Round robin.
+    RoundRobin,
+    /// Uniformly at random.
+    Random,
+    /// The less loaded of two random servers.
+    PowerOfTwo,
+}
+
+impl RouterPolicy {
+    /// The value as the router's flag spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CacheAware => "cache_aware",
+            Self::RoundRobin => "round_robin",
+            Self::Random => "random",
+            Self::PowerOfTwo => "power_of_two",
+        }
+    }
+}
+
+/// The router's Service.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RouterServiceSpec {
+    /// Service port (the OpenAI-compatible endpoint).
+    #[serde(default = "default_router_port")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 65535").message("spec.router.service.port must be between 1 and 65535"))]
+    pub port: i32,
+    /// Service type.
+    #[serde(default, rename = "type")]
+    pub type_: RouterServiceType,
+}
+
+impl Default for RouterServiceSpec {
+    fn default() -> Self {
+        Self { port: default_router_port(), type_: RouterServiceType::default() }
+    }
+}
+
+/// Kubernetes Service types the router's Service may have.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum RouterServiceType {
+    /// Reachable inside the cluster.
+    #[default]
+    ClusterIP,
+    /// Also on a port of every node.
+    NodePort,
+    /// Also through the cloud's load balancer.
+    LoadBalancer,
+}
+
+impl RouterServiceType {
+    /// The value as Kubernetes spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ClusterIP => "ClusterIP",
+            Self::NodePort => "NodePort",
+            Self::LoadBalancer => "LoadBalancer",
+        }
+    }
+}
+
+impl InferenceDeploymentSpec {
+    /// The router kvpilot runs: spec.router unless disabled, or the default one when
+    /// spec.prefill is set and spec.router is not.
+    pub fn effective_router(&self) -> Option<RouterSpec> {
+        match (&self.router, &self.prefill) {
+            (Some(router), _) if !router.enabled => None,
+            (Some(router), Some(_)) => Some(router.as_ref().clone()),
+            (None, Some(_)) => Some(RouterSpec::default()),
+            (_, None) => None,
+        }
     }
 }
 
@@ -779,6 +978,18 @@ fn one() -> i32 {
 
 fn default_port() -> i32 {
     30000
+}
+
+fn default_bootstrap_port() -> i32 {
+    8998
+}
+
+fn default_router_port() -> i32 {
+    8000
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn default_startup_seconds() -> i32 {

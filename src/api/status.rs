@@ -40,7 +40,16 @@ pub struct InferenceDeploymentStatus {
     pub rewrites: Vec<Rewrite>,
     /// Decode pod counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub decode: Option<DecodeStatus>,
+    pub decode: Option<FleetStatus>,
+    /// Prefill pod counts, when kvpilot runs the prefill fleet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefill: Option<FleetStatus>,
+    /// The router's pods, when kvpilot runs the router.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router: Option<RouterStatus>,
+    /// The URL of the service's OpenAI-compatible endpoint: the router's Service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
     /// The SGLang release the layout and settings were checked against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sglang: Option<SglangStatus>,
@@ -60,17 +69,27 @@ pub struct SglangStatus {
     pub source: String,
 }
 
-/// Decode pod counts, also read by the scale subresource.
+/// The router Deployment's pods.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
-pub struct DecodeStatus {
-    /// Decode replicas that exist, of any revision (a multi-node replica counts once).
+pub struct RouterStatus {
+    /// Router pods desired.
+    pub replicas: i32,
+    /// Router pods that are ready.
+    pub ready_replicas: i32,
+}
+
+/// A fleet's pod counts (the decode fleet's are also read by the scale subresource).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct FleetStatus {
+    /// Replicas that exist, of any revision (a multi-node replica counts once).
     pub replicas: i32,
     /// Replicas of the current revision all of whose pods are ready.
     pub ready_replicas: i32,
     /// Replicas of the current revision.
     pub updated_replicas: i32,
-    /// Label selector of the decode pods (for the scale subresource).
+    /// Label selector of the fleet's pods (the decode one is the scale subresource's).
     pub selector: String,
     /// The URLs of the ready replicas' SGLang servers (rank 0 of each), for a router.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -1,9 +1,11 @@
 //! A stand-in for the kubelet: reports pods Running and Ready through the API after a delay,
-//! the way a node would once a container's readiness probe passes. There is no container.
+//! the way a node would once a container's readiness probe passes, and Deployments with their
+//! pods ready. There is no container.
 
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -45,6 +47,44 @@ pub fn spawn(client: kube::Client, selector: &str, delay: Duration) -> tokio::ta
                     ]
                 }});
                 // Retry as a kubelet does; a pod deleted meanwhile is simply gone.
+                for _ in 0..100 {
+                    match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await {
+                        Err(kube::Error::Api(e)) if e.code == 404 => return,
+                        Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                        Ok(_) => return,
+                    }
+                }
+            });
+        }
+    })
+}
+
+/// Stands in for the Deployment controller and the kubelets of its pods together: reports every
+/// Deployment whose labels match `selector` with all its replicas ready `delay` after it first
+/// appears (the in-process server runs no Deployment controller), until the task is aborted.
+pub fn spawn_deployments(client: kube::Client, selector: &str, delay: Duration) -> tokio::task::JoinHandle<()> {
+    let deployments: Api<Deployment> = Api::all(client.clone());
+    let config = watcher::Config::default().labels(selector);
+    tokio::spawn(async move {
+        let mut stream = watcher(deployments, config).default_backoff().applied_objects().boxed();
+        while let Some(event) = stream.next().await {
+            let Ok(deployment) = event else { continue };
+            let wanted = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+            let ready = deployment.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0);
+            if ready == wanted {
+                continue;
+            }
+            let (Some(name), Some(namespace)) = (deployment.metadata.name.clone(), deployment.metadata.namespace.clone())
+            else {
+                continue;
+            };
+            let client = client.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                let api: Api<Deployment> = Api::namespaced(client, &namespace);
+                let status = json!({"status": {
+                    "replicas": wanted, "readyReplicas": wanted, "availableReplicas": wanted, "updatedReplicas": wanted
+                }});
                 for _ in 0..100 {
                     match api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status)).await {
                         Err(kube::Error::Api(e)) if e.code == 404 => return,

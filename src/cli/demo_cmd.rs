@@ -1,5 +1,6 @@
 //! `kvpilot demo`: the real controller against the in-process API server with the bundled
-//! examples, a simulated kubelet marking pods ready, and what `kubectl get` would show.
+//! examples, a simulated kubelet marking pods (and the router Deployments) ready, and what
+//! `kubectl get` would show.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -13,7 +14,9 @@ use serde_json::Value;
 
 use crate::api::InferenceDeployment;
 use crate::apiserver::{ApiServer, kubelet};
-use crate::controller::desired::{DECODE_APP, LABEL_NAME, LABEL_RANK, LABEL_REVISION, RenderOptions};
+use crate::controller::desired::{
+    DECODE_APP, LABEL_NAME, LABEL_RANK, LABEL_REVISION, PREFILL_APP, ROUTER_APP, RenderOptions,
+};
 use crate::controller::metrics::Metrics;
 use crate::controller::{self, Context, Scope};
 use crate::sglang::cmdline::shell_quote;
@@ -130,13 +133,13 @@ fn report(server: &ApiServer, elapsed: Duration) -> String {
         ]);
     }
     out += &table(rows);
-    out += "\n$ kubectl get pods -A -l app.kubernetes.io/name=kvpilot-decode -o wide\n";
+    out += "\n$ kubectl get pods -A -l 'app.kubernetes.io/name in (kvpilot-prefill,kvpilot-decode)' -o wide\n";
     let mut rows =
         vec![["NAMESPACE", "NAME", "READY", "STATUS", "IP", "NODE", "IMAGE", "REVISION"].map(String::from).to_vec()];
     let pods: Vec<Value> = server
         .list("", "v1", "pods", None)
         .into_iter()
-        .filter(|p| p["metadata"]["labels"][LABEL_NAME] == DECODE_APP)
+        .filter(|p| [PREFILL_APP, DECODE_APP].map(Value::from).contains(&p["metadata"]["labels"][LABEL_NAME]))
         .collect();
     for pod in &pods {
         let ready = pod["status"]["conditions"]
@@ -154,6 +157,24 @@ fn report(server: &ApiServer, elapsed: Duration) -> String {
         ]);
     }
     out += &table(rows);
+    out += "\n$ kubectl get deployments -A -l app.kubernetes.io/name=kvpilot-router\n";
+    let mut rows = vec![["NAMESPACE", "NAME", "READY", "IMAGE"].map(String::from).to_vec()];
+    for deployment in server.list("apps", "v1", "deployments", None) {
+        if deployment["metadata"]["labels"][LABEL_NAME] != ROUTER_APP {
+            continue;
+        }
+        rows.push(vec![
+            text(&deployment["metadata"]["namespace"]),
+            text(&deployment["metadata"]["name"]),
+            format!(
+                "{}/{}",
+                text(&deployment["status"]["readyReplicas"]).replace('-', "0"),
+                text(&deployment["spec"]["replicas"])
+            ),
+            text(&deployment["spec"]["template"]["spec"]["containers"][0]["image"]),
+        ]);
+    }
+    out += &table(rows);
     if let Some(pod) = pods.iter().find(|p| p["metadata"]["labels"][LABEL_RANK] == "1").or(pods.first()) {
         let name = text(&pod["metadata"]["name"]);
         let words: Vec<String> = ["command", "args"]
@@ -166,12 +187,17 @@ fn report(server: &ApiServer, elapsed: Duration) -> String {
         );
         out += &format!("{}\n", words.join(" "));
     }
-    out += "\n$ kubectl get infd -A -o custom-columns=NAME:.metadata.name,ENDPOINTS:.status.decode.endpoints\n";
-    let mut rows = vec![["NAME", "ENDPOINTS"].map(String::from).to_vec()];
+    out += "\n$ kubectl get infd -A -o custom-columns=NAME:.metadata.name,ENDPOINT:.status.endpoint,\
+PREFILL:.status.prefill.endpoints,DECODE:.status.decode.endpoints\n";
+    let mut rows = vec![["NAME", "ENDPOINT", "PREFILL", "DECODE"].map(String::from).to_vec()];
     for d in server.list("kvpilot.dev", "v1alpha1", "inferencedeployments", None) {
-        let endpoints = d["status"]["decode"]["endpoints"].as_array().cloned().unwrap_or_default();
-        let urls: Vec<String> = endpoints.iter().map(text).collect();
-        rows.push(vec![text(&d["metadata"]["name"]), if urls.is_empty() { "<none>".into() } else { urls.join(",") }]);
+        let urls = |fleet: &str| {
+            let endpoints = d["status"][fleet]["endpoints"].as_array().cloned().unwrap_or_default();
+            let urls: Vec<String> = endpoints.iter().map(text).collect();
+            if urls.is_empty() { "<none>".into() } else { urls.join(",") }
+        };
+        let endpoint = d["status"]["endpoint"].as_str().unwrap_or("<none>").to_string();
+        rows.push(vec![text(&d["metadata"]["name"]), endpoint, urls("prefill"), urls("decode")]);
     }
     out += &table(rows);
     out += "\n$ kubectl get events -A --field-selector reportingController=kvpilot\n";
@@ -201,8 +227,9 @@ async fn demo(args: &DemoArgs) -> Result<String, String> {
     let source = ClusterSource::new(client.clone(), Arc::new(hub), DEFAULT_HUB_ENDPOINT);
     let options = RenderOptions::default();
     let context = Arc::new(Context::new(client.clone(), source, options, Metrics::default()));
-    let kubelet =
-        kubelet::spawn(client, &format!("{LABEL_NAME}={DECODE_APP}"), Duration::from_millis(args.pod_start_ms));
+    let pod_start = Duration::from_millis(args.pod_start_ms);
+    let kubelet = kubelet::spawn(client.clone(), &format!("{LABEL_NAME} in ({DECODE_APP},{PREFILL_APP})"), pod_start);
+    let routers = kubelet::spawn_deployments(client, &format!("{LABEL_NAME}={ROUTER_APP}"), pod_start);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let operator = tokio::spawn(controller::run(context, Scope::All, async move {
         let _ = stopped.await;
@@ -227,6 +254,7 @@ async fn demo(args: &DemoArgs) -> Result<String, String> {
     let _ = stop.send(());
     let _ = operator.await;
     kubelet.abort();
+    routers.abort();
     Ok(report(&server, elapsed))
 }
 

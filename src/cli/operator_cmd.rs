@@ -35,7 +35,7 @@ pub(crate) struct OperatorArgs {
     /// Namespace to watch, or `all` for every namespace.
     #[arg(long, env = "KVPILOT_WATCH_NAMESPACE", default_value = "all")]
     namespace: String,
-    /// SGLang image of the decode servers when spec.decode.image is unset; `{version}` stands
+    /// SGLang image of the servers when a fleet's image is unset; `{version}` stands
     /// for the resource's SGLang release.
     #[arg(long, env = "KVPILOT_SGLANG_IMAGE", default_value = crate::controller::desired::DEFAULT_SGLANG_IMAGE)]
     sglang_image: String,
@@ -43,6 +43,10 @@ pub(crate) struct OperatorArgs {
     /// (resources with spec.cache).
     #[arg(long, env = "KVPILOT_RUNTIME_IMAGE", default_value = crate::controller::desired::DEFAULT_RUNTIME_IMAGE)]
     runtime_image: String,
+    /// Image of the SGLang router when spec.router.image is unset (`{version}` as for
+    /// --sglang-image). Unset: the SGLang image, which ships the router.
+    #[arg(long, env = "KVPILOT_ROUTER_IMAGE")]
+    router_image: Option<String>,
     #[command(flatten)]
     sglang: super::SglangVersionArg,
     /// Hub endpoint for hub sources that do not name one.
@@ -142,6 +146,7 @@ async fn operate(args: &OperatorArgs) -> Result<(), String> {
     }
     let options = RenderOptions {
         sglang_image: args.sglang_image.clone(),
+        router_image: args.router_image.clone().filter(|image| !image.is_empty()),
         runtime_image: args.runtime_image.clone(),
         default_release: default_release.clone(),
     };

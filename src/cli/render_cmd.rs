@@ -35,7 +35,7 @@ pub(crate) struct RenderArgs {
     /// Hub endpoint for hub sources that do not name one.
     #[arg(long, env = "KVPILOT_HUB_ENDPOINT", default_value = DEFAULT_HUB_ENDPOINT)]
     hub_endpoint: String,
-    /// SGLang image of the decode servers when spec.decode.image is unset; `{version}` stands
+    /// SGLang image of the servers when a fleet's image is unset; `{version}` stands
     /// for the resource's SGLang release.
     #[arg(long, env = "KVPILOT_SGLANG_IMAGE", default_value = crate::controller::desired::DEFAULT_SGLANG_IMAGE)]
     sglang_image: String,
@@ -43,6 +43,10 @@ pub(crate) struct RenderArgs {
     /// (resources with spec.cache).
     #[arg(long, env = "KVPILOT_RUNTIME_IMAGE", default_value = crate::controller::desired::DEFAULT_RUNTIME_IMAGE)]
     runtime_image: String,
+    /// Image of the SGLang router when spec.router.image is unset (`{version}` as for
+    /// --sglang-image). Unset: the SGLang image, which ships the router.
+    #[arg(long, env = "KVPILOT_ROUTER_IMAGE")]
+    router_image: Option<String>,
     #[command(flatten)]
     sglang: SglangVersionArg,
 }
@@ -58,6 +62,7 @@ pub(crate) fn run(args: &RenderArgs) -> ExitCode {
     };
     let options = RenderOptions {
         sglang_image: args.sglang_image.clone(),
+        router_image: args.router_image.clone().filter(|image| !image.is_empty()),
         runtime_image: args.runtime_image.clone(),
         default_release,
     };
@@ -94,7 +99,7 @@ pub(crate) fn run(args: &RenderArgs) -> ExitCode {
             continue;
         }
         let desired = desired_state(&found.resource, &assessment, &options);
-        yaml += &format!("# {}: {} (revision {})\n", found.name(), verdict.outcome.as_str(), desired.revision);
+        yaml += &format!("# {}: {} (revision {})\n", found.name(), verdict.outcome.as_str(), desired.decode.revision);
         for rewrite in &verdict.rewrites {
             yaml +=
                 &format!("#   rewritten {}: {} -> {} ({})\n", rewrite.field, rewrite.from, rewrite.to, rewrite.rule);

@@ -9,10 +9,12 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::EventType;
 
-use super::desired::{Desired, RenderOptions, desired_state};
+use super::desired::{Fleet, FleetRole, RenderOptions, desired_state};
 use super::rollout::{self, ObservedReplica, resolve_int_or_percent};
-use super::status::{self, Decided};
-use crate::api::{ConfigSourceRef, DecodeStatus, InferenceDeployment, InferenceDeploymentStatus, Rewrite};
+use super::status::{self, Decided, FleetProgress, Workloads};
+use crate::api::{
+    ConfigSourceRef, FleetStatus, InferenceDeployment, InferenceDeploymentStatus, Rewrite, RolloutSpec, RouterStatus,
+};
 use crate::policy::{self, Assessment, Outcome};
 use crate::source::SourceError;
 
@@ -26,10 +28,12 @@ pub const ROLLOUT_REQUEUE: Duration = Duration::from_secs(15);
 /// Re-check while pods this controller created have not reached its watch cache yet.
 pub const SETTLE_REQUEUE: Duration = Duration::from_secs(1);
 
-/// One decode pod as the controller's watch cache holds it.
+/// One server pod as the controller's watch cache holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObservedPod {
     pub name: String,
+    /// The fleet it belongs to (`app.kubernetes.io/name`).
+    pub role: FleetRole,
     /// The replica it belongs to (`kvpilot.dev/ordinal`).
     pub replica: u32,
     /// Its rank in the replica (`kvpilot.dev/rank`; 0 when absent).
@@ -45,8 +49,10 @@ pub struct ObservedPod {
 /// What one reconcile observed.
 pub struct Observed<'a> {
     pub resource: &'a InferenceDeployment,
-    /// The resource's decode pods.
+    /// The resource's server pods, of both fleets.
     pub pods: Vec<ObservedPod>,
+    /// The router Deployment's pods, when it exists.
+    pub router: Option<RouterStatus>,
     /// Pods created by an earlier pass have not all reached the watch cache yet: what is
     /// missing may be on its way, so no pod is created or deleted in this pass.
     pub settling: bool,
@@ -118,8 +124,9 @@ pub enum Next {
 /// Everything one reconcile does, in the order [`super::act`] does it.
 #[derive(Debug)]
 pub struct Decision {
-    /// The rendered objects, when the settings stand: the ConfigMap and Service to apply first.
-    pub desired: Option<Desired>,
+    /// The rendered objects, when the settings stand: the ConfigMap, Services and router objects
+    /// to apply first.
+    pub desired: Option<super::desired::Desired>,
     /// The new status, when it differs from the one observed.
     pub status: Option<InferenceDeploymentStatus>,
     /// Pods to delete, by name.
@@ -150,11 +157,11 @@ fn new_status(
     observed: &Observed<'_>,
     decided: &[Decided],
     assessment: Option<&Assessment>,
-    decode: Option<DecodeStatus>,
+    workloads: Option<Workloads>,
 ) -> Option<InferenceDeploymentStatus> {
     let resource = observed.resource;
     let previous = resource.status.as_ref();
-    let new = status::status(previous, decided, resource.metadata.generation, assessment, decode, observed.now);
+    let new = status::status(previous, decided, resource.metadata.generation, assessment, workloads, observed.now);
     (previous != Some(&new)).then_some(new)
 }
 
@@ -184,7 +191,12 @@ pub fn decide(observed: &Observed<'_>, config: Result<serde_json::Value, SourceE
     let source = source_description(resource);
     if assessment.verdict.outcome == Outcome::Rejected {
         // Nothing is created or changed; pods that run keep running.
-        let decided = status::resolved(&assessment, &source, resource.spec.decode.replicas, Default::default(), None);
+        let fleets = [FleetProgress {
+            role: FleetRole::Decode,
+            desired: resource.spec.decode.replicas,
+            counts: Default::default(),
+        }];
+        let decided = status::resolved(&assessment, &source, &fleets, None, None);
         let warning = Announcement::warning(previous, &decided[1].reason, &decided[1].message);
         return Decision {
             desired: None,
@@ -197,43 +209,44 @@ pub fn decide(observed: &Observed<'_>, config: Result<serde_json::Value, SourceE
     }
 
     let desired = desired_state(resource, &assessment, observed.options);
-    let rollout_spec = &resource.spec.decode.rollout;
-    let (max_unavailable, max_surge, rollout_problem) = match (
-        resolve_int_or_percent(&rollout_spec.max_unavailable, desired.replicas, false),
-        resolve_int_or_percent(&rollout_spec.max_surge, desired.replicas, true),
-    ) {
-        (Ok(u), Ok(s)) => (u, s, None),
-        (Err(e), _) | (_, Err(e)) => (1, 0, Some(format!("spec.decode.rollout: {e}"))),
-    };
-    let groups = group_replicas(&observed.pods, &desired);
-    let plan = if observed.settling {
-        rollout::Plan::default()
-    } else {
-        rollout::plan(&groups.replicas, &desired.revision, desired.replicas, max_unavailable, max_surge)
-    };
-    // The status counts only replicas that exist and stay: it never claims one being deleted or
-    // not yet created (their watch events bring the next count), so readers never see more
-    // than is true.
-    let counts = count_staying(&groups.replicas, &plan, &desired.revision);
-    let decided = status::resolved(&assessment, &source, desired.replicas, counts, rollout_problem.as_deref());
-    let decode = DecodeStatus {
-        replicas: counts.total,
-        ready_replicas: counts.ready_updated,
-        updated_replicas: counts.updated,
-        selector: desired.selector.clone(),
-        endpoints: endpoints(&observed.pods, &groups.replicas, &plan, &desired),
-    };
-    let mut delete = if observed.settling { Vec::new() } else { groups.broken };
-    for replica in &plan.delete {
-        delete.extend(
-            observed
-                .pods
-                .iter()
-                .filter(|p| !p.terminating && p.replica.to_string() == *replica)
-                .map(|p| p.name.clone()),
-        );
+    let mut delete = Vec::new();
+    let mut create = Vec::new();
+    let mut progress = Vec::new();
+    let mut statuses = Vec::new();
+    let mut rollout_problems = Vec::new();
+    for fleet in desired.fleets() {
+        let Some(fleet_spec) = fleet.role.fleet(&resource.spec) else { continue };
+        let plan = plan_fleet(observed, fleet, &fleet_spec.rollout);
+        delete.extend(plan.delete);
+        create.extend(plan.create);
+        progress.push(FleetProgress { role: fleet.role, desired: fleet.replicas, counts: plan.counts });
+        statuses.push(plan.status);
+        rollout_problems.extend(plan.rollout_problem);
     }
-    let create: Vec<Pod> = plan.create.iter().flat_map(|replica| desired.replica(*replica)).collect();
+    // Pods of a fleet no longer wanted (spec.prefill removed) go.
+    delete.extend(
+        observed
+            .pods
+            .iter()
+            .filter(|p| !p.terminating && desired.fleet(p.role).is_none())
+            .map(|p| p.name.clone()),
+    );
+    let rollout_problem = (!rollout_problems.is_empty()).then(|| rollout_problems.join("; "));
+    let router = desired.router.as_ref().map(|router| {
+        let desired_pods = router.deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+        RouterStatus {
+            replicas: desired_pods,
+            ready_replicas: observed.router.as_ref().map_or(0, |r| r.ready_replicas),
+        }
+    });
+    let decided = status::resolved(&assessment, &source, &progress, router.as_ref(), rollout_problem.as_deref());
+    let mut statuses = statuses.into_iter();
+    let workloads = Workloads {
+        decode: statuses.next(),
+        prefill: statuses.next(),
+        endpoint: desired.router.as_ref().map(|r| r.endpoint.clone()),
+        router,
+    };
 
     let mut announcements = Announcement::rewrites(previous, &assessment);
     if let Some(warning) = assessment.release.warning() {
@@ -267,13 +280,61 @@ pub fn decide(observed: &Observed<'_>, config: Result<serde_json::Value, SourceE
         ROLLOUT_REQUEUE
     };
     Decision {
-        status: new_status(observed, &decided, Some(&assessment), Some(decode)),
+        status: new_status(observed, &decided, Some(&assessment), Some(workloads)),
         desired: Some(desired),
         delete,
         create,
         announcements,
         next: Next::Requeue(next),
     }
+}
+
+/// What one fleet's pass does: pods to delete and create, its counts and status, and why its
+/// rollout settings could not be used.
+struct FleetPlan {
+    delete: Vec<String>,
+    create: Vec<Pod>,
+    counts: status::PodCounts,
+    status: FleetStatus,
+    rollout_problem: Option<String>,
+}
+
+/// Plans one fleet from its observed pods: broken replicas go, the rollout planner replaces and
+/// scales, and while created pods are settling nothing is created or deleted.
+fn plan_fleet(observed: &Observed<'_>, fleet: &Fleet, rollout_spec: &RolloutSpec) -> FleetPlan {
+    let pods: Vec<ObservedPod> = observed.pods.iter().filter(|p| p.role == fleet.role).cloned().collect();
+    let (max_unavailable, max_surge, rollout_problem) = match (
+        resolve_int_or_percent(&rollout_spec.max_unavailable, fleet.replicas, false),
+        resolve_int_or_percent(&rollout_spec.max_surge, fleet.replicas, true),
+    ) {
+        (Ok(u), Ok(s)) => (u, s, None),
+        (Err(e), _) | (_, Err(e)) => (1, 0, Some(format!("{}.rollout: {e}", fleet.role.field()))),
+    };
+    let groups = group_replicas(&pods, fleet);
+    let plan = if observed.settling {
+        rollout::Plan::default()
+    } else {
+        rollout::plan(&groups.replicas, &fleet.revision, fleet.replicas, max_unavailable, max_surge)
+    };
+    // The status counts only replicas that exist and stay: it never claims one being deleted or
+    // not yet created (their watch events bring the next count), so readers never see more
+    // than is true.
+    let counts = count_staying(&groups.replicas, &plan, &fleet.revision);
+    let status = FleetStatus {
+        replicas: counts.total,
+        ready_replicas: counts.ready_updated,
+        updated_replicas: counts.updated,
+        selector: fleet.selector.clone(),
+        endpoints: endpoints(&pods, &groups.replicas, &plan, fleet),
+    };
+    let mut delete = if observed.settling { Vec::new() } else { groups.broken };
+    for replica in &plan.delete {
+        delete.extend(
+            pods.iter().filter(|p| !p.terminating && p.replica.to_string() == *replica).map(|p| p.name.clone()),
+        );
+    }
+    let create = plan.create.iter().flat_map(|replica| fleet.replica(*replica)).collect();
+    FleetPlan { delete, create, counts, status, rollout_problem }
 }
 
 fn source_description(resource: &InferenceDeployment) -> String {
@@ -298,7 +359,7 @@ struct Groups {
 /// replica of the current revision misses ranks: SGLang cannot take a rank back into a running
 /// server, so every pod of a broken replica is deleted and the replica comes back whole. A
 /// broken replica keeps its ordinal (as terminating) until its pods are gone.
-fn group_replicas(pods: &[ObservedPod], desired: &Desired) -> Groups {
+fn group_replicas(pods: &[ObservedPod], desired: &Fleet) -> Groups {
     let mut by_replica: BTreeMap<u32, Vec<&ObservedPod>> = BTreeMap::new();
     for pod in pods {
         by_replica.entry(pod.replica).or_default().push(pod);
@@ -343,7 +404,7 @@ fn endpoints(
     pods: &[ObservedPod],
     replicas: &[ObservedReplica],
     plan: &rollout::Plan,
-    desired: &Desired,
+    desired: &Fleet,
 ) -> Vec<String> {
     let mut urls: Vec<String> = replicas
         .iter()
@@ -383,16 +444,17 @@ mod tests {
         settling: bool,
     ) -> Decision {
         let config = serde_json::Value::Object(resource.spec.model.config.inline.clone().unwrap());
-        decide(&Observed { resource, pods, settling, options, now: Timestamp::UNIX_EPOCH }, Ok(config))
+        decide(&Observed { resource, pods, router: None, settling, options, now: Timestamp::UNIX_EPOCH }, Ok(config))
     }
 
     fn revision(resource: &InferenceDeployment, options: &RenderOptions) -> String {
-        observe(resource, options, Vec::new(), false).desired.unwrap().revision
+        observe(resource, options, Vec::new(), false).desired.unwrap().decode.revision
     }
 
     fn pod(name: &str, replica: u32, rank: i32, revision: &str, ready: bool) -> ObservedPod {
         ObservedPod {
             name: name.into(),
+            role: FleetRole::Decode,
             replica,
             rank,
             revision: revision.into(),

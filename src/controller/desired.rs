@@ -1,26 +1,32 @@
 //! The objects an InferenceDeployment should have, as a pure function of the resource and its
 //! assessment. `kvpilot render` prints exactly these; the controller applies them.
 //!
-//! A replica is one SGLang decode server: one pod, or with `nodesPerReplica` > 1 a group of pods
-//! `NAME-decode-REPLICA-RANK` that start together and find rank 0 through the headless Service.
+//! A fleet (decode, and prefill with `spec.prefill`) is a set of replicas. A replica is one
+//! SGLang server: one pod, or with `nodesPerReplica` > 1 a group of pods
+//! `NAME-ROLE-REPLICA-RANK` that start together and find rank 0 through the fleet's headless
+//! Service. The router is a Deployment with its own ServiceAccount, a Role that may only read
+//! the namespace's pods, and a Service: the resource's endpoint.
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, Pod,
-    PodSpec, Probe, ResourceRequirements, SecretKeySelector, SecurityContext, Service, ServicePort, ServiceSpec,
-    Volume, VolumeMount,
+    PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SecretKeySelector, SecurityContext, Service,
+    ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::json;
 
-use crate::api::{ConfigSourceRef, DecodeSpec, EffectiveSettings, ImagePullPolicy, InferenceDeployment};
+use crate::api::{ConfigSourceRef, EffectiveSettings, FleetSpec, ImagePullPolicy, InferenceDeployment, RouterSpec};
 use crate::policy::Assessment;
 use crate::release::ReleaseChoice;
 use crate::sglang::guard::MODEL_CONFIG_ANNOTATION;
-use crate::sglang::server::{self, MODELS_DIR};
+pub use crate::sglang::server::FleetRole;
+use crate::sglang::server::{self, MODELS_DIR, ROUTER_METRICS_PORT};
 
 /// Label: what the pods are.
 pub const LABEL_NAME: &str = "app.kubernetes.io/name";
@@ -36,6 +42,15 @@ pub const LABEL_ORDINAL: &str = "kvpilot.dev/ordinal";
 pub const LABEL_RANK: &str = "kvpilot.dev/rank";
 /// `app.kubernetes.io/name` of decode pods.
 pub const DECODE_APP: &str = "kvpilot-decode";
+/// `app.kubernetes.io/name` of prefill pods.
+pub const PREFILL_APP: &str = "kvpilot-prefill";
+/// `app.kubernetes.io/name` of router pods.
+pub const ROUTER_APP: &str = "kvpilot-router";
+/// Annotation on prefill pods the router reads their bootstrap port from (`sglang-router` and
+/// `smg` both read this name).
+pub const BOOTSTRAP_PORT_ANNOTATION: &str = "sglang.ai/bootstrap-port";
+/// The router container's name.
+pub const ROUTER_CONTAINER: &str = "router";
 /// The GPU resource requested per pod.
 pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 /// The SGLang container's name.
@@ -78,6 +93,9 @@ pub fn sglang_args_json(resource: &InferenceDeployment, assessment: &Assessment)
 pub struct RenderOptions {
     /// The SGLang image for resources that name none, `{version}` standing for the release.
     pub sglang_image: String,
+    /// The router image for resources that name none (`{version}` as above); unset, the SGLang
+    /// image, which ships the router.
+    pub router_image: Option<String>,
     /// The kvpilot image: the cache runtime sidecar and the connector's init container.
     pub runtime_image: String,
     /// The SGLang release for resources whose spec and image name none (`--sglang-version`).
@@ -88,6 +106,7 @@ impl Default for RenderOptions {
     fn default() -> Self {
         Self {
             sglang_image: DEFAULT_SGLANG_IMAGE.into(),
+            router_image: None,
             runtime_image: DEFAULT_RUNTIME_IMAGE.into(),
             default_release: ReleaseChoice::default_newest(),
         }
@@ -97,25 +116,50 @@ impl Default for RenderOptions {
 /// What should exist for one InferenceDeployment.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Desired {
-    /// Hash of the pod template.
-    pub revision: String,
     /// `NAME-sglang`: the flags for both sides, and an inline config.json.
     pub config_map: ConfigMap,
-    /// Headless `NAME-decode`: stable DNS names for the pods.
+    /// The decode fleet.
+    pub decode: Fleet,
+    /// The prefill fleet, with `spec.prefill`.
+    pub prefill: Option<Fleet>,
+    /// The router, with `spec.prefill` unless `spec.router.enabled` is false.
+    pub router: Option<Router>,
+}
+
+/// What should exist for one fleet of SGLang servers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fleet {
+    pub role: FleetRole,
+    /// Hash of the pod template.
+    pub revision: String,
+    /// Headless `NAME-ROLE`: stable DNS names for the pods.
     pub service: Service,
-    /// Pod template; [`Desired::pod`] names it and gives it its rank.
+    /// Pod template; [`Fleet::pod`] names it and gives it its rank.
     template: Pod,
-    /// `spec.decode.replicas`.
+    /// The fleet's `replicas`.
     pub replicas: i32,
     /// Pods per replica.
     pub nodes_per_replica: i32,
-    /// Label selector (`k=v,k=v`) of the decode pods.
+    /// Label selector (`k=v,k=v`) of the fleet's pods.
     pub selector: String,
     name: String,
     namespace: String,
     port: i32,
-    /// How many of the container's last arguments are `spec.decode.extraArgs`.
+    /// How many of the container's last arguments are the fleet's `extraArgs`.
     extra_args: usize,
+}
+
+/// The router's objects, all named `NAME-router`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Router {
+    pub service_account: ServiceAccount,
+    /// May get, list and watch the pods of the resource's namespace, and nothing else.
+    pub role: Role,
+    pub role_binding: RoleBinding,
+    pub deployment: Deployment,
+    pub service: Service,
+    /// `http://NAME-router.NAMESPACE.svc:PORT`.
+    pub endpoint: String,
 }
 
 /// 64-bit FNV-1a: a stable hash (the standard library's is not stable across releases), the
@@ -124,9 +168,22 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
-/// The name of the pods' headless Service.
-pub fn service_name(name: &str) -> String {
-    format!("{name}-decode")
+/// The name of a fleet's headless Service.
+pub fn service_name(name: &str, role: FleetRole) -> String {
+    format!("{name}-{}", role.as_str())
+}
+
+/// The name of the router's objects.
+pub fn router_name(name: &str) -> String {
+    format!("{name}-router")
+}
+
+/// `app.kubernetes.io/name` of a fleet's pods.
+pub fn app_label(role: FleetRole) -> &'static str {
+    match role {
+        FleetRole::Decode => DECODE_APP,
+        FleetRole::Prefill => PREFILL_APP,
+    }
 }
 
 /// The name of the ConfigMap with the SGLang flags.
@@ -135,18 +192,31 @@ pub fn config_map_name(name: &str) -> String {
 }
 
 /// The name of a replica: its pod's name, or the prefix of its pods' names.
-pub fn replica_name(name: &str, replica: u32) -> String {
-    format!("{name}-decode-{replica}")
+pub fn replica_name(name: &str, role: FleetRole, replica: u32) -> String {
+    format!("{name}-{}-{replica}", role.as_str())
 }
 
-/// The name of the pod of rank `rank` in replica `replica`.
-pub fn pod_name(name: &str, replica: u32, rank: i32, nodes_per_replica: i32) -> String {
-    if nodes_per_replica > 1 { format!("{}-{rank}", replica_name(name, replica)) } else { replica_name(name, replica) }
+/// The name of the pod of rank `rank` in replica `replica` of the `role` fleet.
+pub fn pod_name(name: &str, role: FleetRole, replica: u32, rank: i32, nodes_per_replica: i32) -> String {
+    let replica = replica_name(name, role, replica);
+    if nodes_per_replica > 1 { format!("{replica}-{rank}") } else { replica }
 }
 
-/// The labels every decode pod of `name` carries (the Service selects on these).
-pub fn selector_labels(name: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([(LABEL_INSTANCE.to_string(), name.to_string()), (LABEL_NAME.to_string(), DECODE_APP.to_string())])
+/// The labels every pod of the `role` fleet of `name` carries (its Service selects on these).
+pub fn selector_labels(name: &str, role: FleetRole) -> BTreeMap<String, String> {
+    app_labels(name, app_label(role))
+}
+
+fn app_labels(name: &str, app: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(LABEL_INSTANCE.to_string(), name.to_string()), (LABEL_NAME.to_string(), app.to_string())])
+}
+
+/// The labels the router selects a fleet's servers by, as `key=value` items: the fleet's pods
+/// of rank 0 (the other ranks of a multi-node replica serve no HTTP requests).
+pub fn router_selector(name: &str, role: FleetRole) -> Vec<String> {
+    let mut labels = selector_labels(name, role);
+    labels.insert(LABEL_RANK.into(), "0".into());
+    labels.into_iter().map(|(key, value)| format!("{key}={value}")).collect()
 }
 
 fn owner_reference(resource: &InferenceDeployment) -> OwnerReference {
@@ -161,22 +231,30 @@ fn owner_reference(resource: &InferenceDeployment) -> OwnerReference {
     }
 }
 
-/// The SGLang image of the resource: `spec.decode.image`, else the operator's template for the
-/// release asked for.
-pub fn sglang_image(decode: &DecodeSpec, release: &ReleaseChoice, options: &RenderOptions) -> String {
-    decode.image.clone().unwrap_or_else(|| options.sglang_image.replace("{version}", &release.requested.to_string()))
+/// The SGLang image of a fleet: its `image`, else the operator's template for the release asked
+/// for.
+pub fn sglang_image(fleet: &FleetSpec, release: &ReleaseChoice, options: &RenderOptions) -> String {
+    fleet.image.clone().unwrap_or_else(|| options.sglang_image.replace("{version}", &release.requested.to_string()))
+}
+
+/// The router's image: `spec.router.image`, else the operator's router image, else the SGLang
+/// image of the release (it ships `sglang_router`).
+fn router_image(router: &RouterSpec, release: &ReleaseChoice, options: &RenderOptions) -> String {
+    let template = options.router_image.as_deref().unwrap_or(&options.sglang_image);
+    router.image.clone().unwrap_or_else(|| template.replace("{version}", &release.requested.to_string()))
 }
 
 fn env_var(name: &str, value: &str) -> EnvVar {
     EnvVar { name: name.into(), value: Some(value.into()), ..EnvVar::default() }
 }
 
-/// The SGLang container's environment: the spec's, what the release needs for these settings
-/// (`effective.decodeEnv`), and for hub weights the token and cache the download uses, unless
-/// the spec sets them itself.
-fn decode_env(resource: &InferenceDeployment, effective: &EffectiveSettings) -> Vec<EnvVar> {
+/// The SGLang container's environment: the fleet's, what the release needs for the decode
+/// settings (`effective.decodeEnv`), and for hub weights the token and cache the download uses,
+/// unless the spec sets them itself.
+fn server_env(resource: &InferenceDeployment, role: FleetRole, fleet: &FleetSpec, effective: &EffectiveSettings) -> Vec<EnvVar> {
     let spec = &resource.spec;
-    let mut env: Vec<EnvVar> = spec.decode.env.iter().chain(&effective.decode_env).cloned().collect();
+    let decode_env: &[EnvVar] = if role == FleetRole::Decode { &effective.decode_env } else { &[] };
+    let mut env: Vec<EnvVar> = fleet.env.iter().chain(decode_env).cloned().collect();
     let mut add = |var: EnvVar| {
         if !env.iter().any(|e| e.name == var.name) {
             env.push(var);
@@ -203,7 +281,7 @@ fn decode_env(resource: &InferenceDeployment, effective: &EffectiveSettings) -> 
             add(env_var("HF_HOME", HF_HOME));
         }
     }
-    if spec.cache.is_some() {
+    if role == FleetRole::Decode && spec.cache.is_some() {
         // SGLang's scheduler processes inherit it; they are what import the connector. A
         // PYTHONPATH of the spec's keeps its entries, after the connector's.
         match env.iter_mut().find(|e| e.name == "PYTHONPATH") {
@@ -243,10 +321,10 @@ fn health_probe(period: i32, timeout: i32, failures: i32) -> Probe {
     }
 }
 
-fn resources(decode: &DecodeSpec) -> ResourceRequirements {
-    let mut resources = decode.resources.clone().unwrap_or_default();
-    let mut extended = decode.extra_resources.clone();
-    extended.insert(GPU_RESOURCE.into(), Quantity(decode.effective_gpus_per_pod().to_string()));
+fn resources(fleet: &FleetSpec) -> ResourceRequirements {
+    let mut resources = fleet.resources.clone().unwrap_or_default();
+    let mut extended = fleet.extra_resources.clone();
+    extended.insert(GPU_RESOURCE.into(), Quantity(fleet.effective_gpus_per_pod().to_string()));
     let limits = resources.limits.get_or_insert_default();
     limits.extend(extended.clone());
     // Extended resources must have requests equal to limits.
@@ -282,10 +360,10 @@ fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
 }
 
 /// The pod's volumes and the SGLang container's mounts: `/dev/shm` in memory, the weights or the
-/// hub cache.
-fn volumes(resource: &InferenceDeployment) -> (Vec<Volume>, Vec<VolumeMount>) {
+/// hub cache, and on decode with `spec.cache` the cache runtime's socket and connector.
+fn volumes(resource: &InferenceDeployment, role: FleetRole, fleet: &FleetSpec) -> (Vec<Volume>, Vec<VolumeMount>) {
     let spec = &resource.spec;
-    let shm = spec.decode.shm_size.clone().unwrap_or_else(|| Quantity(DEFAULT_SHM_SIZE.into()));
+    let shm = fleet.shm_size.clone().unwrap_or_else(|| Quantity(DEFAULT_SHM_SIZE.into()));
     let mut volumes = vec![Volume {
         name: "dshm".into(),
         empty_dir: Some(EmptyDirVolumeSource { medium: Some("Memory".into()), size_limit: Some(shm) }),
@@ -299,7 +377,7 @@ fn volumes(resource: &InferenceDeployment) -> (Vec<Volume>, Vec<VolumeMount>) {
         volumes.push(cache.named("hf-cache"));
         mounts.push(mount("hf-cache", HF_HOME, false));
     }
-    if spec.cache.is_some() {
+    if role == FleetRole::Decode && spec.cache.is_some() {
         for name in ["kvpilot-run", "kvpilot-py"] {
             volumes.push(Volume {
                 name: name.into(),
@@ -394,27 +472,59 @@ pub fn desired_state(resource: &InferenceDeployment, assessment: &Assessment, op
     let name = resource.metadata.name.clone().unwrap_or_default();
     let namespace = resource.metadata.namespace.clone();
     let spec = &resource.spec;
-    let decode = &spec.decode;
     let owner = owner_reference(resource);
-    let selector = selector_labels(&name);
-    let mut common = selector.clone();
-    common.insert(LABEL_MANAGED_BY.into(), "kvpilot".into());
-
-    // Metadata of the objects named after the resource: its labels and its controller reference.
-    let owned = |object_name: String| ObjectMeta {
-        name: Some(object_name),
-        namespace: namespace.clone(),
-        labels: Some(common.clone()),
-        owner_references: Some(vec![owner.clone()]),
-        ..ObjectMeta::default()
-    };
     let mut data = BTreeMap::from([(SGLANG_ARGS_KEY.to_string(), sglang_args_json(resource, assessment))]);
     if let Ok(ConfigSourceRef::Inline(config)) = spec.model.config.source() {
         data.insert(MODEL_CONFIG_KEY.into(), serde_json::to_string_pretty(config).unwrap_or_default());
     }
-    let config_map = ConfigMap { metadata: owned(config_map_name(&name)), data: Some(data), ..ConfigMap::default() };
+    let mut common = selector_labels(&name, FleetRole::Decode);
+    common.insert(LABEL_MANAGED_BY.into(), "kvpilot".into());
+    let config_map = ConfigMap {
+        metadata: owned_meta(config_map_name(&name), &namespace, common, &owner),
+        data: Some(data),
+        ..ConfigMap::default()
+    };
+    let fleet = |role: FleetRole| {
+        role.fleet(spec).map(|fleet_spec| render_fleet(resource, assessment, options, role, fleet_spec, &owner))
+    };
+    let decode = fleet(FleetRole::Decode).expect("every resource has a decode fleet");
+    let prefill = fleet(FleetRole::Prefill);
+    let router = spec.effective_router().map(|router| render_router(resource, assessment, options, &router, &owner));
+    Desired { config_map, decode, prefill, router }
+}
+
+/// Metadata of an object named after the resource: `labels` and its controller reference.
+fn owned_meta(
+    object_name: String,
+    namespace: &Option<String>,
+    labels: BTreeMap<String, String>,
+    owner: &OwnerReference,
+) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(object_name),
+        namespace: namespace.clone(),
+        labels: Some(labels),
+        owner_references: Some(vec![owner.clone()]),
+        ..ObjectMeta::default()
+    }
+}
+
+fn render_fleet(
+    resource: &InferenceDeployment,
+    assessment: &Assessment,
+    options: &RenderOptions,
+    role: FleetRole,
+    fleet: &FleetSpec,
+    owner: &OwnerReference,
+) -> Fleet {
+    let name = resource.metadata.name.clone().unwrap_or_default();
+    let namespace = resource.metadata.namespace.clone();
+    let spec = &resource.spec;
+    let selector = selector_labels(&name, role);
+    let mut common = selector.clone();
+    common.insert(LABEL_MANAGED_BY.into(), "kvpilot".into());
     let service = Service {
-        metadata: owned(service_name(&name)),
+        metadata: owned_meta(service_name(&name, role), &namespace, common.clone(), owner),
         spec: Some(ServiceSpec {
             cluster_ip: Some("None".into()),
             selector: Some(selector.clone()),
@@ -422,7 +532,7 @@ pub fn desired_state(resource: &InferenceDeployment, assessment: &Assessment, op
             publish_not_ready_addresses: Some(true),
             ports: Some(vec![ServicePort {
                 name: Some("http".into()),
-                port: decode.port,
+                port: fleet.port,
                 target_port: Some(IntOrString::String("http".into())),
                 ..ServicePort::default()
             }]),
@@ -431,63 +541,70 @@ pub fn desired_state(resource: &InferenceDeployment, assessment: &Assessment, op
         ..Service::default()
     };
 
-    let (volumes, volume_mounts) = volumes(resource);
-    let env = decode_env(resource, &assessment.verdict.effective);
-    let startup_failures = (decode.startup_timeout_seconds + STARTUP_PERIOD_SECONDS - 1) / STARTUP_PERIOD_SECONDS;
+    let (volumes, volume_mounts) = volumes(resource, role, fleet);
+    let env = server_env(resource, role, fleet, &assessment.verdict.effective);
+    let startup_failures = (fleet.startup_timeout_seconds + STARTUP_PERIOD_SECONDS - 1) / STARTUP_PERIOD_SECONDS;
+    let mut ports = vec![ContainerPort { name: Some("http".into()), container_port: fleet.port, ..ContainerPort::default() }];
+    if role == FleetRole::Prefill {
+        ports.push(ContainerPort {
+            name: Some("bootstrap".into()),
+            container_port: spec.disaggregation.bootstrap_port,
+            ..ContainerPort::default()
+        });
+    }
     let container = Container {
         name: SGLANG_CONTAINER.into(),
-        image: Some(sglang_image(decode, &assessment.release, options)),
-        image_pull_policy: decode.image_pull_policy.map(image_pull_policy),
+        image: Some(sglang_image(fleet, &assessment.release, options)),
+        image_pull_policy: fleet.image_pull_policy.map(image_pull_policy),
         command: Some(vec!["python3".into(), "-m".into(), "sglang.launch_server".into()]),
-        args: Some(server::decode_args(spec, &assessment.verdict, assessment.release.release)),
-        ports: Some(vec![ContainerPort {
-            name: Some("http".into()),
-            container_port: decode.port,
-            ..ContainerPort::default()
-        }]),
+        args: Some(server::server_args(spec, role, &assessment.verdict, assessment.release.release)),
+        ports: Some(ports),
         env: (!env.is_empty()).then_some(env),
-        resources: Some(resources(decode)),
+        resources: Some(resources(fleet)),
         startup_probe: Some(health_probe(STARTUP_PERIOD_SECONDS, 5, startup_failures.max(1))),
         readiness_probe: Some(health_probe(10, 5, 3)),
         liveness_probe: Some(health_probe(30, 10, 4)),
-        security_context: (!decode.capabilities.is_empty()).then(|| SecurityContext {
-            capabilities: Some(Capabilities { add: Some(decode.capabilities.clone()), ..Capabilities::default() }),
+        security_context: (!fleet.capabilities.is_empty()).then(|| SecurityContext {
+            capabilities: Some(Capabilities { add: Some(fleet.capabilities.clone()), ..Capabilities::default() }),
             ..SecurityContext::default()
         }),
         volume_mounts: Some(volume_mounts),
         ..Container::default()
     };
-    let mut labels = decode.pod_labels.clone();
+    let mut labels = fleet.pod_labels.clone();
     labels.extend(common);
-    let mut annotations = decode.pod_annotations.clone();
+    let mut annotations = fleet.pod_annotations.clone();
     if let Some(config) = model_config_annotation(resource, &name) {
         annotations.insert(MODEL_CONFIG_ANNOTATION.into(), config);
     }
-    let nodes_per_replica = decode.nodes_per_replica.max(1);
+    if role == FleetRole::Prefill {
+        annotations.insert(BOOTSTRAP_PORT_ANNOTATION.into(), spec.disaggregation.bootstrap_port.to_string());
+    }
+    let nodes_per_replica = fleet.nodes_per_replica.max(1);
     let template = Pod {
         metadata: ObjectMeta {
             namespace: namespace.clone(),
             labels: Some(labels),
             annotations: Some(annotations),
-            owner_references: Some(vec![owner]),
+            owner_references: Some(vec![owner.clone()]),
             ..ObjectMeta::default()
         },
         spec: Some(PodSpec {
-            init_containers: cache_init_containers(resource, options),
+            init_containers: if role == FleetRole::Decode { cache_init_containers(resource, options) } else { None },
             containers: vec![container],
             volumes: Some(volumes),
-            subdomain: Some(service_name(&name)),
-            host_network: decode.host_network.then_some(true),
-            dns_policy: decode.host_network.then(|| "ClusterFirstWithHostNet".into()),
+            subdomain: Some(service_name(&name, role)),
+            host_network: fleet.host_network.then_some(true),
+            dns_policy: fleet.host_network.then(|| "ClusterFirstWithHostNet".into()),
             // A rank that fails takes its replica down with it (NCCL cannot take a rank back),
             // and the controller replaces the group; a single pod is restarted in place.
             restart_policy: (nodes_per_replica > 1).then(|| "Never".into()),
-            termination_grace_period_seconds: Some(decode.termination_grace_period_seconds),
-            node_selector: (!decode.node_selector.is_empty()).then(|| decode.node_selector.clone()),
-            tolerations: (!decode.tolerations.is_empty()).then(|| decode.tolerations.clone()),
-            affinity: decode.affinity.clone(),
-            service_account_name: decode.service_account_name.clone(),
-            priority_class_name: decode.priority_class_name.clone(),
+            termination_grace_period_seconds: Some(fleet.termination_grace_period_seconds),
+            node_selector: (!fleet.node_selector.is_empty()).then(|| fleet.node_selector.clone()),
+            tolerations: (!fleet.tolerations.is_empty()).then(|| fleet.tolerations.clone()),
+            affinity: fleet.affinity.clone(),
+            service_account_name: fleet.service_account_name.clone(),
+            priority_class_name: fleet.priority_class_name.clone(),
             automount_service_account_token: Some(false),
             ..PodSpec::default()
         }),
@@ -496,19 +613,131 @@ pub fn desired_state(resource: &InferenceDeployment, assessment: &Assessment, op
     let hashed = format!("{}\n{nodes_per_replica}", serde_json::to_string(&template).unwrap_or_default());
     let revision = format!("{:016x}", fnv1a(hashed.as_bytes()))[..10].to_string();
     let selector = selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
-    Desired {
+    Fleet {
+        role,
         revision,
-        config_map,
         service,
         template,
-        replicas: decode.replicas.max(0),
+        replicas: fleet.replicas.max(0),
         nodes_per_replica,
         selector,
         name,
         namespace: namespace.unwrap_or_default(),
-        port: decode.port,
-        extra_args: decode.extra_args.len(),
+        port: fleet.port,
+        extra_args: fleet.extra_args.len(),
     }
+}
+
+fn router_probe(path: &str, period: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String("http".into()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        timeout_seconds: Some(5),
+        ..Probe::default()
+    }
+}
+
+fn render_router(
+    resource: &InferenceDeployment,
+    assessment: &Assessment,
+    options: &RenderOptions,
+    router: &RouterSpec,
+    owner: &OwnerReference,
+) -> Router {
+    let name = resource.metadata.name.clone().unwrap_or_default();
+    let namespace = resource.metadata.namespace.clone();
+    let object_name = router_name(&name);
+    let selector = app_labels(&name, ROUTER_APP);
+    let mut labels = selector.clone();
+    labels.insert(LABEL_MANAGED_BY.into(), "kvpilot".into());
+    let meta = || owned_meta(object_name.clone(), &namespace, labels.clone(), owner);
+    let service_account = ServiceAccount { metadata: meta(), ..ServiceAccount::default() };
+    let role = Role {
+        metadata: meta(),
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec![String::new()]),
+            resources: Some(vec!["pods".into()]),
+            verbs: vec!["get".into(), "list".into(), "watch".into()],
+            ..PolicyRule::default()
+        }]),
+    };
+    let role_binding = RoleBinding {
+        metadata: meta(),
+        role_ref: RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: "Role".into(), name: object_name.clone() },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: object_name.clone(),
+            namespace: namespace.clone(),
+            ..Subject::default()
+        }]),
+    };
+    let args = server::router_args(
+        router,
+        namespace.as_deref().unwrap_or_default(),
+        resource.spec.decode.port,
+        &router_selector(&name, FleetRole::Prefill),
+        &router_selector(&name, FleetRole::Decode),
+    );
+    let container = Container {
+        name: ROUTER_CONTAINER.into(),
+        image: Some(router_image(router, &assessment.release, options)),
+        image_pull_policy: router.image_pull_policy.map(image_pull_policy),
+        command: Some(vec!["python3".into(), "-m".into(), router.launcher.module().into()]),
+        args: Some(args),
+        ports: Some(vec![
+            ContainerPort { name: Some("http".into()), container_port: router.port, ..ContainerPort::default() },
+            ContainerPort {
+                name: Some("metrics".into()),
+                container_port: ROUTER_METRICS_PORT,
+                ..ContainerPort::default()
+            },
+        ]),
+        resources: router.resources.clone(),
+        readiness_probe: Some(router_probe("/readiness", 5, 3)),
+        liveness_probe: Some(router_probe("/liveness", 10, 3)),
+        ..Container::default()
+    };
+    let deployment = Deployment {
+        metadata: meta(),
+        spec: Some(DeploymentSpec {
+            replicas: Some(router.replicas.max(0)),
+            selector: LabelSelector { match_labels: Some(selector.clone()), ..LabelSelector::default() },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta { labels: Some(selector.clone()), ..ObjectMeta::default() }),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    service_account_name: Some(object_name.clone()),
+                    node_selector: (!router.node_selector.is_empty()).then(|| router.node_selector.clone()),
+                    tolerations: (!router.tolerations.is_empty()).then(|| router.tolerations.clone()),
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        ..Deployment::default()
+    };
+    let service = Service {
+        metadata: meta(),
+        spec: Some(ServiceSpec {
+            type_: Some(router.service.type_.as_str().into()),
+            selector: Some(selector),
+            ports: Some(vec![ServicePort {
+                name: Some("http".into()),
+                port: router.service.port,
+                target_port: Some(IntOrString::String("http".into())),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    };
+    let endpoint = format!("http://{object_name}.{}.svc:{}", namespace.unwrap_or_default(), router.service.port);
+    Router { service_account, role, role_binding, deployment, service, endpoint }
 }
 
 /// A typed object as JSON with apiVersion and kind (apply patches and `kvpilot render` need them).
@@ -520,19 +749,49 @@ pub fn with_type_meta<T: serde::Serialize>(object: &T, api_version: &str, kind: 
 }
 
 impl Desired {
-    /// Everything a fresh InferenceDeployment gets, as it is applied: the ConfigMap, the
-    /// Service and the pods of replicas 0..replicas.
+    /// Everything a fresh InferenceDeployment gets, as it is applied: the ConfigMap, each
+    /// fleet's Service and the pods of its replicas 0..replicas, and the router's objects.
     pub fn objects(&self) -> Vec<serde_json::Value> {
-        let mut objects =
-            vec![with_type_meta(&self.config_map, "v1", "ConfigMap"), with_type_meta(&self.service, "v1", "Service")];
-        objects.extend(
-            (0..self.replicas as u32)
-                .flat_map(|replica| self.replica(replica))
-                .map(|pod| with_type_meta(&pod, "v1", "Pod")),
-        );
+        let mut objects = vec![with_type_meta(&self.config_map, "v1", "ConfigMap")];
+        for fleet in self.fleets() {
+            objects.push(with_type_meta(&fleet.service, "v1", "Service"));
+            objects.extend(
+                (0..fleet.replicas as u32)
+                    .flat_map(|replica| fleet.replica(replica))
+                    .map(|pod| with_type_meta(&pod, "v1", "Pod")),
+            );
+        }
+        if let Some(router) = &self.router {
+            objects.extend(router.objects());
+        }
         objects
     }
 
+    /// The fleets kvpilot runs, decode first.
+    pub fn fleets(&self) -> impl Iterator<Item = &Fleet> {
+        std::iter::once(&self.decode).chain(self.prefill.as_ref())
+    }
+
+    /// The fleet of `role`, if kvpilot runs one.
+    pub fn fleet(&self, role: FleetRole) -> Option<&Fleet> {
+        self.fleets().find(|fleet| fleet.role == role)
+    }
+}
+
+impl Router {
+    /// The router's objects, in the order they are applied (its identity first).
+    pub fn objects(&self) -> Vec<serde_json::Value> {
+        vec![
+            with_type_meta(&self.service_account, "v1", "ServiceAccount"),
+            with_type_meta(&self.role, "rbac.authorization.k8s.io/v1", "Role"),
+            with_type_meta(&self.role_binding, "rbac.authorization.k8s.io/v1", "RoleBinding"),
+            with_type_meta(&self.deployment, "apps/v1", "Deployment"),
+            with_type_meta(&self.service, "v1", "Service"),
+        ]
+    }
+}
+
+impl Fleet {
     /// The pods of replica `replica` at this revision, rank 0 first.
     pub fn replica(&self, replica: u32) -> Vec<Pod> {
         (0..self.nodes_per_replica).map(|rank| self.pod(replica, rank)).collect()
@@ -540,12 +799,12 @@ impl Desired {
 
     /// The DNS name of a pod through the headless Service.
     fn host(&self, pod_name: &str) -> String {
-        format!("{pod_name}.{}.{}.svc", service_name(&self.name), self.namespace)
+        format!("{pod_name}.{}.{}.svc", service_name(&self.name, self.role), self.namespace)
     }
 
     /// The URL a router sends replica `replica`'s requests to: its rank 0.
     pub fn endpoint(&self, replica: u32) -> String {
-        self.endpoint_of(&pod_name(&self.name, replica, 0, self.nodes_per_replica))
+        self.endpoint_of(&pod_name(&self.name, self.role, replica, 0, self.nodes_per_replica))
     }
 
     /// The URL of the SGLang server of the pod named `pod_name`.
@@ -556,13 +815,13 @@ impl Desired {
     /// The pod of rank `rank` in replica `replica` at this revision.
     pub fn pod(&self, replica: u32, rank: i32) -> Pod {
         let mut pod = self.template.clone();
-        let name = pod_name(&self.name, replica, rank, self.nodes_per_replica);
+        let name = pod_name(&self.name, self.role, replica, rank, self.nodes_per_replica);
         pod.metadata.name = Some(name.clone());
         let labels = pod.metadata.labels.get_or_insert_default();
         labels.insert(LABEL_REVISION.into(), self.revision.clone());
         labels.insert(LABEL_ORDINAL.into(), replica.to_string());
         labels.insert(LABEL_RANK.into(), rank.to_string());
-        let leader = self.host(&pod_name(&self.name, replica, 0, self.nodes_per_replica));
+        let leader = self.host(&pod_name(&self.name, self.role, replica, 0, self.nodes_per_replica));
         if let Some(spec) = pod.spec.as_mut() {
             spec.hostname = Some(name);
             if self.nodes_per_replica > 1
@@ -620,12 +879,12 @@ mod tests {
     #[test]
     fn pods_run_sglang_owned_labelled_with_gpus_probes_and_shm() {
         let desired = render(&resource(json!({"tensorParallel": 2})));
-        let pod = desired.pod(1, 0);
+        let pod = desired.decode.pod(1, 0);
         assert_eq!(pod.metadata.name.as_deref(), Some("llama-decode-1"));
         let labels = pod.metadata.labels.as_ref().unwrap();
         assert_eq!(labels[LABEL_INSTANCE], "llama", "user labels cannot steal the selector");
         assert_eq!(labels["team"], "a");
-        assert_eq!((labels[LABEL_REVISION].as_str(), labels[LABEL_RANK].as_str()), (desired.revision.as_str(), "0"));
+        assert_eq!((labels[LABEL_REVISION].as_str(), labels[LABEL_RANK].as_str()), (desired.decode.revision.as_str(), "0"));
         assert_eq!(pod.metadata.owner_references.as_ref().unwrap()[0].uid, "uid-1");
         let sglang = container(&pod);
         assert_eq!(sglang.image.as_deref(), Some("lmsysorg/sglang:v0.5.23-cu129"));
@@ -655,8 +914,8 @@ mod tests {
             "the guard finds the config kvpilot checked"
         );
         assert!(desired.config_map.data.as_ref().unwrap().contains_key(MODEL_CONFIG_KEY));
-        assert_eq!(desired.selector, "app.kubernetes.io/instance=llama,app.kubernetes.io/name=kvpilot-decode");
-        assert_eq!(desired.endpoint(1), "http://llama-decode-1.llama-decode.serving.svc:30000");
+        assert_eq!(desired.decode.selector, "app.kubernetes.io/instance=llama,app.kubernetes.io/name=kvpilot-decode");
+        assert_eq!(desired.decode.endpoint(1), "http://llama-decode-1.llama-decode.serving.svc:30000");
     }
 
     #[test]
@@ -664,7 +923,7 @@ mod tests {
         let desired = render(&resource(
             json!({"tensorParallel": 16, "nodesPerReplica": 2, "extraArgs": ["--mem-fraction-static", "0.8"]}),
         ));
-        let group = desired.replica(3);
+        let group = desired.decode.replica(3);
         let names: Vec<_> = group.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
         assert_eq!(names, ["llama-decode-3-0", "llama-decode-3-1"]);
         for (rank, pod) in group.iter().enumerate() {
@@ -680,7 +939,7 @@ mod tests {
             assert_eq!(pod.spec.as_ref().unwrap().restart_policy.as_deref(), Some("Never"));
             assert_eq!(pod.metadata.labels.as_ref().unwrap()[LABEL_RANK], rank.to_string());
         }
-        assert_eq!(desired.endpoint(3), "http://llama-decode-3-0.llama-decode.serving.svc:30000");
+        assert_eq!(desired.decode.endpoint(3), "http://llama-decode-3-0.llama-decode.serving.svc:30000");
         assert_eq!(desired.objects().len(), 2 + 3 * 2);
     }
 
@@ -694,7 +953,7 @@ mod tests {
             .unwrap(),
         );
         volume.spec.model.revision = Some("abc".into());
-        let pod = render(&volume).pod(0, 0);
+        let pod = render(&volume).decode.pod(0, 0);
         let args = container(&pod).args.as_ref().unwrap();
         assert_eq!((flag(args, "--model-path"), flag(args, "--revision")), (Some("/models/llama"), None));
         let model = pod.spec.as_ref().unwrap().volumes.as_ref().unwrap().iter().find(|v| v.name == "model").unwrap();
@@ -705,7 +964,7 @@ mod tests {
         let mut hub = resource(json!({}));
         hub.spec.model.source =
             Some(serde_json::from_value(json!({"hub": {"cache": {"hostPath": {"path": "/var/hf"}}}})).unwrap());
-        let pod = render(&hub).pod(0, 0);
+        let pod = render(&hub).decode.pod(0, 0);
         let env = container(&pod).env.clone().unwrap();
         assert!(env.iter().any(|e| e.name == "HF_HOME" && e.value.as_deref() == Some(HF_HOME)));
         assert!(container(&pod).volume_mounts.as_ref().unwrap().iter().any(|m| m.mount_path == HF_HOME));
@@ -715,7 +974,7 @@ mod tests {
     fn the_cache_runtime_runs_beside_sglang_as_a_native_sidecar() {
         let mut resource = resource(json!({}));
         resource.spec.cache = Some(serde_json::from_value(json!({"offload": true, "capacity": "1Gi"})).unwrap());
-        let pod = render(&resource).pod(0, 0);
+        let pod = render(&resource).decode.pod(0, 0);
         let spec = pod.spec.as_ref().unwrap();
         let init = spec.init_containers.as_ref().unwrap();
         assert_eq!(init[0].args.as_ref().unwrap(), &["install-connector", CONNECTOR_DIR]);
@@ -748,7 +1007,7 @@ mod tests {
         );
         let mut own = resource.clone();
         own.spec.decode.env = vec![env_var("PYTHONPATH", "/opt/mine")];
-        let pod = render(&own).pod(0, 0);
+        let pod = render(&own).decode.pod(0, 0);
         let env = container(&pod).env.clone().unwrap();
         let pythonpath: Vec<_> = env.iter().filter(|e| e.name == "PYTHONPATH").collect();
         assert_eq!(pythonpath.len(), 1);
@@ -763,7 +1022,7 @@ mod tests {
             "extraResources": {"rdma/rdma_shared_device_a": "1"}, "capabilities": ["IPC_LOCK"],
             "hostNetwork": true, "ibDevice": "mlx5_0,mlx5_1", "resources": {"requests": {"cpu": "8"}}
         })));
-        let pod = desired.pod(0, 0);
+        let pod = desired.decode.pod(0, 0);
         let sglang = container(&pod);
         let resources = sglang.resources.as_ref().unwrap();
         assert_eq!(resources.limits.as_ref().unwrap()["rdma/rdma_shared_device_a"], Quantity("1".into()));
@@ -780,13 +1039,13 @@ mod tests {
     #[test]
     fn the_revision_covers_what_affects_a_pod_and_nothing_else() {
         let base = render(&resource(json!({})));
-        assert_eq!(render(&resource(json!({}))).revision, base.revision, "deterministic");
-        assert_ne!(render(&resource(json!({"tensorParallel": 2}))).revision, base.revision, "TP changes the pods");
+        assert_eq!(render(&resource(json!({}))).decode.revision, base.decode.revision, "deterministic");
+        assert_ne!(render(&resource(json!({"tensorParallel": 2}))).decode.revision, base.decode.revision, "TP changes the pods");
         assert_ne!(
-            render(&resource(json!({"tensorParallel": 2, "nodesPerReplica": 2}))).revision,
-            render(&resource(json!({"tensorParallel": 2}))).revision
+            render(&resource(json!({"tensorParallel": 2, "nodesPerReplica": 2}))).decode.revision,
+            render(&resource(json!({"tensorParallel": 2}))).decode.revision
         );
-        assert_eq!(render(&resource(json!({"replicas": 7}))).revision, base.revision, "scaling is not a rollout");
-        assert_ne!(render(&resource(json!({"podLabels": {"team": "b"}}))).revision, base.revision);
+        assert_eq!(render(&resource(json!({"replicas": 7}))).decode.revision, base.decode.revision, "scaling is not a rollout");
+        assert_ne!(render(&resource(json!({"podLabels": {"team": "b"}}))).decode.revision, base.decode.revision);
     }
 }

@@ -1,7 +1,8 @@
-//! The InferenceDeployment controller: observe (the model config, the pods in the watch cache)
-//! → the pure [`decide::decide`] (layout, policy, desired objects, rollout, status, events) →
-//! [`act`] (server-side apply with one field manager, status, pod deletes and creates, events).
-//! Only the status of an InferenceDeployment is ever written, never its spec.
+//! The InferenceDeployment controller: observe (the model config, the server pods and the
+//! router Deployment in the watch caches) → the pure [`decide::decide`] (layout, policy, desired
+//! objects, rollouts of both fleets, status, events) → [`act`] (server-side apply with one field
+//! manager, status, pod deletes and creates, removal of what is no longer wanted, events). Only
+//! the status of an InferenceDeployment is ever written, never its spec.
 
 pub mod applied;
 pub mod decide;
@@ -16,7 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition, PodStatus, Service};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition, PodStatus, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
@@ -26,11 +29,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::api::{ConfigSourceRef, InferenceDeployment};
+use crate::api::{ConfigSourceRef, InferenceDeployment, RouterStatus};
 use crate::source::{ClusterSource, SourceError};
 use applied::{AppliedBodies, ObjectKey, body_hash};
 use decide::{Announcement, Decision, Next, Observed, ObservedPod};
-use desired::{LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, RenderOptions, with_type_meta};
+use desired::{FleetRole, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, RenderOptions, with_type_meta};
 use metrics::Metrics;
 
 /// The field manager of every write.
@@ -148,28 +151,46 @@ where
 /// What one run of the controller reads instead of asking the API server: its watch caches.
 struct Reconciler {
     context: Arc<Context>,
-    /// Decode pods, trimmed by [`trim_pod`] to what the planner reads.
+    /// Prefill and decode pods, trimmed by [`trim_pod`] to what the planner reads.
     pods: Store<Pod>,
-    /// The ConfigMap and the Service the controller keeps for each resource.
+    /// The objects the controller keeps for each resource: the ConfigMap, the fleets' and the
+    /// router's Services, and the router's identity and Deployment.
     config_maps: Kept<ConfigMap>,
     services: Kept<Service>,
+    service_accounts: Kept<ServiceAccount>,
+    roles: Kept<Role>,
+    role_bindings: Kept<RoleBinding>,
+    /// Router Deployments, trimmed by [`trim_deployment`] to metadata and ready counts.
+    deployments: Kept<Deployment, Deployment>,
 }
 
-/// A kind the controller keeps one object of per resource: its metadata watch cache, trimmed
-/// by [`trim_kept`], and what this run last applied to its objects.
-struct Kept<K: Resource<DynamicType = ()> + 'static> {
-    cache: Store<PartialObjectMeta<K>>,
+/// A kind the controller keeps objects of: its watch cache (metadata only, trimmed by
+/// [`trim_kept`], unless the controller reads more), and what this run last applied to them.
+struct Kept<K: Resource<DynamicType = ()> + 'static, Cached: Resource<DynamicType = ()> + 'static = PartialObjectMeta<K>> {
+    cache: Store<Cached>,
     applied: AppliedBodies,
+    kind: std::marker::PhantomData<K>,
 }
 
 /// Keeps of a ConfigMap's or Service's metadata what the owner trigger and [`Kept`] read:
 /// name, namespace, resourceVersion and owner references.
 fn trim_kept<K>(object: &mut PartialObjectMeta<K>) {
-    let meta = &mut object.metadata;
+    trim_kept_meta(&mut object.metadata);
+}
+
+fn trim_kept_meta(meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) {
     meta.managed_fields = None;
     meta.labels = None;
     meta.annotations = None;
     meta.creation_timestamp = None;
+}
+
+/// Keeps of a router Deployment its metadata as [`trim_kept`] does and its ready count.
+fn trim_deployment(deployment: &mut Deployment) {
+    let ready = deployment.status.as_ref().and_then(|s| s.ready_replicas);
+    trim_kept_meta(&mut deployment.metadata);
+    deployment.spec = None;
+    deployment.status = Some(DeploymentStatus { ready_replicas: ready, ..DeploymentStatus::default() });
 }
 
 /// Drops everything of a pod the controller never reads, before it reaches the cache: with
@@ -177,7 +198,7 @@ fn trim_kept<K>(object: &mut PartialObjectMeta<K>) {
 fn trim_pod(pod: &mut Pod) {
     let ready = is_ready(pod);
     let failed = is_failed(pod);
-    let read = [desired::LABEL_INSTANCE, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION];
+    let read = [desired::LABEL_INSTANCE, desired::LABEL_NAME, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION];
     if let Some(labels) = pod.metadata.labels.as_mut() {
         labels.retain(|key, _| read.contains(&key.as_str()));
     }
@@ -247,10 +268,8 @@ async fn reconcile_until(
         .reflect(deployments_writer)
         .applied_objects();
     let (pods, pods_writer) = reflector::store::<Pod>();
-    let pod_stream = watcher(
-        api::<Pod>(&client, &scope),
-        watcher::Config::default().labels(&format!("{}={}", desired::LABEL_NAME, desired::DECODE_APP)),
-    )
+    let servers = format!("{} in ({},{})", desired::LABEL_NAME, desired::DECODE_APP, desired::PREFILL_APP);
+    let pod_stream = watcher(api::<Pod>(&client, &scope), watcher::Config::default().labels(&servers))
     .modify(trim_pod)
     .reflect(pods_writer)
     .touched_objects();
@@ -265,6 +284,26 @@ async fn reconcile_until(
         .modify(trim_kept)
         .reflect(services_writer)
         .touched_objects();
+    let (kept_service_accounts, service_accounts_writer) = reflector::store();
+    let service_accounts = watcher(api::<PartialObjectMeta<ServiceAccount>>(&client, &scope), managed())
+        .modify(trim_kept)
+        .reflect(service_accounts_writer)
+        .touched_objects();
+    let (kept_roles, roles_writer) = reflector::store();
+    let roles = watcher(api::<PartialObjectMeta<Role>>(&client, &scope), managed())
+        .modify(trim_kept)
+        .reflect(roles_writer)
+        .touched_objects();
+    let (kept_role_bindings, role_bindings_writer) = reflector::store();
+    let role_bindings = watcher(api::<PartialObjectMeta<RoleBinding>>(&client, &scope), managed())
+        .modify(trim_kept)
+        .reflect(role_bindings_writer)
+        .touched_objects();
+    let (kept_router_deployments, router_deployments_writer) = reflector::store();
+    let router_deployments = watcher(api::<Deployment>(&client, &scope), managed())
+        .modify(trim_deployment)
+        .reflect(router_deployments_writer)
+        .touched_objects();
     let sources =
         watcher(api::<PartialObjectMeta<ConfigMap>>(&client, &scope), watcher::Config::default()).touched_objects();
     let users = deployments.clone();
@@ -273,6 +312,10 @@ async fn reconcile_until(
         pods,
         config_maps: Kept::new(kept_config_maps),
         services: Kept::new(kept_services),
+        service_accounts: Kept::new(kept_service_accounts),
+        roles: Kept::new(kept_roles),
+        role_bindings: Kept::new(kept_role_bindings),
+        deployments: Kept::new(kept_router_deployments),
     });
     Controller::for_stream(deployment_stream, deployments)
         .with_config(
@@ -281,9 +324,18 @@ async fn reconcile_until(
                 .debounce(context.reconcile_debounce),
         )
         .trigger_backoff(watch_backoff::WatchBackoff::default())
-        .owns_stream(pod_stream)
-        .owns_stream(config_maps)
-        .owns_stream(services)
+        // One trigger stream for every owned kind: a chain of `owns_stream`s nests one stream
+        // combinator per kind, and polling seven of them overflowed a 2 MiB worker stack in
+        // debug builds.
+        .reconcile_on(futures::stream::select_all([
+            owner_triggers(pod_stream),
+            owner_triggers(config_maps),
+            owner_triggers(services),
+            owner_triggers(service_accounts),
+            owner_triggers(roles),
+            owner_triggers(role_bindings),
+            owner_triggers(router_deployments),
+        ]))
         // A ConfigMap named by spec.model.config.configMapRef re-reconciles the resources using it.
         .watches_stream(sources, move |config_map| {
             let namespace = config_map.namespace();
@@ -306,6 +358,34 @@ async fn reconcile_until(
             }
         })
         .await;
+}
+
+/// The InferenceDeployment that controls each object of `stream` (its controller owner
+/// reference), as kube-runtime's `owns_stream` finds it, boxed so that merged streams stay flat.
+fn owner_triggers<K>(
+    stream: impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+) -> futures::stream::BoxStream<'static, ObjectRef<InferenceDeployment>>
+where
+    K: Resource + Send + 'static,
+{
+    stream
+        .filter_map(|object| async move {
+            let object = match object {
+                Ok(object) => object,
+                Err(e) => {
+                    tracing::debug!(error = %e, "owned objects' watch");
+                    return None;
+                }
+            };
+            let meta = object.meta();
+            let owner = meta.owner_references.iter().flatten().find(|owner| {
+                owner.controller == Some(true)
+                    && owner.kind == "InferenceDeployment"
+                    && owner.api_version.starts_with("kvpilot.dev/")
+            })?;
+            Some(ObjectRef::new(&owner.name).within(meta.namespace.as_deref()?))
+        })
+        .boxed()
 }
 
 /// Backoff for transient errors: 100 ms doubling per consecutive failure up to five minutes
@@ -355,8 +435,15 @@ async fn reconcile_inner(resource: &InferenceDeployment, reconciler: &Reconciler
     let config = context.source.model_config(&namespace, &resource.spec.model).await;
     let pods = observe_pods(&reconciler.pods, &namespace, resource);
     let settling = reconciler.settling(resource, &pods);
-    let observed =
-        Observed { resource, pods, settling, options: &context.options, now: k8s_openapi::jiff::Timestamp::now() };
+    let router = reconciler.router_status(&namespace, resource);
+    let observed = Observed {
+        resource,
+        pods,
+        router,
+        settling,
+        options: &context.options,
+        now: k8s_openapi::jiff::Timestamp::now(),
+    };
     let decision = decide::decide(&observed, config);
     act(resource, &namespace, reconciler, decision).await
 }
@@ -372,12 +459,8 @@ async fn act(
     let context = &reconciler.context;
     let apply = PatchParams::apply(FIELD_MANAGER).force();
     if let Some(desired) = &decision.desired {
-        let config_map_name = desired.config_map.metadata.name.clone().unwrap_or_default();
-        let config_map = with_type_meta(&desired.config_map, "v1", "ConfigMap");
-        reconciler.config_maps.apply(&context.client, &apply, namespace, &config_map_name, config_map).await?;
-        let service_name = desired.service.metadata.name.clone().unwrap_or_default();
-        let service = with_type_meta(&desired.service, "v1", "Service");
-        reconciler.services.apply(&context.client, &apply, namespace, &service_name, service).await?;
+        // Boxed: its state machine holds every apply's, and debug builds do not overlap them.
+        Box::pin(reconciler.apply_objects(resource, namespace, desired, &apply)).await?;
     }
     if let Some(status) = &decision.status {
         let deployments: Api<InferenceDeployment> = Api::namespaced(context.client.clone(), namespace);
@@ -413,6 +496,66 @@ async fn act(
 }
 
 impl Reconciler {
+    /// Applies the ConfigMap, the fleets' Services and the router's objects, and deletes the
+    /// prefill Service and the router objects of this resource when they are no longer wanted
+    /// (spec.prefill removed, the router turned off). Pods of a fleet no longer wanted are
+    /// deleted by the decision.
+    async fn apply_objects(
+        &self,
+        resource: &InferenceDeployment,
+        namespace: &str,
+        desired: &desired::Desired,
+        apply: &PatchParams,
+    ) -> Result<(), Error> {
+        let client = &self.context.client;
+        let name_of = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            meta.name.clone().unwrap_or_default()
+        };
+        let config_map = with_type_meta(&desired.config_map, "v1", "ConfigMap");
+        self.config_maps.apply(client, apply, namespace, &name_of(&desired.config_map.metadata), config_map).await?;
+        for fleet in desired.fleets() {
+            let service = with_type_meta(&fleet.service, "v1", "Service");
+            self.services.apply(client, apply, namespace, &name_of(&fleet.service.metadata), service).await?;
+        }
+        let name = resource.name_any();
+        if desired.prefill.is_none() {
+            self.services.remove(client, resource, namespace, &desired::service_name(&name, FleetRole::Prefill)).await?;
+        }
+        let router_name = desired::router_name(&name);
+        match &desired.router {
+            Some(router) => {
+                let sa = with_type_meta(&router.service_account, "v1", "ServiceAccount");
+                self.service_accounts.apply(client, apply, namespace, &router_name, sa).await?;
+                let role = with_type_meta(&router.role, "rbac.authorization.k8s.io/v1", "Role");
+                self.roles.apply(client, apply, namespace, &router_name, role).await?;
+                let binding = with_type_meta(&router.role_binding, "rbac.authorization.k8s.io/v1", "RoleBinding");
+                self.role_bindings.apply(client, apply, namespace, &router_name, binding).await?;
+                let deployment = with_type_meta(&router.deployment, "apps/v1", "Deployment");
+                self.deployments.apply(client, apply, namespace, &router_name, deployment).await?;
+                let service = with_type_meta(&router.service, "v1", "Service");
+                self.services.apply(client, apply, namespace, &router_name, service).await?;
+            }
+            None => {
+                self.services.remove(client, resource, namespace, &router_name).await?;
+                self.deployments.remove(client, resource, namespace, &router_name).await?;
+                self.role_bindings.remove(client, resource, namespace, &router_name).await?;
+                self.roles.remove(client, resource, namespace, &router_name).await?;
+                self.service_accounts.remove(client, resource, namespace, &router_name).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The router Deployment's ready pods, as its watch cache holds it.
+    fn router_status(&self, namespace: &str, resource: &InferenceDeployment) -> Option<RouterStatus> {
+        let name = desired::router_name(&resource.name_any());
+        let deployment = self.deployments.cache.get(&ObjectRef::new(&name).within(namespace))?;
+        Some(RouterStatus {
+            replicas: 0,
+            ready_replicas: deployment.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0),
+        })
+    }
+
     /// Whether pods the last pass created for `resource` are still missing from `observed`
     /// (and not for longer than [`SETTLE_TIMEOUT`]); forgets them once they are all seen.
     fn settling(&self, resource: &InferenceDeployment, observed: &[ObservedPod]) -> bool {
@@ -433,21 +576,45 @@ impl Reconciler {
     }
 }
 
-impl<K> Kept<K>
+impl<K, Cached> Kept<K, Cached>
 where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug
         + 'static,
+    Cached: Resource<DynamicType = ()> + Clone + 'static,
 {
-    fn new(cache: Store<PartialObjectMeta<K>>) -> Self {
-        Self { cache, applied: AppliedBodies::default() }
+    fn new(cache: Store<Cached>) -> Self {
+        Self { cache, applied: AppliedBodies::default(), kind: std::marker::PhantomData }
     }
 
     /// The object's resourceVersion in the watch cache.
     fn cached_version(&self, (namespace, name): &ObjectKey) -> Option<String> {
-        self.cache.get(&ObjectRef::new(name).within(namespace))?.metadata.resource_version.clone()
+        self.cache.get(&ObjectRef::new(name).within(namespace))?.meta().resource_version.clone()
+    }
+
+    /// Deletes the object `name` if the watch cache shows it owned by `resource`: what this
+    /// resource no longer wants, never an object of someone else's that shares the name.
+    async fn remove(
+        &self,
+        client: &kube::Client,
+        resource: &InferenceDeployment,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), Error> {
+        let Some(cached) = self.cache.get(&ObjectRef::new(name).within(namespace)) else { return Ok(()) };
+        let uid = resource.metadata.uid.as_deref();
+        let owned = cached.meta().owner_references.iter().flatten().any(|o| Some(o.uid.as_str()) == uid);
+        if !owned || cached.meta().deletion_timestamp.is_some() {
+            return Ok(());
+        }
+        let api: Api<K> = Api::namespaced(client.clone(), namespace);
+        match api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(e) => Err(Error::Kube(e)),
+        }
     }
 
     /// Server-side applies `body` to the object `name`, unless this run applied the same body
@@ -473,7 +640,7 @@ where
     }
 }
 
-/// The resource's decode pods as the watch cache holds them.
+/// The resource's server pods as the watch cache holds them.
 fn observe_pods(cached: &Store<Pod>, namespace: &str, resource: &InferenceDeployment) -> Vec<ObservedPod> {
     let name = resource.name_any();
     cached
@@ -485,8 +652,14 @@ fn observe_pods(cached: &Store<Pod>, namespace: &str, resource: &InferenceDeploy
             if labels.get(desired::LABEL_INSTANCE) != Some(&name) {
                 return None;
             }
+            let role = match labels.get(desired::LABEL_NAME)?.as_str() {
+                desired::PREFILL_APP => FleetRole::Prefill,
+                desired::DECODE_APP => FleetRole::Decode,
+                _ => return None,
+            };
             Some(ObservedPod {
                 name: pod.metadata.name.clone()?,
+                role,
                 replica: labels.get(LABEL_ORDINAL)?.parse().ok()?,
                 rank: labels.get(LABEL_RANK).and_then(|r| r.parse().ok()).unwrap_or(0),
                 revision: labels.get(LABEL_REVISION).cloned().unwrap_or_default(),

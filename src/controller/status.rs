@@ -4,9 +4,10 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
+use super::desired::FleetRole;
 use crate::api::{
-    CONDITION_MODEL_RESOLVED, CONDITION_PROGRESSING, CONDITION_READY, CONDITION_SETTINGS_VALID, DecodeStatus,
-    InferenceDeploymentStatus, SglangStatus,
+    CONDITION_MODEL_RESOLVED, CONDITION_PROGRESSING, CONDITION_READY, CONDITION_SETTINGS_VALID, FleetStatus,
+    InferenceDeploymentStatus, RouterStatus, SglangStatus,
 };
 use crate::policy::{Assessment, Outcome};
 use crate::release::ReleaseChoice;
@@ -90,14 +91,84 @@ pub struct PodCounts {
     pub ready_updated: i32,
 }
 
+/// One fleet's desired replicas and counts, for the conditions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FleetProgress {
+    pub role: FleetRole,
+    pub desired: i32,
+    pub counts: PodCounts,
+}
+
+impl FleetProgress {
+    /// Every replica exists at the current revision.
+    fn done(&self) -> bool {
+        self.counts.updated == self.desired && self.counts.total == self.desired
+    }
+
+    /// Every replica exists at the current revision and is ready.
+    fn all_ready(&self) -> bool {
+        self.done() && self.counts.ready_updated == self.desired
+    }
+}
+
+/// What the status reports of the workloads, when this pass looked at them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Workloads {
+    pub decode: Option<FleetStatus>,
+    pub prefill: Option<FleetStatus>,
+    pub router: Option<RouterStatus>,
+    pub endpoint: Option<String>,
+}
+
+/// Ready: without a router, every replica of every fleet is ready at the current revision; with
+/// one, the service answers: a ready router, and at least one ready replica of each fleet.
+fn readiness(fleets: &[FleetProgress], router: Option<&RouterStatus>) -> Decided {
+    let counted = |f: &FleetProgress| format!("{}/{} {} replicas ready", f.counts.ready_updated, f.desired, f.role.as_str());
+    if let Some(router) = router {
+        let serving = router.ready_replicas >= 1 && fleets.iter().all(|f| f.counts.ready_updated >= 1);
+        let mut parts = vec![format!("{}/{} router pods ready", router.ready_replicas, router.replicas)];
+        parts.extend(fleets.iter().map(counted));
+        let message = parts.join(", ");
+        return if serving {
+            Decided::new(CONDITION_READY, Some(true), "ServiceReady", message)
+        } else {
+            Decided::new(
+                CONDITION_READY,
+                Some(false),
+                "ServiceNotReady",
+                format!("{message}: the router and a replica of each fleet must be ready"),
+            )
+        };
+    }
+    if let [decode] = fleets {
+        let desired = decode.desired;
+        return if decode.all_ready() {
+            Decided::new(CONDITION_READY, Some(true), "AllReplicasReady", format!("{desired}/{desired} decode replicas ready"))
+        } else {
+            Decided::new(
+                CONDITION_READY,
+                Some(false),
+                "ReplicasNotReady",
+                format!("{}/{desired} decode replicas of the current revision ready", decode.counts.ready_updated),
+            )
+        };
+    }
+    let message = fleets.iter().map(counted).collect::<Vec<_>>().join(", ");
+    if fleets.iter().all(FleetProgress::all_ready) {
+        Decided::new(CONDITION_READY, Some(true), "AllReplicasReady", message)
+    } else {
+        Decided::new(CONDITION_READY, Some(false), "ReplicasNotReady", format!("{message} at the current revision"))
+    }
+}
+
 /// Conditions for a resolved model: settings verdict, readiness and rollout progress.
-/// `rollout_problem` names an unusable `spec.decode.rollout`; Progressing carries it (reason
+/// `rollout_problem` names an unusable `rollout` of a fleet; Progressing carries it (reason
 /// `InvalidRollout`) for as long as it stands, so the user sees why the defaults are in use.
 pub fn resolved(
     assessment: &Assessment,
     source: &str,
-    desired: i32,
-    counts: PodCounts,
+    fleets: &[FleetProgress],
+    router: Option<&RouterStatus>,
     rollout_problem: Option<&str>,
 ) -> Vec<Decided> {
     let layout = &assessment.layout;
@@ -161,34 +232,18 @@ pub fn resolved(
             ),
         ];
     }
-    let done = counts.updated == desired && counts.total == desired;
-    let ready = counts.ready_updated == desired && done;
-    let ready_condition = if ready {
-        Decided::new(
-            CONDITION_READY,
-            Some(true),
-            "AllReplicasReady",
-            format!("{desired}/{desired} decode replicas ready"),
-        )
-    } else {
-        Decided::new(
-            CONDITION_READY,
-            Some(false),
-            "ReplicasNotReady",
-            format!("{}/{desired} decode replicas of the current revision ready", counts.ready_updated),
-        )
-    };
-    let (rolling, reason, progress) = if done && ready {
+    let ready_condition = readiness(fleets, router);
+    let (rolling, reason, progress) = if fleets.iter().all(FleetProgress::all_ready) {
         (false, "Complete", "the current revision is rolled out".to_string())
     } else {
-        (
-            true,
-            "RollingOut",
+        let each = |f: &FleetProgress| {
+            let role = if fleets.len() > 1 { format!("{} ", f.role.as_str()) } else { String::new() };
             format!(
-                "{} of {desired} replicas at the current revision, {} replicas in all",
-                counts.updated, counts.total
-            ),
-        )
+                "{} of {} {role}replicas at the current revision, {} replicas in all",
+                f.counts.updated, f.desired, f.counts.total
+            )
+        };
+        (true, "RollingOut", fleets.iter().map(each).collect::<Vec<_>>().join("; "))
     };
     let progressing = match rollout_problem {
         Some(problem) => Decided::new(
@@ -217,24 +272,31 @@ pub fn status(
     decided: &[Decided],
     generation: Option<i64>,
     assessment: Option<&Assessment>,
-    decode: Option<DecodeStatus>,
+    workloads: Option<Workloads>,
     now: Timestamp,
 ) -> InferenceDeploymentStatus {
+    // Keep the last known workloads when this pass could not look at them.
+    let workloads = workloads.unwrap_or_else(|| {
+        previous.map_or_else(Workloads::default, |p| Workloads {
+            decode: p.decode.clone(),
+            prefill: p.prefill.clone(),
+            router: p.router.clone(),
+            endpoint: p.endpoint.clone(),
+        })
+    });
     let previous_conditions = previous.map(|s| s.conditions.as_slice()).unwrap_or_default();
-    let mut status = InferenceDeploymentStatus {
+    InferenceDeploymentStatus {
         observed_generation: generation,
         conditions: conditions(previous_conditions, decided, generation, now),
         layout: assessment.map(|a| a.layout.clone()),
         effective: assessment.filter(|a| a.verdict.outcome != Outcome::Rejected).map(|a| a.verdict.effective.clone()),
         rewrites: assessment.map(|a| a.verdict.rewrites.clone()).unwrap_or_default(),
-        decode,
+        decode: workloads.decode,
+        prefill: workloads.prefill,
+        router: workloads.router,
+        endpoint: workloads.endpoint,
         sglang: assessment.map(|a| sglang_status(&a.release)),
-    };
-    // Keep the last known pod counts when this pass could not look at pods.
-    if status.decode.is_none() {
-        status.decode = previous.and_then(|p| p.decode.clone());
     }
-    status
 }
 
 #[cfg(test)]

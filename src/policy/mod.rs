@@ -16,7 +16,7 @@ use serde::Serialize;
 use k8s_openapi::api::core::v1::EnvVar;
 
 use crate::api::{
-    AttentionLayout, DecodeSpec, DisaggregationSpec, EffectiveSettings, HybridSwaMemory, InferenceDeploymentSpec,
+    AttentionLayout, FleetSpec, DisaggregationSpec, EffectiveSettings, HybridSwaMemory, InferenceDeploymentSpec,
     KvPool, LayoutFeature, OnInvalid, RetractionBackup, Rewrite, SettingSource,
 };
 use crate::layout::{self, LayoutError, ResolveOptions};
@@ -45,7 +45,7 @@ pub struct PolicyInput<'a> {
     /// `spec.disaggregation`.
     pub disaggregation: &'a DisaggregationSpec,
     /// `spec.decode`.
-    pub decode: &'a DecodeSpec,
+    pub decode: &'a FleetSpec,
     /// The resolved layout of the model.
     pub layout: &'a AttentionLayout,
     /// The SGLang release whose rules apply.
@@ -219,7 +219,7 @@ fn unified_memory_blocks_host_pool(settings: &DisaggregationSpec, layout: &Atten
 /// is no host pool.
 pub fn automatic_retraction_backup(
     settings: &DisaggregationSpec,
-    decode: &DecodeSpec,
+    decode: &FleetSpec,
     layout: &AttentionLayout,
     release: Release,
 ) -> RetractionBackup {

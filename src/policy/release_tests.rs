@@ -50,14 +50,14 @@ fn with(edit: impl FnOnce(&mut DisaggregationSpec)) -> DisaggregationSpec {
     settings
 }
 
-fn env(name: &str, value: &str) -> DecodeSpec {
-    DecodeSpec {
+fn env(name: &str, value: &str) -> FleetSpec {
+    FleetSpec {
         env: vec![EnvVar { name: name.into(), value: Some(value.into()), value_from: None }],
-        ..DecodeSpec::default()
+        ..FleetSpec::default()
     }
 }
 
-fn at(patch: u16, settings: &DisaggregationSpec, decode: &DecodeSpec, layout: &AttentionLayout) -> Verdict {
+fn at(patch: u16, settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout) -> Verdict {
     evaluate(PolicyInput { disaggregation: settings, decode, layout, release: v0_5(patch) })
 }
 
@@ -65,7 +65,7 @@ fn at(patch: u16, settings: &DisaggregationSpec, decode: &DecodeSpec, layout: &A
 fn messages(
     rule: &str,
     settings: &DisaggregationSpec,
-    decode: &DecodeSpec,
+    decode: &FleetSpec,
     layout: &AttentionLayout,
 ) -> Vec<Option<String>> {
     (17..=23)
@@ -88,11 +88,11 @@ fn concat(parts: &[Vec<Option<String>>]) -> Vec<Option<String>> {
 fn f1_the_retraction_flag_does_not_exist_before_0_5_18() {
     let host_pool = with(|s| s.retraction_backup = Some(RetractionBackup::HostPool));
     assert_eq!(
-        messages("F1", &host_pool, &DecodeSpec::default(), &full()),
+        messages("F1", &host_pool, &FleetSpec::default(), &full()),
         on(17..=17, "unrecognized arguments: --disaggregation-decode-retraction-backup host_pool")
     );
     let rewritten =
-        at(17, &DisaggregationSpec { on_invalid: OnInvalid::Rewrite, ..host_pool }, &DecodeSpec::default(), &full());
+        at(17, &DisaggregationSpec { on_invalid: OnInvalid::Rewrite, ..host_pool }, &FleetSpec::default(), &full());
     assert_eq!(rewritten.outcome, Outcome::Rewritten);
     assert_eq!((rewritten.rewrites[0].from.as_str(), rewritten.rewrites[0].to.as_str()), ("host_pool", "unset"));
     assert_eq!(rewritten.settings.retraction_backup, None);
@@ -107,7 +107,7 @@ fn f1_the_retraction_flag_does_not_exist_before_0_5_18() {
 fn f2_none_exists_from_0_5_21() {
     let none = with(|s| s.retraction_backup = Some(RetractionBackup::None));
     assert_eq!(
-        messages("F2", &none, &DecodeSpec::default(), &full()),
+        messages("F2", &none, &FleetSpec::default(), &full()),
         on(
             18..=20,
             "argument --disaggregation-decode-retraction-backup: invalid choice: 'none' (choose from 'cpu_tensor', \
@@ -115,9 +115,9 @@ fn f2_none_exists_from_0_5_21() {
         )
     );
     let rewritten =
-        at(20, &DisaggregationSpec { on_invalid: OnInvalid::Rewrite, ..none.clone() }, &DecodeSpec::default(), &full());
+        at(20, &DisaggregationSpec { on_invalid: OnInvalid::Rewrite, ..none.clone() }, &FleetSpec::default(), &full());
     assert_eq!(rewritten.settings.retraction_backup, Some(RetractionBackup::CpuTensor));
-    let valid = at(21, &none, &DecodeSpec::default(), &full());
+    let valid = at(21, &none, &FleetSpec::default(), &full());
     assert_eq!((valid.outcome, valid.effective.retraction_backup), (Outcome::Valid, RetractionBackup::None));
     assert_eq!(valid.effective.host_pool_ratio, None);
     assert!(valid.warnings.iter().any(|w| w.contains("aborted with HTTP 503")), "{:?}", valid.warnings);
@@ -128,13 +128,13 @@ fn r13_is_a_blanket_refusal_until_0_5_18_wants_the_env_var_until_0_5_20_and_is_g
     let radix = with(|s| s.decode_radix_cache = true);
     let blanket =
         "--disaggregation-decode-enable-radix-cache is incompatible with sliding window attention (SWA) models";
-    assert_eq!(messages("R13", &radix, &DecodeSpec::default(), &hybrid_swa()), on(17..=18, blanket));
+    assert_eq!(messages("R13", &radix, &FleetSpec::default(), &hybrid_swa()), on(17..=18, blanket));
     let off = env("SGLANG_ENABLE_UNIFIED_RADIX_TREE", "0");
     let needs_env = "--disaggregation-decode-enable-radix-cache with sliding window attention (SWA) models requires the \
                      unified radix tree (set SGLANG_ENABLE_UNIFIED_RADIX_TREE=1).";
     assert_eq!(messages("R13", &radix, &off, &hybrid_swa()), concat(&[on(17..=18, blanket), on(19..=20, needs_env)]));
     for patch in 17..=23 {
-        let added = at(patch, &radix, &DecodeSpec::default(), &hybrid_swa()).effective.decode_env;
+        let added = at(patch, &radix, &FleetSpec::default(), &hybrid_swa()).effective.decode_env;
         assert_eq!(added.len(), usize::from((19..=20).contains(&patch)), "0.5.{patch}: {added:?}");
     }
 }
@@ -143,7 +143,7 @@ fn r13_is_a_blanket_refusal_until_0_5_18_wants_the_env_var_until_0_5_20_and_is_g
 fn r17_and_the_dcp_chunk_cache_rules_end_with_0_5_20() {
     let radix = with(|s| s.decode_radix_cache = true);
     assert_eq!(
-        messages("R17", &radix, &DecodeSpec::default(), &ssm()),
+        messages("R17", &radix, &FleetSpec::default(), &ssm()),
         on(17..=20, "--disaggregation-decode-enable-radix-cache is incompatible with Mamba/SSM models")
     );
     let dcp_radix = with(|s| {
@@ -151,7 +151,7 @@ fn r17_and_the_dcp_chunk_cache_rules_end_with_0_5_20() {
         s.decode_context_parallel = 2;
     });
     let verdicts: Vec<bool> = (17..=23)
-        .map(|p| at(p, &dcp_radix, &DecodeSpec::default(), &mla()).violations.iter().any(|v| v.rule == "R19"))
+        .map(|p| at(p, &dcp_radix, &FleetSpec::default(), &mla()).violations.iter().any(|v| v.rule == "R19"))
         .collect();
     assert_eq!(verdicts, [true, true, true, true, false, false, false]);
 }
@@ -163,7 +163,7 @@ fn r15_changes_text_and_condition_in_0_5_23() {
                (c4/c128/indexer) yet.";
     let new = "--disaggregation-decode-enable-radix-cache with DeepSeek-V4 requires the unified KV layout \
                (SGLANG_HACK_FLASHMLA_BACKEND=unified_kv_triton).";
-    assert_eq!(messages("R15", &radix, &DecodeSpec::default(), &dsv4()), concat(&[on(19..=22, old), on(23..=23, new)]));
+    assert_eq!(messages("R15", &radix, &FleetSpec::default(), &dsv4()), concat(&[on(19..=22, old), on(23..=23, new)]));
     let unified_kv = env("SGLANG_HACK_FLASHMLA_BACKEND", "unified_kv_triton");
     assert_eq!(messages("R15", &radix, &unified_kv, &dsv4()), on(19..=22, old));
 }
@@ -177,7 +177,7 @@ fn r18_speculative_algorithms_decode_radix_cache_allows_per_release() {
         })
     };
     let fires = |algorithm: &str| -> Vec<bool> {
-        messages("R18", &with_algorithm(algorithm), &DecodeSpec::default(), &full())
+        messages("R18", &with_algorithm(algorithm), &FleetSpec::default(), &full())
             .iter()
             .map(Option::is_some)
             .collect()
@@ -199,18 +199,18 @@ fn r19_decode_dcp_backends_widen_per_release() {
     let v2 = "PD decode DCP requires --disaggregation-transfer-backend mooncake, nixl, or fake for synthetic \
               benchmarking, got 'mori'.";
     assert_eq!(
-        messages("R19", &dcp(TransferBackend::Mori), &DecodeSpec::default(), &mla()),
+        messages("R19", &dcp(TransferBackend::Mori), &FleetSpec::default(), &mla()),
         concat(&[on(17..=18, v1), on(19..=21, v2)])
     );
     assert_eq!(
-        messages("R19", &dcp(TransferBackend::Fake), &DecodeSpec::default(), &mla()),
+        messages("R19", &dcp(TransferBackend::Fake), &FleetSpec::default(), &mla()),
         on(17..=18, "PD decode DCP requires --disaggregation-transfer-backend mooncake or nixl, got 'fake'.")
     );
 }
 
 #[test]
 fn t1_by_backend_and_release() {
-    let decode = DecodeSpec { tensor_parallel: 4, ..DecodeSpec::default() };
+    let decode = FleetSpec { tensor_parallel: 4, ..FleetSpec::default() };
     let mismatched = |backend| {
         with(|s| {
             s.transfer_backend = backend;
@@ -225,7 +225,7 @@ fn t1_by_backend_and_release() {
         assert_eq!(messages("T1", &mismatched(backend), &decode, &hybrid_swa()), on(17..=21, mooncake));
     }
     // MXFP8 KV adds BLOCK_SCALE state, even on a model without SWA.
-    let mxfp8 = DecodeSpec { kv_cache_dtype: Some("mxfp8".into()), ..decode.clone() };
+    let mxfp8 = FleetSpec { kv_cache_dtype: Some("mxfp8".into()), ..decode.clone() };
     let block_scale =
         "PD Disaggregation does NOT support PD different TP sizes for non-MLA BLOCK_SCALE hybrid models yet.";
     assert_eq!(messages("T1", &mismatched(TransferBackend::Mooncake), &mxfp8, &full()), on(19..=21, block_scale));
@@ -240,7 +240,7 @@ fn p1_p2_prefill_and_decode_must_agree_on_page_size_and_kv_dtype() {
         s.prefill =
             Some(PrefillSpec { page_size: Some(64), kv_cache_dtype: Some("fp8_e4m3".into()), ..PrefillSpec::default() })
     });
-    let verdict = at(23, &prefill, &DecodeSpec::default(), &full());
+    let verdict = at(23, &prefill, &FleetSpec::default(), &full());
     let found: Vec<(&str, &str, &str)> =
         verdict.violations.iter().map(|v| (v.rule, v.message.as_str(), v.phase)).collect();
     assert_eq!(
@@ -260,10 +260,10 @@ fn p1_p2_prefill_and_decode_must_agree_on_page_size_and_kv_dtype() {
             ),
         ]
     );
-    let matching = DecodeSpec { page_size: 64, kv_cache_dtype: Some("fp8_e4m3".into()), ..DecodeSpec::default() };
+    let matching = FleetSpec { page_size: 64, kv_cache_dtype: Some("fp8_e4m3".into()), ..FleetSpec::default() };
     assert_eq!(at(17, &prefill, &matching, &full()).outcome, Outcome::Valid);
     assert_eq!(
-        at(23, &with(|s| s.prefill = Some(PrefillSpec::default())), &DecodeSpec::default(), &full()).outcome,
+        at(23, &with(|s| s.prefill = Some(PrefillSpec::default())), &FleetSpec::default(), &full()).outcome,
         Outcome::Valid
     );
 }
@@ -272,11 +272,11 @@ fn p1_p2_prefill_and_decode_must_agree_on_page_size_and_kv_dtype() {
 fn r19d_decode_dcp_needs_an_mla_pool() {
     let dcp = with(|s| s.decode_context_parallel = 2);
     assert_eq!(
-        messages("R19d", &dcp, &DecodeSpec::default(), &full()),
+        messages("R19d", &dcp, &FleetSpec::default(), &full()),
         on(17..=23, "PD decode DCP requires an MLA or hybrid-MLA KV pool.")
     );
-    assert_eq!(at(23, &dcp, &DecodeSpec::default(), &mla()).outcome, Outcome::Valid);
-    assert_eq!(at(23, &dcp, &DecodeSpec::default(), &dsv4()).outcome, Outcome::Valid, "DSV4 counts as MLA");
+    assert_eq!(at(23, &dcp, &FleetSpec::default(), &mla()).outcome, Outcome::Valid);
+    assert_eq!(at(23, &dcp, &FleetSpec::default(), &dsv4()).outcome, Outcome::Valid, "DSV4 counts as MLA");
 }
 
 #[test]
@@ -284,19 +284,19 @@ fn o1_decode_offload_needs_an_mha_or_mla_pool() {
     let offload = with(|s| s.decode_offload_kv_cache = true);
     for layout in [hybrid_swa(), ssm(), dsv4()] {
         assert_eq!(
-            messages("O1", &offload, &DecodeSpec::default(), &layout),
+            messages("O1", &offload, &FleetSpec::default(), &layout),
             on(17..=23, "Unsupported KV cache type for decode offload")
         );
     }
     for layout in [full(), mla()] {
-        assert_eq!(at(23, &offload, &DecodeSpec::default(), &layout).outcome, Outcome::Valid);
+        assert_eq!(at(23, &offload, &FleetSpec::default(), &layout).outcome, Outcome::Valid);
     }
     let unified = with(|s| {
         s.decode_offload_kv_cache = true;
         s.enable_unified_memory = true;
     });
     assert_eq!(
-        messages("O1", &unified, &DecodeSpec::default(), &hybrid_swa()),
+        messages("O1", &unified, &FleetSpec::default(), &hybrid_swa()),
         on(17..=20, "Unsupported KV cache type for decode offload"),
         "0.5.21 accepts the unified-memory hybrid-SWA pool"
     );
@@ -306,7 +306,7 @@ fn o1_decode_offload_needs_an_mha_or_mla_pool() {
 fn unified_memory_rules_per_release() {
     let unified = with(|s| s.enable_unified_memory = true);
     assert_eq!(
-        messages("U1", &unified, &DecodeSpec::default(), &full()),
+        messages("U1", &unified, &FleetSpec::default(), &full()),
         on(17..=17, "--enable-unified-memory is not yet compatible with PD disaggregation.")
     );
     let on_nixl = with(|s| {
@@ -318,14 +318,14 @@ fn unified_memory_rules_per_release() {
     let since_0_5_21 =
         "--enable-unified-memory with PD disaggregation supports only these transfer backends: mooncake; got 'nixl'.";
     assert_eq!(
-        messages("U1", &on_nixl, &DecodeSpec::default(), &full()),
+        messages("U1", &on_nixl, &FleetSpec::default(), &full()),
         concat(&[
             on(17..=17, "--enable-unified-memory is not yet compatible with PD disaggregation."),
             on(18..=20, catalogue),
             on(21..=23, since_0_5_21)
         ])
     );
-    let pp2 = DecodeSpec { pipeline_parallel: 2, ..DecodeSpec::default() };
+    let pp2 = FleetSpec { pipeline_parallel: 2, ..FleetSpec::default() };
     assert_eq!(
         at(23, &unified, &pp2, &full()).violations[0].message,
         "--enable-unified-memory with PD disaggregation does not support pipeline parallelism (whole-envelope transfer \
@@ -336,14 +336,14 @@ fn unified_memory_rules_per_release() {
         s.speculative_algorithm = Some("DSPARK".into());
     });
     assert_eq!(
-        messages("U1", &speculative, &DecodeSpec::default(), &full())[4].as_deref(),
+        messages("U1", &speculative, &FleetSpec::default(), &full())[4].as_deref(),
         Some(
             "--enable-unified-memory with PD disaggregation does not support speculative decoding with the Mooncake \
               transfer backend."
         )
     );
     let fires = |rule, layout: &AttentionLayout| -> Vec<bool> {
-        messages(rule, &unified, &DecodeSpec::default(), layout).iter().map(Option::is_some).collect()
+        messages(rule, &unified, &FleetSpec::default(), layout).iter().map(Option::is_some).collect()
     };
     assert_eq!(fires("U2", &ssm()), [false, true, true, false, false, false, false]);
     assert_eq!(fires("U3", &hybrid_swa()), [false, true, true, false, false, false, false]);
@@ -356,18 +356,18 @@ fn unified_memory_rules_per_release() {
     };
     let radix = host_pool(|s| s.decode_radix_cache = true);
     assert_eq!(
-        messages("U6a", &radix, &DecodeSpec::default(), &full()),
+        messages("U6a", &radix, &FleetSpec::default(), &full()),
         on(
             21..=21,
             "--enable-unified-memory host-pool decode retraction does not support decode radix-cache H2D/D2H transfers yet."
         )
     );
     assert_eq!(
-        messages("U6b", &host_pool(|_| {}), &DecodeSpec::default(), &ssm()),
+        messages("U6b", &host_pool(|_| {}), &FleetSpec::default(), &ssm()),
         on(21..=23, "--enable-unified-memory host-pool decode retraction does not support hybrid-Mamba models.")
     );
     assert_eq!(
-        messages("U6c", &host_pool(|_| {}), &DecodeSpec::default(), &hybrid_swa()),
+        messages("U6c", &host_pool(|_| {}), &FleetSpec::default(), &hybrid_swa()),
         on(
             21..=21,
             "--enable-unified-memory host-pool decode retraction does not support hybrid-SWA H2D/D2H transfers yet."
@@ -382,7 +382,7 @@ fn r8_on_0_5_18_needs_the_unified_tree_env_for_decode_radix_cache() {
         s.decode_radix_cache = true;
     });
     let fires: Vec<bool> =
-        messages("R8", &settings, &DecodeSpec::default(), &full()).iter().map(Option::is_some).collect();
+        messages("R8", &settings, &FleetSpec::default(), &full()).iter().map(Option::is_some).collect();
     assert_eq!(fires, [false, true, false, false, false, false, false]);
     let with_env = env("SGLANG_ENABLE_UNIFIED_RADIX_TREE", "1");
     assert_eq!(at(18, &settings, &with_env, &full()).outcome, Outcome::Valid);
@@ -392,7 +392,7 @@ fn r8_on_0_5_18_needs_the_unified_tree_env_for_decode_radix_cache() {
 fn the_automatic_backup_and_its_host_pool_follow_each_release() {
     let unset = DisaggregationSpec::default();
     let effective =
-        |patch, settings: &DisaggregationSpec| at(patch, settings, &DecodeSpec::default(), &full()).effective;
+        |patch, settings: &DisaggregationSpec| at(patch, settings, &FleetSpec::default(), &full()).effective;
     assert_eq!(effective(17, &unset).retraction_backup, RetractionBackup::CpuTensor);
     assert_eq!(
         (effective(18, &unset).retraction_backup, effective(18, &unset).host_pool_ratio),
@@ -408,9 +408,9 @@ fn the_automatic_backup_and_its_host_pool_follow_each_release() {
         "unified memory excludes host_pool on 0.5.20 only; 0.5.21+ only for hybrid SWA (parity, each wheel)"
     );
     let unified_swa: Vec<RetractionBackup> =
-        (18..=23).map(|p| at(p, &unified, &DecodeSpec::default(), &hybrid_swa()).effective.retraction_backup).collect();
+        (18..=23).map(|p| at(p, &unified, &FleetSpec::default(), &hybrid_swa()).effective.retraction_backup).collect();
     assert_eq!(unified_swa, [HostPool, HostPool, CpuTensor, CpuTensor, CpuTensor, CpuTensor]);
-    let warned = at(21, &unset, &DecodeSpec::default(), &full()).warnings;
+    let warned = at(21, &unset, &FleetSpec::default(), &full()).warnings;
     assert!(warned.iter().any(|w| w.contains("max(0.2, one max-length request")), "{warned:?}");
 }
 
@@ -454,15 +454,15 @@ fn u7_unified_memory_decode_offload_from_0_5_21() {
         (hybrid_swa(), "--enable-unified-memory decode KV offload does not support hybrid-SWA H2D/D2H transfers yet."),
     ];
     for (layout, message) in cases {
-        assert_eq!(messages("U7", &settings, &DecodeSpec::default(), &layout), on(21..=23, message));
+        assert_eq!(messages("U7", &settings, &FleetSpec::default(), &layout), on(21..=23, message));
     }
-    assert_eq!(at(23, &settings, &DecodeSpec::default(), &full()).outcome, Outcome::Valid);
+    assert_eq!(at(23, &settings, &FleetSpec::default(), &full()).outcome, Outcome::Valid);
 }
 
 #[test]
 fn t1mx_mxfp8_kv_needs_equal_attention_tp_from_the_0_5_22_handshake() {
     let settings = with(|s| s.prefill = Some(PrefillSpec { tensor_parallel: 2, ..PrefillSpec::default() }));
-    let decode = DecodeSpec { tensor_parallel: 4, kv_cache_dtype: Some("mxfp8".into()), ..DecodeSpec::default() };
+    let decode = FleetSpec { tensor_parallel: 4, kv_cache_dtype: Some("mxfp8".into()), ..FleetSpec::default() };
     assert_eq!(
         messages("T1mx", &settings, &decode, &full()),
         on(

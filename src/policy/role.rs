@@ -62,7 +62,7 @@ pub fn evaluate_non_decode(input: PolicyInput<'_>, prefill: bool) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{DecodeSpec, DisaggregationSpec, MambaRadixCacheStrategy};
+    use crate::api::{FleetSpec, DisaggregationSpec, MambaRadixCacheStrategy};
     use crate::layout::{ResolveOptions, resolve};
 
     fn layout() -> crate::api::AttentionLayout {
@@ -72,7 +72,7 @@ mod tests {
 
     fn rules_of(settings: &DisaggregationSpec, prefill: bool) -> Vec<&'static str> {
         let layout = layout();
-        let decode = DecodeSpec::default();
+        let decode = FleetSpec::default();
         let input = PolicyInput {
             disaggregation: settings,
             decode: &decode,

@@ -6,7 +6,7 @@
 
 use crate::api::AttentionLayout;
 use crate::api::{
-    AttentionKind, DecodeSpec, DisaggregationSpec, KvPool, LayerKind, LayoutFeature, MambaRadixCacheStrategy,
+    AttentionKind, FleetSpec, DisaggregationSpec, KvPool, LayerKind, LayoutFeature, MambaRadixCacheStrategy,
     RetractionBackup, TransferBackend,
 };
 use crate::release::{Release, Span, v0_5};
@@ -15,7 +15,7 @@ use crate::release::{Release, Span, v0_5};
 /// fleet, the layout and the release the rules are evaluated at.
 pub(crate) struct Context<'a> {
     pub(crate) settings: &'a DisaggregationSpec,
-    pub(crate) decode: &'a DecodeSpec,
+    pub(crate) decode: &'a FleetSpec,
     pub(crate) layout: &'a AttentionLayout,
     pub(crate) release: Release,
 }
@@ -172,14 +172,14 @@ fn mooncake_or_nixl(c: &Context<'_>) -> bool {
     matches!(c.settings.transfer_backend, TransferBackend::Mooncake | TransferBackend::Nixl)
 }
 
-fn env_truthy(decode: &DecodeSpec, name: &str) -> bool {
+fn env_truthy(decode: &FleetSpec, name: &str) -> bool {
     decode
         .env_value(name)
         .is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
 }
 
 /// Whether the decode env sets `name` to something other than a truthy value.
-fn env_set_falsy(decode: &DecodeSpec, name: &str) -> bool {
+fn env_set_falsy(decode: &FleetSpec, name: &str) -> bool {
     decode.env_value(name).is_some() && !env_truthy(decode, name)
 }
 

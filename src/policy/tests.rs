@@ -80,15 +80,15 @@ fn host_pool(s: &mut DisaggregationSpec) {
 /// catalogue's rules run at it; release differences have their own tests.
 const CATALOGUE: Release = v0_5(19);
 
-fn run(settings: &DisaggregationSpec, decode: &DecodeSpec, layout: &AttentionLayout) -> Verdict {
+fn run(settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout) -> Verdict {
     run_at(CATALOGUE, settings, decode, layout)
 }
 
-fn run_at(release: Release, settings: &DisaggregationSpec, decode: &DecodeSpec, layout: &AttentionLayout) -> Verdict {
+fn run_at(release: Release, settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout) -> Verdict {
     evaluate(PolicyInput { disaggregation: settings, decode, layout, release })
 }
 
-fn both_modes(settings: DisaggregationSpec, decode: &DecodeSpec, layout: &AttentionLayout) -> (Verdict, Verdict) {
+fn both_modes(settings: DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout) -> (Verdict, Verdict) {
     let reject = run(&DisaggregationSpec { on_invalid: OnInvalid::Reject, ..settings.clone() }, decode, layout);
     let rewrite = run(&DisaggregationSpec { on_invalid: OnInvalid::Rewrite, ..settings }, decode, layout);
     (reject, rewrite)
@@ -102,8 +102,8 @@ fn env(name: &str, value: &str) -> EnvVar {
     EnvVar { name: name.into(), value: Some(value.into()), value_from: None }
 }
 
-fn unified_radix_tree() -> DecodeSpec {
-    DecodeSpec { env: vec![env("SGLANG_ENABLE_UNIFIED_RADIX_TREE", "1")], ..DecodeSpec::default() }
+fn unified_radix_tree() -> FleetSpec {
+    FleetSpec { env: vec![env("SGLANG_ENABLE_UNIFIED_RADIX_TREE", "1")], ..FleetSpec::default() }
 }
 
 const BACKUP: &str = "spec.disaggregation.retractionBackup";
@@ -112,7 +112,7 @@ const RADIX: &str = "spec.disaggregation.decodeRadixCache";
 /// A rule whose safe rewrite sets `field` from `from` to `to`.
 fn assert_rewritable(
     settings: DisaggregationSpec,
-    decode: &DecodeSpec,
+    decode: &FleetSpec,
     layout: &AttentionLayout,
     rule: &str,
     field: &str,
@@ -135,7 +135,7 @@ fn assert_rewritable(
 /// A rule with no safe rewrite: rejected in both modes.
 fn assert_manual(
     settings: DisaggregationSpec,
-    decode: &DecodeSpec,
+    decode: &FleetSpec,
     layout: &AttentionLayout,
     rule: &str,
     field: &str,
@@ -156,7 +156,7 @@ fn assert_manual(
 fn r1_host_pool_with_ssm() {
     assert_rewritable(
         with(host_pool),
-        &DecodeSpec::default(),
+        &FleetSpec::default(),
         &ssm(),
         "R1",
         BACKUP,
@@ -169,7 +169,7 @@ fn r1_host_pool_with_ssm() {
 fn r2_host_pool_with_pure_swa() {
     assert_rewritable(
         with(host_pool),
-        &DecodeSpec::default(),
+        &FleetSpec::default(),
         &pure_swa(),
         "R2",
         BACKUP,
@@ -184,11 +184,11 @@ fn r2_pipeline_stage_without_full_layer() {
         "architectures": ["GptOssForCausalLM"], "num_hidden_layers": 4, "sliding_window": 128, "head_dim": 64,
         "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]
     }));
-    let pp2 = DecodeSpec { pipeline_parallel: 2, ..DecodeSpec::default() };
+    let pp2 = FleetSpec { pipeline_parallel: 2, ..FleetSpec::default() };
     let verdict = run(&with(host_pool), &pp2, &layout);
     assert_eq!(ids(&verdict), vec![("R2", BACKUP)]);
     assert!(verdict.violations[0].fix.starts_with("pipeline stage 0 (layers 0..2)"), "{}", verdict.violations[0].fix);
-    assert_eq!(run(&with(host_pool), &DecodeSpec::default(), &layout).outcome, Outcome::Valid, "PP=1 has full layers");
+    assert_eq!(run(&with(host_pool), &FleetSpec::default(), &layout).outcome, Outcome::Valid, "PP=1 has full layers");
     assert_eq!(automatic_retraction_backup(&with(|_| {}), &pp2, &layout, CATALOGUE), RetractionBackup::CpuTensor);
 }
 
@@ -198,7 +198,7 @@ fn r8_host_pool_with_decode_radix_cache_on_pure_swa() {
         host_pool(s);
         s.decode_radix_cache = true;
     });
-    let (reject, rewrite) = both_modes(settings, &DecodeSpec::default(), &pure_swa());
+    let (reject, rewrite) = both_modes(settings, &FleetSpec::default(), &pure_swa());
     // R13 does not fire: kvpilot adds SGLANG_ENABLE_UNIFIED_RADIX_TREE=1 on 0.5.19.
     assert_eq!(ids(&reject), vec![("R8", BACKUP), ("R16", RADIX)]);
     assert_eq!(
@@ -215,7 +215,7 @@ fn r9_host_pool_with_mla_and_deepseek_v4() {
     for layout in [mla(), dsv4()] {
         assert_rewritable(
             with(host_pool),
-            &DecodeSpec::default(),
+            &FleetSpec::default(),
             &layout,
             "R9",
             BACKUP,
@@ -227,7 +227,7 @@ fn r9_host_pool_with_mla_and_deepseek_v4() {
 
 #[test]
 fn s2_s3_s4_server_argument_checks() {
-    let decode = DecodeSpec::default();
+    let decode = FleetSpec::default();
     assert_rewritable(
         with(|s| {
             host_pool(s);
@@ -279,10 +279,10 @@ fn s2_s3_s4_server_argument_checks() {
 fn r13_to_r17_decode_radix_cache_by_layout() {
     let radix = || with(|s| s.decode_radix_cache = true);
     // 0.5.19–0.5.20: kvpilot sets the env var the release needs; a spec that sets it false is R13.
-    let added = run(&radix(), &DecodeSpec::default(), &hybrid_swa());
+    let added = run(&radix(), &FleetSpec::default(), &hybrid_swa());
     assert_eq!(added.outcome, Outcome::Valid);
     assert_eq!(added.effective.decode_env, vec![env("SGLANG_ENABLE_UNIFIED_RADIX_TREE", "1")]);
-    let turned_off = DecodeSpec { env: vec![env("SGLANG_ENABLE_UNIFIED_RADIX_TREE", "0")], ..DecodeSpec::default() };
+    let turned_off = FleetSpec { env: vec![env("SGLANG_ENABLE_UNIFIED_RADIX_TREE", "0")], ..FleetSpec::default() };
     assert_rewritable(
         radix(),
         &turned_off,
@@ -327,14 +327,14 @@ fn r13_to_r17_decode_radix_cache_by_layout() {
     );
     assert_rewritable(
         radix(),
-        &DecodeSpec::default(),
+        &FleetSpec::default(),
         &ssm(),
         "R17",
         RADIX,
         "--disaggregation-decode-enable-radix-cache is incompatible with Mamba/SSM models",
         ("true", "false"),
     );
-    assert_eq!(run(&radix(), &DecodeSpec::default(), &full()).outcome, Outcome::Valid);
+    assert_eq!(run(&radix(), &FleetSpec::default(), &full()).outcome, Outcome::Valid);
 }
 
 #[test]
@@ -344,7 +344,7 @@ fn r18_decode_radix_cache_with_fake_backend_or_speculation() {
             s.decode_radix_cache = true;
             s.transfer_backend = TransferBackend::Fake;
         }),
-        &DecodeSpec::default(),
+        &FleetSpec::default(),
         &full(),
         "R18",
         RADIX,
@@ -356,7 +356,7 @@ fn r18_decode_radix_cache_with_fake_backend_or_speculation() {
             s.decode_radix_cache = true;
             s.speculative_algorithm = Some("EAGLE".into());
         }),
-        &DecodeSpec::default(),
+        &FleetSpec::default(),
         &full(),
         "R18",
         RADIX,
@@ -375,7 +375,7 @@ fn r19_decode_context_parallel() {
     };
     assert_manual(
         dcp(|s| s.transfer_backend = TransferBackend::Mori),
-        &DecodeSpec::default(),
+        &FleetSpec::default(),
         &full(),
         "R19",
         "spec.disaggregation.transferBackend",
@@ -384,7 +384,7 @@ fn r19_decode_context_parallel() {
     );
     assert_rewritable(
         dcp(|s| s.decode_radix_cache = true),
-        &DecodeSpec::default(),
+        &FleetSpec::default(),
         &mla(),
         "R19",
         RADIX,
@@ -393,7 +393,7 @@ fn r19_decode_context_parallel() {
     );
     assert_rewritable(
         dcp(|s| s.hierarchical_cache = true),
-        &DecodeSpec::default(),
+        &FleetSpec::default(),
         &mla(),
         "R19",
         "spec.disaggregation.hierarchicalCache",
@@ -404,7 +404,7 @@ fn r19_decode_context_parallel() {
 
 #[test]
 fn r20_staging_buffer_needs_mooncake_or_nixl() {
-    let decode = DecodeSpec { env: vec![env("SGLANG_DISAGG_STAGING_BUFFER", "true")], ..DecodeSpec::default() };
+    let decode = FleetSpec { env: vec![env("SGLANG_DISAGG_STAGING_BUFFER", "true")], ..FleetSpec::default() };
     assert_manual(
         with(|s| s.transfer_backend = TransferBackend::Mori),
         &decode,
@@ -422,7 +422,7 @@ fn prefill(tp: i32) -> Option<PrefillSpec> {
 
 #[test]
 fn t1_tp_mismatch_on_non_mla_swa_models_is_never_rewritten() {
-    let decode = DecodeSpec { tensor_parallel: 4, ..DecodeSpec::default() };
+    let decode = FleetSpec { tensor_parallel: 4, ..FleetSpec::default() };
     let mori = |s: &mut DisaggregationSpec| {
         s.prefill = prefill(2);
         s.transfer_backend = TransferBackend::Mori;
@@ -439,7 +439,7 @@ fn t1_tp_mismatch_on_non_mla_swa_models_is_never_rewritten() {
     assert!(fix.contains("prefill attention TP 2"), "{fix}");
     // Attention TP under DP attention is TP ÷ DP: 4 ÷ 2 matches prefill's 2.
     let dp_attention =
-        DecodeSpec { tensor_parallel: 4, data_parallel: 2, enable_dp_attention: true, ..DecodeSpec::default() };
+        FleetSpec { tensor_parallel: 4, data_parallel: 2, enable_dp_attention: true, ..FleetSpec::default() };
     assert_eq!(run(&with(|s| s.prefill = prefill(2)), &dp_attention, &hybrid_swa()).outcome, Outcome::Valid);
     // MLA-like pools, full pools and SSM state may differ in TP.
     for layout in [mla(), dsv4(), full(), ssm()] {
@@ -455,7 +455,7 @@ fn t1_tp_mismatch_on_non_mla_swa_models_is_never_rewritten() {
 fn m1_and_m3_mamba_strategies() {
     assert_rewritable(
         with(|s| s.mamba_radix_cache_strategy = Some(MambaRadixCacheStrategy::ExtraBufferLazy)),
-        &DecodeSpec::default(),
+        &FleetSpec::default(),
         &ssm(),
         "M1",
         "spec.disaggregation.mambaRadixCacheStrategy",
@@ -464,7 +464,7 @@ fn m1_and_m3_mamba_strategies() {
     );
     assert_manual(
         with(|s| s.mamba_radix_cache_strategy = Some(MambaRadixCacheStrategy::NoBuffer)),
-        &DecodeSpec { page_size: 16, ..DecodeSpec::default() },
+        &FleetSpec { page_size: 16, ..FleetSpec::default() },
         &ssm(),
         "M3",
         "spec.decode.pageSize",
@@ -481,23 +481,23 @@ fn u1_to_u3_unified_memory() {
         })
     };
     let field = "spec.disaggregation.enableUnifiedMemory";
-    let verdict = run(&unified(TransferBackend::Nixl), &DecodeSpec::default(), &kimi_linear());
+    let verdict = run(&unified(TransferBackend::Nixl), &FleetSpec::default(), &kimi_linear());
     assert_eq!(ids(&verdict), vec![("U1", field)]);
-    let verdict = run(&unified(TransferBackend::Mooncake), &DecodeSpec::default(), &ssm());
+    let verdict = run(&unified(TransferBackend::Mooncake), &FleetSpec::default(), &ssm());
     assert_eq!(ids(&verdict), vec![("U2", field)]);
     assert!(verdict.violations[0].message.starts_with(
         "--enable-unified-memory with PD disaggregation currently supports only MLA hybrid-Mamba models (e.g. kimi-linear)"
     ));
-    let verdict = run(&unified(TransferBackend::Mooncake), &DecodeSpec::default(), &hybrid_swa());
+    let verdict = run(&unified(TransferBackend::Mooncake), &FleetSpec::default(), &hybrid_swa());
     assert_eq!(ids(&verdict), vec![("U3", field)]);
     assert_eq!(
-        run(&unified(TransferBackend::Mooncake), &DecodeSpec::default(), &kimi_linear()).outcome,
+        run(&unified(TransferBackend::Mooncake), &FleetSpec::default(), &kimi_linear()).outcome,
         Outcome::Valid,
         "MLA hybrid-Mamba on mooncake is the supported case"
     );
     let rewritten = run(
         &DisaggregationSpec { on_invalid: OnInvalid::Rewrite, ..unified(TransferBackend::Mooncake) },
-        &DecodeSpec::default(),
+        &FleetSpec::default(),
         &ssm(),
     );
     assert_eq!((rewritten.outcome, rewritten.effective.enable_unified_memory), (Outcome::Rewritten, false));
@@ -505,7 +505,7 @@ fn u1_to_u3_unified_memory() {
 
 #[test]
 fn automatic_backup_follows_sglang() {
-    let decode = DecodeSpec::default();
+    let decode = FleetSpec::default();
     let unset = with(|_| {});
     for (layout, expected) in [
         (full(), RetractionBackup::HostPool),
@@ -550,15 +550,15 @@ fn violations_are_reported_in_rule_order_and_deterministically() {
         s.transfer_backend = TransferBackend::Fake;
         s.mamba_radix_cache_strategy = Some(MambaRadixCacheStrategy::ExtraBufferLazy);
     });
-    let first = run(&settings, &DecodeSpec::default(), &ssm());
+    let first = run(&settings, &FleetSpec::default(), &ssm());
     let rules: Vec<_> = first.violations.iter().map(|v| v.rule).collect();
     // 0.5.19 lets DCP use the fake backend; DCP needs an MLA pool (R19d), decode offload an MHA or MLA one (O1).
     assert_eq!(rules, vec!["S2", "S3", "S4", "R1", "R17", "R18", "R19", "R19d", "O1", "M1"]);
     for _ in 0..10 {
-        assert_eq!(run(&settings, &DecodeSpec::default(), &ssm()), first);
+        assert_eq!(run(&settings, &FleetSpec::default(), &ssm()), first);
     }
     let rewrite =
-        run(&DisaggregationSpec { on_invalid: OnInvalid::Rewrite, ..settings }, &DecodeSpec::default(), &ssm());
+        run(&DisaggregationSpec { on_invalid: OnInvalid::Rewrite, ..settings }, &FleetSpec::default(), &ssm());
     // DCP on an SSM model (R19d) has no safe rewrite, so Rewrite mode still rejects.
     assert_eq!(rewrite.outcome, Outcome::Rejected);
     assert_eq!(ids(&rewrite), vec![("R19d", "spec.disaggregation.decodeContextParallel")]);
@@ -577,7 +577,7 @@ fn violations_are_reported_in_rule_order_and_deterministically() {
 
 #[test]
 fn violation_display_is_rule_field_message() {
-    let verdict = run(&with(host_pool), &DecodeSpec::default(), &pure_swa());
+    let verdict = run(&with(host_pool), &FleetSpec::default(), &pure_swa());
     assert_eq!(
         verdict.violations[0].to_string(),
         "R2 spec.disaggregation.retractionBackup: Host-pool retraction does not support pure-SWA models. (fix: use \
@@ -613,6 +613,7 @@ prop_compose! {
                 kv_cache_dtype: prefill_dtype.map(str::to_string),
                 ..PrefillSpec::default()
             }),
+            bootstrap_port: 8998,
             decode_radix_cache: flags[0],
             decode_offload_kv_cache: flags[1],
             hierarchical_cache: flags[2],
@@ -638,13 +639,13 @@ proptest! {
         unified_tree in prop::option::of(any::<bool>()), dtype in prop::option::of(prop::sample::select(vec!["auto", "mxfp8"])),
         release in prop::sample::select(crate::release::KNOWN.to_vec()),
     ) {
-        let decode = DecodeSpec {
+        let decode = FleetSpec {
             tensor_parallel: tp, pipeline_parallel: pp, page_size: page,
             env: unified_tree.map(|on| vec![env("SGLANG_ENABLE_UNIFIED_RADIX_TREE", if on { "1" } else { "0" })]).unwrap_or_default(),
             kv_cache_dtype: dtype.map(str::to_string),
-            ..DecodeSpec::default()
+            ..FleetSpec::default()
         };
-        let run = |settings: &DisaggregationSpec, decode: &DecodeSpec, layout: &AttentionLayout| run_at(release, settings, decode, layout);
+        let run = |settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout| run_at(release, settings, decode, layout);
         let verdict = run(&settings, &decode, &layout);
         prop_assert_eq!(verdict.outcome == Outcome::Rejected, !verdict.violations.is_empty());
         if settings.on_invalid == OnInvalid::Reject {

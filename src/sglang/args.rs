@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::flags::{self, Mode, ServerSettings};
-use crate::api::{DecodeSpec, DisaggregationSpec, InferenceDeploymentSpec, RetractionBackup};
+use crate::api::{FleetSpec, DisaggregationSpec, InferenceDeploymentSpec, RetractionBackup};
 use crate::policy::Verdict;
 use crate::release::{Release, v0_5};
 
@@ -15,7 +15,7 @@ pub struct SglangArgs {
     /// For the decode servers: the effective settings, the automatic retraction backup pinned.
     pub decode: Vec<String>,
     /// For the prefill servers: model, transfer backend, page size, the prefill parallelism of
-    /// `spec.disaggregation.prefill`, and the settings both sides must share.
+    /// `spec.prefill` (or `spec.disaggregation.prefill`), and the settings both sides must share.
     pub prefill: Vec<String>,
 }
 
@@ -53,13 +53,14 @@ pub fn sglang_args(spec: &InferenceDeploymentSpec, verdict: &Verdict, release: R
             enable_unified_memory: settled.enable_unified_memory,
             ..DisaggregationSpec::default()
         },
-        decode: DecodeSpec {
+        decode: FleetSpec {
             tensor_parallel: prefill_side.tensor_parallel,
             data_parallel: prefill_side.data_parallel,
             enable_dp_attention: prefill_side.enable_dp_attention,
+            pipeline_parallel: spec.prefill.as_ref().map_or(1, |prefill| prefill.pipeline_parallel),
             page_size: prefill_side.page_size.unwrap_or(spec.decode.page_size),
             kv_cache_dtype: prefill_side.kv_cache_dtype.clone().or_else(|| spec.decode.kv_cache_dtype.clone()),
-            ..DecodeSpec::default()
+            ..FleetSpec::default()
         },
         ..decode.clone()
     };

@@ -3,7 +3,7 @@
 //! Flags that are not in the table pass through untouched.
 
 use crate::api::{
-    DecodeSpec, DisaggregationSpec, HybridSwaMemory, MambaRadixCacheStrategy, RetractionBackup, TransferBackend,
+    FleetSpec, DisaggregationSpec, HybridSwaMemory, MambaRadixCacheStrategy, RetractionBackup, TransferBackend,
 };
 
 use super::cmdline::Arg;
@@ -33,7 +33,7 @@ impl Mode {
 }
 
 /// What one SGLang server runs with, in the policy's terms: the command line maps into the same
-/// `DisaggregationSpec` and `DecodeSpec` an InferenceDeployment's spec holds.
+/// `DisaggregationSpec` and `FleetSpec` an InferenceDeployment's spec holds.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerSettings {
     pub mode: Mode,
@@ -44,7 +44,7 @@ pub struct ServerSettings {
     pub hybrid_swa_memory: HybridSwaMemory,
     pub disaggregation: DisaggregationSpec,
     /// Parallelism, page size and the `SGLANG_*` environment (`env`).
-    pub decode: DecodeSpec,
+    pub decode: FleetSpec,
 }
 
 impl Default for ServerSettings {
@@ -55,7 +55,7 @@ impl Default for ServerSettings {
             revision: None,
             hybrid_swa_memory: HybridSwaMemory::Auto,
             disaggregation: DisaggregationSpec::default(),
-            decode: DecodeSpec::default(),
+            decode: FleetSpec::default(),
         }
     }
 }

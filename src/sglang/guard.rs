@@ -425,6 +425,8 @@ pub fn check(
         model: model.clone(),
         disaggregation: DisaggregationSpec { on_invalid, ..settings.disaggregation.clone() },
         decode: settings.decode.clone(),
+        prefill: None,
+        router: None,
         sglang: None,
         cache: None,
     };

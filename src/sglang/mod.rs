@@ -2,7 +2,7 @@
 //! workload (Deployments, StatefulSets, LeaderWorkerSets, RoleBasedGroups, …) with the same
 //! policy that checks InferenceDeployments.
 //!
-//! The policy's input is engine-neutral: `DisaggregationSpec` + `DecodeSpec` (+
+//! The policy's input is engine-neutral: `DisaggregationSpec` + `FleetSpec` (+
 //! `ModelSpec.hybridSwaMemory`), the types an InferenceDeployment's spec already is. A command
 //! line maps *into* those types ([`flags::read`]) and out of them ([`flags::write`]) through one
 //! table, so the rules in `policy` neither change nor know about flags.

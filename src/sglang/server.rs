@@ -1,8 +1,9 @@
-//! The decode server's own command line: what kvpilot writes after the policy's flags (address,
-//! port, served name, multi-node ranks, IB devices), from one table that also tells which flags
-//! `spec.decode.extraArgs` may not set, and the spec checks that come with running the pods.
+//! The servers' own command lines: what kvpilot writes after the policy's flags (address, port,
+//! served name, bootstrap port, multi-node ranks, IB devices) for the decode and prefill fleets,
+//! and the router's, from tables that also tell which flags `extraArgs` may not set, and the
+//! spec checks that come with running the pods.
 
-use crate::api::{InferenceDeploymentSpec, ModelSpec};
+use crate::api::{FleetSpec, InferenceDeploymentSpec, ModelSpec, PrefillSpec, RouterSpec};
 use crate::layout::LayoutError;
 use crate::policy::{self, Assessment, Outcome, Violation};
 use crate::release::{Release, ReleaseChoice};
@@ -28,17 +29,64 @@ const fn pod_flag(names: &'static [&'static str], field: &'static str) -> PodFla
     PodFlag { names, field }
 }
 
+/// Which fleet a server belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FleetRole {
+    Decode,
+    Prefill,
+}
+
+impl FleetRole {
+    /// Both, decode first.
+    pub const ALL: [FleetRole; 2] = [FleetRole::Decode, FleetRole::Prefill];
+
+    /// The role as SGLang's `--disaggregation-mode` and kvpilot's object names spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Decode => "decode",
+            Self::Prefill => "prefill",
+        }
+    }
+
+    /// The spec field of the fleet.
+    pub fn field(self) -> &'static str {
+        match self {
+            Self::Decode => "spec.decode",
+            Self::Prefill => "spec.prefill",
+        }
+    }
+
+    /// The fleet of this role in `spec`, if kvpilot runs one.
+    pub fn fleet(self, spec: &InferenceDeploymentSpec) -> Option<&FleetSpec> {
+        match self {
+            Self::Decode => Some(&spec.decode),
+            Self::Prefill => spec.prefill.as_deref(),
+        }
+    }
+
+    /// A field of the fleet named as the decode fleet's (`spec.decode.port`), for this role.
+    fn own(self, field: &str) -> String {
+        match field.strip_prefix("spec.decode") {
+            Some(rest) => format!("{}{rest}", self.field()),
+            None => field.to_string(),
+        }
+    }
+}
+
 const HOST: PodFlag = pod_flag(&["--host"], "the pod (kvpilot listens on every address)");
 const PORT: PodFlag = pod_flag(&["--port"], "spec.decode.port");
 const SERVED_NAME: PodFlag = pod_flag(&["--served-model-name"], "spec.model.name");
 const METRICS: PodFlag = pod_flag(&["--enable-metrics"], "the pod (kvpilot always enables metrics)");
 const IB_DEVICE: PodFlag = pod_flag(&["--disaggregation-ib-device"], "spec.decode.ibDevice");
+const BOOTSTRAP_PORT: PodFlag = pod_flag(&["--disaggregation-bootstrap-port"], "spec.disaggregation.bootstrapPort");
 const NNODES: PodFlag = pod_flag(&["--nnodes"], "spec.decode.nodesPerReplica");
 const NODE_RANK: PodFlag = pod_flag(&["--node-rank"], "spec.decode.nodesPerReplica");
 const DIST_INIT: PodFlag = pod_flag(&["--dist-init-addr", "--nccl-init-addr"], "spec.decode.nodesPerReplica");
 
-/// Every flag kvpilot writes from the pod's spec.
-pub const POD_FLAGS: &[PodFlag] = &[HOST, PORT, SERVED_NAME, METRICS, IB_DEVICE, NNODES, NODE_RANK, DIST_INIT];
+/// Every flag kvpilot writes from the pod's spec (fields named as the decode fleet's; a prefill
+/// server's are the same fields under spec.prefill).
+pub const POD_FLAGS: &[PodFlag] =
+    &[HOST, PORT, SERVED_NAME, METRICS, IB_DEVICE, BOOTSTRAP_PORT, NNODES, NODE_RANK, DIST_INIT];
 
 const STORAGE_BACKEND: PodFlag = pod_flag(&["--hicache-storage-backend"], "spec.cache");
 const STORAGE_CONFIG: PodFlag = pod_flag(&["--hicache-storage-backend-extra-config"], "spec.cache");
@@ -67,15 +115,29 @@ pub fn storage_backend_config() -> String {
 }
 
 /// The spec as the policy sees it: `spec.cache` turns on the decode settings it stands for
-/// (offload writes; reuse reads through a radix cache over a hierarchical cache).
+/// (offload writes; reuse reads through a radix cache over a hierarchical cache), and the prefill
+/// fleet kvpilot runs is the prefill side the transfer rules compare decode with.
 pub fn effective_spec(spec: &InferenceDeploymentSpec) -> std::borrow::Cow<'_, InferenceDeploymentSpec> {
-    let Some(cache) = &spec.cache else { return std::borrow::Cow::Borrowed(spec) };
-    let mut spec = spec.clone();
-    let d = &mut spec.disaggregation;
-    d.decode_offload_kv_cache |= cache.offload;
-    d.decode_radix_cache |= cache.reuse;
-    d.hierarchical_cache |= cache.reuse;
-    std::borrow::Cow::Owned(spec)
+    if spec.cache.is_none() && spec.prefill.is_none() {
+        return std::borrow::Cow::Borrowed(spec);
+    }
+    let mut effective = spec.clone();
+    let d = &mut effective.disaggregation;
+    if let Some(cache) = &spec.cache {
+        d.decode_offload_kv_cache |= cache.offload;
+        d.decode_radix_cache |= cache.reuse;
+        d.hierarchical_cache |= cache.reuse;
+    }
+    if let Some(prefill) = &spec.prefill {
+        d.prefill = Some(PrefillSpec {
+            tensor_parallel: prefill.tensor_parallel,
+            data_parallel: prefill.data_parallel,
+            enable_dp_attention: prefill.enable_dp_attention,
+            page_size: Some(prefill.page_size),
+            kv_cache_dtype: prefill.kv_cache_dtype.clone(),
+        });
+    }
+    std::borrow::Cow::Owned(effective)
 }
 
 /// The `--model-path` of the decode servers: the weights' directory in the mounted volume, or
@@ -90,25 +152,94 @@ pub fn model_path(model: &ModelSpec) -> String {
     }
 }
 
-/// The arguments of every decode server of `spec` (after `python3 -m sglang.launch_server`):
-/// the policy's flags for the verdict, then the pod's, then `extraArgs`. Multi-node ranks add
-/// [`rank_args`] before `extraArgs`.
-pub fn decode_args(spec: &InferenceDeploymentSpec, verdict: &policy::Verdict, release: Release) -> Vec<String> {
-    let decode = &spec.decode;
-    let mut args = sglang_args(spec, verdict, release).decode;
+/// The arguments of every server of the `role` fleet of `spec` (after `python3 -m
+/// sglang.launch_server`): the policy's flags for the verdict, then the pod's, then
+/// `extraArgs`. Multi-node ranks add [`rank_args`] before `extraArgs`. Empty when kvpilot runs
+/// no such fleet.
+pub fn server_args(
+    spec: &InferenceDeploymentSpec,
+    role: FleetRole,
+    verdict: &policy::Verdict,
+    release: Release,
+) -> Vec<String> {
+    let Some(fleet) = role.fleet(spec) else { return Vec::new() };
+    let both = sglang_args(spec, verdict, release);
+    let mut args = match role {
+        FleetRole::Decode => both.decode,
+        FleetRole::Prefill => both.prefill,
+    };
     args.extend([HOST.names[0].to_string(), "0.0.0.0".into()]);
-    args.extend([PORT.names[0].to_string(), decode.port.to_string()]);
+    args.extend([PORT.names[0].to_string(), fleet.port.to_string()]);
     args.extend([SERVED_NAME.names[0].to_string(), spec.model.name.clone()]);
     args.push(METRICS.names[0].to_string());
-    if let Some(devices) = &decode.ib_device {
+    if let Some(devices) = &fleet.ib_device {
         args.extend([IB_DEVICE.names[0].to_string(), devices.clone()]);
     }
-    if spec.cache.is_some() {
+    if role == FleetRole::Prefill {
+        args.extend([BOOTSTRAP_PORT.names[0].to_string(), spec.disaggregation.bootstrap_port.to_string()]);
+    }
+    if role == FleetRole::Decode && spec.cache.is_some() {
         args.extend([STORAGE_BACKEND.names[0].to_string(), "dynamic".into()]);
         args.extend([STORAGE_CONFIG.names[0].to_string(), storage_backend_config()]);
         args.extend([MEM_LAYOUT.names[0].to_string(), "page_first".into()]);
     }
-    args.extend(decode.extra_args.iter().cloned());
+    args.extend(fleet.extra_args.iter().cloned());
+    args
+}
+
+/// Port of the router's Prometheus metrics.
+pub const ROUTER_METRICS_PORT: i32 = 29000;
+
+/// A router flag kvpilot writes, and the spec field that decides it.
+const ROUTER_FLAGS: &[PodFlag] = &[
+    pod_flag(&["--pd-disaggregation"], "spec.prefill (the router always runs in PD mode)"),
+    pod_flag(&["--host"], "the pod (the router listens on every address)"),
+    pod_flag(&["--port"], "spec.router.port"),
+    pod_flag(&["--policy"], "spec.router.policy"),
+    pod_flag(&["--service-discovery"], "the pods kvpilot labels (the router finds them by label)"),
+    pod_flag(&["--service-discovery-namespace"], "the resource's namespace"),
+    pod_flag(&["--service-discovery-port"], "spec.decode.port"),
+    pod_flag(&["--prefill-selector"], "the prefill pods' labels"),
+    pod_flag(&["--decode-selector"], "the decode pods' labels"),
+    pod_flag(&["--selector"], "the prefill and decode pods' labels"),
+    pod_flag(&["--worker-urls"], "the pods kvpilot labels (the router finds them by label)"),
+    pod_flag(&["--prefill"], "the prefill pods kvpilot labels"),
+    pod_flag(&["--decode"], "the decode pods kvpilot labels"),
+    pod_flag(&["--prometheus-host"], "the pod (metrics listen on every address)"),
+    pod_flag(&["--prometheus-port"], "the pod (kvpilot serves metrics on 29000)"),
+];
+
+/// The router's arguments (after `python3 -m <launcher>`): PD mode, Kubernetes service
+/// discovery in `namespace` of the rank-0 pods carrying `prefill` and `decode` (label
+/// `key=value` pairs), then `extraArgs`.
+pub fn router_args(
+    router: &RouterSpec,
+    namespace: &str,
+    server_port: i32,
+    prefill: &[String],
+    decode: &[String],
+) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "--pd-disaggregation".into(),
+        "--host".into(),
+        "0.0.0.0".into(),
+        "--port".into(),
+        router.port.to_string(),
+        "--policy".into(),
+        router.policy.as_str().into(),
+        "--service-discovery".into(),
+        "--service-discovery-namespace".into(),
+        namespace.into(),
+        "--service-discovery-port".into(),
+        server_port.to_string(),
+        "--prefill-selector".into(),
+    ];
+    args.extend(prefill.iter().cloned());
+    args.push("--decode-selector".into());
+    args.extend(decode.iter().cloned());
+    args.extend(["--prometheus-host".into(), "0.0.0.0".into()]);
+    args.extend(["--prometheus-port".into(), ROUTER_METRICS_PORT.to_string()]);
+    args.extend(router.extra_args.iter().cloned());
     args
 }
 
@@ -124,19 +255,31 @@ pub fn rank_args(nodes: i32, rank: i32, leader: &str) -> Vec<String> {
     ]
 }
 
-/// The flag an `extraArgs` item sets that kvpilot decides, and the spec field deciding it.
-/// Reads as argparse does: `--name`, `--name=value`, every alias, and unambiguous prefixes
-/// (argparse's `allow_abbrev`), so no spelling gets past the policy.
-pub fn owned_flag(arg: &str, cache: bool) -> Option<(&'static str, &'static str)> {
-    let name = arg.split_once('=').map_or(arg, |(name, _)| name);
-    if !name.starts_with("--") || name.len() < 4 {
-        return None;
-    }
-    let cache_flags = if cache { CACHE_FLAGS } else { &[] };
+/// The flag an `extraArgs` item of a `role` server sets that kvpilot decides, and the spec field
+/// deciding it. Reads as argparse does: `--name`, `--name=value`, every alias, and unambiguous
+/// prefixes (argparse's `allow_abbrev`), so no spelling gets past the policy.
+pub fn owned_flag(arg: &str, cache: bool, role: FleetRole) -> Option<(&'static str, String)> {
+    let cache_flags = if cache && role == FleetRole::Decode { CACHE_FLAGS } else { &[] };
     let owned = FLAGS
         .iter()
         .map(|flag| (flag.names, flag.field))
         .chain(POD_FLAGS.iter().chain(cache_flags).map(|flag| (flag.names, flag.field)));
+    owned_in(arg, owned).map(|(flag, field)| (flag, role.own(field)))
+}
+
+/// The router flag an item of `spec.router.extraArgs` sets that kvpilot decides.
+pub fn owned_router_flag(arg: &str) -> Option<(&'static str, String)> {
+    owned_in(arg, ROUTER_FLAGS.iter().map(|flag| (flag.names, flag.field))).map(|(flag, field)| (flag, field.into()))
+}
+
+fn owned_in<'a>(
+    arg: &str,
+    owned: impl Iterator<Item = (&'static [&'static str], &'a str)>,
+) -> Option<(&'static str, &'a str)> {
+    let name = arg.split_once('=').map_or(arg, |(name, _)| name);
+    if !name.starts_with("--") || name.len() < 4 {
+        return None;
+    }
     let mut abbreviated = None;
     for (names, field) in owned {
         if names.contains(&name) {
@@ -153,43 +296,104 @@ fn violation(rule: &'static str, field: &'static str, message: String, fix: Stri
     Violation { rule, field, message, fix, phase: "spec" }
 }
 
-/// What keeps the pods of `spec` from being built as asked: `extraArgs` setting a flag kvpilot
-/// decides (K1), a replica whose GPUs do not split evenly over its pods (K2), weights in a
-/// volume with no volume source (K3), a cache capacity that is no number of bytes (K4).
-pub fn pod_findings(spec: &InferenceDeploymentSpec) -> Vec<Violation> {
-    let decode = &spec.decode;
-    let mut findings: Vec<Violation> = decode
-        .extra_args
-        .iter()
+/// K1 for one list of extra arguments: each item that sets a flag kvpilot decides.
+fn owned_extra_args(
+    list: &'static str,
+    args: &[String],
+    owned: impl Fn(&str) -> Option<(&'static str, String)>,
+) -> Vec<Violation> {
+    args.iter()
         .filter_map(|arg| {
-            let (flag, field) = owned_flag(arg, spec.cache.is_some())?;
+            let (flag, field) = owned(arg)?;
             let spelled = if arg.split('=').next() == Some(flag) { String::new() } else { format!(" (as {arg})") };
             Some(violation(
                 "K1",
-                "spec.decode.extraArgs",
+                list,
                 format!("{flag}{spelled} is set by kvpilot from {field}"),
-                format!("remove {arg} from spec.decode.extraArgs and set {field} instead"),
+                format!("remove {arg} from {list} and set {field} instead"),
             ))
         })
-        .collect();
-    let gpus = decode.tensor_parallel.saturating_mul(decode.pipeline_parallel);
-    let nodes = decode.nodes_per_replica.max(1);
+        .collect()
+}
+
+/// K2 for one fleet: GPUs that do not split evenly over a replica's pods.
+fn uneven_replicas(role: FleetRole, fleet: &FleetSpec) -> Vec<Violation> {
+    let (nodes_field, gpus_field) = match role {
+        FleetRole::Decode => ("spec.decode.nodesPerReplica", "spec.decode.gpusPerPod"),
+        FleetRole::Prefill => ("spec.prefill.nodesPerReplica", "spec.prefill.gpusPerPod"),
+    };
+    let mut findings = Vec::new();
+    let gpus = fleet.tensor_parallel.saturating_mul(fleet.pipeline_parallel);
+    let nodes = fleet.nodes_per_replica.max(1);
     if gpus % nodes != 0 {
         findings.push(violation(
             "K2",
-            "spec.decode.nodesPerReplica",
+            nodes_field,
             format!("{nodes} pods per replica cannot share tensorParallel × pipelineParallel = {gpus} GPUs evenly"),
-            "set spec.decode.nodesPerReplica to a divisor of tensorParallel × pipelineParallel".into(),
+            format!("set {nodes_field} to a divisor of tensorParallel × pipelineParallel"),
         ));
     }
-    if let Some(per_pod) = decode.gpus_per_pod.filter(|n| nodes > 1 && n * nodes != gpus) {
+    if let Some(per_pod) = fleet.gpus_per_pod.filter(|n| nodes > 1 && n * nodes != gpus) {
         findings.push(violation(
             "K2",
-            "spec.decode.gpusPerPod",
+            gpus_field,
             format!("{nodes} pods of {per_pod} GPUs do not hold tensorParallel × pipelineParallel = {gpus} GPUs"),
-            "unset spec.decode.gpusPerPod (kvpilot derives it) or make gpusPerPod × nodesPerReplica equal \
-             tensorParallel × pipelineParallel"
-                .into(),
+            format!(
+                "unset {gpus_field} (kvpilot derives it) or make gpusPerPod × nodesPerReplica equal \
+                 tensorParallel × pipelineParallel"
+            ),
+        ));
+    }
+    findings
+}
+
+/// What keeps the pods of `spec` from being built as asked: `extraArgs` setting a flag kvpilot
+/// decides (K1), a replica whose GPUs do not split evenly over its pods (K2), weights in a
+/// volume with no volume source (K3), a cache capacity that is no number of bytes (K4), fleets
+/// the router cannot reach on one port or a router with no prefill fleet (K5).
+pub fn pod_findings(spec: &InferenceDeploymentSpec) -> Vec<Violation> {
+    let cache = spec.cache.is_some();
+    let mut findings =
+        owned_extra_args("spec.decode.extraArgs", &spec.decode.extra_args, |a| owned_flag(a, cache, FleetRole::Decode));
+    findings.extend(uneven_replicas(FleetRole::Decode, &spec.decode));
+    if let Some(prefill) = &spec.prefill {
+        findings.extend(owned_extra_args("spec.prefill.extraArgs", &prefill.extra_args, |a| {
+            owned_flag(a, cache, FleetRole::Prefill)
+        }));
+        findings.extend(uneven_replicas(FleetRole::Prefill, prefill));
+        if spec.disaggregation.prefill.is_some() {
+            findings.push(violation(
+                "K5",
+                "spec.disaggregation.prefill",
+                "spec.disaggregation.prefill describes prefill servers kvpilot does not run, and spec.prefill is set"
+                    .into(),
+                "move its fields to spec.prefill and remove spec.disaggregation.prefill".into(),
+            ));
+        }
+    }
+    if let Some(router) = &spec.router {
+        findings.extend(owned_extra_args("spec.router.extraArgs", &router.extra_args, owned_router_flag));
+        if router.enabled && spec.prefill.is_none() {
+            findings.push(violation(
+                "K5",
+                "spec.router",
+                "spec.router routes to the prefill fleet kvpilot runs, and spec.prefill is not set".into(),
+                "set spec.prefill, or spec.router.enabled: false".into(),
+            ));
+        }
+    }
+    if let (Some(_), Some(prefill)) = (spec.effective_router(), &spec.prefill)
+        && prefill.port != spec.decode.port
+    {
+        findings.push(violation(
+            "K5",
+            "spec.prefill.port",
+            format!(
+                "the router finds every server on one port (--service-discovery-port), and spec.prefill.port {} \
+                 differs from spec.decode.port {}",
+                prefill.port, spec.decode.port
+            ),
+            "give spec.prefill.port and spec.decode.port the same value".into(),
         ));
     }
     if let Some(Err(problem)) = spec.cache.as_ref().map(|c| c.capacity_bytes()) {
@@ -268,16 +472,16 @@ mod tests {
             ("value", None),
         ];
         for (arg, expected) in cases {
-            assert_eq!(owned_flag(arg, false).map(|(flag, _)| flag), expected, "{arg}");
+            assert_eq!(owned_flag(arg, false, FleetRole::Decode).map(|(flag, _)| flag), expected, "{arg}");
         }
         assert_eq!(
-            owned_flag("--hicache-storage-backend=mooncake", false),
+            owned_flag("--hicache-storage-backend=mooncake", false, FleetRole::Decode),
             None,
             "another backend, without spec.cache"
         );
         assert_eq!(
-            owned_flag("--hicache-storage-backend=mooncake", true),
-            Some(("--hicache-storage-backend", "spec.cache"))
+            owned_flag("--hicache-storage-backend=mooncake", true, FleetRole::Decode),
+            Some(("--hicache-storage-backend", "spec.cache".to_string()))
         );
     }
 
