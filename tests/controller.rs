@@ -53,12 +53,23 @@ impl Operator {
 /// running operator.
 fn cluster(pod_start: Duration) -> (ApiServer, tokio::task::JoinHandle<()>, Operator) {
     let server = ApiServer::new();
-    let kubelet = kubelet::spawn(server.client(), "app.kubernetes.io/name=kvpilot-decode", pod_start);
+    let kubelet =
+        kubelet::spawn(server.client(), "app.kubernetes.io/name in (kvpilot-decode,kvpilot-prefill)", pod_start);
     let operator = Operator::start(&server);
     (server, kubelet, operator)
 }
 
+/// An example as a decode fleet alone (without spec.prefill and so without a router): most tests
+/// here follow decode pods; [`a_pd_service_runs_prefill_decode_and_the_router`] the whole service.
 fn example(name: &str) -> Value {
+    let mut doc = pd_example(name);
+    if let Some(spec) = doc["spec"].as_object_mut() {
+        spec.remove("prefill");
+    }
+    doc
+}
+
+fn pd_example(name: &str) -> Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples").join(name);
     let text = std::fs::read_to_string(path).unwrap();
     let mut doc = serde_norway::Deserializer::from_str(&text)
@@ -115,9 +126,16 @@ fn condition(server: &ApiServer, name: &str, type_: &str) -> Option<Value> {
     object["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_).cloned()
 }
 
+/// The revisions the pods run, one entry per fleet and revision (`kvpilot-decode/abc`).
 fn revisions(pods: &[Value]) -> Vec<String> {
-    let mut revisions: Vec<String> =
-        pods.iter().map(|p| p["metadata"]["labels"]["kvpilot.dev/revision"].as_str().unwrap().to_string()).collect();
+    let mut revisions: Vec<String> = pods
+        .iter()
+        .map(|p| {
+            let labels = &p["metadata"]["labels"];
+            let fleet = labels["app.kubernetes.io/name"].as_str().unwrap();
+            format!("{fleet}/{}", labels["kvpilot.dev/revision"].as_str().unwrap())
+        })
+        .collect();
     revisions.sort();
     revisions.dedup();
     revisions
@@ -127,7 +145,9 @@ async fn ready(server: &ApiServer, name: &str, replicas: usize) {
     eventually(&format!("{name} Ready with {replicas} pods"), Duration::from_secs(20), || async {
         let pods = pods_of(server, name);
         let ready = condition(server, name, "Ready").ok_or("no Ready condition")?;
-        if ready["status"] != "True" || pods.len() != replicas || revisions(&pods).len() > 1 {
+        let fleets: std::collections::BTreeSet<&str> =
+            pods.iter().filter_map(|p| p["metadata"]["labels"]["app.kubernetes.io/name"].as_str()).collect();
+        if ready["status"] != "True" || pods.len() != replicas || revisions(&pods).len() > fleets.len() {
             return Err(format!(
                 "Ready={} with {} pods, revisions {:?}",
                 ready["status"],
@@ -533,5 +553,78 @@ async fn the_config_map_and_service_are_applied_again_only_when_they_or_the_sett
         }
     })
     .await;
+    operator.stop().await;
+}
+
+/// With spec.prefill the resource is a whole PD service: prefill pods with the bootstrap port,
+/// the router with its own identity, and status.endpoint; each fleet rolls on its own without
+/// touching the router, and what is no longer asked for goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pd_service_runs_prefill_decode_and_the_router() {
+    let (server, _kubelet, operator) = cluster(Duration::from_millis(30));
+    let _routers = kubelet::spawn_deployments(server.client(), "app.kubernetes.io/name=kvpilot-router", Duration::ZERO);
+    create(&server, &pd_example("llama-3.1-8b-full.yaml")).await;
+    ready(&server, "llama-3-1-8b", 3).await;
+    let object = server.get("kvpilot.dev", "v1alpha1", "inferencedeployments", NS, "llama-3-1-8b").unwrap();
+    assert_eq!(object["status"]["endpoint"], "http://llama-3-1-8b-router.serving.svc:8000");
+    assert_eq!(object["status"]["prefill"]["readyReplicas"], 1);
+    assert_eq!(object["status"]["router"]["readyReplicas"], 1);
+    let ready_condition = condition(&server, "llama-3-1-8b", "Ready").unwrap();
+    assert_eq!(ready_condition["reason"], "ServiceReady", "{ready_condition}");
+
+    let prefill = server.get("", "v1", "pods", NS, "llama-3-1-8b-prefill-0").expect("the prefill pod");
+    let args: Vec<&str> =
+        prefill["spec"]["containers"][0]["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    let flag = |name: &str| args.iter().position(|a| *a == name).map(|i| args[i + 1]);
+    assert_eq!(flag("--disaggregation-mode"), Some("prefill"));
+    assert_eq!(flag("--disaggregation-bootstrap-port"), Some("8998"));
+    assert_eq!(flag("--page-size"), Some("16"), "the page size the decode fleet uses");
+    assert_eq!(prefill["metadata"]["annotations"]["sglang.ai/bootstrap-port"], "8998");
+    for (group, plural) in [
+        ("", "serviceaccounts"),
+        ("rbac.authorization.k8s.io", "roles"),
+        ("rbac.authorization.k8s.io", "rolebindings"),
+        ("apps", "deployments"),
+        ("", "services"),
+    ] {
+        let object = server
+            .get(group, "v1", plural, NS, "llama-3-1-8b-router")
+            .unwrap_or_else(|| panic!("no {plural} llama-3-1-8b-router"));
+        assert_eq!(object["metadata"]["ownerReferences"][0]["name"], "llama-3-1-8b", "{plural}");
+    }
+    let router_version = || {
+        server.get("apps", "v1", "deployments", NS, "llama-3-1-8b-router").unwrap()["spec"]["template"].to_string()
+    };
+    let before = router_version();
+
+    patch_spec(&server, "llama-3-1-8b", json!({"decode": {"env": [{"name": "A", "value": "1"}]}})).await;
+    patch_spec(&server, "llama-3-1-8b", json!({"prefill": {"env": [{"name": "B", "value": "2"}]}})).await;
+    eventually("both fleets at a new revision", Duration::from_secs(20), || async {
+        let pods = pods_of(&server, "llama-3-1-8b");
+        let with_env = pods.iter().filter(|p| p["spec"]["containers"][0]["env"].is_array()).count();
+        if with_env == 3 && condition(&server, "llama-3-1-8b", "Progressing").unwrap()["status"] == "False" {
+            Ok(())
+        } else {
+            Err(format!("{with_env} of {} pods rolled", pods.len()))
+        }
+    })
+    .await;
+    assert_eq!(router_version(), before, "a fleet's rollout never restarts the router");
+
+    patch_spec(&server, "llama-3-1-8b", json!({"router": {"enabled": false}})).await;
+    eventually("the router's objects gone", Duration::from_secs(20), || async {
+        let left: Vec<&str> = [("", "serviceaccounts"), ("apps", "deployments"), ("", "services")]
+            .into_iter()
+            .filter(|(group, plural)| server.get(group, "v1", plural, NS, "llama-3-1-8b-router").is_some())
+            .map(|(_, plural)| plural)
+            .collect();
+        if left.is_empty() { Ok(()) } else { Err(format!("{left:?} remain")) }
+    })
+    .await;
+    patch_spec(&server, "llama-3-1-8b", json!({"router": null, "prefill": null})).await;
+    ready(&server, "llama-3-1-8b", 2).await;
+    assert!(server.get("", "v1", "services", NS, "llama-3-1-8b-prefill").is_none(), "the prefill Service goes too");
+    let object = server.get("kvpilot.dev", "v1alpha1", "inferencedeployments", NS, "llama-3-1-8b").unwrap();
+    assert!(object["status"]["endpoint"].is_null() && object["status"]["prefill"].is_null(), "{}", object["status"]);
     operator.stop().await;
 }

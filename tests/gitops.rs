@@ -7,7 +7,8 @@ use std::process::Command;
 
 use k8s_openapi::jiff::Timestamp;
 use kvpilot::api::{InferenceDeployment, InferenceDeploymentSpec};
-use kvpilot::controller::status::{self, PodCounts};
+use kvpilot::controller::desired::FleetRole;
+use kvpilot::controller::status::{self, FleetProgress, PodCounts};
 use kvpilot::policy::assess;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -66,17 +67,25 @@ fn example(name: &str) -> InferenceDeployment {
     serde_json::from_value(object).unwrap()
 }
 
-/// The resource with the status the controller would write for these pod counts.
-fn with_status(resource: &InferenceDeployment, counts: Option<PodCounts>, generation: i64, observed: i64) -> Value {
+/// The resource with the status the controller would write when every replica of each fleet
+/// exists at the current revision, all of them ready or none (`ready`), or with no pods looked
+/// at (`None`).
+fn with_status(resource: &InferenceDeployment, ready: Option<bool>, generation: i64, observed: i64) -> Value {
     let spec: &InferenceDeploymentSpec = &resource.spec;
     let config = Value::Object(spec.model.config.inline.clone().unwrap());
     let assessment = assess(spec, &config, &Default::default()).unwrap();
-    let decided = match counts {
-        Some(counts) => status::resolved(&assessment, "spec.model.config.inline", spec.decode.replicas, counts, None),
-        None => {
-            status::resolved(&assessment, "spec.model.config.inline", spec.decode.replicas, PodCounts::default(), None)
-        }
-    };
+    let fleets: Vec<FleetProgress> = FleetRole::ALL
+        .into_iter()
+        .filter_map(|role| {
+            let desired = role.fleet(spec)?.replicas;
+            let counts = match ready {
+                Some(ready) => PodCounts { total: desired, updated: desired, ready_updated: if ready { desired } else { 0 } },
+                None => PodCounts::default(),
+            };
+            Some(FleetProgress { role, desired, counts })
+        })
+        .collect();
+    let decided = status::resolved(&assessment, "spec.model.config.inline", &fleets, None, None);
     let written = status::status(None, &decided, Some(observed), Some(&assessment), None, Timestamp::now());
     let mut object = serde_json::to_value(resource).unwrap();
     object["metadata"]["generation"] = json!(generation);
@@ -87,20 +96,19 @@ fn with_status(resource: &InferenceDeployment, counts: Option<PodCounts>, genera
 #[test]
 fn argo_cd_health_follows_the_conditions_the_controller_writes() {
     let llama = example("llama-3.1-8b-full.yaml");
-    let replicas = llama.spec.decode.replicas;
     let fresh = serde_json::to_value(&llama).unwrap();
     assert_eq!(health(&fresh).0, "Progressing", "no status yet");
 
-    let rolling = with_status(&llama, Some(PodCounts { total: replicas, updated: replicas, ready_updated: 0 }), 1, 1);
+    let rolling = with_status(&llama, Some(false), 1, 1);
     let (state, message) = health(&rolling);
     assert_eq!(state, "Progressing");
     assert!(message.starts_with("RollingOut"), "{message}");
 
     let ready =
-        with_status(&llama, Some(PodCounts { total: replicas, updated: replicas, ready_updated: replicas }), 1, 1);
+        with_status(&llama, Some(true), 1, 1);
     assert_eq!(health(&ready).0, "Healthy");
     let stale =
-        with_status(&llama, Some(PodCounts { total: replicas, updated: replicas, ready_updated: replicas }), 2, 1);
+        with_status(&llama, Some(true), 2, 1);
     let (state, message) = health(&stale);
     assert_eq!((state.as_str(), message.as_str()), ("Progressing", "Waiting for kvpilot to observe generation 2"));
 
@@ -110,9 +118,8 @@ fn argo_cd_health_follows_the_conditions_the_controller_writes() {
     assert!(message.contains("R9") && message.contains("host_pool"), "{message}");
 
     let rewritten = example("mimo-pure-swa-rewrite.yaml");
-    let replicas = rewritten.spec.decode.replicas;
     let healthy =
-        with_status(&rewritten, Some(PodCounts { total: replicas, updated: replicas, ready_updated: replicas }), 3, 3);
+        with_status(&rewritten, Some(true), 3, 3);
     let (state, message) = health(&healthy);
     assert_eq!(state, "Healthy");
     assert!(message.contains("settings rewritten") && message.contains("cpu_tensor"), "{message}");

@@ -100,11 +100,11 @@ mod tests {
             [
                 "unknown field \"spec.decode.env[0].vaule\"; did you mean \"value\"?",
                 "unknown field \"spec.decode.replcas\"; did you mean \"replicas\"?",
-                "unknown field \"spec.disaggregation.somethingElse\"; the known fields there are decodeContextParallel, \
-                 decodeOffloadKvCache, decodeRadixCache, disablePriorityPreemption, enableUnifiedMemory, \
+                "unknown field \"spec.disaggregation.somethingElse\"; the known fields there are bootstrapPort, \
+                 decodeContextParallel, decodeOffloadKvCache, decodeRadixCache, disablePriorityPreemption, enableUnifiedMemory, \
                  hierarchicalCache, hostPoolRatio, mambaRadixCacheStrategy, onInvalid, prefill, priorityScheduling, \
                  retractionBackup, speculativeAlgorithm, transferBackend",
-                "unknown field \"spec.prefil\"; the known fields there are cache, decode, disaggregation, model, sglang",
+                "unknown field \"spec.prefil\"; did you mean \"prefill\"?",
             ]
         );
     }
