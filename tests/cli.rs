@@ -312,6 +312,10 @@ fn rendered_pods_get_the_verdict_and_settings_of_their_inference_deployment() {
         let reports: Vec<Value> = serde_json::from_str(&stdout(&out)).unwrap();
         let servers: Vec<&Value> = reports.iter().filter(|r| r["container"] == "sglang").collect();
         assert!(!servers.is_empty(), "{example}: the guard found no server in the rendered pods: {reports:?}");
+        assert!(
+            reports.iter().all(|r| r["container"] != "router"),
+            "{example}: the router is no SGLang server: {reports:?}"
+        );
         let without_source = |effective: &Value| {
             let mut effective = effective.clone();
             effective.as_object_mut().unwrap().remove("retractionBackupSource");
@@ -319,6 +323,10 @@ fn rendered_pods_get_the_verdict_and_settings_of_their_inference_deployment() {
         };
         for server in servers {
             assert_eq!(server["verdict"], "valid", "{example} {}: {server}", server["name"]);
+            if server["mode"] == "prefill" {
+                assert!(server["name"].as_str().unwrap().contains("-prefill-"), "{example}: {server}");
+                continue;
+            }
             assert_eq!(server["mode"], "decode", "{example}");
             assert_eq!(server["sglang"]["version"], original["sglang"]["version"], "{example}");
             assert_eq!(server["layout"], original["layout"], "{example}");
@@ -401,8 +409,34 @@ fn render_prints_valid_objects_and_refuses_rejected_resources() {
         &repo("examples/llama-3.1-8b-full.yaml"),
     ]);
     let list: Value = serde_json::from_str(&stdout(&json_out)).unwrap();
-    assert_eq!((list["kind"].as_str(), list["items"].as_array().unwrap().len()), (Some("List"), 4));
+    let items = list["items"].as_array().unwrap();
+    let kinds: Vec<&str> = items.iter().map(|item| item["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        (list["kind"].as_str(), kinds),
+        (
+            Some("List"),
+            vec![
+                "ConfigMap",
+                "Service",
+                "Pod",
+                "Pod",
+                "Service",
+                "Pod",
+                "ServiceAccount",
+                "Role",
+                "RoleBinding",
+                "Deployment",
+                "Service"
+            ]
+        ),
+        "the decode fleet, the prefill fleet and the router"
+    );
     assert_eq!(list["items"][2]["spec"]["containers"][0]["image"], "registry.local/sglang:0.5.21-rdma");
+    assert_eq!(
+        list["items"][9]["spec"]["template"]["spec"]["containers"][0]["image"],
+        "registry.local/sglang:0.5.21-rdma",
+        "SGLang's image ships the router"
+    );
 
     let rejected = kvpilot(&["render", "-f", &repo("examples/deepseek-v3-mla-rejected.yaml")]);
     assert_eq!(rejected.status.code(), Some(1));
@@ -440,6 +474,10 @@ fn demo_runs_the_controller_on_the_bundled_examples() {
         "{text}"
     );
     assert!(text.contains("http://llama-3-1-8b-decode-1.llama-3-1-8b-decode.default.svc:30000"), "{text}");
+    // The whole PD service of the llama example: its prefill pod, its router and its endpoint.
+    assert!(text.contains("llama-3-1-8b-prefill-0        1/1     Running"), "{text}");
+    assert!(text.contains("llama-3-1-8b-router   1/1"), "{text}");
+    assert!(text.contains("http://llama-3-1-8b-router.default.svc:8000"), "{text}");
     assert!(text.contains("R1: Host-pool retraction does not support Mamba models."), "{text}");
     assert!(text.contains("M1: extra_buffer_lazy unsupported under PD disaggregation"), "{text}");
 }

@@ -217,12 +217,21 @@ fn cel_rules_refuse_what_the_schema_alone_cannot() {
             json!({"name": "x", "key": "config.json"}),
         ),
         ("set exactly one of spec.model.config.inline", "/spec/model/config", json!({})),
-        ("spec.decode.replicas must not be negative", "/spec/decode/replicas", json!(-1)),
-        ("spec.decode.tensorParallel must be at least 1", "/spec/decode/tensorParallel", json!(0)),
+        // Fleet fields' messages name the field; the API server prefixes its path.
+        ("replicas must not be negative", "/spec/decode/replicas", json!(-1)),
+        ("tensorParallel must be at least 1", "/spec/decode/tensorParallel", json!(0)),
+        ("tensorParallel must be at least 1", "/spec/prefill/tensorParallel", json!(0)),
+        ("nodesPerReplica must divide", "/spec/prefill/nodesPerReplica", json!(3)),
+        (
+            "spec.disaggregation.prefill describes prefill servers kvpilot does not run",
+            "/spec/disaggregation/prefill",
+            json!({"tensorParallel": 1}),
+        ),
+
         (
             "spec.disaggregation.prefill.tensorParallel must be at least 1",
-            "/spec/disaggregation/prefill/tensorParallel",
-            json!(0),
+            "/spec/disaggregation/prefill",
+            json!({"tensorParallel": 0}),
         ),
         (
             "spec.disaggregation.decodeContextParallel must be at least 1",
@@ -237,7 +246,7 @@ fn cel_rules_refuse_what_the_schema_alone_cannot() {
             "/spec/disaggregation/prefill",
             json!({"pageSize": 0}),
         ),
-        ("spec.decode.kvCacheDtype must not be empty", "/spec/decode/kvCacheDtype", json!("")),
+        ("kvCacheDtype must not be empty", "/spec/decode/kvCacheDtype", json!("")),
     ];
     for (expected, pointer, value) in cases {
         let mut doc = base.clone();
@@ -246,6 +255,16 @@ fn cel_rules_refuse_what_the_schema_alone_cannot() {
         let errors = cel_errors(&doc);
         assert!(errors.iter().any(|e| e.starts_with(expected)), "expected {expected:?}, got {errors:?}");
     }
+    let mut router_alone = base.clone();
+    router_alone["spec"].as_object_mut().unwrap().remove("prefill");
+    router_alone["spec"]["router"] = json!({"replicas": 2});
+    let errors = cel_errors(&router_alone);
+    assert!(
+        errors.iter().any(|e| e.starts_with("spec.router routes to the prefill fleet kvpilot runs")),
+        "{errors:?}"
+    );
+    router_alone["spec"]["router"]["enabled"] = json!(false);
+    assert_eq!(cel_errors(&router_alone), Vec::<String>::new(), "a disabled router needs no prefill fleet");
 }
 
 #[test]
