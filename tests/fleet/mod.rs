@@ -20,6 +20,9 @@ use crate::kubelet::{self, Kubelet, Timing};
 pub const SETTLE: Duration = Duration::from_secs(120);
 /// The selector of decode pods.
 pub const DECODE_PODS: &str = "app.kubernetes.io/name=kvpilot-decode";
+/// Every pod kvpilot's workloads run: prefill and decode servers, and the router's (created by
+/// the real Deployment controller).
+pub const SERVICE_PODS: &str = "app.kubernetes.io/name in (kvpilot-decode,kvpilot-prefill,kvpilot-router)";
 
 pub struct Fleet {
     pub cluster: Cluster,
@@ -88,9 +91,10 @@ impl Drop for Operator {
 }
 
 impl Fleet {
-    /// A fresh namespace `prefix-…` with the CRD installed and a kubelet of `timing` for it.
+    /// A fresh namespace `prefix-…` with the CRD installed and a kubelet of `timing` for it that
+    /// runs every pod of kvpilot's workloads.
     pub async fn new(cluster: &Cluster, prefix: &str, timing: Timing) -> Fleet {
-        Self::with_kubelet_for(cluster, prefix, timing, DECODE_PODS).await
+        Self::with_kubelet_for(cluster, prefix, timing, SERVICE_PODS).await
     }
 
     /// [`Fleet::new`] whose kubelet runs only the decode pods `selector` selects; the test plays
@@ -133,8 +137,20 @@ impl Fleet {
         Api::namespaced(self.client.clone(), self.ns())
     }
 
-    /// The InferenceDeployment of `examples/<file>` (in this namespace), with `edit` applied.
+    /// The InferenceDeployment of `examples/<file>` (in this namespace) as a decode fleet alone
+    /// (no spec.prefill, so no router either), with `edit` applied: what the decode tests follow.
     pub fn example(&self, file: &str, edit: impl FnOnce(&mut Value)) -> Value {
+        self.pd_example(file, |object| {
+            if let Some(spec) = object["spec"].as_object_mut() {
+                spec.remove("prefill");
+            }
+            edit(object);
+        })
+    }
+
+    /// The InferenceDeployment of `examples/<file>` (in this namespace) as written, with `edit`
+    /// applied.
+    pub fn pd_example(&self, file: &str, edit: impl FnOnce(&mut Value)) -> Value {
         let (_, mut object) = examples_in(self.ns())
             .into_iter()
             .find(|(f, o)| f == file && o["kind"] == "InferenceDeployment")
