@@ -32,10 +32,23 @@ fn breaking(rule: &str, path: &str) -> Value {
         "self >= 1 && self <= 65535" => json!(70000),
         _ if path == "spec.cache" => json!({"capacity": "1Gi"}),
         "self >= 30" => json!(10),
-        _ if path == "spec.decode" && rule.contains("nodesPerReplica") => {
+        _ if (path == "spec.decode" || path == "spec.prefill") && rule.contains("nodesPerReplica") => {
             json!({"replicas": 1, "tensorParallel": 8, "nodesPerReplica": 3})
         }
         _ => panic!("no invalid value for the rule `{rule}` at {path}: add a case to `breaking`"),
+    }
+}
+
+/// Breaks a rule over the whole spec (fields that exclude or need each other) in `object`.
+fn break_spec(object: &mut Value, rule: &str) {
+    let spec = object["spec"].as_object_mut().unwrap();
+    if rule.contains("self.disaggregation.prefill") {
+        spec.insert("disaggregation".into(), json!({"prefill": {"tensorParallel": 1}}));
+    } else if rule.contains("self.router") {
+        spec.remove("prefill");
+        spec.insert("router".into(), json!({"replicas": 1}));
+    } else {
+        panic!("no invalid spec for the rule `{rule}`: add a case to `break_spec`");
     }
 }
 
@@ -136,7 +149,11 @@ async fn every_validation_rule_and_enum_is_enforced_with_the_api_servers_message
                     let source = json!({"persistentVolumeClaim": {"claimName": "weights"}});
                     set(&mut object, "spec.model.source.volume.source", source);
                 }
-                set(&mut object, path, breaking(rule, path));
+                if path == "spec" {
+                    break_spec(&mut object, rule);
+                } else {
+                    set(&mut object, path, breaking(rule, path));
+                }
                 let refused = refusal(&api, &object, &format!("a value breaking `{rule}` at {path}")).await;
                 assert!(refused.contains(&format!("{path}: Invalid value")), "{path}: {refused}");
                 assert!(refused.contains(message), "{path}: expected `{message}` in: {refused}");
@@ -179,11 +196,17 @@ async fn printer_columns_scale_and_explain_work_through_kubectl() {
 
     let table = cluster.kubectl_ok(&["get", "infd", "-n", ns, "-o", "wide"]);
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
-    assert_eq!(header, ["NAME", "MODEL", "LAYOUT", "BACKUP", "SETTINGS", "READY", "DESIRED", "AGE"], "{table}");
+    assert_eq!(
+        header,
+        ["NAME", "MODEL", "LAYOUT", "BACKUP", "SETTINGS", "READY", "DESIRED", "PREFILL", "ENDPOINT", "AGE"],
+        "{table}"
+    );
     let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
     assert_eq!(row[..2], [name, "meta-llama/Llama-3.1-8B-Instruct"], "{table}");
     let narrow = cluster.kubectl_ok(&["get", "infd", "-n", ns]);
-    assert!(!narrow.contains("SETTINGS"), "Settings has priority 1, shown only with -o wide: {narrow}");
+    for wide in ["SETTINGS", "PREFILL", "ENDPOINT"] {
+        assert!(!narrow.contains(wide), "{wide} has priority 1, shown only with -o wide: {narrow}");
+    }
     let by_category = cluster.kubectl_ok(&["get", "kvpilot", "-n", ns, "-o", "name"]);
     assert_eq!(by_category.trim(), format!("inferencedeployment.kvpilot.dev/{name}"));
 
@@ -204,5 +227,5 @@ async fn printer_columns_scale_and_explain_work_through_kubectl() {
     });
     assert!(explained.contains("`Reject` (default) refuses invalid settings"), "{explained}");
     let spec = cluster.kubectl_ok(&["explain", "infd.spec"]);
-    assert!(spec.contains("A decode fleet for one model served with SGLang prefill/decode"), "{spec}");
+    assert!(spec.contains("One model served with SGLang prefill/decode disaggregation"), "{spec}");
 }

@@ -81,11 +81,12 @@ async fn one_resource_is_a_working_pd_service() {
     assert_eq!(label(&prefill, "kvpilot.dev/rank"), "0");
 
     // The router's identity, through a TokenRequest token: read pods here, nothing else.
-    let token = cluster.kubectl_ok(&["create", "token", &format!("{name}-router"), "-n", &ns]);
+    let dir = tempfile::tempdir().unwrap();
+    let router_kubeconfig = cluster.service_account_kubeconfig(dir.path(), &ns, &format!("{name}-router"));
     let can = |args: &[&str]| {
-        let mut full = vec!["auth", "can-i", "--token", token.trim()];
+        let mut full = vec!["auth", "can-i"];
         full.extend_from_slice(args);
-        common::cluster::text(&cluster.kubectl(&full).stdout).trim().to_string()
+        common::cluster::text(&cluster.kubectl_as(&router_kubeconfig, &full, None).stdout).trim().to_string()
     };
     for verb in ["get", "list", "watch"] {
         assert_eq!(can(&[verb, "pods", "-n", &ns]), "yes", "{verb} pods in its namespace");
