@@ -1,6 +1,7 @@
 //! `cargo bench --bench controller`: 1,000 InferenceDeployments × 4 replicas reconciled by the
 //! `kvpilot operator` process against the in-process API server on loopback, with a simulated
-//! kubelet. Reports the time until every resource is Ready, the operator's peak RSS (VmHWM of
+//! kubelet. Every tenth resource is a whole PD service: a prefill replica and the router
+//! (ServiceAccount, Role, RoleBinding, Deployment, Service) besides its decode fleet. Reports the time until every resource is Ready, the operator's peak RSS (VmHWM of
 //! its own process), and, as the baseline measured in the same run, the time the same client
 //! stack takes just to write the objects the operator writes (ConfigMap, Service, 4 pods,
 //! status) with no reconciling. Against kube-apiserver the baseline writes the very objects
@@ -22,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::WatchStreamExt;
@@ -118,17 +121,29 @@ where
     (elapsed, peak, operator, metrics)
 }
 
+/// Whether resource `index` is a whole PD service (prefill fleet and router): every tenth.
+fn is_service(index: usize) -> bool {
+    index % 10 == 0
+}
+
 fn resource(index: usize, replicas: usize) -> InferenceDeployment {
     let config: Value =
         serde_json::from_str(include_str!("../tests/fixtures/configs/llama-3.1-8b-instruct.json")).unwrap();
+    let mut spec = json!({"model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "config": {"inline": config}},
+             "disaggregation": {"retractionBackup": "host_pool"}, "decode": {"replicas": replicas}});
+    if is_service(index) {
+        spec["prefill"] = json!({"replicas": 1});
+    }
     serde_json::from_value(json!({
         "apiVersion": "kvpilot.dev/v1alpha1", "kind": "InferenceDeployment",
         "metadata": {"name": format!("model-{index:04}"), "namespace": "bench"},
-        "spec": {"model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "config": {"inline": config}},
-                 "disaggregation": {"retractionBackup": "host_pool"}, "decode": {"replicas": replicas}}
+        "spec": spec
     }))
     .unwrap()
 }
+
+/// The pods the kubelets of the bench run: both fleets' servers and the routers'.
+const SERVED_PODS: &str = "app.kubernetes.io/name in (kvpilot-decode,kvpilot-prefill,kvpilot-router)";
 
 fn ready_count(server: &ApiServer) -> usize {
     server.count(("kvpilot.dev", "v1alpha1", "inferencedeployments"), Some("bench"), |d| {
@@ -180,6 +195,23 @@ async fn baseline(deployments: usize, replicas: usize) -> Duration {
                     let pod: Pod = serde_json::from_value(json!({"metadata": {"name": format!("{name}-decode-{r}")}, "spec": {"containers": [{"name": "c", "image": "i"}]}})).unwrap();
                     Api::<Pod>::namespaced(client.clone(), "bench").create(&pp, &pod).await.unwrap();
                 }
+                if is_service(i) {
+                    let svc: Service = serde_json::from_value(json!({"metadata": {"name": format!("{name}-prefill")}, "spec": {"clusterIP": "None"}})).unwrap();
+                    Api::<Service>::namespaced(client.clone(), "bench").create(&pp, &svc).await.unwrap();
+                    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": format!("{name}-prefill-0")}, "spec": {"containers": [{"name": "c", "image": "i"}]}})).unwrap();
+                    Api::<Pod>::namespaced(client.clone(), "bench").create(&pp, &pod).await.unwrap();
+                    let router = format!("{name}-router");
+                    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": router}})).unwrap();
+                    Api::<ServiceAccount>::namespaced(client.clone(), "bench").create(&pp, &sa).await.unwrap();
+                    let role: Role = serde_json::from_value(json!({"metadata": {"name": router}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]})).unwrap();
+                    Api::<Role>::namespaced(client.clone(), "bench").create(&pp, &role).await.unwrap();
+                    let binding: RoleBinding = serde_json::from_value(json!({"metadata": {"name": router}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": router}, "subjects": [{"kind": "ServiceAccount", "name": router}]})).unwrap();
+                    Api::<RoleBinding>::namespaced(client.clone(), "bench").create(&pp, &binding).await.unwrap();
+                    let deployment: Deployment = serde_json::from_value(json!({"metadata": {"name": router}, "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}})).unwrap();
+                    Api::<Deployment>::namespaced(client.clone(), "bench").create(&pp, &deployment).await.unwrap();
+                    let svc: Service = serde_json::from_value(json!({"metadata": {"name": router}, "spec": {"selector": {"a": "b"}}})).unwrap();
+                    Api::<Service>::namespaced(client.clone(), "bench").create(&pp, &svc).await.unwrap();
+                }
                 let deployment = resource(i, replicas);
                 Api::<InferenceDeployment>::namespaced(client.clone(), "bench").create(&pp, &deployment).await.unwrap();
             }
@@ -197,11 +229,23 @@ fn in_process_requests(server: &ApiServer, before: &[(String, u64)]) -> BTreeMap
     for (key, count) in server.request_log() {
         let count = count - before.get(key.as_str()).copied().unwrap_or(0);
         let Some((method, path)) = key.split_once(' ') else { continue };
-        if method == "PATCH" && path.contains("/pods/") && path.ends_with("/status") {
+        if method == "PATCH" && (path.contains("/pods/") || path.contains("/deployments/")) && path.ends_with("/status") {
             continue;
         }
         let plural_last = path.rsplit('/').next().is_some_and(|last| {
-            ["pods", "configmaps", "services", "inferencedeployments", "events", "leases"].contains(&last)
+            [
+                "pods",
+                "configmaps",
+                "services",
+                "serviceaccounts",
+                "roles",
+                "rolebindings",
+                "deployments",
+                "inferencedeployments",
+                "events",
+                "leases",
+            ]
+            .contains(&last)
         });
         let verb = match method {
             "GET" if plural_last => "LIST+WATCH",
@@ -224,7 +268,18 @@ async fn apiserver_requests(client: &kube::Client) -> BTreeMap<(String, String, 
         };
         let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else { continue };
         let subresource = label("subresource").unwrap_or_default();
-        if !["pods", "configmaps", "services", "inferencedeployments", "events"].contains(&resource.as_str()) {
+        let kinds = [
+            "pods",
+            "configmaps",
+            "services",
+            "serviceaccounts",
+            "roles",
+            "rolebindings",
+            "deployments",
+            "inferencedeployments",
+            "events",
+        ];
+        if !kinds.contains(&resource.as_str()) {
             continue;
         }
         let value: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
@@ -247,7 +302,8 @@ async fn in_process(deployments: usize, replicas: usize) -> Run {
             }
         })
         .await;
-    let _kubelet = kubelet::spawn(client, "app.kubernetes.io/name=kvpilot-decode", Duration::ZERO);
+    let _kubelet = kubelet::spawn(client.clone(), SERVED_PODS, Duration::ZERO);
+    let _routers = kubelet::spawn_deployments(client, "app.kubernetes.io/name=kvpilot-router", Duration::ZERO);
     let before = server.request_log();
     let (elapsed, peak_kib, mut operator, metrics) =
         run_operator(&kubeconfig, deployments, || std::future::ready(ready_count(&server))).await;
@@ -303,7 +359,7 @@ async fn real_api_server(kubeconfig: &std::path::Path, deployments: usize, repli
         .await;
     let timing = real_kubelet::Timing { bind: false, ..real_kubelet::Timing::new(Duration::ZERO, Duration::ZERO) };
     let _kubelet =
-        real_kubelet::start(client.clone(), Some(&namespace), "app.kubernetes.io/name=kvpilot-decode", timing);
+        real_kubelet::start(client.clone(), Some(&namespace), SERVED_PODS, timing);
     // Ready is counted from a watch: polling lists of 1,000 resources took kube-apiserver CPU
     // from the run it measures.
     let (watched, writer) = kube::runtime::reflector::store::<InferenceDeployment>();
@@ -396,7 +452,7 @@ async fn real_baseline(kubeconfig: &std::path::Path, deployments: usize, replica
         .await;
     let timing = real_kubelet::Timing { bind: false, ..real_kubelet::Timing::new(Duration::ZERO, Duration::ZERO) };
     let _kubelet =
-        real_kubelet::start(client.clone(), Some(&namespace), "app.kubernetes.io/name=kvpilot-decode", timing);
+        real_kubelet::start(client.clone(), Some(&namespace), SERVED_PODS, timing);
     // Ready pods per resource, from a watch, as the operator learns them.
     let (pods, writer) = kube::runtime::reflector::store::<Pod>();
     let pod_api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
@@ -419,28 +475,22 @@ async fn real_baseline(kubeconfig: &std::path::Path, deployments: usize, replica
                 let config = Value::Object(resource.spec.model.config.inline.clone().unwrap());
                 let assessment = kvpilot::sglang::server::assess(&resource.spec, &config, &Default::default()).unwrap();
                 let desired = desired_state(&resource, &assessment, &options);
-                let cm = with_type_meta(&desired.config_map, "v1", "ConfigMap");
-                let cm_name = desired.config_map.metadata.name.clone().unwrap();
-                Api::<ConfigMap>::namespaced(client.clone(), &namespace)
-                    .patch(&cm_name, &apply, &Patch::Apply(cm))
-                    .await
-                    .unwrap();
-                let svc = with_type_meta(&desired.service, "v1", "Service");
-                let svc_name = desired.service.metadata.name.clone().unwrap();
-                Api::<Service>::namespaced(client.clone(), &namespace)
-                    .patch(&svc_name, &apply, &Patch::Apply(svc))
-                    .await
-                    .unwrap();
-                let pod_api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-                for replica in 0..replicas as u32 {
-                    for pod in desired.replica(replica) {
-                        let pod_name = pod.metadata.name.clone().unwrap();
-                        pod_api
-                            .patch(&pod_name, &apply, &Patch::Apply(with_type_meta(&pod, "v1", "Pod")))
-                            .await
-                            .unwrap();
-                    }
+                // Every object the operator would write, as it renders them (pods of all replicas).
+                for object in desired.objects() {
+                    let kind = object["kind"].as_str().unwrap().to_string();
+                    let (group, version) = match object["apiVersion"].as_str().unwrap().split_once('/') {
+                        Some((group, version)) => (group.to_string(), version.to_string()),
+                        None => (String::new(), "v1".to_string()),
+                    };
+                    let gvk = kube::api::GroupVersionKind::gvk(&group, &version, &kind);
+                    let plural = format!("{}s", kind.to_lowercase());
+                    let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, &plural);
+                    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
+                    let object_name = object["metadata"]["name"].as_str().unwrap().to_string();
+                    api.patch(&object_name, &apply, &Patch::Apply(object)).await.unwrap();
                 }
+                let servers = replicas + desired.prefill.as_ref().map_or(0, |p| p.replicas as usize);
+                let routers = desired.router.is_some() as usize;
                 let ready = || {
                     pods.state()
                         .iter()
@@ -453,7 +503,7 @@ async fn real_baseline(kubeconfig: &std::path::Path, deployments: usize, replica
                         })
                         .count()
                 };
-                while ready() < replicas {
+                while ready() < servers + routers {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 let status = json!({"apiVersion": "kvpilot.dev/v1alpha1", "kind": "InferenceDeployment",

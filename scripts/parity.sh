@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Parity harness (issue #14 item 7): runs each supported SGLang release's own code and compares
+# Parity harness (issue #14 item 7): runs each supported SGLang release's own code (and the SGLang
+# router's parser on the rendered router command lines) and compares
 # it with kvpilot: its classification of every fixture config with `kvpilot layout
 # --sglang-version`, its automatic retraction-backup choice and its PD argument checks with
 # `kvpilot check --sglang-version --output json`; it also checks a rule-message table against each
@@ -62,5 +63,17 @@ for requirements in tests/parity/requirements-transformers-*.txt; do
         -r "$requirements"
     echo "$requirements_hash" > "$venv/.installed"
 done
+
+# The router's own packages (sglang-router and smg with their dependencies), for router_argv.py.
+router_venv="$parity_dir/venv-router"
+router_hash="$(sha256sum tests/parity/requirements-router.txt | cut -d' ' -f1)"
+if [ "$(cat "$router_venv/.installed" 2>/dev/null)" != "$router_hash" ]; then
+    echo "parity: building $router_venv"
+    rm -rf "$router_venv"
+    "$python" -m venv "$router_venv"
+    "$router_venv/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes \
+        --only-binary=:all: -r tests/parity/requirements-router.txt
+    echo "$router_hash" > "$router_venv/.installed"
+fi
 
 exec "$python" tests/parity/run.py --src "$parity_dir/src" --venvs "$parity_dir" --kvpilot "$kvpilot_bin"

@@ -1037,6 +1037,70 @@ mod tests {
     }
 
     #[test]
+    fn a_prefill_fleet_and_the_router_make_one_pd_service() {
+        let mut pd = resource(json!({"pageSize": 16}));
+        pd.spec.prefill = Some(
+            serde_json::from_value(json!({"replicas": 2, "tensorParallel": 2, "pageSize": 16, "extraArgs": ["--chunked-prefill-size", "8192"]}))
+                .unwrap(),
+        );
+        let desired = render(&pd);
+        let prefill = desired.prefill.as_ref().expect("a prefill fleet");
+        let pod = prefill.pod(1, 0);
+        assert_eq!(pod.metadata.name.as_deref(), Some("llama-prefill-1"));
+        let labels = pod.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels[LABEL_NAME], PREFILL_APP);
+        assert_eq!(pod.metadata.annotations.as_ref().unwrap()[BOOTSTRAP_PORT_ANNOTATION], "8998");
+        let sglang = container(&pod);
+        let args = sglang.args.as_ref().unwrap();
+        assert_eq!(flag(args, "--disaggregation-mode"), Some("prefill"));
+        assert_eq!(flag(args, "--tensor-parallel-size"), Some("2"));
+        assert_eq!(flag(args, "--page-size"), Some("16"));
+        assert_eq!(flag(args, "--disaggregation-bootstrap-port"), Some("8998"));
+        assert_eq!(args[args.len() - 2..], ["--chunked-prefill-size", "8192"], "extraArgs stay last");
+        let ports: Vec<_> = sglang.ports.as_ref().unwrap().iter().map(|p| (p.name.clone().unwrap(), p.container_port)).collect();
+        assert_eq!(ports, [("http".to_string(), 30000), ("bootstrap".to_string(), 8998)]);
+        assert_eq!(pod.spec.as_ref().unwrap().subdomain.as_deref(), Some("llama-prefill"));
+        assert_ne!(prefill.revision, desired.decode.revision, "each fleet has its own revision");
+        assert_eq!(prefill.endpoint(0), "http://llama-prefill-0.llama-prefill.serving.svc:30000");
+
+        let router = desired.router.as_ref().expect("a router by default");
+        assert_eq!(router.endpoint, "http://llama-router.serving.svc:8000");
+        let rules = router.role.rules.as_ref().unwrap();
+        assert_eq!((rules.len(), rules[0].resources.as_deref()), (1, Some(&["pods".to_string()][..])));
+        assert_eq!(rules[0].verbs, ["get", "list", "watch"], "read pods, nothing else");
+        let template = router.deployment.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+        assert_eq!(template.service_account_name.as_deref(), Some("llama-router"));
+        let args = template.containers[0].args.as_ref().unwrap();
+        let joined = args.join(" ");
+        assert!(
+            joined.contains(
+                "--prefill-selector app.kubernetes.io/instance=llama app.kubernetes.io/name=kvpilot-prefill \
+                 kvpilot.dev/rank=0 --decode-selector"
+            ),
+            "{joined}"
+        );
+        assert_eq!(flag(args, "--service-discovery-namespace"), Some("serving"));
+        assert_eq!(template.containers[0].command.as_ref().unwrap(), &["python3", "-m", "sglang_router.launch_router"]);
+        assert_eq!(template.containers[0].image.as_deref(), Some("lmsysorg/sglang:v0.5.23-cu129"));
+        assert_eq!(desired.objects().len(), 2 + 3 + 2 + 2 + 5);
+
+        let mut smg = pd.clone();
+        smg.spec.router = Some(Box::new(
+            serde_json::from_value(json!({"launcher": "smg", "image": "example/smg:1.13.0", "policy": "round_robin"}))
+                .unwrap(),
+        ));
+        let desired = render(&smg);
+        let router = desired.router.as_ref().unwrap();
+        let container = &router.deployment.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0];
+        assert_eq!(container.command.as_ref().unwrap()[2], "smg.launch_router");
+        assert_eq!(flag(container.args.as_ref().unwrap(), "--policy"), Some("round_robin"));
+        let mut off = pd.clone();
+        off.spec.router = Some(Box::new(serde_json::from_value(json!({"enabled": false})).unwrap()));
+        assert!(render(&off).router.is_none());
+        assert!(render(&resource(json!({}))).router.is_none(), "no prefill fleet, no router");
+    }
+
+    #[test]
     fn the_revision_covers_what_affects_a_pod_and_nothing_else() {
         let base = render(&resource(json!({})));
         assert_eq!(render(&resource(json!({}))).decode.revision, base.decode.revision, "deterministic");

@@ -317,6 +317,27 @@ mod tests {
     }
 
     #[test]
+    fn with_a_router_ready_means_the_service_answers() {
+        let fleet = |role, desired, ready| FleetProgress {
+            role,
+            desired,
+            counts: PodCounts { total: desired, updated: desired, ready_updated: ready },
+        };
+        let fleets = [fleet(FleetRole::Decode, 4, 1), fleet(FleetRole::Prefill, 2, 1)];
+        let router = RouterStatus { replicas: 1, ready_replicas: 1 };
+        let ready = readiness(&fleets, Some(&router));
+        assert_eq!((ready.status, ready.reason.as_str()), ("True", "ServiceReady"));
+        assert_eq!(ready.message, "1/1 router pods ready, 1/4 decode replicas ready, 1/2 prefill replicas ready");
+        let no_router = RouterStatus { replicas: 1, ready_replicas: 0 };
+        assert_eq!(readiness(&fleets, Some(&no_router)).status, "False");
+        let no_prefill = [fleet(FleetRole::Decode, 4, 4), fleet(FleetRole::Prefill, 2, 0)];
+        assert_eq!(readiness(&no_prefill, Some(&router)).status, "False");
+        assert_eq!(readiness(&no_prefill, None).status, "False", "without a router every replica counts");
+        let all = [fleet(FleetRole::Decode, 4, 4), fleet(FleetRole::Prefill, 2, 2)];
+        assert_eq!(readiness(&all, None).reason, "AllReplicasReady");
+    }
+
+    #[test]
     fn transition_time_moves_only_when_the_status_changes() {
         let t0: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
         let t1: Timestamp = "2026-01-01T00:05:00Z".parse().unwrap();

@@ -519,6 +519,91 @@ mod tests {
     }
 
     #[test]
+    fn prefill_and_router_flags_are_owned_under_their_own_fields() {
+        assert_eq!(
+            owned_flag("--tp=2", false, FleetRole::Prefill),
+            Some(("--tensor-parallel-size", "spec.prefill.tensorParallel".to_string()))
+        );
+        assert_eq!(owned_flag("--port", false, FleetRole::Prefill).map(|(_, f)| f).as_deref(), Some("spec.prefill.port"));
+        assert_eq!(
+            owned_flag("--disaggregation-bootstrap-port=9000", false, FleetRole::Decode).map(|(_, f)| f).as_deref(),
+            Some("spec.disaggregation.bootstrapPort")
+        );
+        assert_eq!(owned_flag("--hicache-storage-backend", true, FleetRole::Prefill), None, "spec.cache is decode's");
+        assert_eq!(owned_router_flag("--policy=random").map(|(flag, _)| flag), Some("--policy"));
+        assert_eq!(owned_router_flag("--prefill-sel").map(|(flag, _)| flag), Some("--prefill-selector"));
+        assert_eq!(owned_router_flag("--request-timeout-secs"), None);
+    }
+
+    #[test]
+    fn a_pd_service_is_checked_for_what_the_router_and_the_old_prefill_place_need() {
+        let with = |extra: serde_json::Value| {
+            let mut value = json!({"model": {"name": "m/x", "config": {"inline": {}}}});
+            value.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            pod_findings(&serde_json::from_value(value).unwrap())
+        };
+        let fields = |found: Vec<Violation>| found.iter().map(|v| (v.rule, v.field)).collect::<Vec<_>>();
+        assert!(with(json!({"prefill": {"replicas": 1}})).is_empty());
+        assert_eq!(
+            fields(with(json!({"prefill": {"extraArgs": ["--page-size", "16"]}}))),
+            [("K1", "spec.prefill.extraArgs")]
+        );
+        assert_eq!(
+            fields(with(json!({"prefill": {"tensorParallel": 4, "nodesPerReplica": 3}}))),
+            [("K2", "spec.prefill.nodesPerReplica")]
+        );
+        assert_eq!(fields(with(json!({"router": {}}))), [("K5", "spec.router")], "a router needs the prefill fleet");
+        assert!(with(json!({"router": {"enabled": false}})).is_empty());
+        assert_eq!(
+            fields(with(json!({"prefill": {"port": 31000}}))),
+            [("K5", "spec.prefill.port")],
+            "the router finds both fleets on one port"
+        );
+        assert!(with(json!({"prefill": {"port": 31000}, "router": {"enabled": false}})).is_empty());
+        assert_eq!(
+            fields(with(json!({"prefill": {}, "disaggregation": {"prefill": {"tensorParallel": 2}}}))),
+            [("K5", "spec.disaggregation.prefill")]
+        );
+        assert_eq!(
+            fields(with(json!({"prefill": {}, "router": {"extraArgs": ["--service-discovery-port=1"]}}))),
+            [("K1", "spec.router.extraArgs")]
+        );
+    }
+
+    #[test]
+    fn the_prefill_fleet_is_the_prefill_side_the_transfer_rules_see() {
+        let spec: InferenceDeploymentSpec = serde_json::from_value(json!({
+            "model": {"name": "m/x", "config": {"inline": {}}},
+            "prefill": {"tensorParallel": 4, "dataParallel": 2, "enableDpAttention": true, "pageSize": 16,
+                        "kvCacheDtype": "fp8_e4m3"}
+        }))
+        .unwrap();
+        let prefill = effective_spec(&spec).disaggregation.prefill.clone().unwrap();
+        assert_eq!(
+            prefill,
+            PrefillSpec {
+                tensor_parallel: 4,
+                data_parallel: 2,
+                enable_dp_attention: true,
+                page_size: Some(16),
+                kv_cache_dtype: Some("fp8_e4m3".into())
+            }
+        );
+    }
+
+    #[test]
+    fn the_router_runs_in_pd_mode_with_service_discovery_of_both_fleets() {
+        let router = RouterSpec { extra_args: vec!["--request-timeout-secs".into(), "60".into()], ..RouterSpec::default() };
+        let args = router_args(&router, "serving", 30000, &["a=p".into(), "r=0".into()], &["a=d".into()]);
+        assert_eq!(
+            args.join(" "),
+            "--pd-disaggregation --host 0.0.0.0 --port 8000 --policy cache_aware --service-discovery \
+             --service-discovery-namespace serving --service-discovery-port 30000 --prefill-selector a=p r=0 \
+             --decode-selector a=d --prometheus-host 0.0.0.0 --prometheus-port 29000 --request-timeout-secs 60"
+        );
+    }
+
+    #[test]
     fn the_model_path_is_the_volume_directory_or_the_hub_id() {
         let hub = spec(json!({}), json!(null));
         assert_eq!(model_path(&hub.model), "m/x");

@@ -261,24 +261,56 @@ def pd_args_disagreement(error, prefixes, report):
     return f"SGLang accepts; kvpilot reports {extra}" if extra else None
 
 
+def rendered_items(kvpilot, path, version):
+    """The objects `kvpilot render -o json` gives for one example at `version`; rejected examples
+    render none."""
+    proc = subprocess.run([kvpilot, "render", "-o", "json", "--offline", "--sglang-version", version, "-f", path],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"kvpilot render {path} failed ({proc.returncode}): {proc.stderr[-500:]}")
+    return json.loads(proc.stdout)["items"]
+
+
 def rendered_argvs(kvpilot, version):
-    """The SGLang argv of every decode pod `kvpilot render` gives for the examples, at `version`:
-    [{"id": "example.yaml pod-name", "argv": [...]}]. Rejected examples render no pods."""
+    """The SGLang argv of every server pod (prefill and decode) `kvpilot render` gives for the
+    examples, at `version`: [{"id": "example.yaml pod-name", "example", "argv", "annotations"}]."""
     cases = []
     for path in sorted(glob.glob(os.path.join(ROOT, "examples", "*.yaml"))):
-        proc = subprocess.run([kvpilot, "render", "-o", "json", "--offline", "--sglang-version", version,
-                               "-f", path], capture_output=True, text=True, check=False)
-        if proc.returncode not in (0, 1):
-            raise RuntimeError(f"kvpilot render {path} failed ({proc.returncode}): {proc.stderr[-500:]}")
-        for item in json.loads(proc.stdout)["items"]:
+        for item in rendered_items(kvpilot, path, version):
             if item["kind"] != "Pod":
                 continue
             container = item["spec"]["containers"][0]
             if container["command"] != ["python3", "-m", "sglang.launch_server"]:
                 raise RuntimeError(f"{path}: {item['metadata']['name']} does not run sglang.launch_server")
             cases.append({"id": f"{os.path.basename(path)} {item['metadata']['name']}",
-                          "argv": container["args"]})
+                          "example": os.path.basename(path), "argv": container["args"],
+                          "annotations": item["metadata"].get("annotations", {})})
     return cases
+
+
+def pairing_disagreements(cases, results):
+    """What SGLang parsed for an example's prefill and decode servers that cannot pair: another
+    transfer backend, page size or KV dtype, or a bootstrap port other than the one the prefill
+    pod's annotation gives the router."""
+    problems = []
+    by_example = {}
+    for case, result in zip(cases, results):
+        if result.get("parsed"):
+            by_example.setdefault(case["example"], []).append((case, result["parsed"]))
+    for example, servers in by_example.items():
+        prefill = [(c, p) for c, p in servers if p["disaggregation_mode"] == "prefill"]
+        decode = [p for _, p in servers if p["disaggregation_mode"] == "decode"]
+        for case, parsed in prefill:
+            annotated = case["annotations"].get("sglang.ai/bootstrap-port")
+            if str(parsed["disaggregation_bootstrap_port"]) != annotated:
+                problems.append(f"{case['id']}: bootstrap port {parsed['disaggregation_bootstrap_port']}, "
+                                f"annotation {annotated}")
+            for other in decode:
+                for field in ("disaggregation_transfer_backend", "page_size", "kv_cache_dtype"):
+                    if parsed[field] != other[field]:
+                        problems.append(f"{case['id']}: {field} {parsed[field]!r}, decode {other[field]!r}")
+    return problems, sum(1 for servers in by_example.values()
+                         if any(p["disaggregation_mode"] == "prefill" for _, p in servers))
 
 
 def check_rendered_argvs(kvpilot, src, venvs, version):
@@ -305,8 +337,69 @@ def check_rendered_argvs(kvpilot, src, venvs, version):
         else:
             passed += 1
             post_ran += "ok" in post
-    summary = (f"decode argv {len(cases)}: accepted by the parser {len(cases) - sum(r['error'] is not None for r in answer['results'])}"
-               f", post-parse checks ran to the end {post_ran} (the rest stop at missing hardware)")
+    problems, paired = pairing_disagreements(cases, answer["results"])
+    for problem in problems:
+        failed += 1
+        print(f"  {version} prefill/decode pairing {problem}")
+    summary = (f"server argv {len(cases)}: accepted by the parser {len(cases) - sum(r['error'] is not None for r in answer['results'])}"
+               f", post-parse checks ran to the end {post_ran} (the rest stop at missing hardware)"
+               f"; examples with prefill and decode paired as SGLang parsed them {paired - len(problems)} of {paired}")
+    passed += paired if not problems else 0
+    return passed, failed, summary
+
+
+def check_router_argvs(kvpilot, venvs, version):
+    """Each rendered router argv through sglang-router 0.3.2's and smg 1.13.0's own
+    parse_router_args, with a control; the selectors it parsed select exactly the rank-0 pods of
+    their fleet among the rendered pods. Returns (passed, failed, summary)."""
+    python = os.path.join(venvs, "venv-router", "bin", "python")
+    cases, pods = [], {}
+    for path in sorted(glob.glob(os.path.join(ROOT, "examples", "*.yaml"))):
+        items = rendered_items(kvpilot, path, version)
+        pods[os.path.basename(path)] = [i["metadata"] for i in items if i["kind"] == "Pod"]
+        for item in items:
+            if item["kind"] != "Deployment":
+                continue
+            container = item["spec"]["template"]["spec"]["containers"][0]
+            for package in ("sglang_router", "smg"):
+                cases.append({"id": f"{os.path.basename(path)} {package}", "package": package,
+                              "example": os.path.basename(path), "argv": container["args"]})
+    if not cases:
+        return 0, 1, "router argv: no example renders a router"
+    controls = [{"id": f"control {c['package']}", "package": c["package"], "argv": c["argv"] + ["--no-such-router-flag"]}
+                for c in cases[:2]]
+    proc = subprocess.run([python, os.path.join(HERE, "router_argv.py")], input=json.dumps(cases + controls),
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"router_argv.py failed:\n{proc.stderr[-2000:]}")
+    results = json.loads(proc.stdout)["results"]
+    passed = failed = 0
+    for control in results[len(cases):]:
+        if "unrecognized arguments: --no-such-router-flag" not in (control["error"] or ""):
+            failed += 1
+            print(f"  router {control['id']}: the parser accepted an unknown flag ({control['error']!r})")
+    for case, result in zip(cases, results):
+        args = result["args"]
+        if result["error"] is not None:
+            failed += 1
+            print(f"  router {case['id']}: the router's parser refuses the rendered argv: {result['error']}")
+            continue
+        wrong = [f for f in ("pd_disaggregation", "service_discovery") if args.get(f) is not True]
+        for fleet, key in (("prefill", "prefill_selector"), ("decode", "decode_selector")):
+            selector = args.get(key) or {}
+            selected = sorted(m["name"] for m in pods[case["example"]]
+                              if selector and all(m["labels"].get(k) == v for k, v in selector.items()))
+            expected = sorted(m["name"] for m in pods[case["example"]]
+                              if m["labels"].get("app.kubernetes.io/name") == f"kvpilot-{fleet}"
+                              and m["labels"].get("kvpilot.dev/rank") == "0")
+            if not expected or selected != expected:
+                wrong.append(f"{key} selects {selected}, the {fleet} fleet's rank-0 pods are {expected}")
+        if wrong:
+            failed += 1
+            print(f"  router {case['id']}: {wrong}")
+        else:
+            passed += 1
+    summary = f"router argv {len(cases)} (sglang-router 0.3.2, smg 1.13.0): accepted with the right selectors {passed}"
     return passed, failed, summary
 
 
@@ -458,6 +551,10 @@ def main():
         failed += harness_errors + disagreeing + len(message_failures)
         passed += (agreements if compare else loaded) + messages_ok
 
+    if compare:
+        router_passed, router_failed, router_summary = check_router_argvs(args.kvpilot, args.venvs, RELEASES[-1].version)
+        print(router_summary)
+        passed, failed = passed + router_passed, failed + router_failed
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 

@@ -2,7 +2,8 @@
 """One SGLang release's own server argument parser on the command lines kvpilot renders.
 
 Usage: server_argv.py SGLANG_SRC < argvs.json    (a JSON list of {"id", "argv"})
-Prints {"results": [{"id", "error": argparse's message or null, "postInit": ...}]}.
+Prints {"results": [{"id", "error": argparse's message or null, "postInit": ..., "parsed": {...}}]}
+(`parsed`: the parsed values prefill and decode must agree on, see PAIRED).
 
 What runs is the release's `ServerArgs.add_cli_args` on `argparse.ArgumentParser(prog="sglang
 serve")`, exactly as its `prepare_server_args` builds it, then `parse_args(argv)`: an unknown
@@ -33,6 +34,11 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message):
         raise ArgumentError(message)
+
+
+# What a prefill server and its decode servers must agree on (or the router relies on).
+PAIRED = ("disaggregation_mode", "disaggregation_transfer_backend", "page_size", "kv_cache_dtype",
+          "disaggregation_bootstrap_port")
 
 
 # Post-init failures that come from this machine, not from the flags: the stubbed torch and
@@ -115,7 +121,9 @@ def main(argv):
             results.append({"id": case["id"], "error": "harness: " + traceback.format_exc(limit=3),
                             "postInit": None})
             continue
-        results.append({"id": case["id"], "error": None, "postInit": post_init(ServerArgs, namespace)})
+        parsed = {name: getattr(namespace, name, None) for name in PAIRED}
+        results.append({"id": case["id"], "error": None, "postInit": post_init(ServerArgs, namespace),
+                        "parsed": parsed})
     json.dump({"results": results}, sys.stdout)
 
 
