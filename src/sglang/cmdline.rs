@@ -53,6 +53,9 @@ pub enum Entry {
     LaunchServer,
     /// `sglang serve`.
     Serve,
+    /// `python -m dynamo.sglang`: NVIDIA Dynamo's SGLang worker, which takes SGLang's server
+    /// flags (plus its own, passed through like any unknown flag).
+    Dynamo,
 }
 
 /// An SGLang server invocation: its server arguments, the environment assignments written in
@@ -358,6 +361,7 @@ fn search(argv: &[Arg], end: AppendSite, found: &mut Found, outer: bool) {
         }
         match rest.get(i + 1) {
             Some(module) if module.text == "sglang.launch_server" => Some((Entry::LaunchServer, i + 2)),
+            Some(module) if module.text == "dynamo.sglang" => Some((Entry::Dynamo, i + 2)),
             _ => None,
         }
     } else if basename(&program.text) == "sglang" && rest.get(1).is_some_and(|a| a.text == "serve") {
@@ -504,6 +508,11 @@ mod tests {
             ),
             (&["/bin/sh", "-ec", "A=1 env B=2 sglang serve --p \"v\""], &[], &["--p", "v"]),
             (&["env", "-i", "--", "python3", "-m", "sglang.launch_server", "--q"], &[], &["--q"]),
+            (
+                &["python3", "-m", "dynamo.sglang"],
+                &["--disaggregation-mode", "decode"],
+                &["--disaggregation-mode", "decode"],
+            ),
         ];
         for (command, args, expected) in cases {
             let found = find_invocations(&strings(command), &strings(args), &[]);
@@ -516,6 +525,10 @@ mod tests {
     fn other_programs_are_not_invocations() {
         for command in [
             &["python3", "-m", "sglang_router.launch_router"][..],
+            &["python3", "-m", "dynamo.frontend", "--http-port", "8000"],
+            &["smg", "--pd-disaggregation"],
+            &["mooncake_master", "--port", "50051"],
+            &["python3", "-m", "mooncake.mooncake_store_service"],
             &["python3", "serve.py", "-m", "sglang.launch_server"],
             &["sglang", "version"],
             &["nginx"],
