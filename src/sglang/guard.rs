@@ -674,7 +674,8 @@ fn container_operations(
             };
             text.replace_range(start..span.end, &replacement);
         }
-        operations.push(PatchOperation::Replace(ReplaceOperation { path: pointer(&item)?, value: Value::String(text) }));
+        operations
+            .push(PatchOperation::Replace(ReplaceOperation { path: pointer(&item)?, value: Value::String(text) }));
     }
     // Removals last and from the highest index down, so every index is exact when applied.
     removals.sort_by_key(|(_, index)| std::cmp::Reverse(*index));
@@ -689,7 +690,8 @@ fn container_operations(
 /// Whether the object itself asks for rewrites: the label `kvpilot.dev/on-invalid: rewrite`
 /// (a label, because that is what the mutating webhook's objectSelector can see).
 pub fn asks_for_rewrite(object: &Value) -> bool {
-    object.pointer(&format!("/metadata/labels/{}", workload::escape(ON_INVALID_LABEL))).and_then(Value::as_str) == Some("rewrite")
+    object.pointer(&format!("/metadata/labels/{}", workload::escape(ON_INVALID_LABEL))).and_then(Value::as_str)
+        == Some("rewrite")
 }
 
 #[cfg(test)]

@@ -230,10 +230,15 @@ fn unreadable_containers_are_warnings() {
     assert!(inspection.servers.is_empty());
     assert_eq!(
         inspection.warnings,
-        ["deploy/web-decode container sglang (spec.template.spec.containers[1]): command is not a list of strings; not checked"]
+        [
+            "deploy/web-decode container sglang (spec.template.spec.containers[1]): command is not a list of strings; not checked"
+        ]
     );
     let no_server = deployment(json!(["/entrypoint.sh"]), json!([]));
-    assert!(inspect(&no_server).warnings[0].contains("no `python -m sglang.launch_server`, `sglang serve` or `python -m dynamo.sglang`"));
+    assert!(
+        inspect(&no_server).warnings[0]
+            .contains("no `python -m sglang.launch_server`, `sglang serve` or `python -m dynamo.sglang`")
+    );
 }
 
 mod properties {

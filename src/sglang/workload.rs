@@ -5,7 +5,7 @@
 //! the apps/batch kinds and Pods, LeaderWorkerSets, RoleBasedGroups (v1alpha1 `roles[].template`
 //! with `leaderWorkerSet.patch*Template`; v1alpha2 `standalonePattern`, `leaderWorkerPattern`
 //! with `leaderTemplatePatch`/`workerTemplatePatch`, `customComponentsPattern`, `roleTemplates`
-//! + `templateRef.patch`), OME runtimes and InferenceServices, Dynamo graphs and AIBrix
+//! and `templateRef.patch`), OME runtimes and InferenceServices, Dynamo graphs and AIBrix
 //! StormServices. Any other kind is searched: every `containers`/`initContainers` item and
 //! every `mainContainer`/`runner`/`container` object that looks like a container.
 
@@ -60,15 +60,32 @@ pub const RESOURCES: &[(&str, &str)] = &[
 ];
 
 /// A custom resource the guard reads by its shape, admitted when the chart value
-/// `guard.resources.<value>` is on: (value, API group, plural).
-pub const CUSTOM_RESOURCES: &[(&str, &str, &str)] = &[
-    ("leaderWorkerSets", "leaderworkerset.x-k8s.io", "leaderworkersets"),
-    ("roleBasedGroups", "workloads.x-k8s.io", "rolebasedgroups"),
-    ("omeRuntimes", "ome.io", "servingruntimes"),
-    ("omeRuntimes", "ome.io", "clusterservingruntimes"),
-    ("omeInferenceServices", "ome.io", "inferenceservices"),
-    ("dynamoGraphDeployments", "nvidia.com", "dynamographdeployments"),
-    ("stormServices", "orchestration.aibrix.ai", "stormservices"),
+/// `guard.resources.<value>` is on.
+pub struct CustomResource {
+    pub value: &'static str,
+    pub group: &'static str,
+    pub plural: &'static str,
+    /// Cluster-scoped: no namespace label selects it, so only `enforce` and labelled rewrites see it.
+    pub cluster_scoped: bool,
+}
+
+const fn custom(value: &'static str, group: &'static str, plural: &'static str) -> CustomResource {
+    CustomResource { value, group, plural, cluster_scoped: false }
+}
+
+pub const CUSTOM_RESOURCES: &[CustomResource] = &[
+    custom("leaderWorkerSets", "leaderworkerset.x-k8s.io", "leaderworkersets"),
+    custom("roleBasedGroups", "workloads.x-k8s.io", "rolebasedgroups"),
+    custom("omeServingRuntimes", "ome.io", "servingruntimes"),
+    CustomResource {
+        value: "omeClusterServingRuntimes",
+        group: "ome.io",
+        plural: "clusterservingruntimes",
+        cluster_scoped: true,
+    },
+    custom("omeInferenceServices", "ome.io", "inferenceservices"),
+    custom("dynamoGraphDeployments", "nvidia.com", "dynamographdeployments"),
+    custom("stormServices", "orchestration.aibrix.ai", "stormservices"),
 ];
 
 /// `deploy/NAME`, as kubectl names objects.
@@ -437,7 +454,12 @@ pub fn strategic_merge(base: &Value, patch: &Value) -> Value {
 
 fn merge_key(field: &str) -> Option<&'static str> {
     match field {
-        "containers" | "initContainers" | "ephemeralContainers" | "env" | "volumes" | "imagePullSecrets"
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "env"
+        | "volumes"
+        | "imagePullSecrets"
         | "resourceClaims" => Some("name"),
         "ports" => Some("containerPort"),
         "volumeMounts" | "volumeDevices" => Some("mountPath"),
@@ -496,7 +518,8 @@ fn string_map(value: Option<&Value>) -> BTreeMap<String, String> {
 fn spot_sites(object: &Value, spot: &Spot) -> Vec<ContainerSite> {
     let present: Vec<(&Layer, &Value)> =
         spot.layers.iter().filter_map(|layer| Some((layer, object.pointer(&layer.spec)?))).collect();
-    let Some(spec) = present.iter().map(|(_, spec)| (*spec).clone()).reduce(|base, patch| strategic_merge(&base, &patch))
+    let Some(spec) =
+        present.iter().map(|(_, spec)| (*spec).clone()).reduce(|base, patch| strategic_merge(&base, &patch))
     else {
         return Vec::new();
     };

@@ -115,7 +115,9 @@ fn role_templates_are_followed_and_a_missing_one_is_named() {
     assert_eq!(discovery.sites[0].container["image"], "lmsysorg/sglang:v0.5.23");
     assert_eq!(
         discovery.warnings,
-        ["spec.roles[1].standalonePattern.templateRef.name: no spec.roleTemplates entry is named \"nope\"; its containers are not checked"]
+        [
+            "spec.roles[1].standalonePattern.templateRef.name: no spec.roleTemplates entry is named \"nope\"; its containers are not checked"
+        ]
     );
 }
 
