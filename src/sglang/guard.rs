@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::EnvVar;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::cmdline::{self, AppendSite, ArgList, ArgSite, Invocation};
+use super::cmdline::{self, AppendSite, ArgList, ArgSite, Entry, Invocation};
 use super::flags::{self, Kind, Mode, Parsed};
 use super::workload::{self, ContainerSite};
 use crate::api::{
@@ -92,6 +92,10 @@ fn strings(container: &Value, key: &str) -> Result<Vec<String>, String> {
     }
 }
 
+/// Programs shipped in SGLang images that are not SGLang servers (routers, load balancers,
+/// Dynamo's frontend, Mooncake): a container running one needs no "no server found" warning.
+const NOT_SERVERS: &[&str] = &["sglang_router", "smg", "dynamo.frontend", "mooncake"];
+
 /// The disaggregation mode a role's name or type stands for (`prefill`, `decode`, `decoder`).
 fn role_mode(role: &str) -> Option<Mode> {
     let role = role.to_ascii_lowercase();
@@ -132,7 +136,9 @@ pub fn inspect(object: &Value) -> Inspection {
         let image = container.get("image").and_then(Value::as_str).unwrap_or_default();
         let found = cmdline::find_invocations(&command, &args, &literal_env(container));
         inspection.warnings.extend(found.warnings.iter().map(|w| format!("{subject}: {w}")));
-        if found.invocations.is_empty() && image.contains("sglang") && found.warnings.is_empty() {
+        let runs_other_program = command.iter().chain(&args).any(|word| NOT_SERVERS.iter().any(|p| word.contains(p)));
+        if found.invocations.is_empty() && image.contains("sglang") && found.warnings.is_empty() && !runs_other_program
+        {
             inspection.warnings.push(format!(
                 "{subject}: the image {image} is SGLang's but no `python -m sglang.launch_server`, `sglang serve` \
                  or `python -m dynamo.sglang` was found in command/args; not checked"
@@ -158,7 +164,8 @@ pub fn inspect(object: &Value) -> Inspection {
                 site: site.clone(),
                 invocation_index,
                 container: container_name.clone(),
-                release: release::from_image(image),
+                // A Dynamo image's tag is Dynamo's version, not SGLang's.
+                release: if invocation.entry == Entry::Dynamo { None } else { release::from_image(image) },
                 invocation,
                 parsed,
                 model,
