@@ -670,6 +670,14 @@ fn container_operations(
     for ((list, index), mut spans) in scripts {
         let item = format!("{}/{}/{index}", list_at(list), list.key());
         let script = object.pointer(&item).and_then(Value::as_str).ok_or_else(|| format!("{item} is not a string"))?;
+        // Word spans index the script as the kubelet expands it; where `$(VAR)` or `$$` changed
+        // it, they do not index the text written in the object.
+        let container = &edits[0].0.site.container;
+        if cmdline::expand_references(script, &literal_env(container)).0 != script {
+            return Err(format!(
+                "{item}: the script holds $(VAR) references or $$, so its words cannot be rewritten in place"
+            ));
+        }
         let mut text = script.to_string();
         spans.sort_by_key(|(span, _)| std::cmp::Reverse(span.start));
         for (span, replacement) in spans {

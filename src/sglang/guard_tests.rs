@@ -223,6 +223,25 @@ fn objects_ask_for_rewrites_by_label() {
     assert!(asks_for_rewrite(&object));
 }
 
+/// `$$` and resolved `$(VAR)` change the script the reader splits; its word spans then do not
+/// index the written text, so the script is not rewritten (the webhook says so) rather than
+/// corrupted.
+#[test]
+fn scripts_the_kubelet_expands_are_not_rewritten_by_span() {
+    let script = "echo $$PPID; exec python3 -m sglang.launch_server --disaggregation-mode decode \
+                  --disaggregation-decode-retraction-backup host_pool";
+    let object = deployment(json!(["sh", "-c", script]), json!([]));
+    let server = one_server(&object);
+    let verdict = check(&server, &pure_swa(), true, &ReleaseChoice::default_newest()).unwrap();
+    assert!(!verdict.edits.is_empty());
+    let error = rewrite_patch(&object, &[(&server, &verdict)]).unwrap_err();
+    assert_eq!(
+        error,
+        "/spec/template/spec/containers/1/command/2: the script holds $(VAR) references or $$, so its words cannot \
+         be rewritten in place"
+    );
+}
+
 #[test]
 fn unreadable_containers_are_warnings() {
     let object = deployment(json!("python3 -m sglang.launch_server"), json!([]));
