@@ -1,5 +1,6 @@
 //! The SGLang guard at admission: AdmissionReviews of workloads (Pods, Deployments, …,
-//! LeaderWorkerSets, RoleBasedGroups) in, decisions out, built on `sglang::guard`. No HTTP here.
+//! LeaderWorkerSets, RoleBasedGroups, OME, Dynamo and AIBrix kinds, any kind holding containers)
+//! in, decisions out, built on `sglang::guard`. No HTTP here.
 //!
 //! The namespace's `kvpilot.dev/guard` label picks the behaviour, and the webhook configuration
 //! does the picking: one validating webhook per mode, each on its own path with a
