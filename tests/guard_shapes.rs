@@ -312,6 +312,51 @@ fn rewrites_patch_the_container_where_it_sits() {
     assert!(again.servers.iter().all(|s| guard::check(s, &config, false, &fallback).unwrap().findings.is_empty()));
 }
 
+/// The flags in the base template's `command` (as in rbg's pd-disagg-leader-worker.yaml), the
+/// worker's patch adding `args`: leader and worker both read the base's command list, and the
+/// one removal they both ask for is made once.
+#[test]
+fn an_edit_to_a_shared_base_list_is_made_once() {
+    let object = json!({
+        "apiVersion": "workloads.x-k8s.io/v1alpha2", "kind": "RoleBasedGroup",
+        "metadata": {"name": "pd", "annotations": {"kvpilot.dev/model-config": "configmap/m"}},
+        "spec": {"roles": [{"name": "decode", "leaderWorkerPattern": {
+            "template": {"spec": {"containers": [{"name": "sglang", "image": "lmsysorg/sglang:v0.5.23",
+                "command": ["python3", "-m", "sglang.launch_server", "--model-path", "/models/m",
+                    "--disaggregation-mode", "decode", "--disaggregation-decode-enable-radix-cache"]}]}},
+            "workerTemplatePatch": {"spec": {"containers": [{"name": "sglang", "args": ["--node-rank", "1"]}]}}}}]}
+    });
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(repo("tests/fixtures/configs/custom-pure-swa.json")).unwrap())
+            .unwrap();
+    let inspection = guard::inspect(&object);
+    assert_eq!(inspection.servers.len(), 2);
+    let fallback = ReleaseChoice::default_newest();
+    let verdicts: Vec<guard::ServerVerdict> =
+        inspection.servers.iter().map(|s| guard::check(s, &config, true, &fallback).unwrap()).collect();
+    assert!(verdicts.iter().all(|v| !v.rewrites.is_empty()), "both pods need the radix cache off");
+    let checked: Vec<(&guard::Server, &guard::ServerVerdict)> = inspection.servers.iter().zip(&verdicts).collect();
+    let patch = guard::rewrite_patch(&object, &checked).unwrap();
+    let removals =
+        serde_json::to_value(&patch).unwrap().as_array().unwrap().iter().filter(|op| op["op"] == "remove").count();
+    assert_eq!(removals, 1);
+    let mut patched = object.clone();
+    json_patch::patch(&mut patched, &patch).unwrap();
+    let command = &patched["spec"]["roles"][0]["leaderWorkerPattern"]["template"]["spec"]["containers"][0]["command"];
+    assert_eq!(
+        command,
+        &json!([
+            "python3",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "/models/m",
+            "--disaggregation-mode",
+            "decode"
+        ])
+    );
+}
+
 /// Arbitrary YAML-ish values where pod specs, roles, patches and containers go.
 fn yamlish() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![

@@ -36,8 +36,6 @@ pub const REWRITES_ANNOTATION: &str = "kvpilot.dev/rewrites";
 pub struct Server {
     /// Where its container sits in the object, with its role and leader/worker.
     pub site: ContainerSite,
-    /// Which of the container's invocations it is (a `-c` script may start several).
-    pub invocation_index: usize,
     /// The container's name.
     pub container: String,
     /// The SGLang release the image tag names (an image whose repository name contains `sglang`).
@@ -144,7 +142,7 @@ pub fn inspect(object: &Value) -> Inspection {
                  or `python -m dynamo.sglang` was found in command/args; not checked"
             ));
         }
-        for (invocation_index, invocation) in found.invocations.into_iter().enumerate() {
+        for invocation in found.invocations {
             let mut parsed = flags::read(&invocation.args);
             let mut env_warnings = read_env(container, &invocation, &mut parsed);
             parsed.warnings.append(&mut env_warnings);
@@ -162,7 +160,6 @@ pub fn inspect(object: &Value) -> Inspection {
             let model = model_spec(&merged, &parsed);
             inspection.servers.push(Server {
                 site: site.clone(),
-                invocation_index,
                 container: container_name.clone(),
                 // A Dynamo image's tag is Dynamo's version, not SGLang's.
                 release: if invocation.entry == Entry::Dynamo { None } else { release::from_image(image) },
@@ -572,24 +569,47 @@ fn pointer(text: &str) -> Result<PointerBuf, String> {
 /// The JSON patch that applies each server's rewrites to `object`: index-exact `replace` and
 /// `remove` operations on `command`/`args` items (or one `replace` of a `-c` script) of the
 /// container that holds them (a template patch's, where the patch sets them), and the
-/// [`REWRITES_ANNOTATION`] on the template holding them. Servers reading the same lists (the
-/// leader and worker of one unpatched base) are rewritten once.
+/// [`REWRITES_ANNOTATION`] on the template holding them. An edit several servers make to the
+/// same list (the leader and workers of one base template) is made once.
 pub fn rewrite_patch(object: &Value, checked: &[(&Server, &ServerVerdict)]) -> Result<Patch, String> {
     let mut operations = Vec::new();
     let mut records: BTreeMap<String, Vec<String>> = BTreeMap::new();
     // Containers' lists in order, each with all its edits.
     let mut by_lists: BTreeMap<(String, String), Vec<(&Server, &Edit)>> = BTreeMap::new();
-    let mut seen: Vec<(String, String, usize)> = Vec::new();
+    // Servers reading the same list (a leader and its workers running a base template's
+    // `command`) make the same edit to it: it is made once. (list pointer, edit) of those made.
+    let mut made: Vec<(String, &Edit)> = Vec::new();
     for (server, verdict) in checked {
         let site = &server.site;
-        let key = (site.command_at.clone(), site.args_at.clone(), server.invocation_index);
-        if verdict.edits.is_empty() || seen.contains(&key) {
+        let list_of = |list: ArgList| {
+            let owner = match list {
+                ArgList::Command => &site.command_at,
+                ArgList::Args => &site.args_at,
+            };
+            format!("{owner}/{}", list.key())
+        };
+        let new_edits: Vec<(String, &Edit)> = verdict
+            .edits
+            .iter()
+            .map(|edit| {
+                let list = match edit {
+                    Edit::Replace { site: ArgSite::Item { list, .. } | ArgSite::ShellWord { list, .. }, .. }
+                    | Edit::Remove { site: ArgSite::Item { list, .. } | ArgSite::ShellWord { list, .. } } => *list,
+                    Edit::Append { .. } => match &server.invocation.append_at {
+                        AppendSite::Item { list, .. } | AppendSite::Shell { list, .. } => *list,
+                    },
+                };
+                (list_of(list), edit)
+            })
+            .filter(|(list, edit)| !made.iter().any(|(made_list, made_edit)| made_list == list && made_edit == edit))
+            .collect();
+        if new_edits.is_empty() {
             continue;
         }
-        seen.push(key);
-        for edit in &verdict.edits {
+        for (_, edit) in &new_edits {
             by_lists.entry((site.command_at.clone(), site.args_at.clone())).or_default().push((server, edit));
         }
+        made.extend(new_edits);
         if let Some(at) = &site.annotations_at {
             let record = records.entry(at.clone()).or_default();
             record.extend(verdict.rewrites.iter().map(|r| format!("{}: {r}", server.container)));
