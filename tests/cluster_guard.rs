@@ -262,7 +262,9 @@ fn the_api_server_refuses_warns_rewrites_and_ignores_by_namespace_label() {
     assert!(!admitted, "the host_pool Deployment was admitted in an enforce namespace");
     assert!(refusal.contains("admission webhook \"enforce.sglang-guard.kvpilot.dev\" denied the request"), "{refusal}");
     assert!(
-        refusal.contains(&format!("R2 deploy/web-decode container sglang: {BAD_FLAG}: {SGLANG_MESSAGE}")),
+        refusal.contains(&format!(
+            "R2 deploy/web-decode container sglang (spec.template.spec.containers[0]): {BAD_FLAG}: {SGLANG_MESSAGE}"
+        )),
         "{refusal}"
     );
     assert!(cluster.get_json(&["deployment", "web-decode", "-n", &enforce.name]).is_none());
@@ -302,7 +304,7 @@ fn the_api_server_refuses_warns_rewrites_and_ignores_by_namespace_label() {
     let (admitted, _, warnings) = apply(&cluster, &deployment);
     assert!(admitted, "{warnings}");
     assert!(
-        warnings.contains(&format!("Warning: R2 deploy/web-decode container sglang: {BAD_FLAG}: {SGLANG_MESSAGE}")),
+        warnings.contains(&format!("Warning: R2 deploy/web-decode container sglang (spec.template.spec.containers[0]): {BAD_FLAG}: {SGLANG_MESSAGE}")),
         "{warnings}"
     );
     let stored = cluster.get_json(&["deployment", "web-decode", "-n", &warn.name]).unwrap();
@@ -320,14 +322,25 @@ fn the_api_server_refuses_warns_rewrites_and_ignores_by_namespace_label() {
     // A RoleBasedGroup (a CRD kind of the chart's rules) is warned about the same way.
     let (admitted, _, warnings) = apply(&cluster, &role_based_group(&deployment));
     assert!(admitted, "{warnings}");
-    assert!(warnings.contains(&format!("Warning: R2 rbg/pd role decode container sglang: {BAD_FLAG}")), "{warnings}");
+    assert!(
+        warnings.contains(&format!(
+            "Warning: R2 rbg/pd role decode container sglang (spec.roles[0].template.spec.containers[0]): {BAD_FLAG}"
+        )),
+        "{warnings}"
+    );
 
     // The custom kinds read by their shape reach the guard through the chart's rules too:
     // refused in enforce, naming role, leader/worker and container.
     let (enforced, _) = guard_example(&enforce.name);
     for (object, subject) in [
-        (role_based_group_v1alpha2(&enforced), "R2 rbg/pd-v2 role decode leader container sglang"),
-        (dynamo_graph(&enforced), "R2 dgd/sglang-disagg service decode container <unnamed>"),
+        (
+            role_based_group_v1alpha2(&enforced),
+            "R2 rbg/pd-v2 role decode leader container sglang (spec.roles[0].leaderWorkerPattern.template.spec.containers[0])",
+        ),
+        (
+            dynamo_graph(&enforced),
+            "R2 dgd/sglang-disagg service decode container <unnamed> (spec.services.decode.extraPodSpec.mainContainer)",
+        ),
     ] {
         let (admitted, _, refusal) = apply(&cluster, &object);
         assert!(!admitted, "{subject}: admitted in an enforce namespace");
@@ -339,7 +352,12 @@ fn the_api_server_refuses_warns_rewrites_and_ignores_by_namespace_label() {
     let (deployment, _) = guard_example(&rewrite.name);
     let (admitted, _, warnings) = apply(&cluster, &deployment);
     assert!(admitted, "{warnings}");
-    assert!(warnings.contains("Warning: kvpilot rewrote deploy/web-decode container sglang:"), "{warnings}");
+    assert!(
+        warnings.contains(
+            "Warning: kvpilot rewrote deploy/web-decode container sglang (spec.template.spec.containers[0]):"
+        ),
+        "{warnings}"
+    );
     let stored = cluster.get_json(&["deployment", "web-decode", "-n", &rewrite.name]).unwrap();
     let expected: Vec<String> =
         args_of(&deployment).into_iter().map(|a| if a == "host_pool" { "cpu_tensor".to_string() } else { a }).collect();

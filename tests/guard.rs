@@ -162,7 +162,8 @@ fn check_text_names_object_container_and_flag() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.contains(
-            "deploy/web-decode container sglang: --disaggregation-decode-retraction-backup=host_pool: Host-pool \
+            "deploy/web-decode container sglang (spec.template.spec.containers[0]): \
+             --disaggregation-decode-retraction-backup=host_pool: Host-pool \
              retraction does not support pure-SWA models. (fix: use --disaggregation-decode-retraction-backup=cpu_tensor"
         ),
         "{text}"
@@ -233,7 +234,10 @@ fn check_says_which_annotation_a_local_model_path_needs() {
     assert_eq!(out.status.code(), Some(0));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("deploy/d container sglang: not checked: --model-path /models/m is not a hub id")
+        err.contains(
+            "deploy/d container sglang (spec.template.spec.containers[0]): not checked: --model-path /models/m is not a \
+             hub id"
+        )
             && err.contains("kvpilot.dev/model-config (configmap/NAME, configmap/NAME/KEY or hub/ORG/NAME[@REVISION])"),
         "{err}"
     );
@@ -311,7 +315,7 @@ async fn enforce_denies_every_kind_with_sglang_s_message() {
         );
         assert!(
             message.contains(
-                "container sglang: --disaggregation-decode-retraction-backup=host_pool: Host-pool retraction does not \
+                "containers[0]): --disaggregation-decode-retraction-backup=host_pool: Host-pool retraction does not \
                  support pure-SWA models."
             ),
             "{message}"
@@ -344,7 +348,8 @@ async fn warn_allows_with_the_violation_as_a_warning() {
     let warnings = response["warnings"].as_array().unwrap();
     assert!(
         warnings[0].as_str().unwrap().starts_with(
-            "R2 deploy/d container sglang: --disaggregation-decode-retraction-backup=host_pool: Host-pool retraction"
+            "R2 deploy/d container sglang (spec.template.spec.containers[0]): \
+             --disaggregation-decode-retraction-backup=host_pool: Host-pool retraction"
         ),
         "{warnings:?}"
     );

@@ -158,7 +158,6 @@ pub(crate) fn text_report(reports: &[ServerReport]) -> String {
     let mut out = String::new();
     for r in reports {
         out += &format!("{} ({}): {}\n", r.subject, r.source, r.verdict.as_str());
-        out += &format!("  at: {}\n", r.path);
         out += &format!(
             "  SGLang release: {} ({}); --disaggregation-mode {}\n",
             r.sglang.version,

@@ -48,7 +48,7 @@ pub struct Server {
 }
 
 impl Server {
-    /// `deploy/NAME container C`, with the template for kinds that have several.
+    /// `deploy/NAME container C (JSON path)`, with the template for kinds that have several.
     pub fn subject(&self, object: &str) -> String {
         subject(object, &self.site, &self.container)
     }
@@ -56,8 +56,8 @@ impl Server {
 
 fn subject(object: &str, site: &ContainerSite, container: &str) -> String {
     match &site.label {
-        Some(label) => format!("{object} {label} container {container}"),
-        None => format!("{object} container {container}"),
+        Some(label) => format!("{object} {label} container {container} ({})", site.path),
+        None => format!("{object} container {container} ({})", site.path),
     }
 }
 
@@ -123,7 +123,7 @@ pub fn inspect(object: &Value) -> Inspection {
         // The pod template's annotation is the more specific one.
         merged.extend(site.annotations.clone());
         let container_name = container.get("name").and_then(Value::as_str).unwrap_or("<unnamed>").to_string();
-        let subject = format!("{} ({})", subject(&name, &site, &container_name), site.path);
+        let subject = subject(&name, &site, &container_name);
         let (command, args) = match (strings(container, "command"), strings(container, "args")) {
             (Ok(command), Ok(args)) => (command, args),
             (Err(e), _) | (_, Err(e)) => {

@@ -51,7 +51,10 @@ fn servers_settings_env_and_model_source_are_read() {
                {"name": "SGLANG_X", "valueFrom": {"configMapKeyRef": {"name": "a", "key": "b"}}}]);
     object["spec"]["template"]["spec"]["containers"][1]["envFrom"] = json!([{"configMapRef": {"name": "env"}}]);
     let server = one_server(&object);
-    assert_eq!(server.subject("deploy/web-decode"), "deploy/web-decode container sglang");
+    assert_eq!(
+        server.subject("deploy/web-decode"),
+        "deploy/web-decode container sglang (spec.template.spec.containers[1])"
+    );
     assert_eq!(server.release, Some(crate::release::v0_5(23)));
     let settings = &server.parsed.settings;
     assert_eq!(settings.mode, Mode::Decode);
