@@ -421,9 +421,9 @@ proptest! {
     /// Whatever a workload's spec holds, `kvpilot check` reads it without an error exit
     /// (exit 2 is for input that is not YAML or a broken InferenceDeployment).
     #[test]
-    fn no_yaml_workload_makes_check_exit_2(kind in 0..KINDS.len(), spec in yamlish()) {
+    fn no_yaml_workload_makes_check_exit_2(kind in 0..KINDS.len(), metadata in yamlish(), spec in yamlish()) {
         let (api_version, kind) = KINDS[kind];
-        let object = json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "x"}, "spec": spec});
+        let object = json!({"apiVersion": api_version, "kind": kind, "metadata": metadata, "spec": spec});
         let out = kvpilot(&["check", "--offline", "-f", "-"], &serde_json::to_string(&object).unwrap());
         let stderr = String::from_utf8_lossy(&out.stderr);
         prop_assert!(matches!(out.status.code(), Some(0 | 1)), "{object}: {:?} {stderr}", out.status.code());

@@ -312,6 +312,8 @@ fn rbg_spots(object: &Value, warnings: &mut Vec<String>) -> Vec<Spot> {
     for i in 0..array_len(object, "/spec/roles") {
         let role = format!("/spec/roles/{i}");
         let name = role_name(object, &role, i);
+        let found_before = spots.len();
+        let warned_before = warnings.len();
         // v1alpha1: the role's own template, patched per pod by `leaderWorkerSet`.
         let own = template_source(object, &role, warnings);
         if !own.is_empty() {
@@ -352,6 +354,13 @@ fn rbg_spots(object: &Value, warnings: &mut Vec<String>) -> Vec<Spot> {
             let component_name = str_at(object, &format!("{component}/name")).unwrap_or("<unnamed>");
             spot.label = Some(format!("role {} component {component_name}", name.as_deref().unwrap_or_default()));
             spots.push(spot);
+        }
+        if spots.len() == found_before && warnings.len() == warned_before {
+            warnings.push(format!(
+                "{}: no pod template found (template, templateRef, standalonePattern, leaderWorkerPattern or \
+                 customComponentsPattern); its containers are not checked",
+                json_path(object, &role)
+            ));
         }
     }
     spots

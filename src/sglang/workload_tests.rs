@@ -106,6 +106,7 @@ fn role_templates_are_followed_and_a_missing_one_is_named() {
             {"name": "prefill", "standalonePattern": {"templateRef": {"name": "base",
                 "patch": {"spec": {"containers": [{"name": "sglang", "args": ["--disaggregation-mode", "prefill"]}]}}}}},
             {"name": "decode", "standalonePattern": {"templateRef": {"name": "nope"}}},
+            {"name": "router", "standalonePattern": {"template": "not a template"}},
         ]),
         json!([{"name": "base", "template": {"spec": {"containers": [container("sglang")]}}}]),
     );
@@ -116,7 +117,9 @@ fn role_templates_are_followed_and_a_missing_one_is_named() {
     assert_eq!(
         discovery.warnings,
         [
-            "spec.roles[1].standalonePattern.templateRef.name: no spec.roleTemplates entry is named \"nope\"; its containers are not checked"
+            "spec.roles[1].standalonePattern.templateRef.name: no spec.roleTemplates entry is named \"nope\"; its containers are not checked",
+            "spec.roles[2]: no pod template found (template, templateRef, standalonePattern, leaderWorkerPattern or \
+             customComponentsPattern); its containers are not checked",
         ]
     );
 }
