@@ -228,7 +228,7 @@ pub fn read_containers(object: &Value) -> Discovery {
         Some("StormService") => (0..array_len(object, "/spec/template/spec/roles"))
             .map(|i| {
                 let role = format!("/spec/template/spec/roles/{i}");
-                Spot::new(vec![Layer::template(&format!("{role}/template"))], role_name(object, &role, i), None)
+                Spot::new(vec![Layer::template(&format!("{role}/template"))], Some(role_name(object, &role, i)), None)
             })
             .collect(),
         Some(_) => vec![Spot::new(vec![Layer::template("/spec/template")], None, None)],
@@ -245,8 +245,9 @@ pub fn inspected_contents(object: &Value) -> Vec<(Value, BTreeMap<String, String
     read_containers(object).sites.into_iter().map(|site| (site.container, site.annotations)).collect()
 }
 
-fn role_name(object: &Value, role: &str, index: usize) -> Option<String> {
-    Some(str_at(object, &format!("{role}/name")).map_or_else(|| index.to_string(), str::to_string))
+/// A role's `name`, or its index when it has none.
+fn role_name(object: &Value, role: &str, index: usize) -> String {
+    str_at(object, &format!("{role}/name")).map_or_else(|| index.to_string(), str::to_string)
 }
 
 fn lws_spots(object: &Value) -> Vec<Spot> {
@@ -311,7 +312,7 @@ fn rbg_spots(object: &Value, warnings: &mut Vec<String>) -> Vec<Spot> {
     let mut spots = Vec::new();
     for i in 0..array_len(object, "/spec/roles") {
         let role = format!("/spec/roles/{i}");
-        let name = role_name(object, &role, i);
+        let name = Some(role_name(object, &role, i));
         let found_before = spots.len();
         let warned_before = warnings.len();
         // v1alpha1: the role's own template, patched per pod by `leaderWorkerSet`.
@@ -643,7 +644,8 @@ fn search_unknown(object: &Value, discovery: &mut Discovery) {
                             annotations_at: annotations_at.clone(),
                             role: None,
                             member: None,
-                            label: Some(json_path(object, &pointer)).filter(|p| !p.is_empty()),
+                            // The JSON path in the subject says where it is.
+                            label: None,
                         });
                     }
                 }
