@@ -553,7 +553,7 @@ fn spot_sites(object: &Value, spot: &Spot) -> Vec<ContainerSite> {
                     let items = layer_spec.get(*list)?.as_array()?;
                     let at = match name {
                         Some(name) => items.iter().position(|item| item.get("name") == Some(name))?,
-                        None => index,
+                        None => (index < items.len()).then_some(index)?,
                     };
                     Some((*layer, format!("{}/{list}/{at}", layer.spec)))
                 })
