@@ -151,7 +151,8 @@ pub fn inspect(object: &Value) -> Inspection {
                 && expected != parsed.settings.mode
             {
                 parsed.warnings.push(format!(
-                    "the role {role} reads as {} but --disaggregation-mode is {}; checked as {} (SGLang runs by its flags)",
+                    "the role {role} names the {} side but --disaggregation-mode is {}; checked as {} (SGLang runs by its \
+                     flags)",
                     expected.as_str(),
                     parsed.settings.mode.as_str(),
                     parsed.settings.mode.as_str()

@@ -375,3 +375,28 @@ fn decode_servers_are_paired_with_the_prefill_servers_of_their_object() {
     assert!(newer.iter().all(|v| v.outcome == Outcome::Valid), "0.5.23 allows a different TP on mooncake");
     assert_eq!(newer[1].release.release, crate::release::v0_5(23));
 }
+
+/// A role named or typed prefill/decode whose server's flag says otherwise is checked by the
+/// flag (SGLang runs by it), with a warning; a role that names no mode says nothing.
+#[test]
+fn a_role_that_disagrees_with_the_mode_flag_is_a_warning() {
+    let service = |sub_component: &str, mode: &str| {
+        json!({"componentType": "worker", "subComponentType": sub_component, "extraPodSpec": {"mainContainer": {
+            "image": "nvcr.io/nvidia/ai-dynamo/sglang-runtime:1.3.1", "command": ["python3", "-m", "dynamo.sglang"],
+            "args": ["--model-path", "/models/m", "--disaggregation-mode", mode]}}})
+    };
+    let object = json!({"apiVersion": "nvidia.com/v1alpha1", "kind": "DynamoGraphDeployment",
+        "metadata": {"name": "g", "annotations": {MODEL_CONFIG_ANNOTATION: "configmap/m"}},
+        "spec": {"services": {"a": service("decode", "prefill"), "b": service("worker", "decode")}}});
+    let inspection = inspect(&object);
+    let warnings: Vec<&Vec<String>> = inspection.servers.iter().map(|s| &s.parsed.warnings).collect();
+    assert_eq!(inspection.servers[0].parsed.settings.mode, Mode::Prefill);
+    assert_eq!(
+        *warnings[0],
+        [
+            "the role decode names the decode side but --disaggregation-mode is prefill; checked as prefill (SGLang runs by its flags)"
+        ]
+    );
+    assert!(warnings[1].is_empty(), "{:?}", warnings[1]);
+    assert_eq!(inspection.servers[0].release, None, "a Dynamo image's tag is not an SGLang release");
+}
