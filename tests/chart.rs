@@ -309,6 +309,29 @@ fn the_sglang_version_value_becomes_the_operator_flag() {
     assert!(args(&["sglangVersion=0.5.21"]).contains(&"--sglang-version=0.5.21".to_string()));
 }
 
+/// The (API group, resource) pairs of a webhook entry's rules, in order.
+fn covered(entry: &Value) -> Vec<(String, String)> {
+    let mut covered = Vec::new();
+    for rule in entry["rules"].as_array().unwrap() {
+        for resource in strings(&rule["resources"]) {
+            covered.push((strings(&rule["apiGroups"])[0].to_string(), resource.to_string()));
+        }
+    }
+    covered
+}
+
+/// The rules a guard entry should have under `values`: the core kinds, then each custom
+/// resource switched on (cluster-scoped ones only where `cluster_scoped_too`).
+fn expected_rules(values: &Value, cluster_scoped_too: bool) -> Vec<(String, String)> {
+    use kvpilot::sglang::workload::{CUSTOM_RESOURCES, RESOURCES};
+    let core = RESOURCES.iter().map(|(g, r)| (g.to_string(), r.to_string()));
+    let custom = CUSTOM_RESOURCES
+        .iter()
+        .filter(|c| values["guard"]["resources"][c.value] == true && (cluster_scoped_too || !c.cluster_scoped))
+        .map(|c| (c.group.to_string(), c.plural.to_string()));
+    core.chain(custom).collect()
+}
+
 /// The SGLang guard: one validating webhook per namespace mode on its own path, the rewrite
 /// webhooks, failurePolicy Ignore by default, every workload kind, and not one RBAC rule more.
 #[test]
@@ -321,6 +344,7 @@ fn the_guard_webhooks_follow_the_values_and_need_no_extra_rbac() {
     let guard_entries = |objects: &[Value], kind: &str| -> Vec<Value> {
         webhooks(objects, kind).into_iter().filter(|w| w["name"].as_str().unwrap().contains("sglang-guard")).collect()
     };
+    let chart_values = values_of(&repo(&format!("{CHART}/values.yaml")));
     let validating = guard_entries(&objects, "ValidatingWebhookConfiguration");
     let paths: Vec<&str> = validating.iter().map(|w| w["clientConfig"]["service"]["path"].as_str().unwrap()).collect();
     assert_eq!(paths, ["/guard/enforce", "/guard/warn"]);
@@ -330,16 +354,8 @@ fn the_guard_webhooks_follow_the_values_and_need_no_extra_rbac() {
             entry["namespaceSelector"]["matchExpressions"],
             serde_json::json!([{"key": "kvpilot.dev/guard", "operator": "In", "values": [mode]}])
         );
-        let mut covered: Vec<(String, String)> = Vec::new();
-        for rule in entry["rules"].as_array().unwrap() {
-            assert_eq!(strings(&rule["operations"]), ["CREATE", "UPDATE"]);
-            for resource in strings(&rule["resources"]) {
-                covered.push((strings(&rule["apiGroups"])[0].to_string(), resource.to_string()));
-            }
-        }
-        let expected: Vec<(String, String)> =
-            kvpilot::sglang::workload::RESOURCES.iter().map(|(g, r)| (g.to_string(), r.to_string())).collect();
-        assert_eq!(covered, expected, "the webhook rules cover exactly the kinds the guard reads");
+        assert_eq!(covered(entry), expected_rules(&chart_values, mode == "enforce"), "{mode}");
+        assert!(entry["rules"].as_array().unwrap().iter().all(|r| strings(&r["operations"]) == ["CREATE", "UPDATE"]));
     }
     let mutating = guard_entries(&objects, "MutatingWebhookConfiguration");
     assert_eq!(mutating.len(), 2);
@@ -350,6 +366,33 @@ fn the_guard_webhooks_follow_the_values_and_need_no_extra_rbac() {
         .map(str::to_string)
         .collect::<Vec<_>>();
     assert!(args.contains(&"--mutating-webhook-configuration=kv-kvpilot".to_string()), "{args:?}");
+
+    // Each custom resource follows its value; a cluster-scoped one only reaches the enforce entry
+    // (no namespace label selects it) and the rewrite entry for labelled objects.
+    let switched = render(
+        &defaults,
+        &[
+            "guard.resources.omeClusterServingRuntimes=true",
+            "guard.resources.dynamoGraphDeployments=false",
+            "guard.extraResources[0].apiGroup=example.com",
+            "guard.extraResources[0].resources[0]=servers",
+        ],
+    )
+    .unwrap();
+    let mut switched_values = chart_values.clone();
+    switched_values["guard"]["resources"]["omeClusterServingRuntimes"] = Value::Bool(true);
+    switched_values["guard"]["resources"]["dynamoGraphDeployments"] = Value::Bool(false);
+    let extra = ("example.com".to_string(), "servers".to_string());
+    for (entry, enforce) in guard_entries(&switched, "ValidatingWebhookConfiguration").iter().zip([true, false]) {
+        let mut expected = expected_rules(&switched_values, enforce);
+        expected.push(extra.clone());
+        assert_eq!(covered(entry), expected, "enforce: {enforce}");
+    }
+    let rewrites = guard_entries(&switched, "MutatingWebhookConfiguration");
+    let cluster_rewrites: Vec<bool> =
+        rewrites.iter().map(|e| covered(e).contains(&("ome.io".into(), "clusterservingruntimes".into()))).collect();
+    assert_eq!(cluster_rewrites, [false, true], "only the entry for labelled objects rewrites cluster-scoped ones");
+    assert!(rewrites.iter().all(|e| covered(e).contains(&extra)));
 
     let strict = render(&defaults, &["guard.failurePolicy=Fail", "guard.rewrite=false"]).unwrap();
     assert!(guard_entries(&strict, "ValidatingWebhookConfiguration").iter().all(|w| w["failurePolicy"] == "Fail"));

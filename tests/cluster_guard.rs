@@ -168,6 +168,51 @@ fn role_based_group(deployment: &Value) -> Value {
     })
 }
 
+/// A RoleBasedGroup v1alpha2 whose decode role runs the rejected example's pod template in a
+/// leaderWorkerPattern, the workers' args set by a `workerTemplatePatch` (shaped like
+/// sgl-project/rbg examples/inference/pd-disagg-leader-worker.yaml).
+fn role_based_group_v1alpha2(deployment: &Value) -> Value {
+    let template = &deployment["spec"]["template"];
+    let mut worker_args = template["spec"]["containers"][0]["args"].clone();
+    worker_args.as_array_mut().unwrap().extend([json!("--node-rank"), json!("1")]);
+    json!({
+        "apiVersion": "workloads.x-k8s.io/v1alpha2",
+        "kind": "RoleBasedGroup",
+        "metadata": {
+            "name": "pd-v2",
+            "namespace": deployment["metadata"]["namespace"],
+            "annotations": deployment["metadata"]["annotations"],
+        },
+        "spec": {"roles": [{"name": "decode", "replicas": 1, "leaderWorkerPattern": {
+            "size": 2,
+            "template": template,
+            "workerTemplatePatch": {"spec": {"containers": [{"name": "sglang", "args": worker_args}]}},
+        }}]},
+    })
+}
+
+/// A DynamoGraphDeployment (v1alpha1) whose decode worker runs the rejected example's flags
+/// through `python3 -m dynamo.sglang` (shaped like ai-dynamo/dynamo
+/// examples/backends/sglang/deploy/disagg.yaml).
+fn dynamo_graph(deployment: &Value) -> Value {
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    json!({
+        "apiVersion": "nvidia.com/v1alpha1",
+        "kind": "DynamoGraphDeployment",
+        "metadata": {
+            "name": "sglang-disagg",
+            "namespace": deployment["metadata"]["namespace"],
+            "annotations": deployment["metadata"]["annotations"],
+        },
+        "spec": {"services": {"decode": {"componentType": "worker", "subComponentType": "decode", "replicas": 1,
+            "extraPodSpec": {"mainContainer": {
+                "image": "nvcr.io/nvidia/ai-dynamo/sglang-runtime:1.3.1",
+                "command": ["python3", "-m", "dynamo.sglang"],
+                "args": container["args"],
+            }}}}},
+    })
+}
+
 #[test]
 fn the_api_server_refuses_warns_rewrites_and_ignores_by_namespace_label() {
     let cluster = cluster_or_skip!();
@@ -217,7 +262,9 @@ fn the_api_server_refuses_warns_rewrites_and_ignores_by_namespace_label() {
     assert!(!admitted, "the host_pool Deployment was admitted in an enforce namespace");
     assert!(refusal.contains("admission webhook \"enforce.sglang-guard.kvpilot.dev\" denied the request"), "{refusal}");
     assert!(
-        refusal.contains(&format!("R2 deploy/web-decode container sglang: {BAD_FLAG}: {SGLANG_MESSAGE}")),
+        refusal.contains(&format!(
+            "R2 deploy/web-decode container sglang (spec.template.spec.containers[0]): {BAD_FLAG}: {SGLANG_MESSAGE}"
+        )),
         "{refusal}"
     );
     assert!(cluster.get_json(&["deployment", "web-decode", "-n", &enforce.name]).is_none());
@@ -257,7 +304,7 @@ fn the_api_server_refuses_warns_rewrites_and_ignores_by_namespace_label() {
     let (admitted, _, warnings) = apply(&cluster, &deployment);
     assert!(admitted, "{warnings}");
     assert!(
-        warnings.contains(&format!("Warning: R2 deploy/web-decode container sglang: {BAD_FLAG}: {SGLANG_MESSAGE}")),
+        warnings.contains(&format!("Warning: R2 deploy/web-decode container sglang (spec.template.spec.containers[0]): {BAD_FLAG}: {SGLANG_MESSAGE}")),
         "{warnings}"
     );
     let stored = cluster.get_json(&["deployment", "web-decode", "-n", &warn.name]).unwrap();
@@ -275,14 +322,42 @@ fn the_api_server_refuses_warns_rewrites_and_ignores_by_namespace_label() {
     // A RoleBasedGroup (a CRD kind of the chart's rules) is warned about the same way.
     let (admitted, _, warnings) = apply(&cluster, &role_based_group(&deployment));
     assert!(admitted, "{warnings}");
-    assert!(warnings.contains(&format!("Warning: R2 rbg/pd role decode container sglang: {BAD_FLAG}")), "{warnings}");
+    assert!(
+        warnings.contains(&format!(
+            "Warning: R2 rbg/pd role decode container sglang (spec.roles[0].template.spec.containers[0]): {BAD_FLAG}"
+        )),
+        "{warnings}"
+    );
+
+    // The custom kinds read by their shape reach the guard through the chart's rules too:
+    // refused in enforce, naming role, leader/worker and container.
+    let (enforced, _) = guard_example(&enforce.name);
+    for (object, subject) in [
+        (
+            role_based_group_v1alpha2(&enforced),
+            "R2 rbg/pd-v2 role decode leader container sglang (spec.roles[0].leaderWorkerPattern.template.spec.containers[0])",
+        ),
+        (
+            dynamo_graph(&enforced),
+            "R2 dgd/sglang-disagg service decode container <unnamed> (spec.services.decode.extraPodSpec.mainContainer)",
+        ),
+    ] {
+        let (admitted, _, refusal) = apply(&cluster, &object);
+        assert!(!admitted, "{subject}: admitted in an enforce namespace");
+        assert!(refusal.contains(subject) && refusal.contains(SGLANG_MESSAGE), "{refusal}");
+    }
 
     // enforce + on-invalid=rewrite: the mutating guard rewrites the flag before the validating
     // guard sees it, so the rewritten Deployment is admitted and stored.
     let (deployment, _) = guard_example(&rewrite.name);
     let (admitted, _, warnings) = apply(&cluster, &deployment);
     assert!(admitted, "{warnings}");
-    assert!(warnings.contains("Warning: kvpilot rewrote deploy/web-decode container sglang:"), "{warnings}");
+    assert!(
+        warnings.contains(
+            "Warning: kvpilot rewrote deploy/web-decode container sglang (spec.template.spec.containers[0]):"
+        ),
+        "{warnings}"
+    );
     let stored = cluster.get_json(&["deployment", "web-decode", "-n", &rewrite.name]).unwrap();
     let expected: Vec<String> =
         args_of(&deployment).into_iter().map(|a| if a == "host_pool" { "cpu_tensor".to_string() } else { a }).collect();
@@ -294,6 +369,28 @@ fn the_api_server_refuses_warns_rewrites_and_ignores_by_namespace_label() {
     assert!(admitted, "{stderr}");
     let again = cluster.get_json(&["deployment", "web-decode", "-n", &rewrite.name]).unwrap();
     assert_eq!(args_of(&again), expected);
+
+    // Custom kinds are rewritten where each pod's command line sits: the RoleBasedGroup leader's
+    // in the base template, its workers' in the workerTemplatePatch; Dynamo's in the mainContainer.
+    let (admitted, _, warnings) = apply(&cluster, &role_based_group_v1alpha2(&deployment));
+    assert!(admitted, "{warnings}");
+    let stored =
+        cluster.get_json(&["rolebasedgroups.v1alpha2.workloads.x-k8s.io", "pd-v2", "-n", &rewrite.name]).unwrap();
+    let pattern = &stored["spec"]["roles"][0]["leaderWorkerPattern"];
+    for template in [&pattern["template"], &pattern["workerTemplatePatch"]] {
+        let args = template["spec"]["containers"][0]["args"].to_string();
+        assert!(args.contains("cpu_tensor") && !args.contains("host_pool"), "{args}");
+        assert!(template["metadata"]["annotations"]["kvpilot.dev/rewrites"].is_string(), "{template:#}");
+    }
+    assert_eq!(
+        pattern["workerTemplatePatch"]["spec"]["containers"][0]["args"].as_array().unwrap().last().unwrap(),
+        "1"
+    );
+    let (admitted, _, warnings) = apply(&cluster, &dynamo_graph(&deployment));
+    assert!(admitted, "{warnings}");
+    let stored = cluster.get_json(&["dynamographdeployment", "sglang-disagg", "-n", &rewrite.name]).unwrap();
+    let main = &stored["spec"]["services"]["decode"]["extraPodSpec"]["mainContainer"];
+    assert!(main["args"].to_string().contains("cpu_tensor"), "{main:#}");
 
     // Server-side apply (GitOps tools' way) is rewritten too, the first time and on every re-apply.
     let mut server_side = deployment.clone();

@@ -14,6 +14,7 @@ use crate::policy::Outcome;
 use crate::release::ReleaseChoice;
 use crate::sglang::flags::Mode;
 use crate::sglang::guard::{self, FlagFinding, FlagRewrite, Inspection, Server};
+use crate::sglang::workload::Member;
 use crate::source::HubClient;
 
 /// One SGLang server's report; `--output json` lists these after the InferenceDeployments.
@@ -27,6 +28,14 @@ pub(crate) struct ServerReport {
     /// The pod template within the object, for kinds with several (`workerTemplate`, `role decode`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) template: Option<String>,
+    /// JSON path of the container whose command line was read (a template patch's where the
+    /// patch sets it): `spec.roles[1].leaderWorkerPattern.workerTemplatePatch.spec.containers[0]`.
+    pub(crate) path: String,
+    /// The role it belongs to (RoleBasedGroup role, OME component, Dynamo service, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) role: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) member: Option<Member>,
     pub(crate) source: String,
     pub(crate) mode: Mode,
     /// The SGLang release the server was checked against and where it came from (`Image`: its
@@ -127,7 +136,10 @@ fn report(
         name: object.to_string(),
         namespace: found.namespace().to_string(),
         container: server.container.clone(),
-        template: server.template.label.clone(),
+        template: server.site.label.clone(),
+        path: server.site.path.clone(),
+        role: server.site.role.clone(),
+        member: server.site.member,
         source: found.location.to_string(),
         mode: server.parsed.settings.mode,
         sglang: sglang_status(&verdict.release),

@@ -183,13 +183,14 @@ fn add(location: Location, value: Value, set: &mut ManifestSet, errors: &mut Vec
                 .unwrap_or_default();
             set.namespace_labels.insert(name, labels);
         }
-        (api_version, kind) if workload::is_workload(api_version, kind) => {
-            set.workloads.push(FoundWorkload { location, object: value });
-        }
         (_, "List") => {
             for item in value.get("items").and_then(Value::as_array).cloned().unwrap_or_default() {
                 add(location.clone(), item, set, errors);
             }
+        }
+        // Any other kind holding containers is read by the guard (by its shape where known).
+        _ if workload::holds_containers(&value) => {
+            set.workloads.push(FoundWorkload { location, object: value });
         }
         _ => {}
     }

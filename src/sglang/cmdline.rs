@@ -53,6 +53,9 @@ pub enum Entry {
     LaunchServer,
     /// `sglang serve`.
     Serve,
+    /// `python -m dynamo.sglang`: NVIDIA Dynamo's SGLang worker, which takes SGLang's server
+    /// flags (plus its own, passed through like any unknown flag).
+    Dynamo,
 }
 
 /// An SGLang server invocation: its server arguments, the environment assignments written in
@@ -358,6 +361,7 @@ fn search(argv: &[Arg], end: AppendSite, found: &mut Found, outer: bool) {
         }
         match rest.get(i + 1) {
             Some(module) if module.text == "sglang.launch_server" => Some((Entry::LaunchServer, i + 2)),
+            Some(module) if module.text == "dynamo.sglang" => Some((Entry::Dynamo, i + 2)),
             _ => None,
         }
     } else if basename(&program.text) == "sglang" && rest.get(1).is_some_and(|a| a.text == "serve") {
@@ -504,6 +508,11 @@ mod tests {
             ),
             (&["/bin/sh", "-ec", "A=1 env B=2 sglang serve --p \"v\""], &[], &["--p", "v"]),
             (&["env", "-i", "--", "python3", "-m", "sglang.launch_server", "--q"], &[], &["--q"]),
+            (
+                &["python3", "-m", "dynamo.sglang"],
+                &["--disaggregation-mode", "decode"],
+                &["--disaggregation-mode", "decode"],
+            ),
         ];
         for (command, args, expected) in cases {
             let found = find_invocations(&strings(command), &strings(args), &[]);
@@ -516,6 +525,10 @@ mod tests {
     fn other_programs_are_not_invocations() {
         for command in [
             &["python3", "-m", "sglang_router.launch_router"][..],
+            &["python3", "-m", "dynamo.frontend", "--http-port", "8000"],
+            &["smg", "--pd-disaggregation"],
+            &["mooncake_master", "--port", "50051"],
+            &["python3", "-m", "mooncake.mooncake_store_service"],
             &["python3", "serve.py", "-m", "sglang.launch_server"],
             &["sglang", "version"],
             &["nginx"],
@@ -571,6 +584,69 @@ mod tests {
         assert_eq!((args[3].text.as_str(), args[3].expands), ("$(POD_DP)", true), "not guessed");
     }
 
+    use proptest::prelude::*;
+
+    /// Pieces of shell command lines, good and broken.
+    fn shell_piece() -> impl Strategy<Value = String> {
+        prop_oneof![
+            proptest::sample::select(vec![
+                "python3",
+                "python",
+                "/usr/bin/python3.12",
+                " -m ",
+                "sglang.launch_server",
+                "dynamo.sglang",
+                "sglang",
+                " serve",
+                "sglang_router.launch_router",
+                "exec ",
+                "env ",
+                "-i ",
+                "A=1 ",
+                " ",
+                "\t",
+                "\n",
+                "\\\n",
+                "\\",
+                "'",
+                "\"",
+                "$(",
+                ")",
+                "$(X)",
+                "$(Y",
+                "$$",
+                "$VAR",
+                "${V}",
+                "`",
+                "&&",
+                "||",
+                ";",
+                "|",
+                "&",
+                "#",
+                "sh -c ",
+                "bash -lc ",
+                "--tp",
+                "--tp-size=2",
+                "--disaggregation-mode",
+                " decode",
+                "--page-size",
+                " 64",
+                "--model-path /m",
+                "=",
+            ])
+            .prop_map(str::to_string),
+            "\\PC{0,6}",
+        ]
+    }
+
+    /// Runs `work` on a thread and fails the test if it takes more than five seconds (a hang).
+    fn within_seconds<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || sender.send(work()));
+        receiver.recv_timeout(std::time::Duration::from_secs(5)).expect("the command-line reader hung or panicked")
+    }
+
     proptest::proptest! {
         #[test]
         fn splitting_and_searching_never_panic(script in "\\PC{0,80}", args in proptest::collection::vec("\\PC{0,12}", 0..6)) {
@@ -580,6 +656,58 @@ mod tests {
             let _ = expand_references(&script, &[("A".into(), "$(A)".into())]);
         }
 
+        /// Scripts made of the pieces real command lines are made of (shells, quotes, escapes,
+        /// continuations, `$(…)`, chains, prefixes, launchers) are read without a panic or a hang,
+        /// and every site found points inside the text it came from.
+        #[test]
+        fn shell_shaped_scripts_are_read_within_bounds(
+            pieces in proptest::collection::vec(shell_piece(), 0..40),
+            args in proptest::collection::vec(proptest::collection::vec(shell_piece(), 0..6).prop_map(|p| p.concat()), 0..4),
+            shell in proptest::sample::select(vec!["sh", "/bin/bash", "bash", "ash", "dash"]),
+            // A launcher up front most of the time, so that sites are found and checked.
+            launcher in proptest::sample::select(vec!["", "python3 -m sglang.launch_server ", "exec python3 -m dynamo.sglang ", "A=1 sglang serve "]),
+        ) {
+            let script = format!("{launcher}{}", pieces.concat());
+            let command = vec![shell.to_string(), "-c".to_string(), script.clone()];
+            let env = vec![("X".to_string(), "$(Y)".to_string()), ("Y".to_string(), "2".to_string())];
+            let reader_env = env.clone();
+            let found = within_seconds(move || {
+                let _ = split_shell(&script);
+                let found = find_invocations(&command, &args, &reader_env);
+                for invocation in &found.invocations {
+                    let _ = crate::sglang::flags::read(&invocation.args);
+                }
+                (found, command, args)
+            });
+            let (found, command, args) = found;
+            for invocation in &found.invocations {
+                for arg in &invocation.args {
+                    let list = |list: ArgList| match list { ArgList::Command => &command, ArgList::Args => &args };
+                    match &arg.site {
+                        ArgSite::Item { list: which, index } => prop_assert!(*index < list(*which).len()),
+                        ArgSite::ShellWord { list: which, index, span } => {
+                            // Spans index the script as the kubelet expands it.
+                            let (text, _) = expand_references(&list(*which)[*index], &env);
+                            prop_assert!(span.end <= text.len() && text.is_char_boundary(span.start) && text.is_char_boundary(span.end));
+                        }
+                    }
+                }
+            }
+        }
+
+        /// Any words, shell-quoted after a launcher behind a prefix and line continuations, are
+        /// found as the launcher's arguments, exactly.
+        #[test]
+        fn quoted_launcher_arguments_are_read_back(words in proptest::collection::vec("[^$]{0,10}", 0..8), launcher in 0..3usize) {
+            let launcher = ["python3 -m sglang.launch_server", "exec /usr/bin/python3 -u -m dynamo.sglang", "A=1 env sglang serve"][launcher];
+            let quoted: Vec<String> = words.iter().map(|w| shell_quote(w)).collect();
+            let script = format!("set -e; {launcher} \\\n  {}", quoted.join(" \\\n  "));
+            let found = find_invocations(&["sh".into(), "-c".into(), script.clone()], &[], &[]);
+            prop_assert_eq!(found.invocations.len(), 1, "{}", script);
+            let read: Vec<&str> = found.invocations[0].args.iter().map(|a| a.text.as_str()).collect();
+            prop_assert_eq!(read, words.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+
         #[test]
         fn quoted_words_split_back(items in proptest::collection::vec("\\PC{0,10}", 1..5)) {
             let script = items.iter().map(|w| shell_quote(w)).collect::<Vec<_>>().join(" ");
@@ -587,7 +715,7 @@ mod tests {
                 Token::Word { text, .. } => Some(text),
                 Token::Separator => None,
             }).collect();
-            proptest::prop_assert_eq!(back, items);
+            prop_assert_eq!(back, items);
         }
     }
 }

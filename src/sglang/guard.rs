@@ -10,9 +10,9 @@ use k8s_openapi::api::core::v1::EnvVar;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::cmdline::{self, AppendSite, ArgList, ArgSite, Invocation};
+use super::cmdline::{self, AppendSite, ArgList, ArgSite, Entry, Invocation};
 use super::flags::{self, Kind, Mode, Parsed};
-use super::workload::{self, PodTemplate};
+use super::workload::{self, ContainerSite};
 use crate::api::{
     AttentionLayout, ConfigMapKeyRef, DisaggregationSpec, EffectiveSettings, HubSource, InferenceDeploymentSpec,
     ModelConfigSource, ModelSpec, OnInvalid, PrefillSpec, SecretKeyRef,
@@ -34,10 +34,8 @@ pub const REWRITES_ANNOTATION: &str = "kvpilot.dev/rewrites";
 /// One SGLang server found in a container.
 #[derive(Debug, Clone)]
 pub struct Server {
-    /// The pod template it is in.
-    pub template: PodTemplate,
-    /// Index of the container in the template's `spec.containers`.
-    pub container_index: usize,
+    /// Where its container sits in the object, with its role and leader/worker.
+    pub site: ContainerSite,
     /// The container's name.
     pub container: String,
     /// The SGLang release the image tag names (an image whose repository name contains `sglang`).
@@ -50,16 +48,16 @@ pub struct Server {
 }
 
 impl Server {
-    /// `deploy/NAME container C`, with the template for kinds that have several.
+    /// `deploy/NAME container C (JSON path)`, with the template for kinds that have several.
     pub fn subject(&self, object: &str) -> String {
-        subject(object, &self.template, &self.container)
+        subject(object, &self.site, &self.container)
     }
 }
 
-fn subject(object: &str, template: &PodTemplate, container: &str) -> String {
-    match &template.label {
-        Some(label) => format!("{object} {label} container {container}"),
-        None => format!("{object} container {container}"),
+fn subject(object: &str, site: &ContainerSite, container: &str) -> String {
+    match &site.label {
+        Some(label) => format!("{object} {label} container {container} ({})", site.path),
+        None => format!("{object} container {container} ({})", site.path),
     }
 }
 
@@ -92,53 +90,84 @@ fn strings(container: &Value, key: &str) -> Result<Vec<String>, String> {
     }
 }
 
-/// Finds every SGLang server in an object's pod templates and reads its command line, env and
-/// model source. Other kinds and containers give an empty inspection.
+/// Programs shipped in SGLang images that are not SGLang servers (routers, load balancers,
+/// Dynamo's frontend, Mooncake): a container running one needs no "no server found" warning.
+const NOT_SERVERS: &[&str] = &["sglang_router", "smg", "dynamo.frontend", "mooncake"];
+
+/// The disaggregation mode a role's name or type stands for (`prefill`, `decode`, `decoder`).
+fn role_mode(role: &str) -> Option<Mode> {
+    let role = role.to_ascii_lowercase();
+    if role.contains("prefill") {
+        Some(Mode::Prefill)
+    } else if role.contains("decode") {
+        Some(Mode::Decode)
+    } else {
+        None
+    }
+}
+
+/// Finds every SGLang server in an object's containers ([`workload::read_containers`]) and
+/// reads its command line, env and model source. Containers without one give none.
 pub fn inspect(object: &Value) -> Inspection {
     let name = workload::object_name(object);
-    let mut inspection = Inspection { object: name.clone(), servers: Vec::new(), warnings: Vec::new() };
+    let discovery = workload::read_containers(object);
+    let mut inspection = Inspection {
+        object: name.clone(),
+        servers: Vec::new(),
+        warnings: discovery.warnings.iter().map(|w| format!("{name}: {w}")).collect(),
+    };
     let object_annotations = annotations(object.get("metadata"));
-    for template in workload::pod_templates(object) {
-        let Some(template_value) = object.pointer(&template.pointer) else { continue };
+    for site in discovery.sites {
+        let container = &site.container;
         let mut merged = object_annotations.clone();
         // The pod template's annotation is the more specific one.
-        merged.extend(annotations(template_value.get("metadata")));
-        let containers =
-            template_value.pointer("/spec/containers").and_then(Value::as_array).cloned().unwrap_or_default();
-        for (index, container) in containers.iter().enumerate() {
-            let container_name = container.get("name").and_then(Value::as_str).unwrap_or("<unnamed>").to_string();
-            let subject = subject(&name, &template, &container_name);
-            let (command, args) = match (strings(container, "command"), strings(container, "args")) {
-                (Ok(command), Ok(args)) => (command, args),
-                (Err(e), _) | (_, Err(e)) => {
-                    inspection.warnings.push(format!("{subject}: {e}; not checked"));
-                    continue;
-                }
-            };
-            let image = container.get("image").and_then(Value::as_str).unwrap_or_default();
-            let found = cmdline::find_invocations(&command, &args, &literal_env(container));
-            inspection.warnings.extend(found.warnings.iter().map(|w| format!("{subject}: {w}")));
-            if found.invocations.is_empty() && image.contains("sglang") && found.warnings.is_empty() {
-                inspection.warnings.push(format!(
-                    "{subject}: the image {image} is SGLang's but no `python -m sglang.launch_server` or `sglang serve` \
-                     was found in command/args; not checked"
+        merged.extend(site.annotations.clone());
+        let container_name = container.get("name").and_then(Value::as_str).unwrap_or("<unnamed>").to_string();
+        let subject = subject(&name, &site, &container_name);
+        let (command, args) = match (strings(container, "command"), strings(container, "args")) {
+            (Ok(command), Ok(args)) => (command, args),
+            (Err(e), _) | (_, Err(e)) => {
+                inspection.warnings.push(format!("{subject}: {e}; not checked"));
+                continue;
+            }
+        };
+        let image = container.get("image").and_then(Value::as_str).unwrap_or_default();
+        let found = cmdline::find_invocations(&command, &args, &literal_env(container));
+        inspection.warnings.extend(found.warnings.iter().map(|w| format!("{subject}: {w}")));
+        let runs_other_program = command.iter().chain(&args).any(|word| NOT_SERVERS.iter().any(|p| word.contains(p)));
+        if found.invocations.is_empty() && image.contains("sglang") && found.warnings.is_empty() && !runs_other_program
+        {
+            inspection.warnings.push(format!(
+                "{subject}: the image {image} is SGLang's but no `python -m sglang.launch_server`, `sglang serve` \
+                 or `python -m dynamo.sglang` was found in command/args; not checked"
+            ));
+        }
+        for invocation in found.invocations {
+            let mut parsed = flags::read(&invocation.args);
+            let mut env_warnings = read_env(container, &invocation, &mut parsed);
+            parsed.warnings.append(&mut env_warnings);
+            if let Some(role) = &site.role
+                && let Some(expected) = role_mode(role)
+                && expected != parsed.settings.mode
+            {
+                parsed.warnings.push(format!(
+                    "the role {role} names the {} side but --disaggregation-mode is {}; checked as {} (SGLang runs by its \
+                     flags)",
+                    expected.as_str(),
+                    parsed.settings.mode.as_str(),
+                    parsed.settings.mode.as_str()
                 ));
             }
-            for invocation in found.invocations {
-                let mut parsed = flags::read(&invocation.args);
-                let mut env_warnings = read_env(container, &invocation, &mut parsed);
-                parsed.warnings.append(&mut env_warnings);
-                let model = model_spec(&merged, &parsed);
-                inspection.servers.push(Server {
-                    template: template.clone(),
-                    container_index: index,
-                    container: container_name.clone(),
-                    release: release::from_image(image),
-                    invocation,
-                    parsed,
-                    model,
-                });
-            }
+            let model = model_spec(&merged, &parsed);
+            inspection.servers.push(Server {
+                site: site.clone(),
+                container: container_name.clone(),
+                // A Dynamo image's tag is Dynamo's version, not SGLang's.
+                release: if invocation.entry == Entry::Dynamo { None } else { release::from_image(image) },
+                invocation,
+                parsed,
+                model,
+            });
         }
     }
     let mut servers: Vec<&mut Server> = inspection.servers.iter_mut().collect();
@@ -540,45 +569,68 @@ fn pointer(text: &str) -> Result<PointerBuf, String> {
     PointerBuf::parse(text).map_err(|e| format!("bad JSON pointer {text}: {e}"))
 }
 
-fn escape(token: &str) -> String {
-    token.replace('~', "~0").replace('/', "~1")
-}
-
 /// The JSON patch that applies each server's rewrites to `object`: index-exact `replace` and
-/// `remove` operations on `command`/`args` items (or one `replace` of a `-c` script), and the
-/// [`REWRITES_ANNOTATION`] on each changed pod template.
+/// `remove` operations on `command`/`args` items (or one `replace` of a `-c` script) of the
+/// container that holds them (a template patch's, where the patch sets them), and the
+/// [`REWRITES_ANNOTATION`] on the template holding them. An edit several servers make to the
+/// same list (the leader and workers of one base template) is made once.
 pub fn rewrite_patch(object: &Value, checked: &[(&Server, &ServerVerdict)]) -> Result<Patch, String> {
     let mut operations = Vec::new();
     let mut records: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    // Containers in order, each with all its edits.
-    let mut by_container: BTreeMap<(String, usize), Vec<(&Server, &Edit)>> = BTreeMap::new();
+    // Containers' lists in order, each with all its edits.
+    let mut by_lists: BTreeMap<(String, String), Vec<(&Server, &Edit)>> = BTreeMap::new();
+    // Servers reading the same list (a leader and its workers running a base template's
+    // `command`) make the same edit to it: it is made once. (list pointer, edit) of those made.
+    let mut made: Vec<(String, &Edit)> = Vec::new();
     for (server, verdict) in checked {
-        if verdict.edits.is_empty() {
+        let site = &server.site;
+        let list_of = |list: ArgList| {
+            let owner = match list {
+                ArgList::Command => &site.command_at,
+                ArgList::Args => &site.args_at,
+            };
+            format!("{owner}/{}", list.key())
+        };
+        let new_edits: Vec<(String, &Edit)> = verdict
+            .edits
+            .iter()
+            .map(|edit| {
+                let list = match edit {
+                    Edit::Replace { site: ArgSite::Item { list, .. } | ArgSite::ShellWord { list, .. }, .. }
+                    | Edit::Remove { site: ArgSite::Item { list, .. } | ArgSite::ShellWord { list, .. } } => *list,
+                    Edit::Append { .. } => match &server.invocation.append_at {
+                        AppendSite::Item { list, .. } | AppendSite::Shell { list, .. } => *list,
+                    },
+                };
+                (list_of(list), edit)
+            })
+            .filter(|(list, edit)| !made.iter().any(|(made_list, made_edit)| made_list == list && made_edit == edit))
+            .collect();
+        if new_edits.is_empty() {
             continue;
         }
-        for edit in &verdict.edits {
-            by_container
-                .entry((server.template.pointer.clone(), server.container_index))
-                .or_default()
-                .push((server, edit));
+        for (_, edit) in &new_edits {
+            by_lists.entry((site.command_at.clone(), site.args_at.clone())).or_default().push((server, edit));
         }
-        let record = records.entry(server.template.pointer.clone()).or_default();
-        record.extend(verdict.rewrites.iter().map(|r| format!("{}: {r}", server.container)));
+        made.extend(new_edits);
+        if let Some(at) = &site.annotations_at {
+            let record = records.entry(at.clone()).or_default();
+            record.extend(verdict.rewrites.iter().map(|r| format!("{}: {r}", server.container)));
+        }
     }
-    for ((template, index), edits) in &by_container {
-        let base = format!("{template}/spec/containers/{index}");
-        let container = object.pointer(&base).ok_or_else(|| format!("{base} is not in the object"))?;
-        operations.extend(container_operations(&base, container, edits)?);
+    for ((command_at, args_at), edits) in &by_lists {
+        operations.extend(container_operations(object, command_at, args_at, edits)?);
     }
-    for (template, lines) in records {
-        let metadata = format!("{template}/metadata");
+    for (metadata, lines) in records {
         let text = lines.join("; ");
         let (path, value) = match object.pointer(&metadata) {
             None => (metadata, serde_json::json!({"annotations": {REWRITES_ANNOTATION: text}})),
             Some(meta) if meta.get("annotations").is_none_or(Value::is_null) => {
                 (format!("{metadata}/annotations"), serde_json::json!({REWRITES_ANNOTATION: text}))
             }
-            Some(_) => (format!("{metadata}/annotations/{}", escape(REWRITES_ANNOTATION)), Value::String(text)),
+            Some(_) => {
+                (format!("{metadata}/annotations/{}", workload::escape(REWRITES_ANNOTATION)), Value::String(text))
+            }
         };
         operations.push(PatchOperation::Add(AddOperation { path: pointer(&path)?, value }));
     }
@@ -589,10 +641,16 @@ pub fn rewrite_patch(object: &Value, checked: &[(&Server, &ServerVerdict)]) -> R
 type ScriptEdit = (std::ops::Range<usize>, String);
 
 fn container_operations(
-    base: &str,
-    container: &Value,
+    object: &Value,
+    command_at: &str,
+    args_at: &str,
     edits: &[(&Server, &Edit)],
 ) -> Result<Vec<PatchOperation>, String> {
+    // Each list sits in the container (base template's or patch's) that sets it.
+    let list_at = |list: ArgList| match list {
+        ArgList::Command => command_at,
+        ArgList::Args => args_at,
+    };
     let mut operations = Vec::new();
     let mut removals: Vec<(ArgList, usize)> = Vec::new();
     // Scripts edited in place: (list, index) → edits by byte span.
@@ -602,7 +660,7 @@ fn container_operations(
         match edit {
             Edit::Replace { site: ArgSite::Item { list, index }, text } => {
                 operations.push(PatchOperation::Replace(ReplaceOperation {
-                    path: pointer(&format!("{base}/{}/{index}", list.key()))?,
+                    path: pointer(&format!("{}/{}/{index}", list_at(*list), list.key()))?,
                     value: Value::String(text.clone()),
                 }));
             }
@@ -621,7 +679,7 @@ fn container_operations(
             AppendSite::Item { list, .. } => {
                 for arg in args {
                     operations.push(PatchOperation::Add(AddOperation {
-                        path: pointer(&format!("{base}/{}/-", list.key()))?,
+                        path: pointer(&format!("{}/{}/-", list_at(*list), list.key()))?,
                         value: Value::String(arg.clone()),
                     }));
                 }
@@ -633,11 +691,16 @@ fn container_operations(
         }
     }
     for ((list, index), mut spans) in scripts {
-        let script = container
-            .get(list.key())
-            .and_then(|l| l.get(index))
-            .and_then(Value::as_str)
-            .ok_or_else(|| format!("{base}/{}/{index} is not a string", list.key()))?;
+        let item = format!("{}/{}/{index}", list_at(list), list.key());
+        let script = object.pointer(&item).and_then(Value::as_str).ok_or_else(|| format!("{item} is not a string"))?;
+        // Word spans index the script as the kubelet expands it; where `$(VAR)` or `$$` changed
+        // it, they do not index the text written in the object.
+        let container = &edits[0].0.site.container;
+        if cmdline::expand_references(script, &literal_env(container)).0 != script {
+            return Err(format!(
+                "{item}: the script holds $(VAR) references or $$, so its words cannot be rewritten in place"
+            ));
+        }
         let mut text = script.to_string();
         spans.sort_by_key(|(span, _)| std::cmp::Reverse(span.start));
         for (span, replacement) in spans {
@@ -649,16 +712,14 @@ fn container_operations(
             };
             text.replace_range(start..span.end, &replacement);
         }
-        operations.push(PatchOperation::Replace(ReplaceOperation {
-            path: pointer(&format!("{base}/{}/{index}", list.key()))?,
-            value: Value::String(text),
-        }));
+        operations
+            .push(PatchOperation::Replace(ReplaceOperation { path: pointer(&item)?, value: Value::String(text) }));
     }
     // Removals last and from the highest index down, so every index is exact when applied.
     removals.sort_by_key(|(_, index)| std::cmp::Reverse(*index));
     for (list, index) in removals {
         operations.push(PatchOperation::Remove(RemoveOperation {
-            path: pointer(&format!("{base}/{}/{index}", list.key()))?,
+            path: pointer(&format!("{}/{}/{index}", list_at(list), list.key()))?,
         }));
     }
     Ok(operations)
@@ -667,7 +728,8 @@ fn container_operations(
 /// Whether the object itself asks for rewrites: the label `kvpilot.dev/on-invalid: rewrite`
 /// (a label, because that is what the mutating webhook's objectSelector can see).
 pub fn asks_for_rewrite(object: &Value) -> bool {
-    object.pointer(&format!("/metadata/labels/{}", escape(ON_INVALID_LABEL))).and_then(Value::as_str) == Some("rewrite")
+    object.pointer(&format!("/metadata/labels/{}", workload::escape(ON_INVALID_LABEL))).and_then(Value::as_str)
+        == Some("rewrite")
 }
 
 #[cfg(test)]

@@ -51,7 +51,10 @@ fn servers_settings_env_and_model_source_are_read() {
                {"name": "SGLANG_X", "valueFrom": {"configMapKeyRef": {"name": "a", "key": "b"}}}]);
     object["spec"]["template"]["spec"]["containers"][1]["envFrom"] = json!([{"configMapRef": {"name": "env"}}]);
     let server = one_server(&object);
-    assert_eq!(server.subject("deploy/web-decode"), "deploy/web-decode container sglang");
+    assert_eq!(
+        server.subject("deploy/web-decode"),
+        "deploy/web-decode container sglang (spec.template.spec.containers[1])"
+    );
     assert_eq!(server.release, Some(crate::release::v0_5(23)));
     let settings = &server.parsed.settings;
     assert_eq!(settings.mode, Mode::Decode);
@@ -223,6 +226,25 @@ fn objects_ask_for_rewrites_by_label() {
     assert!(asks_for_rewrite(&object));
 }
 
+/// `$$` and resolved `$(VAR)` change the script the reader splits; its word spans then do not
+/// index the written text, so the script is not rewritten (the webhook says so) rather than
+/// corrupted.
+#[test]
+fn scripts_the_kubelet_expands_are_not_rewritten_by_span() {
+    let script = "echo $$PPID; exec python3 -m sglang.launch_server --disaggregation-mode decode \
+                  --disaggregation-decode-retraction-backup host_pool";
+    let object = deployment(json!(["sh", "-c", script]), json!([]));
+    let server = one_server(&object);
+    let verdict = check(&server, &pure_swa(), true, &ReleaseChoice::default_newest()).unwrap();
+    assert!(!verdict.edits.is_empty());
+    let error = rewrite_patch(&object, &[(&server, &verdict)]).unwrap_err();
+    assert_eq!(
+        error,
+        "/spec/template/spec/containers/1/command/2: the script holds $(VAR) references or $$, so its words cannot \
+         be rewritten in place"
+    );
+}
+
 #[test]
 fn unreadable_containers_are_warnings() {
     let object = deployment(json!("python3 -m sglang.launch_server"), json!([]));
@@ -230,10 +252,15 @@ fn unreadable_containers_are_warnings() {
     assert!(inspection.servers.is_empty());
     assert_eq!(
         inspection.warnings,
-        ["deploy/web-decode container sglang: command is not a list of strings; not checked"]
+        [
+            "deploy/web-decode container sglang (spec.template.spec.containers[1]): command is not a list of strings; not checked"
+        ]
     );
     let no_server = deployment(json!(["/entrypoint.sh"]), json!([]));
-    assert!(inspect(&no_server).warnings[0].contains("no `python -m sglang.launch_server` or `sglang serve`"));
+    assert!(
+        inspect(&no_server).warnings[0]
+            .contains("no `python -m sglang.launch_server`, `sglang serve` or `python -m dynamo.sglang`")
+    );
 }
 
 mod properties {
@@ -347,4 +374,29 @@ fn decode_servers_are_paired_with_the_prefill_servers_of_their_object() {
     let newer = verdicts(&serde_json::from_str(&newer).unwrap());
     assert!(newer.iter().all(|v| v.outcome == Outcome::Valid), "0.5.23 allows a different TP on mooncake");
     assert_eq!(newer[1].release.release, crate::release::v0_5(23));
+}
+
+/// A role named or typed prefill/decode whose server's flag says otherwise is checked by the
+/// flag (SGLang runs by it), with a warning; a role that names no mode says nothing.
+#[test]
+fn a_role_that_disagrees_with_the_mode_flag_is_a_warning() {
+    let service = |sub_component: &str, mode: &str| {
+        json!({"componentType": "worker", "subComponentType": sub_component, "extraPodSpec": {"mainContainer": {
+            "image": "nvcr.io/nvidia/ai-dynamo/sglang-runtime:1.3.1", "command": ["python3", "-m", "dynamo.sglang"],
+            "args": ["--model-path", "/models/m", "--disaggregation-mode", mode]}}})
+    };
+    let object = json!({"apiVersion": "nvidia.com/v1alpha1", "kind": "DynamoGraphDeployment",
+        "metadata": {"name": "g", "annotations": {MODEL_CONFIG_ANNOTATION: "configmap/m"}},
+        "spec": {"services": {"a": service("decode", "prefill"), "b": service("worker", "decode")}}});
+    let inspection = inspect(&object);
+    let warnings: Vec<&Vec<String>> = inspection.servers.iter().map(|s| &s.parsed.warnings).collect();
+    assert_eq!(inspection.servers[0].parsed.settings.mode, Mode::Prefill);
+    assert_eq!(
+        *warnings[0],
+        [
+            "the role decode names the decode side but --disaggregation-mode is prefill; checked as prefill (SGLang runs by its flags)"
+        ]
+    );
+    assert!(warnings[1].is_empty(), "{:?}", warnings[1]);
+    assert_eq!(inspection.servers[0].release, None, "a Dynamo image's tag is not an SGLang release");
 }

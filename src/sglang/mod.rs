@@ -10,7 +10,7 @@
 //! - [`args`]: the flags for an InferenceDeployment's effective settings (`sglangArgs`);
 //! - [`cmdline`]: shell-word splitting and finding `python -m sglang.launch_server` / `sglang serve`;
 //! - [`flags`]: the flag ↔ setting table;
-//! - [`workload`]: where pod templates are in each workload kind;
+//! - [`workload`]: where containers sit in each workload kind (patches merged), with JSON paths;
 //! - [`guard`]: object → servers → verdicts → JSON patch, pure; the CLI and the webhook drive it;
 //! - [`server`]: the decode server's own flags (port, ranks, …), what `extraArgs` may not set, and
 //!   [`server::assess`], the verdict every entry point decides with.

@@ -1,5 +1,6 @@
 //! The SGLang guard at admission: AdmissionReviews of workloads (Pods, Deployments, …,
-//! LeaderWorkerSets, RoleBasedGroups) in, decisions out, built on `sglang::guard`. No HTTP here.
+//! LeaderWorkerSets, RoleBasedGroups, OME, Dynamo and AIBrix kinds, any kind holding containers)
+//! in, decisions out, built on `sglang::guard`. No HTTP here.
 //!
 //! The namespace's `kvpilot.dev/guard` label picks the behaviour, and the webhook configuration
 //! does the picking: one validating webhook per mode, each on its own path with a
@@ -66,21 +67,6 @@ async fn decide(
     if let Some(denial) = admission::unsupported_version(response.clone(), api_version) {
         return denial;
     }
-    let gvk = &request.kind;
-    let object_api_version =
-        if gvk.group.is_empty() { gvk.version.clone() } else { format!("{}/{}", gvk.group, gvk.version) };
-    if !workload::is_workload(&object_api_version, &gvk.kind) {
-        return denied(
-            response,
-            400,
-            "BadRequest",
-            format!(
-                "kvpilot's SGLang guard admits Pods, Deployments, ReplicaSets, StatefulSets, DaemonSets, Jobs, CronJobs, \
-                 LeaderWorkerSets and RoleBasedGroups, got {object_api_version} {}; check the webhook's rules",
-                gvk.kind
-            ),
-        );
-    }
     if request.sub_resource.is_some() || !matches!(request.operation, Operation::Create | Operation::Update) {
         return response;
     }
@@ -90,7 +76,7 @@ async fn decide(
     // An update that leaves every pod template as it was (labels, replicas, an immutable Pod's
     // metadata) brings no new SGLang flags: it is never refused for flags admitted before.
     if let Some(old) = request.old_object.as_ref().and_then(|o| serde_json::to_value(o).ok())
-        && workload::template_contents(&old) == workload::template_contents(&object)
+        && workload::inspected_contents(&old) == workload::inspected_contents(&object)
     {
         return response;
     }
