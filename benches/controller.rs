@@ -429,7 +429,7 @@ async fn delete_namespace(namespaces: &Api<Namespace>, namespace: &str) {
 /// kubelet has marked a resource's pods ready, a status with Ready=True. Timed from the first
 /// write to the last Ready status, on the same server, with the same kubelet and concurrency.
 async fn real_baseline(kubeconfig: &std::path::Path, deployments: usize, replicas: usize) -> Duration {
-    use kvpilot::controller::desired::{RenderOptions, desired_state, with_type_meta};
+    use kvpilot::controller::desired::{RenderOptions, desired_state};
     let client = real_client(kubeconfig).await;
     settle(&client).await;
     let namespace = format!("kvpilot-bench-base-{}", std::process::id());

@@ -12,7 +12,7 @@ use common::cluster::{Cluster, KvpilotProcess, TestNamespace, examples_in, free_
 use serde_json::json;
 
 fn decode_pods(cluster: &Cluster, namespace: &str, instance: &str) -> usize {
-    let selector = format!("app.kubernetes.io/instance={instance}");
+    let selector = format!("app.kubernetes.io/instance={instance},app.kubernetes.io/name=kvpilot-decode");
     let pods = cluster.get_json(&["pods", "-n", namespace, "-l", &selector]).unwrap();
     pods["items"].as_array().unwrap().len()
 }

@@ -1082,7 +1082,7 @@ mod tests {
         assert_eq!(flag(args, "--service-discovery-namespace"), Some("serving"));
         assert_eq!(template.containers[0].command.as_ref().unwrap(), &["python3", "-m", "sglang_router.launch_router"]);
         assert_eq!(template.containers[0].image.as_deref(), Some("lmsysorg/sglang:v0.5.23-cu129"));
-        assert_eq!(desired.objects().len(), 2 + 3 + 2 + 2 + 5);
+        assert_eq!(desired.objects().len(), 1 + (1 + 3) + (1 + 2) + 5, "ConfigMap, both fleets, the router");
 
         let mut smg = pd.clone();
         smg.spec.router = Some(Box::new(
