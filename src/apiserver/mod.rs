@@ -19,8 +19,9 @@
 //! schema validation and defaulting), the rest of server-side apply (field removal by a
 //! manager, list merge keys, `managedFields` in responses), strategic-merge list
 //! semantics, finalizers and graceful deletion (deletes are immediate), dry runs, pagination
-//! (lists return everything), watch bookmarks, and the scheduler and kubelet (pods stay pending
-//! until a test or the demo marks them ready).
+//! (lists return everything), watch bookmarks, the scheduler and kubelet (pods stay pending
+//! until a test or the demo marks them ready), and the Deployment and ReplicaSet controllers (a
+//! router Deployment gets no pods; the demo's stand-in reports it ready).
 
 pub mod kubelet;
 pub mod selector;
