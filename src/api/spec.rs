@@ -505,6 +505,12 @@ pub struct DisaggregationSpec {
     /// Unified device memory pool (`--enable-unified-memory`).
     #[serde(default)]
     pub enable_unified_memory: bool,
+    /// HiCache storage backend of the decode servers (`--hicache-storage-backend`: `file`,
+    /// `mooncake`, `dynamic`, …); decode offload needs one. Set by kvpilot to its cache runtime
+    /// (`dynamic`) when spec.cache is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.size() > 0").message("spec.disaggregation.hicacheStorageBackend must not be empty"))]
+    pub hicache_storage_backend: Option<String>,
 }
 
 impl Default for DisaggregationSpec {
@@ -526,6 +532,7 @@ impl Default for DisaggregationSpec {
             mamba_radix_cache_strategy: None,
             host_pool_ratio: None,
             enable_unified_memory: false,
+            hicache_storage_backend: None,
         }
     }
 }

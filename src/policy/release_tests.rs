@@ -280,8 +280,38 @@ fn r19d_decode_dcp_needs_an_mla_pool() {
 }
 
 #[test]
-fn o1_decode_offload_needs_an_mha_or_mla_pool() {
+fn s6_and_s7_hold_on_every_release() {
     let offload = with(|s| s.decode_offload_kv_cache = true);
+    assert_eq!(
+        messages("S6", &offload, &DecodeSpec::default(), &full()),
+        on(
+            17..=23,
+            "The argument disaggregation-decode-enable-offload-kvcache is only supported when hicache-storage-backend \
+             is provided."
+        )
+    );
+    let hicache = with(|s| s.hierarchical_cache = true);
+    assert_eq!(
+        messages("S7", &hicache, &DecodeSpec::default(), &full()),
+        on(
+            17..=23,
+            "The arguments enable-hierarchical-cache and disable-radix-cache are mutually exclusive and cannot be \
+             used at the same time. Please use only one of them."
+        )
+    );
+    let under_radix = with(|s| {
+        s.hierarchical_cache = true;
+        s.decode_radix_cache = true;
+    });
+    assert_eq!(messages("S7", &under_radix, &DecodeSpec::default(), &full()), vec![None; 7]);
+}
+
+#[test]
+fn o1_decode_offload_needs_an_mha_or_mla_pool() {
+    let offload = with(|s| {
+        s.decode_offload_kv_cache = true;
+        s.hicache_storage_backend = Some("file".into());
+    });
     for layout in [hybrid_swa(), ssm(), dsv4()] {
         assert_eq!(
             messages("O1", &offload, &DecodeSpec::default(), &layout),
@@ -293,6 +323,7 @@ fn o1_decode_offload_needs_an_mha_or_mla_pool() {
     }
     let unified = with(|s| {
         s.decode_offload_kv_cache = true;
+        s.hicache_storage_backend = Some("file".into());
         s.enable_unified_memory = true;
     });
     assert_eq!(
@@ -447,6 +478,7 @@ fn u7_unified_memory_decode_offload_from_0_5_21() {
     let settings = with(|s| {
         s.enable_unified_memory = true;
         s.decode_offload_kv_cache = true;
+        s.hicache_storage_backend = Some("file".into());
     });
     let cases = [
         (mla(), "--enable-unified-memory decode KV offload does not support MLA models yet."),

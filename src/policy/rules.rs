@@ -390,6 +390,45 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Rewrite { apply: to_cpu_tensor, hint: "use cpu_tensor, or turn decodeOffloadKvCache off" },
     },
     Rule {
+        id: "S6",
+        about: "decode offload without a storage backend",
+        field: DECODE_OFFLOAD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "The argument disaggregation-decode-enable-offload-kvcache is only supported when hicache-storage-backend \
+             is provided.",
+        )],
+        changes: &[],
+        check: |c| when(c.settings.decode_offload_kv_cache && c.settings.hicache_storage_backend.is_none()),
+        fix: Fix::Rewrite {
+            apply: offload_off,
+            hint: "set spec.disaggregation.hicacheStorageBackend (or spec.cache, kvpilot's own store), or turn \
+                   decodeOffloadKvCache off",
+        },
+    },
+    Rule {
+        id: "S7",
+        about: "HiCache without decode radix cache",
+        field: HIERARCHICAL_CACHE,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "The arguments enable-hierarchical-cache and disable-radix-cache are mutually exclusive and cannot be \
+             used at the same time. Please use only one of them.",
+        )],
+        changes: &[],
+        // A decode server runs the chunk cache (`disable_radix_cache`) unless decode radix cache
+        // is on (R12), before this check reads it: so HiCache needs decode radix cache.
+        check: |c| when(c.settings.hierarchical_cache && !radix(c)),
+        fix: Fix::Rewrite {
+            apply: hierarchical_off,
+            hint: "turn decodeRadixCache on (HiCache sits under the decode radix cache), or turn hierarchicalCache off",
+        },
+    },
+    Rule {
         id: "U6a",
         about: "unified memory host_pool × decode radix",
         field: RETRACTION_BACKUP,

@@ -264,6 +264,7 @@ fn s2_s3_s4_server_argument_checks() {
         with(|s| {
             host_pool(s);
             s.decode_offload_kv_cache = true;
+            s.hicache_storage_backend = Some("file".into());
         }),
         &decode,
         &full(),
@@ -273,6 +274,53 @@ fn s2_s3_s4_server_argument_checks() {
          are mutually exclusive: both build a decode host pool.",
         ("host_pool", "cpu_tensor"),
     );
+}
+
+const OFFLOAD: &str = "spec.disaggregation.decodeOffloadKvCache";
+const HIERARCHICAL: &str = "spec.disaggregation.hierarchicalCache";
+
+#[test]
+fn s6_decode_offload_needs_a_storage_backend() {
+    let decode = DecodeSpec::default();
+    assert_rewritable(
+        with(|s| s.decode_offload_kv_cache = true),
+        &decode,
+        &full(),
+        "S6",
+        OFFLOAD,
+        "The argument disaggregation-decode-enable-offload-kvcache is only supported when hicache-storage-backend is \
+         provided.",
+        ("true", "false"),
+    );
+    let with_backend = with(|s| {
+        s.decode_offload_kv_cache = true;
+        s.hicache_storage_backend = Some("file".into());
+    });
+    assert_eq!(run(&with_backend, &decode, &full()).outcome, Outcome::Valid);
+    let backend_alone = with(|s| s.hicache_storage_backend = Some("file".into()));
+    assert_eq!(run(&backend_alone, &decode, &full()).outcome, Outcome::Valid, "a backend without offload is fine");
+}
+
+#[test]
+fn s7_hierarchical_cache_needs_the_decode_radix_cache() {
+    let decode = DecodeSpec::default();
+    assert_rewritable(
+        with(|s| s.hierarchical_cache = true),
+        &decode,
+        &full(),
+        "S7",
+        HIERARCHICAL,
+        "The arguments enable-hierarchical-cache and disable-radix-cache are mutually exclusive and cannot be used at \
+         the same time. Please use only one of them.",
+        ("true", "false"),
+    );
+    let under_radix = with(|s| {
+        s.decode_radix_cache = true;
+        s.hierarchical_cache = true;
+    });
+    let verdict = run(&under_radix, &decode, &full());
+    assert_eq!(verdict.outcome, Outcome::Valid, "{:?}", verdict.violations);
+    assert!(verdict.violations.iter().all(|v| v.rule != "S7"));
 }
 
 #[test]
@@ -392,7 +440,11 @@ fn r19_decode_context_parallel() {
         ("true", "false"),
     );
     assert_rewritable(
-        dcp(|s| s.hierarchical_cache = true),
+        dcp(|s| {
+            // HiCache sits under the decode radix cache (S7); both are refused with DCP.
+            s.decode_radix_cache = true;
+            s.hierarchical_cache = true;
+        }),
         &DecodeSpec::default(),
         &mla(),
         "R19",
@@ -546,6 +598,7 @@ fn violations_are_reported_in_rule_order_and_deterministically() {
         s.decode_context_parallel = 2;
         s.priority_scheduling = true;
         s.decode_offload_kv_cache = true;
+        s.hicache_storage_backend = Some("file".into());
         s.decode_radix_cache = true;
         s.transfer_backend = TransferBackend::Fake;
         s.mamba_radix_cache_strategy = Some(MambaRadixCacheStrategy::ExtraBufferLazy);
@@ -602,6 +655,7 @@ prop_compose! {
         prefill_page in prop::option::of(1..3i32),
         prefill_dtype in prop::option::of(prop::sample::select(vec!["auto", "fp8_e4m3", "mxfp8"])),
         speculative in any::<bool>(),
+        storage_backend in prop::option::of(prop::sample::select(vec!["file", "dynamic"])),
     ) -> DisaggregationSpec {
         DisaggregationSpec {
             retraction_backup: backup,
@@ -623,6 +677,7 @@ prop_compose! {
             mamba_radix_cache_strategy: strategy,
             host_pool_ratio: None,
             enable_unified_memory: flags[5],
+            hicache_storage_backend: storage_backend.map(str::to_string),
         }
     }
 }

@@ -40,13 +40,16 @@ const DIST_INIT: PodFlag = pod_flag(&["--dist-init-addr", "--nccl-init-addr"], "
 /// Every flag kvpilot writes from the pod's spec.
 pub const POD_FLAGS: &[PodFlag] = &[HOST, PORT, SERVED_NAME, METRICS, IB_DEVICE, NNODES, NODE_RANK, DIST_INIT];
 
-const STORAGE_BACKEND: PodFlag = pod_flag(&["--hicache-storage-backend"], "spec.cache");
 const STORAGE_CONFIG: PodFlag = pod_flag(&["--hicache-storage-backend-extra-config"], "spec.cache");
 const MEM_LAYOUT: PodFlag = pod_flag(&["--hicache-mem-layout"], "spec.cache");
 
-/// The flags that make the cache runtime SGLang's HiCache storage backend; kvpilot's with
-/// `spec.cache` set (without it, `extraArgs` may name another backend).
-pub const CACHE_FLAGS: &[PodFlag] = &[STORAGE_BACKEND, STORAGE_CONFIG, MEM_LAYOUT];
+/// The flags that connect SGLang to the cache runtime; kvpilot's with `spec.cache` set (without
+/// it, `extraArgs` may configure another backend). `--hicache-storage-backend` itself is a
+/// policy setting (spec.disaggregation.hicacheStorageBackend), always kvpilot's.
+pub const CACHE_FLAGS: &[PodFlag] = &[STORAGE_CONFIG, MEM_LAYOUT];
+
+/// SGLang's storage backend that loads a connector class named in the extra config.
+pub const CACHE_STORAGE_BACKEND: &str = "dynamic";
 
 /// The Unix socket of the cache runtime, in the directory the pod's containers share.
 pub const CACHE_SOCKET: &str = "/run/kvpilot/cache.sock";
@@ -75,6 +78,8 @@ pub fn effective_spec(spec: &InferenceDeploymentSpec) -> std::borrow::Cow<'_, In
     d.decode_offload_kv_cache |= cache.offload;
     d.decode_radix_cache |= cache.reuse;
     d.hierarchical_cache |= cache.reuse;
+    // The store is the storage backend: S6 is checked against it, and the flag table writes it.
+    d.hicache_storage_backend = Some(CACHE_STORAGE_BACKEND.into());
     std::borrow::Cow::Owned(spec)
 }
 
@@ -104,7 +109,7 @@ pub fn decode_args(spec: &InferenceDeploymentSpec, verdict: &policy::Verdict, re
         args.extend([IB_DEVICE.names[0].to_string(), devices.clone()]);
     }
     if spec.cache.is_some() {
-        args.extend([STORAGE_BACKEND.names[0].to_string(), "dynamic".into()]);
+        // `--hicache-storage-backend dynamic` comes from the policy's settings (effective_spec).
         args.extend([STORAGE_CONFIG.names[0].to_string(), storage_backend_config()]);
         args.extend([MEM_LAYOUT.names[0].to_string(), "page_first".into()]);
     }
@@ -155,7 +160,8 @@ fn violation(rule: &'static str, field: &'static str, message: String, fix: Stri
 
 /// What keeps the pods of `spec` from being built as asked: `extraArgs` setting a flag kvpilot
 /// decides (K1), a replica whose GPUs do not split evenly over its pods (K2), weights in a
-/// volume with no volume source (K3), a cache capacity that is no number of bytes (K4).
+/// volume with no volume source (K3), a cache capacity that is no number of bytes (K4), a storage
+/// backend named beside spec.cache's own (K5).
 pub fn pod_findings(spec: &InferenceDeploymentSpec) -> Vec<Violation> {
     let decode = &spec.decode;
     let mut findings: Vec<Violation> = decode
@@ -198,6 +204,17 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec) -> Vec<Violation> {
             "spec.cache.capacity",
             format!("spec.cache.capacity: {problem}"),
             "give the store's size in bytes with an optional binary or decimal suffix (64Gi, 500G)".into(),
+        ));
+    }
+    if let Some(backend) = spec.disaggregation.hicache_storage_backend.as_deref().filter(|_| spec.cache.is_some()) {
+        findings.push(violation(
+            "K5",
+            "spec.disaggregation.hicacheStorageBackend",
+            format!(
+                "spec.disaggregation.hicacheStorageBackend {backend:?} conflicts with spec.cache, whose store is the \
+                 storage backend"
+            ),
+            "unset spec.disaggregation.hicacheStorageBackend, or remove spec.cache to use another backend".into(),
         ));
     }
     if let Some(source) = &spec.model.source {
@@ -270,14 +287,21 @@ mod tests {
         for (arg, expected) in cases {
             assert_eq!(owned_flag(arg, false).map(|(flag, _)| flag), expected, "{arg}");
         }
+        for cache in [false, true] {
+            assert_eq!(
+                owned_flag("--hicache-storage-backend=mooncake", cache),
+                Some(("--hicache-storage-backend", "spec.disaggregation.hicacheStorageBackend")),
+                "the storage backend is a setting the policy checks (S6), with or without spec.cache"
+            );
+        }
         assert_eq!(
-            owned_flag("--hicache-storage-backend=mooncake", false),
+            owned_flag("--hicache-storage-backend-extra-config={}", false),
             None,
-            "another backend, without spec.cache"
+            "another backend's configuration, without spec.cache"
         );
         assert_eq!(
-            owned_flag("--hicache-storage-backend=mooncake", true),
-            Some(("--hicache-storage-backend", "spec.cache"))
+            owned_flag("--hicache-storage-backend-extra-config={}", true),
+            Some(("--hicache-storage-backend-extra-config", "spec.cache"))
         );
     }
 
