@@ -2,7 +2,7 @@
 //! port, served name, multi-node ranks, IB devices), from one table that also tells which flags
 //! `spec.decode.extraArgs` may not set, and the spec checks that come with running the pods.
 
-use crate::api::{InferenceDeploymentSpec, ModelSpec};
+use crate::api::{HICACHE_GIGABYTE, InferenceDeploymentSpec, ModelSpec, quantity_bytes};
 use crate::layout::LayoutError;
 use crate::policy::{self, Assessment, Outcome, Violation};
 use crate::release::{Release, ReleaseChoice};
@@ -42,11 +42,12 @@ pub const POD_FLAGS: &[PodFlag] = &[HOST, PORT, SERVED_NAME, METRICS, IB_DEVICE,
 
 const STORAGE_CONFIG: PodFlag = pod_flag(&["--hicache-storage-backend-extra-config"], "spec.cache");
 const MEM_LAYOUT: PodFlag = pod_flag(&["--hicache-mem-layout"], "spec.cache");
+const HOST_POOL_SIZE: PodFlag = pod_flag(&["--hicache-size"], "spec.cache.hostPoolSize");
 
 /// The flags that connect SGLang to the cache runtime; kvpilot's with `spec.cache` set (without
 /// it, `extraArgs` may configure another backend). `--hicache-storage-backend` itself is a
 /// policy setting (spec.disaggregation.hicacheStorageBackend), always kvpilot's.
-pub const CACHE_FLAGS: &[PodFlag] = &[STORAGE_CONFIG, MEM_LAYOUT];
+pub const CACHE_FLAGS: &[PodFlag] = &[STORAGE_CONFIG, MEM_LAYOUT, HOST_POOL_SIZE];
 
 /// SGLang's storage backend that loads a connector class named in the extra config.
 pub const CACHE_STORAGE_BACKEND: &str = "dynamic";
@@ -83,6 +84,16 @@ pub fn effective_spec(spec: &InferenceDeploymentSpec) -> std::borrow::Cow<'_, In
     std::borrow::Cow::Owned(spec)
 }
 
+/// Bytes of host memory the SGLang container of each decode pod holds in HiCache host pools:
+/// `hostPoolSize` (as SGLang rounds it) per pool, per GPU rank on the pod. None without a
+/// usable `spec.cache.hostPoolSize` (SGLang then sizes the pools from the GPU's device pool).
+pub fn host_pool_memory(spec: &InferenceDeploymentSpec) -> Option<u64> {
+    let cache = spec.cache.as_ref()?;
+    let gigabytes = cache.host_pool_gigabytes()?.ok()?;
+    let ranks = u64::try_from(spec.decode.effective_gpus_per_pod()).ok()?;
+    gigabytes.checked_mul(HICACHE_GIGABYTE)?.checked_mul(cache.host_pools_per_rank())?.checked_mul(ranks)
+}
+
 /// The `--model-path` of the decode servers: the weights' directory in the mounted volume, or
 /// the hub id SGLang downloads.
 pub fn model_path(model: &ModelSpec) -> String {
@@ -112,6 +123,9 @@ pub fn decode_args(spec: &InferenceDeploymentSpec, verdict: &policy::Verdict, re
         // `--hicache-storage-backend dynamic` comes from the policy's settings (effective_spec).
         args.extend([STORAGE_CONFIG.names[0].to_string(), storage_backend_config()]);
         args.extend([MEM_LAYOUT.names[0].to_string(), "page_first".into()]);
+    }
+    if let Some(Ok(gigabytes)) = spec.cache.as_ref().and_then(|c| c.host_pool_gigabytes()) {
+        args.extend([HOST_POOL_SIZE.names[0].to_string(), gigabytes.to_string()]);
     }
     args.extend(decode.extra_args.iter().cloned());
     args
@@ -161,7 +175,7 @@ fn violation(rule: &'static str, field: &'static str, message: String, fix: Stri
 /// What keeps the pods of `spec` from being built as asked: `extraArgs` setting a flag kvpilot
 /// decides (K1), a replica whose GPUs do not split evenly over its pods (K2), weights in a
 /// volume with no volume source (K3), a cache capacity that is no number of bytes (K4), a storage
-/// backend named beside spec.cache's own (K5).
+/// backend named beside spec.cache's own (K5), a host pool size SGLang cannot take (K6).
 pub fn pod_findings(spec: &InferenceDeploymentSpec) -> Vec<Violation> {
     let decode = &spec.decode;
     let mut findings: Vec<Violation> = decode
@@ -216,6 +230,32 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec) -> Vec<Violation> {
             ),
             "unset spec.disaggregation.hicacheStorageBackend, or remove spec.cache to use another backend".into(),
         ));
+    }
+    if let Some(Err(problem)) = spec.cache.as_ref().and_then(|c| c.host_pool_gigabytes()) {
+        findings.push(violation(
+            "K6",
+            "spec.cache.hostPoolSize",
+            format!("spec.cache.hostPoolSize: {problem}"),
+            "give each rank's host pool in bytes of at least 1G (64G, 64Gi), or unset it to size the pools from \
+             the device pool"
+                .into(),
+        ));
+    }
+    if host_pool_memory(spec).is_some() {
+        // The host pools are added to the container's own memory request and limit.
+        let memory = decode.resources.iter().flat_map(|r| [r.requests.as_ref(), r.limits.as_ref()]);
+        for quantity in memory.flatten().filter_map(|values| values.get("memory")) {
+            if let Err(problem) = quantity_bytes(&quantity.0) {
+                findings.push(violation(
+                    "K6",
+                    "spec.decode.resources",
+                    format!(
+                        "spec.decode.resources memory: {problem}, so spec.cache.hostPoolSize cannot be added to it"
+                    ),
+                    "give the SGLang container's memory as a whole number of bytes (64Gi, 500G)".into(),
+                ));
+            }
+        }
     }
     if let Some(source) = &spec.model.source {
         match (&source.hub, &source.volume) {
@@ -336,6 +376,42 @@ mod tests {
         let both =
             pod_findings(&spec(json!({}), json!({"hub": {}, "volume": {"source": {"hostPath": {"path": "/m"}}}})));
         assert_eq!(both.iter().map(|v| v.field).collect::<Vec<_>>(), ["spec.model.source"]);
+    }
+
+    #[test]
+    fn cache_findings_name_the_storage_backend_and_the_host_pool_size() {
+        let with_cache = |cache: serde_json::Value, edit: fn(&mut InferenceDeploymentSpec)| {
+            let mut spec = spec(json!({"resources": {"limits": {"memory": "1.5Gi"}}}), json!(null));
+            spec.cache = Some(serde_json::from_value(cache).unwrap());
+            edit(&mut spec);
+            pod_findings(&spec).into_iter().map(|v| (v.rule, v.field)).collect::<Vec<_>>()
+        };
+        let cache = json!({"offload": true, "capacity": "1Gi"});
+        assert_eq!(with_cache(cache.clone(), |_| {}), [], "memory kvpilot adds nothing to is not read");
+        assert_eq!(
+            with_cache(cache.clone(), |s| s.disaggregation.hicache_storage_backend = Some("file".into())),
+            [("K5", "spec.disaggregation.hicacheStorageBackend")]
+        );
+        let small = json!({"offload": true, "capacity": "1Gi", "hostPoolSize": "512Mi"});
+        assert_eq!(with_cache(small, |_| {}), [("K6", "spec.cache.hostPoolSize")]);
+        let sized = json!({"offload": true, "capacity": "1Gi", "hostPoolSize": "8G"});
+        assert_eq!(
+            with_cache(sized, |_| {}),
+            [("K6", "spec.decode.resources")],
+            "1.5Gi is no whole number of bytes to add the host pool to"
+        );
+    }
+
+    #[test]
+    fn host_pool_memory_is_every_pool_of_every_rank_on_the_pod() {
+        let mut spec = spec(json!({"tensorParallel": 8, "pipelineParallel": 2, "nodesPerReplica": 2}), json!(null));
+        assert_eq!(host_pool_memory(&spec), None);
+        spec.cache =
+            Some(serde_json::from_value(json!({"offload": true, "capacity": "1Gi", "hostPoolSize": "10G"})).unwrap());
+        // 8 GPUs per pod, one pool (offload) of 10 GB each.
+        assert_eq!(host_pool_memory(&spec), Some(80_000_000_000));
+        spec.cache.as_mut().unwrap().reuse = true;
+        assert_eq!(host_pool_memory(&spec), Some(160_000_000_000));
     }
 
     #[test]
