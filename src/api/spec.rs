@@ -629,6 +629,10 @@ pub struct DecodeSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self != ''").message("spec.decode.kvCacheDtype must not be empty"))]
     pub kv_cache_dtype: Option<String>,
+    /// SWA-layer KV tokens per full-layer KV token of a hybrid-SWA pool (SGLang's
+    /// `--swa-full-tokens-ratio`, in (0, 1]); unset: SGLang's default (0.8, or the model's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swa_full_tokens_ratio: Option<f64>,
     /// GPUs per pod; defaults to tensorParallel × pipelineParallel / nodesPerReplica.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 1").message("spec.decode.gpusPerPod must be at least 1"))]
@@ -726,6 +730,7 @@ impl Default for DecodeSpec {
             enable_dp_attention: false,
             page_size: 1,
             kv_cache_dtype: None,
+            swa_full_tokens_ratio: None,
             gpus_per_pod: None,
             nodes_per_replica: 1,
             port: default_port(),

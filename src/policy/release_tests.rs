@@ -280,7 +280,7 @@ fn r19d_decode_dcp_needs_an_mla_pool() {
 }
 
 #[test]
-fn s6_and_s7_hold_on_every_release() {
+fn s6_s7_s8_hold_on_every_release() {
     let offload = with(|s| s.decode_offload_kv_cache = true);
     assert_eq!(
         messages("S6", &offload, &DecodeSpec::default(), &full()),
@@ -304,6 +304,11 @@ fn s6_and_s7_hold_on_every_release() {
         s.decode_radix_cache = true;
     });
     assert_eq!(messages("S7", &under_radix, &DecodeSpec::default(), &full()), vec![None; 7]);
+    let out_of_range = DecodeSpec { swa_full_tokens_ratio: Some(1.5), ..DecodeSpec::default() };
+    assert_eq!(
+        messages("S8", &DisaggregationSpec::default(), &out_of_range, &full()),
+        on(17..=23, "--swa-full-tokens-ratio should be in range (0, 1.0].")
+    );
 }
 
 #[test]

@@ -150,6 +150,7 @@ const DECODE_ENV: &str = "spec.decode.env";
 const DECODE_OFFLOAD: &str = "spec.disaggregation.decodeOffloadKvCache";
 const DECODE_CONTEXT_PARALLEL: &str = "spec.disaggregation.decodeContextParallel";
 const DECODE_KV_CACHE_DTYPE: &str = "spec.decode.kvCacheDtype";
+const DECODE_SWA_RATIO: &str = "spec.decode.swaFullTokensRatio";
 
 /// The env var that selects the unified radix tree (0.5.19–0.5.20 need it for R13).
 pub(crate) const UNIFIED_RADIX_TREE_ENV: &str = "SGLANG_ENABLE_UNIFIED_RADIX_TREE";
@@ -427,6 +428,24 @@ pub(crate) const RULES: &[Rule] = &[
             apply: hierarchical_off,
             hint: "turn decodeRadixCache on (HiCache sits under the decode radix cache), or turn hierarchicalCache off",
         },
+    },
+    Rule {
+        id: "S8",
+        about: "SWA full-tokens ratio range",
+        field: DECODE_SWA_RATIO,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--swa-full-tokens-ratio should be in range (0, 1.0].")],
+        changes: &[],
+        check: |c| {
+            let ratio = c.decode.swa_full_tokens_ratio?;
+            // SGLang checks the resolved ratio: Step-3.5 with HiCache resets any value to 1.0 first.
+            let reset = c.layout.architecture == "Step3p5ForCausalLM" && c.settings.hierarchical_cache;
+            let in_range = ratio > 0.0 && ratio <= 1.0;
+            when(!reset && !in_range)
+        },
+        fix: Fix::Manual { hint: "set spec.decode.swaFullTokensRatio above 0 and at most 1, or unset it" },
     },
     Rule {
         id: "U6a",

@@ -324,6 +324,51 @@ fn s7_hierarchical_cache_needs_the_decode_radix_cache() {
 }
 
 #[test]
+fn s8_the_swa_full_tokens_ratio_is_above_0_and_at_most_1() {
+    let ratio = |value: f64| DecodeSpec { swa_full_tokens_ratio: Some(value), ..DecodeSpec::default() };
+    let message = "--swa-full-tokens-ratio should be in range (0, 1.0].";
+    for value in [0.0, -0.5, 1.01, 4.0] {
+        assert_manual(
+            DisaggregationSpec::default(),
+            &ratio(value),
+            &hybrid_swa(),
+            "S8",
+            "spec.decode.swaFullTokensRatio",
+            message,
+        );
+    }
+    for value in [0.01, 0.5, 1.0] {
+        assert_eq!(
+            run(&DisaggregationSpec::default(), &ratio(value), &hybrid_swa()).outcome,
+            Outcome::Valid,
+            "{value}"
+        );
+    }
+    // SGLang range-checks the resolved value, for every model (a full pool ignores it).
+    assert_eq!(
+        ids(&run(&DisaggregationSpec::default(), &ratio(2.0), &full())),
+        [("S8", "spec.decode.swaFullTokensRatio")]
+    );
+    assert_eq!(run(&DisaggregationSpec::default(), &DecodeSpec::default(), &hybrid_swa()).outcome, Outcome::Valid);
+}
+
+#[test]
+fn s8_step_3_5_with_hierarchical_cache_resets_the_ratio_before_the_check() {
+    let step = layout(serde_json::from_str(include_str!("../../tests/fixtures/configs/step-3.5-flash.json")).unwrap());
+    assert_eq!(step.architecture, "Step3p5ForCausalLM");
+    let decode = DecodeSpec { swa_full_tokens_ratio: Some(3.0), ..DecodeSpec::default() };
+    let rules = |settings: &DisaggregationSpec| -> Vec<&str> {
+        run(settings, &decode, &step).violations.iter().map(|v| v.rule).collect()
+    };
+    assert!(rules(&DisaggregationSpec::default()).contains(&"S8"));
+    let hicache = with(|s| {
+        s.decode_radix_cache = true;
+        s.hierarchical_cache = true;
+    });
+    assert!(!rules(&hicache).contains(&"S8"), "{:?}", rules(&hicache));
+}
+
+#[test]
 fn r13_to_r17_decode_radix_cache_by_layout() {
     let radix = || with(|s| s.decode_radix_cache = true);
     // 0.5.19–0.5.20: kvpilot sets the env var the release needs; a spec that sets it false is R13.

@@ -93,6 +93,7 @@ pub enum Target {
     PageSize,
     DisableHybridSwaMemory,
     KvCacheDtype,
+    SwaFullTokensRatio,
 }
 
 /// One row: SGLang's spellings (the first is canonical and is what [`write`] emits), the kind,
@@ -206,6 +207,7 @@ pub const FLAGS: &[Flag] = &[
         "spec.disaggregation.enableUnifiedMemory",
     ),
     row(&["--kv-cache-dtype"], Kind::Value, Target::KvCacheDtype, "spec.decode.kvCacheDtype"),
+    row(&["--swa-full-tokens-ratio"], Kind::Value, Target::SwaFullTokensRatio, "spec.decode.swaFullTokensRatio"),
 ];
 
 /// The row for a spelling, if kvpilot knows the flag.
@@ -380,6 +382,11 @@ fn apply(target: Target, value: &str, s: &mut ServerSettings) -> Result<(), Stri
         Target::DisableHybridSwaMemory => s.hybrid_swa_memory = HybridSwaMemory::Disabled,
         // `auto` is SGLang's default and the spec's unset.
         Target::KvCacheDtype => s.decode.kv_cache_dtype = (value != "auto").then(|| value.to_string()),
+        // Any number: its range is SGLang's rule S8, which the policy reports with SGLang's text.
+        Target::SwaFullTokensRatio => match value.trim().parse::<f64>() {
+            Ok(ratio) if ratio.is_finite() => s.decode.swa_full_tokens_ratio = Some(ratio),
+            _ => return Err(format!("expected a number, got {value:?}")),
+        },
     }
     Ok(())
 }
@@ -404,6 +411,7 @@ fn reset(target: Target, s: &mut ServerSettings) {
         Target::PipelineParallel => s.decode.pipeline_parallel = defaults.decode.pipeline_parallel,
         Target::PageSize => s.decode.page_size = defaults.decode.page_size,
         Target::KvCacheDtype => s.decode.kv_cache_dtype = None,
+        Target::SwaFullTokensRatio => s.decode.swa_full_tokens_ratio = None,
         // Switches take no value, so none is ever expanded.
         Target::DecodeRadixCache
         | Target::DecodeOffloadKvCache
@@ -463,6 +471,9 @@ fn written(target: Target, s: &ServerSettings) -> Written {
         Target::PageSize => value(s.decode.page_size, 1),
         Target::DisableHybridSwaMemory => switch(s.hybrid_swa_memory == HybridSwaMemory::Disabled),
         Target::KvCacheDtype => optional(s.decode.kv_cache_dtype.as_deref()),
+        Target::SwaFullTokensRatio => {
+            s.decode.swa_full_tokens_ratio.map_or(Written::Default, |r| Written::Value(r.to_string()))
+        }
     }
 }
 
@@ -624,14 +635,14 @@ mod tests {
             (modes, prop::option::of("[a-z]{1,8}/[a-z0-9.-]{1,12}"), prop::option::of("[a-f0-9]{7}"), any::<bool>()),
             (backups, transfer, prop::array::uniform8(any::<bool>()), 1..8i32, mamba),
             (prop::option::of("EAGLE|NEXTN"), prop::option::of(1u32..40), 1..16i32, 1..8i32, 1..4i32, 1..64i32),
-            prop::option::of("file|mooncake|dynamic|hf3fs"),
+            (prop::option::of("file|mooncake|dynamic|hf3fs"), prop::option::of(-4i32..24)),
         )
             .prop_map(
                 |(
                     (mode, model, revision, no_hybrid),
                     (backup, transfer, b, dcp, mamba),
                     (spec, ratio, tp, dp, pp, page),
-                    storage,
+                    (storage, swa_ratio),
                 )| {
                     let mut s = ServerSettings { mode, model_path: model, revision, ..ServerSettings::default() };
                     if no_hybrid {
@@ -651,6 +662,7 @@ mod tests {
                     d.speculative_algorithm = spec;
                     d.host_pool_ratio = ratio.map(|r| f64::from(r) / 10.0);
                     d.hicache_storage_backend = storage;
+                    s.decode.swa_full_tokens_ratio = swa_ratio.map(|r| f64::from(r) / 16.0);
                     s.decode.tensor_parallel = tp;
                     s.decode.data_parallel = dp;
                     s.decode.pipeline_parallel = pp;

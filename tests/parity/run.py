@@ -253,8 +253,8 @@ def pd_args_manifest(scenario):
 def cache_args_scenarios():
     """Decode-server flags the cache compatibility check reads that an InferenceDeployment
     states: hierarchical cache and decode radix cache (S7 through the chunk cache decode forces),
-    decode offload and a storage backend (S6), host_pool (S4), and DCP (R19 in the PD hook,
-    which runs first)."""
+    decode offload and a storage backend (S6), host_pool (S4), DCP (R19 in the PD hook, which
+    runs first), and the SWA full-tokens ratio (S8)."""
     scenarios = []
     for hierarchical, radix, offload, backend, host_pool, dcp in itertools.product(
             (False, True), (False, True), (False, True), (None, "file"), (False, True), (1, 2)):
@@ -266,6 +266,16 @@ def cache_args_scenarios():
         if host_pool:
             args["disaggregation_decode_retraction_backup"] = "host_pool"
         scenarios.append({"id": f"c{len(scenarios)}", "args": args})
+    # S8 on both sides of (0, 1], with and without HiCache (Step-3.5's reset is a model
+    # override this harness does not run: unit tests cover it).
+    for ratio, hierarchical in itertools.product((-0.5, 0.0, 0.01, 0.5, 1.0, 1.01, 4.0),
+                                                 (False, True)):
+        scenarios.append({"id": f"c{len(scenarios)}", "args": {
+            "disaggregation_mode": "decode", "disaggregation_transfer_backend": "mooncake",
+            "enable_hierarchical_cache": hierarchical,
+            "disaggregation_decode_enable_radix_cache": hierarchical,
+            "disaggregation_decode_enable_offload_kvcache": False,
+            "hicache_storage_backend": None, "dcp_size": 1, "swa_full_tokens_ratio": ratio}})
     return scenarios
 
 
@@ -283,6 +293,8 @@ def cache_args_manifest(scenario):
         disaggregation["hicacheStorageBackend"] = args["hicache_storage_backend"]
     if "disaggregation_decode_retraction_backup" in args:
         disaggregation["retractionBackup"] = args["disaggregation_decode_retraction_backup"]
+    if "swa_full_tokens_ratio" in args:
+        document["spec"]["decode"]["swaFullTokensRatio"] = args["swa_full_tokens_ratio"]
     return document
 
 
