@@ -634,6 +634,13 @@ fn automatic_backup_follows_sglang() {
     }
     let cpu = run(&with(|s| s.host_pool_ratio = Some(0.5)), &decode, &ssm());
     assert!(cpu.warnings.iter().any(|w| w.contains("hostPoolRatio has no effect")), "{:?}", cpu.warnings);
+    let offload = with(|s| {
+        s.host_pool_ratio = Some(0.5);
+        s.decode_offload_kv_cache = true;
+        s.hicache_storage_backend = Some("file".into());
+    });
+    let sized = run(&offload, &decode, &full());
+    assert!(!sized.warnings.iter().any(|w| w.contains("hostPoolRatio")), "decode offload's pool: {:?}", sized.warnings);
 }
 
 #[test]
