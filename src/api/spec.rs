@@ -103,12 +103,36 @@ pub struct CacheSpec {
     /// Bytes of pages the sidecar keeps (`kvpilot cache-runtime --capacity`, for example
     /// `64Gi`); its memory request and limit are sized from it.
     pub capacity: Quantity,
+    /// Host memory of each HiCache host pool of each GPU rank (SGLang's `--hicache-size`, which
+    /// takes whole gigabytes of 10^9 bytes: rounded down, at least `1G`). Offload and reuse build
+    /// a pool each. Counted in the SGLang container's memory request and limit. Unset: SGLang
+    /// sizes the pools from the device pool (`--hicache-ratio`), which depends on the GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_pool_size: Option<Quantity>,
 }
+
+/// One gigabyte as SGLang's `--hicache-size` counts it.
+pub const HICACHE_GIGABYTE: u64 = 1_000_000_000;
 
 impl CacheSpec {
     /// `capacity` in bytes, or why it cannot be read.
     pub fn capacity_bytes(&self) -> Result<u64, String> {
         quantity_bytes(&self.capacity.0)
+    }
+
+    /// `hostPoolSize` as SGLang's `--hicache-size` (whole gigabytes), if set, or why it cannot
+    /// be: below one gigabyte SGLang would read 0, which means "size from the ratio".
+    pub fn host_pool_gigabytes(&self) -> Option<Result<u64, String>> {
+        let size = self.host_pool_size.as_ref()?;
+        Some(quantity_bytes(&size.0).and_then(|bytes| match bytes / HICACHE_GIGABYTE {
+            0 => Err(format!("{:?} is less than the 1G SGLang's --hicache-size counts in", size.0)),
+            gigabytes => Ok(gigabytes),
+        }))
+    }
+
+    /// Host pools each GPU rank builds: one for decode offload, one for HiCache under reuse.
+    pub fn host_pools_per_rank(&self) -> u64 {
+        u64::from(self.offload) + u64::from(self.reuse)
     }
 }
 
@@ -531,6 +555,12 @@ pub struct DisaggregationSpec {
     /// Unified device memory pool (`--enable-unified-memory`).
     #[serde(default)]
     pub enable_unified_memory: bool,
+    /// HiCache storage backend of the decode servers (`--hicache-storage-backend`: `file`,
+    /// `mooncake`, `dynamic`, …); decode offload needs one. Set by kvpilot to its cache runtime
+    /// (`dynamic`) when spec.cache is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.size() > 0").message("spec.disaggregation.hicacheStorageBackend must not be empty"))]
+    pub hicache_storage_backend: Option<String>,
 }
 
 impl Default for DisaggregationSpec {
@@ -553,6 +583,7 @@ impl Default for DisaggregationSpec {
             mamba_radix_cache_strategy: None,
             host_pool_ratio: None,
             enable_unified_memory: false,
+            hicache_storage_backend: None,
         }
     }
 }
@@ -626,6 +657,10 @@ pub struct FleetSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self != ''").message("kvCacheDtype must not be empty"))]
     pub kv_cache_dtype: Option<String>,
+    /// SWA-layer KV tokens per full-layer KV token of a hybrid-SWA pool (SGLang's
+    /// `--swa-full-tokens-ratio`, in (0, 1]); unset: SGLang's default (0.8, or the model's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swa_full_tokens_ratio: Option<f64>,
     /// GPUs per pod; defaults to tensorParallel × pipelineParallel / nodesPerReplica.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 1").message("gpusPerPod must be at least 1"))]
@@ -723,6 +758,7 @@ impl Default for FleetSpec {
             enable_dp_attention: false,
             page_size: 1,
             kv_cache_dtype: None,
+            swa_full_tokens_ratio: None,
             gpus_per_pod: None,
             nodes_per_replica: 1,
             port: default_port(),

@@ -102,7 +102,7 @@ mod tests {
                 "unknown field \"spec.decode.replcas\"; did you mean \"replicas\"?",
                 "unknown field \"spec.disaggregation.somethingElse\"; the known fields there are bootstrapPort, \
                  decodeContextParallel, decodeOffloadKvCache, decodeRadixCache, disablePriorityPreemption, enableUnifiedMemory, \
-                 hierarchicalCache, hostPoolRatio, mambaRadixCacheStrategy, onInvalid, prefill, priorityScheduling, \
+                 hicacheStorageBackend, hierarchicalCache, hostPoolRatio, mambaRadixCacheStrategy, onInvalid, prefill, priorityScheduling, \
                  retractionBackup, speculativeAlgorithm, transferBackend",
                 "unknown field \"spec.prefil\"; did you mean \"prefill\"?",
             ]

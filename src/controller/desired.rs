@@ -21,7 +21,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::json;
 
-use crate::api::{ConfigSourceRef, EffectiveSettings, FleetSpec, ImagePullPolicy, InferenceDeployment, RouterSpec};
+use crate::api::{
+    ConfigSourceRef, EffectiveSettings, FleetSpec, ImagePullPolicy, InferenceDeployment, RouterSpec, quantity_bytes,
+};
 use crate::policy::Assessment;
 use crate::release::ReleaseChoice;
 use crate::sglang::guard::MODEL_CONFIG_ANNOTATION;
@@ -321,8 +323,31 @@ fn health_probe(period: i32, timeout: i32, failures: i32) -> Probe {
     }
 }
 
-fn resources(fleet: &FleetSpec) -> ResourceRequirements {
+/// The SGLang container's resources: the spec's, the GPUs and extended resources, and the
+/// HiCache host pools (`host_pool_memory` bytes) added to its memory request and limit; with no
+/// memory request the request is the limit, or the host pools alone, and with no limit none is
+/// set.
+fn resources(fleet: &FleetSpec, host_pool_memory: Option<u64>) -> ResourceRequirements {
     let mut resources = fleet.resources.clone().unwrap_or_default();
+    if let Some(host_pools) = host_pool_memory {
+        let add = |current: Option<&Quantity>| {
+            // pod_findings refuses a memory kvpilot cannot read, so none reaches here unread.
+            let current = current.map_or(Ok(0), |q| quantity_bytes(&q.0)).unwrap_or_default();
+            Quantity(current.saturating_add(host_pools).to_string())
+        };
+        let limit = resources.limits.as_ref().and_then(|l| l.get("memory")).map(|q| add(Some(q)));
+        let requests = resources.requests.get_or_insert_default();
+        // A missing request defaults to the limit (as the API server would), else to the pools.
+        let request = match (requests.get("memory"), &limit) {
+            (Some(request), _) => add(Some(request)),
+            (None, Some(limit)) => limit.clone(),
+            (None, None) => add(None),
+        };
+        requests.insert("memory".into(), request);
+        if let Some(limit) = limit {
+            resources.limits.get_or_insert_default().insert("memory".into(), limit);
+        }
+    }
     let mut extended = fleet.extra_resources.clone();
     extended.insert(GPU_RESOURCE.into(), Quantity(fleet.effective_gpus_per_pod().to_string()));
     let limits = resources.limits.get_or_insert_default();
@@ -560,7 +585,7 @@ fn render_fleet(
         args: Some(server::server_args(spec, role, &assessment.verdict, assessment.release.release)),
         ports: Some(ports),
         env: (!env.is_empty()).then_some(env),
-        resources: Some(resources(fleet)),
+        resources: Some(resources(fleet, server::host_pool_memory(spec).filter(|_| role == FleetRole::Decode))),
         startup_probe: Some(health_probe(STARTUP_PERIOD_SECONDS, 5, startup_failures.max(1))),
         readiness_probe: Some(health_probe(10, 5, 3)),
         liveness_probe: Some(health_probe(30, 10, 4)),
@@ -968,6 +993,49 @@ mod tests {
         let env = container(&pod).env.clone().unwrap();
         assert!(env.iter().any(|e| e.name == "HF_HOME" && e.value.as_deref() == Some(HF_HOME)));
         assert!(container(&pod).volume_mounts.as_ref().unwrap().iter().any(|m| m.mount_path == HF_HOME));
+    }
+
+    #[test]
+    fn host_pool_size_is_sglangs_hicache_size_and_counts_in_the_sglang_container_memory() {
+        let mut resource = resource(json!({"tensorParallel": 2}));
+        resource.spec.cache = Some(
+            serde_json::from_value(json!({"offload": true, "reuse": true, "capacity": "1Gi", "hostPoolSize": "4Gi"}))
+                .unwrap(),
+        );
+        let pod = render(&resource).decode.pod(0, 0);
+        let sglang = container(&pod);
+        // 4Gi is 4.29 GB; SGLang takes whole GB.
+        assert_eq!(flag(sglang.args.as_ref().unwrap(), "--hicache-size"), Some("4"));
+        let memory = |pod: &Pod| {
+            let resources = container(pod).resources.clone().unwrap_or_default();
+            let of =
+                |values: Option<BTreeMap<String, Quantity>>| values.and_then(|m| m.get("memory").map(|q| q.0.clone()));
+            (of(resources.requests), of(resources.limits))
+        };
+        // 4 GB × 2 pools (offload, reuse) × 2 ranks, as the request; no limit where the spec sets none.
+        let pools = 4 * 1_000_000_000u64 * 2 * 2;
+        assert_eq!(memory(&pod), (Some(pools.to_string()), None));
+
+        resource.spec.decode.resources = Some(ResourceRequirements {
+            limits: Some(BTreeMap::from([("memory".into(), Quantity("64Gi".into()))])),
+            ..ResourceRequirements::default()
+        });
+        let pod = render(&resource).decode.pod(0, 0);
+        let with_limit = ((64u64 << 30) + pools).to_string();
+        assert_eq!(
+            memory(&pod),
+            (Some(with_limit.clone()), Some(with_limit)),
+            "the request follows the limit, as the API server defaults it"
+        );
+
+        resource.spec.cache.as_mut().unwrap().host_pool_size = None;
+        let pod = render(&resource).decode.pod(0, 0);
+        assert_eq!(flag(container(&pod).args.as_ref().unwrap(), "--hicache-size"), None);
+        assert_eq!(
+            memory(&pod),
+            (None, Some("64Gi".to_string())),
+            "without hostPoolSize the pools follow the GPU and are not counted"
+        );
     }
 
     #[test]

@@ -313,10 +313,11 @@ fn warnings(
                 .to_string(),
         );
     }
-    if settings.host_pool_ratio.is_some() && effective.host_pool_ratio.is_none() {
+    // Decode offload builds its own host pool, sized by the same ratio.
+    if settings.host_pool_ratio.is_some() && effective.host_pool_ratio.is_none() && !settings.decode_offload_kv_cache {
         warnings.push(
             "spec.disaggregation.hostPoolRatio has no effect: the effective retraction backup is cpu_tensor and \
-             hierarchical cache is off"
+             neither hierarchical cache nor decode offload builds a host pool"
                 .to_string(),
         );
     }

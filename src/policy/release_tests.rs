@@ -280,8 +280,43 @@ fn r19d_decode_dcp_needs_an_mla_pool() {
 }
 
 #[test]
-fn o1_decode_offload_needs_an_mha_or_mla_pool() {
+fn s6_s7_s8_hold_on_every_release() {
     let offload = with(|s| s.decode_offload_kv_cache = true);
+    assert_eq!(
+        messages("S6", &offload, &FleetSpec::default(), &full()),
+        on(
+            17..=23,
+            "The argument disaggregation-decode-enable-offload-kvcache is only supported when hicache-storage-backend \
+             is provided."
+        )
+    );
+    let hicache = with(|s| s.hierarchical_cache = true);
+    assert_eq!(
+        messages("S7", &hicache, &FleetSpec::default(), &full()),
+        on(
+            17..=23,
+            "The arguments enable-hierarchical-cache and disable-radix-cache are mutually exclusive and cannot be \
+             used at the same time. Please use only one of them."
+        )
+    );
+    let under_radix = with(|s| {
+        s.hierarchical_cache = true;
+        s.decode_radix_cache = true;
+    });
+    assert_eq!(messages("S7", &under_radix, &FleetSpec::default(), &full()), vec![None; 7]);
+    let out_of_range = FleetSpec { swa_full_tokens_ratio: Some(1.5), ..FleetSpec::default() };
+    assert_eq!(
+        messages("S8", &DisaggregationSpec::default(), &out_of_range, &full()),
+        on(17..=23, "--swa-full-tokens-ratio should be in range (0, 1.0].")
+    );
+}
+
+#[test]
+fn o1_decode_offload_needs_an_mha_or_mla_pool() {
+    let offload = with(|s| {
+        s.decode_offload_kv_cache = true;
+        s.hicache_storage_backend = Some("file".into());
+    });
     for layout in [hybrid_swa(), ssm(), dsv4()] {
         assert_eq!(
             messages("O1", &offload, &FleetSpec::default(), &layout),
@@ -293,6 +328,7 @@ fn o1_decode_offload_needs_an_mha_or_mla_pool() {
     }
     let unified = with(|s| {
         s.decode_offload_kv_cache = true;
+        s.hicache_storage_backend = Some("file".into());
         s.enable_unified_memory = true;
     });
     assert_eq!(
@@ -447,6 +483,7 @@ fn u7_unified_memory_decode_offload_from_0_5_21() {
     let settings = with(|s| {
         s.enable_unified_memory = true;
         s.decode_offload_kv_cache = true;
+        s.hicache_storage_backend = Some("file".into());
     });
     let cases = [
         (mla(), "--enable-unified-memory decode KV offload does not support MLA models yet."),

@@ -6,9 +6,9 @@ use super::{Phase, PolicyInput, Verdict, Violation, evaluate, rules};
 use crate::api::{OnInvalid, RetractionBackup, TransferBackend};
 
 /// Rules of [`rules::RULES`] that SGLang applies on every PD server, prefill included
-/// (R20, M1, U1–U3), or on any server (M3).
+/// (R20, M1, U1–U3), or on any server (M3, S8).
 const ON_EVERY_PD_SERVER: &[&str] = &["R20", "M1", "U1", "U2", "U3"];
-const ON_EVERY_SERVER: &[&str] = &["M3"];
+const ON_EVERY_SERVER: &[&str] = &["M3", "S8"];
 
 /// Checks a prefill server (`prefill`) or a server without disaggregation. Nothing is
 /// rewritten: each finding here asks for a flag to be dropped or changed by hand.
@@ -96,5 +96,22 @@ mod tests {
         // Decode radix cache is a decode-side flag SGLang ignores elsewhere.
         let radix = DisaggregationSpec { decode_radix_cache: true, ..DisaggregationSpec::default() };
         assert!(rules_of(&radix, true).is_empty());
+    }
+
+    #[test]
+    fn the_swa_ratio_range_holds_on_every_server() {
+        let layout = layout();
+        let settings = DisaggregationSpec::default();
+        let decode = FleetSpec { swa_full_tokens_ratio: Some(0.0), ..FleetSpec::default() };
+        let input = PolicyInput {
+            disaggregation: &settings,
+            decode: &decode,
+            layout: &layout,
+            release: crate::release::Release::newest_known(),
+        };
+        for prefill in [true, false] {
+            let rules: Vec<_> = evaluate_non_decode(input, prefill).violations.iter().map(|v| v.rule).collect();
+            assert_eq!(rules, ["S8"], "prefill: {prefill}");
+        }
     }
 }

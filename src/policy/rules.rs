@@ -150,6 +150,7 @@ const DECODE_ENV: &str = "spec.decode.env";
 const DECODE_OFFLOAD: &str = "spec.disaggregation.decodeOffloadKvCache";
 const DECODE_CONTEXT_PARALLEL: &str = "spec.disaggregation.decodeContextParallel";
 const DECODE_KV_CACHE_DTYPE: &str = "spec.decode.kvCacheDtype";
+const DECODE_SWA_RATIO: &str = "spec.decode.swaFullTokensRatio";
 
 /// The env var that selects the unified radix tree (0.5.19–0.5.20 need it for R13).
 pub(crate) const UNIFIED_RADIX_TREE_ENV: &str = "SGLANG_ENABLE_UNIFIED_RADIX_TREE";
@@ -388,6 +389,63 @@ pub(crate) const RULES: &[Rule] = &[
         changes: &[],
         check: |c| when(host_pool(c) && c.settings.decode_offload_kv_cache),
         fix: Fix::Rewrite { apply: to_cpu_tensor, hint: "use cpu_tensor, or turn decodeOffloadKvCache off" },
+    },
+    Rule {
+        id: "S6",
+        about: "decode offload without a storage backend",
+        field: DECODE_OFFLOAD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "The argument disaggregation-decode-enable-offload-kvcache is only supported when hicache-storage-backend \
+             is provided.",
+        )],
+        changes: &[],
+        check: |c| when(c.settings.decode_offload_kv_cache && c.settings.hicache_storage_backend.is_none()),
+        fix: Fix::Rewrite {
+            apply: offload_off,
+            hint: "set spec.disaggregation.hicacheStorageBackend (or spec.cache, kvpilot's own store), or turn \
+                   decodeOffloadKvCache off",
+        },
+    },
+    Rule {
+        id: "S7",
+        about: "HiCache without decode radix cache",
+        field: HIERARCHICAL_CACHE,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "The arguments enable-hierarchical-cache and disable-radix-cache are mutually exclusive and cannot be \
+             used at the same time. Please use only one of them.",
+        )],
+        changes: &[],
+        // A decode server runs the chunk cache (`disable_radix_cache`) unless decode radix cache
+        // is on (R12), before this check reads it: so HiCache needs decode radix cache.
+        check: |c| when(c.settings.hierarchical_cache && !radix(c)),
+        fix: Fix::Rewrite {
+            apply: hierarchical_off,
+            hint: "turn decodeRadixCache on (HiCache sits under the decode radix cache), or turn hierarchicalCache off",
+        },
+    },
+    Rule {
+        id: "S8",
+        about: "SWA full-tokens ratio range",
+        field: DECODE_SWA_RATIO,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--swa-full-tokens-ratio should be in range (0, 1.0].")],
+        changes: &[],
+        check: |c| {
+            let ratio = c.decode.swa_full_tokens_ratio?;
+            // SGLang checks the resolved ratio: Step-3.5 with HiCache resets any value to 1.0 first.
+            let reset = c.layout.architecture == "Step3p5ForCausalLM" && c.settings.hierarchical_cache;
+            let in_range = ratio > 0.0 && ratio <= 1.0;
+            when(!reset && !in_range)
+        },
+        fix: Fix::Manual { hint: "set spec.decode.swaFullTokensRatio above 0 and at most 1, or unset it" },
     },
     Rule {
         id: "U6a",

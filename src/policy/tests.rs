@@ -264,6 +264,7 @@ fn s2_s3_s4_server_argument_checks() {
         with(|s| {
             host_pool(s);
             s.decode_offload_kv_cache = true;
+            s.hicache_storage_backend = Some("file".into());
         }),
         &decode,
         &full(),
@@ -273,6 +274,98 @@ fn s2_s3_s4_server_argument_checks() {
          are mutually exclusive: both build a decode host pool.",
         ("host_pool", "cpu_tensor"),
     );
+}
+
+const OFFLOAD: &str = "spec.disaggregation.decodeOffloadKvCache";
+const HIERARCHICAL: &str = "spec.disaggregation.hierarchicalCache";
+
+#[test]
+fn s6_decode_offload_needs_a_storage_backend() {
+    let decode = FleetSpec::default();
+    assert_rewritable(
+        with(|s| s.decode_offload_kv_cache = true),
+        &decode,
+        &full(),
+        "S6",
+        OFFLOAD,
+        "The argument disaggregation-decode-enable-offload-kvcache is only supported when hicache-storage-backend is \
+         provided.",
+        ("true", "false"),
+    );
+    let with_backend = with(|s| {
+        s.decode_offload_kv_cache = true;
+        s.hicache_storage_backend = Some("file".into());
+    });
+    assert_eq!(run(&with_backend, &decode, &full()).outcome, Outcome::Valid);
+    let backend_alone = with(|s| s.hicache_storage_backend = Some("file".into()));
+    assert_eq!(run(&backend_alone, &decode, &full()).outcome, Outcome::Valid, "a backend without offload is fine");
+}
+
+#[test]
+fn s7_hierarchical_cache_needs_the_decode_radix_cache() {
+    let decode = FleetSpec::default();
+    assert_rewritable(
+        with(|s| s.hierarchical_cache = true),
+        &decode,
+        &full(),
+        "S7",
+        HIERARCHICAL,
+        "The arguments enable-hierarchical-cache and disable-radix-cache are mutually exclusive and cannot be used at \
+         the same time. Please use only one of them.",
+        ("true", "false"),
+    );
+    let under_radix = with(|s| {
+        s.decode_radix_cache = true;
+        s.hierarchical_cache = true;
+    });
+    let verdict = run(&under_radix, &decode, &full());
+    assert_eq!(verdict.outcome, Outcome::Valid, "{:?}", verdict.violations);
+    assert!(verdict.violations.iter().all(|v| v.rule != "S7"));
+}
+
+#[test]
+fn s8_the_swa_full_tokens_ratio_is_above_0_and_at_most_1() {
+    let ratio = |value: f64| FleetSpec { swa_full_tokens_ratio: Some(value), ..FleetSpec::default() };
+    let message = "--swa-full-tokens-ratio should be in range (0, 1.0].";
+    for value in [0.0, -0.5, 1.01, 4.0] {
+        assert_manual(
+            DisaggregationSpec::default(),
+            &ratio(value),
+            &hybrid_swa(),
+            "S8",
+            "spec.decode.swaFullTokensRatio",
+            message,
+        );
+    }
+    for value in [0.01, 0.5, 1.0] {
+        assert_eq!(
+            run(&DisaggregationSpec::default(), &ratio(value), &hybrid_swa()).outcome,
+            Outcome::Valid,
+            "{value}"
+        );
+    }
+    // SGLang range-checks the resolved value, for every model (a full pool ignores it).
+    assert_eq!(
+        ids(&run(&DisaggregationSpec::default(), &ratio(2.0), &full())),
+        [("S8", "spec.decode.swaFullTokensRatio")]
+    );
+    assert_eq!(run(&DisaggregationSpec::default(), &FleetSpec::default(), &hybrid_swa()).outcome, Outcome::Valid);
+}
+
+#[test]
+fn s8_step_3_5_with_hierarchical_cache_resets_the_ratio_before_the_check() {
+    let step = layout(serde_json::from_str(include_str!("../../tests/fixtures/configs/step-3.5-flash.json")).unwrap());
+    assert_eq!(step.architecture, "Step3p5ForCausalLM");
+    let decode = FleetSpec { swa_full_tokens_ratio: Some(3.0), ..FleetSpec::default() };
+    let rules = |settings: &DisaggregationSpec| -> Vec<&str> {
+        run(settings, &decode, &step).violations.iter().map(|v| v.rule).collect()
+    };
+    assert!(rules(&DisaggregationSpec::default()).contains(&"S8"));
+    let hicache = with(|s| {
+        s.decode_radix_cache = true;
+        s.hierarchical_cache = true;
+    });
+    assert!(!rules(&hicache).contains(&"S8"), "{:?}", rules(&hicache));
 }
 
 #[test]
@@ -392,7 +485,11 @@ fn r19_decode_context_parallel() {
         ("true", "false"),
     );
     assert_rewritable(
-        dcp(|s| s.hierarchical_cache = true),
+        dcp(|s| {
+            // HiCache sits under the decode radix cache (S7); both are refused with DCP.
+            s.decode_radix_cache = true;
+            s.hierarchical_cache = true;
+        }),
         &FleetSpec::default(),
         &mla(),
         "R19",
@@ -537,6 +634,13 @@ fn automatic_backup_follows_sglang() {
     }
     let cpu = run(&with(|s| s.host_pool_ratio = Some(0.5)), &decode, &ssm());
     assert!(cpu.warnings.iter().any(|w| w.contains("hostPoolRatio has no effect")), "{:?}", cpu.warnings);
+    let offload = with(|s| {
+        s.host_pool_ratio = Some(0.5);
+        s.decode_offload_kv_cache = true;
+        s.hicache_storage_backend = Some("file".into());
+    });
+    let sized = run(&offload, &decode, &full());
+    assert!(!sized.warnings.iter().any(|w| w.contains("hostPoolRatio")), "decode offload's pool: {:?}", sized.warnings);
 }
 
 #[test]
@@ -546,6 +650,7 @@ fn violations_are_reported_in_rule_order_and_deterministically() {
         s.decode_context_parallel = 2;
         s.priority_scheduling = true;
         s.decode_offload_kv_cache = true;
+        s.hicache_storage_backend = Some("file".into());
         s.decode_radix_cache = true;
         s.transfer_backend = TransferBackend::Fake;
         s.mamba_radix_cache_strategy = Some(MambaRadixCacheStrategy::ExtraBufferLazy);
@@ -602,6 +707,7 @@ prop_compose! {
         prefill_page in prop::option::of(1..3i32),
         prefill_dtype in prop::option::of(prop::sample::select(vec!["auto", "fp8_e4m3", "mxfp8"])),
         speculative in any::<bool>(),
+        storage_backend in prop::option::of(prop::sample::select(vec!["file", "dynamic"])),
     ) -> DisaggregationSpec {
         DisaggregationSpec {
             retraction_backup: backup,
@@ -624,6 +730,7 @@ prop_compose! {
             mamba_radix_cache_strategy: strategy,
             host_pool_ratio: None,
             enable_unified_memory: flags[5],
+            hicache_storage_backend: storage_backend.map(str::to_string),
         }
     }
 }

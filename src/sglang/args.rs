@@ -36,6 +36,9 @@ pub fn sglang_args(spec: &InferenceDeploymentSpec, verdict: &Verdict, release: R
                 || effective.hierarchical_cache
             {
                 effective.host_pool_ratio
+            } else if settled.decode_offload_kv_cache {
+                // The offload manager's own host pool follows the spec's ratio, if it names one.
+                settled.host_pool_ratio
             } else {
                 None
             },
@@ -116,6 +119,25 @@ mod tests {
         assert_eq!((prefill.decode.tensor_parallel, prefill.disaggregation.retraction_backup), (2, None));
         assert_eq!(prefill.disaggregation.transfer_backend, spec.disaggregation.transfer_backend);
         assert_eq!(prefill.decode.page_size, spec.decode.page_size);
+    }
+
+    #[test]
+    fn the_ratio_reaches_the_decode_offload_host_pool() {
+        let llama = serde_json::from_str(include_str!("../../tests/fixtures/configs/llama-3.1-8b-instruct.json"));
+        let mut spec = spec();
+        spec.disaggregation.retraction_backup = Some(RetractionBackup::CpuTensor);
+        spec.disaggregation.host_pool_ratio = Some(3.0);
+        let ratio_written = |spec: &InferenceDeploymentSpec| {
+            let assessment = crate::policy::assess(spec, llama.as_ref().unwrap(), &ReleaseChoice::default_newest());
+            let assessment = assessment.unwrap();
+            read_back(&sglang_args(spec, &assessment.verdict, assessment.release.release).decode)
+                .disaggregation
+                .host_pool_ratio
+        };
+        assert_eq!(ratio_written(&spec), None, "no host pool, no ratio");
+        spec.disaggregation.decode_offload_kv_cache = true;
+        spec.disaggregation.hicache_storage_backend = Some("file".into());
+        assert_eq!(ratio_written(&spec), Some(3.0));
     }
 
     #[test]

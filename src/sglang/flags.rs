@@ -85,6 +85,7 @@ pub enum Target {
     MambaRadixCacheStrategy,
     HostPoolRatio,
     EnableUnifiedMemory,
+    HicacheStorageBackend,
     TensorParallel,
     DataParallel,
     PipelineParallel,
@@ -92,6 +93,7 @@ pub enum Target {
     PageSize,
     DisableHybridSwaMemory,
     KvCacheDtype,
+    SwaFullTokensRatio,
 }
 
 /// One row: SGLang's spellings (the first is canonical and is what [`write`] emits), the kind,
@@ -169,6 +171,12 @@ pub const FLAGS: &[Flag] = &[
     ),
     row(&["--hicache-ratio"], Kind::Value, Target::HostPoolRatio, "spec.disaggregation.hostPoolRatio"),
     row(
+        &["--hicache-storage-backend"],
+        Kind::Value,
+        Target::HicacheStorageBackend,
+        "spec.disaggregation.hicacheStorageBackend",
+    ),
+    row(
         &["--enable-priority-scheduling"],
         Kind::Switch,
         Target::PriorityScheduling,
@@ -199,6 +207,7 @@ pub const FLAGS: &[Flag] = &[
         "spec.disaggregation.enableUnifiedMemory",
     ),
     row(&["--kv-cache-dtype"], Kind::Value, Target::KvCacheDtype, "spec.decode.kvCacheDtype"),
+    row(&["--swa-full-tokens-ratio"], Kind::Value, Target::SwaFullTokensRatio, "spec.decode.swaFullTokensRatio"),
 ];
 
 /// The row for a spelling, if kvpilot knows the flag.
@@ -364,6 +373,7 @@ fn apply(target: Target, value: &str, s: &mut ServerSettings) -> Result<(), Stri
             _ => return Err(format!("expected a number greater than 0, got {value:?}")),
         },
         Target::EnableUnifiedMemory => d.enable_unified_memory = true,
+        Target::HicacheStorageBackend => d.hicache_storage_backend = Some(value.to_string()),
         Target::TensorParallel => s.decode.tensor_parallel = positive_int(value)?,
         Target::DataParallel => s.decode.data_parallel = positive_int(value)?,
         Target::PipelineParallel => s.decode.pipeline_parallel = positive_int(value)?,
@@ -372,6 +382,11 @@ fn apply(target: Target, value: &str, s: &mut ServerSettings) -> Result<(), Stri
         Target::DisableHybridSwaMemory => s.hybrid_swa_memory = HybridSwaMemory::Disabled,
         // `auto` is SGLang's default and the spec's unset.
         Target::KvCacheDtype => s.decode.kv_cache_dtype = (value != "auto").then(|| value.to_string()),
+        // Any number: its range is SGLang's rule S8, which the policy reports with SGLang's text.
+        Target::SwaFullTokensRatio => match value.trim().parse::<f64>() {
+            Ok(ratio) if ratio.is_finite() => s.decode.swa_full_tokens_ratio = Some(ratio),
+            _ => return Err(format!("expected a number, got {value:?}")),
+        },
     }
     Ok(())
 }
@@ -390,11 +405,13 @@ fn reset(target: Target, s: &mut ServerSettings) {
         Target::SpeculativeAlgorithm => d.speculative_algorithm = None,
         Target::MambaRadixCacheStrategy => d.mamba_radix_cache_strategy = None,
         Target::HostPoolRatio => d.host_pool_ratio = None,
+        Target::HicacheStorageBackend => d.hicache_storage_backend = None,
         Target::TensorParallel => s.decode.tensor_parallel = defaults.decode.tensor_parallel,
         Target::DataParallel => s.decode.data_parallel = defaults.decode.data_parallel,
         Target::PipelineParallel => s.decode.pipeline_parallel = defaults.decode.pipeline_parallel,
         Target::PageSize => s.decode.page_size = defaults.decode.page_size,
         Target::KvCacheDtype => s.decode.kv_cache_dtype = None,
+        Target::SwaFullTokensRatio => s.decode.swa_full_tokens_ratio = None,
         // Switches take no value, so none is ever expanded.
         Target::DecodeRadixCache
         | Target::DecodeOffloadKvCache
@@ -446,6 +463,7 @@ fn written(target: Target, s: &ServerSettings) -> Written {
         Target::MambaRadixCacheStrategy => optional(d.mamba_radix_cache_strategy.map(MambaRadixCacheStrategy::as_str)),
         Target::HostPoolRatio => d.host_pool_ratio.map_or(Written::Default, |r| Written::Value(r.to_string())),
         Target::EnableUnifiedMemory => switch(d.enable_unified_memory),
+        Target::HicacheStorageBackend => optional(d.hicache_storage_backend.as_deref()),
         Target::TensorParallel => value(s.decode.tensor_parallel, 1),
         Target::DataParallel => value(s.decode.data_parallel, 1),
         Target::PipelineParallel => value(s.decode.pipeline_parallel, 1),
@@ -453,6 +471,9 @@ fn written(target: Target, s: &ServerSettings) -> Written {
         Target::PageSize => value(s.decode.page_size, 1),
         Target::DisableHybridSwaMemory => switch(s.hybrid_swa_memory == HybridSwaMemory::Disabled),
         Target::KvCacheDtype => optional(s.decode.kv_cache_dtype.as_deref()),
+        Target::SwaFullTokensRatio => {
+            s.decode.swa_full_tokens_ratio.map_or(Written::Default, |r| Written::Value(r.to_string()))
+        }
     }
 }
 
@@ -614,12 +635,14 @@ mod tests {
             (modes, prop::option::of("[a-z]{1,8}/[a-z0-9.-]{1,12}"), prop::option::of("[a-f0-9]{7}"), any::<bool>()),
             (backups, transfer, prop::array::uniform8(any::<bool>()), 1..8i32, mamba),
             (prop::option::of("EAGLE|NEXTN"), prop::option::of(1u32..40), 1..16i32, 1..8i32, 1..4i32, 1..64i32),
+            (prop::option::of("file|mooncake|dynamic|hf3fs"), prop::option::of(-4i32..24)),
         )
             .prop_map(
                 |(
                     (mode, model, revision, no_hybrid),
                     (backup, transfer, b, dcp, mamba),
                     (spec, ratio, tp, dp, pp, page),
+                    (storage, swa_ratio),
                 )| {
                     let mut s = ServerSettings { mode, model_path: model, revision, ..ServerSettings::default() };
                     if no_hybrid {
@@ -638,6 +661,8 @@ mod tests {
                     d.mamba_radix_cache_strategy = mamba;
                     d.speculative_algorithm = spec;
                     d.host_pool_ratio = ratio.map(|r| f64::from(r) / 10.0);
+                    d.hicache_storage_backend = storage;
+                    s.decode.swa_full_tokens_ratio = swa_ratio.map(|r| f64::from(r) / 16.0);
                     s.decode.tensor_parallel = tp;
                     s.decode.data_parallel = dp;
                     s.decode.pipeline_parallel = pp;

@@ -119,6 +119,39 @@ fn a_violation_names_the_flag_and_its_fix() {
 }
 
 #[test]
+fn the_storage_backend_and_the_radix_cache_are_read_for_s6_and_s7() {
+    let llama: Value =
+        serde_json::from_str(include_str!("../../tests/fixtures/configs/llama-3.1-8b-instruct.json")).unwrap();
+    let rules_for = |args: Value| {
+        let object = deployment(json!(["python3", "-m", "sglang.launch_server"]), args);
+        let verdict = check(&one_server(&object), &llama, false, &ReleaseChoice::default_newest()).unwrap();
+        verdict.findings.iter().map(|f| (f.violation.rule, f.flag.clone())).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        rules_for(json!([
+            "--disaggregation-mode",
+            "decode",
+            "--disaggregation-decode-enable-offload-kvcache",
+            "--enable-hierarchical-cache"
+        ])),
+        [
+            ("S6", "--disaggregation-decode-enable-offload-kvcache".to_string()),
+            ("S7", "--enable-hierarchical-cache".to_string())
+        ]
+    );
+    let with_backend_and_radix = json!([
+        "--disaggregation-mode",
+        "decode",
+        "--disaggregation-decode-enable-offload-kvcache",
+        "--hicache-storage-backend",
+        "file",
+        "--disaggregation-decode-enable-radix-cache",
+        "--enable-hierarchical-cache"
+    ]);
+    assert_eq!(rules_for(with_backend_and_radix), []);
+}
+
+#[test]
 fn array_rewrites_are_index_exact() {
     let object = deployment(
         json!(["python3", "-m", "sglang.launch_server", "--disaggregation-decode-enable-radix-cache"]),

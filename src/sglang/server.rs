@@ -3,7 +3,7 @@
 //! and the router's, from tables that also tell which flags `extraArgs` may not set, and the
 //! spec checks that come with running the pods.
 
-use crate::api::{FleetSpec, InferenceDeploymentSpec, ModelSpec, PrefillSpec, RouterSpec};
+use crate::api::{FleetSpec, HICACHE_GIGABYTE, InferenceDeploymentSpec, ModelSpec, PrefillSpec, RouterSpec, quantity_bytes};
 use crate::layout::LayoutError;
 use crate::policy::{self, Assessment, Outcome, Violation};
 use crate::release::{Release, ReleaseChoice};
@@ -88,13 +88,18 @@ const DIST_INIT: PodFlag = pod_flag(&["--dist-init-addr", "--nccl-init-addr"], "
 pub const POD_FLAGS: &[PodFlag] =
     &[HOST, PORT, SERVED_NAME, METRICS, IB_DEVICE, BOOTSTRAP_PORT, NNODES, NODE_RANK, DIST_INIT];
 
-const STORAGE_BACKEND: PodFlag = pod_flag(&["--hicache-storage-backend"], "spec.cache");
 const STORAGE_CONFIG: PodFlag = pod_flag(&["--hicache-storage-backend-extra-config"], "spec.cache");
 const MEM_LAYOUT: PodFlag = pod_flag(&["--hicache-mem-layout"], "spec.cache");
 
-/// The flags that make the cache runtime SGLang's HiCache storage backend; kvpilot's with
-/// `spec.cache` set (without it, `extraArgs` may name another backend).
-pub const CACHE_FLAGS: &[PodFlag] = &[STORAGE_BACKEND, STORAGE_CONFIG, MEM_LAYOUT];
+const HOST_POOL_SIZE: PodFlag = pod_flag(&["--hicache-size"], "spec.cache.hostPoolSize");
+
+/// The flags that connect SGLang to the cache runtime; kvpilot's with `spec.cache` set (without
+/// it, `extraArgs` may configure another backend). `--hicache-storage-backend` itself is a
+/// policy setting (spec.disaggregation.hicacheStorageBackend), always kvpilot's.
+pub const CACHE_FLAGS: &[PodFlag] = &[STORAGE_CONFIG, MEM_LAYOUT, HOST_POOL_SIZE];
+
+/// SGLang's storage backend that loads a connector class named in the extra config.
+pub const CACHE_STORAGE_BACKEND: &str = "dynamic";
 
 /// The Unix socket of the cache runtime, in the directory the pod's containers share.
 pub const CACHE_SOCKET: &str = "/run/kvpilot/cache.sock";
@@ -127,6 +132,8 @@ pub fn effective_spec(spec: &InferenceDeploymentSpec) -> std::borrow::Cow<'_, In
         d.decode_offload_kv_cache |= cache.offload;
         d.decode_radix_cache |= cache.reuse;
         d.hierarchical_cache |= cache.reuse;
+        // The store is the storage backend: S6 is checked against it, and the flag table writes it.
+        d.hicache_storage_backend = Some(CACHE_STORAGE_BACKEND.into());
     }
     if let Some(prefill) = &spec.prefill {
         d.prefill = Some(PrefillSpec {
@@ -138,6 +145,16 @@ pub fn effective_spec(spec: &InferenceDeploymentSpec) -> std::borrow::Cow<'_, In
         });
     }
     std::borrow::Cow::Owned(effective)
+}
+
+/// Bytes of host memory the SGLang container of each decode pod holds in HiCache host pools:
+/// `hostPoolSize` (as SGLang rounds it) per pool, per GPU rank on the pod. None without a
+/// usable `spec.cache.hostPoolSize` (SGLang then sizes the pools from the GPU's device pool).
+pub fn host_pool_memory(spec: &InferenceDeploymentSpec) -> Option<u64> {
+    let cache = spec.cache.as_ref()?;
+    let gigabytes = cache.host_pool_gigabytes()?.ok()?;
+    let ranks = u64::try_from(spec.decode.effective_gpus_per_pod()).ok()?;
+    gigabytes.checked_mul(HICACHE_GIGABYTE)?.checked_mul(cache.host_pools_per_rank())?.checked_mul(ranks)
 }
 
 /// The `--model-path` of the decode servers: the weights' directory in the mounted volume, or
@@ -179,9 +196,12 @@ pub fn server_args(
         args.extend([BOOTSTRAP_PORT.names[0].to_string(), spec.disaggregation.bootstrap_port.to_string()]);
     }
     if role == FleetRole::Decode && spec.cache.is_some() {
-        args.extend([STORAGE_BACKEND.names[0].to_string(), "dynamic".into()]);
+        // `--hicache-storage-backend dynamic` comes from the policy's settings (effective_spec).
         args.extend([STORAGE_CONFIG.names[0].to_string(), storage_backend_config()]);
         args.extend([MEM_LAYOUT.names[0].to_string(), "page_first".into()]);
+        if let Some(Ok(gigabytes)) = spec.cache.as_ref().and_then(|c| c.host_pool_gigabytes()) {
+            args.extend([HOST_POOL_SIZE.names[0].to_string(), gigabytes.to_string()]);
+        }
     }
     args.extend(fleet.extra_args.iter().cloned());
     args
@@ -349,8 +369,9 @@ fn uneven_replicas(role: FleetRole, fleet: &FleetSpec) -> Vec<Violation> {
 
 /// What keeps the pods of `spec` from being built as asked: `extraArgs` setting a flag kvpilot
 /// decides (K1), a replica whose GPUs do not split evenly over its pods (K2), weights in a
-/// volume with no volume source (K3), a cache capacity that is no number of bytes (K4), fleets
-/// the router cannot reach on one port or a router with no prefill fleet (K5).
+/// volume with no volume source (K3), a cache capacity that is no number of bytes (K4), a storage
+/// backend named beside spec.cache's own (K5), a host pool size SGLang cannot take (K6), fleets
+/// the router cannot reach on one port or a router with no prefill fleet (K7).
 pub fn pod_findings(spec: &InferenceDeploymentSpec) -> Vec<Violation> {
     let cache = spec.cache.is_some();
     let mut findings =
@@ -363,7 +384,7 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec) -> Vec<Violation> {
         findings.extend(uneven_replicas(FleetRole::Prefill, prefill));
         if spec.disaggregation.prefill.is_some() {
             findings.push(violation(
-                "K5",
+                "K7",
                 "spec.disaggregation.prefill",
                 "spec.disaggregation.prefill describes prefill servers kvpilot does not run, and spec.prefill is set"
                     .into(),
@@ -375,7 +396,7 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec) -> Vec<Violation> {
         findings.extend(owned_extra_args("spec.router.extraArgs", &router.extra_args, owned_router_flag));
         if router.enabled && spec.prefill.is_none() {
             findings.push(violation(
-                "K5",
+                "K7",
                 "spec.router",
                 "spec.router routes to the prefill fleet kvpilot runs, and spec.prefill is not set".into(),
                 "set spec.prefill, or spec.router.enabled: false".into(),
@@ -386,7 +407,7 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec) -> Vec<Violation> {
         && prefill.port != spec.decode.port
     {
         findings.push(violation(
-            "K5",
+            "K7",
             "spec.prefill.port",
             format!(
                 "the router finds every server on one port (--service-discovery-port), and spec.prefill.port {} \
@@ -403,6 +424,43 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec) -> Vec<Violation> {
             format!("spec.cache.capacity: {problem}"),
             "give the store's size in bytes with an optional binary or decimal suffix (64Gi, 500G)".into(),
         ));
+    }
+    if let Some(backend) = spec.disaggregation.hicache_storage_backend.as_deref().filter(|_| spec.cache.is_some()) {
+        findings.push(violation(
+            "K5",
+            "spec.disaggregation.hicacheStorageBackend",
+            format!(
+                "spec.disaggregation.hicacheStorageBackend {backend:?} conflicts with spec.cache, whose store is the \
+                 storage backend"
+            ),
+            "unset spec.disaggregation.hicacheStorageBackend, or remove spec.cache to use another backend".into(),
+        ));
+    }
+    if let Some(Err(problem)) = spec.cache.as_ref().and_then(|c| c.host_pool_gigabytes()) {
+        findings.push(violation(
+            "K6",
+            "spec.cache.hostPoolSize",
+            format!("spec.cache.hostPoolSize: {problem}"),
+            "give each rank's host pool in bytes of at least 1G (64G, 64Gi), or unset it to size the pools from \
+             the device pool"
+                .into(),
+        ));
+    }
+    if host_pool_memory(spec).is_some() {
+        // The host pools are added to the container's own memory request and limit.
+        let memory = spec.decode.resources.iter().flat_map(|r| [r.requests.as_ref(), r.limits.as_ref()]);
+        for quantity in memory.flatten().filter_map(|values| values.get("memory")) {
+            if let Err(problem) = quantity_bytes(&quantity.0) {
+                findings.push(violation(
+                    "K6",
+                    "spec.decode.resources",
+                    format!(
+                        "spec.decode.resources memory: {problem}, so spec.cache.hostPoolSize cannot be added to it"
+                    ),
+                    "give the SGLang container's memory as a whole number of bytes (64Gi, 500G)".into(),
+                ));
+            }
+        }
     }
     if let Some(source) = &spec.model.source {
         match (&source.hub, &source.volume) {
@@ -474,14 +532,21 @@ mod tests {
         for (arg, expected) in cases {
             assert_eq!(owned_flag(arg, false, FleetRole::Decode).map(|(flag, _)| flag), expected, "{arg}");
         }
+        for cache in [false, true] {
+            assert_eq!(
+                owned_flag("--hicache-storage-backend=mooncake", cache, FleetRole::Decode),
+                Some(("--hicache-storage-backend", "spec.disaggregation.hicacheStorageBackend".to_string())),
+                "the storage backend is a setting the policy checks (S6), with or without spec.cache"
+            );
+        }
         assert_eq!(
-            owned_flag("--hicache-storage-backend=mooncake", false, FleetRole::Decode),
+            owned_flag("--hicache-storage-backend-extra-config={}", false, FleetRole::Decode),
             None,
-            "another backend, without spec.cache"
+            "another backend's configuration, without spec.cache"
         );
         assert_eq!(
-            owned_flag("--hicache-storage-backend=mooncake", true, FleetRole::Decode),
-            Some(("--hicache-storage-backend", "spec.cache".to_string()))
+            owned_flag("--hicache-storage-backend-extra-config={}", true, FleetRole::Decode),
+            Some(("--hicache-storage-backend-extra-config", "spec.cache".to_string()))
         );
     }
 
@@ -529,7 +594,7 @@ mod tests {
             owned_flag("--disaggregation-bootstrap-port=9000", false, FleetRole::Decode).map(|(_, f)| f).as_deref(),
             Some("spec.disaggregation.bootstrapPort")
         );
-        assert_eq!(owned_flag("--hicache-storage-backend", true, FleetRole::Prefill), None, "spec.cache is decode's");
+        assert_eq!(owned_flag("--hicache-mem-layout", true, FleetRole::Prefill), None, "spec.cache is decode's");
         assert_eq!(owned_router_flag("--policy=random").map(|(flag, _)| flag), Some("--policy"));
         assert_eq!(owned_router_flag("--prefill-sel").map(|(flag, _)| flag), Some("--prefill-selector"));
         assert_eq!(owned_router_flag("--request-timeout-secs"), None);
@@ -552,17 +617,17 @@ mod tests {
             fields(with(json!({"prefill": {"tensorParallel": 4, "nodesPerReplica": 3}}))),
             [("K2", "spec.prefill.nodesPerReplica")]
         );
-        assert_eq!(fields(with(json!({"router": {}}))), [("K5", "spec.router")], "a router needs the prefill fleet");
+        assert_eq!(fields(with(json!({"router": {}}))), [("K7", "spec.router")], "a router needs the prefill fleet");
         assert!(with(json!({"router": {"enabled": false}})).is_empty());
         assert_eq!(
             fields(with(json!({"prefill": {"port": 31000}}))),
-            [("K5", "spec.prefill.port")],
+            [("K7", "spec.prefill.port")],
             "the router finds both fleets on one port"
         );
         assert!(with(json!({"prefill": {"port": 31000}, "router": {"enabled": false}})).is_empty());
         assert_eq!(
             fields(with(json!({"prefill": {}, "disaggregation": {"prefill": {"tensorParallel": 2}}}))),
-            [("K5", "spec.disaggregation.prefill")]
+            [("K7", "spec.disaggregation.prefill")]
         );
         assert_eq!(
             fields(with(json!({"prefill": {}, "router": {"extraArgs": ["--service-discovery-port=1"]}}))),
@@ -604,6 +669,42 @@ mod tests {
     }
 
     #[test]
+    fn cache_findings_name_the_storage_backend_and_the_host_pool_size() {
+        let with_cache = |cache: serde_json::Value, edit: fn(&mut InferenceDeploymentSpec)| {
+            let mut spec = spec(json!({"resources": {"limits": {"memory": "1.5Gi"}}}), json!(null));
+            spec.cache = Some(serde_json::from_value(cache).unwrap());
+            edit(&mut spec);
+            pod_findings(&spec).into_iter().map(|v| (v.rule, v.field)).collect::<Vec<_>>()
+        };
+        let cache = json!({"offload": true, "capacity": "1Gi"});
+        assert_eq!(with_cache(cache.clone(), |_| {}), [], "memory kvpilot adds nothing to is not read");
+        assert_eq!(
+            with_cache(cache.clone(), |s| s.disaggregation.hicache_storage_backend = Some("file".into())),
+            [("K5", "spec.disaggregation.hicacheStorageBackend")]
+        );
+        let small = json!({"offload": true, "capacity": "1Gi", "hostPoolSize": "512Mi"});
+        assert_eq!(with_cache(small, |_| {}), [("K6", "spec.cache.hostPoolSize")]);
+        let sized = json!({"offload": true, "capacity": "1Gi", "hostPoolSize": "8G"});
+        assert_eq!(
+            with_cache(sized, |_| {}),
+            [("K6", "spec.decode.resources")],
+            "1.5Gi is no whole number of bytes to add the host pool to"
+        );
+    }
+
+    #[test]
+    fn host_pool_memory_is_every_pool_of_every_rank_on_the_pod() {
+        let mut spec = spec(json!({"tensorParallel": 8, "pipelineParallel": 2, "nodesPerReplica": 2}), json!(null));
+        assert_eq!(host_pool_memory(&spec), None);
+        spec.cache =
+            Some(serde_json::from_value(json!({"offload": true, "capacity": "1Gi", "hostPoolSize": "10G"})).unwrap());
+        // 8 GPUs per pod, one pool (offload) of 10 GB each.
+        assert_eq!(host_pool_memory(&spec), Some(80_000_000_000));
+        spec.cache.as_mut().unwrap().reuse = true;
+        assert_eq!(host_pool_memory(&spec), Some(160_000_000_000));
+    }
+
+    #[test]
     fn the_model_path_is_the_volume_directory_or_the_hub_id() {
         let hub = spec(json!({}), json!(null));
         assert_eq!(model_path(&hub.model), "m/x");
@@ -615,4 +716,5 @@ mod tests {
         let root = spec(json!({}), json!({"volume": {"source": {"persistentVolumeClaim": {"claimName": "w"}}}}));
         assert_eq!(model_path(&root.model), "/models");
     }
+
 }

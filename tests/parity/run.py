@@ -13,7 +13,12 @@ with kvpilot check's violations; and checks the
 rule-message table in rule_messages.py against each release's source. Prints a line per
 release, every disagreement, and a closing `N passed, N failed`; exits 1 on any failure.
 
+Also runs each release's cache-flag checks (cache_args.py: the PD hook, then the cache
+compatibility check) on a decode-flag matrix and compares as for the PD argument checks.
+
   --oracle-only   run and count only SGLang's side (no kvpilot binary needed)
+  --only PART     run only these parts (repeatable): served, classification, retraction,
+                  pd-args, cache-args, messages, argv
 """
 
 import argparse
@@ -245,6 +250,74 @@ def pd_args_manifest(scenario):
     return document
 
 
+def cache_args_scenarios():
+    """Decode-server flags the cache compatibility check reads that an InferenceDeployment
+    states: hierarchical cache and decode radix cache (S7 through the chunk cache decode forces),
+    decode offload and a storage backend (S6), host_pool (S4), DCP (R19 in the PD hook, which
+    runs first), and the SWA full-tokens ratio (S8)."""
+    scenarios = []
+    for hierarchical, radix, offload, backend, host_pool, dcp in itertools.product(
+            (False, True), (False, True), (False, True), (None, "file"), (False, True), (1, 2)):
+        args = {"disaggregation_mode": "decode", "disaggregation_transfer_backend": "mooncake",
+                "enable_hierarchical_cache": hierarchical,
+                "disaggregation_decode_enable_radix_cache": radix,
+                "disaggregation_decode_enable_offload_kvcache": offload,
+                "hicache_storage_backend": backend, "dcp_size": dcp}
+        if host_pool:
+            args["disaggregation_decode_retraction_backup"] = "host_pool"
+        scenarios.append({"id": f"c{len(scenarios)}", "args": args})
+    # S8 on both sides of (0, 1], with and without HiCache (Step-3.5's reset is a model
+    # override this harness does not run: unit tests cover it).
+    for ratio, hierarchical in itertools.product((-0.5, 0.0, 0.01, 0.5, 1.0, 1.01, 4.0),
+                                                 (False, True)):
+        scenarios.append({"id": f"c{len(scenarios)}", "args": {
+            "disaggregation_mode": "decode", "disaggregation_transfer_backend": "mooncake",
+            "enable_hierarchical_cache": hierarchical,
+            "disaggregation_decode_enable_radix_cache": hierarchical,
+            "disaggregation_decode_enable_offload_kvcache": False,
+            "hicache_storage_backend": None, "dcp_size": 1, "swa_full_tokens_ratio": ratio}})
+    return scenarios
+
+
+def cache_args_manifest(scenario):
+    args = scenario["args"]
+    document = manifest({"id": scenario["id"], "config": os.path.join(
+        ROOT, "tests/fixtures/configs", f"{PD_ARGS_CONFIG}.json"), "flags": {
+        "decodeRadixCache": args["disaggregation_decode_enable_radix_cache"],
+        "decodeOffloadKvCache": args["disaggregation_decode_enable_offload_kvcache"],
+        "decodeContextParallel": args["dcp_size"], "priorityScheduling": False,
+        "disablePriorityPreemption": False, "enableUnifiedMemory": False}})
+    disaggregation = document["spec"]["disaggregation"]
+    disaggregation["hierarchicalCache"] = args["enable_hierarchical_cache"]
+    if args["hicache_storage_backend"] is not None:
+        disaggregation["hicacheStorageBackend"] = args["hicache_storage_backend"]
+    if "disaggregation_decode_retraction_backup" in args:
+        disaggregation["retractionBackup"] = args["disaggregation_decode_retraction_backup"]
+    if "swa_full_tokens_ratio" in args:
+        document["spec"]["decode"]["swaFullTokensRatio"] = args["swa_full_tokens_ratio"]
+    return document
+
+
+def sglang_cache_args(src, venvs, scenarios):
+    answer = run_release_script("cache_args.py", src, venvs, scenarios)
+    return answer["prefixes"], {r["id"]: r["error"] for r in answer["results"]}
+
+
+def compare_arg_checks(kvpilot, version, scenarios, manifest_of, raised, prefixes, label):
+    """(agreements, disagreements) of kvpilot check with one argument check of the release."""
+    reports = kvpilot_reports(kvpilot, [manifest_of(s) for s in scenarios], version)
+    agreements = disagreeing = 0
+    for scenario in scenarios:
+        why = pd_args_disagreement(raised[scenario["id"]], prefixes,
+                                   reports.get(scenario["id"], {}))
+        if why is None:
+            agreements += 1
+        else:
+            disagreeing += 1
+            print(f"  {version} {label} {scenario['args']}: {why}")
+    return agreements, disagreeing
+
+
 def sglang_pd_args(src, venvs, scenarios):
     answer = run_release_script("pd_args.py", src, venvs, scenarios)
     return answer["prefixes"], {r["id"]: r["error"] for r in answer["results"]}
@@ -412,6 +485,9 @@ def check_served_architectures(src):
     return proc.returncode == 0
 
 
+PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "messages", "argv")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -419,13 +495,17 @@ def main():
     parser.add_argument("--venvs", required=True, help="folder holding venv-<transformers pin>")
     parser.add_argument("--kvpilot", help="the kvpilot binary to compare")
     parser.add_argument("--oracle-only", action="store_true")
+    parser.add_argument("--only", action="append", choices=PARTS,
+                        help="run only this part (repeatable); every part by default")
     args = parser.parse_args()
+    parts = set(args.only or PARTS)
 
     passed = failed = 0
-    if check_served_architectures(args.src):
-        passed += 1
-    else:
-        failed += 1
+    if "served" in parts:
+        if check_served_architectures(args.src):
+            passed += 1
+        else:
+            failed += 1
 
     compare = not args.oracle_only
     if compare and (not args.kvpilot or not os.access(args.kvpilot, os.X_OK)):
@@ -439,117 +519,125 @@ def main():
 
     configs = fixture_configs()
     served = served_architectures()
-    pd_scenarios = pd_args_scenarios()
-    pd_raised, prefixes = {}, set()
-    for release in RELEASES:
-        release_prefixes, pd_raised[release.version] = sglang_pd_args(
-            os.path.join(args.src, release.version), args.venvs, pd_scenarios)
-        # Any release's wording counts: kvpilot must not raise an older or newer variant of a
-        # message where this release accepts.
-        prefixes.update(release_prefixes)
+    # Any release's wording counts: kvpilot must not raise an older or newer variant of a
+    # message where this release accepts.
+    arg_checks = []
+    if "pd-args" in parts:
+        arg_checks.append(("PD args", pd_args_scenarios(), pd_args_manifest, sglang_pd_args))
+    if "cache-args" in parts:
+        arg_checks.append(("cache args", cache_args_scenarios(), cache_args_manifest,
+                           sglang_cache_args))
+    raised_by_check = []
+    for label, scenarios, manifest_of, run_check in arg_checks:
+        raised, prefixes = {}, set()
+        for release in RELEASES:
+            release_prefixes, raised[release.version] = run_check(
+                os.path.join(args.src, release.version), args.venvs, scenarios)
+            prefixes.update(release_prefixes)
+        raised_by_check.append((label, scenarios, manifest_of, raised, prefixes))
     for release in RELEASES:
         version = release.version
-        verdicts = sglang_classification(os.path.join(args.src, version), args.venvs, configs)
-        loaded = refused = refused_by_both = harness_errors = agreements = disagreeing = 0
-        for config in configs:
-            name = os.path.basename(config)
-            verdict = verdicts.get(name, {"harnessError": "no output from classify.py"})
-            if "harnessError" in verdict:
-                harness_errors += 1
-                print(f"  {version} {name}: the harness could not run SGLang's code: "
-                      f"{verdict['harnessError']}")
-                continue
-            if not verdict["loaded"]:
-                # SGLang itself cannot load this config: nothing to compare. Counted, not judged:
-                # most refusals are architectures the release has no config class for, where
-                # kvpilot warns instead of refusing; the count shows the loader refusals kvpilot
-                # models (Gemma-4 on transformers 5.19.0).
-                refused += 1
-                if compare and kvpilot_layout(args.kvpilot, config, version)[1] is not None:
-                    refused_by_both += 1
-                continue
-            loaded += 1
-            if not compare:
-                continue
-            layout, error = kvpilot_layout(args.kvpilot, config, version)
-            if error is not None:
-                disagreeing += 1
-                print(f"  {version} {name}: SGLang classifies it, kvpilot fails: {error}")
-                continue
-            differences = disagreements(
-                verdict, layout, is_served(served, verdict["architecture"], version))
-            if differences:
-                disagreeing += 1
-                diff = ", ".join(f"{fact} SGLang={s} kvpilot={k}" for fact, s, k in differences)
-                print(f"  {version} {name}: {diff}")
-            else:
-                agreements += 1
-        summary = (f"SGLang {version}: configs {len(configs)}: classified by SGLang {loaded}, "
-                   f"refused by SGLang's loader {refused}")
-        if compare:
-            summary += f" (refused by kvpilot too {refused_by_both})"
-        summary += f", harness errors {harness_errors}"
-        if compare:
-            summary += f"; compared {loaded}, agreements {agreements}"
-        scenarios = retraction_scenarios()
-        resolved = sglang_retraction(os.path.join(args.src, version), args.venvs, scenarios)
-        runnable = [s for s in scenarios if "backend" in resolved[s["id"]]]
-        scenario_agreements = 0
-        if compare and runnable:
-            reports = kvpilot_reports(args.kvpilot, [manifest(s) for s in runnable], version)
-            for scenario in runnable:
-                ours = reports.get(scenario["id"], {}).get("effective") or {}
-                theirs = resolved[scenario["id"]]
-                differences = [("retractionBackup", theirs["backend"],
-                                ours.get("retractionBackup"))]
-                # The ratio sizes the host pool, which exists only with host_pool.
-                if theirs.get("hicacheRatio") is not None and theirs["backend"] == "host_pool":
-                    differences.append(("hostPoolRatio", theirs["hicacheRatio"],
-                                        ours.get("hostPoolRatio")))
-                differences = [d for d in differences if d[1] != d[2]]
+        summary = ""
+        if "classification" in parts:
+            verdicts = sglang_classification(os.path.join(args.src, version), args.venvs, configs)
+            loaded = refused = refused_by_both = harness_errors = agreements = disagreeing = 0
+            for config in configs:
+                name = os.path.basename(config)
+                verdict = verdicts.get(name, {"harnessError": "no output from classify.py"})
+                if "harnessError" in verdict:
+                    harness_errors += 1
+                    print(f"  {version} {name}: the harness could not run SGLang's code: "
+                          f"{verdict['harnessError']}")
+                    continue
+                if not verdict["loaded"]:
+                    # SGLang itself cannot load this config: nothing to compare. Counted, not
+                    # judged: most refusals are architectures the release has no config class
+                    # for, where kvpilot warns instead of refusing; the count shows the loader
+                    # refusals kvpilot models (Gemma-4 on transformers 5.19.0).
+                    refused += 1
+                    if compare and kvpilot_layout(args.kvpilot, config, version)[1] is not None:
+                        refused_by_both += 1
+                    continue
+                loaded += 1
+                if not compare:
+                    continue
+                layout, error = kvpilot_layout(args.kvpilot, config, version)
+                if error is not None:
+                    disagreeing += 1
+                    print(f"  {version} {name}: SGLang classifies it, kvpilot fails: {error}")
+                    continue
+                differences = disagreements(
+                    verdict, layout, is_served(served, verdict["architecture"], version))
                 if differences:
-                    failed += 1
-                    flags = ", ".join(f"{k}={v}" for k, v in scenario["flags"].items())
-                    diff = ", ".join(f"{f} SGLang={s} kvpilot={k}" for f, s, k in differences)
-                    print(f"  {version} retraction {os.path.basename(scenario['config'])} "
-                          f"[{flags}]: {diff}")
+                    disagreeing += 1
+                    diff = ", ".join(f"{fact} SGLang={s} kvpilot={k}" for fact, s, k in differences)
+                    print(f"  {version} {name}: {diff}")
                 else:
-                    scenario_agreements += 1
-        summary += (f"; retraction scenarios {len(scenarios)}: run by SGLang {len(runnable)}")
-        if compare:
-            summary += f", agreements {scenario_agreements}"
-        passed += scenario_agreements if compare else len(runnable)
-        raised = pd_raised[version]
-        pd_agreements = 0
-        if compare:
-            reports = kvpilot_reports(args.kvpilot, [pd_args_manifest(s) for s in pd_scenarios],
-                                      version)
-            for scenario in pd_scenarios:
-                why = pd_args_disagreement(raised[scenario["id"]], prefixes,
-                                           reports.get(scenario["id"], {}))
-                if why is None:
-                    pd_agreements += 1
-                else:
-                    failed += 1
-                    print(f"  {version} PD args {scenario['args']}: {why}")
-        summary += f"; PD argument scenarios {len(pd_scenarios)} run by SGLang"
-        if compare:
-            summary += f", agreements {pd_agreements}"
-        passed += pd_agreements if compare else len(pd_scenarios)
-        messages_ok, message_failures = rule_messages.check(os.path.join(args.src, version),
-                                                            version)
-        for failure in message_failures:
-            print(f"  {version} rule message {failure}")
-        summary += (f"; rule messages (static table) {messages_ok + len(message_failures)}, "
-                    f"as the table says {messages_ok}")
-        if compare:
+                    agreements += 1
+            summary += (f"; configs {len(configs)}: classified by SGLang {loaded}, "
+                        f"refused by SGLang's loader {refused}")
+            if compare:
+                summary += f" (refused by kvpilot too {refused_by_both})"
+            summary += f", harness errors {harness_errors}"
+            if compare:
+                summary += f"; compared {loaded}, agreements {agreements}"
+            failed += harness_errors + disagreeing
+            passed += agreements if compare else loaded
+        if "retraction" in parts:
+            scenarios = retraction_scenarios()
+            resolved = sglang_retraction(os.path.join(args.src, version), args.venvs, scenarios)
+            runnable = [s for s in scenarios if "backend" in resolved[s["id"]]]
+            scenario_agreements = 0
+            if compare and runnable:
+                reports = kvpilot_reports(args.kvpilot, [manifest(s) for s in runnable], version)
+                for scenario in runnable:
+                    ours = reports.get(scenario["id"], {}).get("effective") or {}
+                    theirs = resolved[scenario["id"]]
+                    differences = [("retractionBackup", theirs["backend"],
+                                    ours.get("retractionBackup"))]
+                    # The ratio sizes the host pool, which exists only with host_pool.
+                    if theirs.get("hicacheRatio") is not None and theirs["backend"] == "host_pool":
+                        differences.append(("hostPoolRatio", theirs["hicacheRatio"],
+                                            ours.get("hostPoolRatio")))
+                    differences = [d for d in differences if d[1] != d[2]]
+                    if differences:
+                        failed += 1
+                        flags = ", ".join(f"{k}={v}" for k, v in scenario["flags"].items())
+                        diff = ", ".join(f"{f} SGLang={s} kvpilot={k}" for f, s, k in differences)
+                        print(f"  {version} retraction {os.path.basename(scenario['config'])} "
+                              f"[{flags}]: {diff}")
+                    else:
+                        scenario_agreements += 1
+            summary += (f"; retraction scenarios {len(scenarios)}: run by SGLang {len(runnable)}")
+            if compare:
+                summary += f", agreements {scenario_agreements}"
+            passed += scenario_agreements if compare else len(runnable)
+        for label, scenarios, manifest_of, raised, prefixes in raised_by_check:
+            summary += f"; {label} scenarios {len(scenarios)} run by SGLang"
+            if compare:
+                agreements, disagreeing = compare_arg_checks(
+                    args.kvpilot, version, scenarios, manifest_of, raised[version], prefixes,
+                    label)
+                refusing = sum(raised[version][s["id"]] is not None for s in scenarios)
+                summary += f" (refused {refusing}), agreements {agreements}"
+                passed, failed = passed + agreements, failed + disagreeing
+            else:
+                passed += len(scenarios)
+        if "messages" in parts:
+            messages_ok, message_failures = rule_messages.check(
+                os.path.join(args.src, version), version)
+            for failure in message_failures:
+                print(f"  {version} rule message {failure}")
+            summary += (f"; rule messages (static table) {messages_ok + len(message_failures)}, "
+                        f"as the table says {messages_ok}")
+            failed += len(message_failures)
+            passed += messages_ok
+        if compare and "argv" in parts:
             argv_passed, argv_failed, argv_summary = check_rendered_argvs(
                 args.kvpilot, os.path.join(args.src, version), args.venvs, version)
             passed, failed = passed + argv_passed, failed + argv_failed
             summary += f"; {argv_summary}"
-        print(summary)
-        failed += harness_errors + disagreeing + len(message_failures)
-        passed += (agreements if compare else loaded) + messages_ok
+        print(f"SGLang {version}: {summary.removeprefix('; ')}")
 
     if compare:
         router_passed, router_failed, router_summary = check_router_argvs(args.kvpilot, args.venvs, RELEASES[-1].version)

@@ -10,6 +10,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import cache_args  # noqa: E402
 import pd_args  # noqa: E402
 import rule_messages  # noqa: E402
 import run  # noqa: E402
@@ -54,6 +55,22 @@ class ServedArchitecturesTest(unittest.TestCase):
             with self.assertRaises(served_architectures.EntryClassError) as caught:
                 served_architectures.served_by_release(root, "0.0.1")
             self.assertIn("odd.py", str(caught.exception))
+
+
+class FieldFallbacksTest(unittest.TestCase):
+    def test_reads_the_declared_fallback_of_resolvable_fields(self):
+        srt = tempfile.mkdtemp(prefix="parity-test-")
+        self.addCleanup(lambda: __import__("shutil").rmtree(srt, ignore_errors=True))
+        os.makedirs(os.path.join(srt, "arg_groups", "fields"))
+        with open(os.path.join(srt, "arg_groups", "fields", "schedule.py"), "w", encoding="utf-8") as f:
+            f.write(textwrap.dedent("""\
+                class Fields:
+                    swa_full_tokens_ratio: A[Optional[float], Arg(help="r", fallback=0.8)] = None
+                    page_size: A[int, Arg(help="p")] = 1
+                    computed: A[int, Arg(fallback=make())] = 0
+                """))
+        # Only literal fallbacks: a computed one is the release's business at run time.
+        self.assertEqual(cache_args.field_fallbacks(srt), {"swa_full_tokens_ratio": 0.8})
 
 
 class VersionKeyTest(unittest.TestCase):

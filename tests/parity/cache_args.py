@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""One SGLang release's own cache-flag checks on a decode server, on a scenario matrix.
+
+Usage: cache_args.py SGLANG_SRC < scenarios.json    (a JSON list of {"id", "args"}, see run.py)
+Prints {"prefixes": [...], "results": [{"id", "error": message or null}]}, as pd_args.py does.
+
+What runs, unchanged and in the release's own order: `handle_pd_disaggregation`
+(arg_groups/pd_disaggregation_hook.py), which on a decode server decides `disable_radix_cache`
+(off only with decode radix cache, R12), then the cache compatibility check that reads it:
+`ServerArgs._handle_cache_compatibility` (server_args.py, 0.5.17-0.5.18) or
+`handle_cache_compatibility` (arg_groups/kv_cache_hook.py, 0.5.19 on). The checks between the
+two steps in the real pipeline (HiCache, speculative, platform hooks) do not run: the scenarios
+set none of the flags they refuse. Stand-ins as in pd_args.py: a plain object holding the
+release's field defaults overlaid with the scenario, views that hand it back, declarations that
+set fields on it, and DP attention off.
+"""
+
+import ast
+import glob
+import os
+import sys
+import json
+import types
+
+import sglang_env
+from pd_args import field_defaults, raised_prefixes
+
+CACHE_HOOK = os.path.join("arg_groups", "kv_cache_hook.py")
+
+
+def field_fallbacks(srt):
+    """name -> the `Arg(fallback=...)` a release declares for a field (0.5.20 on), the value
+    its `resolution_result` answers when nothing set the field."""
+    fallbacks = {}
+    for path in sorted(glob.glob(os.path.join(srt, "arg_groups", "fields", "*.py"))):
+        with open(path, encoding="utf-8-sig") as f:
+            tree = ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+                continue
+            for call in (n for n in ast.walk(node.annotation) if isinstance(n, ast.Call)):
+                for keyword in call.keywords:
+                    if keyword.arg == "fallback":
+                        try:
+                            fallbacks[node.target.id] = ast.literal_eval(keyword.value)
+                        except ValueError:
+                            continue
+    return fallbacks
+
+
+def _cache_check(srt):
+    """(function object, its syntax node) of the release's cache compatibility check."""
+    hook_path = os.path.join(srt, CACHE_HOOK)
+    if os.path.exists(hook_path):
+        with open(hook_path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        node = next((n for n in tree.body if isinstance(n, ast.FunctionDef)
+                     and n.name == "handle_cache_compatibility"), None)
+        if node is not None:
+            module = sglang_env.exec_subset(hook_path, "sglang.srt.arg_groups.kv_cache_hook")
+            return module["handle_cache_compatibility"], node
+    # 0.5.17-0.5.18: a ServerArgs method; compiled alone, `self` is the args object.
+    path = os.path.join(srt, "server_args.py")
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    server_args = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs")
+    node = next(n for n in server_args.body if isinstance(n, ast.FunctionDef)
+                and n.name == "_handle_cache_compatibility")
+    scope = {}
+    exec(compile(ast.Module(body=[node], type_ignores=[]), path, "exec"), scope)
+    return scope["_handle_cache_compatibility"], node
+
+
+def main(argv):
+    if len(argv) != 2:
+        sys.exit(__doc__)
+    src = argv[1]
+    scenarios = json.load(sys.stdin)
+    sglang_env.install(src)
+    srt = os.path.join(src, "sglang", "srt")
+    pd_path = os.path.join(srt, "arg_groups", "pd_disaggregation_hook.py")
+    pd_handle = sglang_env.exec_subset(pd_path, "sglang.srt.arg_groups.pd_disaggregation_hook")[
+        "handle_pd_disaggregation"]
+    cache_handle, cache_node = _cache_check(srt)
+    prefixes = raised_prefixes(cache_node)
+    defaults = field_defaults(srt)
+    fallbacks = field_fallbacks(srt)
+
+    def resolution_result(args, field, default=None):
+        value = getattr(args, field, default)
+        return fallbacks.get(field, value) if value is None else value
+
+    def declare_resolution(args, _source, **fields):
+        for name, value in fields.items():
+            setattr(args, name, value)
+
+    def bind(function):
+        scope = dict(function.__globals__, resolving_view=lambda args: args,
+                     resolved_view=lambda args: args, declare_resolution=declare_resolution,
+                     resolution_result=resolution_result,
+                     attn_dp_enabled_of=lambda _view: False, num_dp_ranks_of=lambda _view: 1)
+        return types.FunctionType(function.__code__, scope, function.__name__,
+                                  function.__defaults__, function.__closure__)
+
+    pd_bound, cache_bound = bind(pd_handle), bind(cache_handle)
+    results = []
+    for scenario in scenarios:
+        args = types.SimpleNamespace(**dict(defaults, **scenario["args"]))
+        # 0.5.17-0.5.18's method reads the resolved ratio through self._resolved().
+        args._resolved = lambda args=args: args
+        try:
+            sglang_env.quietly(pd_bound, args)
+            sglang_env.quietly(cache_bound, args)
+            error = None
+        except (ValueError, AssertionError, NotImplementedError) as e:
+            error = str(e)
+        results.append({"id": scenario["id"], "error": error})
+    print(json.dumps({"prefixes": prefixes, "results": results}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
