@@ -22,8 +22,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -229,7 +229,8 @@ fn in_process_requests(server: &ApiServer, before: &[(String, u64)]) -> BTreeMap
     for (key, count) in server.request_log() {
         let count = count - before.get(key.as_str()).copied().unwrap_or(0);
         let Some((method, path)) = key.split_once(' ') else { continue };
-        if method == "PATCH" && (path.contains("/pods/") || path.contains("/deployments/")) && path.ends_with("/status") {
+        if method == "PATCH" && (path.contains("/pods/") || path.contains("/deployments/")) && path.ends_with("/status")
+        {
             continue;
         }
         let plural_last = path.rsplit('/').next().is_some_and(|last| {
@@ -358,8 +359,7 @@ async fn real_api_server(kubeconfig: &std::path::Path, deployments: usize, repli
         })
         .await;
     let timing = real_kubelet::Timing { bind: false, ..real_kubelet::Timing::new(Duration::ZERO, Duration::ZERO) };
-    let _kubelet =
-        real_kubelet::start(client.clone(), Some(&namespace), SERVED_PODS, timing);
+    let _kubelet = real_kubelet::start(client.clone(), Some(&namespace), SERVED_PODS, timing);
     // Ready is counted from a watch: polling lists of 1,000 resources took kube-apiserver CPU
     // from the run it measures.
     let (watched, writer) = kube::runtime::reflector::store::<InferenceDeployment>();
@@ -451,8 +451,7 @@ async fn real_baseline(kubeconfig: &std::path::Path, deployments: usize, replica
         .collect()
         .await;
     let timing = real_kubelet::Timing { bind: false, ..real_kubelet::Timing::new(Duration::ZERO, Duration::ZERO) };
-    let _kubelet =
-        real_kubelet::start(client.clone(), Some(&namespace), SERVED_PODS, timing);
+    let _kubelet = real_kubelet::start(client.clone(), Some(&namespace), SERVED_PODS, timing);
     // Ready pods per resource, from a watch, as the operator learns them.
     let (pods, writer) = kube::runtime::reflector::store::<Pod>();
     let pod_api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
@@ -485,7 +484,8 @@ async fn real_baseline(kubeconfig: &std::path::Path, deployments: usize, replica
                     let gvk = kube::api::GroupVersionKind::gvk(&group, &version, &kind);
                     let plural = format!("{}s", kind.to_lowercase());
                     let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, &plural);
-                    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), &namespace, &resource);
+                    let api: Api<kube::api::DynamicObject> =
+                        Api::namespaced_with(client.clone(), &namespace, &resource);
                     let object_name = object["metadata"]["name"].as_str().unwrap().to_string();
                     api.patch(&object_name, &apply, &Patch::Apply(object)).await.unwrap();
                 }

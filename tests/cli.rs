@@ -433,8 +433,7 @@ fn render_prints_valid_objects_and_refuses_rejected_resources() {
     );
     assert_eq!(list["items"][2]["spec"]["containers"][0]["image"], "registry.local/sglang:0.5.21-rdma");
     assert_eq!(
-        list["items"][9]["spec"]["template"]["spec"]["containers"][0]["image"],
-        "registry.local/sglang:0.5.21-rdma",
+        list["items"][9]["spec"]["template"]["spec"]["containers"][0]["image"], "registry.local/sglang:0.5.21-rdma",
         "SGLang's image ships the router"
     );
 

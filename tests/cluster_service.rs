@@ -93,7 +93,8 @@ async fn one_resource_is_a_working_pd_service() {
     }
     assert_eq!(can(&["list", "pods", "-n", "default"]), "no", "another namespace");
     assert_eq!(can(&["list", "pods", "--all-namespaces"]), "no", "every namespace");
-    for (verb, what) in [("create", "pods"), ("delete", "pods"), ("patch", "pods"), ("get", "secrets"), ("list", "services")]
+    for (verb, what) in
+        [("create", "pods"), ("delete", "pods"), ("patch", "pods"), ("get", "secrets"), ("list", "services")]
     {
         assert_eq!(can(&[verb, what, "-n", &ns]), "no", "{verb} {what}");
     }

@@ -592,9 +592,8 @@ async fn a_pd_service_runs_prefill_decode_and_the_router() {
             .unwrap_or_else(|| panic!("no {plural} llama-3-1-8b-router"));
         assert_eq!(object["metadata"]["ownerReferences"][0]["name"], "llama-3-1-8b", "{plural}");
     }
-    let router_version = || {
-        server.get("apps", "v1", "deployments", NS, "llama-3-1-8b-router").unwrap()["spec"]["template"].to_string()
-    };
+    let router_version =
+        || server.get("apps", "v1", "deployments", NS, "llama-3-1-8b-router").unwrap()["spec"]["template"].to_string();
     let before = router_version();
 
     patch_spec(&server, "llama-3-1-8b", json!({"decode": {"env": [{"name": "A", "value": "1"}]}})).await;

@@ -227,7 +227,6 @@ fn cel_rules_refuse_what_the_schema_alone_cannot() {
             "/spec/disaggregation/prefill",
             json!({"tensorParallel": 1}),
         ),
-
         (
             "spec.disaggregation.prefill.tensorParallel must be at least 1",
             "/spec/disaggregation/prefill",
@@ -259,10 +258,7 @@ fn cel_rules_refuse_what_the_schema_alone_cannot() {
     router_alone["spec"].as_object_mut().unwrap().remove("prefill");
     router_alone["spec"]["router"] = json!({"replicas": 2});
     let errors = cel_errors(&router_alone);
-    assert!(
-        errors.iter().any(|e| e.starts_with("spec.router routes to the prefill fleet kvpilot runs")),
-        "{errors:?}"
-    );
+    assert!(errors.iter().any(|e| e.starts_with("spec.router routes to the prefill fleet kvpilot runs")), "{errors:?}");
     router_alone["spec"]["router"]["enabled"] = json!(false);
     assert_eq!(cel_errors(&router_alone), Vec::<String>::new(), "a disabled router needs no prefill fleet");
 }
@@ -281,7 +277,7 @@ fn cel_rules_accept_every_release_spelling() {
 /// of a missing `disaggregation` block, which the CRD's own CEL rule then refused.
 #[test]
 fn defaults_equal_what_serde_fills_in_for_empty_blocks() {
-    use kvpilot::api::{FleetSpec, DisaggregationSpec};
+    use kvpilot::api::{DisaggregationSpec, FleetSpec};
     assert_eq!(DisaggregationSpec::default(), serde_json::from_value::<DisaggregationSpec>(json!({})).unwrap());
     assert_eq!(FleetSpec::default(), serde_json::from_value::<FleetSpec>(json!({})).unwrap());
     let crd = serde_json::to_value(InferenceDeployment::crd()).unwrap();

@@ -79,7 +79,9 @@ fn with_status(resource: &InferenceDeployment, ready: Option<bool>, generation: 
         .filter_map(|role| {
             let desired = role.fleet(spec)?.replicas;
             let counts = match ready {
-                Some(ready) => PodCounts { total: desired, updated: desired, ready_updated: if ready { desired } else { 0 } },
+                Some(ready) => {
+                    PodCounts { total: desired, updated: desired, ready_updated: if ready { desired } else { 0 } }
+                }
                 None => PodCounts::default(),
             };
             Some(FleetProgress { role, desired, counts })
@@ -104,11 +106,9 @@ fn argo_cd_health_follows_the_conditions_the_controller_writes() {
     assert_eq!(state, "Progressing");
     assert!(message.starts_with("RollingOut"), "{message}");
 
-    let ready =
-        with_status(&llama, Some(true), 1, 1);
+    let ready = with_status(&llama, Some(true), 1, 1);
     assert_eq!(health(&ready).0, "Healthy");
-    let stale =
-        with_status(&llama, Some(true), 2, 1);
+    let stale = with_status(&llama, Some(true), 2, 1);
     let (state, message) = health(&stale);
     assert_eq!((state.as_str(), message.as_str()), ("Progressing", "Waiting for kvpilot to observe generation 2"));
 
@@ -118,8 +118,7 @@ fn argo_cd_health_follows_the_conditions_the_controller_writes() {
     assert!(message.contains("R9") && message.contains("host_pool"), "{message}");
 
     let rewritten = example("mimo-pure-swa-rewrite.yaml");
-    let healthy =
-        with_status(&rewritten, Some(true), 3, 3);
+    let healthy = with_status(&rewritten, Some(true), 3, 3);
     let (state, message) = health(&healthy);
     assert_eq!(state, "Healthy");
     assert!(message.contains("settings rewritten") && message.contains("cpu_tensor"), "{message}");

@@ -374,8 +374,11 @@ async fn valid_workloads_and_other_containers_are_allowed_quietly() {
 #[tokio::test]
 async fn an_inference_deployment_s_own_pods_pass_the_guard() {
     let (server, state) = cluster_state().await;
-    let files =
-        ["examples/mimo-pure-swa-rewrite.yaml", "examples/deepseek-v3-tp16-multinode.yaml", "examples/llama-3.1-8b-full.yaml"];
+    let files = [
+        "examples/mimo-pure-swa-rewrite.yaml",
+        "examples/deepseek-v3-tp16-multinode.yaml",
+        "examples/llama-3.1-8b-full.yaml",
+    ];
     for file in files {
         let resource: kvpilot::api::InferenceDeployment = serde_json::from_value(documents(file).remove(0)).unwrap();
         let config = Value::Object(resource.spec.model.config.inline.clone().unwrap());

@@ -74,7 +74,8 @@ pub fn spawn_deployments(client: kube::Client, selector: &str, delay: Duration) 
             if ready == wanted {
                 continue;
             }
-            let (Some(name), Some(namespace)) = (deployment.metadata.name.clone(), deployment.metadata.namespace.clone())
+            let (Some(name), Some(namespace)) =
+                (deployment.metadata.name.clone(), deployment.metadata.namespace.clone())
             else {
                 continue;
             };

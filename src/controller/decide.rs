@@ -225,11 +225,7 @@ pub fn decide(observed: &Observed<'_>, config: Result<serde_json::Value, SourceE
     }
     // Pods of a fleet no longer wanted (spec.prefill removed) go.
     delete.extend(
-        observed
-            .pods
-            .iter()
-            .filter(|p| !p.terminating && desired.fleet(p.role).is_none())
-            .map(|p| p.name.clone()),
+        observed.pods.iter().filter(|p| !p.terminating && desired.fleet(p.role).is_none()).map(|p| p.name.clone()),
     );
     let rollout_problem = (!rollout_problems.is_empty()).then(|| rollout_problems.join("; "));
     let router = desired.router.as_ref().map(|router| {
@@ -400,12 +396,7 @@ fn count_staying(replicas: &[ObservedReplica], plan: &rollout::Plan, revision: &
 }
 
 /// The rank-0 URLs of the ready replicas that stay, for a router.
-fn endpoints(
-    pods: &[ObservedPod],
-    replicas: &[ObservedReplica],
-    plan: &rollout::Plan,
-    desired: &Fleet,
-) -> Vec<String> {
+fn endpoints(pods: &[ObservedPod], replicas: &[ObservedReplica], plan: &rollout::Plan, desired: &Fleet) -> Vec<String> {
     let mut urls: Vec<String> = replicas
         .iter()
         .filter(|r| r.ready && !r.terminating && !plan.delete.contains(&r.name))

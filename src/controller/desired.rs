@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, Pod,
-    PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SecretKeySelector, SecurityContext, Service,
-    ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
+    PodSpec, PodTemplateSpec, Probe, ResourceRequirements, SecretKeySelector, SecurityContext, Service, ServiceAccount,
+    ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -253,7 +253,12 @@ fn env_var(name: &str, value: &str) -> EnvVar {
 /// The SGLang container's environment: the fleet's, what the release needs for the decode
 /// settings (`effective.decodeEnv`), and for hub weights the token and cache the download uses,
 /// unless the spec sets them itself.
-fn server_env(resource: &InferenceDeployment, role: FleetRole, fleet: &FleetSpec, effective: &EffectiveSettings) -> Vec<EnvVar> {
+fn server_env(
+    resource: &InferenceDeployment,
+    role: FleetRole,
+    fleet: &FleetSpec,
+    effective: &EffectiveSettings,
+) -> Vec<EnvVar> {
     let spec = &resource.spec;
     let decode_env: &[EnvVar] = if role == FleetRole::Decode { &effective.decode_env } else { &[] };
     let mut env: Vec<EnvVar> = fleet.env.iter().chain(decode_env).cloned().collect();
@@ -569,7 +574,8 @@ fn render_fleet(
     let (volumes, volume_mounts) = volumes(resource, role, fleet);
     let env = server_env(resource, role, fleet, &assessment.verdict.effective);
     let startup_failures = (fleet.startup_timeout_seconds + STARTUP_PERIOD_SECONDS - 1) / STARTUP_PERIOD_SECONDS;
-    let mut ports = vec![ContainerPort { name: Some("http".into()), container_port: fleet.port, ..ContainerPort::default() }];
+    let mut ports =
+        vec![ContainerPort { name: Some("http".into()), container_port: fleet.port, ..ContainerPort::default() }];
     if role == FleetRole::Prefill {
         ports.push(ContainerPort {
             name: Some("bootstrap".into()),
@@ -693,7 +699,11 @@ fn render_router(
     };
     let role_binding = RoleBinding {
         metadata: meta(),
-        role_ref: RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: "Role".into(), name: object_name.clone() },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name: object_name.clone(),
+        },
         subjects: Some(vec![Subject {
             kind: "ServiceAccount".into(),
             name: object_name.clone(),
@@ -909,7 +919,10 @@ mod tests {
         let labels = pod.metadata.labels.as_ref().unwrap();
         assert_eq!(labels[LABEL_INSTANCE], "llama", "user labels cannot steal the selector");
         assert_eq!(labels["team"], "a");
-        assert_eq!((labels[LABEL_REVISION].as_str(), labels[LABEL_RANK].as_str()), (desired.decode.revision.as_str(), "0"));
+        assert_eq!(
+            (labels[LABEL_REVISION].as_str(), labels[LABEL_RANK].as_str()),
+            (desired.decode.revision.as_str(), "0")
+        );
         assert_eq!(pod.metadata.owner_references.as_ref().unwrap()[0].uid, "uid-1");
         let sglang = container(&pod);
         assert_eq!(sglang.image.as_deref(), Some("lmsysorg/sglang:v0.5.23-cu129"));
@@ -1125,7 +1138,8 @@ mod tests {
         assert_eq!(flag(args, "--page-size"), Some("16"));
         assert_eq!(flag(args, "--disaggregation-bootstrap-port"), Some("8998"));
         assert_eq!(args[args.len() - 2..], ["--chunked-prefill-size", "8192"], "extraArgs stay last");
-        let ports: Vec<_> = sglang.ports.as_ref().unwrap().iter().map(|p| (p.name.clone().unwrap(), p.container_port)).collect();
+        let ports: Vec<_> =
+            sglang.ports.as_ref().unwrap().iter().map(|p| (p.name.clone().unwrap(), p.container_port)).collect();
         assert_eq!(ports, [("http".to_string(), 30000), ("bootstrap".to_string(), 8998)]);
         assert_eq!(pod.spec.as_ref().unwrap().subdomain.as_deref(), Some("llama-prefill"));
         assert_ne!(prefill.revision, desired.decode.revision, "each fleet has its own revision");
@@ -1172,12 +1186,20 @@ mod tests {
     fn the_revision_covers_what_affects_a_pod_and_nothing_else() {
         let base = render(&resource(json!({})));
         assert_eq!(render(&resource(json!({}))).decode.revision, base.decode.revision, "deterministic");
-        assert_ne!(render(&resource(json!({"tensorParallel": 2}))).decode.revision, base.decode.revision, "TP changes the pods");
+        assert_ne!(
+            render(&resource(json!({"tensorParallel": 2}))).decode.revision,
+            base.decode.revision,
+            "TP changes the pods"
+        );
         assert_ne!(
             render(&resource(json!({"tensorParallel": 2, "nodesPerReplica": 2}))).decode.revision,
             render(&resource(json!({"tensorParallel": 2}))).decode.revision
         );
-        assert_eq!(render(&resource(json!({"replicas": 7}))).decode.revision, base.decode.revision, "scaling is not a rollout");
+        assert_eq!(
+            render(&resource(json!({"replicas": 7}))).decode.revision,
+            base.decode.revision,
+            "scaling is not a rollout"
+        );
         assert_ne!(render(&resource(json!({"podLabels": {"team": "b"}}))).decode.revision, base.decode.revision);
     }
 }

@@ -41,6 +41,9 @@ pub const FIELD_MANAGER: &str = "kvpilot";
 /// How long pods this controller created may take to reach its watch cache before it stops
 /// waiting for them (a create the API server accepted shows up well within this).
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Objects per page of the initial lists of InferenceDeployments and pods (kube-runtime's
+/// default is 500).
+const LIST_PAGE_SIZE: u32 = 100;
 /// Reconciliations in flight at once: each holds its rendered objects and an API connection,
 /// so an unbounded burst (every resource at start-up) costs memory and connections for nothing.
 pub const DEFAULT_MAX_CONCURRENT_RECONCILES: u16 = 32;
@@ -166,7 +169,10 @@ struct Reconciler {
 
 /// A kind the controller keeps objects of: its watch cache (metadata only, trimmed by
 /// [`trim_kept`], unless the controller reads more), and what this run last applied to them.
-struct Kept<K: Resource<DynamicType = ()> + 'static, Cached: Resource<DynamicType = ()> + 'static = PartialObjectMeta<K>> {
+struct Kept<
+    K: Resource<DynamicType = ()> + 'static,
+    Cached: Resource<DynamicType = ()> + 'static = PartialObjectMeta<K>,
+> {
     cache: Store<Cached>,
     applied: AppliedBodies,
     kind: std::marker::PhantomData<K>,
@@ -263,16 +269,19 @@ async fn reconcile_until(
     // Lists are consistent reads, not `any_semantic`: after a kube-apiserver restart over a
     // compacted etcd, a list served from its watch cache carried a resourceVersion older than
     // the compaction, and the watch resumed from it got 410 Gone again, for ever.
-    let deployment_stream = watcher(api::<InferenceDeployment>(&client, &scope), watcher::Config::default())
+    // Lists come in pages of LIST_PAGE_SIZE: a page is held whole (its body and every object in
+    // it) while it is read, and 500 full InferenceDeployments or pods set the operator's peak.
+    let listed = || watcher::Config::default().page_size(LIST_PAGE_SIZE);
+    let deployment_stream = watcher(api::<InferenceDeployment>(&client, &scope), listed())
         .modify(|d| d.metadata.managed_fields = None)
         .reflect(deployments_writer)
         .applied_objects();
     let (pods, pods_writer) = reflector::store::<Pod>();
     let servers = format!("{} in ({},{})", desired::LABEL_NAME, desired::DECODE_APP, desired::PREFILL_APP);
-    let pod_stream = watcher(api::<Pod>(&client, &scope), watcher::Config::default().labels(&servers))
-    .modify(trim_pod)
-    .reflect(pods_writer)
-    .touched_objects();
+    let pod_stream = watcher(api::<Pod>(&client, &scope), listed().labels(&servers))
+        .modify(trim_pod)
+        .reflect(pods_writer)
+        .touched_objects();
     let managed = || watcher::Config::default().labels("app.kubernetes.io/managed-by=kvpilot");
     let (kept_config_maps, config_maps_writer) = reflector::store();
     let config_maps = watcher(api::<PartialObjectMeta<ConfigMap>>(&client, &scope), managed())
@@ -508,9 +517,8 @@ impl Reconciler {
         apply: &PatchParams,
     ) -> Result<(), Error> {
         let client = &self.context.client;
-        let name_of = |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-            meta.name.clone().unwrap_or_default()
-        };
+        let name_of =
+            |meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| meta.name.clone().unwrap_or_default();
         let config_map = with_type_meta(&desired.config_map, "v1", "ConfigMap");
         self.config_maps.apply(client, apply, namespace, &name_of(&desired.config_map.metadata), config_map).await?;
         for fleet in desired.fleets() {
@@ -519,7 +527,9 @@ impl Reconciler {
         }
         let name = resource.name_any();
         if desired.prefill.is_none() {
-            self.services.remove(client, resource, namespace, &desired::service_name(&name, FleetRole::Prefill)).await?;
+            self.services
+                .remove(client, resource, namespace, &desired::service_name(&name, FleetRole::Prefill))
+                .await?;
         }
         let router_name = desired::router_name(&name);
         match &desired.router {

@@ -123,7 +123,8 @@ pub struct Workloads {
 /// Ready: without a router, every replica of every fleet is ready at the current revision; with
 /// one, the service answers: a ready router, and at least one ready replica of each fleet.
 fn readiness(fleets: &[FleetProgress], router: Option<&RouterStatus>) -> Decided {
-    let counted = |f: &FleetProgress| format!("{}/{} {} replicas ready", f.counts.ready_updated, f.desired, f.role.as_str());
+    let counted =
+        |f: &FleetProgress| format!("{}/{} {} replicas ready", f.counts.ready_updated, f.desired, f.role.as_str());
     if let Some(router) = router {
         let serving = router.ready_replicas >= 1 && fleets.iter().all(|f| f.counts.ready_updated >= 1);
         let mut parts = vec![format!("{}/{} router pods ready", router.ready_replicas, router.replicas)];
@@ -143,7 +144,12 @@ fn readiness(fleets: &[FleetProgress], router: Option<&RouterStatus>) -> Decided
     if let [decode] = fleets {
         let desired = decode.desired;
         return if decode.all_ready() {
-            Decided::new(CONDITION_READY, Some(true), "AllReplicasReady", format!("{desired}/{desired} decode replicas ready"))
+            Decided::new(
+                CONDITION_READY,
+                Some(true),
+                "AllReplicasReady",
+                format!("{desired}/{desired} decode replicas ready"),
+            )
         } else {
             Decided::new(
                 CONDITION_READY,

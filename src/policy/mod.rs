@@ -16,7 +16,7 @@ use serde::Serialize;
 use k8s_openapi::api::core::v1::EnvVar;
 
 use crate::api::{
-    AttentionLayout, FleetSpec, DisaggregationSpec, EffectiveSettings, HybridSwaMemory, InferenceDeploymentSpec,
+    AttentionLayout, DisaggregationSpec, EffectiveSettings, FleetSpec, HybridSwaMemory, InferenceDeploymentSpec,
     KvPool, LayoutFeature, OnInvalid, RetractionBackup, Rewrite, SettingSource,
 };
 use crate::layout::{self, LayoutError, ResolveOptions};

@@ -62,7 +62,7 @@ pub fn evaluate_non_decode(input: PolicyInput<'_>, prefill: bool) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{FleetSpec, DisaggregationSpec, MambaRadixCacheStrategy};
+    use crate::api::{DisaggregationSpec, FleetSpec, MambaRadixCacheStrategy};
     use crate::layout::{ResolveOptions, resolve};
 
     fn layout() -> crate::api::AttentionLayout {

@@ -6,7 +6,7 @@
 
 use crate::api::AttentionLayout;
 use crate::api::{
-    AttentionKind, FleetSpec, DisaggregationSpec, KvPool, LayerKind, LayoutFeature, MambaRadixCacheStrategy,
+    AttentionKind, DisaggregationSpec, FleetSpec, KvPool, LayerKind, LayoutFeature, MambaRadixCacheStrategy,
     RetractionBackup, TransferBackend,
 };
 use crate::release::{Release, Span, v0_5};

@@ -5,7 +5,7 @@
 use serde::Serialize;
 
 use super::flags::{self, Mode, ServerSettings};
-use crate::api::{FleetSpec, DisaggregationSpec, InferenceDeploymentSpec, RetractionBackup};
+use crate::api::{DisaggregationSpec, FleetSpec, InferenceDeploymentSpec, RetractionBackup};
 use crate::policy::Verdict;
 use crate::release::{Release, v0_5};
 

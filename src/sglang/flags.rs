@@ -3,7 +3,7 @@
 //! Flags that are not in the table pass through untouched.
 
 use crate::api::{
-    FleetSpec, DisaggregationSpec, HybridSwaMemory, MambaRadixCacheStrategy, RetractionBackup, TransferBackend,
+    DisaggregationSpec, FleetSpec, HybridSwaMemory, MambaRadixCacheStrategy, RetractionBackup, TransferBackend,
 };
 
 use super::cmdline::Arg;

@@ -3,7 +3,9 @@
 //! and the router's, from tables that also tell which flags `extraArgs` may not set, and the
 //! spec checks that come with running the pods.
 
-use crate::api::{FleetSpec, HICACHE_GIGABYTE, InferenceDeploymentSpec, ModelSpec, PrefillSpec, RouterSpec, quantity_bytes};
+use crate::api::{
+    FleetSpec, HICACHE_GIGABYTE, InferenceDeploymentSpec, ModelSpec, PrefillSpec, RouterSpec, quantity_bytes,
+};
 use crate::layout::LayoutError;
 use crate::policy::{self, Assessment, Outcome, Violation};
 use crate::release::{Release, ReleaseChoice};
@@ -589,7 +591,10 @@ mod tests {
             owned_flag("--tp=2", false, FleetRole::Prefill),
             Some(("--tensor-parallel-size", "spec.prefill.tensorParallel".to_string()))
         );
-        assert_eq!(owned_flag("--port", false, FleetRole::Prefill).map(|(_, f)| f).as_deref(), Some("spec.prefill.port"));
+        assert_eq!(
+            owned_flag("--port", false, FleetRole::Prefill).map(|(_, f)| f).as_deref(),
+            Some("spec.prefill.port")
+        );
         assert_eq!(
             owned_flag("--disaggregation-bootstrap-port=9000", false, FleetRole::Decode).map(|(_, f)| f).as_deref(),
             Some("spec.disaggregation.bootstrapPort")
@@ -658,7 +663,8 @@ mod tests {
 
     #[test]
     fn the_router_runs_in_pd_mode_with_service_discovery_of_both_fleets() {
-        let router = RouterSpec { extra_args: vec!["--request-timeout-secs".into(), "60".into()], ..RouterSpec::default() };
+        let router =
+            RouterSpec { extra_args: vec!["--request-timeout-secs".into(), "60".into()], ..RouterSpec::default() };
         let args = router_args(&router, "serving", 30000, &["a=p".into(), "r=0".into()], &["a=d".into()]);
         assert_eq!(
             args.join(" "),
@@ -716,5 +722,4 @@ mod tests {
         let root = spec(json!({}), json!({"volume": {"source": {"persistentVolumeClaim": {"claimName": "w"}}}}));
         assert_eq!(model_path(&root.model), "/models");
     }
-
 }
