@@ -123,7 +123,7 @@ where
 
 /// Whether resource `index` is a whole PD service (prefill fleet and router): every tenth.
 fn is_service(index: usize) -> bool {
-    index % 10 == 0
+    index.is_multiple_of(10)
 }
 
 fn resource(index: usize, replicas: usize) -> InferenceDeployment {
