@@ -282,37 +282,12 @@ async fn reconcile_until(
         .modify(trim_pod)
         .reflect(pods_writer)
         .touched_objects();
-    let managed = || watcher::Config::default().labels("app.kubernetes.io/managed-by=kvpilot");
-    let (kept_config_maps, config_maps_writer) = reflector::store();
-    let config_maps = watcher(api::<PartialObjectMeta<ConfigMap>>(&client, &scope), managed())
-        .modify(trim_kept)
-        .reflect(config_maps_writer)
-        .touched_objects();
-    let (kept_services, services_writer) = reflector::store();
-    let services = watcher(api::<PartialObjectMeta<Service>>(&client, &scope), managed())
-        .modify(trim_kept)
-        .reflect(services_writer)
-        .touched_objects();
-    let (kept_service_accounts, service_accounts_writer) = reflector::store();
-    let service_accounts = watcher(api::<PartialObjectMeta<ServiceAccount>>(&client, &scope), managed())
-        .modify(trim_kept)
-        .reflect(service_accounts_writer)
-        .touched_objects();
-    let (kept_roles, roles_writer) = reflector::store();
-    let roles = watcher(api::<PartialObjectMeta<Role>>(&client, &scope), managed())
-        .modify(trim_kept)
-        .reflect(roles_writer)
-        .touched_objects();
-    let (kept_role_bindings, role_bindings_writer) = reflector::store();
-    let role_bindings = watcher(api::<PartialObjectMeta<RoleBinding>>(&client, &scope), managed())
-        .modify(trim_kept)
-        .reflect(role_bindings_writer)
-        .touched_objects();
-    let (kept_router_deployments, router_deployments_writer) = reflector::store();
-    let router_deployments = watcher(api::<Deployment>(&client, &scope), managed())
-        .modify(trim_deployment)
-        .reflect(router_deployments_writer)
-        .touched_objects();
+    let (kept_config_maps, config_maps) = watch_managed(&client, &scope, trim_kept::<ConfigMap>);
+    let (kept_services, services) = watch_managed(&client, &scope, trim_kept::<Service>);
+    let (kept_service_accounts, service_accounts) = watch_managed(&client, &scope, trim_kept::<ServiceAccount>);
+    let (kept_roles, roles) = watch_managed(&client, &scope, trim_kept::<Role>);
+    let (kept_role_bindings, role_bindings) = watch_managed(&client, &scope, trim_kept::<RoleBinding>);
+    let (kept_router_deployments, router_deployments) = watch_managed(&client, &scope, trim_deployment);
     let sources =
         watcher(api::<PartialObjectMeta<ConfigMap>>(&client, &scope), watcher::Config::default()).touched_objects();
     let users = deployments.clone();
@@ -338,12 +313,12 @@ async fn reconcile_until(
         // debug builds.
         .reconcile_on(futures::stream::select_all([
             owner_triggers(pod_stream),
-            owner_triggers(config_maps),
-            owner_triggers(services),
-            owner_triggers(service_accounts),
-            owner_triggers(roles),
-            owner_triggers(role_bindings),
-            owner_triggers(router_deployments),
+            config_maps,
+            services,
+            service_accounts,
+            roles,
+            role_bindings,
+            router_deployments,
         ]))
         // A ConfigMap named by spec.model.config.configMapRef re-reconciles the resources using it.
         .watches_stream(sources, move |config_map| {
@@ -367,6 +342,28 @@ async fn reconcile_until(
             }
         })
         .await;
+}
+
+/// A watch of the objects of kind `K` that kvpilot manages (label `managed-by=kvpilot`), trimmed
+/// by `trim` before they reach the cache: the cache, and the resources whose objects changed.
+fn watch_managed<K>(
+    client: &kube::Client,
+    scope: &Scope,
+    trim: fn(&mut K),
+) -> (Store<K>, futures::stream::BoxStream<'static, ObjectRef<InferenceDeployment>>)
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (cache, writer) = reflector::store();
+    let config = watcher::Config::default().labels("app.kubernetes.io/managed-by=kvpilot");
+    let changed = watcher(api::<K>(client, scope), config).modify(trim).reflect(writer).touched_objects();
+    (cache, owner_triggers(changed))
 }
 
 /// The InferenceDeployment that controls each object of `stream` (its controller owner
