@@ -20,7 +20,7 @@ fn breaking(rule: &str, path: &str) -> Value {
         "self >= 1" => json!(0),
         "self >= 0" => json!(-1),
         "self > 0.0" => json!(0.0),
-        "self != ''" => json!(""),
+        "self != ''" | "self.size() > 0" => json!(""),
         _ if rule.starts_with("self.matches(") && path == "spec.sglang.version" => json!("latest"),
         _ if path == "spec.model.config" && rule.contains("has(self.inline)") => {
             json!({"inline": {"model_type": "llama"}, "configMapRef": {"name": "model-config"}})
