@@ -13,7 +13,9 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kvpilot::api::InferenceDeployment;
 use serde_json::Value;
 
-use crate::common::cluster::{Cluster, KvpilotProcess, TestNamespace, examples_in, free_port, text, wait_for};
+use crate::common::cluster::{
+    Cluster, KvpilotProcess, TestNamespace, examples_in, free_port, text, wait_for, wait_for_blocking,
+};
 use crate::kubelet::{self, Kubelet, Timing};
 
 /// Long enough for any convergence on a loaded 2-core machine; failures show the last state.
@@ -102,6 +104,12 @@ impl Fleet {
     pub async fn with_kubelet_for(cluster: &Cluster, prefix: &str, timing: Timing, selector: &str) -> Fleet {
         cluster.install_crd();
         let namespace = TestNamespace::create(cluster, prefix);
+        // Pods need the namespace's default ServiceAccount, which kube-controller-manager makes
+        // a moment after the namespace: an operator faster than that is refused (and retries),
+        // which the tests' no-failure checks would count.
+        wait_for_blocking("the namespace's default ServiceAccount", Duration::from_secs(30), || {
+            cluster.kubectl(&["get", "serviceaccount", "default", "-n", &namespace.name]).status.success().then_some(())
+        });
         let client = cluster.client().await;
         let kubelet = kubelet::start(node_client(cluster).await, Some(&namespace.name), selector, timing);
         Fleet { cluster: cluster.clone(), client, _kubelet: kubelet, namespace }
