@@ -142,6 +142,19 @@ fn resource(index: usize, replicas: usize) -> InferenceDeployment {
     .unwrap()
 }
 
+/// The resources the operator reads and writes, whose requests the bench counts.
+const OPERATOR_RESOURCES: [&str; 9] = [
+    "pods",
+    "configmaps",
+    "services",
+    "serviceaccounts",
+    "roles",
+    "rolebindings",
+    "deployments",
+    "inferencedeployments",
+    "events",
+];
+
 /// The pods the kubelets of the bench run: both fleets' servers and the routers'.
 const SERVED_PODS: &str = "app.kubernetes.io/name in (kvpilot-decode,kvpilot-prefill,kvpilot-router)";
 
@@ -233,21 +246,9 @@ fn in_process_requests(server: &ApiServer, before: &[(String, u64)]) -> BTreeMap
         {
             continue;
         }
-        let plural_last = path.rsplit('/').next().is_some_and(|last| {
-            [
-                "pods",
-                "configmaps",
-                "services",
-                "serviceaccounts",
-                "roles",
-                "rolebindings",
-                "deployments",
-                "inferencedeployments",
-                "events",
-                "leases",
-            ]
-            .contains(&last)
-        });
+        // Leases too: the in-process log cannot tell the operator's leader election apart.
+        let plural_last =
+            path.rsplit('/').next().is_some_and(|last| OPERATOR_RESOURCES.contains(&last) || last == "leases");
         let verb = match method {
             "GET" if plural_last => "LIST+WATCH",
             other => other,
@@ -269,18 +270,7 @@ async fn apiserver_requests(client: &kube::Client) -> BTreeMap<(String, String, 
         };
         let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else { continue };
         let subresource = label("subresource").unwrap_or_default();
-        let kinds = [
-            "pods",
-            "configmaps",
-            "services",
-            "serviceaccounts",
-            "roles",
-            "rolebindings",
-            "deployments",
-            "inferencedeployments",
-            "events",
-        ];
-        if !kinds.contains(&resource.as_str()) {
+        if !OPERATOR_RESOURCES.contains(&resource.as_str()) {
             continue;
         }
         let value: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);

@@ -312,13 +312,12 @@ fn image_pull_policy(policy: ImagePullPolicy) -> String {
     .into()
 }
 
-/// SGLang's `GET /health`: cheap, answered by every rank (ranks above 0 run a health server of
-/// their own once their schedulers are up).
-fn health_probe(period: i32, timeout: i32, failures: i32) -> Probe {
+/// An HTTP GET probe of `path` on the container port named `port`.
+fn http_probe(port: &str, path: &str, period: i32, timeout: i32, failures: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
-            path: Some("/health".into()),
-            port: IntOrString::String("http".into()),
+            path: Some(path.into()),
+            port: IntOrString::String(port.into()),
             ..HTTPGetAction::default()
         }),
         period_seconds: Some(period),
@@ -326,6 +325,12 @@ fn health_probe(period: i32, timeout: i32, failures: i32) -> Probe {
         timeout_seconds: Some(timeout),
         ..Probe::default()
     }
+}
+
+/// SGLang's `GET /health`: cheap, answered by every rank (ranks above 0 run a health server of
+/// their own once their schedulers are up).
+fn health_probe(period: i32, timeout: i32, failures: i32) -> Probe {
+    http_probe("http", "/health", period, timeout, failures)
 }
 
 /// The SGLang container's resources: the spec's, the GPUs and extended resources, and the
@@ -434,20 +439,6 @@ fn runtime_security() -> SecurityContext {
     }
 }
 
-fn runtime_probe(path: &str, period: i32, failures: i32) -> Probe {
-    Probe {
-        http_get: Some(HTTPGetAction {
-            path: Some(path.into()),
-            port: IntOrString::String("cache-metrics".into()),
-            ..HTTPGetAction::default()
-        }),
-        period_seconds: Some(period),
-        failure_threshold: Some(failures),
-        timeout_seconds: Some(2),
-        ..Probe::default()
-    }
-}
-
 /// With `spec.cache`: the init container that writes the SGLang connector where SGLang imports
 /// it from, and the cache runtime as a native sidecar (an init container that keeps running),
 /// which is up before SGLang starts and restarts on its own. Its memory holds `capacity` plus
@@ -487,9 +478,9 @@ fn cache_init_containers(resource: &InferenceDeployment, options: &RenderOptions
             limits: Some(BTreeMap::from([("memory".into(), memory)])),
             ..ResourceRequirements::default()
         }),
-        startup_probe: Some(runtime_probe("/readyz", 1, 30)),
-        readiness_probe: Some(runtime_probe("/readyz", 10, 3)),
-        liveness_probe: Some(runtime_probe("/healthz", 10, 3)),
+        startup_probe: Some(http_probe("cache-metrics", "/readyz", 1, 2, 30)),
+        readiness_probe: Some(http_probe("cache-metrics", "/readyz", 10, 2, 3)),
+        liveness_probe: Some(http_probe("cache-metrics", "/healthz", 10, 2, 3)),
         volume_mounts: Some(vec![mount("kvpilot-run", RUN_DIR, false)]),
         security_context: Some(runtime_security()),
         ..Container::default()
@@ -659,20 +650,6 @@ fn render_fleet(
     }
 }
 
-fn router_probe(path: &str, period: i32, failures: i32) -> Probe {
-    Probe {
-        http_get: Some(HTTPGetAction {
-            path: Some(path.into()),
-            port: IntOrString::String("http".into()),
-            ..HTTPGetAction::default()
-        }),
-        period_seconds: Some(period),
-        failure_threshold: Some(failures),
-        timeout_seconds: Some(5),
-        ..Probe::default()
-    }
-}
-
 fn render_router(
     resource: &InferenceDeployment,
     assessment: &Assessment,
@@ -733,8 +710,8 @@ fn render_router(
             },
         ]),
         resources: router.resources.clone(),
-        readiness_probe: Some(router_probe("/readiness", 5, 3)),
-        liveness_probe: Some(router_probe("/liveness", 10, 3)),
+        readiness_probe: Some(http_probe("http", "/readiness", 5, 5, 3)),
+        liveness_probe: Some(http_probe("http", "/liveness", 10, 5, 3)),
         ..Container::default()
     };
     let deployment = Deployment {
