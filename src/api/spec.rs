@@ -561,6 +561,17 @@ pub struct DisaggregationSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self.size() > 0").message("spec.disaggregation.hicacheStorageBackend must not be empty"))]
     pub hicache_storage_backend: Option<String>,
+    /// LMCache as the radix cache's offload tier (`--enable-lmcache`). SGLang 0.5.21 and later
+    /// run it only without PD disaggregation (rule L7), so a PD server refuses it there.
+    #[serde(default)]
+    pub lmcache: bool,
+    /// The unified cache's direct L3 linker (`--enable-unified-cache-external-linker`, SGLang
+    /// 0.5.20 and later); it replaces HiCache's storage backend.
+    #[serde(default)]
+    pub unified_cache_external_linker: bool,
+    /// Hierarchical sparse attention (`--enable-hisparse`).
+    #[serde(default)]
+    pub hisparse: bool,
 }
 
 impl Default for DisaggregationSpec {
@@ -584,6 +595,9 @@ impl Default for DisaggregationSpec {
             host_pool_ratio: None,
             enable_unified_memory: false,
             hicache_storage_backend: None,
+            lmcache: false,
+            unified_cache_external_linker: false,
+            hisparse: false,
         }
     }
 }

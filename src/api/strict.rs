@@ -102,8 +102,8 @@ mod tests {
                 "unknown field \"spec.decode.replcas\"; did you mean \"replicas\"?",
                 "unknown field \"spec.disaggregation.somethingElse\"; the known fields there are bootstrapPort, \
                  decodeContextParallel, decodeOffloadKvCache, decodeRadixCache, disablePriorityPreemption, enableUnifiedMemory, \
-                 hicacheStorageBackend, hierarchicalCache, hostPoolRatio, mambaRadixCacheStrategy, onInvalid, prefill, priorityScheduling, \
-                 retractionBackup, speculativeAlgorithm, transferBackend",
+                 hicacheStorageBackend, hierarchicalCache, hisparse, hostPoolRatio, lmcache, mambaRadixCacheStrategy, onInvalid, \
+                 prefill, priorityScheduling, retractionBackup, speculativeAlgorithm, transferBackend, unifiedCacheExternalLinker",
                 "unknown field \"spec.prefil\"; did you mean \"prefill\"?",
             ]
         );

@@ -177,7 +177,7 @@ fn r18_speculative_algorithms_decode_radix_cache_allows_per_release() {
         })
     };
     let fires = |algorithm: &str| -> Vec<bool> {
-        messages("R18", &with_algorithm(algorithm), &FleetSpec::default(), &full())
+        messages("R18c", &with_algorithm(algorithm), &FleetSpec::default(), &full())
             .iter()
             .map(Option::is_some)
             .collect()
@@ -515,4 +515,151 @@ fn t1mx_mxfp8_kv_needs_equal_attention_tp_from_the_0_5_22_handshake() {
             .ends_with("state types ['block_scale', 'block_scale_swa'].")
     );
     assert_eq!(messages("T1mx", &settings, &decode, &mla()), vec![None; 7], "MLA pools are exempt");
+}
+
+#[test]
+fn lmcache_is_refused_on_pd_servers_from_0_5_21_with_the_first_cause_sglang_names() {
+    let with_radix = with(|s| {
+        s.lmcache = true;
+        s.decode_radix_cache = true;
+    });
+    let colocated_only = "LMCacheUnifiedRadixCache currently supports colocated prefill/decode scheduling only";
+    assert_eq!(messages("L7", &with_radix, &FleetSpec::default(), &full()), on(21..=23, colocated_only));
+    assert_eq!(messages("L3", &with_radix, &FleetSpec::default(), &full()), vec![None; 7]);
+    // A decode server without decode radix cache runs with the radix cache disabled (R12).
+    let without_radix = with(|s| s.lmcache = true);
+    assert_eq!(
+        messages("L3", &without_radix, &FleetSpec::default(), &full()),
+        on(21..=23, "--enable-lmcache requires radix cache to be enabled")
+    );
+    let causes = [
+        (
+            "L1",
+            with(|s| s.hierarchical_cache = true),
+            "--enable-lmcache and --enable-hierarchical-cache are mutually exclusive",
+        ),
+        (
+            "L2",
+            with(|s| s.unified_cache_external_linker = true),
+            "--enable-lmcache and --enable-unified-cache-external-linker are mutually exclusive",
+        ),
+        (
+            "L4",
+            with(|s| s.speculative_algorithm = Some("EAGLE".into())),
+            "LMCacheUnifiedRadixCache does not yet support speculative decoding",
+        ),
+        (
+            "L6",
+            with(|s| s.decode_context_parallel = 2),
+            "--enable-lmcache with --dcp-size > 1 is not supported: LMCache has no DCP-aware index translation",
+        ),
+    ];
+    for (rule, base, message) in causes {
+        let settings = DisaggregationSpec { lmcache: true, decode_radix_cache: true, ..base };
+        assert_eq!(messages(rule, &settings, &FleetSpec::default(), &full()), on(21..=23, message), "{rule}");
+    }
+    // `NONE` is SGLang's spelling of no speculative algorithm.
+    let none = with(|s| {
+        s.lmcache = true;
+        s.speculative_algorithm = Some("NONE".into());
+    });
+    assert_eq!(messages("L4", &none, &FleetSpec::default(), &full()), vec![None; 7]);
+    // DP attention: 0.5.21–0.5.22 read the flag, 0.5.23 the attention-DP group count.
+    let dp_attention = FleetSpec { enable_dp_attention: true, ..FleetSpec::default() };
+    let dp_message = "LMCacheUnifiedRadixCache does not yet support DP attention";
+    assert_eq!(messages("L5", &with_radix, &dp_attention, &full()), on(21..=22, dp_message));
+    let two_groups = FleetSpec { tensor_parallel: 2, data_parallel: 2, ..dp_attention };
+    assert_eq!(messages("L5", &with_radix, &two_groups, &full()), on(21..=23, dp_message));
+    // The safe fix is LMCache off; nothing else changes.
+    let rewritten =
+        at(23, &DisaggregationSpec { on_invalid: OnInvalid::Rewrite, ..without_radix }, &FleetSpec::default(), &full());
+    assert_eq!(rewritten.outcome, Outcome::Rewritten);
+    assert_eq!(
+        rewritten.rewrites.iter().map(|r| (r.rule.as_str(), r.to.as_str())).collect::<Vec<_>>(),
+        [("L3", "false")]
+    );
+    assert!(!rewritten.settings.lmcache);
+}
+
+#[test]
+fn the_external_cache_linker_exists_from_0_5_20_and_excludes_hicache_and_a_storage_backend() {
+    let linker = with(|s| {
+        s.unified_cache_external_linker = true;
+        s.decode_radix_cache = true;
+    });
+    assert_eq!(
+        messages("F3", &linker, &FleetSpec::default(), &full()),
+        on(17..=19, "unrecognized arguments: --enable-unified-cache-external-linker")
+    );
+    assert_eq!(at(23, &linker, &FleetSpec::default(), &full()).outcome, Outcome::Valid);
+    let with_hicache = DisaggregationSpec { hierarchical_cache: true, ..linker.clone() };
+    assert_eq!(
+        messages("X2", &with_hicache, &FleetSpec::default(), &full()),
+        on(20..=23, "--enable-unified-cache-external-linker and --enable-hierarchical-cache are mutually exclusive.")
+    );
+    let with_backend = DisaggregationSpec { hicache_storage_backend: Some("file".into()), ..linker.clone() };
+    assert_eq!(
+        messages("X3", &with_backend, &FleetSpec::default(), &full()),
+        on(20..=23, "--enable-unified-cache-external-linker does not use --hicache-storage-backend.")
+    );
+    let without_radix = DisaggregationSpec { decode_radix_cache: false, ..linker };
+    assert_eq!(
+        messages("X1", &without_radix, &FleetSpec::default(), &full()),
+        on(
+            23..=23,
+            "--enable-unified-cache-external-linker requires the default UnifiedRadixCache with radix caching enabled."
+        )
+    );
+}
+
+#[test]
+fn r18a_decode_radix_cache_refuses_hisparse_in_every_release() {
+    let settings = with(|s| {
+        s.decode_radix_cache = true;
+        s.hisparse = true;
+    });
+    assert_eq!(
+        messages("R18a", &settings, &FleetSpec::default(), &full()),
+        on(17..=23, "--disaggregation-decode-enable-radix-cache is incompatible with --enable-hisparse")
+    );
+    assert_eq!(messages("R18a", &with(|s| s.hisparse = true), &FleetSpec::default(), &full()), vec![None; 7]);
+}
+
+#[test]
+fn hicache_with_dcp_is_refused_for_each_cause_the_hicache_hook_names() {
+    let base = with(|s| {
+        s.hierarchical_cache = true;
+        s.decode_radix_cache = true;
+        s.decode_context_parallel = 2;
+    });
+    let mla_model = mla();
+    assert!(at(23, &base, &FleetSpec::default(), &mla_model).violations.iter().all(|v| !v.rule.starts_with('D')));
+    assert_eq!(
+        messages("D5", &base, &FleetSpec::default(), &full()),
+        on(
+            17..=23,
+            "HiCache with --dcp-size > 1 is only supported for MLA models: the index translation lives in \
+             MLATokenToKVPoolHost, and the MHA host pool has none."
+        )
+    );
+    let storage = DisaggregationSpec { hicache_storage_backend: Some("file".into()), ..base.clone() };
+    assert_eq!(
+        messages("D1", &storage, &FleetSpec::default(), &mla_model).iter().flatten().count(),
+        6,
+        "0.5.17–0.5.22"
+    );
+    let dspark = DisaggregationSpec { speculative_algorithm: Some("DSPARK".into()), ..base.clone() };
+    let fires: Vec<bool> =
+        messages("D2", &dspark, &FleetSpec::default(), &mla_model).iter().map(Option::is_some).collect();
+    assert_eq!(fires, [true, false, false, false, false, false, false], "DSPARK is allowed from 0.5.18");
+    let lmcache = DisaggregationSpec { lmcache: true, ..base.clone() };
+    assert_eq!(
+        messages("D3", &lmcache, &FleetSpec::default(), &mla_model),
+        on(
+            17..=23,
+            "--enable-lmcache with --dcp-size > 1 is not supported: LMCache has no DCP-aware index translation."
+        )
+    );
+    let hisparse = DisaggregationSpec { hisparse: true, decode_radix_cache: false, ..base };
+    assert_eq!(messages("D4", &hisparse, &FleetSpec::default(), &mla_model).iter().flatten().count(), 7);
 }

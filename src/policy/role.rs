@@ -6,9 +6,11 @@ use super::{Phase, PolicyInput, Verdict, Violation, evaluate, rules};
 use crate::api::{OnInvalid, RetractionBackup, TransferBackend};
 
 /// Rules of [`rules::RULES`] that SGLang applies on every PD server, prefill included
-/// (R20, M1, U1–U3), or on any server (M3, S8).
-const ON_EVERY_PD_SERVER: &[&str] = &["R20", "M1", "U1", "U2", "U3"];
-const ON_EVERY_SERVER: &[&str] = &["M3", "S8"];
+/// (R20, M1, U1–U3, L7), or on any server (M3, S8, HiCache × DCP, and the LMCache and linker
+/// rules that do not depend on the decode side's radix cache).
+const ON_EVERY_PD_SERVER: &[&str] = &["R20", "M1", "U1", "U2", "U3", "L7"];
+const ON_EVERY_SERVER: &[&str] =
+    &["M3", "S8", "F3", "L1", "L2", "L4", "L5", "L6", "X2", "X3", "D1", "D2", "D3", "D4", "D5"];
 
 /// Checks a prefill server (`prefill`) or a server without disaggregation. Nothing is
 /// rewritten: each finding here asks for a flag to be dropped or changed by hand.
@@ -113,5 +115,16 @@ mod tests {
             let rules: Vec<_> = evaluate_non_decode(input, prefill).violations.iter().map(|v| v.rule).collect();
             assert_eq!(rules, ["S8"], "prefill: {prefill}");
         }
+    }
+
+    #[test]
+    fn lmcache_is_refused_on_a_prefill_server_and_checked_for_its_conflicts_everywhere() {
+        let lmcache = DisaggregationSpec { lmcache: true, ..DisaggregationSpec::default() };
+        assert_eq!(rules_of(&lmcache, true), ["L7"]);
+        // Without PD disaggregation LMCache runs; decode radix cache is not what it needs there.
+        assert!(rules_of(&lmcache, false).is_empty());
+        let with_hicache = DisaggregationSpec { hierarchical_cache: true, ..lmcache };
+        assert_eq!(rules_of(&with_hicache, false), ["L1"]);
+        assert_eq!(rules_of(&with_hicache, true), ["L1", "L7"]);
     }
 }

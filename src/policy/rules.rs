@@ -151,6 +151,11 @@ const DECODE_OFFLOAD: &str = "spec.disaggregation.decodeOffloadKvCache";
 const DECODE_CONTEXT_PARALLEL: &str = "spec.disaggregation.decodeContextParallel";
 const DECODE_KV_CACHE_DTYPE: &str = "spec.decode.kvCacheDtype";
 const DECODE_SWA_RATIO: &str = "spec.decode.swaFullTokensRatio";
+const LMCACHE: &str = "spec.disaggregation.lmcache";
+const LINKER: &str = "spec.disaggregation.unifiedCacheExternalLinker";
+const HICACHE_DCP_HINT: &str = "turn hierarchicalCache off, or set decodeContextParallel to 1";
+const LMCACHE_HINT: &str = "turn lmcache off: SGLang 0.5.21 and later run LMCache only on servers without PD \
+                            disaggregation (spec.cache is kvpilot's KV store for PD servers)";
 
 /// The env var that selects the unified radix tree (0.5.19–0.5.20 need it for R13).
 pub(crate) const UNIFIED_RADIX_TREE_ENV: &str = "SGLANG_ENABLE_UNIFIED_RADIX_TREE";
@@ -182,6 +187,16 @@ fn env_truthy(decode: &FleetSpec, name: &str) -> bool {
 /// Whether the decode env sets `name` to something other than a truthy value.
 fn env_set_falsy(decode: &FleetSpec, name: &str) -> bool {
     decode.env_value(name).is_some() && !env_truthy(decode, name)
+}
+
+/// HiCache with decode context parallelism, which the HiCache hook checks further (D1–D5).
+fn hicache_dcp(c: &Context<'_>) -> bool {
+    c.settings.hierarchical_cache && dcp(c)
+}
+
+/// Whether a speculative algorithm is set (SGLang's `NONE` is no algorithm).
+fn speculative(c: &Context<'_>) -> bool {
+    c.settings.speculative_algorithm.as_deref().is_some_and(|a| !a.trim().eq_ignore_ascii_case("none"))
 }
 
 fn unified_memory(c: &Context<'_>) -> bool {
@@ -254,6 +269,16 @@ fn radix_off(s: &mut DisaggregationSpec) -> (String, String) {
 
 fn hierarchical_off(s: &mut DisaggregationSpec) -> (String, String) {
     s.hierarchical_cache = false;
+    ("true".into(), "false".into())
+}
+
+fn lmcache_off(s: &mut DisaggregationSpec) -> (String, String) {
+    s.lmcache = false;
+    ("true".into(), "false".into())
+}
+
+fn linker_off(s: &mut DisaggregationSpec) -> (String, String) {
+    s.unified_cache_external_linker = false;
     ("true".into(), "false".into())
 }
 
@@ -446,6 +471,245 @@ pub(crate) const RULES: &[Rule] = &[
             when(!reset && !in_range)
         },
         fix: Fix::Manual { hint: "set spec.decode.swaFullTokensRatio above 0 and at most 1, or unset it" },
+    },
+    Rule {
+        id: "F3",
+        about: "external cache linker flag unknown",
+        field: LINKER,
+        span: Span::between(v0_5(17), v0_5(19)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("unrecognized arguments: --enable-unified-cache-external-linker")],
+        changes: &[],
+        check: |c| when(c.settings.unified_cache_external_linker),
+        fix: Fix::Rewrite { apply: linker_off, hint: "turn unifiedCacheExternalLinker off: SGLang has it from 0.5.20" },
+    },
+    Rule {
+        id: "L1",
+        about: "LMCache × HiCache",
+        field: LMCACHE,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--enable-lmcache and --enable-hierarchical-cache are mutually exclusive")],
+        changes: &[],
+        check: |c| when(c.settings.lmcache && c.settings.hierarchical_cache),
+        fix: Fix::Rewrite { apply: lmcache_off, hint: LMCACHE_HINT },
+    },
+    Rule {
+        id: "L2",
+        about: "LMCache × external cache linker",
+        field: LMCACHE,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--enable-lmcache and --enable-unified-cache-external-linker are mutually exclusive")],
+        changes: &[],
+        check: |c| when(c.settings.lmcache && c.settings.unified_cache_external_linker),
+        fix: Fix::Rewrite { apply: lmcache_off, hint: LMCACHE_HINT },
+    },
+    Rule {
+        id: "L3",
+        about: "LMCache needs the radix cache",
+        field: LMCACHE,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--enable-lmcache requires radix cache to be enabled")],
+        changes: &[],
+        // A decode server runs without the radix cache unless decode radix cache is on (R12).
+        check: |c| when(c.settings.lmcache && !radix(c)),
+        fix: Fix::Rewrite { apply: lmcache_off, hint: LMCACHE_HINT },
+    },
+    Rule {
+        id: "L4",
+        about: "LMCache × speculative decoding",
+        field: LMCACHE,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("LMCacheUnifiedRadixCache does not yet support speculative decoding")],
+        changes: &[],
+        check: |c| when(c.settings.lmcache && speculative(c)),
+        fix: Fix::Rewrite { apply: lmcache_off, hint: LMCACHE_HINT },
+    },
+    Rule {
+        id: "L5",
+        about: "LMCache × DP attention",
+        field: LMCACHE,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("LMCacheUnifiedRadixCache does not yet support DP attention")],
+        changes: &[
+            text_from(21, "--enable-dp-attention"),
+            text_from(23, "DP attention with more than one attention-DP group (dataParallel > 1)"),
+        ],
+        check: |c| {
+            let dp_attention = c.decode.enable_dp_attention && (c.release < v0_5(23) || c.decode.data_parallel > 1);
+            when(c.settings.lmcache && dp_attention)
+        },
+        fix: Fix::Rewrite { apply: lmcache_off, hint: LMCACHE_HINT },
+    },
+    Rule {
+        id: "L6",
+        about: "LMCache × DCP",
+        field: LMCACHE,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-lmcache with --dcp-size > 1 is not supported: LMCache has no DCP-aware index translation",
+        )],
+        changes: &[],
+        check: |c| when(c.settings.lmcache && dcp(c)),
+        fix: Fix::Rewrite { apply: lmcache_off, hint: LMCACHE_HINT },
+    },
+    Rule {
+        id: "L7",
+        about: "LMCache under PD disaggregation",
+        field: LMCACHE,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("LMCacheUnifiedRadixCache currently supports colocated prefill/decode scheduling only")],
+        changes: &[],
+        check: |c| when(c.settings.lmcache),
+        fix: Fix::Rewrite { apply: lmcache_off, hint: LMCACHE_HINT },
+    },
+    Rule {
+        id: "D1",
+        about: "HiCache × DCP × storage backend",
+        field: HIERARCHICAL_CACHE,
+        span: Span::between(v0_5(17), v0_5(22)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--hicache-storage-backend (L3) with --dcp-size > 1 is not supported yet: under DCP each rank holds a \
+             distinct interleaved MLA KV shard, so the rank-0-only replicated-MLA backup and the storage keys must \
+             become dcp_rank-aware first. Run HiCache+DCP with L1/L2 only.",
+        )],
+        changes: &[],
+        check: |c| when(hicache_dcp(c) && c.settings.hicache_storage_backend.is_some()),
+        fix: Fix::Rewrite { apply: hierarchical_off, hint: HICACHE_DCP_HINT },
+    },
+    Rule {
+        id: "D2",
+        about: "HiCache × DCP × speculative decoding",
+        field: HIERARCHICAL_CACHE,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text(
+                "HiCache with --dcp-size > 1 does not support speculative decoding yet (the draft-model host pool has \
+                 no DCP index translation).",
+            ),
+            text_from(
+                18,
+                "HiCache with --dcp-size > 1 only supports DSPARK speculative decoding; other draft-model host pools \
+                 have no DCP index translation.",
+            ),
+        ],
+        changes: &[text_from(17, "any algorithm"), text_from(18, "DSPARK allowed")],
+        check: |c| {
+            let algorithm = c.settings.speculative_algorithm.as_deref();
+            let allowed = algorithm.is_none() || (c.release >= v0_5(18) && algorithm == Some("DSPARK"));
+            when(hicache_dcp(c) && !allowed)
+        },
+        fix: Fix::Rewrite { apply: hierarchical_off, hint: HICACHE_DCP_HINT },
+    },
+    Rule {
+        id: "D3",
+        about: "HiCache × DCP × LMCache",
+        field: HIERARCHICAL_CACHE,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-lmcache with --dcp-size > 1 is not supported: LMCache has no DCP-aware index translation.",
+        )],
+        changes: &[],
+        check: |c| when(hicache_dcp(c) && c.settings.lmcache),
+        fix: Fix::Rewrite { apply: hierarchical_off, hint: HICACHE_DCP_HINT },
+    },
+    Rule {
+        id: "D4",
+        about: "HiCache × DCP × HiSparse",
+        field: HIERARCHICAL_CACHE,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-hisparse with --dcp-size > 1 is not supported: the HiSparse host pool is constructed without \
+             DCP translation.",
+        )],
+        changes: &[],
+        check: |c| when(hicache_dcp(c) && c.settings.hisparse),
+        fix: Fix::Rewrite { apply: hierarchical_off, hint: HICACHE_DCP_HINT },
+    },
+    Rule {
+        id: "D5",
+        about: "HiCache × DCP needs an MLA model",
+        field: HIERARCHICAL_CACHE,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "HiCache with --dcp-size > 1 is only supported for MLA models: the index translation lives in \
+             MLATokenToKVPoolHost, and the MHA host pool has none.",
+        )],
+        changes: &[],
+        check: |c| when(hicache_dcp(c) && c.layout.attention != AttentionKind::Mla),
+        fix: Fix::Rewrite { apply: hierarchical_off, hint: HICACHE_DCP_HINT },
+    },
+    Rule {
+        id: "X1",
+        about: "external cache linker needs the radix cache",
+        field: LINKER,
+        span: Span::since(v0_5(23)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-unified-cache-external-linker requires the default UnifiedRadixCache with radix caching enabled.",
+        )],
+        changes: &[],
+        check: |c| when(c.settings.unified_cache_external_linker && !radix(c)),
+        fix: Fix::Rewrite {
+            apply: linker_off,
+            hint: "turn decodeRadixCache on (the linker sits under the radix cache), or turn \
+                   unifiedCacheExternalLinker off",
+        },
+    },
+    Rule {
+        id: "X2",
+        about: "external cache linker × HiCache",
+        field: LINKER,
+        span: Span::since(v0_5(20)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-unified-cache-external-linker and --enable-hierarchical-cache are mutually exclusive.",
+        )],
+        changes: &[],
+        check: |c| when(c.settings.unified_cache_external_linker && c.settings.hierarchical_cache),
+        fix: Fix::Rewrite { apply: linker_off, hint: "use one of unifiedCacheExternalLinker and hierarchicalCache" },
+    },
+    Rule {
+        id: "X3",
+        about: "external cache linker × storage backend",
+        field: LINKER,
+        span: Span::since(v0_5(20)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--enable-unified-cache-external-linker does not use --hicache-storage-backend.")],
+        changes: &[],
+        check: |c| when(c.settings.unified_cache_external_linker && c.settings.hicache_storage_backend.is_some()),
+        fix: Fix::Rewrite {
+            apply: linker_off,
+            hint: "use one of unifiedCacheExternalLinker and hicacheStorageBackend (spec.cache sets the storage \
+                   backend)",
+        },
     },
     Rule {
         id: "U6a",
@@ -709,7 +973,19 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Rewrite { apply: radix_off, hint: "turn decodeRadixCache off (SGLang 0.5.21 and later allow it)" },
     },
     Rule {
-        id: "R18",
+        id: "R18a",
+        about: "decode radix × HiSparse",
+        field: DECODE_RADIX_CACHE,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--disaggregation-decode-enable-radix-cache is incompatible with --enable-hisparse")],
+        changes: &[],
+        check: |c| when(radix(c) && c.settings.hisparse),
+        fix: Fix::Rewrite { apply: radix_off, hint: "turn decodeRadixCache off, or turn hisparse off" },
+    },
+    Rule {
+        id: "R18b",
         about: "decode radix × fake backend",
         field: DECODE_RADIX_CACHE,
         span: Span::always(),
@@ -723,7 +999,7 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Rewrite { apply: radix_off, hint: "turn decodeRadixCache off, or use a real transfer backend" },
     },
     Rule {
-        id: "R18",
+        id: "R18c",
         about: "decode radix × speculative decoding",
         field: DECODE_RADIX_CACHE,
         span: Span::always(),

@@ -439,7 +439,7 @@ fn r18_decode_radix_cache_with_fake_backend_or_speculation() {
         }),
         &FleetSpec::default(),
         &full(),
-        "R18",
+        "R18b",
         RADIX,
         "--disaggregation-decode-enable-radix-cache is incompatible with --disaggregation-transfer-backend fake",
         ("true", "false"),
@@ -451,7 +451,7 @@ fn r18_decode_radix_cache_with_fake_backend_or_speculation() {
         }),
         &FleetSpec::default(),
         &full(),
-        "R18",
+        "R18c",
         RADIX,
         "--disaggregation-decode-enable-radix-cache is incompatible with speculative decoding (--speculative-algorithm EAGLE)",
         ("true", "false"),
@@ -658,7 +658,7 @@ fn violations_are_reported_in_rule_order_and_deterministically() {
     let first = run(&settings, &FleetSpec::default(), &ssm());
     let rules: Vec<_> = first.violations.iter().map(|v| v.rule).collect();
     // 0.5.19 lets DCP use the fake backend; DCP needs an MLA pool (R19d), decode offload an MHA or MLA one (O1).
-    assert_eq!(rules, vec!["S2", "S3", "S4", "R1", "R17", "R18", "R19", "R19d", "O1", "M1"]);
+    assert_eq!(rules, vec!["S2", "S3", "S4", "R1", "R17", "R18b", "R19", "R19d", "O1", "M1"]);
     for _ in 0..10 {
         assert_eq!(run(&settings, &FleetSpec::default(), &ssm()), first);
     }
@@ -699,7 +699,7 @@ prop_compose! {
         backup in prop::option::of(prop::sample::select(vec![RetractionBackup::CpuTensor, RetractionBackup::HostPool, RetractionBackup::None])),
         rewrite in any::<bool>(),
         backend in prop::sample::select(vec![TransferBackend::Mooncake, TransferBackend::Nixl, TransferBackend::Mori, TransferBackend::Fake]),
-        flags in prop::array::uniform7(any::<bool>()),
+        flags in prop::array::uniform10(any::<bool>()),
         dcp in 1..4i32,
         strategy in prop::option::of(prop::sample::select(vec![
             MambaRadixCacheStrategy::NoBuffer, MambaRadixCacheStrategy::ExtraBuffer, MambaRadixCacheStrategy::ExtraBufferLazy])),
@@ -731,6 +731,9 @@ prop_compose! {
             host_pool_ratio: None,
             enable_unified_memory: flags[5],
             hicache_storage_backend: storage_backend.map(str::to_string),
+            lmcache: flags[6],
+            unified_cache_external_linker: flags[7],
+            hisparse: flags[8] && flags[9],
         }
     }
 }

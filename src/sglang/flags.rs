@@ -94,6 +94,9 @@ pub enum Target {
     DisableHybridSwaMemory,
     KvCacheDtype,
     SwaFullTokensRatio,
+    Lmcache,
+    UnifiedCacheExternalLinker,
+    Hisparse,
 }
 
 /// One row: SGLang's spellings (the first is canonical and is what [`write`] emits), the kind,
@@ -208,6 +211,14 @@ pub const FLAGS: &[Flag] = &[
     ),
     row(&["--kv-cache-dtype"], Kind::Value, Target::KvCacheDtype, "spec.decode.kvCacheDtype"),
     row(&["--swa-full-tokens-ratio"], Kind::Value, Target::SwaFullTokensRatio, "spec.decode.swaFullTokensRatio"),
+    row(&["--enable-lmcache"], Kind::Switch, Target::Lmcache, "spec.disaggregation.lmcache"),
+    row(
+        &["--enable-unified-cache-external-linker"],
+        Kind::Switch,
+        Target::UnifiedCacheExternalLinker,
+        "spec.disaggregation.unifiedCacheExternalLinker",
+    ),
+    row(&["--enable-hisparse"], Kind::Switch, Target::Hisparse, "spec.disaggregation.hisparse"),
 ];
 
 /// The row for a spelling, if kvpilot knows the flag.
@@ -373,6 +384,9 @@ fn apply(target: Target, value: &str, s: &mut ServerSettings) -> Result<(), Stri
             _ => return Err(format!("expected a number greater than 0, got {value:?}")),
         },
         Target::EnableUnifiedMemory => d.enable_unified_memory = true,
+        Target::Lmcache => d.lmcache = true,
+        Target::UnifiedCacheExternalLinker => d.unified_cache_external_linker = true,
+        Target::Hisparse => d.hisparse = true,
         Target::HicacheStorageBackend => d.hicache_storage_backend = Some(value.to_string()),
         Target::TensorParallel => s.decode.tensor_parallel = positive_int(value)?,
         Target::DataParallel => s.decode.data_parallel = positive_int(value)?,
@@ -419,6 +433,9 @@ fn reset(target: Target, s: &mut ServerSettings) {
         | Target::PriorityScheduling
         | Target::DisablePriorityPreemption
         | Target::EnableUnifiedMemory
+        | Target::Lmcache
+        | Target::UnifiedCacheExternalLinker
+        | Target::Hisparse
         | Target::EnableDpAttention
         | Target::DisableHybridSwaMemory => {}
     }
@@ -463,6 +480,9 @@ fn written(target: Target, s: &ServerSettings) -> Written {
         Target::MambaRadixCacheStrategy => optional(d.mamba_radix_cache_strategy.map(MambaRadixCacheStrategy::as_str)),
         Target::HostPoolRatio => d.host_pool_ratio.map_or(Written::Default, |r| Written::Value(r.to_string())),
         Target::EnableUnifiedMemory => switch(d.enable_unified_memory),
+        Target::Lmcache => switch(d.lmcache),
+        Target::UnifiedCacheExternalLinker => switch(d.unified_cache_external_linker),
+        Target::Hisparse => switch(d.hisparse),
         Target::HicacheStorageBackend => optional(d.hicache_storage_backend.as_deref()),
         Target::TensorParallel => value(s.decode.tensor_parallel, 1),
         Target::DataParallel => value(s.decode.data_parallel, 1),

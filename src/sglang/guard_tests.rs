@@ -250,6 +250,31 @@ fn prefill_servers_are_checked_against_prefill_rules_only() {
 }
 
 #[test]
+fn lmcache_is_named_on_the_flag_for_pd_servers_and_checked_for_conflicts_on_colocated_ones() {
+    let rules_of = |args: Value| -> Vec<(&'static str, String)> {
+        let object = deployment(json!(["python3", "-m", "sglang.launch_server"]), args);
+        let verdict = check(&one_server(&object), &pure_swa(), false, &ReleaseChoice::default_newest()).unwrap();
+        verdict.findings.into_iter().map(|f| (f.violation.rule, f.flag)).collect()
+    };
+    assert_eq!(
+        rules_of(json!(["--disaggregation-mode", "prefill", "--enable-lmcache"])),
+        [("L7", "--enable-lmcache".to_string())]
+    );
+    // Without PD disaggregation LMCache is allowed, but not beside HiCache.
+    assert!(rules_of(json!(["--enable-lmcache"])).is_empty());
+    assert_eq!(
+        rules_of(json!(["--enable-lmcache", "--enable-hierarchical-cache"])),
+        [("L1", "--enable-lmcache".to_string())]
+    );
+    // On a decode server the radix cache is off unless decode radix cache is on (L3), and PD refuses LMCache (L7).
+    let decode: Vec<&str> = rules_of(json!(["--disaggregation-mode", "decode", "--enable-lmcache"]))
+        .into_iter()
+        .map(|(rule, _)| rule)
+        .collect();
+    assert_eq!(decode, ["L3", "L7"]);
+}
+
+#[test]
 fn objects_ask_for_rewrites_by_label() {
     let mut object = deployment(json!([]), json!([]));
     assert!(!asks_for_rewrite(&object));

@@ -4,20 +4,25 @@
 Usage: cache_args.py SGLANG_SRC < scenarios.json    (a JSON list of {"id", "args"}, see run.py)
 Prints {"prefixes": [...], "results": [{"id", "error": message or null}]}, as pd_args.py does.
 
-What runs, unchanged and in the release's own order: `handle_pd_disaggregation`
+What runs, unchanged and in the order the release's own pipeline calls them (read from
+arg_groups/pipeline.py, or ServerArgs.__post_init__ before it existed): `handle_pd_disaggregation`
 (arg_groups/pd_disaggregation_hook.py), which on a decode server decides `disable_radix_cache`
-(off only with decode radix cache, R12), then the cache compatibility check that reads it:
-`ServerArgs._handle_cache_compatibility` (server_args.py, 0.5.17-0.5.18) or
-`handle_cache_compatibility` (arg_groups/kv_cache_hook.py, 0.5.19 on). The checks between the
-two steps in the real pipeline (HiCache, speculative, platform hooks) do not run: the scenarios
-set none of the flags they refuse. Stand-ins as in pd_args.py: a plain object holding the
-release's field defaults overlaid with the scenario, views that hand it back, declarations that
-set fields on it, and DP attention off.
+(off only with decode radix cache, R12); the cache compatibility check that reads it
+(`ServerArgs._handle_cache_compatibility` in 0.5.17-0.5.18, `handle_cache_compatibility` of
+arg_groups/kv_cache_hook.py from 0.5.19; LMCache's exclusions, L1-L7); and the HiCache hook
+(`ServerArgs._handle_hicache` / `handle_hicache` of arg_groups/hicache_hook.py; the external
+cache linker's exclusions, X1-X3). The other hooks of the real pipeline (speculative, platform)
+do not run: the scenarios set none of the flags they refuse. Stand-ins as in pd_args.py: a plain
+object holding the release's field defaults overlaid with the scenario, views that hand it back,
+declarations that set fields on it, DP attention off, and `use_mla_backend` answering False
+(run.py's manifests name the MHA Llama fixture). A scenario setting a field the release
+does not declare is not run: argparse refuses the flag (`unknownFields` in its result).
 """
 
 import ast
 import glob
 import os
+import re
 import sys
 import json
 import types
@@ -71,6 +76,61 @@ def _cache_check(srt):
     return scope["_handle_cache_compatibility"], node
 
 
+def _server_args_method(srt, name):
+    """(function, node) of a ServerArgs method compiled alone (`self` is the args object)."""
+    path = os.path.join(srt, "server_args.py")
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    server_args = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs")
+    node = next(n for n in server_args.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    scope = {}
+    exec(compile(ast.Module(body=[node], type_ignores=[]), path, "exec"), scope)
+    return scope[name], node
+
+
+def _hicache_hook(srt):
+    """(function, node, helper methods) of the release's HiCache hook. 0.5.17-0.5.18 have it as a
+    ServerArgs method calling other methods (`_resolve_*`), which are bound to the args object."""
+    hook_path = os.path.join(srt, "arg_groups", "hicache_hook.py")
+    if os.path.exists(hook_path):
+        with open(hook_path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+        node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "handle_hicache")
+        module = sglang_env.exec_subset(hook_path, "sglang.srt.arg_groups.hicache_hook")
+        return module["handle_hicache"], node, {}
+    function, node = _server_args_method(srt, "_handle_hicache")
+    path = os.path.join(srt, "server_args.py")
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    server_args = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs")
+    helpers = {}
+    for method in server_args.body:
+        if isinstance(method, ast.FunctionDef) and method.name.startswith("_resolve_") \
+                and not method.decorator_list:
+            helpers[method.name] = _server_args_method(srt, method.name)[0]
+    return function, node, helpers
+
+
+# How each pipeline calls a step: `run_hook(handle_x, server_args)`, `handle_x(server_args)` or
+# `self._handle_x()`.
+_STEP_CALL = r"(?:run_hook\(\s*{name}\s*,|\b{name}\(\s*server_args\s*\)|self\._{name}\(\))"
+
+
+def pipeline_order(srt, steps):
+    """`steps` (names like handle_hicache) in the order the release's pipeline calls them."""
+    pipeline = os.path.join(srt, "arg_groups", "pipeline.py")
+    path = pipeline if os.path.exists(pipeline) else os.path.join(srt, "server_args.py")
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    positions = {}
+    for step in steps:
+        match = re.search(_STEP_CALL.format(name=step), text)
+        if match is None:
+            raise SystemExit(f"{path}: no call of {step}")
+        positions[step] = match.start()
+    return sorted(steps, key=positions.get)
+
+
 def main(argv):
     if len(argv) != 2:
         sys.exit(__doc__)
@@ -82,7 +142,8 @@ def main(argv):
     pd_handle = sglang_env.exec_subset(pd_path, "sglang.srt.arg_groups.pd_disaggregation_hook")[
         "handle_pd_disaggregation"]
     cache_handle, cache_node = _cache_check(srt)
-    prefixes = raised_prefixes(cache_node)
+    hicache_handle, hicache_node, hicache_helpers = _hicache_hook(srt)
+    prefixes = raised_prefixes(cache_node) + raised_prefixes(hicache_node)
     defaults = field_defaults(srt)
     fallbacks = field_fallbacks(srt)
 
@@ -102,15 +163,30 @@ def main(argv):
         return types.FunctionType(function.__code__, scope, function.__name__,
                                   function.__defaults__, function.__closure__)
 
-    pd_bound, cache_bound = bind(pd_handle), bind(cache_handle)
+    bound = {"handle_pd_disaggregation": bind(pd_handle), "handle_cache_compatibility": bind(cache_handle),
+             "handle_hicache": bind(hicache_handle)}
+    # The hook module's own helpers (`resolve_*`) read the same views.
+    hicache_handle.__globals__.update(resolving_view=lambda args: args, resolved_view=lambda args: args,
+                                      declare_resolution=declare_resolution,
+                                      resolution_result=resolution_result,
+                                      use_mla_backend=lambda _args: False)
+    steps = [bound[name] for name in pipeline_order(srt, list(bound))]
     results = []
     for scenario in scenarios:
+        unknown = sorted(name for name in scenario["args"] if name not in defaults)
+        if unknown:
+            results.append({"id": scenario["id"], "error": None, "unknownFields": unknown})
+            continue
         args = types.SimpleNamespace(**dict(defaults, **scenario["args"]))
-        # 0.5.17-0.5.18's method reads the resolved ratio through self._resolved().
+        # 0.5.17-0.5.18's methods read the resolved ratio through self._resolved() and call
+        # their `_resolve_*` helpers on self.
         args._resolved = lambda args=args: args
+        args.use_mla_backend = lambda: False
+        for name, helper in hicache_helpers.items():
+            setattr(args, name, types.MethodType(helper, args))
         try:
-            sglang_env.quietly(pd_bound, args)
-            sglang_env.quietly(cache_bound, args)
+            for step in steps:
+                sglang_env.quietly(step, args)
             error = None
         except (ValueError, AssertionError, NotImplementedError) as e:
             error = str(e)

@@ -22,6 +22,7 @@ compatibility check) on a decode-flag matrix and compares as for the PD argument
 """
 
 import argparse
+import collections
 import glob
 import itertools
 import json
@@ -251,10 +252,11 @@ def pd_args_manifest(scenario):
 
 
 def cache_args_scenarios():
-    """Decode-server flags the cache compatibility check reads that an InferenceDeployment
-    states: hierarchical cache and decode radix cache (S7 through the chunk cache decode forces),
-    decode offload and a storage backend (S6), host_pool (S4), DCP (R19 in the PD hook, which
-    runs first), and the SWA full-tokens ratio (S8)."""
+    """Decode-server flags the cache hooks read that an InferenceDeployment states: hierarchical
+    cache and decode radix cache (S7 through the chunk cache decode forces), decode offload and a
+    storage backend (S6), host_pool (S4), DCP (R19 in the PD hook, which runs first), the SWA
+    full-tokens ratio (S8); then LMCache (L1-L7), the external cache linker (X1-X3, F3), HiSparse
+    (R18a) and speculative decoding against HiCache with DCP (D1-D5)."""
     scenarios = []
     for hierarchical, radix, offload, backend, host_pool, dcp in itertools.product(
             (False, True), (False, True), (False, True), (None, "file"), (False, True), (1, 2)):
@@ -276,6 +278,19 @@ def cache_args_scenarios():
             "disaggregation_decode_enable_radix_cache": hierarchical,
             "disaggregation_decode_enable_offload_kvcache": False,
             "hicache_storage_backend": None, "dcp_size": 1, "swa_full_tokens_ratio": ratio}})
+    for lmcache, linker, hisparse, hierarchical, radix, backend, speculative, dcp in itertools.product(
+            (False, True), (False, True), (False, True), (False, True), (False, True), (None, "file"),
+            (None, "EAGLE", "DSPARK"), (1, 2)):
+        args = {"disaggregation_mode": "decode", "disaggregation_transfer_backend": "mooncake",
+                "enable_hierarchical_cache": hierarchical,
+                "disaggregation_decode_enable_radix_cache": radix,
+                "disaggregation_decode_enable_offload_kvcache": False,
+                "hicache_storage_backend": backend, "dcp_size": dcp, "enable_lmcache": lmcache,
+                "enable_hisparse": hisparse, "speculative_algorithm": speculative}
+        # Only when on: releases before 0.5.20 have no such flag (F3).
+        if linker:
+            args["enable_unified_cache_external_linker"] = True
+        scenarios.append({"id": f"c{len(scenarios)}", "args": args})
     return scenarios
 
 
@@ -295,27 +310,57 @@ def cache_args_manifest(scenario):
         disaggregation["retractionBackup"] = args["disaggregation_decode_retraction_backup"]
     if "swa_full_tokens_ratio" in args:
         document["spec"]["decode"]["swaFullTokensRatio"] = args["swa_full_tokens_ratio"]
+    if args.get("speculative_algorithm") is not None:
+        disaggregation["speculativeAlgorithm"] = args["speculative_algorithm"]
+    disaggregation["lmcache"] = args.get("enable_lmcache", False)
+    disaggregation["unifiedCacheExternalLinker"] = args.get("enable_unified_cache_external_linker", False)
+    disaggregation["hisparse"] = args.get("enable_hisparse", False)
     return document
+
+
+# argparse's refusal of flags the release's parser does not have: SGLang's flag is its field name
+# with dashes, and argparse lists a value-taking flag's value among the unrecognized arguments.
+UNRECOGNIZED = "unrecognized arguments: "
+
+
+def unrecognized(scenario_args, fields):
+    words = []
+    for field in fields:
+        value = scenario_args[field]
+        words.append("--" + field.replace("_", "-"))
+        if value is not True:
+            words.append(str(value))
+    return UNRECOGNIZED + " ".join(words)
 
 
 def sglang_cache_args(src, venvs, scenarios):
     answer = run_release_script("cache_args.py", src, venvs, scenarios)
-    return answer["prefixes"], {r["id"]: r["error"] for r in answer["results"]}
+    args = {s["id"]: s["args"] for s in scenarios}
+    errors = {}
+    for result in answer["results"]:
+        unknown = result.get("unknownFields")
+        errors[result["id"]] = (unrecognized(args[result["id"]], unknown) if unknown
+                                else result["error"])
+    return answer["prefixes"] + [UNRECOGNIZED], errors
 
 
 def compare_arg_checks(kvpilot, version, scenarios, manifest_of, raised, prefixes, label):
-    """(agreements, disagreements) of kvpilot check with one argument check of the release."""
+    """(agreements, disagreements, refusals by rule) of kvpilot check with one argument check of
+    the release; a refusal counts under the rule whose kvpilot message is the one SGLang raised."""
     reports = kvpilot_reports(kvpilot, [manifest_of(s) for s in scenarios], version)
     agreements = disagreeing = 0
+    by_rule = collections.Counter()
     for scenario in scenarios:
-        why = pd_args_disagreement(raised[scenario["id"]], prefixes,
-                                   reports.get(scenario["id"], {}))
+        report = reports.get(scenario["id"], {})
+        why = pd_args_disagreement(raised[scenario["id"]], prefixes, report)
         if why is None:
             agreements += 1
+            by_rule.update(v["rule"] for v in report.get("violations", [])
+                           if v["message"] == raised[scenario["id"]])
         else:
             disagreeing += 1
             print(f"  {version} {label} {scenario['args']}: {why}")
-    return agreements, disagreeing
+    return agreements, disagreeing, by_rule
 
 
 def sglang_pd_args(src, venvs, scenarios):
@@ -615,11 +660,12 @@ def main():
         for label, scenarios, manifest_of, raised, prefixes in raised_by_check:
             summary += f"; {label} scenarios {len(scenarios)} run by SGLang"
             if compare:
-                agreements, disagreeing = compare_arg_checks(
+                agreements, disagreeing, by_rule = compare_arg_checks(
                     args.kvpilot, version, scenarios, manifest_of, raised[version], prefixes,
                     label)
                 refusing = sum(raised[version][s["id"]] is not None for s in scenarios)
-                summary += f" (refused {refusing}), agreements {agreements}"
+                rules = " ".join(f"{rule} {count}" for rule, count in sorted(by_rule.items()))
+                summary += f" (refused {refusing}; by rule: {rules}), agreements {agreements}"
                 passed, failed = passed + agreements, failed + disagreeing
             else:
                 passed += len(scenarios)

@@ -73,6 +73,53 @@ class FieldFallbacksTest(unittest.TestCase):
         self.assertEqual(cache_args.field_fallbacks(srt), {"swa_full_tokens_ratio": 0.8})
 
 
+class PipelineOrderTest(unittest.TestCase):
+    def srt(self, files):
+        srt = tempfile.mkdtemp(prefix="parity-test-")
+        self.addCleanup(lambda: __import__("shutil").rmtree(srt, ignore_errors=True))
+        for rel_path, text in files.items():
+            path = os.path.join(srt, rel_path)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(textwrap.dedent(text))
+        return srt
+
+    def test_follows_the_pipeline_calls_not_the_imports(self):
+        srt = self.srt({"arg_groups/pipeline.py": """\
+            from hooks import (
+                handle_hicache,
+                handle_pd_disaggregation,
+            )
+            def run(server_args):
+                run_hook(handle_pd_disaggregation, server_args)
+                run_hook(handle_hicache_ratio_default, server_args)
+                handle_cache_compatibility(server_args)
+                run_hook(handle_hicache, server_args)
+            """})
+        steps = ["handle_hicache", "handle_cache_compatibility", "handle_pd_disaggregation"]
+        self.assertEqual(cache_args.pipeline_order(srt, steps),
+                         ["handle_pd_disaggregation", "handle_cache_compatibility", "handle_hicache"])
+
+    def test_reads_post_init_method_calls_before_the_pipeline_existed(self):
+        srt = self.srt({"server_args.py": """\
+            class ServerArgs:
+                def __post_init__(self):
+                    self._handle_hicache()
+                    self._handle_pd_disaggregation()
+            """})
+        self.assertEqual(cache_args.pipeline_order(srt, ["handle_pd_disaggregation", "handle_hicache"]),
+                         ["handle_hicache", "handle_pd_disaggregation"])
+        with self.assertRaises(SystemExit):
+            cache_args.pipeline_order(srt, ["handle_cache_compatibility"])
+
+    def test_unknown_flags_are_refused_with_their_values_as_argparse_lists_them(self):
+        args = {"enable_unified_cache_external_linker": True,
+                "disaggregation_decode_retraction_backup": "host_pool"}
+        self.assertEqual(run.unrecognized(args, sorted(args)),
+                         "unrecognized arguments: --disaggregation-decode-retraction-backup host_pool "
+                         "--enable-unified-cache-external-linker")
+
+
 class VersionKeyTest(unittest.TestCase):
     def test_orders_numerically_with_post_releases_after_their_base(self):
         versions = ["0.5.9", "0.5.10", "0.5.10.post1", "0.5.10.post2", "0.5.23", "0.6.0"]
