@@ -572,6 +572,12 @@ pub struct DisaggregationSpec {
     /// Hierarchical sparse attention (`--enable-hisparse`).
     #[serde(default)]
     pub hisparse: bool,
+    /// Device token usage at which decode receives incoming KV into the retraction host pool
+    /// (`--disaggregation-decode-host-receive-threshold`, SGLang 0.5.21 and later, in [0, 1]).
+    /// Unset: the release's default, host receive off (0.5.21: on above 0; later: on below 1).
+    /// No transfer backend SGLang ships supports it yet (rule N7).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decode_host_receive_threshold: Option<f64>,
 }
 
 impl Default for DisaggregationSpec {
@@ -598,6 +604,7 @@ impl Default for DisaggregationSpec {
             lmcache: false,
             unified_cache_external_linker: false,
             hisparse: false,
+            decode_host_receive_threshold: None,
         }
     }
 }

@@ -253,9 +253,14 @@ fn effective_settings(
     input: PolicyInput<'_>,
     source: SettingSource,
 ) -> EffectiveSettings {
-    let backup = settings
-        .retraction_backup
-        .unwrap_or_else(|| automatic_retraction_backup(settings, input.decode, input.layout, input.release));
+    // Host receive makes the PD hook choose host_pool over anything but an explicit cpu_tensor.
+    let forced = rules::host_receive_on(settings, input.release)
+        && settings.retraction_backup != Some(RetractionBackup::CpuTensor);
+    let backup = match settings.retraction_backup {
+        _ if forced => RetractionBackup::HostPool,
+        Some(backup) => backup,
+        None => automatic_retraction_backup(settings, input.decode, input.layout, input.release),
+    };
     let host_pool = backup == RetractionBackup::HostPool;
     let host_pool_ratio = (host_pool || settings.hierarchical_cache).then(|| {
         settings.host_pool_ratio.unwrap_or(match (host_pool, settings.hierarchical_cache) {

@@ -663,3 +663,49 @@ fn hicache_with_dcp_is_refused_for_each_cause_the_hicache_hook_names() {
     let hisparse = DisaggregationSpec { hisparse: true, decode_radix_cache: false, ..base };
     assert_eq!(messages("D4", &hisparse, &FleetSpec::default(), &mla_model).iter().flatten().count(), 7);
 }
+
+#[test]
+fn decode_host_receive_forces_host_pool_and_no_shipped_backend_can_receive_into_host_memory() {
+    let threshold = |t: f64| with(|s| s.decode_host_receive_threshold = Some(t));
+    // The flag is 0.5.21's; its off value moved from 0 to 1 in 0.5.22.
+    assert_eq!(
+        messages("F4", &threshold(0.5), &FleetSpec::default(), &full()),
+        on(17..=20, "unrecognized arguments: --disaggregation-decode-host-receive-threshold 0.5")
+    );
+    let no_receive = "Transfer backend does not support decode host KV destinations";
+    assert_eq!(messages("N7", &threshold(0.5), &FleetSpec::default(), &full()), on(21..=23, no_receive));
+    assert_eq!(messages("N7", &threshold(0.0), &FleetSpec::default(), &full()), on(22..=23, no_receive));
+    assert_eq!(messages("N7", &threshold(1.0), &FleetSpec::default(), &full()), on(21..=21, no_receive));
+    assert_eq!(
+        messages("N2", &threshold(1.5), &FleetSpec::default(), &full()),
+        on(21..=23, "--disaggregation-decode-host-receive-threshold must be between 0 and 1")
+    );
+    // Host receive makes host_pool the backup, so the host-pool rules see it (R1 on an SSM model).
+    let verdict = at(23, &threshold(0.5), &FleetSpec::default(), &full());
+    assert_eq!(verdict.effective.retraction_backup, RetractionBackup::HostPool);
+    assert!(at(23, &threshold(0.5), &FleetSpec::default(), &ssm()).violations.iter().any(|v| v.rule == "R1"));
+    let cpu_tensor = DisaggregationSpec { retraction_backup: Some(RetractionBackup::CpuTensor), ..threshold(0.5) };
+    assert_eq!(
+        messages("N1", &cpu_tensor, &FleetSpec::default(), &full()),
+        on(21..=23, "Decode host KV buffering requires host_pool retraction")
+    );
+    let hisparse = DisaggregationSpec { hisparse: true, ..threshold(0.5) };
+    assert_eq!(
+        messages("N3", &hisparse, &FleetSpec::default(), &full()),
+        on(21..=23, "Decode host receive does not yet support HiSparse or role switching")
+    );
+    // Mooncake storage switches the host pool to page_first; 0.5.23 keeps layer_first under DCP.
+    let mooncake = DisaggregationSpec {
+        hicache_storage_backend: Some("mooncake".into()),
+        decode_context_parallel: 2,
+        ..threshold(0.5)
+    };
+    assert_eq!(messages("N4", &mooncake, &FleetSpec::default(), &mla()).iter().flatten().count(), 2, "0.5.21–0.5.22");
+    // Rewrite turns host receive off first, so the backup stays the automatic choice.
+    let rewritten =
+        at(23, &DisaggregationSpec { on_invalid: OnInvalid::Rewrite, ..threshold(0.5) }, &FleetSpec::default(), &ssm());
+    assert_eq!(rewritten.outcome, Outcome::Rewritten);
+    assert_eq!(rewritten.settings.decode_host_receive_threshold, None);
+    assert_eq!(rewritten.settings.retraction_backup, None);
+    assert_eq!(rewritten.rewrites.iter().map(|r| r.rule.as_str()).collect::<Vec<_>>(), ["N7"]);
+}

@@ -152,6 +152,9 @@ const DECODE_CONTEXT_PARALLEL: &str = "spec.disaggregation.decodeContextParallel
 const DECODE_KV_CACHE_DTYPE: &str = "spec.decode.kvCacheDtype";
 const DECODE_SWA_RATIO: &str = "spec.decode.swaFullTokensRatio";
 const LMCACHE: &str = "spec.disaggregation.lmcache";
+const HOST_RECEIVE: &str = "spec.disaggregation.decodeHostReceiveThreshold";
+const HOST_RECEIVE_HINT: &str = "leave decodeHostReceiveThreshold unset: no transfer backend SGLang ships (mooncake, \
+                                 nixl, mori, fake) can receive KV into decode host memory yet";
 const LINKER: &str = "spec.disaggregation.unifiedCacheExternalLinker";
 const HICACHE_DCP_HINT: &str = "turn hierarchicalCache off, or set decodeContextParallel to 1";
 const LMCACHE_HINT: &str = "turn lmcache off: SGLang 0.5.21 and later run LMCache only on servers without PD \
@@ -162,8 +165,25 @@ pub(crate) const UNIFIED_RADIX_TREE_ENV: &str = "SGLANG_ENABLE_UNIFIED_RADIX_TRE
 
 const MOONCAKE_NIXL: &[TransferBackend] = &[TransferBackend::Mooncake, TransferBackend::Nixl];
 
+/// Whether the decode retraction backup is the host pool: asked for, or forced by host receive
+/// (the PD hook sets host_pool over anything but an explicit cpu_tensor, which N1 refuses).
 fn host_pool(c: &Context<'_>) -> bool {
     c.settings.retraction_backup == Some(RetractionBackup::HostPool)
+        || (host_receive(c) && c.settings.retraction_backup != Some(RetractionBackup::CpuTensor))
+}
+
+fn host_receive(c: &Context<'_>) -> bool {
+    host_receive_on(c.settings, c.release)
+}
+
+/// Whether decode host receive is on: a threshold above 0 in 0.5.21, below 1 from 0.5.22 (each
+/// release's default keeps it off; releases before 0.5.21 have no such flag).
+pub(crate) fn host_receive_on(settings: &DisaggregationSpec, release: Release) -> bool {
+    match settings.decode_host_receive_threshold {
+        Some(threshold) if release == v0_5(21) => threshold > 0.0,
+        Some(threshold) if release > v0_5(21) => threshold < 1.0,
+        _ => false,
+    }
 }
 
 fn radix(c: &Context<'_>) -> bool {
@@ -272,6 +292,12 @@ fn hierarchical_off(s: &mut DisaggregationSpec) -> (String, String) {
     ("true".into(), "false".into())
 }
 
+fn host_receive_off(s: &mut DisaggregationSpec) -> (String, String) {
+    let from = s.decode_host_receive_threshold.map_or_else(|| "unset".to_string(), |t| t.to_string());
+    s.decode_host_receive_threshold = None;
+    (from, "unset".into())
+}
+
 fn lmcache_off(s: &mut DisaggregationSpec) -> (String, String) {
     s.lmcache = false;
     ("true".into(), "false".into())
@@ -372,6 +398,100 @@ pub(crate) const RULES: &[Rule] = &[
             apply: to_cpu_tensor,
             hint: "use cpu_tensor: retractionBackup none exists from SGLang 0.5.21",
         },
+    },
+    Rule {
+        id: "F4",
+        about: "host-receive threshold flag unknown",
+        field: HOST_RECEIVE,
+        span: Span::between(v0_5(17), v0_5(20)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("unrecognized arguments: --disaggregation-decode-host-receive-threshold {value}")],
+        changes: &[],
+        check: |c| {
+            let threshold = c.settings.decode_host_receive_threshold?;
+            when_with(true, vec![("value", threshold.to_string())])
+        },
+        fix: Fix::Rewrite {
+            apply: host_receive_off,
+            hint: "leave decodeHostReceiveThreshold unset: SGLang has it from 0.5.21",
+        },
+    },
+    Rule {
+        id: "N2",
+        about: "host-receive threshold range",
+        field: HOST_RECEIVE,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--disaggregation-decode-host-receive-threshold must be between 0 and 1")],
+        changes: &[],
+        check: |c| when(c.settings.decode_host_receive_threshold.is_some_and(|t| !(0.0..=1.0).contains(&t))),
+        fix: Fix::Manual { hint: "set spec.disaggregation.decodeHostReceiveThreshold within [0, 1], or unset it" },
+    },
+    Rule {
+        id: "N3",
+        about: "host receive × HiSparse",
+        field: HOST_RECEIVE,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("Decode host receive does not yet support HiSparse or role switching")],
+        changes: &[],
+        check: |c| when(host_receive(c) && c.settings.hisparse),
+        fix: Fix::Rewrite { apply: host_receive_off, hint: HOST_RECEIVE_HINT },
+    },
+    Rule {
+        id: "N1",
+        about: "host receive needs host_pool",
+        field: HOST_RECEIVE,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("Decode host KV buffering requires host_pool retraction")],
+        changes: &[],
+        check: |c| when(host_receive(c) && c.settings.retraction_backup == Some(RetractionBackup::CpuTensor)),
+        fix: Fix::Rewrite { apply: host_receive_off, hint: HOST_RECEIVE_HINT },
+    },
+    Rule {
+        id: "N4",
+        about: "host receive × a page-first storage layout",
+        field: HOST_RECEIVE,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "The resolved HiCache storage layout 'page_first' cannot share the layer_first decode host pool used by \
+             KV transfer",
+        )],
+        changes: &[
+            text_from(21, "a mooncake or npu_memcache storage backend"),
+            text_from(23, "a mooncake storage backend without DCP, or npu_memcache"),
+        ],
+        check: |c| {
+            // Those backends switch the host layout to page_first (the kernel I/O backend's
+            // default); from 0.5.23 Mooncake keeps layer_first under DCP.
+            let backend = c.settings.hicache_storage_backend.as_deref();
+            let page_first = match backend {
+                Some("npu_memcache") => true,
+                Some("mooncake") => c.release < v0_5(23) || !dcp(c),
+                _ => false,
+            };
+            when(host_receive(c) && c.settings.retraction_backup != Some(RetractionBackup::CpuTensor) && page_first)
+        },
+        fix: Fix::Rewrite { apply: host_receive_off, hint: HOST_RECEIVE_HINT },
+    },
+    Rule {
+        id: "N7",
+        about: "host receive needs a host-capable transfer backend",
+        field: HOST_RECEIVE,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: &[text("Transfer backend does not support decode host KV destinations")],
+        changes: &[],
+        check: |c| when(host_receive(c)),
+        fix: Fix::Rewrite { apply: host_receive_off, hint: HOST_RECEIVE_HINT },
     },
     Rule {
         id: "S2",

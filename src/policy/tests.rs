@@ -707,7 +707,8 @@ prop_compose! {
         prefill_page in prop::option::of(1..3i32),
         prefill_dtype in prop::option::of(prop::sample::select(vec!["auto", "fp8_e4m3", "mxfp8"])),
         speculative in any::<bool>(),
-        storage_backend in prop::option::of(prop::sample::select(vec!["file", "dynamic"])),
+        storage_backend in prop::option::of(prop::sample::select(vec!["file", "dynamic", "mooncake"])),
+        host_receive in prop::option::of(prop::sample::select(vec![-0.5, 0.0, 0.5, 1.0])),
     ) -> DisaggregationSpec {
         DisaggregationSpec {
             retraction_backup: backup,
@@ -734,6 +735,7 @@ prop_compose! {
             lmcache: flags[6],
             unified_cache_external_linker: flags[7],
             hisparse: flags[8] && flags[9],
+            decode_host_receive_threshold: host_receive,
         }
     }
 }

@@ -97,6 +97,7 @@ pub enum Target {
     Lmcache,
     UnifiedCacheExternalLinker,
     Hisparse,
+    HostReceiveThreshold,
 }
 
 /// One row: SGLang's spellings (the first is canonical and is what [`write`] emits), the kind,
@@ -219,6 +220,12 @@ pub const FLAGS: &[Flag] = &[
         "spec.disaggregation.unifiedCacheExternalLinker",
     ),
     row(&["--enable-hisparse"], Kind::Switch, Target::Hisparse, "spec.disaggregation.hisparse"),
+    row(
+        &["--disaggregation-decode-host-receive-threshold"],
+        Kind::Value,
+        Target::HostReceiveThreshold,
+        "spec.disaggregation.decodeHostReceiveThreshold",
+    ),
 ];
 
 /// The row for a spelling, if kvpilot knows the flag.
@@ -387,6 +394,11 @@ fn apply(target: Target, value: &str, s: &mut ServerSettings) -> Result<(), Stri
         Target::Lmcache => d.lmcache = true,
         Target::UnifiedCacheExternalLinker => d.unified_cache_external_linker = true,
         Target::Hisparse => d.hisparse = true,
+        // Any number: its range is SGLang's rule N2, which the policy reports with SGLang's text.
+        Target::HostReceiveThreshold => match value.trim().parse::<f64>() {
+            Ok(threshold) if threshold.is_finite() => d.decode_host_receive_threshold = Some(threshold),
+            _ => return Err(format!("expected a number, got {value:?}")),
+        },
         Target::HicacheStorageBackend => d.hicache_storage_backend = Some(value.to_string()),
         Target::TensorParallel => s.decode.tensor_parallel = positive_int(value)?,
         Target::DataParallel => s.decode.data_parallel = positive_int(value)?,
@@ -420,6 +432,7 @@ fn reset(target: Target, s: &mut ServerSettings) {
         Target::MambaRadixCacheStrategy => d.mamba_radix_cache_strategy = None,
         Target::HostPoolRatio => d.host_pool_ratio = None,
         Target::HicacheStorageBackend => d.hicache_storage_backend = None,
+        Target::HostReceiveThreshold => d.decode_host_receive_threshold = None,
         Target::TensorParallel => s.decode.tensor_parallel = defaults.decode.tensor_parallel,
         Target::DataParallel => s.decode.data_parallel = defaults.decode.data_parallel,
         Target::PipelineParallel => s.decode.pipeline_parallel = defaults.decode.pipeline_parallel,
@@ -483,6 +496,9 @@ fn written(target: Target, s: &ServerSettings) -> Written {
         Target::Lmcache => switch(d.lmcache),
         Target::UnifiedCacheExternalLinker => switch(d.unified_cache_external_linker),
         Target::Hisparse => switch(d.hisparse),
+        Target::HostReceiveThreshold => {
+            d.decode_host_receive_threshold.map_or(Written::Default, |t| Written::Value(t.to_string()))
+        }
         Target::HicacheStorageBackend => optional(d.hicache_storage_backend.as_deref()),
         Target::TensorParallel => value(s.decode.tensor_parallel, 1),
         Target::DataParallel => value(s.decode.data_parallel, 1),

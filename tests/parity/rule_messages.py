@@ -31,7 +31,9 @@ RULES = [
      "mooncake, nixl, mori, ascend, or fake for synthetic benchmarking", PDH, "0.5.22", None),
     ("N2", "--disaggregation-decode-host-receive-threshold must be between 0 and 1", PDH,
      "0.5.21", None),
-    ("LMC", "LMCacheUnifiedRadixCache currently supports colocated prefill/decode scheduling only",
+    ("N7", "Transfer backend does not support decode host KV destinations", "disaggregation/decode.py",
+     "0.5.21", None),
+    ("L7", "LMCacheUnifiedRadixCache currently supports colocated prefill/decode scheduling only",
      "arg_groups/kv_cache_hook.py", "0.5.21", None),
     ("U5a", "Unified-memory H2D/D2H does not support host-pool decode retraction with decode "
      "radix cache yet.", KVB, "0.5.21", "0.5.21"),

@@ -256,7 +256,8 @@ def cache_args_scenarios():
     cache and decode radix cache (S7 through the chunk cache decode forces), decode offload and a
     storage backend (S6), host_pool (S4), DCP (R19 in the PD hook, which runs first), the SWA
     full-tokens ratio (S8); then LMCache (L1-L7), the external cache linker (X1-X3, F3), HiSparse
-    (R18a) and speculative decoding against HiCache with DCP (D1-D5)."""
+    (R18a) and speculative decoding against HiCache with DCP (D1-D5); then decode host receive
+    (N1-N4, F4)."""
     scenarios = []
     for hierarchical, radix, offload, backend, host_pool, dcp in itertools.product(
             (False, True), (False, True), (False, True), (None, "file"), (False, True), (1, 2)):
@@ -291,6 +292,19 @@ def cache_args_scenarios():
         if linker:
             args["enable_unified_cache_external_linker"] = True
         scenarios.append({"id": f"c{len(scenarios)}", "args": args})
+    # Decode host receive (0.5.21+; F4 before): its range (N2), HiSparse (N3), the backup it
+    # forces (N1, and S2/S4 through host_pool) and the host layout a storage backend picks (N4).
+    for threshold, backup, hisparse, backend, offload, dcp in itertools.product(
+            (-0.5, 0, 0.5, 1), (None, "cpu_tensor", "host_pool"), (False, True), (None, "mooncake"),
+            (False, True), (1, 2)):
+        args = {"disaggregation_mode": "decode", "disaggregation_transfer_backend": "mooncake",
+                "enable_hierarchical_cache": False, "disaggregation_decode_enable_radix_cache": False,
+                "disaggregation_decode_enable_offload_kvcache": offload,
+                "hicache_storage_backend": backend, "dcp_size": dcp, "enable_hisparse": hisparse,
+                "disaggregation_decode_host_receive_threshold": threshold}
+        if backup is not None:
+            args["disaggregation_decode_retraction_backup"] = backup
+        scenarios.append({"id": f"c{len(scenarios)}", "args": args})
     return scenarios
 
 
@@ -315,6 +329,8 @@ def cache_args_manifest(scenario):
     disaggregation["lmcache"] = args.get("enable_lmcache", False)
     disaggregation["unifiedCacheExternalLinker"] = args.get("enable_unified_cache_external_linker", False)
     disaggregation["hisparse"] = args.get("enable_hisparse", False)
+    if "disaggregation_decode_host_receive_threshold" in args:
+        disaggregation["decodeHostReceiveThreshold"] = args["disaggregation_decode_host_receive_threshold"]
     return document
 
 
@@ -373,6 +389,11 @@ def pd_args_disagreement(error, prefixes, report):
     The release stops at its first error, so kvpilot must report that exact message; where the
     release raises nothing, kvpilot must report none of the messages that check can raise."""
     messages = [v["message"] for v in report.get("violations", [])]
+    if error is not None and error.startswith(UNRECOGNIZED) and error not in messages:
+        # argparse names every unknown flag in one message; kvpilot names each in its own.
+        flags = [f"{UNRECOGNIZED}--{part.strip()}" for part in error[len(UNRECOGNIZED):].split("--") if part.strip()]
+        missing = [f for f in flags if f not in messages]
+        return f"SGLang raises {error!r}; kvpilot lacks {missing}: {messages}" if missing else None
     if error is not None:
         return None if error in messages else f"SGLang raises {error!r}; kvpilot: {messages}"
     extra = [m for m in messages if any(m.startswith(p) for p in prefixes)]
