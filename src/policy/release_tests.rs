@@ -349,19 +349,25 @@ fn unified_memory_rules_per_release() {
         s.enable_unified_memory = true;
         s.transfer_backend = TransferBackend::Nixl;
     });
-    let catalogue = "--enable-unified-memory with PD disaggregation requires --disaggregation-transfer-backend mooncake and \
-         --pp-size 1.";
+    // The catalogue's "requires --disaggregation-transfer-backend mooncake and --pp-size 1." is in no
+    // release: 0.5.18–0.5.20 name the backend, and PP is a check of its own from 0.5.18.
+    let until_0_5_20 =
+        "--enable-unified-memory with PD disaggregation supports only the mooncake transfer backend; got 'nixl'.";
     let since_0_5_21 =
         "--enable-unified-memory with PD disaggregation supports only these transfer backends: mooncake; got 'nixl'.";
     assert_eq!(
         messages("U1", &on_nixl, &FleetSpec::default(), &full()),
         concat(&[
             on(17..=17, "--enable-unified-memory is not yet compatible with PD disaggregation."),
-            on(18..=20, catalogue),
+            on(18..=20, until_0_5_20),
             on(21..=23, since_0_5_21)
         ])
     );
     let pp2 = FleetSpec { pipeline_parallel: 2, ..FleetSpec::default() };
+    assert_eq!(
+        at(18, &unified, &pp2, &full()).violations[0].message,
+        at(23, &unified, &pp2, &full()).violations[0].message
+    );
     assert_eq!(
         at(23, &unified, &pp2, &full()).violations[0].message,
         "--enable-unified-memory with PD disaggregation does not support pipeline parallelism (whole-envelope transfer \
@@ -708,4 +714,68 @@ fn decode_host_receive_forces_host_pool_and_no_shipped_backend_can_receive_into_
     assert_eq!(rewritten.settings.decode_host_receive_threshold, None);
     assert_eq!(rewritten.settings.retraction_backup, None);
     assert_eq!(rewritten.rewrites.iter().map(|r| r.rule.as_str()).collect::<Vec<_>>(), ["N7"]);
+}
+
+#[test]
+fn the_unified_memory_pool_hook_refuses_what_its_pool_cannot_translate() {
+    let unified = |edit: fn(&mut DisaggregationSpec)| {
+        with(|s| {
+            s.enable_unified_memory = true;
+            edit(s);
+        })
+    };
+    let dcp = unified(|s| s.decode_context_parallel = 2);
+    let fires = |rule, settings: &DisaggregationSpec, layout: &AttentionLayout| -> Vec<bool> {
+        messages(rule, settings, &FleetSpec::default(), layout).iter().map(Option::is_some).collect()
+    };
+    // DCP: refused outright until 0.5.19; from 0.5.20 for non-MLA or hybrid-SWA models, and under PD always.
+    assert_eq!(fires("U4", &dcp, &full()), [true; 7]);
+    assert_eq!(fires("U4", &dcp, &mla()), [true, true, true, false, false, false, false]);
+    assert_eq!(fires("U4c", &dcp, &mla()), [false, false, false, true, true, true, true]);
+    let ngram = unified(|s| s.speculative_algorithm = Some("NGRAM".into()));
+    let messages_u8 = messages("U8", &ngram, &FleetSpec::default(), &full());
+    assert_eq!(
+        messages_u8[0].as_deref(),
+        Some("--enable-unified-memory is not yet compatible with speculative decoding.")
+    );
+    assert!(
+        messages_u8[1]
+            .as_deref()
+            .unwrap()
+            .contains("virtual/dense loc translation. Got --speculative-algorithm='NGRAM'.")
+    );
+    assert!(messages_u8[6].as_deref().unwrap().starts_with(
+        "--enable-unified-memory only supports --speculative-algorithm DSPARK, DFLASH, EAGLE and EAGLE3;"
+    ));
+    let eagle = unified(|s| s.speculative_algorithm = Some("EAGLE".into()));
+    assert_eq!(fires("U8", &eagle, &full()), [true, true, true, true, true, false, false]);
+    assert_eq!(fires("U13", &eagle, &full()), [false, false, false, false, false, true, true]);
+    assert_eq!(fires("U13", &eagle, &hybrid_swa()), [false; 7], "a hybrid-SWA target carries the fused draft");
+    let eagle_hicache = unified(|s| {
+        s.speculative_algorithm = Some("EAGLE".into());
+        s.hierarchical_cache = true;
+    });
+    assert_eq!(fires("U15", &eagle_hicache, &hybrid_swa()), [false, false, false, false, false, true, true]);
+    // HiCache stops conflicting with unified memory in 0.5.21; LMCache does not.
+    assert_eq!(
+        fires("U10", &unified(|s| s.hierarchical_cache = true), &full()),
+        [true, true, true, true, false, false, false]
+    );
+    assert_eq!(fires("U10", &unified(|s| s.lmcache = true), &full()), [true; 7]);
+    assert_eq!(
+        fires("U11", &unified(|s| s.unified_cache_external_linker = true), &full()),
+        [false, false, false, false, false, true, true]
+    );
+    assert_eq!(fires("U9", &unified(|s| s.hisparse = true), &full()), [false, true, true, true, true, true, true]);
+    let offload = unified(|s| {
+        s.decode_offload_kv_cache = true;
+        s.hicache_storage_backend = Some("dynamic".into());
+    });
+    assert_eq!(
+        messages("U12", &offload, &FleetSpec::default(), &full()),
+        on(
+            21..=23,
+            "--enable-unified-memory with decode KV offload currently supports --hicache-storage-backend=file only."
+        )
+    );
 }

@@ -6,11 +6,14 @@ use super::{Phase, PolicyInput, Verdict, Violation, evaluate, rules};
 use crate::api::{OnInvalid, RetractionBackup, TransferBackend};
 
 /// Rules of [`rules::RULES`] that SGLang applies on every PD server, prefill included
-/// (R20, M1, U1–U3, L7), or on any server (M3, S8, HiCache × DCP, and the LMCache and linker
-/// rules that do not depend on the decode side's radix cache).
-const ON_EVERY_PD_SERVER: &[&str] = &["R20", "M1", "U1", "U2", "U3", "L7"];
-const ON_EVERY_SERVER: &[&str] =
-    &["M3", "S8", "F3", "L1", "L2", "L4", "L5", "L6", "X2", "X3", "D1", "D2", "D3", "D4", "D5"];
+/// (R20, M1, the unified-memory rules about PD, L7), or on any server (M3, S8, HiCache × DCP,
+/// the unified-memory pool's other exclusions, and the LMCache and linker rules that do not
+/// depend on the decode side's radix cache).
+const ON_EVERY_PD_SERVER: &[&str] = &["R20", "M1", "U1", "U2", "U3", "U4c", "U9", "L7"];
+const ON_EVERY_SERVER: &[&str] = &[
+    "M3", "S8", "F3", "L1", "L2", "L4", "L5", "L6", "X2", "X3", "D1", "D2", "D3", "D4", "D5", "U4", "U8", "U10", "U11",
+    "U13", "U15",
+];
 
 /// Checks a prefill server (`prefill`) or a server without disaggregation. Nothing is
 /// rewritten: each finding here asks for a flag to be dropped or changed by hand.

@@ -156,6 +156,8 @@ const HOST_RECEIVE: &str = "spec.disaggregation.decodeHostReceiveThreshold";
 const HOST_RECEIVE_HINT: &str = "leave decodeHostReceiveThreshold unset: no transfer backend SGLang ships (mooncake, \
                                  nixl, mori, fake) can receive KV into decode host memory yet";
 const LINKER: &str = "spec.disaggregation.unifiedCacheExternalLinker";
+const UNIFIED_DCP_HINT: &str = "turn enableUnifiedMemory off, or set decodeContextParallel to 1";
+const UNIFIED_EAGLE_HINT: &str = "turn enableUnifiedMemory off, or use another speculativeAlgorithm";
 const HICACHE_DCP_HINT: &str = "turn hierarchicalCache off, or set decodeContextParallel to 1";
 const LMCACHE_HINT: &str = "turn lmcache off: SGLang 0.5.21 and later run LMCache only on servers without PD \
                             disaggregation (spec.cache is kvpilot's KV store for PD servers)";
@@ -221,6 +223,12 @@ fn speculative(c: &Context<'_>) -> bool {
 
 fn unified_memory(c: &Context<'_>) -> bool {
     c.settings.enable_unified_memory
+}
+
+/// Unified memory with EAGLE or EAGLE3, as the unified-memory hook names them (before the
+/// speculative hook resolves aliases).
+fn unified_eagle(c: &Context<'_>) -> bool {
+    unified_memory(c) && matches!(c.settings.speculative_algorithm.as_deref(), Some("EAGLE" | "EAGLE3"))
 }
 
 fn unified_offload(c: &Context<'_>) -> bool {
@@ -1429,8 +1437,8 @@ pub(crate) const RULES: &[Rule] = &[
             text("--enable-unified-memory is not yet compatible with PD disaggregation."),
             text_from(
                 18,
-                "--enable-unified-memory with PD disaggregation requires --disaggregation-transfer-backend mooncake \
-                 and --pp-size 1.",
+                "--enable-unified-memory with PD disaggregation supports only the mooncake transfer backend; got \
+                 '{backend}'.",
             ),
             text_from(
                 21,
@@ -1440,16 +1448,11 @@ pub(crate) const RULES: &[Rule] = &[
         ],
         changes: &[
             text_from(17, "any unified memory under PD"),
-            text_from(18, "off mooncake or with PP > 1"),
-            text_from(21, "off mooncake (PP and speculative decoding are rules of their own)"),
+            text_from(18, "off mooncake (PP is a rule of its own, and from 0.5.21 speculative decoding)"),
         ],
         check: |c| {
             let backend = c.settings.transfer_backend;
-            let refused = match c.release {
-                r if r < v0_5(18) => true,
-                r if r < v0_5(21) => backend != TransferBackend::Mooncake || c.decode.pipeline_parallel > 1,
-                _ => backend != TransferBackend::Mooncake,
-            };
+            let refused = c.release < v0_5(18) || backend != TransferBackend::Mooncake;
             when_with(unified_memory(c) && refused, vec![("backend", backend.as_str().into())])
         },
         fix: Fix::Rewrite { apply: unified_memory_off, hint: "turn enableUnifiedMemory off" },
@@ -1458,7 +1461,7 @@ pub(crate) const RULES: &[Rule] = &[
         id: "U1",
         about: "unified memory under PD × PP",
         field: UNIFIED_MEMORY,
-        span: Span::since(v0_5(21)),
+        span: Span::since(v0_5(18)),
         backends: &[],
         phase: Phase::Args,
         messages: &[text(
@@ -1489,6 +1492,254 @@ pub(crate) const RULES: &[Rule] = &[
             apply: unified_memory_off,
             hint: "turn enableUnifiedMemory off, or drop speculativeAlgorithm",
         },
+    },
+    Rule {
+        id: "U4",
+        about: "unified memory × DCP",
+        field: UNIFIED_MEMORY,
+        span: Span::between(v0_5(17), v0_5(19)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-unified-memory is not yet compatible with decode context parallelism (--dcp-size > 1): the pool \
+             has no DCP-aware masked write path (UnifiedMHATokenToKVPool.set_kv_buffer asserts dcp_kv_mask is None), \
+             so a DCP run would boot and then fail on the first KV write.",
+        )],
+        changes: &[],
+        check: |c| when(unified_memory(c) && dcp(c)),
+        fix: Fix::Rewrite { apply: unified_memory_off, hint: UNIFIED_DCP_HINT },
+    },
+    Rule {
+        id: "U4",
+        about: "unified memory × DCP needs an MLA model",
+        field: UNIFIED_MEMORY,
+        span: Span::since(v0_5(20)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-unified-memory with decode context parallelism (--dcp-size > 1) supports MLA models only (e.g. \
+             kimi-linear): the MHA unified pool has no DCP-aware masked write path \
+             (UnifiedMHATokenToKVPool.set_kv_buffer asserts dcp_kv_mask is None).",
+        )],
+        changes: &[],
+        check: |c| when(unified_memory(c) && dcp(c) && c.layout.attention != AttentionKind::Mla),
+        fix: Fix::Rewrite { apply: unified_memory_off, hint: UNIFIED_DCP_HINT },
+    },
+    Rule {
+        id: "U4",
+        about: "unified memory × DCP × hybrid SWA",
+        field: UNIFIED_MEMORY,
+        span: Span::since(v0_5(20)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-unified-memory with decode context parallelism (--dcp-size > 1) does not support hybrid \
+             sliding-window models: UnifiedSWATokenToKVPoolAllocator does not widen its virtual id space, and the \
+             full->swa mapping is not DCP-sharded.",
+        )],
+        changes: &[],
+        check: |c| when(unified_memory(c) && dcp(c) && c.layout.is_hybrid_swa()),
+        fix: Fix::Rewrite { apply: unified_memory_off, hint: UNIFIED_DCP_HINT },
+    },
+    Rule {
+        id: "U4c",
+        about: "unified memory × DCP under PD",
+        field: UNIFIED_MEMORY,
+        span: Span::since(v0_5(20)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-unified-memory with decode context parallelism (--dcp-size > 1) does not support PD \
+             disaggregation: the transfer ships whole page envelopes, which under DCP hold only this rank's shard of \
+             each widened page. Rejected here rather than at the first KV transfer, where \
+             translate_kv_indices_for_transfer would abort a server that had already booted.",
+        )],
+        changes: &[],
+        check: |c| when(unified_memory(c) && dcp(c)),
+        fix: Fix::Rewrite { apply: unified_memory_off, hint: UNIFIED_DCP_HINT },
+    },
+    Rule {
+        id: "U8",
+        about: "unified memory × speculative algorithm",
+        field: UNIFIED_MEMORY,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text("--enable-unified-memory is not yet compatible with speculative decoding."),
+            text_from(
+                18,
+                "--enable-unified-memory only supports --speculative-algorithm DSPARK (chain draft); other speculative \
+                 algorithms are not yet audited for the unified pool's virtual/dense loc translation. Got \
+                 --speculative-algorithm='{algorithm}'.",
+            ),
+            text_from(
+                19,
+                "--enable-unified-memory only supports --speculative-algorithm DSPARK (chain draft); other speculative \
+                 algorithms are not yet audited for the unified pool's virtual/kernel-facing loc translation. Got \
+                 --speculative-algorithm='{algorithm}'.",
+            ),
+            text_from(
+                22,
+                "--enable-unified-memory only supports --speculative-algorithm DSPARK, DFLASH, EAGLE and EAGLE3; other \
+                 speculative algorithms are not yet audited for the unified pool's virtual-to-physical loc \
+                 translation. Got --speculative-algorithm='{algorithm}'.",
+            ),
+        ],
+        changes: &[
+            text_from(17, "any algorithm"),
+            text_from(18, "DSPARK allowed"),
+            text_from(22, "DSPARK, DFLASH, EAGLE and EAGLE3 allowed"),
+        ],
+        check: |c| {
+            let algorithm = c.settings.speculative_algorithm.as_deref().filter(|_| unified_memory(c))?;
+            let allowed: &[&str] = match c.release {
+                r if r < v0_5(18) => &[],
+                r if r < v0_5(22) => &["DSPARK"],
+                _ => &["DSPARK", "DFLASH", "EAGLE", "EAGLE3"],
+            };
+            when_with(!allowed.contains(&algorithm), vec![("algorithm", algorithm.into())])
+        },
+        fix: Fix::Rewrite {
+            apply: unified_memory_off,
+            hint: "turn enableUnifiedMemory off, or change speculativeAlgorithm",
+        },
+    },
+    Rule {
+        id: "U9",
+        about: "unified memory under PD × HiSparse",
+        field: UNIFIED_MEMORY,
+        span: Span::since(v0_5(18)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-unified-memory with PD disaggregation is not compatible with --enable-hisparse: the decode-side \
+             HiSparse prealloc path ships host/C4 rows straight from the allocator, bypassing the virtual->physical \
+             translation the unified pool needs.",
+        )],
+        changes: &[],
+        check: |c| when(unified_memory(c) && c.settings.hisparse),
+        fix: Fix::Rewrite { apply: unified_memory_off, hint: "turn enableUnifiedMemory off, or turn hisparse off" },
+    },
+    Rule {
+        id: "U10",
+        about: "unified memory × host-tiered KV cache",
+        field: UNIFIED_MEMORY,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text(
+                "--enable-unified-memory is not yet compatible with hierarchical / host-tiered KV cache \
+                 (--enable-hierarchical-cache / --enable-lmcache): the unified-memory-pool init wires up no host pools, \
+                 and its device mamba / full-attention slots are VIRTUAL — the host-offload path does not translate \
+                 them to physical.",
+            ),
+            text_from(
+                21,
+                "--enable-unified-memory is not yet compatible with --enable-lmcache: the LMCache offload path indexes \
+                 the device buffers with the ids it is handed, and under the unified pool those are VIRTUAL.",
+            ),
+        ],
+        changes: &[text_from(17, "HiCache or LMCache"), text_from(21, "LMCache only")],
+        check: |c| {
+            let hicache = c.settings.hierarchical_cache && c.release < v0_5(21);
+            when(unified_memory(c) && (c.settings.lmcache || hicache))
+        },
+        fix: Fix::Rewrite {
+            apply: unified_memory_off,
+            hint: "turn enableUnifiedMemory off, or turn lmcache (before SGLang 0.5.21 also hierarchicalCache) off",
+        },
+    },
+    Rule {
+        id: "U11",
+        about: "unified memory × external cache linker",
+        field: UNIFIED_MEMORY,
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-unified-memory does not support --enable-unified-cache-external-linker: direct L3 transfers do \
+             not preserve unified page-envelope indices and compaction lifetimes. Use --enable-hierarchical-cache for \
+             supported L2/L3 transfers.",
+        )],
+        changes: &[],
+        check: |c| when(unified_memory(c) && c.settings.unified_cache_external_linker),
+        fix: Fix::Rewrite {
+            apply: unified_memory_off,
+            hint: "turn enableUnifiedMemory off, or turn unifiedCacheExternalLinker off",
+        },
+    },
+    Rule {
+        id: "U12",
+        about: "unified memory decode offload needs file storage",
+        field: UNIFIED_MEMORY,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-unified-memory with decode KV offload currently supports --hicache-storage-backend=file only.",
+        )],
+        changes: &[],
+        check: |c| when(unified_offload(c) && c.settings.hicache_storage_backend.as_deref() != Some("file")),
+        fix: Fix::Rewrite {
+            apply: unified_memory_off,
+            hint: "turn enableUnifiedMemory off, or use hicacheStorageBackend file (spec.cache sets dynamic)",
+        },
+    },
+    Rule {
+        id: "U13",
+        about: "unified memory EAGLE needs a unified target",
+        field: UNIFIED_MEMORY,
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text(
+                "--enable-unified-memory + EAGLE/EAGLE3 requires a unified target (hybrid-SWA or a mamba hybrid): the \
+                 draft's KV lives fused inside the full-attention page envelope.",
+            ),
+            text_from(
+                23,
+                "--enable-unified-memory + EAGLE/EAGLE3 requires a unified target (hybrid-SWA or a mamba hybrid): the \
+                 draft's KV lives fused inside the target's sub-pool entries.",
+            ),
+        ],
+        changes: &[],
+        check: |c| when(unified_eagle(c) && !c.layout.is_hybrid_swa() && !c.layout.uses_ssm_state()),
+        fix: Fix::Rewrite { apply: unified_memory_off, hint: UNIFIED_EAGLE_HINT },
+    },
+    Rule {
+        id: "U14",
+        about: "unified memory EAGLE × host_pool",
+        field: UNIFIED_MEMORY,
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-unified-memory + EAGLE/EAGLE3 does not support --disaggregation-decode-retraction-backup=host_pool: \
+             the backup builds the draft's host pool off the draft's own device pool, which a fused EAGLE draft does \
+             not have.",
+        )],
+        changes: &[],
+        check: |c| when(unified_eagle(c) && host_pool(c)),
+        fix: Fix::Rewrite { apply: unified_memory_off, hint: UNIFIED_EAGLE_HINT },
+    },
+    Rule {
+        id: "U15",
+        about: "unified memory EAGLE × HiCache",
+        field: UNIFIED_MEMORY,
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-unified-memory + EAGLE/EAGLE3 does not support --enable-hierarchical-cache: HiCache keeps the \
+             draft on a private pool, and would pack an MTP head's KV into the target's page-envelope host pool, which \
+             refuses per-layer draft loads.",
+        )],
+        changes: &[],
+        check: |c| when(unified_eagle(c) && c.settings.hierarchical_cache),
+        fix: Fix::Rewrite { apply: unified_memory_off, hint: UNIFIED_EAGLE_HINT },
     },
     Rule {
         id: "U2",

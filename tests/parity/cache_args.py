@@ -53,37 +53,34 @@ def field_fallbacks(srt):
     return fallbacks
 
 
-def _cache_check(srt):
-    """(function object, its syntax node) of the release's cache compatibility check."""
+def _kv_cache_hook_function(srt, name):
+    """(function, node) of a function of arg_groups/kv_cache_hook.py (0.5.19 on), or of the
+    ServerArgs method `_name` (0.5.17-0.5.18), compiled alone with `self` as the args object."""
     hook_path = os.path.join(srt, CACHE_HOOK)
     if os.path.exists(hook_path):
         with open(hook_path, encoding="utf-8") as f:
             tree = ast.parse(f.read())
-        node = next((n for n in tree.body if isinstance(n, ast.FunctionDef)
-                     and n.name == "handle_cache_compatibility"), None)
+        node = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
         if node is not None:
             module = sglang_env.exec_subset(hook_path, "sglang.srt.arg_groups.kv_cache_hook")
-            return module["handle_cache_compatibility"], node
-    # 0.5.17-0.5.18: a ServerArgs method; compiled alone, `self` is the args object.
-    path = os.path.join(srt, "server_args.py")
-    with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read())
-    server_args = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs")
-    node = next(n for n in server_args.body if isinstance(n, ast.FunctionDef)
-                and n.name == "_handle_cache_compatibility")
-    scope = {}
-    exec(compile(ast.Module(body=[node], type_ignores=[]), path, "exec"), scope)
-    return scope["_handle_cache_compatibility"], node
+            return module[name], node
+    return _server_args_method(srt, "_" + name)
+
+
+_SERVER_ARGS_MODULES = {}
 
 
 def _server_args_method(srt, name):
-    """(function, node) of a ServerArgs method compiled alone (`self` is the args object)."""
+    """(function, node) of a ServerArgs method compiled alone (`self` is the args object), with
+    the module-level names of server_args.py (`envs`, `logger`, ...) as its globals."""
     path = os.path.join(srt, "server_args.py")
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read())
     server_args = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs")
     node = next(n for n in server_args.body if isinstance(n, ast.FunctionDef) and n.name == name)
-    scope = {}
+    if srt not in _SERVER_ARGS_MODULES:
+        _SERVER_ARGS_MODULES[srt] = sglang_env.exec_subset(path, "sglang.srt.server_args")
+    scope = dict(_SERVER_ARGS_MODULES[srt])
     exec(compile(ast.Module(body=[node], type_ignores=[]), path, "exec"), scope)
     return scope[name], node
 
@@ -109,6 +106,19 @@ def _hicache_hook(srt):
                 and not method.decorator_list:
             helpers[method.name] = _server_args_method(srt, method.name)[0]
     return function, node, helpers
+
+
+# What the unified-memory hook asks of the model, for the MHA Llama fixture run.py names.
+LLAMA = types.SimpleNamespace(is_hybrid_swa=False, is_hybrid_swa_compress=False)
+
+
+def _pd_backends_method(srt):
+    """ServerArgs._unified_memory_pd_transfer_backends (0.5.21 on); earlier releases have none
+    and their hook does not call it."""
+    try:
+        return _server_args_method(srt, "_unified_memory_pd_transfer_backends")[0]
+    except StopIteration:
+        return lambda _self: set()
 
 
 # How each pipeline calls a step: `run_hook(handle_x, server_args)`, `handle_x(server_args)` or
@@ -141,9 +151,11 @@ def main(argv):
     pd_path = os.path.join(srt, "arg_groups", "pd_disaggregation_hook.py")
     pd_handle = sglang_env.exec_subset(pd_path, "sglang.srt.arg_groups.pd_disaggregation_hook")[
         "handle_pd_disaggregation"]
-    cache_handle, cache_node = _cache_check(srt)
+    cache_handle, cache_node = _kv_cache_hook_function(srt, "handle_cache_compatibility")
+    unified_handle, unified_node = _kv_cache_hook_function(srt, "handle_unified_memory_pool")
     hicache_handle, hicache_node, hicache_helpers = _hicache_hook(srt)
-    prefixes = raised_prefixes(cache_node) + raised_prefixes(hicache_node)
+    prefixes = (raised_prefixes(cache_node) + raised_prefixes(unified_node)
+                + raised_prefixes(hicache_node))
     defaults = field_defaults(srt)
     fallbacks = field_fallbacks(srt)
 
@@ -163,14 +175,17 @@ def main(argv):
         return types.FunctionType(function.__code__, scope, function.__name__,
                                   function.__defaults__, function.__closure__)
 
+    # The hook modules' own helpers (`resolve_*`, `_validate_unified_memory_dcp`) read the same
+    # views, and the Llama fixture's model facts.
+    for module in (hicache_handle.__globals__, unified_handle.__globals__):
+        module.update(resolving_view=lambda args: args, resolved_view=lambda args: args,
+                      declare_resolution=declare_resolution, resolution_result=resolution_result,
+                      use_mla_backend=lambda _args: False, model_config_of=lambda _args: LLAMA,
+                      mambaish_config=lambda _config: None)
     bound = {"handle_pd_disaggregation": bind(pd_handle), "handle_cache_compatibility": bind(cache_handle),
-             "handle_hicache": bind(hicache_handle)}
-    # The hook module's own helpers (`resolve_*`) read the same views.
-    hicache_handle.__globals__.update(resolving_view=lambda args: args, resolved_view=lambda args: args,
-                                      declare_resolution=declare_resolution,
-                                      resolution_result=resolution_result,
-                                      use_mla_backend=lambda _args: False)
+             "handle_unified_memory_pool": bind(unified_handle), "handle_hicache": bind(hicache_handle)}
     steps = [bound[name] for name in pipeline_order(srt, list(bound))]
+    pd_backends = _pd_backends_method(srt)
     results = []
     for scenario in scenarios:
         unknown = sorted(name for name in scenario["args"] if name not in defaults)
@@ -182,6 +197,7 @@ def main(argv):
         # their `_resolve_*` helpers on self.
         args._resolved = lambda args=args: args
         args.use_mla_backend = lambda: False
+        args._unified_memory_pd_transfer_backends = types.MethodType(pd_backends, args)
         for name, helper in hicache_helpers.items():
             setattr(args, name, types.MethodType(helper, args))
         try:

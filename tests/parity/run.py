@@ -257,7 +257,7 @@ def cache_args_scenarios():
     storage backend (S6), host_pool (S4), DCP (R19 in the PD hook, which runs first), the SWA
     full-tokens ratio (S8); then LMCache (L1-L7), the external cache linker (X1-X3, F3), HiSparse
     (R18a) and speculative decoding against HiCache with DCP (D1-D5); then decode host receive
-    (N1-N4, F4)."""
+    (N1-N4, F4); then unified memory against what its pool hook refuses."""
     scenarios = []
     for hierarchical, radix, offload, backend, host_pool, dcp in itertools.product(
             (False, True), (False, True), (False, True), (None, "file"), (False, True), (1, 2)):
@@ -305,6 +305,22 @@ def cache_args_scenarios():
         if backup is not None:
             args["disaggregation_decode_retraction_backup"] = backup
         scenarios.append({"id": f"c{len(scenarios)}", "args": args})
+    # Unified memory (U1, U6, U7 and the pool hook's other exclusions) with what it refuses.
+    for transfer, speculative, hisparse, (offload, backend), backup, lmcache, linker, dcp in itertools.product(
+            ("mooncake", "nixl"), (None, "EAGLE", "NGRAM"), (False, True),
+            ((False, None), (True, "file"), (True, "mooncake")), (None, "host_pool"), (False, True),
+            (False, True), (1, 2)):
+        args = {"disaggregation_mode": "decode", "disaggregation_transfer_backend": transfer,
+                "enable_unified_memory": True, "enable_hierarchical_cache": False,
+                "disaggregation_decode_enable_radix_cache": False,
+                "disaggregation_decode_enable_offload_kvcache": offload,
+                "hicache_storage_backend": backend, "dcp_size": dcp, "enable_hisparse": hisparse,
+                "speculative_algorithm": speculative, "enable_lmcache": lmcache}
+        if backup is not None:
+            args["disaggregation_decode_retraction_backup"] = backup
+        if linker:
+            args["enable_unified_cache_external_linker"] = True
+        scenarios.append({"id": f"c{len(scenarios)}", "args": args})
     return scenarios
 
 
@@ -329,6 +345,8 @@ def cache_args_manifest(scenario):
     disaggregation["lmcache"] = args.get("enable_lmcache", False)
     disaggregation["unifiedCacheExternalLinker"] = args.get("enable_unified_cache_external_linker", False)
     disaggregation["hisparse"] = args.get("enable_hisparse", False)
+    disaggregation["enableUnifiedMemory"] = args.get("enable_unified_memory", False)
+    disaggregation["transferBackend"] = args["disaggregation_transfer_backend"]
     if "disaggregation_decode_host_receive_threshold" in args:
         disaggregation["decodeHostReceiveThreshold"] = args["disaggregation_decode_host_receive_threshold"]
     return document
