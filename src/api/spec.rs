@@ -624,6 +624,10 @@ pub struct PrefillSpec {
     /// Whether prefill uses DP attention (attention TP = TP / DP).
     #[serde(default)]
     pub enable_dp_attention: bool,
+    /// Prefill pipeline-parallel size (SWA head slicing refuses more than 1, T1pp).
+    #[serde(default = "one")]
+    #[x_kube(validation = Rule::new("self >= 1").message("spec.disaggregation.prefill.pipelineParallel must be at least 1"))]
+    pub pipeline_parallel: i32,
     /// Prefill tokens per KV page (`--page-size`); must equal spec.decode.pageSize. Unset: not
     /// checked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -638,7 +642,14 @@ pub struct PrefillSpec {
 
 impl Default for PrefillSpec {
     fn default() -> Self {
-        Self { tensor_parallel: 1, data_parallel: 1, enable_dp_attention: false, page_size: None, kv_cache_dtype: None }
+        Self {
+            tensor_parallel: 1,
+            data_parallel: 1,
+            enable_dp_attention: false,
+            pipeline_parallel: 1,
+            page_size: None,
+            kv_cache_dtype: None,
+        }
     }
 }
 

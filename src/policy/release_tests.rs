@@ -779,3 +779,17 @@ fn the_unified_memory_pool_hook_refuses_what_its_pool_cannot_translate() {
         )
     );
 }
+
+#[test]
+fn t1pp_swa_head_slicing_refuses_a_pipelined_prefill_from_0_5_22() {
+    let prefill = |pipeline_parallel| {
+        with(|s| s.prefill = Some(PrefillSpec { tensor_parallel: 2, pipeline_parallel, ..PrefillSpec::default() }))
+    };
+    let decode = FleetSpec { tensor_parallel: 4, ..FleetSpec::default() };
+    let message = "PD Disaggregation does NOT support PD different TP sizes for non-MLA SWA hybrid models with pipeline parallelism yet.";
+    assert_eq!(messages("T1pp", &prefill(2), &decode, &hybrid_swa()), on(22..=23, message));
+    assert_eq!(messages("T1pp", &prefill(1), &decode, &hybrid_swa()), vec![None; 7], "head slicing works without PP");
+    assert_eq!(messages("T1pp", &prefill(2), &decode, &full()), vec![None; 7], "no SWA state");
+    let mori = DisaggregationSpec { transfer_backend: TransferBackend::Mori, ..prefill(2) };
+    assert_eq!(messages("T1pp", &mori, &decode, &hybrid_swa()), vec![None; 7], "mori keeps its own T1");
+}

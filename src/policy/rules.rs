@@ -1356,6 +1356,28 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Manual { hint: TP_HINT },
     },
     Rule {
+        id: "T1pp",
+        about: "SWA head slicing × prefill PP (mooncake, nixl)",
+        field: DECODE_TP,
+        span: Span::since(v0_5(22)),
+        backends: MOONCAKE_NIXL,
+        phase: Phase::Transfer,
+        messages: &[text(
+            "PD Disaggregation does NOT support PD different TP sizes for non-MLA SWA hybrid models with pipeline \
+             parallelism yet.",
+        )],
+        changes: &[],
+        // From 0.5.22 SWA state moves by head slicing when attention TP differs; the sender (the
+        // prefill server) cannot pair its per-stage SWA entries with decode's layers under PP.
+        check: |c| {
+            let prefill_pp = c.settings.prefill.as_ref().map_or(1, |p| p.pipeline_parallel);
+            tp_mismatch(c, swa_state(c) && prefill_pp > 1)
+        },
+        fix: Fix::Manual {
+            hint: "set the prefill pipelineParallel to 1, or make prefill and decode attention TP equal",
+        },
+    },
+    Rule {
         id: "T1",
         about: "MXFP8 block scales × TP mismatch (mooncake, nixl)",
         field: DECODE_TP,

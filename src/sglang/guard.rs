@@ -191,6 +191,7 @@ pub fn pair_with_prefill(servers: &mut [&mut Server]) -> Result<(), String> {
                 tensor_parallel: decode.tensor_parallel,
                 data_parallel: decode.data_parallel,
                 enable_dp_attention: decode.enable_dp_attention,
+                pipeline_parallel: decode.pipeline_parallel,
                 page_size: Some(decode.page_size),
                 kv_cache_dtype: decode.kv_cache_dtype.clone(),
             }

@@ -142,6 +142,7 @@ pub fn effective_spec(spec: &InferenceDeploymentSpec) -> std::borrow::Cow<'_, In
             tensor_parallel: prefill.tensor_parallel,
             data_parallel: prefill.data_parallel,
             enable_dp_attention: prefill.enable_dp_attention,
+            pipeline_parallel: prefill.pipeline_parallel,
             page_size: Some(prefill.page_size),
             kv_cache_dtype: prefill.kv_cache_dtype.clone(),
         });
@@ -655,6 +656,7 @@ mod tests {
                 tensor_parallel: 4,
                 data_parallel: 2,
                 enable_dp_attention: true,
+                pipeline_parallel: 1,
                 page_size: Some(16),
                 kv_cache_dtype: Some("fp8_e4m3".into())
             }
