@@ -10,6 +10,8 @@
 //! - [`args`]: the flags for an InferenceDeployment's effective settings (`sglangArgs`);
 //! - [`cmdline`]: shell-word splitting and finding `python -m sglang.launch_server` / `sglang serve`;
 //! - [`flags`]: the flag ↔ setting table;
+//! - [`server_cli`]: every option of each release's server parser (`server_cli.tsv`), and an argv
+//!   read as that release's argparse reads it, with its refusals in argparse's words;
 //! - [`workload`]: where containers sit in each workload kind (patches merged), with JSON paths;
 //! - [`guard`]: object → servers → verdicts → JSON patch, pure; the CLI and the webhook drive it;
 //! - [`server`]: the decode server's own flags (port, ranks, …), what `extraArgs` may not set, and
@@ -20,4 +22,5 @@ pub mod cmdline;
 pub mod flags;
 pub mod guard;
 pub mod server;
+pub mod server_cli;
 pub mod workload;

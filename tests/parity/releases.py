@@ -35,3 +35,14 @@ def _load():
 
 
 RELEASES = _load()
+
+
+def release_python(src, venvs):
+    """The venv holding the transformers version the release in `src` pins."""
+    with open(os.path.join(src, "transformers.pin"), encoding="utf-8") as f:
+        pin = f.read().strip()
+    python = os.path.join(venvs, f"venv-{pin}", "bin", "python")
+    if not os.access(python, os.X_OK):
+        raise RuntimeError(f"{src} pins transformers=={pin}, but there is no {python}; add "
+                           f"tests/parity/requirements-transformers-{pin}.txt")
+    return python

@@ -32,7 +32,7 @@ import sys
 import tempfile
 
 import rule_messages
-from releases import RELEASES, version_key
+from releases import RELEASES, release_python, version_key
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -47,17 +47,6 @@ RETRACTION_CONFIGS = ("llama-3.1-8b-instruct", "gemma-3-1b-it", "gpt-oss-20b", "
 
 def fixture_configs():
     return sorted(p for pattern in FIXTURE_GLOBS for p in glob.glob(os.path.join(ROOT, pattern)))
-
-
-def release_python(src, venvs):
-    """The venv holding the transformers version this release pins."""
-    with open(os.path.join(src, "transformers.pin"), encoding="utf-8") as f:
-        pin = f.read().strip()
-    python = os.path.join(venvs, f"venv-{pin}", "bin", "python")
-    if not os.access(python, os.X_OK):
-        raise RuntimeError(f"{src} pins transformers=={pin}, but there is no {python}; add "
-                           f"tests/parity/requirements-transformers-{pin}.txt")
-    return python
 
 
 def sglang_classification(src, venvs, configs):

@@ -1,0 +1,635 @@
+//! SGLang's whole server command line, per release, read as the release's argparse reads it.
+//!
+//! `server_cli.tsv` lists every option of `ServerArgs.add_cli_args` in each release (generated
+//! from the wheels' own parsers by the parity harness, tests/parity/server_cli.py). [`ServerCli`]
+//! reads an argv with the rules of Python 3.11's `argparse` (the Python the harness runs the
+//! parsers on): exact options, `--name=value`, unique-prefix abbreviations (`allow_abbrev` is on in
+//! every release), `nargs`, store-true switches, values starting with `-`, `--`. What the release
+//! would refuse comes back in argparse's own words, as `sglang serve: error: …` would print it.
+
+use std::sync::LazyLock;
+
+use super::cmdline::Arg;
+use crate::release::{KNOWN, Release};
+
+const TABLE: &str = include_str!("server_cli.tsv");
+
+/// How many values an option takes (argparse's `nargs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nargs {
+    /// `None`: exactly one.
+    One,
+    /// `'?'`: zero or one.
+    Optional,
+    /// `'*'`.
+    ZeroOrMore,
+    /// `'+'`.
+    OneOrMore,
+    /// A number (0 for switches).
+    Exactly(usize),
+}
+
+/// What argparse converts a value with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueType {
+    Int,
+    Float,
+    Str,
+    /// Another callable (named): its values are not judged.
+    NotJudged(&'static str),
+}
+
+/// One allowed value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Choice {
+    Int(i64),
+    Str(String),
+}
+
+/// An option's allowed values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Choices {
+    Any,
+    OneOf(Vec<Choice>),
+    /// Built from modules the harness stubs: not known, never judged.
+    NotKnown,
+}
+
+/// One option (argparse action) as the table records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CliOption {
+    /// Its option strings, as declared (`--tp-size`, `--tensor-parallel-size`).
+    pub strings: Vec<&'static str>,
+    /// argparse's action name (`store`, `store_true`, …) or a custom action's class.
+    pub action: &'static str,
+    pub nargs: Nargs,
+    pub value_type: ValueType,
+    pub choices: Choices,
+    pub required: bool,
+    first: Release,
+    last: Option<Release>,
+}
+
+impl CliOption {
+    /// The name argparse's messages give it: its strings joined by `/`.
+    pub fn display_name(&self) -> String {
+        self.strings.join("/")
+    }
+
+    fn in_release(&self, release: Release) -> bool {
+        self.first <= release && self.last.is_none_or(|last| release <= last)
+    }
+}
+
+fn parse_row(line: &'static str) -> Result<CliOption, String> {
+    let fields: Vec<&'static str> = line.split('\t').collect();
+    let [strings, action, nargs, value_type, choices, required, first, last] = fields[..] else {
+        return Err(format!("expected 8 tab-separated fields, found {}", fields.len()));
+    };
+    let nargs = match nargs {
+        "-" => Nargs::One,
+        "?" => Nargs::Optional,
+        "*" => Nargs::ZeroOrMore,
+        "+" => Nargs::OneOrMore,
+        n => Nargs::Exactly(n.parse().map_err(|_| format!("nargs {n:?} is not -, ?, *, + or a number"))?),
+    };
+    let value_type = match value_type {
+        "int" => ValueType::Int,
+        "float" => ValueType::Float,
+        "str" => ValueType::Str,
+        other => ValueType::NotJudged(
+            other.strip_prefix('~').ok_or_else(|| format!("type {other:?} is not int, float, str or ~name"))?,
+        ),
+    };
+    let choices = match choices {
+        "-" => Choices::Any,
+        "?" => Choices::NotKnown,
+        list => {
+            let values: Vec<serde_json::Value> =
+                serde_json::from_str(list).map_err(|e| format!("choices {list:?} are not a JSON list: {e}"))?;
+            Choices::OneOf(
+                values
+                    .into_iter()
+                    .map(|value| match value {
+                        serde_json::Value::String(s) => Ok(Choice::Str(s)),
+                        serde_json::Value::Number(n) => {
+                            n.as_i64().map(Choice::Int).ok_or_else(|| format!("choice {n} is not an integer"))
+                        }
+                        other => Err(format!("choice {other} is neither a string nor an integer")),
+                    })
+                    .collect::<Result<_, _>>()?,
+            )
+        }
+    };
+    let release = |text: &str| text.parse::<Release>().map_err(|e| format!("release {text:?}: {e}"));
+    Ok(CliOption {
+        strings: strings.split(' ').collect(),
+        action,
+        nargs,
+        value_type,
+        choices,
+        required: required == "required",
+        first: release(first)?,
+        last: if last == "-" { None } else { Some(release(last)?) },
+    })
+}
+
+fn parse_table(text: &'static str) -> Result<Vec<CliOption>, String> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.starts_with('#') && !line.trim().is_empty())
+        .map(|(index, line)| parse_row(line).map_err(|e| format!("line {}: {e}", index + 1)))
+        .collect()
+}
+
+static OPTIONS: LazyLock<Vec<CliOption>> =
+    LazyLock::new(|| parse_table(TABLE).unwrap_or_else(|e| panic!("src/sglang/server_cli.tsv: {e}")));
+
+static PARSERS: LazyLock<Vec<ServerCli>> = LazyLock::new(|| {
+    KNOWN
+        .iter()
+        .map(|&release| {
+            let options: Vec<&'static CliOption> = OPTIONS.iter().filter(|o| o.in_release(release)).collect();
+            let strings =
+                options.iter().enumerate().flat_map(|(i, o)| o.strings.iter().map(move |s| (*s, i))).collect();
+            ServerCli { release, options, strings }
+        })
+        .collect()
+});
+
+/// One release's server parser.
+#[derive(Debug)]
+pub struct ServerCli {
+    pub release: Release,
+    options: Vec<&'static CliOption>,
+    /// Every option string with its option's index, in declaration order (argparse's
+    /// `_option_string_actions`, whose order its ambiguity message follows).
+    strings: Vec<(&'static str, usize)>,
+}
+
+/// The parser of `release` (a known release; any other gets the nearest known one's).
+pub fn for_release(release: Release) -> &'static ServerCli {
+    let nearest = if release < KNOWN[0] { 0 } else { PARSERS.len() - 1 };
+    PARSERS.iter().find(|p| p.release == release).unwrap_or(&PARSERS[nearest])
+}
+
+/// How argparse sees one argument before anything is consumed (`_parse_optional`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Word<'a> {
+    /// A value (argparse's pattern `A`).
+    Value,
+    /// An option of this release; `string` is the option string it stands for, `inline` the
+    /// `=value` part, `abbreviated` whether it was a prefix.
+    Option { option: &'static CliOption, string: &'static str, inline: Option<&'a str>, abbreviated: bool },
+    /// Looks like an option, but none matches: argparse keeps it as an unrecognized argument.
+    Unknown,
+    /// A prefix of several option strings: argparse's message.
+    Ambiguous(String),
+}
+
+impl ServerCli {
+    fn exact(&self, text: &str) -> Option<(&'static CliOption, &'static str)> {
+        self.strings.iter().find(|(s, _)| *s == text).map(|(s, i)| (self.options[*i], *s))
+    }
+
+    /// argparse's `_parse_optional` on one argument.
+    pub fn classify<'a>(&self, text: &'a str) -> Word<'a> {
+        let Some(rest) = text.strip_prefix('-') else { return Word::Value };
+        if let Some((option, string)) = self.exact(text) {
+            return Word::Option { option, string, inline: None, abbreviated: false };
+        }
+        if rest.is_empty() {
+            return Word::Value;
+        }
+        if let Some((name, value)) = text.split_once('=')
+            && let Some((option, string)) = self.exact(name)
+        {
+            return Word::Option { option, string, inline: Some(value), abbreviated: false };
+        }
+        // (option string, its option, the inline value, whether the string was abbreviated)
+        let matches: Vec<(&'static str, usize, Option<&'a str>, bool)> = if rest.starts_with('-') {
+            let (prefix, inline) = match text.split_once('=') {
+                Some((prefix, value)) => (prefix, Some(value)),
+                None => (text, None),
+            };
+            self.strings.iter().filter(|(s, _)| s.starts_with(prefix)).map(|(s, i)| (*s, *i, inline, true)).collect()
+        } else {
+            // A single-dash option: `-x` with its value attached, or a prefix of a longer one.
+            let short_end = text.char_indices().nth(2).map_or(text.len(), |(at, _)| at);
+            let (short, attached) = text.split_at(short_end);
+            self.strings
+                .iter()
+                .filter_map(|(s, i)| {
+                    if *s == short {
+                        Some((*s, *i, Some(attached), false))
+                    } else {
+                        s.starts_with(text).then_some((*s, *i, None, true))
+                    }
+                })
+                .collect()
+        };
+        match matches.as_slice() {
+            [(string, index, inline, abbreviated)] => {
+                Word::Option { option: self.options[*index], string, inline: *inline, abbreviated: *abbreviated }
+            }
+            [] if is_negative_number(text) || text.contains(' ') => Word::Value,
+            [] => Word::Unknown,
+            several => Word::Ambiguous(format!(
+                "ambiguous option: {text} could match {}",
+                several.iter().map(|(s, ..)| *s).collect::<Vec<_>>().join(", ")
+            )),
+        }
+    }
+
+    /// Reads `args` as the release's `parse_args` does.
+    pub fn read(&self, args: &[Arg]) -> Reading {
+        let mut reading = Reading::default();
+        if let Some(config) = args.iter().find(|a| a.text == "--config") {
+            reading.not_judged.push(format!(
+                "{}: SGLang merges more arguments from that file into the command line; the command line is not \
+                 checked against SGLang's parser",
+                config.text
+            ));
+            return reading;
+        }
+        match self.parse(args, &mut reading) {
+            Ok(()) => {}
+            Err(Stop::Refused(message)) => reading.refusal = Some(message),
+            Err(Stop::Unsure) => {}
+        }
+        reading
+    }
+
+    fn parse<'a>(&self, args: &'a [Arg], reading: &mut Reading) -> Result<(), Stop> {
+        // The first pass: what each argument is (argparse raises an ambiguity here, before any
+        // value is read).
+        let mut words: Vec<Word<'a>> = Vec::with_capacity(args.len());
+        let mut after_separator = false;
+        for arg in args {
+            let word = if after_separator {
+                Word::Value
+            } else if arg.text == "--" {
+                after_separator = true;
+                Word::Value
+            } else {
+                match self.classify(&arg.text) {
+                    Word::Ambiguous(_) | Word::Unknown if arg.expands => {
+                        reading.not_judged.push(format!(
+                            "{}: a shell or $(VAR) expansion whose value kvpilot cannot see stands where SGLang \
+                             expects an option; the command line is not checked against SGLang's parser",
+                            arg.text
+                        ));
+                        return Err(Stop::Unsure);
+                    }
+                    Word::Ambiguous(message) => return Err(Stop::Refused(message)),
+                    word => word,
+                }
+            };
+            words.push(word);
+        }
+        let separator = args.iter().position(|a| a.text == "--");
+        // argparse's pattern letter for argument i: an option ('O'), a value ('A') or `--`.
+        let is_value = |i: usize| separator != Some(i) && matches!(words[i], Word::Value);
+        let mut extras: Vec<&Arg> = Vec::new();
+        let mut seen: Vec<*const CliOption> = Vec::new();
+        let mut i = 0;
+        while i < args.len() {
+            let Word::Option { option, string, inline, abbreviated } = words[i] else {
+                // An unknown option, or a value no option took.
+                extras.push(&args[i]);
+                i += 1;
+                continue;
+            };
+            let at = i;
+            i += 1;
+            let argument = |message: String| Stop::Refused(format!("argument {}: {message}", option.display_name()));
+            let mut values: Vec<&Arg> = Vec::new();
+            let mut inline_value: Option<&str> = None;
+            match inline {
+                Some(value) => match option.nargs {
+                    Nargs::Exactly(0) if !string.starts_with("--") => {
+                        return Err(self.attached_switches(option, value));
+                    }
+                    Nargs::Exactly(0) => return Err(argument(format!("ignored explicit argument {}", py_repr(value)))),
+                    Nargs::Exactly(n) if n > 1 => return Err(argument(expected(option.nargs))),
+                    _ => inline_value = Some(value),
+                },
+                None => {
+                    let available = (i..args.len()).take_while(|&j| is_value(j)).count();
+                    let count = match option.nargs {
+                        Nargs::One if available == 0 => return Err(argument(expected(option.nargs))),
+                        Nargs::One => 1,
+                        Nargs::Optional => available.min(1),
+                        Nargs::ZeroOrMore => available,
+                        Nargs::OneOrMore if available == 0 => return Err(argument(expected(option.nargs))),
+                        Nargs::OneOrMore => available,
+                        Nargs::Exactly(n) if available < n => return Err(argument(expected(option.nargs))),
+                        Nargs::Exactly(n) => n,
+                    };
+                    values.extend(&args[i..i + count]);
+                    i += count;
+                }
+            }
+            if abbreviated {
+                let written = inline.map_or(args[at].text.as_str(), |_| args[at].text.split('=').next().unwrap_or(""));
+                reading.abbreviations.push(Abbreviation { written: written.to_string(), full: string });
+            }
+            if option.action == "help" {
+                return Err(Stop::Refused(HELP_EXIT.to_string()));
+            }
+            seen.push(std::ptr::from_ref(option));
+            // `_get_values`: the first `--` among the values is dropped.
+            let mut texts: Vec<(&str, bool)> = match inline_value {
+                Some(value) => vec![(value, args[at].expands)],
+                None => values.iter().map(|a| (a.text.as_str(), a.expands)).collect(),
+            };
+            if let Some(dash) = texts.iter().position(|(t, _)| *t == "--") {
+                texts.remove(dash);
+            }
+            // A `--name=--` or a lone `--` leaves an empty list, which argparse stores unchecked.
+            let single = matches!(option.nargs, Nargs::One | Nargs::Optional);
+            if texts.is_empty() || (single && texts.len() > 1) {
+                continue;
+            }
+            if !BUILTIN_ACTIONS.contains(&option.action) && !option.action.starts_with("Deprecated") {
+                // argparse converts and checks the values, then the action's own code runs.
+                reading.not_judged.push(format!(
+                    "{}: SGLang's {} reads its values further; only argparse's checks are applied",
+                    option.display_name(),
+                    option.action
+                ));
+            }
+            for (text, expands) in texts {
+                if expands {
+                    reading.not_judged.push(format!(
+                        "{} {text}: the value is a shell or $(VAR) expansion kvpilot cannot see; not checked against \
+                         SGLang's parser",
+                        option.display_name()
+                    ));
+                    continue;
+                }
+                if let Some(problem) = self.judge(option, text, reading) {
+                    return Err(argument(problem));
+                }
+            }
+        }
+        if let Some(unseen) = extras.iter().find(|a| a.expands) {
+            reading.not_judged.push(format!(
+                "{}: a shell or $(VAR) expansion kvpilot cannot see is left over after the options; whether SGLang \
+                 accepts it is not checked",
+                unseen.text
+            ));
+            return Err(Stop::Unsure);
+        }
+        let missing: Vec<String> = self
+            .options
+            .iter()
+            .filter(|o| o.required && !seen.contains(&std::ptr::from_ref(**o)))
+            .map(|o| o.display_name())
+            .collect();
+        if !missing.is_empty() {
+            return Err(Stop::Refused(format!("the following arguments are required: {}", missing.join(", "))));
+        }
+        if !extras.is_empty() {
+            let texts: Vec<&str> = extras.iter().map(|a| a.text.as_str()).collect();
+            return Err(Stop::Refused(format!("unrecognized arguments: {}", texts.join(" "))));
+        }
+        Ok(())
+    }
+
+    /// `-h` with characters attached (`-hx`): argparse reads them as more single-dash
+    /// switches, and only `-h` is one.
+    fn attached_switches(&self, option: &CliOption, attached: &str) -> Stop {
+        let ignored = |rest: &str| {
+            Stop::Refused(format!("argument {}: ignored explicit argument {}", option.display_name(), py_repr(rest)))
+        };
+        if attached.is_empty() {
+            return ignored(attached);
+        }
+        let mut rest = attached;
+        while let Some(first) = rest.chars().next() {
+            if self.exact(&format!("-{first}")).is_none_or(|(o, _)| o.action != "help") {
+                return ignored(rest);
+            }
+            rest = &rest[first.len_utf8()..];
+        }
+        Stop::Refused(HELP_EXIT.to_string())
+    }
+
+    /// argparse's `_get_value` and `_check_value` on one value: the problem, in its words.
+    fn judge(&self, option: &CliOption, text: &str, reading: &mut Reading) -> Option<String> {
+        let value = match option.value_type {
+            ValueType::Str => Choice::Str(text.to_string()),
+            ValueType::Int => match py_int(text) {
+                Some(n) => match i64::try_from(n) {
+                    Ok(n) => Choice::Int(n),
+                    // Larger than any choice: valid where there are none.
+                    Err(_) => return matches!(option.choices, Choices::OneOf(_)).then(|| not_a_choice(option, text)),
+                },
+                None => return Some(format!("invalid int value: {}", py_repr(text))),
+            },
+            ValueType::Float => match py_float(text) {
+                Some(_) if option.choices == Choices::Any => return None,
+                Some(_) => {
+                    reading
+                        .not_judged
+                        .push(format!("{} {text}: a float among choices is not judged", option.display_name()));
+                    return None;
+                }
+                None => return Some(format!("invalid float value: {}", py_repr(text))),
+            },
+            ValueType::NotJudged(_) => return None,
+        };
+        match &option.choices {
+            Choices::OneOf(choices) if !choices.contains(&value) => Some(not_a_choice(option, text)),
+            Choices::NotKnown => {
+                reading.not_judged.push(format!(
+                    "{} {text}: this release's choices for it are not known to kvpilot; not checked",
+                    option.display_name()
+                ));
+                None
+            }
+            _ => None,
+        }
+    }
+}
+
+fn not_a_choice(option: &CliOption, text: &str) -> String {
+    let Choices::OneOf(choices) = &option.choices else { return String::new() };
+    let shown = match option.value_type {
+        ValueType::Int => py_int(text).map_or_else(|| text.to_string(), |n| n.to_string()),
+        _ => py_repr(text),
+    };
+    let listed: Vec<String> = choices
+        .iter()
+        .map(|c| match c {
+            Choice::Int(n) => n.to_string(),
+            Choice::Str(s) => py_repr(s),
+        })
+        .collect();
+    format!("invalid choice: {shown} (choose from {})", listed.join(", "))
+}
+
+/// argparse's own actions (the table's names for them).
+const BUILTIN_ACTIONS: &[&str] = &[
+    "store",
+    "store_true",
+    "store_false",
+    "store_const",
+    "append",
+    "append_const",
+    "count",
+    "help",
+    "version",
+    "boolean_optional",
+];
+
+/// What `-h`/`--help` does: SGLang prints its usage and exits without serving.
+pub const HELP_EXIT: &str = "argument -h/--help: SGLang prints its help and exits without starting the server";
+
+fn expected(nargs: Nargs) -> String {
+    match nargs {
+        Nargs::One => "expected one argument".into(),
+        Nargs::Optional => "expected at most one argument".into(),
+        Nargs::OneOrMore => "expected at least one argument".into(),
+        Nargs::Exactly(1) => "expected 1 argument".into(),
+        Nargs::Exactly(n) => format!("expected {n} arguments"),
+        Nargs::ZeroOrMore => String::new(),
+    }
+}
+
+enum Stop {
+    /// argparse refuses, with this message.
+    Refused(String),
+    /// An expansion kvpilot cannot see decides the rest.
+    Unsure,
+}
+
+/// An abbreviation argparse accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Abbreviation {
+    /// As written (`--mem-frac`).
+    pub written: String,
+    /// The option string it stands for (`--mem-fraction-static`).
+    pub full: &'static str,
+}
+
+/// What a release's parser makes of an argv.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reading {
+    /// argparse's message when it refuses the argv (SGLang exits before starting); None when
+    /// it accepts or when what decides is not visible here (see `not_judged`).
+    pub refusal: Option<String>,
+    /// Prefixes argparse read as a full option.
+    pub abbreviations: Vec<Abbreviation>,
+    /// What was not judged, and why.
+    pub not_judged: Vec<String>,
+}
+
+/// `argparse`'s negative-number test: `-5`, `-.5`, `-1.5`.
+fn is_negative_number(text: &str) -> bool {
+    let Some(number) = text.strip_prefix('-') else { return false };
+    let (whole, fraction) = match number.split_once('.') {
+        Some((whole, fraction)) => (whole, Some(fraction)),
+        None => (number, None),
+    };
+    let digits = |s: &str| s.chars().all(|c| c.is_ascii_digit());
+    match fraction {
+        None => !whole.is_empty() && digits(whole),
+        Some(fraction) => digits(whole) && !fraction.is_empty() && digits(fraction),
+    }
+}
+
+/// Python's `str.strip()` whitespace.
+fn py_strip(text: &str) -> &str {
+    text.trim_matches(|c: char| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
+}
+
+/// Digits with single underscores between them, as Python's number literals allow.
+fn py_digits(text: &str) -> bool {
+    !text.is_empty()
+        && !text.starts_with('_')
+        && !text.ends_with('_')
+        && !text.contains("__")
+        && text.chars().all(|c| c.is_ascii_digit() || c == '_')
+}
+
+/// Python's `int(text)` (ASCII digits), or None where it raises ValueError.
+fn py_int(text: &str) -> Option<i128> {
+    let text = py_strip(text);
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    if !py_digits(digits) {
+        return None;
+    }
+    let magnitude = digits.replace('_', "").parse::<i128>().unwrap_or(i128::MAX);
+    Some(if negative { -magnitude } else { magnitude })
+}
+
+/// Python's `float(text)` (ASCII digits), or None where it raises ValueError.
+fn py_float(text: &str) -> Option<f64> {
+    let text = py_strip(text);
+    let unsigned = text.strip_prefix(['-', '+']).unwrap_or(text);
+    let lower = unsigned.to_ascii_lowercase();
+    if matches!(lower.as_str(), "inf" | "infinity" | "nan") {
+        return Some(if lower == "nan" { f64::NAN } else { f64::INFINITY });
+    }
+    let (mantissa, exponent) = match lower.split_once('e') {
+        Some((mantissa, exponent)) => (mantissa, Some(exponent)),
+        None => (lower.as_str(), None),
+    };
+    let mantissa_ok = match mantissa.split_once('.') {
+        Some(("", fraction)) => py_digits(fraction),
+        Some((whole, "")) => py_digits(whole),
+        Some((whole, fraction)) => py_digits(whole) && py_digits(fraction),
+        None => py_digits(mantissa),
+    };
+    let exponent_ok = exponent.is_none_or(|e| py_digits(e.strip_prefix(['-', '+']).unwrap_or(e)));
+    (mantissa_ok && exponent_ok).then(|| text.replace('_', "").parse().unwrap_or(f64::INFINITY))
+}
+
+/// Python's `repr()` of a string, as argparse's messages quote values.
+pub fn py_repr(text: &str) -> String {
+    let quote = if text.contains('\'') && !text.contains('"') { '"' } else { '\'' };
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push(quote);
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if !py_printable(c) => {
+                let code = u32::from(c);
+                out.push_str(&if code < 0x100 {
+                    format!("\\x{code:02x}")
+                } else if code < 0x10000 {
+                    format!("\\u{code:04x}")
+                } else {
+                    format!("\\U{code:08x}")
+                });
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+    out
+}
+
+/// Python's `str.isprintable()` for one character, for the characters a command line holds:
+/// controls, separators other than the space, and the format characters are not.
+fn py_printable(c: char) -> bool {
+    !(c.is_control()
+        || (c.is_whitespace() && c != ' ')
+        || matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2064}' | '\u{feff}'))
+}
+
+#[cfg(test)]
+#[path = "server_cli_tests.rs"]
+mod tests;
