@@ -204,7 +204,8 @@ impl ReleaseSource {
 pub struct ReleaseChoice {
     /// The profile the rules are evaluated at.
     pub release: Release,
-    /// The release that was asked for (differs from `release` when it is newer than any known).
+    /// The release that was asked for (differs from `release` when it is newer than any known, or
+    /// an image tag older than any known).
     pub requested: Release,
     /// Where the request came from.
     pub source: ReleaseSource,
@@ -223,17 +224,19 @@ impl ReleaseChoice {
         Self { release: newest, requested: newest, source: ReleaseSource::Default }
     }
 
-    /// Whether a newer release than any known was asked for and the newest profile stands in.
+    /// Whether a release kvpilot does not know was asked for and the nearest known profile
+    /// stands in: the newest for a newer one, the oldest for an older image tag ([`older_image`]).
     pub fn approximate(&self) -> bool {
         self.requested != self.release
     }
 
     /// The warning to show when the profile only approximates the requested release.
     pub fn warning(&self) -> Option<String> {
+        let (relation, extreme) = if self.requested > self.release { ("newer", "newest") } else { ("older", "oldest") };
         self.approximate().then(|| {
             format!(
-                "SGLang {} ({}) is newer than any release kvpilot knows; its rules are checked as SGLang {}, the newest \
-                 known",
+                "SGLang {} ({}) is {relation} than any release kvpilot knows; its rules are checked as SGLang {}, the \
+                 {extreme} known",
                 self.requested,
                 self.source.as_str(),
                 self.release
@@ -274,6 +277,14 @@ pub fn choose(requested: Release, source: ReleaseSource) -> Result<ReleaseChoice
     } else {
         Err(ReleaseError::Unknown { requested, known: known_list() })
     }
+}
+
+/// The choice for an image whose tag names a release older than any known: the oldest known
+/// profile stands in (with [`ReleaseChoice::warning`] saying so), as the closest kvpilot has.
+/// None for a tag that is not older than every known release.
+pub fn older_image(named: Release) -> Option<ReleaseChoice> {
+    let oldest = Release::oldest_known();
+    (named < oldest).then_some(ReleaseChoice { release: oldest, requested: named, source: ReleaseSource::Image })
 }
 
 /// Parses and checks a version string (see [`choose`]).

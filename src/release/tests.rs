@@ -94,3 +94,19 @@ fn each_release_names_the_transformers_it_pins() {
     let pins: Vec<&str> = KNOWN.iter().map(|r| r.transformers().as_str()).collect();
     assert_eq!(pins, ["5.12.1", "5.12.1", "5.12.1", "5.12.1", "5.12.1", "5.19.0", "5.19.0"]);
 }
+
+#[test]
+fn an_image_older_than_every_known_release_gets_the_oldest_profile_and_a_warning() {
+    let choice = older_image(Release::new(0, 5, 9)).unwrap();
+    assert_eq!(
+        (choice.release, choice.requested, choice.source),
+        (v0_5(17), Release::new(0, 5, 9), ReleaseSource::Image)
+    );
+    assert_eq!(
+        choice.warning().unwrap(),
+        "SGLang 0.5.9 (Image) is older than any release kvpilot knows; its rules are checked as SGLang 0.5.17, the \
+         oldest known"
+    );
+    assert_eq!(older_image(v0_5(17)), None);
+    assert_eq!(older_image(v0_5(20)), None);
+}
