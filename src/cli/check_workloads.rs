@@ -63,7 +63,8 @@ pub(crate) async fn check_workloads(
     errors: &mut Vec<String>,
 ) -> Vec<ServerReport> {
     let mut reports = Vec::new();
-    let mut inspections: Vec<Inspection> = set.workloads.iter().map(|found| guard::inspect(&found.object)).collect();
+    let mut inspections: Vec<Inspection> =
+        set.workloads.iter().map(|found| guard::inspect(&found.object, default_release)).collect();
     pair_across_objects(set, &mut inspections);
     for (found, inspection) in set.workloads.iter().zip(&inspections) {
         for warning in &inspection.warnings {
@@ -98,7 +99,7 @@ pub(crate) async fn check_workloads(
                     continue;
                 }
             };
-            match guard::check(server, &config, rewrite, default_release) {
+            match guard::check(server, &config, rewrite) {
                 Ok(verdict) => reports.push(report(found, &inspection.object, server, subject, verdict)),
                 Err(e) => errors.push(format!("{}: {subject}: model config.json: {e}", found.location)),
             }

@@ -675,7 +675,7 @@ mod tests {
                 let _ = split_shell(&script);
                 let found = find_invocations(&command, &args, &reader_env);
                 for invocation in &found.invocations {
-                    let _ = crate::sglang::flags::read(&invocation.args);
+                    let _ = crate::sglang::flags::read(&invocation.args, None);
                 }
                 (found, command, args)
             });

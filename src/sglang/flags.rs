@@ -7,6 +7,7 @@ use crate::api::{
 };
 
 use super::cmdline::Arg;
+use super::server_cli::{ServerCli, Word};
 
 /// `--disaggregation-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -100,7 +101,9 @@ pub enum Target {
     HostReceiveThreshold,
 }
 
-/// One row: SGLang's spellings (the first is canonical and is what [`write`] emits), the kind,
+/// One row: SGLang's spellings, the option strings the releases declare (`server_cli.tsv`; the
+/// first is canonical and is what [`write`] emits; abbreviations such as `--tp` are not
+/// spellings, [`read`] resolves them through the release's parser), the kind,
 /// the setting, and the spec field path the policy names in its findings.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Flag {
@@ -132,15 +135,10 @@ pub const FLAGS: &[Flag] = &[
         Target::TransferBackend,
         "spec.disaggregation.transferBackend",
     ),
+    row(&["--tensor-parallel-size", "--tp-size"], Kind::Value, Target::TensorParallel, "spec.decode.tensorParallel"),
+    row(&["--data-parallel-size", "--dp-size"], Kind::Value, Target::DataParallel, "spec.decode.dataParallel"),
     row(
-        &["--tensor-parallel-size", "--tp-size", "--tp"],
-        Kind::Value,
-        Target::TensorParallel,
-        "spec.decode.tensorParallel",
-    ),
-    row(&["--data-parallel-size", "--dp-size", "--dp"], Kind::Value, Target::DataParallel, "spec.decode.dataParallel"),
-    row(
-        &["--pipeline-parallel-size", "--pp-size", "--pp"],
+        &["--pipeline-parallel-size", "--pp-size"],
         Kind::Value,
         Target::PipelineParallel,
         "spec.decode.pipelineParallel",
@@ -154,7 +152,12 @@ pub const FLAGS: &[Flag] = &[
         Target::RetractionBackup,
         "spec.disaggregation.retractionBackup",
     ),
-    row(&["--dcp-size"], Kind::Value, Target::DecodeContextParallel, "spec.disaggregation.decodeContextParallel"),
+    row(
+        &["--dcp-size", "--decode-context-parallel-size"],
+        Kind::Value,
+        Target::DecodeContextParallel,
+        "spec.disaggregation.decodeContextParallel",
+    ),
     row(
         &["--disaggregation-decode-enable-radix-cache"],
         Kind::Switch,
@@ -168,7 +171,7 @@ pub const FLAGS: &[Flag] = &[
         "spec.disaggregation.decodeOffloadKvCache",
     ),
     row(
-        &["--enable-hierarchical-cache"],
+        &["--enable-hierarchical-cache", "--enable-hicache"],
         Kind::Switch,
         Target::HierarchicalCache,
         "spec.disaggregation.hierarchicalCache",
@@ -266,25 +269,47 @@ impl Parsed {
 }
 
 /// Reads server arguments as SGLang's argparse does: `--name value` and `--name=value`, every
-/// alias, store-true switches, the last of repeated flags winning. Problems become warnings
-/// naming the flag; nothing here fails.
-pub fn read(args: &[Arg]) -> Parsed {
+/// alias, store-true switches, the last of repeated flags winning. With the release's parser
+/// (`cli`), options are recognised as it recognises them: unique-prefix abbreviations (`--tp`,
+/// `--mem-frac`) stand for their full option, a value may start with `-` where argparse takes it
+/// as one (`-1`), and nothing after `--` is an option. Without one (a launcher whose own parser
+/// comes first, see `guard`), only the table's exact spellings are read. Problems become warnings
+/// naming the flag; whether the release accepts the argv at all is `server_cli`'s to say.
+pub fn read(args: &[Arg], cli: Option<&ServerCli>) -> Parsed {
     let mut settings = ServerSettings::default();
     let mut occurrences = Vec::new();
     let mut warnings = Vec::new();
+    // The table row an argument names, the name as written and its `=value`.
+    let resolve = |text: &str| -> Option<(&'static Flag, String, Option<String>)> {
+        let (name, inline) = match text.split_once('=') {
+            Some((name, value)) => (name, Some(value.to_string())),
+            None => (text, None),
+        };
+        match cli {
+            None => text.starts_with("--").then(|| lookup(name)).flatten().map(|flag| (flag, name.to_string(), inline)),
+            Some(cli) => match cli.classify(text) {
+                Word::Option { option, inline, .. } => {
+                    let flag = option.strings.iter().find_map(|s| lookup(s))?;
+                    let written = inline.map_or(text, |_| name);
+                    Some((flag, written.to_string(), inline.map(str::to_string)))
+                }
+                _ => None,
+            },
+        }
+    };
+    let is_value = |text: &str| match cli {
+        None => !text.starts_with("--"),
+        Some(cli) => text != "--" && cli.classify(text) == Word::Value,
+    };
     let mut i = 0;
     while i < args.len() {
         let arg = &args[i];
         let at = i;
         i += 1;
-        if !arg.text.starts_with("--") {
-            continue;
+        if cli.is_some() && arg.text == "--" {
+            break;
         }
-        let (name, inline) = match arg.text.split_once('=') {
-            Some((name, value)) => (name, Some(value)),
-            None => (arg.text.as_str(), None),
-        };
-        let Some(flag) = lookup(name) else { continue };
+        let Some((flag, name, inline)) = resolve(&arg.text) else { continue };
         match flag.kind {
             Kind::Switch => {
                 if inline.is_some() {
@@ -292,12 +317,12 @@ pub fn read(args: &[Arg]) -> Parsed {
                     continue;
                 }
                 apply(flag.target, "", &mut settings).unwrap_or_default();
-                occurrences.push(Occurrence { flag, name_at: at, value_at: None, written: name.to_string() });
+                occurrences.push(Occurrence { flag, name_at: at, value_at: None, written: name });
             }
             Kind::Value => {
                 let (value, value_at, expands) = match inline {
-                    Some(value) => (value.to_string(), None, arg.expands),
-                    None => match args.get(i).filter(|next| !next.text.starts_with("--")) {
+                    Some(value) => (value, None, arg.expands),
+                    None => match args.get(i).filter(|next| is_value(&next.text)) {
                         Some(next) => {
                             i += 1;
                             (next.text.clone(), Some(at + 1), next.expands)
@@ -532,8 +557,10 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+    use crate::release::{KNOWN, Release};
     use crate::sglang::cmdline::ArgList;
     use crate::sglang::cmdline::ArgSite;
+    use crate::sglang::server_cli;
 
     fn args(items: &[&str]) -> Vec<Arg> {
         items
@@ -547,9 +574,58 @@ mod tests {
             .collect()
     }
 
+    fn read_newest(args: &[Arg]) -> Parsed {
+        read(args, Some(server_cli::for_release(Release::newest_known())))
+    }
+
+    #[test]
+    fn the_spellings_are_what_sglang_declares() {
+        for &release in KNOWN {
+            let cli = server_cli::for_release(release);
+            for flag in FLAGS {
+                let declared: Vec<_> = flag
+                    .names
+                    .iter()
+                    .filter_map(|name| match cli.classify(name) {
+                        Word::Option { option, abbreviated: false, .. } => Some(option),
+                        _ => None,
+                    })
+                    .collect();
+                // Rows for options a release does not have yet (the retraction backup before 0.5.18).
+                let Some(option) = declared.first() else {
+                    assert!(release < Release::newest_known(), "SGLang {release} has no {}", flag.name());
+                    continue;
+                };
+                assert!(declared.iter().all(|o| o == option), "{release}: {:?} are not one option", flag.names);
+                // Every string SGLang declares for the option is a spelling of the row.
+                assert!(option.strings.iter().all(|s| flag.names.contains(s)), "{release}: {:?}", option.strings);
+            }
+        }
+    }
+
+    #[test]
+    fn abbreviations_are_read_as_the_release_reads_them() {
+        let line = args(&["--tp", "2", "--dp", "2", "--disaggregation-m", "decode", "--hicache-r=-1", "--pp", "2"]);
+        let newest = read_newest(&line);
+        let s = &newest.settings;
+        assert_eq!((s.decode.tensor_parallel, s.decode.data_parallel, s.mode), (2, 2, Mode::Decode));
+        assert_eq!(newest.last(lookup("--tp-size").unwrap()).unwrap().written, "--tp=2");
+        assert!(newest.warnings.iter().any(|w| w.starts_with("--hicache-r=-1: expected a number greater than 0")));
+        // 0.5.23 has --pp-max-micro-batch-size and --pp-async-batch-depth: `--pp` is ambiguous there
+        // (server_cli reports it) and stands for no setting.
+        assert_eq!(s.decode.pipeline_parallel, 1);
+        // Without a release's parser only the table's spellings are read.
+        assert_eq!(read(&line, None).settings.decode.tensor_parallel, 1);
+        assert_eq!(read(&args(&["--tp-size", "4"]), None).settings.decode.tensor_parallel, 4);
+        // A value starting with `-` that argparse takes as one.
+        let negative = read_newest(&args(&["--swa-full-tokens-ratio", "-0.5"]));
+        assert_eq!(negative.settings.decode.swa_full_tokens_ratio, Some(-0.5));
+    }
+
     #[test]
     fn kv_cache_dtype_and_the_none_backup_read_and_write_back() {
-        let parsed = read(&args(&["--kv-cache-dtype", "fp8_e4m3", "--disaggregation-decode-retraction-backup=none"]));
+        let parsed =
+            read_newest(&args(&["--kv-cache-dtype", "fp8_e4m3", "--disaggregation-decode-retraction-backup=none"]));
         assert_eq!(parsed.warnings, Vec::<String>::new());
         assert_eq!(parsed.settings.decode.kv_cache_dtype.as_deref(), Some("fp8_e4m3"));
         assert_eq!(parsed.settings.disaggregation.retraction_backup, Some(RetractionBackup::None));
@@ -557,14 +633,14 @@ mod tests {
         assert!(written.windows(2).any(|w| w == ["--kv-cache-dtype", "fp8_e4m3"]), "{written:?}");
         assert!(written.windows(2).any(|w| w == ["--disaggregation-decode-retraction-backup", "none"]), "{written:?}");
         // `auto` is SGLang's default: the same as not setting it.
-        let auto = read(&args(&["--kv-cache-dtype", "auto"]));
+        let auto = read_newest(&args(&["--kv-cache-dtype", "auto"]));
         assert_eq!(auto.settings.decode.kv_cache_dtype, None);
         assert!(write(&auto.settings).is_empty());
     }
 
     #[test]
     fn every_spelling_and_form_is_read() {
-        let parsed = read(&args(&[
+        let parsed = read_newest(&args(&[
             "--model-path",
             "openai/gpt-oss-20b",
             "--tp=4",
@@ -601,13 +677,13 @@ mod tests {
         assert_eq!(s.disaggregation.decode_context_parallel, 2);
         let occurrence = parsed.last(lookup("--tp-size").unwrap()).unwrap();
         assert_eq!((occurrence.name_at, occurrence.value_at, occurrence.written.as_str()), (2, None, "--tp=4"));
-        let occurrence = parsed.last(lookup("--dp").unwrap()).unwrap();
+        let occurrence = parsed.last(lookup("--dp-size").unwrap()).unwrap();
         assert_eq!((occurrence.name_at, occurrence.value_at), (3, Some(4)));
     }
 
     #[test]
     fn the_last_of_repeated_flags_wins() {
-        let parsed = read(&args(&[
+        let parsed = read_newest(&args(&[
             "--disaggregation-decode-retraction-backup",
             "host_pool",
             "--disaggregation-decode-retraction-backup=cpu_tensor",
@@ -619,7 +695,7 @@ mod tests {
     #[test]
     fn bad_values_are_warnings_naming_the_flag() {
         let cases: &[(&[&str], &str)] = &[
-            (&["--tp", "zero"], "--tp=zero: expected a whole number of at least 1"),
+            (&["--tp-size", "zero"], "--tp-size=zero: expected a whole number of at least 1"),
             (&["--tp", "0"], "--tp=0: expected a whole number"),
             (&["--disaggregation-decode-retraction-backup", "disk"], "expected one of cpu_tensor, host_pool"),
             (&["--hicache-ratio", "-1"], "--hicache-ratio=-1: expected a number greater than 0"),
@@ -629,12 +705,12 @@ mod tests {
             (&["--disaggregation-mode", "$MODE"], "--disaggregation-mode=$MODE: the value is a shell"),
         ];
         for (line, expected) in cases {
-            let parsed = read(&args(line));
+            let parsed = read_newest(&args(line));
             assert!(parsed.warnings.iter().any(|w| w.contains(expected)), "{line:?}: {:?}", parsed.warnings);
         }
-        assert_eq!(read(&args(&["--page-size", "--tp", "2"])).settings.decode.tensor_parallel, 2);
+        assert_eq!(read_newest(&args(&["--page-size", "--tp", "2"])).settings.decode.tensor_parallel, 2);
         // An unseen last value wins over a seen earlier one.
-        let unseen = read(&args(&[
+        let unseen = read_newest(&args(&[
             "--disaggregation-decode-retraction-backup=host_pool",
             "--disaggregation-decode-retraction-backup",
             "$BACKUP",
@@ -714,7 +790,7 @@ mod tests {
         fn settings_to_flags_to_settings_round_trips(settings in settings()) {
             let flags = write(&settings);
             let texts: Vec<&str> = flags.iter().map(String::as_str).collect();
-            let parsed = read(&args(&texts));
+            let parsed = read_newest(&args(&texts));
             prop_assert_eq!(parsed.warnings, Vec::<String>::new());
             prop_assert_eq!(parsed.settings, settings);
         }
@@ -722,7 +798,7 @@ mod tests {
         #[test]
         fn reading_never_panics(line in prop::collection::vec("(--[a-z-]{1,40}(=\\PC{0,6})?|\\PC{0,8})", 0..12)) {
             let texts: Vec<&str> = line.iter().map(String::as_str).collect();
-            let _ = read(&args(&texts));
+            let _ = read_newest(&args(&texts));
         }
     }
 
@@ -744,6 +820,6 @@ mod tests {
             "--hicache-ratio",
             "0.5",
         ];
-        assert_eq!(write(&read(&args(&line)).settings), line);
+        assert_eq!(write(&read_newest(&args(&line)).settings), line);
     }
 }

@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::cmdline::{self, AppendSite, ArgList, ArgSite, Entry, Invocation};
 use super::flags::{self, Kind, Mode, Parsed};
+use super::server_cli::{self, Reading};
 use super::workload::{self, ContainerSite};
 use crate::api::{
     AttentionLayout, ConfigMapKeyRef, DisaggregationSpec, EffectiveSettings, HubSource, InferenceDeploymentSpec,
@@ -40,9 +41,16 @@ pub struct Server {
     pub container: String,
     /// The SGLang release the image tag names (an image whose repository name contains `sglang`).
     pub release: Option<Release>,
+    /// The release it is checked against ([`choose_release`]), and why not the tag's, if not.
+    pub checked_as: ReleaseChoice,
+    pub release_warning: Option<String>,
     pub invocation: Invocation,
-    /// The command line and environment read through the flag table.
+    /// The command line and environment read through the flag table, with the abbreviations of
+    /// `checked_as`'s parser.
     pub parsed: Parsed,
+    /// What `checked_as`'s own parser makes of the argv; None for `dynamo.sglang`, whose own
+    /// parser reads the argv first (see [`dynamo_reading`]).
+    pub argv: Option<Reading>,
     /// The model and where its config.json is, or the warning saying why it cannot be found.
     pub model: Result<ModelSpec, String>,
 }
@@ -107,8 +115,9 @@ fn role_mode(role: &str) -> Option<Mode> {
 }
 
 /// Finds every SGLang server in an object's containers ([`workload::read_containers`]) and
-/// reads its command line, env and model source. Containers without one give none.
-pub fn inspect(object: &Value) -> Inspection {
+/// reads its command line (with the parser of the release it is checked against: its image
+/// tag's, else `fallback`), env and model source. Containers without one give none.
+pub fn inspect(object: &Value, fallback: &ReleaseChoice) -> Inspection {
     let name = workload::object_name(object);
     let discovery = workload::read_containers(object);
     let mut inspection = Inspection {
@@ -143,7 +152,14 @@ pub fn inspect(object: &Value) -> Inspection {
             ));
         }
         for invocation in found.invocations {
-            let mut parsed = flags::read(&invocation.args);
+            // A Dynamo image's tag is Dynamo's version, not SGLang's.
+            let image_release = if invocation.entry == Entry::Dynamo { None } else { release::from_image(image) };
+            let (checked_as, release_warning) = choose_release(image_release, fallback);
+            let cli = server_cli::for_release(checked_as.release);
+            // Dynamo parses the argv with its own parser first (see `dynamo_reading`).
+            let sglang_parses_first = invocation.entry != Entry::Dynamo;
+            let mut parsed = flags::read(&invocation.args, sglang_parses_first.then_some(cli));
+            let argv = sglang_parses_first.then(|| cli.read(&invocation.args));
             let mut env_warnings = read_env(container, &invocation, &mut parsed);
             parsed.warnings.append(&mut env_warnings);
             if let Some(role) = &site.role
@@ -162,10 +178,12 @@ pub fn inspect(object: &Value) -> Inspection {
             inspection.servers.push(Server {
                 site: site.clone(),
                 container: container_name.clone(),
-                // A Dynamo image's tag is Dynamo's version, not SGLang's.
-                release: if invocation.entry == Entry::Dynamo { None } else { release::from_image(image) },
+                release: image_release,
+                checked_as,
+                release_warning,
                 invocation,
                 parsed,
+                argv,
                 model,
             });
         }
@@ -417,11 +435,15 @@ fn assess_server(
     Ok((layout, verdict))
 }
 
-/// The release a server is checked against: the one its image tag names when kvpilot models it,
-/// else `fallback` (the CLI's or webhook's `--sglang-version`, or the newest known release),
-/// with a warning saying why the tag was not used.
-pub fn choose_release(server: &Server, fallback: &ReleaseChoice) -> (ReleaseChoice, Option<String>) {
-    match server.release.map(|r| (r, release::choose(r, ReleaseSource::Image))) {
+/// The release a server is checked against: the one its image tag names when kvpilot models it
+/// (the oldest known for a tag older than every known release, with [`ReleaseChoice::warning`]
+/// saying so), else `fallback` (the CLI's or webhook's `--sglang-version`, or the newest known
+/// release), with a warning saying why the tag was not used.
+pub fn choose_release(image: Option<Release>, fallback: &ReleaseChoice) -> (ReleaseChoice, Option<String>) {
+    let chosen = image.map(|named| {
+        (named, release::older_image(named).map_or_else(|| release::choose(named, ReleaseSource::Image), Ok))
+    });
+    match chosen {
         Some((_, Ok(choice))) => (choice, None),
         Some((named, Err(e))) => (
             fallback.clone(),
@@ -434,15 +456,56 @@ pub fn choose_release(server: &Server, fallback: &ReleaseChoice) -> (ReleaseChoi
     }
 }
 
+/// Why `dynamo.sglang`'s command line is not judged by SGLang's parser: Dynamo's own parser
+/// (which changes with Dynamo's version, and the image tag names Dynamo's) takes its flags and
+/// unique prefixes of them first, rewrites some values (`--disaggregation-mode pd`, `--load-format
+/// gms`) and hands the rest to SGLang's.
+pub const DYNAMO_NOT_JUDGED: &str = "python -m dynamo.sglang parses its own flags (and abbreviations of them) before \
+     SGLang's parser sees the rest, so unknown, ambiguous or abbreviated flags are not reported; only the table's exact \
+     spellings are read";
+
+/// The rule id of a command line the release's parser refuses (docs/guard.md).
+pub const ARGV_RULE: &str = "CLI";
+
+/// The findings and warnings of the release's parser on a server's argv: a refusal is a
+/// violation (SGLang exits before it starts), abbreviations and what was not judged are warnings.
+fn argv_findings(server: &Server) -> (Option<FlagFinding>, Vec<String>) {
+    let Some(reading) = &server.argv else {
+        return (None, vec![DYNAMO_NOT_JUDGED.to_string()]);
+    };
+    let release = server.checked_as.release;
+    let mut warnings: Vec<String> = reading
+        .abbreviations
+        .iter()
+        .map(|a| {
+            format!(
+                "{}: SGLang {release}'s argparse reads this abbreviation as {}; write {} (a new option with the same \
+                 prefix in a later release makes it ambiguous)",
+                a.written, a.full, a.full
+            )
+        })
+        .collect();
+    warnings.extend(reading.not_judged.iter().cloned());
+    let finding = reading.refusal.as_ref().map(|message| {
+        let (flag, fix) = server_cli::refusal_subject_and_fix(message, release);
+        FlagFinding {
+            flag,
+            violation: Violation {
+                rule: ARGV_RULE,
+                field: "command line",
+                message: message.clone(),
+                fix,
+                phase: "args",
+            },
+        }
+    });
+    (finding, warnings)
+}
+
 /// Checks one server against its model's config.json. With `rewrite`, the rewrites the policy
 /// can make are made (and [`rewrite_patch`] writes them back); without, every violation stands
 /// and its fix names the flag change.
-pub fn check(
-    server: &Server,
-    config: &Value,
-    rewrite: bool,
-    fallback: &ReleaseChoice,
-) -> Result<ServerVerdict, LayoutError> {
+pub fn check(server: &Server, config: &Value, rewrite: bool) -> Result<ServerVerdict, LayoutError> {
     let settings = &server.parsed.settings;
     let model = server.model.clone().unwrap_or_else(|_| ModelSpec {
         name: settings.model_path.clone().unwrap_or_default(),
@@ -460,10 +523,12 @@ pub fn check(
         sglang: None,
         cache: None,
     };
-    let (release, release_warning) = choose_release(server, fallback);
+    let release = server.checked_as.clone();
     let (layout, fixed) = assess_server(&spec_with(OnInvalid::Rewrite), config, settings.mode, release.release)?;
     let (_, strict) = assess_server(&spec_with(OnInvalid::Reject), config, settings.mode, release.release)?;
-    let mut warnings: Vec<String> = release_warning.into_iter().chain(release.warning()).collect();
+    let (argv_finding, argv_warnings) = argv_findings(server);
+    let mut warnings: Vec<String> = server.release_warning.iter().cloned().chain(release.warning()).collect();
+    warnings.extend(argv_warnings);
     warnings.extend(layout.warnings.iter().cloned());
     warnings.extend(fixed.warnings.iter().map(|w| translate(w)));
     warnings.extend(server.parsed.warnings.iter().cloned());
@@ -498,9 +563,14 @@ pub fn check(
             .collect();
         (strict.outcome, violations, Vec::new(), Vec::new(), strict.effective)
     };
-    let findings = violations
+    // SGLang's parser refuses before any rule runs: its finding comes first and the server does
+    // not start, whatever the mode.
+    let outcome = if argv_finding.is_some() { Outcome::Rejected } else { outcome };
+    let findings = argv_finding
         .into_iter()
-        .map(|violation| FlagFinding { flag: flag_text(server, violation.field), violation })
+        .chain(
+            violations.into_iter().map(|violation| FlagFinding { flag: flag_text(server, violation.field), violation }),
+        )
         .collect();
     Ok(ServerVerdict { outcome, layout, findings, rewrites, effective, release, warnings, edits })
 }

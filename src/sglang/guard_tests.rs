@@ -20,7 +20,7 @@ fn deployment(command: Value, args: Value) -> Value {
 }
 
 fn one_server(object: &Value) -> Server {
-    let inspection = inspect(object);
+    let inspection = inspect(object, &ReleaseChoice::default_newest());
     assert_eq!(inspection.servers.len(), 1, "{:?}", inspection.warnings);
     inspection.servers.into_iter().next().unwrap()
 }
@@ -28,13 +28,13 @@ fn one_server(object: &Value) -> Server {
 /// Applies the rewrite patch with `json-patch` and inspects the result again.
 fn rewritten(object: &Value) -> (Value, Server) {
     let server = one_server(object);
-    let verdict = check(&server, &pure_swa(), true, &ReleaseChoice::default_newest()).unwrap();
+    let verdict = check(&server, &pure_swa(), true).unwrap();
     assert_eq!(verdict.outcome, Outcome::Rewritten, "{:?}", verdict.findings);
     let patch = rewrite_patch(object, &[(&server, &verdict)]).unwrap();
     let mut patched = object.clone();
     json_patch::patch(&mut patched, &patch).unwrap();
     let again = one_server(&patched);
-    let recheck = check(&again, &pure_swa(), false, &ReleaseChoice::default_newest()).unwrap();
+    let recheck = check(&again, &pure_swa(), false).unwrap();
     assert_eq!(recheck.outcome, Outcome::Valid, "{:?}", recheck.findings);
     (patched, again)
 }
@@ -105,9 +105,15 @@ fn model_sources_come_from_the_annotation_or_a_hub_id() {
 fn a_violation_names_the_flag_and_its_fix() {
     let object = deployment(
         json!(["python3", "-m", "sglang.launch_server"]),
-        json!(["--disaggregation-mode", "decode", "--disaggregation-decode-retraction-backup=host_pool"]),
+        json!([
+            "--model-path",
+            "/models/mimo",
+            "--disaggregation-mode",
+            "decode",
+            "--disaggregation-decode-retraction-backup=host_pool"
+        ]),
     );
-    let verdict = check(&one_server(&object), &pure_swa(), false, &ReleaseChoice::default_newest()).unwrap();
+    let verdict = check(&one_server(&object), &pure_swa(), false).unwrap();
     assert_eq!(verdict.outcome, Outcome::Rejected);
     assert_eq!(
         verdict.findings[0].to_string(),
@@ -123,8 +129,9 @@ fn the_storage_backend_and_the_radix_cache_are_read_for_s6_and_s7() {
     let llama: Value =
         serde_json::from_str(include_str!("../../tests/fixtures/configs/llama-3.1-8b-instruct.json")).unwrap();
     let rules_for = |args: Value| {
-        let object = deployment(json!(["python3", "-m", "sglang.launch_server"]), args);
-        let verdict = check(&one_server(&object), &llama, false, &ReleaseChoice::default_newest()).unwrap();
+        let object =
+            deployment(json!(["python3", "-m", "sglang.launch_server", "--model-path", "/models/llama"]), args);
+        let verdict = check(&one_server(&object), &llama, false).unwrap();
         verdict.findings.iter().map(|f| (f.violation.rule, f.flag.clone())).collect::<Vec<_>>()
     };
     assert_eq!(
@@ -154,7 +161,14 @@ fn the_storage_backend_and_the_radix_cache_are_read_for_s6_and_s7() {
 #[test]
 fn array_rewrites_are_index_exact() {
     let object = deployment(
-        json!(["python3", "-m", "sglang.launch_server", "--disaggregation-decode-enable-radix-cache"]),
+        json!([
+            "python3",
+            "-m",
+            "sglang.launch_server",
+            "--disaggregation-decode-enable-radix-cache",
+            "--model-path",
+            "/models/mimo"
+        ]),
         json!([
             "--disaggregation-mode",
             "decode",
@@ -167,7 +181,7 @@ fn array_rewrites_are_index_exact() {
         ]),
     );
     let server = one_server(&object);
-    let verdict = check(&server, &pure_swa(), true, &ReleaseChoice::default_newest()).unwrap();
+    let verdict = check(&server, &pure_swa(), true).unwrap();
     let patch = serde_json::to_value(rewrite_patch(&object, &[(&server, &verdict)]).unwrap()).unwrap();
     let base = "/spec/template/spec/containers/1";
     assert_eq!(
@@ -186,7 +200,7 @@ fn array_rewrites_are_index_exact() {
     );
     let (patched, again) = rewritten(&object);
     let container = &patched["spec"]["template"]["spec"]["containers"][1];
-    assert_eq!(container["command"], json!(["python3", "-m", "sglang.launch_server"]));
+    assert_eq!(container["command"], json!(["python3", "-m", "sglang.launch_server", "--model-path", "/models/mimo"]));
     assert_eq!(container["args"].as_array().unwrap().len(), 7);
     assert_eq!(again.parsed.settings.disaggregation.retraction_backup, Some(RetractionBackup::CpuTensor));
     assert!(!again.parsed.settings.disaggregation.decode_radix_cache);
@@ -194,14 +208,14 @@ fn array_rewrites_are_index_exact() {
 
 #[test]
 fn shell_script_rewrites_edit_the_words_in_place() {
-    let script = "set -e\nexec python3 -m sglang.launch_server --disaggregation-mode decode \\\n  \
+    let script = "set -e\nexec python3 -m sglang.launch_server --model-path /models/mimo --disaggregation-mode decode \\\n  \
                   --disaggregation-decode-enable-radix-cache \\\n  --disaggregation-decode-retraction-backup 'host_pool' \
                   && echo done";
     let object = deployment(json!(["/bin/bash", "-lc", script]), json!([]));
     let (patched, _) = rewritten(&object);
     assert_eq!(
         patched["spec"]["template"]["spec"]["containers"][1]["command"][2],
-        "set -e\nexec python3 -m sglang.launch_server --disaggregation-mode decode \\\n \\\n  \
+        "set -e\nexec python3 -m sglang.launch_server --model-path /models/mimo --disaggregation-mode decode \\\n \\\n  \
          --disaggregation-decode-retraction-backup cpu_tensor && echo done"
     );
 }
@@ -212,6 +226,8 @@ fn the_rewrite_annotation_joins_existing_annotations() {
         json!([
             "sglang",
             "serve",
+            "--model-path",
+            "/models/mimo",
             "--disaggregation-mode",
             "decode",
             "--disaggregation-decode-retraction-backup",
@@ -234,7 +250,7 @@ fn the_rewrite_annotation_joins_existing_annotations() {
 #[test]
 fn prefill_servers_are_checked_against_prefill_rules_only() {
     let object = deployment(
-        json!(["sglang", "serve"]),
+        json!(["sglang", "serve", "--model-path", "/models/mimo"]),
         json!([
             "--disaggregation-mode",
             "prefill",
@@ -243,7 +259,7 @@ fn prefill_servers_are_checked_against_prefill_rules_only() {
             "--disaggregation-decode-enable-radix-cache"
         ]),
     );
-    let verdict = check(&one_server(&object), &pure_swa(), true, &ReleaseChoice::default_newest()).unwrap();
+    let verdict = check(&one_server(&object), &pure_swa(), true).unwrap();
     let rules: Vec<&str> = verdict.findings.iter().map(|f| f.violation.rule).collect();
     assert_eq!(rules, ["S1"]);
     assert!(verdict.edits.is_empty());
@@ -293,7 +309,7 @@ fn scripts_the_kubelet_expands_are_not_rewritten_by_span() {
                   --disaggregation-decode-retraction-backup host_pool";
     let object = deployment(json!(["sh", "-c", script]), json!([]));
     let server = one_server(&object);
-    let verdict = check(&server, &pure_swa(), true, &ReleaseChoice::default_newest()).unwrap();
+    let verdict = check(&server, &pure_swa(), true).unwrap();
     assert!(!verdict.edits.is_empty());
     let error = rewrite_patch(&object, &[(&server, &verdict)]).unwrap_err();
     assert_eq!(
@@ -306,7 +322,7 @@ fn scripts_the_kubelet_expands_are_not_rewritten_by_span() {
 #[test]
 fn unreadable_containers_are_warnings() {
     let object = deployment(json!("python3 -m sglang.launch_server"), json!([]));
-    let inspection = inspect(&object);
+    let inspection = inspect(&object, &ReleaseChoice::default_newest());
     assert!(inspection.servers.is_empty());
     assert_eq!(
         inspection.warnings,
@@ -316,7 +332,7 @@ fn unreadable_containers_are_warnings() {
     );
     let no_server = deployment(json!(["/entrypoint.sh"]), json!([]));
     assert!(
-        inspect(&no_server).warnings[0]
+        inspect(&no_server, &ReleaseChoice::default_newest()).warnings[0]
             .contains("no `python -m sglang.launch_server`, `sglang serve` or `python -m dynamo.sglang`")
     );
 }
@@ -370,13 +386,13 @@ mod properties {
         ) {
             let object = object(&words, script);
             let server = one_server(&object);
-            let verdict = check(&server, &pure_swa(), true, &ReleaseChoice::default_newest()).unwrap();
+            let verdict = check(&server, &pure_swa(), true).unwrap();
             let patch = rewrite_patch(&object, &[(&server, &verdict)]).unwrap();
             let mut patched = object.clone();
             json_patch::patch(&mut patched, &patch).unwrap();
             let again = one_server(&patched);
             if verdict.outcome != Outcome::Rejected {
-                let recheck = check(&again, &pure_swa(), false, &ReleaseChoice::default_newest()).unwrap();
+                let recheck = check(&again, &pure_swa(), false).unwrap();
                 prop_assert_eq!(recheck.outcome, Outcome::Valid, "{:?} → {:?}", words, recheck.findings);
             }
             prop_assert_eq!(&again.parsed.settings.disaggregation.retraction_backup, &verdict_backup(&server, &verdict));
@@ -413,10 +429,10 @@ fn decode_servers_are_paired_with_the_prefill_servers_of_their_object() {
             "spec": {"roles": [role("prefill", "prefill", prefill_tp), role("decode", "decode", decode_tp)]}})
     };
     let verdicts = |object: &Value| -> Vec<ServerVerdict> {
-        inspect(object)
+        inspect(object, &ReleaseChoice::default_newest())
             .servers
             .iter()
-            .map(|s| check(s, &gpt_oss, false, &ReleaseChoice::default_newest()).unwrap())
+            .map(|s| check(s, &gpt_oss, false).unwrap())
             .collect()
     };
     let mismatched = verdicts(&group("2", "4"));
@@ -446,7 +462,7 @@ fn a_role_that_disagrees_with_the_mode_flag_is_a_warning() {
     let object = json!({"apiVersion": "nvidia.com/v1alpha1", "kind": "DynamoGraphDeployment",
         "metadata": {"name": "g", "annotations": {MODEL_CONFIG_ANNOTATION: "configmap/m"}},
         "spec": {"services": {"a": service("decode", "prefill"), "b": service("worker", "decode")}}});
-    let inspection = inspect(&object);
+    let inspection = inspect(&object, &ReleaseChoice::default_newest());
     let warnings: Vec<&Vec<String>> = inspection.servers.iter().map(|s| &s.parsed.warnings).collect();
     assert_eq!(inspection.servers[0].parsed.settings.mode, Mode::Prefill);
     assert_eq!(

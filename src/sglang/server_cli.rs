@@ -454,6 +454,41 @@ impl ServerCli {
     }
 }
 
+/// What a refusal is about (as the report's flag) and how to fix it, for `release`'s parser.
+pub fn refusal_subject_and_fix(message: &str, release: Release) -> (String, String) {
+    let listed = format!("`python -m sglang.launch_server --help` of SGLang {release} lists its options");
+    if let Some(arguments) = message.strip_prefix("unrecognized arguments: ") {
+        return (arguments.to_string(), format!("remove them: SGLang {release} has no such option ({listed})"));
+    }
+    if let Some(rest) = message.strip_prefix("ambiguous option: ") {
+        let (written, matches) = rest.split_once(" could match ").unwrap_or((rest, ""));
+        let written = written.split('=').next().unwrap_or(written);
+        return (written.to_string(), format!("write the full option name, one of {matches}"));
+    }
+    if let Some(missing) = message.strip_prefix("the following arguments are required: ") {
+        return (format!("{missing} (not set)"), format!("add {missing}"));
+    }
+    if message == HELP_EXIT {
+        return ("-h/--help".into(), "remove -h/--help".into());
+    }
+    if let Some((name, problem)) = message.strip_prefix("argument ").and_then(|rest| rest.split_once(": ")) {
+        let option = name.split('/').next().unwrap_or(name);
+        let fix = if problem.starts_with("invalid choice") {
+            format!("give {option} one of the listed values")
+        } else if problem.starts_with("invalid int") {
+            format!("give {option} a whole number")
+        } else if problem.starts_with("invalid float") {
+            format!("give {option} a number")
+        } else if problem.starts_with("ignored explicit argument") {
+            format!("{option} is a switch: write it without a value")
+        } else {
+            format!("give {option} its value ({problem})")
+        };
+        return (name.to_string(), fix);
+    }
+    ("command line".into(), format!("change the command line so that SGLang {release}'s parser accepts it ({listed})"))
+}
+
 fn not_a_choice(option: &CliOption, text: &str) -> String {
     let Choices::OneOf(choices) = &option.choices else { return String::new() };
     let shown = match option.value_type {

@@ -183,3 +183,35 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn each_refusal_names_its_subject_and_a_fix() {
+    let cases = [
+        ("unrecognized arguments: --foo bar", "--foo bar", "remove them: SGLang 0.5.23 has no such option"),
+        (
+            "ambiguous option: --pp=2 could match --pp-size, --pp-x",
+            "--pp",
+            "write the full option name, one of --pp-size, --pp-x",
+        ),
+        (
+            "argument --tp-size/--tensor-parallel-size: invalid int value: 'x'",
+            "--tp-size/--tensor-parallel-size",
+            "give --tp-size a whole number",
+        ),
+        (
+            "argument --enable-dp-attention: ignored explicit argument '1'",
+            "--enable-dp-attention",
+            "--enable-dp-attention is a switch",
+        ),
+        (
+            "the following arguments are required: --model-path/--model",
+            "--model-path/--model (not set)",
+            "add --model-path/--model",
+        ),
+    ];
+    for (message, subject, fix) in cases {
+        let (found_subject, found_fix) = refusal_subject_and_fix(message, v0_5(23));
+        assert_eq!(found_subject, subject);
+        assert!(found_fix.starts_with(fix), "{found_fix}");
+    }
+}

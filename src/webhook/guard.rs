@@ -81,7 +81,7 @@ async fn decide(
         return response;
     }
     let namespace = request.namespace.clone().unwrap_or_else(|| "default".into());
-    let inspection = guard::inspect(&object);
+    let inspection = guard::inspect(&object, default_release);
     let mut warnings: Vec<String> = inspection.warnings.clone();
     let mut checked: Vec<(&Server, ServerVerdict)> = Vec::new();
     for server in &inspection.servers {
@@ -107,7 +107,7 @@ async fn decide(
                 continue;
             }
         };
-        match guard::check(server, &config, mode == GuardMode::Rewrite, default_release) {
+        match guard::check(server, &config, mode == GuardMode::Rewrite) {
             Ok(verdict) => checked.push((server, verdict)),
             Err(e) => {
                 warnings.push(format!("{subject}: not checked: the model config.json is not a model config: {e}"))
