@@ -50,6 +50,8 @@ pub enum Choice {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Choices {
     Any,
+    /// In declaration order; a Python set (`~` in the table) sorted, as its order in argparse's
+    /// message changes from one interpreter run to the next.
     OneOf(Vec<Choice>),
     /// Built from modules the harness stubs: not known, never judged.
     NotKnown,
@@ -66,6 +68,9 @@ pub struct CliOption {
     pub value_type: ValueType,
     pub choices: Choices,
     pub required: bool,
+    /// What the option's own action refuses it with when given (SGLang's `DeprecatedAction`
+    /// with an `error_message` calls `parser.error`).
+    pub refuses: Option<&'static str>,
     first: Release,
     last: Option<Release>,
 }
@@ -83,8 +88,8 @@ impl CliOption {
 
 fn parse_row(line: &'static str) -> Result<CliOption, String> {
     let fields: Vec<&'static str> = line.split('\t').collect();
-    let [strings, action, nargs, value_type, choices, required, first, last] = fields[..] else {
-        return Err(format!("expected 8 tab-separated fields, found {}", fields.len()));
+    let [strings, action, nargs, value_type, choices, required, refuses, first, last] = fields[..] else {
+        return Err(format!("expected 9 tab-separated fields, found {}", fields.len()));
     };
     let nargs = match nargs {
         "-" => Nargs::One,
@@ -104,21 +109,21 @@ fn parse_row(line: &'static str) -> Result<CliOption, String> {
     let choices = match choices {
         "-" => Choices::Any,
         "?" => Choices::NotKnown,
-        list => {
+        written => {
+            let list = written.strip_prefix('~').unwrap_or(written);
             let values: Vec<serde_json::Value> =
                 serde_json::from_str(list).map_err(|e| format!("choices {list:?} are not a JSON list: {e}"))?;
-            Choices::OneOf(
-                values
-                    .into_iter()
-                    .map(|value| match value {
-                        serde_json::Value::String(s) => Ok(Choice::Str(s)),
-                        serde_json::Value::Number(n) => {
-                            n.as_i64().map(Choice::Int).ok_or_else(|| format!("choice {n} is not an integer"))
-                        }
-                        other => Err(format!("choice {other} is neither a string nor an integer")),
-                    })
-                    .collect::<Result<_, _>>()?,
-            )
+            let values = values
+                .into_iter()
+                .map(|value| match value {
+                    serde_json::Value::String(s) => Ok(Choice::Str(s)),
+                    serde_json::Value::Number(n) => {
+                        n.as_i64().map(Choice::Int).ok_or_else(|| format!("choice {n} is not an integer"))
+                    }
+                    other => Err(format!("choice {other} is neither a string nor an integer")),
+                })
+                .collect::<Result<_, _>>()?;
+            Choices::OneOf(values)
         }
     };
     let release = |text: &str| text.parse::<Release>().map_err(|e| format!("release {text:?}: {e}"));
@@ -129,6 +134,7 @@ fn parse_row(line: &'static str) -> Result<CliOption, String> {
         value_type,
         choices,
         required: required == "required",
+        refuses: (refuses != "-").then_some(refuses),
         first: release(first)?,
         last: if last == "-" { None } else { Some(release(last)?) },
     })
@@ -337,6 +343,9 @@ impl ServerCli {
             if option.action == "help" {
                 return Err(Stop::Refused(HELP_EXIT.to_string()));
             }
+            if let Some(message) = option.refuses {
+                return Err(Stop::Refused(message.to_string()));
+            }
             seen.push(std::ptr::from_ref(option));
             // `_get_values`: the first `--` among the values is dropped.
             let mut texts: Vec<(&str, bool)> = match inline_value {
@@ -424,7 +433,9 @@ impl ServerCli {
                 Some(n) => match i64::try_from(n) {
                     Ok(n) => Choice::Int(n),
                     // Larger than any choice: valid where there are none.
-                    Err(_) => return matches!(option.choices, Choices::OneOf(_)).then(|| not_a_choice(option, text)),
+                    Err(_) => {
+                        return matches!(option.choices, Choices::OneOf(_)).then(|| not_a_choice(option, text));
+                    }
                 },
                 None => return Some(format!("invalid int value: {}", py_repr(text))),
             },
@@ -441,7 +452,7 @@ impl ServerCli {
             ValueType::NotJudged(_) => return None,
         };
         match &option.choices {
-            Choices::OneOf(choices) if !choices.contains(&value) => Some(not_a_choice(option, text)),
+            Choices::OneOf(values) if !values.contains(&value) => Some(not_a_choice(option, text)),
             Choices::NotKnown => {
                 reading.not_judged.push(format!(
                     "{} {text}: this release's choices for it are not known to kvpilot; not checked",

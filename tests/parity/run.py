@@ -13,12 +13,17 @@ with kvpilot check's violations; and checks the
 rule-message table in rule_messages.py against each release's source. Prints a line per
 release, every disagreement, and a closing `N passed, N failed`; exits 1 on any failure.
 
+The `cli` part checks that src/sglang/server_cli.tsv is what each release's own parser declares
+(server_cli.py) and runs a generated corpus of argvs per release through that parser
+(server_argv.py --parse-only) and through `kvpilot check`: both must accept or refuse each,
+with argparse's message.
+
 Also runs each release's cache-flag checks (cache_args.py: the PD hook, then the cache
 compatibility check) on a decode-flag matrix and compares as for the PD argument checks.
 
   --oracle-only   run and count only SGLang's side (no kvpilot binary needed)
   --only PART     run only these parts (repeatable): served, classification, retraction,
-                  pd-args, cache-args, messages, argv
+                  pd-args, cache-args, messages, argv, cli
 """
 
 import argparse
@@ -30,14 +35,17 @@ import os
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
 import rule_messages
+import server_cli
 from releases import RELEASES, release_python, version_key
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 FIXTURE_GLOBS = ("tests/fixtures/configs/*.json", "tests/fixtures/configs/parity/*.json")
 SERVED_TSV = "src/layout/served_architectures.tsv"
+SERVER_CLI_TSV = "src/sglang/server_cli.tsv"
 # Configs for the retraction-backup matrix: one per KV pool kind SGLang builds (full MHA, full MHA
 # by the Gemma-3 override, hybrid SWA, pure SWA on either transformers pin, MLA, SSM x2).
 RETRACTION_CONFIGS = ("llama-3.1-8b-instruct", "gemma-3-1b-it", "gpt-oss-20b", "custom-pure-swa",
@@ -151,10 +159,10 @@ def retraction_scenarios():
     return scenarios
 
 
-def run_release_script(script, src, venvs, scenarios):
+def run_release_script(script, src, venvs, scenarios, *options):
     """Runs one of this directory's scripts on a release's sources with the scenarios on
     stdin, in that release's venv, and returns its JSON answer."""
-    proc = subprocess.run([release_python(src, venvs), os.path.join(HERE, script), src],
+    proc = subprocess.run([release_python(src, venvs), os.path.join(HERE, script), src, *options],
                           input=json.dumps(scenarios), capture_output=True, text=True,
                           check=False)
     if proc.returncode != 0:
@@ -549,6 +557,109 @@ def check_router_argvs(kvpilot, venvs, version):
     return passed, failed, summary
 
 
+def server_cli_manifest(version, cases):
+    """One Pod per argv, running the release's image, with the model config in a ConfigMap."""
+    with open(os.path.join(ROOT, "tests/fixtures/configs", f"{PD_ARGS_CONFIG}.json"), encoding="utf-8") as f:
+        config = f.read()
+    documents = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "model", "namespace": "parity"},
+                  "data": {"config.json": config}}]
+    for case in cases:
+        documents.append({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "argv-" + case["id"].replace(".", "-"), "namespace": "parity",
+                         "annotations": {"kvpilot.dev/model-config": "configmap/model"}},
+            "spec": {"containers": [{"name": "sglang", "image": f"lmsysorg/sglang:v{version}",
+                                     "command": ["python3", "-m", "sglang.launch_server"],
+                                     "args": case["argv"]}]},
+        })
+    return documents
+
+
+def kvpilot_argv_verdicts(kvpilot, version, cases):
+    """case id -> kvpilot's CLI finding message (None: accepted), from one `kvpilot check`."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write("\n---\n".join(json.dumps(d) for d in server_cli_manifest(version, cases)))
+        path = f.name
+    try:
+        proc = subprocess.run([kvpilot, "check", "-f", path, "--output", "json", "--offline"],
+                              capture_output=True, text=True, check=False)
+    finally:
+        os.unlink(path)
+    try:
+        reports = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        raise RuntimeError(f"kvpilot check printed no JSON (exit {proc.returncode}): "
+                           f"{proc.stderr.strip()[:500]}") from None
+    verdicts = {}
+    for report in reports:
+        messages = [v["message"] for v in report.get("violations", []) if v["rule"] == "CLI"]
+        verdicts[report["name"].split("/")[-1].removeprefix("argv-")] = messages[0] if messages else None
+    return verdicts
+
+
+def same_refusal(theirs, ours, rows):
+    """Whether kvpilot's message is SGLang's. Choices held in a set are listed in an order that
+    changes with every interpreter: for those options the list is compared as a set."""
+    if theirs == ours or theirs is None or ours is None:
+        return theirs == ours
+    head, _, listed = theirs.removesuffix(")").partition(" (choose from ")
+    our_head, _, our_listed = ours.removesuffix(")").partition(" (choose from ")
+    option = head.removeprefix("argument ").split(":")[0].split("/")[0]
+    unordered = any(r[4].startswith("~") and option in r[0].split(" ") for r in rows)
+    return unordered and head == our_head and sorted(listed.split(", ")) == sorted(our_listed.split(", "))
+
+
+def check_server_cli(kvpilot, src, venvs, compare):
+    """The table is current, and every release's own parser and kvpilot agree on accept/refuse
+    and on argparse's message for a generated corpus of argvs. Returns (passed, failed)."""
+    rows = server_cli.release_rows(src, venvs)
+    passed = failed = 0
+    text = server_cli.render(rows)
+    with open(os.path.join(ROOT, SERVER_CLI_TSV), encoding="utf-8") as f:
+        if f.read() == text:
+            passed += 1
+            print(f"server command line: {SERVER_CLI_TSV} is current")
+        else:
+            failed += 1
+            print(f"server command line: {SERVER_CLI_TSV} is stale; regenerate with `python3 "
+                  f"tests/parity/server_cli.py generate {src} {venvs} {SERVER_CLI_TSV}`")
+    corpora = {version: server_cli.corpus(rows, version) for version in rows}
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        answers = dict(zip(rows, pool.map(lambda version: run_release_script(
+            "server_argv.py", os.path.join(src, version), venvs, corpora[version], "--parse-only"), rows)))
+    for version in rows:
+        cases = corpora[version]
+        theirs = {r["id"]: r["error"] for r in answers[version]["results"]}
+        harness = [c for c in cases if (theirs[c["id"]] or "").startswith("harness:")]
+        for case in harness:
+            failed += 1
+            print(f"  {version} argv {case['argv']}: the harness could not run the parser: {theirs[case['id']]}")
+        refused = sum(theirs[c["id"]] is not None for c in cases)
+        summary = f"SGLang {version}: argv corpus {len(cases)}, refused by SGLang's parser {refused}"
+        if compare:
+            ours = kvpilot_argv_verdicts(kvpilot, version, cases)
+            agreements = 0
+            for case in cases:
+                key = case["id"].replace(".", "-")
+                if case in harness:
+                    continue
+                if key not in ours:
+                    failed += 1
+                    print(f"  {version} {case['subject']} {case['argv']}: kvpilot reported no verdict")
+                elif not same_refusal(theirs[case["id"]], ours[key], rows[version]):
+                    failed += 1
+                    print(f"  {version} {case['subject']} {case['argv']}: SGLang {theirs[case['id']]!r}, "
+                          f"kvpilot {ours[key]!r}")
+                else:
+                    agreements += 1
+            passed += agreements
+            summary += f", agreements with kvpilot {agreements}"
+        else:
+            passed += len(cases) - len(harness)
+        print(summary)
+    return passed, failed
+
+
 def check_served_architectures(src):
     proc = subprocess.run([sys.executable, os.path.join(HERE, "served_architectures.py"),
                            "check", src, os.path.join(ROOT, SERVED_TSV)],
@@ -558,7 +669,7 @@ def check_served_architectures(src):
     return proc.returncode == 0
 
 
-PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "messages", "argv")
+PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "messages", "argv", "cli")
 
 
 def main():
@@ -589,6 +700,10 @@ def main():
         print(f"parity: {args.kvpilot} has no `layout --sglang-version`; the comparison needs "
               "the release profiles of issue #14 (items 1-2). Only SGLang's side ran.")
         compare, failed = False, failed + 1
+
+    if "cli" in parts:
+        cli_passed, cli_failed = check_server_cli(args.kvpilot, args.src, args.venvs, compare)
+        passed, failed = passed + cli_passed, failed + cli_failed
 
     configs = fixture_configs()
     served = served_architectures()

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """One SGLang release's own server argument parser on the command lines kvpilot renders.
 
-Usage: server_argv.py SGLANG_SRC < argvs.json    (a JSON list of {"id", "argv"})
+Usage: server_argv.py SGLANG_SRC [--parse-only] < argvs.json    (a JSON list of {"id", "argv"})
 Prints {"results": [{"id", "error": argparse's message or null, "postInit": ..., "parsed": {...}}]}
-(`parsed`: the parsed values prefill and decode must agree on, see PAIRED).
+(`parsed`: the parsed values prefill and decode must agree on, see PAIRED). With --parse-only,
+only argparse runs (one parser for every argv): {"results": [{"id", "error"}]}, where `-h` /
+`--help`, which prints the usage and exits, gives HELP_EXIT as its error.
 
 What runs is the release's `ServerArgs.add_cli_args` on `argparse.ArgumentParser(prog="sglang
 serve")`, exactly as its `prepare_server_args` builds it, then `parse_args(argv)`: an unknown
@@ -34,6 +36,14 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message):
         raise ArgumentError(message)
+
+    def exit(self, status=0, message=None):
+        # Only `-h`/`--help` exits without an error: the server never starts.
+        raise ArgumentError(HELP_EXIT)
+
+
+# What kvpilot reports for `-h`/`--help` (src/sglang/server_cli.rs HELP_EXIT).
+HELP_EXIT = "argument -h/--help: SGLang prints its help and exits without starting the server"
 
 
 # What a prefill server and its decode servers must agree on (or the router relies on).
@@ -92,8 +102,27 @@ def _any_schema(_self, _source, _handler):
     return core_schema.any_schema()
 
 
+def parse_only(server_args_cls, cases):
+    """argparse's verdict on each argv, with one parser (parse_args keeps no state in it)."""
+    parser = Parser(prog="sglang serve")
+    server_args_cls.add_cli_args(parser)
+    results = []
+    for case in cases:
+        try:
+            # The deprecated actions print warnings; the help action prints the usage.
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                parser.parse_args(case["argv"])
+            error = None
+        except ArgumentError as e:
+            error = str(e)
+        except Exception:  # noqa: BLE001 - a custom action's own failure
+            error = "harness: " + traceback.format_exc(limit=2)
+        results.append({"id": case["id"], "error": error})
+    return results
+
+
 def main(argv):
-    if len(argv) != 2:
+    if len(argv) not in (2, 3) or (len(argv) == 3 and argv[2] != "--parse-only"):
         sys.exit(__doc__)
     cases = json.load(sys.stdin)
     # server_args imports the OpenAI protocol models, whose pydantic fields name types of
@@ -101,6 +130,9 @@ def main(argv):
     sglang_env.Inert.__get_pydantic_core_schema__ = _any_schema
     sglang_env.install(argv[1])
     ServerArgs, unloaded = load_server_args()
+    if len(argv) == 3:
+        json.dump({"results": parse_only(ServerArgs, cases)}, sys.stdout)
+        return
 
     results = []
     for case in cases:

@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from releases import RELEASES, release_python
 
@@ -30,9 +31,11 @@ HEADER = [
     "# Releases: {releases}.",
     "# Columns: option strings (space-separated, as declared); action (argparse's name, or the",
     "# class of a custom action); nargs ('-' = None); type (int, float, str; '~name' = another",
-    "# callable, values not judged); choices (a JSON list; '-' = none; '?' = from modules the",
-    "# harness stubs, not known); required ('required' or '-'); first release; last release",
-    "# ('-' = still in the newest release listed above).",
+    "# callable, values not judged); choices (a JSON list; '~' before it = a set, sorted here, whose",
+    "# order in argparse's message changes from run to run; '-' = none; '?' = from modules the",
+    "# harness stubs, not known); required ('required' or '-'); the message parser.error prints",
+    "# when the option is given ('-' = none); first release; last release ('-' = still in the",
+    "# newest release listed above).",
 ]
 
 _ACTIONS = {
@@ -67,10 +70,17 @@ def describe(action, unloaded):
         values = list(action.choices)
         if not all(isinstance(v, (int, str)) and not isinstance(v, bool) for v in values):
             raise TableError(f"{action.option_strings}: choices of a type the table cannot hold")
-        choices = json.dumps(values, separators=(",", ":"))
+        # A set lists its choices in an order that changes with every interpreter (hash seed).
+        unordered = isinstance(action.choices, (set, frozenset))
+        choices = ("~" if unordered else "") + json.dumps(sorted(values) if unordered else values,
+                                                          separators=(",", ":"))
     nargs = "-" if action.nargs is None else str(action.nargs)
+    # SGLang's DeprecatedAction calls parser.error(error_message) when the option is given.
+    refuses = getattr(action, "error_message", None) if kind == "DeprecatedAction" else None
+    if refuses is not None and (not isinstance(refuses, str) or "\t" in refuses or "\n" in refuses):
+        raise TableError(f"{action.option_strings}: an error message the table cannot hold")
     return (" ".join(action.option_strings), kind, nargs, type_name, choices,
-            "required" if action.required else "-")
+            "required" if action.required else "-", refuses or "-")
 
 
 def dump(src):
@@ -90,16 +100,19 @@ def dump(src):
 
 
 def release_rows(src_root, venvs):
-    """version -> that release's rows, each release's parser run in its own venv."""
-    rows = {}
-    for release in RELEASES:
-        src = os.path.join(src_root, release.version)
+    """version -> that release's rows, each release's parser run in its own venv (a few at once:
+    most of the time goes into importing the release)."""
+    def dump_release(version):
+        src = os.path.join(src_root, version)
         proc = subprocess.run([release_python(src, venvs), os.path.abspath(__file__), "dump", src],
                               capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            raise TableError(f"dump of {release.version} failed:\n{proc.stderr[-2000:]}")
-        rows[release.version] = [tuple(row) for row in json.loads(proc.stdout)]
-    return rows
+            raise TableError(f"dump of {version} failed:\n{proc.stderr[-2000:]}")
+        return [tuple(row) for row in json.loads(proc.stdout)]
+
+    versions = [release.version for release in RELEASES]
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+        return dict(zip(versions, pool.map(dump_release, versions)))
 
 
 def merged_order(sequences):
@@ -132,18 +145,137 @@ def merged_order(sequences):
     return order
 
 
+def _order_conflict(keyed):
+    """(x, y) declared in one order by one release and in the other by another, or None."""
+    versions = list(keyed)
+    for i, v in enumerate(versions):
+        position = {key: at for at, key in enumerate(keyed[v])}
+        for w in versions[i + 1:]:
+            common = [key for key in keyed[w] if key in position]
+            for earlier, later in zip(common, common[1:]):
+                if position[earlier] > position[later]:
+                    return later, earlier
+    return None
+
+
+def keyed_rows(rows):
+    """version -> its rows as (row, move) keys: a row moved to another place among the options
+    gets a new key from the first release it moved in, so one table order keeps every
+    release's order (its ranges are then separate rows)."""
+    keyed = {v: [(row, 0) for row in rows[v]] for v in rows}
+    for _ in range(1000):
+        conflict = _order_conflict(keyed)
+        if conflict is None:
+            return keyed
+        moved, other = conflict
+        for sequence in keyed.values():
+            if moved in sequence and other in sequence and sequence.index(moved) > sequence.index(other):
+                sequence[sequence.index(moved)] = (moved[0], moved[1] + 1)
+    raise TableError("the releases declare options in orders this generator cannot reconcile")
+
+
 def render(rows):
     versions = list(rows)
     newest = versions[-1]
     lines = [h.format(releases=", ".join(versions)) for h in HEADER]
-    for row in merged_order([rows[v] for v in versions]):
-        present = [v for v in versions if row in rows[v]]
+    keyed = keyed_rows(rows)
+    for key in merged_order([keyed[v] for v in versions]):
+        row = key[0]
+        present = [v for v in versions if key in keyed[v]]
         first, last = present[0], present[-1]
         gaps = [v for v in versions[versions.index(first):versions.index(last) + 1] if v not in present]
         if gaps:
             raise TableError(f"{row[0]} ({row[1]}) is missing from {', '.join(gaps)} inside its range")
         lines.append("\t".join(row + (first, "-" if last == newest else last)))
     return "\n".join(lines) + "\n"
+
+
+MODEL = ["--model-path", "org/model"]
+
+
+def _values(row, valid):
+    """Values for one option: valid ones, or one its type or choices refuse (None: there is
+    none to give, or the type is one kvpilot does not judge)."""
+    _strings, _action, nargs, value_type, choices, _required, _refuses = row
+    if value_type.startswith("~"):
+        return None  # a conversion kvpilot does not judge
+    if choices not in ("-", "?"):
+        listed = json.loads(choices.lstrip("~"))  # an empty list (some releases): nothing is valid
+        value = (str(listed[0]) if listed else None) if valid else "not-a-choice"
+    elif value_type == "int":
+        value = "2" if valid else "two"
+    elif value_type == "float":
+        value = "0.5" if valid else "half"
+    elif value_type == "str":
+        value = "x" if valid else None
+    else:
+        value = None
+    if value is None:
+        return None
+    count = {"-": 1, "?": 1, "*": 2, "+": 2}.get(nargs)
+    return [value] * (int(nargs) if count is None else count)
+
+
+def _unique_prefix(string, strings):
+    """The shortest prefix (longer than `--x`) that only `string` starts with, if any."""
+    for end in range(4, len(string)):
+        if [s for s in strings if s.startswith(string[:end])] == [string]:
+            return string[:end]
+    return None
+
+
+def corpus(rows_by_version, version):
+    """Argvs for one release: every option with a valid value, an invalid one, a missing one, the
+    `=` form, its shortest unique abbreviation, an ambiguous prefix; options of other releases
+    this one lacks; and a few argparse corners. Options whose choices are not known are left out."""
+    rows = [r for r in rows_by_version[version] if r[4] != "?" and r[1] != "help"]
+    strings = [s for r in rows_by_version[version] for s in r[0].split(" ")]
+    cases = []
+
+    def add(subject, extra, model=True):
+        cases.append({"id": f"{version}-{len(cases)}", "subject": subject,
+                      "argv": (MODEL if model else []) + extra})
+
+    for row in rows:
+        # `--config FILE` makes the launcher merge the file's arguments in before argparse runs,
+        # which kvpilot cannot see: it judges no command line holding it.
+        if row[0].startswith("--model-path") or row[0] == "--config":
+            continue
+        for string in row[0].split(" "):
+            switch = row[2] == "0"
+            valid, invalid = ([], None) if switch else (_values(row, True), _values(row, False))
+            if valid is not None:
+                add("valid", [string, *valid])
+            if valid:
+                add("equals", [f"{string}={valid[0]}", *valid[1:]])
+            if invalid is not None:
+                add("invalid", [string, *invalid])
+            if switch:
+                add("switch given a value", [f"{string}=1"])
+            elif row[2] != "*" and row[2] != "?":
+                add("missing value", [string])
+                add("value starting with -", [string, "-x"])
+            prefix = _unique_prefix(string, strings)
+            if prefix is not None and valid is not None:
+                add("abbreviation", [prefix, *valid])
+            shared = [s for s in strings if s != string and os.path.commonprefix([s, string]) == string]
+            if shared:
+                add("ambiguous prefix", [string[:-1]] if len(string) > 4 else [string])
+    present = set(strings)
+    for other, other_rows in rows_by_version.items():
+        for row in other_rows:
+            for string in row[0].split(" "):
+                if string not in present and row[2] == "0":
+                    add(f"removed or added (in {other})", [string])
+                    present.add(string)
+                elif string not in present:
+                    add(f"removed or added (in {other})", [string, *(_values(row, True) or ["x"])])
+                    present.add(string)
+    add("required missing", [], model=False)
+    for extra in (["--"], ["--", "x"], ["-x"], ["-5"], ["stray"], ["--tp-size", "2", "3"], ["-h"], ["--help"],
+                  ["-hx"], ["--tp-size=--"], ["--tp-size", "-1"], ["--tp-size", " 1_6 "], ["--tp-size", "1__6"]):
+        add("corner", extra)
+    return cases
 
 
 def main(argv):

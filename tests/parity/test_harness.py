@@ -15,6 +15,7 @@ import pd_args  # noqa: E402
 import rule_messages  # noqa: E402
 import run  # noqa: E402
 import served_architectures  # noqa: E402
+import server_cli  # noqa: E402
 from releases import version_key  # noqa: E402
 
 
@@ -118,6 +119,43 @@ class PipelineOrderTest(unittest.TestCase):
         self.assertEqual(run.unrecognized(args, sorted(args)),
                          "unrecognized arguments: --disaggregation-decode-retraction-backup host_pool "
                          "--enable-unified-cache-external-linker")
+
+
+def _row(strings, nargs="-", value_type="str", choices="-"):
+    return (strings, "store" if nargs != "0" else "store_true", nargs, value_type, choices, "-", "-")
+
+
+class ServerCliTableTest(unittest.TestCase):
+    def test_rows_span_releases_and_keep_each_release_order(self):
+        a, b, c = _row("--a"), _row("--b"), _row("--c", "0")
+        # --c moves after --b in the newer release: it becomes two rows, so one order keeps both.
+        rows = {"0.0.1": [a, c, b], "0.0.2": [a, b, c]}
+        lines = [line.split("\t") for line in server_cli.render(rows).splitlines()
+                 if not line.startswith("#")]
+        self.assertEqual([(line[0], line[-2], line[-1]) for line in lines],
+                         [("--a", "0.0.1", "-"), ("--c", "0.0.1", "0.0.1"), ("--b", "0.0.1", "-"),
+                          ("--c", "0.0.2", "-")])
+
+    def test_a_gap_in_a_range_is_refused(self):
+        a, b = _row("--a"), _row("--b")
+        with self.assertRaises(server_cli.TableError):
+            server_cli.render({"0.0.1": [a, b], "0.0.2": [a], "0.0.3": [a, b]})
+
+    def test_the_corpus_covers_every_kind_of_case(self):
+        rows = {"0.0.1": [_row("--model-path --model"), _row("--tp-size", value_type="int"),
+                          _row("--tp-offset", value_type="int"), _row("--gone", "0")],
+                "0.0.2": [_row("--model-path --model"), _row("--tp-size", value_type="int"),
+                          _row("--mode", choices='["a","b"]'), _row("--fn", value_type="~loads")]}
+        cases = server_cli.corpus(rows, "0.0.2")
+        argvs = {(c["subject"], " ".join(c["argv"][2:])) for c in cases}
+        for expected in [("valid", "--tp-size 2"), ("invalid", "--tp-size two"), ("equals", "--tp-size=2"),
+                         ("missing value", "--tp-size"), ("abbreviation", "--tp 2"),
+                         ("ambiguous prefix", "--mod"),
+                         ("invalid", "--mode not-a-choice"), ("removed or added (in 0.0.1)", "--gone"),
+                         ("missing value", "--fn")]:
+            self.assertIn(expected, argvs)
+        self.assertNotIn(("valid", "--fn x"), argvs, "a type kvpilot does not judge gets no value")
+        self.assertIn(("required missing", ""), {(c["subject"], " ".join(c["argv"])) for c in cases})
 
 
 class VersionKeyTest(unittest.TestCase):
