@@ -176,6 +176,76 @@ fn check_text_names_object_container_and_flag() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("2 checked: 0 valid, 2 rewritten, 0 rejected"));
 }
 
+/// A Deployment whose server runs `image` with `args` (the model's config in the ConfigMap).
+fn deployment_running(image: &str, args: &[&str]) -> Value {
+    let mut deployment = every_kind().remove(1);
+    let container = &mut deployment["spec"]["template"]["spec"]["containers"][0];
+    container["image"] = json!(image);
+    container["args"] = json!(args);
+    deployment
+}
+
+#[test]
+fn check_reports_what_the_release_s_parser_refuses_in_argparse_s_words() {
+    // 0.5.23 has --cuda-graph-bs-decode and --cuda-graph-bs-prefill: the old flag is now an
+    // ambiguous prefix, while `--mem-frac` is a unique one argparse accepts.
+    let args = ["--model-path", "/models/m", "--cuda-graph-bs", "8", "--mem-frac", "0.8"];
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": [
+        config_map_json(), deployment_running("lmsysorg/sglang:v0.5.23-cu129", &args)]});
+    let out = kvpilot(&["check", "-o", "json", "-f", "-"], Some(&list.to_string()));
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let violation = &reports[0]["violations"][0];
+    assert_eq!((violation["rule"].as_str(), violation["flag"].as_str()), (Some("CLI"), Some("--cuda-graph-bs")));
+    assert_eq!(
+        violation["message"],
+        "ambiguous option: --cuda-graph-bs could match --cuda-graph-bs-decode, --cuda-graph-bs-prefill"
+    );
+    assert_eq!(reports[0]["verdict"], "rejected");
+    // The same command line on 0.5.17, where --cuda-graph-bs is an option of its own.
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": [
+        config_map_json(), deployment_running("lmsysorg/sglang:v0.5.17", &args)]});
+    let out = kvpilot(&["check", "-f", "-"], Some(&list.to_string()));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("✗ CLI"), "{text}");
+    assert!(
+        text.contains("! --mem-frac: SGLang 0.5.17's argparse reads this abbreviation as --mem-fraction-static"),
+        "{text}"
+    );
+    // Unknown flags, in the text report with the rule first.
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": [config_map_json(), deployment_running(
+        "lmsysorg/sglang:v0.5.23", &["--model-path", "/models/m", "--enable-deepep-moe", "--tp-size", "two"])]});
+    let out = kvpilot(&["check", "-f", "-"], Some(&list.to_string()));
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "✗ CLI deploy/d container sglang (spec.template.spec.containers[0]): --tp-size/--tensor-parallel-size: \
+             argument --tp-size/--tensor-parallel-size: invalid int value: 'two' (fix: give --tp-size a whole number)"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn an_image_older_than_every_known_release_is_checked_as_the_oldest() {
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": [
+        config_map_json(), deployment_running("lmsysorg/sglang:v0.5.9-cu126", &["--model-path", "/models/m"])]});
+    let out = kvpilot(&["check", "-o", "json", "-f", "-"], Some(&list.to_string()));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let sglang = &reports[0]["sglang"];
+    assert_eq!((sglang["version"].as_str(), sglang["requested"].as_str()), (Some("0.5.17"), Some("0.5.9")));
+    assert!(
+        reports[0]["warnings"].to_string().contains(
+            "SGLang 0.5.9 (Image) is older than any release kvpilot knows; its rules are checked as SGLang 0.5.17, \
+             the oldest known"
+        ),
+        "{}",
+        reports[0]["warnings"]
+    );
+}
+
 #[test]
 fn check_rewrites_in_a_namespace_labelled_for_rewrites() {
     let mut deployment = every_kind().remove(1);
@@ -321,6 +391,30 @@ async fn enforce_denies_every_kind_with_sglang_s_message() {
             "{message}"
         );
     }
+}
+
+#[tokio::test]
+async fn enforce_denies_and_warn_reports_what_the_release_s_parser_refuses() {
+    let (_server, state) = cluster_state().await;
+    let deployment = deployment_running(
+        "lmsysorg/sglang:v0.5.23",
+        &["--model-path", "/models/m", "--prefill-round-robin-balance", "--tp", "2"],
+    );
+    let response = post(&state, "/guard/enforce", &admission_review(&deployment)).await;
+    assert_eq!(response["allowed"], false, "{response}");
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "SGLang flags the model cannot run: CLI deploy/d container sglang (spec.template.spec.containers[0]): \
+             --prefill-round-robin-balance: unrecognized arguments: --prefill-round-robin-balance"
+        ),
+        "{message}"
+    );
+    let response = post(&state, "/guard/warn", &admission_review(&deployment)).await;
+    assert_eq!(response["allowed"], true);
+    let warnings = response["warnings"].to_string();
+    assert!(warnings.contains("unrecognized arguments: --prefill-round-robin-balance"), "{warnings}");
+    assert!(warnings.contains("--tp: SGLang 0.5.23's argparse reads this abbreviation as --tp-size"), "{warnings}");
 }
 
 #[tokio::test]
