@@ -4,7 +4,8 @@
 # it with kvpilot: its classification of every fixture config with `kvpilot layout
 # --sglang-version`, its automatic retraction-backup choice and its PD argument checks with
 # `kvpilot check --sglang-version --output json`; it also checks a rule-message table against each
-# release's source and that src/layout/served_architectures.tsv is current. Release wheels and
+# release's source and that src/layout/served_architectures.tsv and src/sglang/server_cli.tsv are
+# current (the latter with an argv corpus through each release's parser and kvpilot check). Release wheels and
 # torch-free Python venvs are fetched from PyPI, pinned by hash (tests/parity/wheels/,
 # tests/parity/requirements-*.txt), and cached under target/parity/. Exits non-zero on any
 # disagreement; the last line is "N passed, N failed".
