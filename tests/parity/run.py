@@ -15,7 +15,7 @@ release, every disagreement, and a closing `N passed, N failed`; exits 1 on any 
 
 The `cli` part checks that src/sglang/server_cli.tsv is what each release's own parser declares
 (server_cli.py) and runs a generated corpus of argvs per release through that parser
-(server_argv.py --parse-only) and through `kvpilot check`: both must accept or refuse each,
+(server_cli.py, argparse alone) and through `kvpilot check`: both must accept or refuse each,
 with argparse's message.
 
 Also runs each release's cache-flag checks (cache_args.py: the PD hook, then the cache
@@ -159,10 +159,10 @@ def retraction_scenarios():
     return scenarios
 
 
-def run_release_script(script, src, venvs, scenarios, *options):
+def run_release_script(script, src, venvs, scenarios):
     """Runs one of this directory's scripts on a release's sources with the scenarios on
     stdin, in that release's venv, and returns its JSON answer."""
-    proc = subprocess.run([release_python(src, venvs), os.path.join(HERE, script), src, *options],
+    proc = subprocess.run([release_python(src, venvs), os.path.join(HERE, script), src],
                           input=json.dumps(scenarios), capture_output=True, text=True,
                           check=False)
     if proc.returncode != 0:
@@ -612,7 +612,10 @@ def same_refusal(theirs, ours, rows):
 def check_server_cli(kvpilot, src, venvs, compare):
     """The table is current, and every release's own parser and kvpilot agree on accept/refuse
     and on argparse's message for a generated corpus of argvs. Returns (passed, failed)."""
-    rows = server_cli.release_rows(src, venvs)
+    with server_cli.ReleaseParsers(src, venvs) as parsers:
+        rows = parsers.rows
+        corpora = {version: server_cli.corpus(rows, version) for version in rows}
+        answers = parsers.judge(corpora)
     passed = failed = 0
     text = server_cli.render(rows)
     with open(os.path.join(ROOT, SERVER_CLI_TSV), encoding="utf-8") as f:
@@ -623,13 +626,13 @@ def check_server_cli(kvpilot, src, venvs, compare):
             failed += 1
             print(f"server command line: {SERVER_CLI_TSV} is stale; regenerate with `python3 "
                   f"tests/parity/server_cli.py generate {src} {venvs} {SERVER_CLI_TSV}`")
-    corpora = {version: server_cli.corpus(rows, version) for version in rows}
-    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
-        answers = dict(zip(rows, pool.map(lambda version: run_release_script(
-            "server_argv.py", os.path.join(src, version), venvs, corpora[version], "--parse-only"), rows)))
+    if compare:
+        with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
+            verdicts = dict(zip(rows, pool.map(
+                lambda version: kvpilot_argv_verdicts(kvpilot, version, corpora[version]), rows)))
     for version in rows:
         cases = corpora[version]
-        theirs = {r["id"]: r["error"] for r in answers[version]["results"]}
+        theirs = {r["id"]: r["error"] for r in answers[version]}
         harness = [c for c in cases if (theirs[c["id"]] or "").startswith("harness:")]
         for case in harness:
             failed += 1
@@ -637,7 +640,7 @@ def check_server_cli(kvpilot, src, venvs, compare):
         refused = sum(theirs[c["id"]] is not None for c in cases)
         summary = f"SGLang {version}: argv corpus {len(cases)}, refused by SGLang's parser {refused}"
         if compare:
-            ours = kvpilot_argv_verdicts(kvpilot, version, cases)
+            ours = verdicts[version]
             agreements = 0
             for case in cases:
                 key = case["id"].replace(".", "-")

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """One SGLang release's own server argument parser on the command lines kvpilot renders.
 
-Usage: server_argv.py SGLANG_SRC [--parse-only] < argvs.json    (a JSON list of {"id", "argv"})
+Usage: server_argv.py SGLANG_SRC < argvs.json    (a JSON list of {"id", "argv"})
 Prints {"results": [{"id", "error": argparse's message or null, "postInit": ..., "parsed": {...}}]}
-(`parsed`: the parsed values prefill and decode must agree on, see PAIRED). With --parse-only,
-only argparse runs (one parser for every argv): {"results": [{"id", "error"}]}, where `-h` /
-`--help`, which prints the usage and exits, gives HELP_EXIT as its error.
+(`parsed`: the parsed values prefill and decode must agree on, see PAIRED). `parse_only` runs
+argparse alone (server_cli.py's corpus), where `-h`/`--help`, which prints the usage and exits,
+gives HELP_EXIT as its error.
 
 What runs is the release's `ServerArgs.add_cli_args` on `argparse.ArgumentParser(prog="sglang
 serve")`, exactly as its `prepare_server_args` builds it, then `parse_args(argv)`: an unknown
@@ -122,7 +122,7 @@ def parse_only(server_args_cls, cases):
 
 
 def main(argv):
-    if len(argv) not in (2, 3) or (len(argv) == 3 and argv[2] != "--parse-only"):
+    if len(argv) != 2:
         sys.exit(__doc__)
     cases = json.load(sys.stdin)
     # server_args imports the OpenAI protocol models, whose pydantic fields name types of
@@ -130,9 +130,6 @@ def main(argv):
     sglang_env.Inert.__get_pydantic_core_schema__ = _any_schema
     sglang_env.install(argv[1])
     ServerArgs, unloaded = load_server_args()
-    if len(argv) == 3:
-        json.dump({"results": parse_only(ServerArgs, cases)}, sys.stdout)
-        return
 
     results = []
     for case in cases:

@@ -7,7 +7,7 @@ The parser is built as the release's `prepare_server_args` builds it (server_arg
 with (src/sglang/server_cli.rs). The harness runs Python 3.11, whose argparse kvpilot models.
 
 Usage:
-    server_cli.py dump SGLANG_SRC                    # one release, in its venv: JSON on stdout
+    server_cli.py serve SGLANG_SRC                   # one release, in its venv (see `serve`)
     server_cli.py generate SRC_ROOT VENVS OUT.tsv    # every release in tests/parity/wheels/
     server_cli.py check SRC_ROOT VENVS EXPECTED.tsv  # exit 1 and a diff when stale
 """
@@ -18,7 +18,7 @@ import json
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+import tempfile
 
 from releases import RELEASES, release_python
 
@@ -83,8 +83,10 @@ def describe(action, unloaded):
             "required" if action.required else "-", refuses or "-")
 
 
-def dump(src):
-    """The release's rows, in declaration order (run in the release's venv)."""
+def serve(src):
+    """Run in the release's venv: prints the release's rows (one JSON line), then reads a corpus
+    of argvs on stdin and prints argparse's verdict on each (server_argv.py's parse-only mode),
+    so the release is imported once for both."""
     sys.path.insert(0, HERE)
     import sglang_env
     import server_argv
@@ -96,23 +98,57 @@ def dump(src):
     if not parser.allow_abbrev or parser.prefix_chars != "-" or parser._mutually_exclusive_groups:
         raise TableError("the parser is not the one kvpilot models (allow_abbrev, prefix '-', no "
                          "mutually exclusive groups)")
-    return [describe(action, unloaded) for action in parser._actions]
+    print(json.dumps([describe(action, unloaded) for action in parser._actions]), flush=True)
+    json.dump({"results": server_argv.parse_only(server_args, json.load(sys.stdin))}, sys.stdout)
+
+
+class ReleaseParsers:
+    """Every release's parser, each in its own venv and process, started at once: `rows` (version
+    -> its rows) as soon as they are loaded, then one `judge` of a corpus per release."""
+
+    def __init__(self, src_root, venvs):
+        self.processes = {}
+        for release in RELEASES:
+            src = os.path.join(src_root, release.version)
+            errors = tempfile.TemporaryFile("w+")
+            process = subprocess.Popen([release_python(src, venvs), os.path.abspath(__file__), "serve", src],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors, text=True)
+            self.processes[release.version] = (process, errors)
+        self.rows = {version: [tuple(row) for row in json.loads(self._answer(version, readline=True))]
+                     for version in self.processes}
+
+    def _answer(self, version, readline=False):
+        process, errors = self.processes[version]
+        text = process.stdout.readline() if readline else process.stdout.read()
+        if not text or (not readline and process.wait() != 0):
+            process.kill()
+            errors.seek(0)
+            raise TableError(f"the parser of {version} failed:\n{errors.read()[-2000:]}")
+        return text
+
+    def judge(self, corpora):
+        """version -> argparse's verdict on each argv of its corpus ({"id", "error"})."""
+        for version, (process, _) in self.processes.items():
+            process.stdin.write(json.dumps(corpora.get(version, [])))
+            process.stdin.close()
+        return {version: json.loads(self._answer(version))["results"] for version in self.processes}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_exc):
+        for process, errors in self.processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            errors.close()
 
 
 def release_rows(src_root, venvs):
-    """version -> that release's rows, each release's parser run in its own venv (a few at once:
-    most of the time goes into importing the release)."""
-    def dump_release(version):
-        src = os.path.join(src_root, version)
-        proc = subprocess.run([release_python(src, venvs), os.path.abspath(__file__), "dump", src],
-                              capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise TableError(f"dump of {version} failed:\n{proc.stderr[-2000:]}")
-        return [tuple(row) for row in json.loads(proc.stdout)]
-
-    versions = [release.version for release in RELEASES]
-    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
-        return dict(zip(versions, pool.map(dump_release, versions)))
+    """version -> that release's rows, each release's parser run in its own venv."""
+    with ReleaseParsers(src_root, venvs) as parsers:
+        parsers.judge({})
+        return parsers.rows
 
 
 def merged_order(sequences):
@@ -279,8 +315,8 @@ def corpus(rows_by_version, version):
 
 
 def main(argv):
-    if len(argv) == 3 and argv[1] == "dump":
-        json.dump(dump(argv[2]), sys.stdout)
+    if len(argv) == 3 and argv[1] == "serve":
+        serve(argv[2])
         return 0
     if len(argv) != 5 or argv[1] not in ("generate", "check"):
         sys.exit(__doc__)
