@@ -228,6 +228,29 @@ fn check_reports_what_the_release_s_parser_refuses_in_argparse_s_words() {
 }
 
 #[test]
+fn what_the_parser_refuses_is_reported_even_when_the_config_is_not_read() {
+    // A hub model skipped by --offline: no rule is checked, but SGLang would exit on the argv.
+    let mut deployment = deployment_running("lmsysorg/sglang:v0.5.23", &["--model-path", "org/model", "--tp-size=x"]);
+    deployment["metadata"]["annotations"] = json!({});
+    let out = kvpilot(&["check", "-o", "json", "--offline", "-f", "-"], Some(&deployment.to_string()));
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reports[0]["verdict"], "rejected");
+    assert_eq!(
+        reports[0]["violations"][0]["message"],
+        "argument --tp-size/--tensor-parallel-size: invalid int value: 'x'"
+    );
+    assert!(reports[0].get("layout").is_none(), "{}", reports[0]);
+    assert!(reports[0]["warnings"][0].as_str().unwrap().starts_with("the model's config.json was not read"));
+    // Without a refusal such a server is only skipped, as before.
+    let mut accepted = deployment.clone();
+    accepted["spec"]["template"]["spec"]["containers"][0]["args"] = json!(["--model-path", "org/model"]);
+    let out = kvpilot(&["check", "-o", "json", "--offline", "-f", "-"], Some(&accepted.to_string()));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(serde_json::from_slice::<Vec<Value>>(&out.stdout).unwrap(), Vec::<Value>::new());
+}
+
+#[test]
 fn an_image_older_than_every_known_release_is_checked_as_the_oldest() {
     let list = json!({"apiVersion": "v1", "kind": "List", "items": [
         config_map_json(), deployment_running("lmsysorg/sglang:v0.5.9-cu126", &["--model-path", "/models/m"])]});
@@ -415,6 +438,19 @@ async fn enforce_denies_and_warn_reports_what_the_release_s_parser_refuses() {
     let warnings = response["warnings"].to_string();
     assert!(warnings.contains("unrecognized arguments: --prefill-round-robin-balance"), "{warnings}");
     assert!(warnings.contains("--tp: SGLang 0.5.23's argparse reads this abbreviation as --tp-size"), "{warnings}");
+}
+
+#[tokio::test]
+async fn enforce_denies_what_the_parser_refuses_without_the_model_config() {
+    let (_server, state) = cluster_state().await;
+    let mut deployment =
+        deployment_running("lmsysorg/sglang:v0.5.23", &["--model-path", "/models/m", "--cuda-graph-bs", "8"]);
+    deployment["metadata"]["annotations"] = json!({});
+    let response = post(&state, "/guard/enforce", &admission_review(&deployment)).await;
+    assert_eq!(response["allowed"], false, "{response}");
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(message.contains("CLI deploy/d container sglang"), "{message}");
+    assert!(message.contains("ambiguous option: --cuda-graph-bs could match"), "{message}");
 }
 
 #[tokio::test]

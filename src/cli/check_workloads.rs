@@ -44,8 +44,12 @@ pub(crate) struct ServerReport {
     pub(crate) verdict: Outcome,
     pub(crate) violations: Vec<FlagFinding>,
     pub(crate) rewrites: Vec<FlagRewrite>,
-    pub(crate) effective: EffectiveSettings,
-    pub(crate) layout: AttentionLayout,
+    /// Absent when the model's config.json could not be read and only SGLang's parser judged
+    /// the command line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) effective: Option<EffectiveSettings>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) layout: Option<AttentionLayout>,
     pub(crate) warnings: Vec<String>,
     #[serde(skip)]
     pub(crate) subject: String,
@@ -82,6 +86,7 @@ pub(crate) async fn check_workloads(
                 Ok(model) => model,
                 Err(warning) => {
                     eprintln!("kvpilot check: {}: {subject}: not checked: {warning}", found.location);
+                    reports.extend(argv_only_report(found, &inspection.object, server, &subject));
                     continue;
                 }
             };
@@ -92,6 +97,7 @@ pub(crate) async fn check_workloads(
                         "kvpilot check: {}: skipped {subject} (--offline; its config.json is at {url})",
                         found.location
                     );
+                    reports.extend(argv_only_report(found, &inspection.object, server, &subject));
                     continue;
                 }
                 Err(e) => {
@@ -126,6 +132,38 @@ fn pair_across_objects(set: &ManifestSet, inspections: &mut [Inspection]) {
     }
 }
 
+/// The report of a server whose config.json was not read: none, unless the release's own parser
+/// refuses its command line, which needs no config (SGLang exits before reading it).
+fn argv_only_report(
+    found: &super::manifests::FoundWorkload,
+    object: &str,
+    server: &Server,
+    subject: &str,
+) -> Option<ServerReport> {
+    let (refusal, mut warnings) = guard::argv_check(server);
+    let refusal = refusal?;
+    warnings.insert(0, "the model's config.json was not read: only SGLang's parser judged the command line".into());
+    Some(ServerReport {
+        name: object.to_string(),
+        namespace: found.namespace().to_string(),
+        container: server.container.clone(),
+        template: server.site.label.clone(),
+        path: server.site.path.clone(),
+        role: server.site.role.clone(),
+        member: server.site.member,
+        source: found.location.to_string(),
+        mode: server.parsed.settings.mode,
+        sglang: sglang_status(&server.checked_as),
+        verdict: Outcome::Rejected,
+        violations: vec![refusal],
+        rewrites: Vec::new(),
+        effective: None,
+        layout: None,
+        warnings: server.release_warning.iter().cloned().chain(server.checked_as.warning()).chain(warnings).collect(),
+        subject: subject.to_string(),
+    })
+}
+
 fn report(
     found: &super::manifests::FoundWorkload,
     object: &str,
@@ -147,8 +185,8 @@ fn report(
         verdict: verdict.outcome,
         violations: verdict.findings,
         rewrites: verdict.rewrites,
-        effective: verdict.effective,
-        layout: verdict.layout,
+        effective: Some(verdict.effective),
+        layout: Some(verdict.layout),
         warnings: verdict.warnings,
         subject,
     }
@@ -165,7 +203,9 @@ pub(crate) fn text_report(reports: &[ServerReport]) -> String {
             r.sglang.source,
             r.mode.as_str()
         );
-        out += &super::check::layout_line(&r.layout);
+        if let Some(layout) = &r.layout {
+            out += &super::check::layout_line(layout);
+        }
         for v in &r.violations {
             out += &format!("  ✗ {} {}: {v}\n", v.violation.rule, r.subject);
         }

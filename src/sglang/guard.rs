@@ -469,7 +469,8 @@ pub const ARGV_RULE: &str = "CLI";
 
 /// The findings and warnings of the release's parser on a server's argv: a refusal is a
 /// violation (SGLang exits before it starts), abbreviations and what was not judged are warnings.
-fn argv_findings(server: &Server) -> (Option<FlagFinding>, Vec<String>) {
+/// [`check`] includes them; callers that cannot read a server's config.json report them alone.
+pub fn argv_check(server: &Server) -> (Option<FlagFinding>, Vec<String>) {
     let Some(reading) = &server.argv else {
         return (None, vec![DYNAMO_NOT_JUDGED.to_string()]);
     };
@@ -526,7 +527,7 @@ pub fn check(server: &Server, config: &Value, rewrite: bool) -> Result<ServerVer
     let release = server.checked_as.clone();
     let (layout, fixed) = assess_server(&spec_with(OnInvalid::Rewrite), config, settings.mode, release.release)?;
     let (_, strict) = assess_server(&spec_with(OnInvalid::Reject), config, settings.mode, release.release)?;
-    let (argv_finding, argv_warnings) = argv_findings(server);
+    let (argv_finding, argv_warnings) = argv_check(server);
     let mut warnings: Vec<String> = server.release_warning.iter().cloned().chain(release.warning()).collect();
     warnings.extend(argv_warnings);
     warnings.extend(layout.warnings.iter().cloned());

@@ -84,51 +84,53 @@ async fn decide(
     let inspection = guard::inspect(&object, default_release);
     let mut warnings: Vec<String> = inspection.warnings.clone();
     let mut checked: Vec<(&Server, ServerVerdict)> = Vec::new();
+    // Servers whose config.json could not be read: the rules were not checked, but what the
+    // release's parser refuses stands on its own.
+    let mut argv_refusals: Vec<String> = Vec::new();
     for server in &inspection.servers {
         let subject = server.subject(&inspection.object);
-        let model = match &server.model {
-            Ok(model) => model,
-            Err(warning) => {
-                warnings.push(format!("{subject}: not checked: {warning}"));
-                continue;
-            }
-        };
-        let config = match source {
-            Some(source) => match source.model_config(&namespace, model).await {
-                Ok(config) => config,
-                Err(e) => {
-                    warnings
-                        .push(format!("{subject}: not checked: kvpilot could not read the model config.json ({e})"));
-                    continue;
-                }
+        let config = match &server.model {
+            Err(warning) => Err(warning.clone()),
+            Ok(model) => match source {
+                Some(source) => source
+                    .model_config(&namespace, model)
+                    .await
+                    .map_err(|e| format!("kvpilot could not read the model config.json ({e})")),
+                None => Err("the webhook runs without a Kubernetes client".to_string()),
             },
-            None => {
-                warnings.push(format!("{subject}: not checked: the webhook runs without a Kubernetes client"));
-                continue;
-            }
         };
-        match guard::check(server, &config, mode == GuardMode::Rewrite) {
+        let checked_server = config.and_then(|config| {
+            guard::check(server, &config, mode == GuardMode::Rewrite)
+                .map_err(|e| format!("the model config.json is not a model config: {e}"))
+        });
+        match checked_server {
             Ok(verdict) => checked.push((server, verdict)),
-            Err(e) => {
-                warnings.push(format!("{subject}: not checked: the model config.json is not a model config: {e}"))
+            Err(why) => {
+                warnings.push(format!("{subject}: not checked: {why}"));
+                let (refusal, argv_warnings) = guard::argv_check(server);
+                argv_refusals.extend(refusal.map(|finding| format!("{} {subject}: {finding}", finding.violation.rule)));
+                warnings.extend(argv_warnings.into_iter().map(|w| format!("{subject}: {w}")));
             }
         }
     }
-    let findings: Vec<String> = checked
+    let findings: Vec<String> = argv_refusals
         .iter()
-        .flat_map(|(server, verdict)| {
+        .cloned()
+        .chain(checked.iter().flat_map(|(server, verdict)| {
             let subject = server.subject(&inspection.object);
             // The rule id leads, as in `kvpilot check`'s report and the InferenceDeployment
             // webhook's refusals, so a refusal names the rule to look up.
             verdict.findings.iter().map(move |finding| format!("{} {subject}: {finding}", finding.violation.rule))
-        })
+        }))
         .collect();
     for (server, verdict) in &checked {
         let subject = server.subject(&inspection.object);
         warnings.extend(verdict.warnings.iter().map(|w| format!("{subject}: {w}")));
     }
     match mode {
-        GuardMode::Enforce if checked.iter().any(|(_, v)| v.outcome == Outcome::Rejected) => {
+        GuardMode::Enforce
+            if !argv_refusals.is_empty() || checked.iter().any(|(_, v)| v.outcome == Outcome::Rejected) =>
+        {
             denied(response, 422, "Invalid", format!("SGLang flags the model cannot run: {}", findings.join("; ")))
         }
         GuardMode::Enforce => warned(response, warnings),
