@@ -97,7 +97,7 @@ mod tests {
                 expands: false,
             })
             .collect();
-        let parsed = flags::read(&args, Some(crate::sglang::server_cli::for_release(Release::newest_known())));
+        let parsed = flags::read(&args, crate::sglang::server_cli::for_release(Release::newest_known()));
         assert_eq!(parsed.warnings, Vec::<String>::new());
         parsed.settings
     }

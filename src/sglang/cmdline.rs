@@ -674,8 +674,10 @@ mod tests {
             let found = within_seconds(move || {
                 let _ = split_shell(&script);
                 let found = find_invocations(&command, &args, &reader_env);
+                let cli = crate::sglang::server_cli::for_release(crate::release::Release::newest_known());
                 for invocation in &found.invocations {
-                    let _ = crate::sglang::flags::read(&invocation.args, None);
+                    let _ = crate::sglang::flags::read(&invocation.args, cli);
+                    let _ = cli.read(&invocation.args);
                 }
                 (found, command, args)
             });

@@ -268,45 +268,32 @@ impl Parsed {
     }
 }
 
-/// Reads server arguments as SGLang's argparse does: `--name value` and `--name=value`, every
-/// alias, store-true switches, the last of repeated flags winning. With the release's parser
-/// (`cli`), options are recognised as it recognises them: unique-prefix abbreviations (`--tp`,
-/// `--mem-frac`) stand for their full option, a value may start with `-` where argparse takes it
-/// as one (`-1`), and nothing after `--` is an option. Without one (a launcher whose own parser
-/// comes first, see `guard`), only the table's exact spellings are read. Problems become warnings
-/// naming the flag; whether the release accepts the argv at all is `server_cli`'s to say.
-pub fn read(args: &[Arg], cli: Option<&ServerCli>) -> Parsed {
+/// Reads server arguments as the release's argparse (`cli`) does: `--name value` and
+/// `--name=value`, every alias, unique-prefix abbreviations (`--tp`, `--mem-frac`) standing for
+/// their full option, store-true switches, values starting with `-` where argparse takes them as
+/// values (`-1`), nothing after `--`, the last of repeated flags winning. Problems become
+/// warnings naming the flag; whether the release accepts the argv at all is `server_cli`'s to say.
+pub fn read(args: &[Arg], cli: &ServerCli) -> Parsed {
     let mut settings = ServerSettings::default();
     let mut occurrences = Vec::new();
     let mut warnings = Vec::new();
-    // The table row an argument names, the name as written and its `=value`.
+    // The table row an argument names, the name as written (`--tp` of `--tp=2`) and its `=value`.
     let resolve = |text: &str| -> Option<(&'static Flag, String, Option<String>)> {
-        let (name, inline) = match text.split_once('=') {
-            Some((name, value)) => (name, Some(value.to_string())),
-            None => (text, None),
+        let Word::Option { option, inline, .. } = cli.classify(text) else { return None };
+        let flag = option.strings.iter().find_map(|s| lookup(s))?;
+        let name = match inline {
+            Some(_) => text.split_once('=').map_or(text, |(name, _)| name),
+            None => text,
         };
-        match cli {
-            None => text.starts_with("--").then(|| lookup(name)).flatten().map(|flag| (flag, name.to_string(), inline)),
-            Some(cli) => match cli.classify(text) {
-                Word::Option { option, inline, .. } => {
-                    let flag = option.strings.iter().find_map(|s| lookup(s))?;
-                    let written = inline.map_or(text, |_| name);
-                    Some((flag, written.to_string(), inline.map(str::to_string)))
-                }
-                _ => None,
-            },
-        }
+        Some((flag, name.to_string(), inline.map(str::to_string)))
     };
-    let is_value = |text: &str| match cli {
-        None => !text.starts_with("--"),
-        Some(cli) => text != "--" && cli.classify(text) == Word::Value,
-    };
+    let is_value = |text: &str| text != "--" && cli.classify(text) == Word::Value;
     let mut i = 0;
     while i < args.len() {
         let arg = &args[i];
         let at = i;
         i += 1;
-        if cli.is_some() && arg.text == "--" {
+        if arg.text == "--" {
             break;
         }
         let Some((flag, name, inline)) = resolve(&arg.text) else { continue };
@@ -575,7 +562,7 @@ mod tests {
     }
 
     fn read_newest(args: &[Arg]) -> Parsed {
-        read(args, Some(server_cli::for_release(Release::newest_known())))
+        read(args, server_cli::for_release(Release::newest_known()))
     }
 
     #[test]
@@ -614,9 +601,6 @@ mod tests {
         // 0.5.23 has --pp-max-micro-batch-size and --pp-async-batch-depth: `--pp` is ambiguous there
         // (server_cli reports it) and stands for no setting.
         assert_eq!(s.decode.pipeline_parallel, 1);
-        // Without a release's parser only the table's spellings are read.
-        assert_eq!(read(&line, None).settings.decode.tensor_parallel, 1);
-        assert_eq!(read(&args(&["--tp-size", "4"]), None).settings.decode.tensor_parallel, 4);
         // A value starting with `-` that argparse takes as one.
         let negative = read_newest(&args(&["--swa-full-tokens-ratio", "-0.5"]));
         assert_eq!(negative.settings.decode.swa_full_tokens_ratio, Some(-0.5));

@@ -49,7 +49,7 @@ pub struct Server {
     /// `checked_as`'s parser.
     pub parsed: Parsed,
     /// What `checked_as`'s own parser makes of the argv; None for `dynamo.sglang`, whose own
-    /// parser reads the argv first (see [`dynamo_reading`]).
+    /// parser reads the argv first (see [`DYNAMO_NOT_JUDGED`]).
     pub argv: Option<Reading>,
     /// The model and where its config.json is, or the warning saying why it cannot be found.
     pub model: Result<ModelSpec, String>,
@@ -156,10 +156,10 @@ pub fn inspect(object: &Value, fallback: &ReleaseChoice) -> Inspection {
             let image_release = if invocation.entry == Entry::Dynamo { None } else { release::from_image(image) };
             let (checked_as, release_warning) = choose_release(image_release, fallback);
             let cli = server_cli::for_release(checked_as.release);
-            // Dynamo parses the argv with its own parser first (see `dynamo_reading`).
-            let sglang_parses_first = invocation.entry != Entry::Dynamo;
-            let mut parsed = flags::read(&invocation.args, sglang_parses_first.then_some(cli));
-            let argv = sglang_parses_first.then(|| cli.read(&invocation.args));
+            // Dynamo hands SGLang's parser what its own leaves (see `DYNAMO_NOT_JUDGED`): the
+            // settings are read as SGLang reads them, its refusals are not judged.
+            let mut parsed = flags::read(&invocation.args, cli);
+            let argv = (invocation.entry != Entry::Dynamo).then(|| cli.read(&invocation.args));
             let mut env_warnings = read_env(container, &invocation, &mut parsed);
             parsed.warnings.append(&mut env_warnings);
             if let Some(role) = &site.role
@@ -461,8 +461,7 @@ pub fn choose_release(image: Option<Release>, fallback: &ReleaseChoice) -> (Rele
 /// unique prefixes of them first, rewrites some values (`--disaggregation-mode pd`, `--load-format
 /// gms`) and hands the rest to SGLang's.
 pub const DYNAMO_NOT_JUDGED: &str = "python -m dynamo.sglang parses its own flags (and abbreviations of them) before \
-     SGLang's parser sees the rest, so unknown, ambiguous or abbreviated flags are not reported; only the table's exact \
-     spellings are read";
+     SGLang's parser sees the rest, so unknown, ambiguous or abbreviated flags are not reported";
 
 /// The rule id of a command line the release's parser refuses (docs/guard.md).
 pub const ARGV_RULE: &str = "CLI";

@@ -474,3 +474,28 @@ fn a_role_that_disagrees_with_the_mode_flag_is_a_warning() {
     assert!(warnings[1].is_empty(), "{:?}", warnings[1]);
     assert_eq!(inspection.servers[0].release, None, "a Dynamo image's tag is not an SGLang release");
 }
+
+/// Dynamo's own parser reads the argv before SGLang's: its settings are read as SGLang reads what
+/// it hands on, its refusals are not judged.
+#[test]
+fn dynamo_servers_are_read_but_their_argv_is_not_judged() {
+    let object = deployment(
+        json!(["python3", "-m", "dynamo.sglang"]),
+        json!(["--model-path", "/models/mimo", "--tp", "2", "--migration-limit", "3", "--cuda-graph-bs", "8"]),
+    );
+    let server = one_server(&object);
+    assert_eq!((server.argv.as_ref(), server.parsed.settings.decode.tensor_parallel), (None, 2));
+    let verdict = check(&server, &pure_swa(), false).unwrap();
+    assert!(verdict.findings.iter().all(|f| f.violation.rule != ARGV_RULE), "{:?}", verdict.findings);
+    assert!(verdict.warnings.iter().any(|w| w == DYNAMO_NOT_JUDGED), "{:?}", verdict.warnings);
+    // The same argv through SGLang's own launcher is refused.
+    let object = deployment(
+        json!(["python3", "-m", "sglang.launch_server"]),
+        object["spec"]["template"]["spec"]["containers"][1]["args"].clone(),
+    );
+    let verdict = check(&one_server(&object), &pure_swa(), false).unwrap();
+    assert_eq!(
+        verdict.findings[0].violation.message,
+        "ambiguous option: --cuda-graph-bs could match --cuda-graph-bs-decode, --cuda-graph-bs-prefill"
+    );
+}
