@@ -308,8 +308,12 @@ def corpus(rows_by_version, version):
                     add(f"removed or added (in {other})", [string, *(_values(row, True) or ["x"])])
                     present.add(string)
     add("required missing", [], model=False)
-    for extra in (["--"], ["--", "x"], ["-x"], ["-5"], ["stray"], ["--tp-size", "2", "3"], ["-h"], ["--help"],
-                  ["-hx"], ["--tp-size=--"], ["--tp-size", "-1"], ["--tp-size", " 1_6 "], ["--tp-size", "1__6"]):
+    for extra in (["--"], ["--", "x"], ["-x"], ["-5"], ["-"], ["stray"], ["--tp-size", "2", "3"], ["-h"], ["--help"],
+                  ["-hx"], ["-hh"], ["-h="], ["--tp-size=--"], ["--tp-size", "-1"], ["--tp-size", " 1_6 "],
+                  ["--tp-size", "1__6"], ["--tp-size 2"], ["--hicache-ratio", "-1e5"], ["--hicache-ratio", "-.5"],
+                  ["--enable-hi"], ["--model-p", "m"], ["--tp-size", "2", "--", "--tp-size", "3"],
+                  ["--mem-fraction-static", "1_0.5e-1_0"], ["--mem-fraction-static", "infinity"],
+                  ["--disaggregation-mode", "prefill "], ["--kv-cache-dtype", "it's \"x\"\t\u00e9"]):
         add("corner", extra)
     return cases
 
