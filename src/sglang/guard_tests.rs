@@ -268,8 +268,8 @@ fn prefill_servers_are_checked_against_prefill_rules_only() {
 #[test]
 fn lmcache_is_named_on_the_flag_for_pd_servers_and_checked_for_conflicts_on_colocated_ones() {
     let rules_of = |args: Value| -> Vec<(&'static str, String)> {
-        let object = deployment(json!(["python3", "-m", "sglang.launch_server"]), args);
-        let verdict = check(&one_server(&object), &pure_swa(), false, &ReleaseChoice::default_newest()).unwrap();
+        let object = deployment(json!(["python3", "-m", "sglang.launch_server", "--model-path", "/models/mimo"]), args);
+        let verdict = check(&one_server(&object), &pure_swa(), false).unwrap();
         verdict.findings.into_iter().map(|f| (f.violation.rule, f.flag)).collect()
     };
     assert_eq!(
