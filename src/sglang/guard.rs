@@ -486,6 +486,16 @@ pub fn argv_check(server: &Server) -> (Option<FlagFinding>, Vec<String>) {
         })
         .collect();
     warnings.extend(reading.not_judged.iter().cloned());
+    // The table's flags say so themselves (flags::read): the others are said here.
+    let read_by_table = |at: usize| server.parsed.occurrences.iter().any(|o| o.name_at == at || o.value_at == Some(at));
+    warnings.extend(reading.unseen_values.iter().filter(|u| !read_by_table(u.at)).map(|u| {
+        format!(
+            "{} {}: the value is a shell or $(VAR) expansion kvpilot cannot see; whether SGLang's parser accepts it is \
+             not checked",
+            u.option.display_name(),
+            u.value
+        )
+    }));
     let finding = reading.refusal.as_ref().map(|message| {
         let (flag, fix) = server_cli::refusal_subject_and_fix(message, release);
         FlagFinding {

@@ -499,3 +499,16 @@ fn dynamo_servers_are_read_but_their_argv_is_not_judged() {
         "ambiguous option: --cuda-graph-bs could match --cuda-graph-bs-decode, --cuda-graph-bs-prefill"
     );
 }
+
+/// A value kvpilot cannot see is said once: by the flag table for its flags, by the release's
+/// parser for values it would convert or check, not at all for free strings.
+#[test]
+fn unseen_values_are_warned_about_once() {
+    let object = deployment(
+        json!(["python3", "-m", "sglang.launch_server", "--model-path", "/models/mimo"]),
+        json!(["--tp-size", "$(TP)", "--nnodes=$(N)", "--host", "$(POD_IP)"]),
+    );
+    let verdict = check(&one_server(&object), &pure_swa(), false).unwrap();
+    let about = |text: &str| verdict.warnings.iter().filter(|w| w.contains(text)).count();
+    assert_eq!((about("$(TP)"), about("--nnodes $(N)"), about("$(POD_IP)")), (1, 1, 0), "{:?}", verdict.warnings);
+}

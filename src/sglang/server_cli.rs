@@ -348,9 +348,10 @@ impl ServerCli {
             }
             seen.push(std::ptr::from_ref(option));
             // `_get_values`: the first `--` among the values is dropped.
-            let mut texts: Vec<(&str, bool)> = match inline_value {
-                Some(value) => vec![(value, args[at].expands)],
-                None => values.iter().map(|a| (a.text.as_str(), a.expands)).collect(),
+            // Each value with the index of the argument holding it.
+            let mut texts: Vec<(&str, usize)> = match inline_value {
+                Some(value) => vec![(value, at)],
+                None => values.iter().enumerate().map(|(k, a)| (a.text.as_str(), at + 1 + k)).collect(),
             };
             if let Some(dash) = texts.iter().position(|(t, _)| *t == "--") {
                 texts.remove(dash);
@@ -368,13 +369,12 @@ impl ServerCli {
                     option.action
                 ));
             }
-            for (text, expands) in texts {
-                if expands {
-                    reading.not_judged.push(format!(
-                        "{} {text}: the value is a shell or $(VAR) expansion kvpilot cannot see; not checked against \
-                         SGLang's parser",
-                        option.display_name()
-                    ));
+            for (text, index) in texts {
+                if args[index].expands {
+                    // Any string passes a `str` option without choices: only the others are unjudged.
+                    if option.value_type != ValueType::Str || option.choices != Choices::Any {
+                        reading.unseen_values.push(UnseenValue { at: index, option, value: text.to_string() });
+                    }
                     continue;
                 }
                 if let Some(problem) = self.judge(option, text, reading) {
@@ -570,6 +570,18 @@ pub struct Reading {
     pub abbreviations: Vec<Abbreviation>,
     /// What was not judged, and why.
     pub not_judged: Vec<String>,
+    /// Values argparse would convert or check that are expansions kvpilot cannot see.
+    pub unseen_values: Vec<UnseenValue>,
+}
+
+/// A value not judged because it is a shell or `$(VAR)` expansion kvpilot cannot see.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnseenValue {
+    /// The index of the argument holding it.
+    pub at: usize,
+    pub option: &'static CliOption,
+    /// The value as written.
+    pub value: String,
 }
 
 /// `argparse`'s negative-number test: `-5`, `-.5`, `-1.5`.
