@@ -485,6 +485,9 @@ pub fn argv_check(server: &Server) -> (Option<FlagFinding>, Vec<String>) {
             )
         })
         .collect();
+    warnings.extend(reading.deprecated.iter().map(|option| {
+        format!("{option}: SGLang {release} accepts it but deprecates it (its help names the replacement)")
+    }));
     warnings.extend(reading.not_judged.iter().cloned());
     // The table's flags say so themselves (flags::read): the others are said here.
     let read_by_table = |at: usize| server.parsed.occurrences.iter().any(|o| o.name_at == at || o.value_at == Some(at));

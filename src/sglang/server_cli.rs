@@ -346,6 +346,9 @@ impl ServerCli {
             if let Some(message) = option.refuses {
                 return Err(Stop::Refused(message.to_string()));
             }
+            if option.action.starts_with("Deprecated") && !reading.deprecated.contains(&string) {
+                reading.deprecated.push(string);
+            }
             seen.push(std::ptr::from_ref(option));
             // `_get_values`: the first `--` among the values is dropped.
             // Each value with the index of the argument holding it.
@@ -572,6 +575,9 @@ pub struct Reading {
     pub not_judged: Vec<String>,
     /// Values argparse would convert or check that are expansions kvpilot cannot see.
     pub unseen_values: Vec<UnseenValue>,
+    /// Options given whose action is one of SGLang's `Deprecated*`: accepted, with a warning
+    /// that they go away.
+    pub deprecated: Vec<&'static str>,
 }
 
 /// A value not judged because it is a shell or `$(VAR)` expansion kvpilot cannot see.

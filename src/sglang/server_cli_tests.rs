@@ -118,6 +118,16 @@ fn abbreviations_name_the_full_option() {
 }
 
 #[test]
+fn deprecated_options_are_named() {
+    let reading = read_0_5_23(&["--enable-dp-attention", "--disable-cuda-graph", "--enable-dp-attention"]);
+    assert_eq!((reading.refusal, reading.deprecated), (None, vec!["--enable-dp-attention", "--disable-cuda-graph"]));
+    assert_eq!(
+        for_release(v0_5(21)).read(&args(&["--model-path", "m", "--enable-dp-attention"])).deprecated,
+        Vec::<&str>::new()
+    );
+}
+
+#[test]
 fn releases_differ() {
     // 0.5.17 has no `-decode`/`-prefill` variants, so `--cuda-graph-bs` is its own option there.
     let line = args(&["--model-path", "m", "--cuda-graph-bs", "8"]);
