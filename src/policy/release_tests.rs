@@ -570,10 +570,10 @@ fn lmcache_is_refused_on_pd_servers_from_0_5_21_with_the_first_cause_sglang_name
         s.speculative_algorithm = Some("NONE".into());
     });
     assert_eq!(messages("L4", &none, &FleetSpec::default(), &full()), vec![None; 7]);
-    // DP attention: 0.5.21–0.5.22 read the flag, 0.5.23 the attention-DP group count.
+    // DP attention: 0.5.21 reads the flag, 0.5.22+ the attention-DP group count.
     let dp_attention = FleetSpec { enable_dp_attention: true, ..FleetSpec::default() };
     let dp_message = "LMCacheUnifiedRadixCache does not yet support DP attention";
-    assert_eq!(messages("L5", &with_radix, &dp_attention, &full()), on(21..=22, dp_message));
+    assert_eq!(messages("L5", &with_radix, &dp_attention, &full()), on(21..=21, dp_message));
     let two_groups = FleetSpec { tensor_parallel: 2, data_parallel: 2, ..dp_attention };
     assert_eq!(messages("L5", &with_radix, &two_groups, &full()), on(21..=23, dp_message));
     // The safe fix is LMCache off; nothing else changes.

@@ -671,10 +671,10 @@ pub(crate) const RULES: &[Rule] = &[
         messages: &[text("LMCacheUnifiedRadixCache does not yet support DP attention")],
         changes: &[
             text_from(21, "--enable-dp-attention"),
-            text_from(23, "DP attention with more than one attention-DP group (dataParallel > 1)"),
+            text_from(22, "DP attention with more than one attention-DP group (dataParallel > 1)"),
         ],
         check: |c| {
-            let dp_attention = c.decode.enable_dp_attention && (c.release < v0_5(23) || c.decode.data_parallel > 1);
+            let dp_attention = c.decode.enable_dp_attention && (c.release < v0_5(22) || c.decode.data_parallel > 1);
             when(c.settings.lmcache && dp_attention)
         },
         fix: Fix::Rewrite { apply: lmcache_off, hint: LMCACHE_HINT },

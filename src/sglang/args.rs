@@ -67,7 +67,7 @@ pub fn sglang_args(spec: &InferenceDeploymentSpec, verdict: &Verdict, release: R
         },
         ..decode.clone()
     };
-    SglangArgs { decode: flags::write(&decode), prefill: flags::write(&prefill) }
+    SglangArgs { decode: flags::write(&decode, release), prefill: flags::write(&prefill, release) }
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use crate::api::{
 
 use super::cmdline::Arg;
 use super::server_cli::{ServerCli, Word};
+use crate::release::{Release, v0_5};
 
 /// `--disaggregation-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -91,6 +92,7 @@ pub enum Target {
     DataParallel,
     PipelineParallel,
     EnableDpAttention,
+    AttentionDataParallel,
     PageSize,
     DisableHybridSwaMemory,
     KvCacheDtype,
@@ -144,6 +146,13 @@ pub const FLAGS: &[Flag] = &[
         "spec.decode.pipelineParallel",
     ),
     row(&["--enable-dp-attention"], Kind::Switch, Target::EnableDpAttention, "spec.decode.enableDpAttention"),
+    // SGLang 0.5.22's spelling of `--dp-size N --enable-dp-attention`, which it deprecates.
+    row(
+        &["--attn-dp-size", "--attention-data-parallel-size"],
+        Kind::Value,
+        Target::AttentionDataParallel,
+        "spec.decode.dataParallel",
+    ),
     row(&["--page-size"], Kind::Value, Target::PageSize, "spec.decode.pageSize"),
     row(&["--disable-hybrid-swa-memory"], Kind::Switch, Target::DisableHybridSwaMemory, "spec.model.hybridSwaMemory"),
     row(
@@ -416,6 +425,11 @@ fn apply(target: Target, value: &str, s: &mut ServerSettings) -> Result<(), Stri
         Target::DataParallel => s.decode.data_parallel = positive_int(value)?,
         Target::PipelineParallel => s.decode.pipeline_parallel = positive_int(value)?,
         Target::EnableDpAttention => s.decode.enable_dp_attention = true,
+        Target::AttentionDataParallel => {
+            let groups = positive_int(value)?;
+            s.decode.data_parallel = groups;
+            s.decode.enable_dp_attention = groups > 1;
+        }
         Target::PageSize => s.decode.page_size = positive_int(value)?,
         Target::DisableHybridSwaMemory => s.hybrid_swa_memory = HybridSwaMemory::Disabled,
         // `auto` is SGLang's default and the spec's unset.
@@ -447,6 +461,10 @@ fn reset(target: Target, s: &mut ServerSettings) {
         Target::HostReceiveThreshold => d.decode_host_receive_threshold = None,
         Target::TensorParallel => s.decode.tensor_parallel = defaults.decode.tensor_parallel,
         Target::DataParallel => s.decode.data_parallel = defaults.decode.data_parallel,
+        Target::AttentionDataParallel => {
+            s.decode.data_parallel = defaults.decode.data_parallel;
+            s.decode.enable_dp_attention = defaults.decode.enable_dp_attention;
+        }
         Target::PipelineParallel => s.decode.pipeline_parallel = defaults.decode.pipeline_parallel,
         Target::PageSize => s.decode.page_size = defaults.decode.page_size,
         Target::KvCacheDtype => s.decode.kv_cache_dtype = None,
@@ -485,8 +503,10 @@ fn optional(current: Option<&str>) -> Written {
     current.map_or(Written::Default, |v| Written::Value(v.to_string()))
 }
 
-/// The inverse of [`apply`]: how `target` is written for settings `s`.
-fn written(target: Target, s: &ServerSettings) -> Written {
+/// The inverse of [`apply`]: how `target` is written for settings `s` at `release`.
+fn written(target: Target, s: &ServerSettings, release: Release) -> Written {
+    // From 0.5.22 attention DP is `--attn-dp-size N`; the old pair is deprecated there.
+    let attention_dp = s.decode.enable_dp_attention && release >= v0_5(22);
     let d = &s.disaggregation;
     let defaults = DisaggregationSpec::default();
     match target {
@@ -513,9 +533,12 @@ fn written(target: Target, s: &ServerSettings) -> Written {
         }
         Target::HicacheStorageBackend => optional(d.hicache_storage_backend.as_deref()),
         Target::TensorParallel => value(s.decode.tensor_parallel, 1),
+        Target::DataParallel if attention_dp => Written::Default,
         Target::DataParallel => value(s.decode.data_parallel, 1),
         Target::PipelineParallel => value(s.decode.pipeline_parallel, 1),
-        Target::EnableDpAttention => switch(s.decode.enable_dp_attention),
+        Target::EnableDpAttention => switch(s.decode.enable_dp_attention && !attention_dp),
+        Target::AttentionDataParallel if attention_dp => value(s.decode.data_parallel, 1),
+        Target::AttentionDataParallel => Written::Default,
         Target::PageSize => value(s.decode.page_size, 1),
         Target::DisableHybridSwaMemory => switch(s.hybrid_swa_memory == HybridSwaMemory::Disabled),
         Target::KvCacheDtype => optional(s.decode.kv_cache_dtype.as_deref()),
@@ -525,12 +548,12 @@ fn written(target: Target, s: &ServerSettings) -> Written {
     }
 }
 
-/// The SGLang flags for `settings`: every setting that differs from SGLang's default, with
-/// canonical names, `--name value` form, in table order.
-pub fn write(settings: &ServerSettings) -> Vec<String> {
+/// The SGLang flags for `settings` at `release`: every setting that differs from SGLang's
+/// default, with canonical names, `--name value` form, in table order.
+pub fn write(settings: &ServerSettings, release: Release) -> Vec<String> {
     let mut args = Vec::new();
     for flag in FLAGS {
-        match written(flag.target, settings) {
+        match written(flag.target, settings, release) {
             Written::Default => {}
             Written::Switch => args.push(flag.name().to_string()),
             Written::Value(value) => args.extend([flag.name().to_string(), value]),
@@ -613,13 +636,13 @@ mod tests {
         assert_eq!(parsed.warnings, Vec::<String>::new());
         assert_eq!(parsed.settings.decode.kv_cache_dtype.as_deref(), Some("fp8_e4m3"));
         assert_eq!(parsed.settings.disaggregation.retraction_backup, Some(RetractionBackup::None));
-        let written = write(&parsed.settings);
+        let written = write(&parsed.settings, Release::newest_known());
         assert!(written.windows(2).any(|w| w == ["--kv-cache-dtype", "fp8_e4m3"]), "{written:?}");
         assert!(written.windows(2).any(|w| w == ["--disaggregation-decode-retraction-backup", "none"]), "{written:?}");
         // `auto` is SGLang's default: the same as not setting it.
         let auto = read_newest(&args(&["--kv-cache-dtype", "auto"]));
         assert_eq!(auto.settings.decode.kv_cache_dtype, None);
-        assert!(write(&auto.settings).is_empty());
+        assert!(write(&auto.settings, Release::newest_known()).is_empty());
     }
 
     #[test]
@@ -772,11 +795,14 @@ mod tests {
     proptest! {
         #[test]
         fn settings_to_flags_to_settings_round_trips(settings in settings()) {
-            let flags = write(&settings);
+            let flags = write(&settings, Release::newest_known());
             let texts: Vec<&str> = flags.iter().map(String::as_str).collect();
             let parsed = read_newest(&args(&texts));
             prop_assert_eq!(parsed.warnings, Vec::<String>::new());
-            prop_assert_eq!(parsed.settings, settings);
+            // From 0.5.22 one attention-DP group is no attention DP: `--attn-dp-size 1` is the default.
+            let mut expected = settings;
+            expected.decode.enable_dp_attention &= expected.decode.data_parallel > 1;
+            prop_assert_eq!(parsed.settings, expected);
         }
 
         #[test]
@@ -797,13 +823,29 @@ mod tests {
             "nixl",
             "--tensor-parallel-size",
             "8",
-            "--enable-dp-attention",
+            "--attn-dp-size",
+            "2",
             "--disaggregation-decode-retraction-backup",
             "cpu_tensor",
             "--disaggregation-decode-enable-radix-cache",
             "--hicache-ratio",
             "0.5",
         ];
-        assert_eq!(write(&read_newest(&args(&line)).settings), line);
+        assert_eq!(write(&read_newest(&args(&line)).settings, Release::newest_known()), line);
+    }
+
+    #[test]
+    fn attention_dp_is_written_in_each_releases_spelling() {
+        let settings = read_newest(&args(&["--tensor-parallel-size", "8", "--attn-dp-size", "4"])).settings;
+        assert_eq!((settings.decode.data_parallel, settings.decode.enable_dp_attention), (4, true));
+        // 0.5.22 deprecates `--dp-size N --enable-dp-attention` for `--attn-dp-size N`.
+        assert_eq!(write(&settings, v0_5(22)), ["--tensor-parallel-size", "8", "--attn-dp-size", "4"]);
+        assert_eq!(
+            write(&settings, v0_5(21)),
+            ["--tensor-parallel-size", "8", "--data-parallel-size", "4", "--enable-dp-attention"]
+        );
+        let old = crate::sglang::server_cli::for_release(v0_5(21));
+        let read_old = read(&args(&["--tensor-parallel-size", "8", "--dp-size", "4", "--enable-dp-attention"]), old);
+        assert_eq!(read_old.settings, settings);
     }
 }
