@@ -11,7 +11,9 @@ use crate::policy::{self, Assessment, Outcome, Violation};
 use crate::release::{Release, ReleaseChoice};
 
 use super::args::sglang_args;
+use super::cmdline::{Arg, ArgList, ArgSite};
 use super::flags::FLAGS;
+use super::server_cli;
 
 /// Where a volume with the weights is mounted in the SGLang container.
 pub const MODELS_DIR: &str = "/models";
@@ -501,12 +503,68 @@ pub fn assess(
     release: &ReleaseChoice,
 ) -> Result<Assessment, LayoutError> {
     let mut assessment = policy::assess(&effective_spec(spec), config, release)?;
-    let findings = pod_findings(spec);
+    let mut findings = pod_findings(spec);
+    for role in [FleetRole::Decode, FleetRole::Prefill] {
+        let (refusal, warnings) = extra_args_reading(spec, role, &assessment.verdict, release.release);
+        findings.extend(refusal);
+        assessment.verdict.warnings.extend(warnings);
+    }
     if !findings.is_empty() {
         assessment.verdict.violations.extend(findings);
         assessment.verdict.outcome = Outcome::Rejected;
     }
     Ok(assessment)
+}
+
+/// K8: the fleet's command line with its `extraArgs`, read by `release`'s own parser. kvpilot's
+/// own flags are ones each release's parser accepts (the parity harness runs them), so what it
+/// refuses comes from `extraArgs`: a refusal (SGLang exits before start-up) and warnings for
+/// abbreviations and deprecated options.
+fn extra_args_reading(
+    spec: &InferenceDeploymentSpec,
+    role: FleetRole,
+    verdict: &policy::Verdict,
+    release: Release,
+) -> (Option<Violation>, Vec<String>) {
+    if role.fleet(spec).is_none_or(|fleet| fleet.extra_args.is_empty()) {
+        return (None, Vec::new());
+    }
+    let list = match role {
+        FleetRole::Decode => "spec.decode.extraArgs",
+        FleetRole::Prefill => "spec.prefill.extraArgs",
+    };
+    let args: Vec<Arg> = server_args(spec, role, verdict, release)
+        .into_iter()
+        .enumerate()
+        .map(|(index, text)| Arg {
+            // The kubelet expands $(VAR) in args from the container's env, which kvpilot does not see here.
+            expands: text.contains("$("),
+            site: ArgSite::Item { list: ArgList::Args, index },
+            text,
+        })
+        .collect();
+    let reading = server_cli::for_release(release).read(&args);
+    let mut warnings: Vec<String> = reading
+        .abbreviations
+        .iter()
+        .map(|a| {
+            format!(
+                "{list}: {} is argparse's abbreviation of {}; write the full option (a later release may add another \
+                 option it abbreviates)",
+                a.written, a.full
+            )
+        })
+        .collect();
+    warnings.extend(
+        reading.deprecated.iter().map(|option| {
+            format!("{list}: SGLang {release} keeps {option} only as a deprecated option; it will go away")
+        }),
+    );
+    let refusal = reading.refusal.map(|message| {
+        let (_, fix) = server_cli::refusal_subject_and_fix(&message, release);
+        violation("K8", list, message, format!("in {list}: {fix}"))
+    });
+    (refusal, warnings)
 }
 
 #[cfg(test)]
@@ -559,6 +617,40 @@ mod tests {
             model["source"] = source;
         }
         serde_json::from_value(json!({"model": model, "decode": decode})).unwrap()
+    }
+
+    #[test]
+    fn extra_args_the_release_refuses_are_k8_with_argparses_words() {
+        let config: serde_json::Value =
+            serde_json::from_str(include_str!("../../tests/fixtures/configs/llama-3.1-8b-instruct.json")).unwrap();
+        let assess_at = |extra: serde_json::Value, patch: u16| {
+            let release = crate::release::choose(crate::release::v0_5(patch), crate::release::ReleaseSource::Spec);
+            assess(&spec(json!({"extraArgs": extra}), json!(null)), &config, &release.unwrap()).unwrap()
+        };
+        let refused = assess_at(json!(["--mem-fraction-static", "0.8", "--no-such-flag"]), 23).verdict;
+        let k8: Vec<_> = refused.violations.iter().filter(|v| v.rule == "K8").collect();
+        assert_eq!(k8.len(), 1, "{:?}", refused.violations);
+        assert_eq!(
+            (k8[0].field, k8[0].message.as_str()),
+            ("spec.decode.extraArgs", "unrecognized arguments: --no-such-flag")
+        );
+        assert!(k8[0].fix.starts_with("in spec.decode.extraArgs: remove them"), "{}", k8[0].fix);
+        assert_eq!(refused.outcome, Outcome::Rejected);
+        // An option one release has and another lacks: --enable-hisparse's neighbour in time, the linker flag.
+        let linker = json!(["--enable-unified-cache-external-linker"]);
+        assert!(assess_at(linker.clone(), 19).verdict.violations.iter().any(|v| v.rule == "K8"));
+        assert!(!assess_at(linker, 23).verdict.violations.iter().any(|v| v.rule == "K8"));
+        // An abbreviation argparse accepts is a warning naming the full option; a $(VAR) value is not judged.
+        let abbreviated = assess_at(json!(["--mem-frac", "0.8", "--max-running-requests", "$(MAX)"]), 23).verdict;
+        assert!(!abbreviated.violations.iter().any(|v| v.rule == "K8"), "{:?}", abbreviated.violations);
+        assert!(
+            abbreviated
+                .warnings
+                .iter()
+                .any(|w| w.contains("--mem-frac is argparse's abbreviation of --mem-fraction-static")),
+            "{:?}",
+            abbreviated.warnings
+        );
     }
 
     #[test]
