@@ -143,25 +143,12 @@ fn argv_only_report(
     let (refusal, mut warnings) = guard::argv_check(server);
     let refusal = refusal?;
     warnings.insert(0, "the model's config.json was not read: only SGLang's parser judged the command line".into());
-    Some(ServerReport {
-        name: object.to_string(),
-        namespace: found.namespace().to_string(),
-        container: server.container.clone(),
-        template: server.site.label.clone(),
-        path: server.site.path.clone(),
-        role: server.site.role.clone(),
-        member: server.site.member,
-        source: found.location.to_string(),
-        mode: server.parsed.settings.mode,
-        sglang: sglang_status(&server.checked_as),
-        verdict: Outcome::Rejected,
-        violations: vec![refusal],
-        rewrites: Vec::new(),
-        effective: None,
-        layout: None,
-        warnings: server.release_warning.iter().cloned().chain(server.checked_as.warning()).chain(warnings).collect(),
-        subject: subject.to_string(),
-    })
+    let mut report = report_of(found, object, server, subject.to_string(), &server.checked_as);
+    report.verdict = Outcome::Rejected;
+    report.violations = vec![refusal];
+    report.warnings =
+        server.release_warning.iter().cloned().chain(server.checked_as.warning()).chain(warnings).collect();
+    Some(report)
 }
 
 fn report(
@@ -170,6 +157,26 @@ fn report(
     server: &Server,
     subject: String,
     verdict: guard::ServerVerdict,
+) -> ServerReport {
+    ServerReport {
+        verdict: verdict.outcome,
+        violations: verdict.findings,
+        rewrites: verdict.rewrites,
+        effective: Some(verdict.effective),
+        layout: Some(verdict.layout),
+        warnings: verdict.warnings,
+        ..report_of(found, object, server, subject, &verdict.release)
+    }
+}
+
+/// Where a server was found and the release it was checked as, with a valid verdict and nothing
+/// else yet.
+fn report_of(
+    found: &super::manifests::FoundWorkload,
+    object: &str,
+    server: &Server,
+    subject: String,
+    release: &crate::release::ReleaseChoice,
 ) -> ServerReport {
     ServerReport {
         name: object.to_string(),
@@ -181,13 +188,13 @@ fn report(
         member: server.site.member,
         source: found.location.to_string(),
         mode: server.parsed.settings.mode,
-        sglang: sglang_status(&verdict.release),
-        verdict: verdict.outcome,
-        violations: verdict.findings,
-        rewrites: verdict.rewrites,
-        effective: Some(verdict.effective),
-        layout: Some(verdict.layout),
-        warnings: verdict.warnings,
+        sglang: sglang_status(release),
+        verdict: Outcome::Valid,
+        violations: Vec::new(),
+        rewrites: Vec::new(),
+        effective: None,
+        layout: None,
+        warnings: Vec::new(),
         subject,
     }
 }

@@ -200,23 +200,28 @@ def manifest(scenario):
     }
 
 
-def kvpilot_reports(kvpilot, manifests, version):
-    """kvpilot check's report per manifest name (all manifests in one multi-document file)."""
+def kvpilot_check_json(kvpilot, documents, version=None):
+    """`kvpilot check --output json` on the documents (one multi-document file), at `version`
+    when given (else the release each image names)."""
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write("\n---\n".join(json.dumps(m) for m in manifests))
+        f.write("\n---\n".join(json.dumps(d) for d in documents))
         path = f.name
+    release = ["--sglang-version", version] if version else []
     try:
-        proc = subprocess.run([kvpilot, "check", "-f", path, "--sglang-version", version,
-                               "--output", "json", "--offline"],
+        proc = subprocess.run([kvpilot, "check", "-f", path, *release, "--output", "json", "--offline"],
                               capture_output=True, text=True, check=False)
     finally:
         os.unlink(path)
     try:
-        reports = json.loads(proc.stdout)
+        return json.loads(proc.stdout)
     except json.JSONDecodeError:
         raise RuntimeError(f"kvpilot check printed no JSON (exit {proc.returncode}): "
                            f"{proc.stderr.strip()[:500]}") from None
-    return {r["name"].split("/")[-1]: r for r in reports}
+
+
+def kvpilot_reports(kvpilot, manifests, version):
+    """kvpilot check's report per manifest name (all manifests in one multi-document file)."""
+    return {r["name"].split("/")[-1]: r for r in kvpilot_check_json(kvpilot, manifests, version)}
 
 
 PD_ARGS_CONFIG = "llama-3.1-8b-instruct"
@@ -577,21 +582,8 @@ def server_cli_manifest(version, cases):
 
 def kvpilot_argv_verdicts(kvpilot, version, cases):
     """case id -> kvpilot's CLI finding message (None: accepted), from one `kvpilot check`."""
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
-        f.write("\n---\n".join(json.dumps(d) for d in server_cli_manifest(version, cases)))
-        path = f.name
-    try:
-        proc = subprocess.run([kvpilot, "check", "-f", path, "--output", "json", "--offline"],
-                              capture_output=True, text=True, check=False)
-    finally:
-        os.unlink(path)
-    try:
-        reports = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        raise RuntimeError(f"kvpilot check printed no JSON (exit {proc.returncode}): "
-                           f"{proc.stderr.strip()[:500]}") from None
     verdicts = {}
-    for report in reports:
+    for report in kvpilot_check_json(kvpilot, server_cli_manifest(version, cases)):
         messages = [v["message"] for v in report.get("violations", []) if v["rule"] == "CLI"]
         verdicts[report["name"].split("/")[-1].removeprefix("argv-")] = messages[0] if messages else None
     return verdicts

@@ -14,10 +14,10 @@ Usage:
 """
 
 import ast
-import difflib
 import os
 import sys
 
+from generated_table import generate_or_check
 from releases import RELEASES, version_key
 
 HEADER = [
@@ -153,21 +153,9 @@ def main(argv):
         text = render(src_root, [r.version for r in RELEASES])
     except EntryClassError as e:
         sys.exit(f"served architectures: {e}")
-    if mode == "generate":
-        with open(tsv, "w", encoding="utf-8") as f:
-            f.write(text)
-        return 0
-    with open(tsv, encoding="utf-8") as f:
-        current = f.read()
-    if current == text:
-        print(f"served architectures: {tsv} is current ({text.count(chr(10)) - len(HEADER)} names)")
-        return 0
-    sys.stdout.writelines(difflib.unified_diff(
-        current.splitlines(True), text.splitlines(True), tsv, "regenerated"))
-    print(f"served architectures: {tsv} is stale; regenerate with "
-          f"`python3 tests/parity/served_architectures.py generate {src_root} {tsv}`")
-    return 1
-
+    return generate_or_check(
+        mode, tsv, text, "served architectures", f"{text.count(chr(10)) - len(HEADER)} names",
+        f"python3 tests/parity/served_architectures.py generate {src_root} {tsv}")
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv))

@@ -13,13 +13,13 @@ Usage:
 """
 
 import argparse
-import difflib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 
+from generated_table import generate_or_check
 from releases import RELEASES, release_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -329,21 +329,9 @@ def main(argv):
         text = render(release_rows(src_root, venvs))
     except TableError as e:
         sys.exit(f"server command line: {e}")
-    if mode == "generate":
-        with open(tsv, "w", encoding="utf-8") as f:
-            f.write(text)
-        return 0
-    with open(tsv, encoding="utf-8") as f:
-        current = f.read()
-    if current == text:
-        print(f"server command line: {tsv} is current ({text.count(chr(10)) - len(HEADER)} rows)")
-        return 0
-    sys.stdout.writelines(difflib.unified_diff(
-        current.splitlines(True), text.splitlines(True), tsv, "regenerated"))
-    print(f"server command line: {tsv} is stale; regenerate with `python3 tests/parity/server_cli.py "
-          f"generate {src_root} {venvs} {tsv}`")
-    return 1
-
+    return generate_or_check(
+        mode, tsv, text, "server command line", f"{text.count(chr(10)) - len(HEADER)} rows",
+        f"python3 tests/parity/server_cli.py generate {src_root} {venvs} {tsv}")
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv))
