@@ -433,6 +433,28 @@ impl RetractionBackup {
     }
 }
 
+/// What HiCache's host memory is (`--hicache-host-memory-mode`, SGLang 0.5.19 and later).
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HicacheHostMemoryMode {
+    /// A persistent cache tier (SGLang's default).
+    #[serde(rename = "cache")]
+    Cache,
+    /// A transient staging buffer between the GPU and the storage backend, which holds all cached
+    /// data; SGLang refuses it on decode servers.
+    #[serde(rename = "buffer_only")]
+    BufferOnly,
+}
+
+impl HicacheHostMemoryMode {
+    /// The value as SGLang's flag spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cache => "cache",
+            Self::BufferOnly => "buffer_only",
+        }
+    }
+}
+
 /// What kvpilot does with settings the model's layout cannot run.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum OnInvalid {
@@ -578,6 +600,10 @@ pub struct DisaggregationSpec {
     /// No transfer backend SGLang ships supports it yet (rule N7).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decode_host_receive_threshold: Option<f64>,
+    /// HiCache host memory as a cache tier or a staging buffer (`--hicache-host-memory-mode`,
+    /// SGLang 0.5.19 and later); unset: the release's default, `cache`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hicache_host_memory_mode: Option<HicacheHostMemoryMode>,
 }
 
 impl Default for DisaggregationSpec {
@@ -605,6 +631,7 @@ impl Default for DisaggregationSpec {
             unified_cache_external_linker: false,
             hisparse: false,
             decode_host_receive_threshold: None,
+            hicache_host_memory_mode: None,
         }
     }
 }

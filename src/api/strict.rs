@@ -102,7 +102,7 @@ mod tests {
                 "unknown field \"spec.decode.replcas\"; did you mean \"replicas\"?",
                 "unknown field \"spec.disaggregation.somethingElse\"; the known fields there are bootstrapPort, \
                  decodeContextParallel, decodeHostReceiveThreshold, decodeOffloadKvCache, decodeRadixCache, disablePriorityPreemption, enableUnifiedMemory, \
-                 hicacheStorageBackend, hierarchicalCache, hisparse, hostPoolRatio, lmcache, mambaRadixCacheStrategy, onInvalid, \
+                 hicacheHostMemoryMode, hicacheStorageBackend, hierarchicalCache, hisparse, hostPoolRatio, lmcache, mambaRadixCacheStrategy, onInvalid, \
                  prefill, priorityScheduling, retractionBackup, speculativeAlgorithm, transferBackend, unifiedCacheExternalLinker",
                 "unknown field \"spec.prefil\"; did you mean \"prefill\"?",
             ]

@@ -793,3 +793,49 @@ fn t1pp_swa_head_slicing_refuses_a_pipelined_prefill_from_0_5_22() {
     let mori = DisaggregationSpec { transfer_backend: TransferBackend::Mori, ..prefill(2) };
     assert_eq!(messages("T1pp", &mori, &decode, &hybrid_swa()), vec![None; 7], "mori keeps its own T1");
 }
+
+#[test]
+fn buffer_only_host_memory_is_for_servers_that_are_not_pd_decode_servers() {
+    let buffer_only = |edit: fn(&mut DisaggregationSpec)| {
+        with(|s| {
+            s.hicache_host_memory_mode = Some(crate::api::HicacheHostMemoryMode::BufferOnly);
+            edit(s);
+        })
+    };
+    assert_eq!(
+        messages("F5", &buffer_only(|_| {}), &FleetSpec::default(), &full()),
+        on(17..=18, "unrecognized arguments: --hicache-host-memory-mode buffer_only")
+    );
+    let decode_refusal = "--hicache-host-memory-mode buffer_only is not supported on decode instances: the decode-side \
+         prefetch and offload paths bypass the buffer-mode pipeline, fetching without its prefix context and never \
+         consuming its staged holds. Prefill instances share the standard scheduler path and are supported.";
+    // The HiCache hook checks it on a decode server whose host pool it builds: automatic or host_pool backup.
+    assert_eq!(messages("H4", &buffer_only(|_| {}), &FleetSpec::default(), &full()), on(19..=23, decode_refusal));
+    let cpu_tensor = buffer_only(|s| s.retraction_backup = Some(RetractionBackup::CpuTensor));
+    assert_eq!(messages("H4", &cpu_tensor, &FleetSpec::default(), &full()), vec![None; 7]);
+    assert_eq!(messages("H3", &buffer_only(|_| {}), &FleetSpec::default(), &full()).iter().flatten().count(), 5);
+    let with_backend = buffer_only(|s| s.hicache_storage_backend = Some("file".into()));
+    assert_eq!(messages("H3", &with_backend, &FleetSpec::default(), &full()), vec![None; 7]);
+    assert_eq!(
+        messages("L8", &buffer_only(|s| s.lmcache = true), &FleetSpec::default(), &full()),
+        on(21..=23, "--hicache-host-memory-mode=buffer_only is a HiCache-only mode")
+    );
+    let l3_dcp = buffer_only(|s| {
+        s.hierarchical_cache = true;
+        s.decode_radix_cache = true;
+        s.decode_context_parallel = 2;
+        s.hicache_storage_backend = Some("file".into());
+    });
+    assert_eq!(
+        messages("D6", &l3_dcp, &FleetSpec::default(), &mla()),
+        on(23..=23, "HiCache L3 with DCP does not support buffer_only host memory.")
+    );
+    let rewritten = at(
+        23,
+        &DisaggregationSpec { on_invalid: OnInvalid::Rewrite, ..buffer_only(|_| {}) },
+        &FleetSpec::default(),
+        &full(),
+    );
+    assert_eq!(rewritten.outcome, Outcome::Rewritten);
+    assert_eq!(rewritten.settings.hicache_host_memory_mode, None);
+}

@@ -6,8 +6,8 @@
 
 use crate::api::AttentionLayout;
 use crate::api::{
-    AttentionKind, DisaggregationSpec, FleetSpec, KvPool, LayerKind, LayoutFeature, MambaRadixCacheStrategy,
-    RetractionBackup, TransferBackend,
+    AttentionKind, DisaggregationSpec, FleetSpec, HicacheHostMemoryMode, KvPool, LayerKind, LayoutFeature,
+    MambaRadixCacheStrategy, RetractionBackup, TransferBackend,
 };
 use crate::release::{Release, Span, v0_5};
 
@@ -153,6 +153,9 @@ const DECODE_KV_CACHE_DTYPE: &str = "spec.decode.kvCacheDtype";
 const DECODE_SWA_RATIO: &str = "spec.decode.swaFullTokensRatio";
 const LMCACHE: &str = "spec.disaggregation.lmcache";
 const HOST_RECEIVE: &str = "spec.disaggregation.decodeHostReceiveThreshold";
+const HOST_MEMORY_MODE: &str = "spec.disaggregation.hicacheHostMemoryMode";
+const BUFFER_ONLY_HINT: &str = "leave hicacheHostMemoryMode unset (cache): SGLang runs buffer_only host memory on \
+                                prefill servers and servers without PD disaggregation only";
 const HOST_RECEIVE_HINT: &str = "leave decodeHostReceiveThreshold unset: no transfer backend SGLang ships (mooncake, \
                                  nixl, mori, fake) can receive KV into decode host memory yet";
 const LINKER: &str = "spec.disaggregation.unifiedCacheExternalLinker";
@@ -214,6 +217,18 @@ fn env_set_falsy(decode: &FleetSpec, name: &str) -> bool {
 /// HiCache with decode context parallelism, which the HiCache hook checks further (D1–D5).
 fn hicache_dcp(c: &Context<'_>) -> bool {
     c.settings.hierarchical_cache && dcp(c)
+}
+
+fn buffer_only(c: &Context<'_>) -> bool {
+    c.settings.hicache_host_memory_mode == Some(HicacheHostMemoryMode::BufferOnly)
+}
+
+/// Whether a decode server's HiCache hook checks buffer-only host memory: with HiCache, decode
+/// offload, or the host_pool or automatic retraction backup (the hook normalizes the decode host
+/// pool then).
+fn buffer_only_checked(c: &Context<'_>) -> bool {
+    let host_pool_path = c.settings.retraction_backup.is_none() || host_pool(c);
+    buffer_only(c) && (c.settings.hierarchical_cache || c.settings.decode_offload_kv_cache || host_pool_path)
 }
 
 /// Whether a speculative algorithm is set (SGLang's `NONE` is no algorithm).
@@ -303,6 +318,12 @@ fn hierarchical_off(s: &mut DisaggregationSpec) -> (String, String) {
 fn host_receive_off(s: &mut DisaggregationSpec) -> (String, String) {
     let from = s.decode_host_receive_threshold.map_or_else(|| "unset".to_string(), |t| t.to_string());
     s.decode_host_receive_threshold = None;
+    (from, "unset".into())
+}
+
+fn host_memory_mode_unset(s: &mut DisaggregationSpec) -> (String, String) {
+    let from = s.hicache_host_memory_mode.map_or("unset", HicacheHostMemoryMode::as_str).to_string();
+    s.hicache_host_memory_mode = None;
     (from, "unset".into())
 }
 
@@ -706,6 +727,67 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Rewrite { apply: lmcache_off, hint: LMCACHE_HINT },
     },
     Rule {
+        id: "F5",
+        about: "HiCache host memory mode flag unknown",
+        field: HOST_MEMORY_MODE,
+        span: Span::between(v0_5(17), v0_5(18)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("unrecognized arguments: --hicache-host-memory-mode {value}")],
+        changes: &[],
+        check: |c| {
+            let mode = c.settings.hicache_host_memory_mode?;
+            when_with(true, vec![("value", mode.as_str().into())])
+        },
+        fix: Fix::Rewrite {
+            apply: host_memory_mode_unset,
+            hint: "leave hicacheHostMemoryMode unset: SGLang has it from 0.5.19",
+        },
+    },
+    Rule {
+        id: "H3",
+        about: "buffer-only host memory needs a storage backend",
+        field: HOST_MEMORY_MODE,
+        span: Span::since(v0_5(19)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--hicache-host-memory-mode buffer_only requires a storage backend (--hicache-storage-backend): host \
+             memory is only a staging buffer and all cached data lives in storage.",
+        )],
+        changes: &[],
+        check: |c| when(buffer_only_checked(c) && c.settings.hicache_storage_backend.is_none()),
+        fix: Fix::Rewrite { apply: host_memory_mode_unset, hint: BUFFER_ONLY_HINT },
+    },
+    Rule {
+        id: "H4",
+        about: "buffer-only host memory on decode",
+        field: HOST_MEMORY_MODE,
+        span: Span::since(v0_5(19)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--hicache-host-memory-mode buffer_only is not supported on decode instances: the decode-side prefetch \
+             and offload paths bypass the buffer-mode pipeline, fetching without its prefix context and never \
+             consuming its staged holds. Prefill instances share the standard scheduler path and are supported.",
+        )],
+        changes: &[],
+        check: |c| when(buffer_only_checked(c)),
+        fix: Fix::Rewrite { apply: host_memory_mode_unset, hint: BUFFER_ONLY_HINT },
+    },
+    Rule {
+        id: "L8",
+        about: "LMCache × buffer-only host memory",
+        field: LMCACHE,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--hicache-host-memory-mode=buffer_only is a HiCache-only mode")],
+        changes: &[],
+        check: |c| when(c.settings.lmcache && buffer_only(c)),
+        fix: Fix::Rewrite { apply: lmcache_off, hint: LMCACHE_HINT },
+    },
+    Rule {
         id: "D1",
         about: "HiCache × DCP × storage backend",
         field: HIERARCHICAL_CACHE,
@@ -719,6 +801,18 @@ pub(crate) const RULES: &[Rule] = &[
         )],
         changes: &[],
         check: |c| when(hicache_dcp(c) && c.settings.hicache_storage_backend.is_some()),
+        fix: Fix::Rewrite { apply: hierarchical_off, hint: HICACHE_DCP_HINT },
+    },
+    Rule {
+        id: "D6",
+        about: "HiCache × DCP × storage backend × buffer-only host memory",
+        field: HIERARCHICAL_CACHE,
+        span: Span::since(v0_5(23)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("HiCache L3 with DCP does not support buffer_only host memory.")],
+        changes: &[],
+        check: |c| when(hicache_dcp(c) && c.settings.hicache_storage_backend.is_some() && buffer_only(c)),
         fix: Fix::Rewrite { apply: hierarchical_off, hint: HICACHE_DCP_HINT },
     },
     Rule {

@@ -709,6 +709,7 @@ prop_compose! {
         speculative in any::<bool>(),
         storage_backend in prop::option::of(prop::sample::select(vec!["file", "dynamic", "mooncake"])),
         host_receive in prop::option::of(prop::sample::select(vec![-0.5, 0.0, 0.5, 1.0])),
+        buffer_only in any::<bool>(),
     ) -> DisaggregationSpec {
         DisaggregationSpec {
             retraction_backup: backup,
@@ -736,6 +737,7 @@ prop_compose! {
             unified_cache_external_linker: flags[7],
             hisparse: flags[8] && flags[9],
             decode_host_receive_threshold: host_receive,
+            hicache_host_memory_mode: buffer_only.then_some(crate::api::HicacheHostMemoryMode::BufferOnly),
         }
     }
 }

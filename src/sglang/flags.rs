@@ -3,7 +3,8 @@
 //! Flags that are not in the table pass through untouched.
 
 use crate::api::{
-    DisaggregationSpec, FleetSpec, HybridSwaMemory, MambaRadixCacheStrategy, RetractionBackup, TransferBackend,
+    DisaggregationSpec, FleetSpec, HicacheHostMemoryMode, HybridSwaMemory, MambaRadixCacheStrategy, RetractionBackup,
+    TransferBackend,
 };
 
 use super::cmdline::Arg;
@@ -101,6 +102,7 @@ pub enum Target {
     UnifiedCacheExternalLinker,
     Hisparse,
     HostReceiveThreshold,
+    HostMemoryMode,
 }
 
 /// One row: SGLang's spellings, the option strings the releases declare (`server_cli.tsv`; the
@@ -237,6 +239,12 @@ pub const FLAGS: &[Flag] = &[
         Kind::Value,
         Target::HostReceiveThreshold,
         "spec.disaggregation.decodeHostReceiveThreshold",
+    ),
+    row(
+        &["--hicache-host-memory-mode"],
+        Kind::Value,
+        Target::HostMemoryMode,
+        "spec.disaggregation.hicacheHostMemoryMode",
     ),
 ];
 
@@ -420,6 +428,12 @@ fn apply(target: Target, value: &str, s: &mut ServerSettings) -> Result<(), Stri
             Ok(threshold) if threshold.is_finite() => d.decode_host_receive_threshold = Some(threshold),
             _ => return Err(format!("expected a number, got {value:?}")),
         },
+        Target::HostMemoryMode => {
+            d.hicache_host_memory_mode = Some(one_of(
+                value,
+                &[("cache", HicacheHostMemoryMode::Cache), ("buffer_only", HicacheHostMemoryMode::BufferOnly)],
+            )?);
+        }
         Target::HicacheStorageBackend => d.hicache_storage_backend = Some(value.to_string()),
         Target::TensorParallel => s.decode.tensor_parallel = positive_int(value)?,
         Target::DataParallel => s.decode.data_parallel = positive_int(value)?,
@@ -459,6 +473,7 @@ fn reset(target: Target, s: &mut ServerSettings) {
         Target::HostPoolRatio => d.host_pool_ratio = None,
         Target::HicacheStorageBackend => d.hicache_storage_backend = None,
         Target::HostReceiveThreshold => d.decode_host_receive_threshold = None,
+        Target::HostMemoryMode => d.hicache_host_memory_mode = None,
         Target::TensorParallel => s.decode.tensor_parallel = defaults.decode.tensor_parallel,
         Target::DataParallel => s.decode.data_parallel = defaults.decode.data_parallel,
         Target::AttentionDataParallel => {
@@ -531,6 +546,7 @@ fn written(target: Target, s: &ServerSettings, release: Release) -> Written {
         Target::HostReceiveThreshold => {
             d.decode_host_receive_threshold.map_or(Written::Default, |t| Written::Value(t.to_string()))
         }
+        Target::HostMemoryMode => optional(d.hicache_host_memory_mode.map(HicacheHostMemoryMode::as_str)),
         Target::HicacheStorageBackend => optional(d.hicache_storage_backend.as_deref()),
         Target::TensorParallel => value(s.decode.tensor_parallel, 1),
         Target::DataParallel if attention_dp => Written::Default,

@@ -259,7 +259,8 @@ def cache_args_scenarios():
     storage backend (S6), host_pool (S4), DCP (R19 in the PD hook, which runs first), the SWA
     full-tokens ratio (S8); then LMCache (L1-L7), the external cache linker (X1-X3, F3), HiSparse
     (R18a) and speculative decoding against HiCache with DCP (D1-D5); then decode host receive
-    (N1-N4, F4); then unified memory against what its pool hook refuses."""
+    (N1-N4, F4); buffer-only host memory (H3, H4, L8, D6, F5); then unified memory against what its
+    pool hook refuses."""
     scenarios = []
     for hierarchical, radix, offload, backend, host_pool, dcp in itertools.product(
             (False, True), (False, True), (False, True), (None, "file"), (False, True), (1, 2)):
@@ -307,6 +308,20 @@ def cache_args_scenarios():
         if backup is not None:
             args["disaggregation_decode_retraction_backup"] = backup
         scenarios.append({"id": f"c{len(scenarios)}", "args": args})
+    # Buffer-only HiCache host memory (0.5.19+; F5 before): a storage backend (H3), not on decode
+    # (H4), not with LMCache (L8), and HiCache L3 with DCP (D6, 0.5.23).
+    for hierarchical, radix, backend, dcp, lmcache, backup, offload in itertools.product(
+            (False, True), (False, True), (None, "file"), (1, 2), (False, True), (None, "cpu_tensor"),
+            (False, True)):
+        args = {"disaggregation_mode": "decode", "disaggregation_transfer_backend": "mooncake",
+                "enable_hierarchical_cache": hierarchical,
+                "disaggregation_decode_enable_radix_cache": radix,
+                "disaggregation_decode_enable_offload_kvcache": offload,
+                "hicache_storage_backend": backend, "dcp_size": dcp, "enable_lmcache": lmcache,
+                "hicache_host_memory_mode": "buffer_only"}
+        if backup is not None:
+            args["disaggregation_decode_retraction_backup"] = backup
+        scenarios.append({"id": f"c{len(scenarios)}", "args": args})
     # Unified memory (U1, U6, U7 and the pool hook's other exclusions) with what it refuses.
     for transfer, speculative, hisparse, (offload, backend), backup, lmcache, linker, dcp in itertools.product(
             ("mooncake", "nixl"), (None, "EAGLE", "NGRAM"), (False, True),
@@ -349,6 +364,8 @@ def cache_args_manifest(scenario):
     disaggregation["hisparse"] = args.get("enable_hisparse", False)
     disaggregation["enableUnifiedMemory"] = args.get("enable_unified_memory", False)
     disaggregation["transferBackend"] = args["disaggregation_transfer_backend"]
+    if "hicache_host_memory_mode" in args:
+        disaggregation["hicacheHostMemoryMode"] = args["hicache_host_memory_mode"]
     if "disaggregation_decode_host_receive_threshold" in args:
         disaggregation["decodeHostReceiveThreshold"] = args["disaggregation_decode_host_receive_threshold"]
     return document
