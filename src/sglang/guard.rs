@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::EnvVar;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::cmdline::{self, AppendSite, ArgList, ArgSite, Entry, Invocation};
+use super::cmdline::{self, AppendSite, Arg, ArgList, ArgSite, Entry, Invocation};
 use super::flags::{self, Kind, Mode, Parsed};
 use super::server_cli::{self, Reading};
 use super::workload::{self, ContainerSite};
@@ -158,8 +158,19 @@ pub fn inspect(object: &Value, fallback: &ReleaseChoice) -> Inspection {
             let cli = server_cli::for_release(checked_as.release);
             // Dynamo hands SGLang's parser what its own leaves (see `DYNAMO_NOT_JUDGED`): the
             // settings are read as SGLang reads them, its refusals are not judged.
-            let mut parsed = flags::read(&invocation.args, cli);
-            let argv = (invocation.entry != Entry::Dynamo).then(|| cli.read(&invocation.args));
+            let (server_argv, origin) = server_parser_argv(&invocation);
+            let mut parsed = flags::read(&server_argv, cli);
+            for occurrence in &mut parsed.occurrences {
+                occurrence.name_at = origin[occurrence.name_at];
+                occurrence.value_at = occurrence.value_at.map(|at| origin[at]);
+            }
+            let argv = (invocation.entry != Entry::Dynamo).then(|| {
+                let mut reading = cli.read(&server_argv);
+                for unseen in &mut reading.unseen_values {
+                    unseen.at = origin[unseen.at];
+                }
+                reading
+            });
             let mut env_warnings = read_env(container, &invocation, &mut parsed);
             parsed.warnings.append(&mut env_warnings);
             if let Some(role) = &site.role
@@ -465,6 +476,40 @@ pub const DYNAMO_NOT_JUDGED: &str = "python -m dynamo.sglang parses its own flag
 
 /// The rule id of a command line the release's parser refuses (docs/guard.md).
 pub const ARGV_RULE: &str = "CLI";
+
+/// The argv SGLang's server parser receives from an invocation, and for each of its items the
+/// index of the invocation's argument it comes from. `sglang serve` (sglang/cli/serve.py in every
+/// release 0.5.17–0.5.23) first takes out its own `--model-type` selector and turns a model path
+/// written first, as a positional, into `--model-path`; the other launchers hand their arguments
+/// on as written.
+fn server_parser_argv(invocation: &Invocation) -> (Vec<Arg>, Vec<usize>) {
+    let all = || (invocation.args.clone(), (0..invocation.args.len()).collect());
+    if invocation.entry != Entry::Serve {
+        return all();
+    }
+    let mut kept: Vec<(usize, &Arg)> = Vec::new();
+    let mut args = invocation.args.iter().enumerate();
+    while let Some((at, arg)) = args.next() {
+        if arg.text == "--model-type" {
+            args.next();
+        } else if !arg.text.starts_with("--model-type=") {
+            kept.push((at, arg));
+        }
+    }
+    let mut argv = Vec::with_capacity(kept.len() + 1);
+    let mut origin = Vec::with_capacity(kept.len() + 1);
+    if let Some((at, first)) = kept.first()
+        && !first.text.starts_with('-')
+    {
+        argv.push(Arg { text: "--model-path".into(), site: first.site.clone(), expands: false });
+        origin.push(*at);
+    }
+    for (at, arg) in kept {
+        argv.push(arg.clone());
+        origin.push(at);
+    }
+    (argv, origin)
+}
 
 /// The findings and warnings of the release's parser on a server's argv: a refusal is a
 /// violation (SGLang exits before it starts), abbreviations and what was not judged are warnings.

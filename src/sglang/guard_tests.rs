@@ -159,6 +159,33 @@ fn the_storage_backend_and_the_radix_cache_are_read_for_s6_and_s7() {
 }
 
 #[test]
+fn sglang_serve_takes_a_positional_model_path_and_its_own_model_type_flag() {
+    // sglang/cli/serve.py removes `--model-type` and makes a first positional `--model-path`
+    // before SGLang's server parser reads the rest.
+    let object = deployment(
+        json!(["sglang", "serve"]),
+        json!([
+            "/models/mimo",
+            "--model-type",
+            "llm",
+            "--disaggregation-mode",
+            "decode",
+            "--disaggregation-decode-retraction-backup",
+            "host_pool"
+        ]),
+    );
+    let server = one_server(&object);
+    assert_eq!(server.parsed.settings.model_path.as_deref(), Some("/models/mimo"));
+    assert_eq!(argv_check(&server).0, None, "no refusal of the positional or of --model-type");
+    let verdict = check(&server, &pure_swa(), true).unwrap();
+    let patch = serde_json::to_value(rewrite_patch(&object, &[(&server, &verdict)]).unwrap()).unwrap();
+    assert_eq!(
+        patch[0],
+        json!({"op": "replace", "path": "/spec/template/spec/containers/1/args/6", "value": "cpu_tensor"})
+    );
+}
+
+#[test]
 fn array_rewrites_are_index_exact() {
     let object = deployment(
         json!([
