@@ -519,20 +519,7 @@ pub fn argv_check(server: &Server) -> (Option<FlagFinding>, Vec<String>) {
         return (None, vec![DYNAMO_NOT_JUDGED.to_string()]);
     };
     let release = server.checked_as.release;
-    let mut warnings: Vec<String> = reading
-        .abbreviations
-        .iter()
-        .map(|a| {
-            format!(
-                "{}: SGLang {release}'s argparse reads this abbreviation as {}; write {} (a new option with the same \
-                 prefix in a later release makes it ambiguous)",
-                a.written, a.full, a.full
-            )
-        })
-        .collect();
-    warnings.extend(reading.deprecated.iter().map(|option| {
-        format!("{option}: SGLang {release} accepts it but deprecates it (its help names the replacement)")
-    }));
+    let mut warnings = reading.accepted_warnings(release);
     warnings.extend(reading.not_judged.iter().cloned());
     // The table's flags say so themselves (flags::read): the others are said here.
     let read_by_table = |at: usize| server.parsed.occurrences.iter().any(|o| o.name_at == at || o.value_at == Some(at));

@@ -544,22 +544,7 @@ fn extra_args_reading(
         })
         .collect();
     let reading = server_cli::for_release(release).read(&args);
-    let mut warnings: Vec<String> = reading
-        .abbreviations
-        .iter()
-        .map(|a| {
-            format!(
-                "{list}: {} is argparse's abbreviation of {}; write the full option (a later release may add another \
-                 option it abbreviates)",
-                a.written, a.full
-            )
-        })
-        .collect();
-    warnings.extend(
-        reading.deprecated.iter().map(|option| {
-            format!("{list}: SGLang {release} keeps {option} only as a deprecated option; it will go away")
-        }),
-    );
+    let warnings = reading.accepted_warnings(release).into_iter().map(|w| format!("{list}: {w}")).collect();
     let refusal = reading.refusal.map(|message| {
         let (_, fix) = server_cli::refusal_subject_and_fix(&message, release);
         violation("K8", list, message, format!("in {list}: {fix}"))
@@ -644,10 +629,10 @@ mod tests {
         let abbreviated = assess_at(json!(["--mem-frac", "0.8", "--max-running-requests", "$(MAX)"]), 23).verdict;
         assert!(!abbreviated.violations.iter().any(|v| v.rule == "K8"), "{:?}", abbreviated.violations);
         assert!(
-            abbreviated
-                .warnings
-                .iter()
-                .any(|w| w.contains("--mem-frac is argparse's abbreviation of --mem-fraction-static")),
+            abbreviated.warnings.iter().any(|w| w.starts_with(
+                "spec.decode.extraArgs: --mem-frac: SGLang 0.5.23's argparse reads this \
+                                        abbreviation as --mem-fraction-static"
+            )),
             "{:?}",
             abbreviated.warnings
         );

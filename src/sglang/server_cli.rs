@@ -580,6 +580,24 @@ pub struct Reading {
     pub deprecated: Vec<&'static str>,
 }
 
+impl Reading {
+    /// The warnings for what `release`'s parser accepted but a user should change: abbreviations
+    /// (a later release may make them ambiguous) and deprecated options.
+    pub fn accepted_warnings(&self, release: Release) -> Vec<String> {
+        let abbreviations = self.abbreviations.iter().map(|a| {
+            format!(
+                "{}: SGLang {release}'s argparse reads this abbreviation as {}; write {} (a new option with the same \
+                 prefix in a later release makes it ambiguous)",
+                a.written, a.full, a.full
+            )
+        });
+        let deprecated = self.deprecated.iter().map(|option| {
+            format!("{option}: SGLang {release} accepts it but deprecates it (its help names the replacement)")
+        });
+        abbreviations.chain(deprecated).collect()
+    }
+}
+
 /// A value not judged because it is a shell or `$(VAR)` expansion kvpilot cannot see.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnseenValue {

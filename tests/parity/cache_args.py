@@ -20,6 +20,7 @@ does not declare is not run: argparse refuses the flag (`unknownFields` in its r
 """
 
 import ast
+import functools
 import glob
 import os
 import re
@@ -53,34 +54,47 @@ def field_fallbacks(srt):
     return fallbacks
 
 
+@functools.lru_cache(maxsize=None)
+def _tree(path):
+    """The syntax tree of one source file, parsed once."""
+    with open(path, encoding="utf-8") as f:
+        return ast.parse(f.read())
+
+
+@functools.lru_cache(maxsize=None)
+def _module(path, name):
+    """The namespace of one module run by `sglang_env.exec_subset`, run once."""
+    return sglang_env.exec_subset(path, name)
+
+
+def _function_node(tree, name):
+    return next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+
+
 def _kv_cache_hook_function(srt, name):
     """(function, node) of a function of arg_groups/kv_cache_hook.py (0.5.19 on), or of the
     ServerArgs method `_name` (0.5.17-0.5.18), compiled alone with `self` as the args object."""
     hook_path = os.path.join(srt, CACHE_HOOK)
     if os.path.exists(hook_path):
-        with open(hook_path, encoding="utf-8") as f:
-            tree = ast.parse(f.read())
-        node = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+        node = _function_node(_tree(hook_path), name)
         if node is not None:
-            module = sglang_env.exec_subset(hook_path, "sglang.srt.arg_groups.kv_cache_hook")
-            return module[name], node
+            return _module(hook_path, "sglang.srt.arg_groups.kv_cache_hook")[name], node
     return _server_args_method(srt, "_" + name)
 
 
-_SERVER_ARGS_MODULES = {}
+def _server_args_class(srt):
+    path = os.path.join(srt, "server_args.py")
+    return next(n for n in _tree(path).body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs")
 
 
 def _server_args_method(srt, name):
     """(function, node) of a ServerArgs method compiled alone (`self` is the args object), with
     the module-level names of server_args.py (`envs`, `logger`, ...) as its globals."""
     path = os.path.join(srt, "server_args.py")
-    with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read())
-    server_args = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs")
-    node = next(n for n in server_args.body if isinstance(n, ast.FunctionDef) and n.name == name)
-    if srt not in _SERVER_ARGS_MODULES:
-        _SERVER_ARGS_MODULES[srt] = sglang_env.exec_subset(path, "sglang.srt.server_args")
-    scope = dict(_SERVER_ARGS_MODULES[srt])
+    node = _function_node(_server_args_class(srt), name)
+    if node is None:
+        raise KeyError(f"{path}: ServerArgs has no method {name}")
+    scope = dict(_module(path, "sglang.srt.server_args"))
     exec(compile(ast.Module(body=[node], type_ignores=[]), path, "exec"), scope)
     return scope[name], node
 
@@ -90,18 +104,11 @@ def _hicache_hook(srt):
     ServerArgs method calling other methods (`_resolve_*`), which are bound to the args object."""
     hook_path = os.path.join(srt, "arg_groups", "hicache_hook.py")
     if os.path.exists(hook_path):
-        with open(hook_path, encoding="utf-8") as f:
-            tree = ast.parse(f.read())
-        node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "handle_hicache")
-        module = sglang_env.exec_subset(hook_path, "sglang.srt.arg_groups.hicache_hook")
-        return module["handle_hicache"], node, {}
+        node = _function_node(_tree(hook_path), "handle_hicache")
+        return _module(hook_path, "sglang.srt.arg_groups.hicache_hook")["handle_hicache"], node, {}
     function, node = _server_args_method(srt, "_handle_hicache")
-    path = os.path.join(srt, "server_args.py")
-    with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read())
-    server_args = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs")
     helpers = {}
-    for method in server_args.body:
+    for method in _server_args_class(srt).body:
         if isinstance(method, ast.FunctionDef) and method.name.startswith("_resolve_") \
                 and not method.decorator_list:
             helpers[method.name] = _server_args_method(srt, method.name)[0]
@@ -117,7 +124,7 @@ def _pd_backends_method(srt):
     and their hook does not call it."""
     try:
         return _server_args_method(srt, "_unified_memory_pd_transfer_backends")[0]
-    except StopIteration:
+    except KeyError:
         return lambda _self: set()
 
 
