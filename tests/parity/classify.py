@@ -141,8 +141,13 @@ class Release:
         """The release's verdict on one config (see the module doc)."""
         return self.model_config(path)[0]
 
-    def model_config(self, path):
-        """(verdict, the release's ModelConfig with shapes and hybrid split derived, or None)."""
+    def model_config(self, path, draft=False):
+        """(verdict, the release's ModelConfig with shapes and hybrid split derived, or None).
+
+        `draft`: the ModelConfig a speculative draft worker builds from `path` (is_draft_model,
+        EAGLE): the release's own `_config_draft_model` runs before the shapes are derived, as
+        ModelConfig.__init__ orders them, so e.g. DeepseekV4ForCausalLM becomes its NextN
+        architecture."""
         name = os.path.basename(path)
         try:
             hf_config = self.load(path)
@@ -161,7 +166,8 @@ class Release:
         # served with default flags.
         for attr, value in {
             "model_path": os.path.dirname(os.path.abspath(path)), "revision": None,
-            "quantization": None, "is_draft_model": False, "speculative_algorithm": None,
+            "quantization": None, "is_draft_model": draft,
+            "speculative_algorithm": "EAGLE" if draft else None,
             "is_draft_quantization_explicit": False, "model_impl": "auto",
             "sampling_defaults": "model", "quantize_and_serve": False,
             "is_multi_layer_eagle": False, "disable_hybrid_swa_memory": disable,
@@ -171,6 +177,8 @@ class Release:
             "swa_attention_layer_ids": None, "full_attention_layer_ids": None,
         }.items():
             setattr(mc, attr, value)
+        if draft:
+            sglang_env.quietly(mc._config_draft_model)
         try:
             sglang_env.quietly(mc._derive_model_shapes)
         except Exception as e:  # e.g. 0.5.17 on a pure Mamba2 config: no attention heads

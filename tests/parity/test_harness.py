@@ -11,6 +11,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cache_args  # noqa: E402
+import draft_geometry  # noqa: E402
 import pd_args  # noqa: E402
 import rule_messages  # noqa: E402
 import run  # noqa: E402
@@ -196,6 +197,76 @@ class MessageTextTest(unittest.TestCase):
             f.write('raise ValueError(\n    "first half, "\n    f"second {x} half"\n)\n')
         self.addCleanup(os.unlink, f.name)
         self.assertIn("first half, second {} half", rule_messages._string_constants(f.name))
+
+
+class DraftGeometryTest(unittest.TestCase):
+    UTILS = """\
+        def setup_state_kv_args(kv_args, token_to_kv_pool, draft_token_to_kv_pool=None):
+            from somewhere import DeepSeekV4TokenToKVPool
+            if not token_to_kv_pool:
+                return
+            if isinstance(token_to_kv_pool, DeepSeekV4TokenToKVPool) and isinstance(
+                draft_token_to_kv_pool, DeepSeekV4TokenToKVPool
+            ):
+                target = (token_to_kv_pool.page_size, token_to_kv_pool.sliding_window)
+                draft = (draft_token_to_kv_pool.page_size, draft_token_to_kv_pool.sliding_window)
+                if target != draft:
+                    raise RuntimeError(f"geometry: target={target}, draft={draft}")
+                ptrs, lens, item_lens = draft_token_to_kv_pool.get_state_buf_infos()
+                if ptrs:
+                    append_state_component(kv_args, StateType.SWA, ptrs, lens, item_lens)
+        """
+
+    def srt(self, utils):
+        srt = tempfile.mkdtemp(prefix="parity-test-")
+        self.addCleanup(lambda: __import__("shutil").rmtree(srt, ignore_errors=True))
+        os.makedirs(os.path.join(srt, "disaggregation"))
+        with open(os.path.join(srt, draft_geometry.UTILS), "w", encoding="utf-8") as f:
+            f.write(textwrap.dedent(utils))
+        return srt
+
+    def run_statement(self, srt, target, draft):
+        code, names = draft_geometry.dsv4_draft_statement(srt)
+        self.assertEqual(names, ["DeepSeekV4TokenToKVPool", "draft_token_to_kv_pool",
+                                 "isinstance", "token_to_kv_pool"])
+        exec(code, {"token_to_kv_pool": target, "draft_token_to_kv_pool": draft,
+                    "DeepSeekV4TokenToKVPool": draft_geometry.DeepSeekV4PoolStandIn,
+                    "kv_args": None})
+
+    def test_runs_only_the_draft_statement_with_stand_in_pools(self):
+        srt = self.srt(self.UTILS)
+        pool = draft_geometry.DeepSeekV4PoolStandIn
+        # Same geometry: passes, and the empty buffer infos never reach append_state_component.
+        self.run_statement(srt, pool(page_size=256, sliding_window=128),
+                           pool(page_size=256, sliding_window=128))
+        with self.assertRaises(RuntimeError) as caught:
+            self.run_statement(srt, pool(page_size=256, sliding_window=128),
+                               pool(page_size=512, sliding_window=128))
+        self.assertEqual(str(caught.exception), "geometry: target=(256, 128), draft=(512, 128)")
+        # A draft pool of another family skips the statement.
+        self.run_statement(srt, pool(page_size=256, sliding_window=128),
+                           draft_geometry.OtherPoolStandIn(page_size=1))
+
+    def test_a_release_without_the_statement_is_refused(self):
+        srt = self.srt("def setup_state_kv_args(kv_args, token_to_kv_pool):\n    pass\n")
+        with self.assertRaises(SystemExit) as caught:
+            draft_geometry.dsv4_draft_statement(srt)
+        self.assertIn("found 0", str(caught.exception))
+
+    def test_branches_keep_only_the_named_assignments(self):
+        statement = ast.parse(textwrap.dedent("""\
+            if self.is_draft_worker:
+                from m import R
+                ratios = [R] * n
+                sources = []
+            else:
+                ratios = config.ratios
+                sources = list(config.missing)
+            """)).body[0]
+        kept = draft_geometry._only(statement, lambda s: isinstance(s, ast.ImportFrom)
+                                    or draft_geometry._assigns(s, "ratios"))
+        self.assertNotIn("sources", ast.unparse(kept))
+        self.assertIn("from m import R", ast.unparse(kept))
 
 
 if __name__ == "__main__":
