@@ -212,11 +212,11 @@ fn cel_rules_refuse_what_the_schema_alone_cannot() {
     // (expected message, JSON pointer of the field to set, value)
     let cases = [
         (
-            "set exactly one of spec.model.config.inline",
+            "set exactly one of config.inline",
             "/spec/model/config/configMapRef",
             json!({"name": "x", "key": "config.json"}),
         ),
-        ("set exactly one of spec.model.config.inline", "/spec/model/config", json!({})),
+        ("set exactly one of config.inline", "/spec/model/config", json!({})),
         // Fleet fields' messages name the field; the API server prefixes its path.
         ("replicas must not be negative", "/spec/decode/replicas", json!(-1)),
         ("tensorParallel must be at least 1", "/spec/decode/tensorParallel", json!(0)),
@@ -246,6 +246,16 @@ fn cel_rules_refuse_what_the_schema_alone_cannot() {
             json!({"pageSize": 0}),
         ),
         ("kvCacheDtype must not be empty", "/spec/decode/kvCacheDtype", json!("")),
+        (
+            "spec.disaggregation.speculativeDraftModel drafts for speculative decoding",
+            "/spec/disaggregation/speculativeDraftModel",
+            json!({"name": "org/draft", "config": {"hub": {}}}),
+        ),
+        (
+            "set exactly one of config.inline",
+            "/spec/disaggregation/speculativeDraftModel",
+            json!({"name": "org/draft", "config": {}}),
+        ),
     ];
     for (expected, pointer, value) in cases {
         let mut doc = base.clone();

@@ -292,12 +292,47 @@ impl ModelSpec {
     }
 }
 
+/// The draft model of speculative decoding and the source of its config.json.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DraftModelSpec {
+    /// Model id on the hub (SGLang downloads it; `--speculative-draft-model-path`), or a path in
+    /// the image.
+    #[x_kube(validation = Rule::new("self != ''").message("spec.disaggregation.speculativeDraftModel.name must not be empty"))]
+    pub name: String,
+    /// Revision of the draft model (`--speculative-draft-model-revision`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// Where the draft's config.json comes from: exactly one of inline, configMapRef or hub (whose
+    /// repo defaults to this name).
+    pub config: ModelConfigSource,
+}
+
+/// Where `spec.disaggregation.speculativeDraftModel.config` is, for messages.
+pub const DRAFT_CONFIG_FIELD: &str = "spec.disaggregation.speculativeDraftModel.config";
+/// Where `spec.model.config` is, for messages.
+pub const MODEL_CONFIG_FIELD: &str = "spec.model.config";
+
+impl DraftModelSpec {
+    /// The draft as a model to read the config.json of (served like the target as far as the
+    /// layout's switches go).
+    pub fn as_model(&self, target: &ModelSpec) -> ModelSpec {
+        ModelSpec {
+            name: self.name.clone(),
+            revision: self.revision.clone(),
+            source: None,
+            config: self.config.clone(),
+            hybrid_swa_memory: target.hybrid_swa_memory,
+        }
+    }
+}
+
 /// Exactly one source of the model's config.json.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new(
     "(has(self.inline) ? 1 : 0) + (has(self.configMapRef) ? 1 : 0) + (has(self.hub) ? 1 : 0) == 1"
-).message("set exactly one of spec.model.config.inline, spec.model.config.configMapRef or spec.model.config.hub"))]
+).message("set exactly one of config.inline, config.configMapRef or config.hub"))]
 pub struct ModelConfigSource {
     /// The model's config.json as a JSON object.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -326,6 +361,11 @@ impl ModelConfigSource {
     /// The single source set, or an error naming the fields when zero or several are set
     /// (the CRD's CEL rule refuses that at admission; this covers offline checks).
     pub fn source(&self) -> Result<ConfigSourceRef<'_>, String> {
+        self.source_at(MODEL_CONFIG_FIELD)
+    }
+
+    /// [`Self::source`] for the source at `field` (`spec.model.config`, or the draft's).
+    pub fn source_at(&self, field: &str) -> Result<ConfigSourceRef<'_>, String> {
         let mut set = Vec::new();
         if self.inline.is_some() {
             set.push("inline");
@@ -340,9 +380,9 @@ impl ModelConfigSource {
             ([_], Self { inline: Some(v), .. }) => Ok(ConfigSourceRef::Inline(v)),
             ([_], Self { config_map_ref: Some(r), .. }) => Ok(ConfigSourceRef::ConfigMap(r)),
             ([_], Self { hub: Some(h), .. }) => Ok(ConfigSourceRef::Hub(h)),
-            ([], _) => Err("spec.model.config: none of inline, configMapRef or hub is set; set exactly one".into()),
+            ([], _) => Err(format!("{field}: none of inline, configMapRef or hub is set; set exactly one")),
             _ => Err(format!(
-                "spec.model.config: {} are all set; set exactly one of inline, configMapRef or hub",
+                "{field}: {} are all set; set exactly one of inline, configMapRef or hub",
                 set.join(", ")
             )),
         }
@@ -521,6 +561,9 @@ impl MambaRadixCacheStrategy {
 /// Disaggregation and retraction settings of the decode side.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.speculativeDraftModel) || has(self.speculativeAlgorithm)").message(
+    "spec.disaggregation.speculativeDraftModel drafts for speculative decoding: set spec.disaggregation.speculativeAlgorithm too, or remove it"
+))]
 pub struct DisaggregationSpec {
     /// Where retracted requests keep their KV cache: `cpu_tensor`, `host_pool`, `none` (SGLang
     /// 0.5.21 and later: no backup, retracted requests are aborted), or unset for the runtime's
@@ -563,9 +606,16 @@ pub struct DisaggregationSpec {
     #[serde(default = "one")]
     #[x_kube(validation = Rule::new("self >= 1").message("spec.disaggregation.decodeContextParallel must be at least 1"))]
     pub decode_context_parallel: i32,
-    /// Speculative decoding algorithm (for example `EAGLE`), if any.
+    /// Speculative decoding algorithm (`--speculative-algorithm`, for example `EAGLE` or `NEXTN`),
+    /// if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speculative_algorithm: Option<String>,
+    /// The draft model of speculative decoding (`--speculative-draft-model-path`). Unset: the
+    /// model's own NextN/MTP layers draft (SGLang loads the draft from the target's checkpoint).
+    /// Its config.json is resolved like the model's, so the rules comparing the target's pools
+    /// with the draft's (T11) can be checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculative_draft_model: Option<DraftModelSpec>,
     /// Mamba radix cache strategy for SSM-hybrid models.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mamba_radix_cache_strategy: Option<MambaRadixCacheStrategy>,
@@ -623,6 +673,7 @@ impl Default for DisaggregationSpec {
             disable_priority_preemption: false,
             decode_context_parallel: one(),
             speculative_algorithm: None,
+            speculative_draft_model: None,
             mamba_radix_cache_strategy: None,
             host_pool_ratio: None,
             enable_unified_memory: false,

@@ -103,7 +103,7 @@ mod tests {
                 "unknown field \"spec.disaggregation.somethingElse\"; the known fields there are bootstrapPort, \
                  decodeContextParallel, decodeHostReceiveThreshold, decodeOffloadKvCache, decodeRadixCache, disablePriorityPreemption, enableUnifiedMemory, \
                  hicacheHostMemoryMode, hicacheStorageBackend, hierarchicalCache, hisparse, hostPoolRatio, lmcache, mambaRadixCacheStrategy, onInvalid, \
-                 prefill, priorityScheduling, retractionBackup, speculativeAlgorithm, transferBackend, unifiedCacheExternalLinker",
+                 prefill, priorityScheduling, retractionBackup, speculativeAlgorithm, speculativeDraftModel, transferBackend, unifiedCacheExternalLinker",
                 "unknown field \"spec.prefil\"; did you mean \"prefill\"?",
             ]
         );

@@ -12,9 +12,9 @@ use serde::Serialize;
 use super::SglangVersionArg;
 use super::check_workloads;
 use super::manifests::{self, Found, ManifestSet, ModelConfig};
-use crate::api::{AttentionLayout, EffectiveSettings, Rewrite, SglangStatus};
+use crate::api::{AttentionLayout, DRAFT_CONFIG_FIELD, EffectiveSettings, MODEL_CONFIG_FIELD, Rewrite, SglangStatus};
 use crate::controller::status::sglang_status;
-use crate::policy::{self, Outcome, Violation};
+use crate::policy::{self, ModelConfigs, Outcome, Violation};
 use crate::release::ReleaseChoice;
 use crate::source::{DEFAULT_HUB_ENDPOINT, HubClient};
 
@@ -96,13 +96,19 @@ async fn assess_one(
 ) -> Result<Assessed, String> {
     let release = policy::choose_release(&found.resource.spec, default_release)
         .map_err(|e| format!("{}: {} (spec.sglang.version): {e}", found.location, found.name()))?;
-    let context = |e: String| format!("{}: {} ({}): {e}", found.location, found.name(), "spec.model.config");
-    match set.model_config(found, hub, hub_endpoint).await.map_err(context)? {
-        ModelConfig::SkippedOffline(url) => Ok(Assessed::Skipped(url)),
-        ModelConfig::Read(config) => crate::sglang::server::assess(&found.resource.spec, &config, &release)
-            .map(|a| Assessed::Report(Box::new(a)))
-            .map_err(|e| format!("{}: {}: model config.json: {e}", found.location, found.name())),
-    }
+    let context = |field: &'static str| move |e: String| format!("{}: {} ({field}): {e}", found.location, found.name());
+    let target = match set.model_config(found, hub, hub_endpoint).await.map_err(context(MODEL_CONFIG_FIELD))? {
+        ModelConfig::SkippedOffline(url) => return Ok(Assessed::Skipped(url)),
+        ModelConfig::Read(config) => config,
+    };
+    let draft = match set.draft_config(found, hub, hub_endpoint).await.transpose().map_err(context(DRAFT_CONFIG_FIELD))? {
+        Some(ModelConfig::SkippedOffline(url)) => return Ok(Assessed::Skipped(url)),
+        Some(ModelConfig::Read(config)) => Some(config),
+        None => None,
+    };
+    crate::sglang::server::assess(&found.resource.spec, &ModelConfigs { target, draft }, &release)
+        .map(|a| Assessed::Report(Box::new(a)))
+        .map_err(|e| format!("{}: {}: model config.json: {e}", found.location, found.name()))
 }
 
 /// What the offline commands start from: a runtime, the manifests read (with the problems met

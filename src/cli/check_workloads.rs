@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::manifests::{ManifestSet, ModelConfig};
 use crate::api::{AttentionLayout, EffectiveSettings, SglangStatus};
 use crate::controller::status::sglang_status;
-use crate::policy::Outcome;
+use crate::policy::{ModelConfigs, Outcome};
 use crate::release::ReleaseChoice;
 use crate::sglang::flags::Mode;
 use crate::sglang::guard::{self, FlagFinding, FlagRewrite, Inspection, Server};
@@ -105,7 +105,30 @@ pub(crate) async fn check_workloads(
                     continue;
                 }
             };
-            match guard::check(server, &config, rewrite) {
+            // The draft's config.json refines one rule (T11): without it the server is still checked.
+            let draft = match &server.draft {
+                Some(Ok(draft)) => match set.config_for(found.namespace(), draft, hub, hub_endpoint).await {
+                    Ok(ModelConfig::Read(config)) => Some(config),
+                    Ok(ModelConfig::SkippedOffline(url)) => {
+                        eprintln!(
+                            "kvpilot check: {}: {subject}: the draft model's config.json ({url}) was not read \
+                             (--offline)",
+                            found.location
+                        );
+                        None
+                    }
+                    Err(e) => {
+                        eprintln!("kvpilot check: {}: {subject}: draft model config.json: {e}", found.location);
+                        None
+                    }
+                },
+                Some(Err(warning)) => {
+                    eprintln!("kvpilot check: {}: {subject}: {warning}", found.location);
+                    None
+                }
+                None => None,
+            };
+            match guard::check(server, &ModelConfigs { target: config, draft }, rewrite) {
                 Ok(verdict) => reports.push(report(found, &inspection.object, server, subject, verdict)),
                 Err(e) => errors.push(format!("{}: {subject}: model config.json: {e}", found.location)),
             }

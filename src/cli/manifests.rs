@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::api::{ConfigSourceRef, InferenceDeployment, ModelSpec};
+use crate::api::{ConfigSourceRef, DRAFT_CONFIG_FIELD, InferenceDeployment, MODEL_CONFIG_FIELD, ModelSpec};
 use crate::sglang::workload;
 use crate::source::{self, HubClient, HubLocation, SourceError};
 
@@ -228,6 +228,20 @@ impl ManifestSet {
         self.config_for(found.namespace(), &found.resource.spec.model, hub, default_endpoint).await
     }
 
+    /// The config.json of `found`'s speculative draft model, if the spec names one; errors
+    /// name `spec.disaggregation.speculativeDraftModel.config`.
+    pub async fn draft_config(
+        &self,
+        found: &Found,
+        hub: Option<&HubClient>,
+        default_endpoint: &str,
+    ) -> Option<Result<ModelConfig, String>> {
+        let spec = &found.resource.spec;
+        let draft = spec.disaggregation.speculative_draft_model.as_ref()?.as_model(&spec.model);
+        let read = self.config_at(found.namespace(), &draft, DRAFT_CONFIG_FIELD, hub, default_endpoint).await;
+        Some(read.map_err(|e| e.replace(MODEL_CONFIG_FIELD, DRAFT_CONFIG_FIELD)))
+    }
+
     /// Reads the config.json `model` names for an object in `namespace`.
     pub async fn config_for(
         &self,
@@ -236,8 +250,19 @@ impl ManifestSet {
         hub: Option<&HubClient>,
         default_endpoint: &str,
     ) -> Result<ModelConfig, String> {
+        self.config_at(namespace, model, MODEL_CONFIG_FIELD, hub, default_endpoint).await
+    }
+
+    async fn config_at(
+        &self,
+        namespace: &str,
+        model: &ModelSpec,
+        field: &str,
+        hub: Option<&HubClient>,
+        default_endpoint: &str,
+    ) -> Result<ModelConfig, String> {
         let namespace = namespace.to_string();
-        match model.config.source()? {
+        match model.config.source_at(field)? {
             ConfigSourceRef::Inline(map) => Ok(ModelConfig::Read(Value::Object(map.clone()))),
             ConfigSourceRef::ConfigMap(reference) => {
                 let Some(data) = self.config_maps.get(&(namespace.clone(), reference.name.clone())) else {

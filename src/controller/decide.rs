@@ -15,7 +15,7 @@ use super::status::{self, Decided, FleetProgress, Workloads};
 use crate::api::{
     ConfigSourceRef, FleetStatus, InferenceDeployment, InferenceDeploymentStatus, Rewrite, RolloutSpec, RouterStatus,
 };
-use crate::policy::{self, Assessment, Outcome};
+use crate::policy::{self, Assessment, ModelConfigs, Outcome};
 use crate::source::SourceError;
 
 /// How long a resource whose spec cannot work waits before it is looked at again (edits
@@ -165,13 +165,13 @@ fn new_status(
     (previous != Some(&new)).then_some(new)
 }
 
-/// Decides the reconcile of a resource that is not being deleted, given its model's config.json
-/// or why it could not be read.
-pub fn decide(observed: &Observed<'_>, config: Result<serde_json::Value, SourceError>) -> Decision {
+/// Decides the reconcile of a resource that is not being deleted, given its model's (and
+/// speculative draft's) config.json or why one could not be read.
+pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError>) -> Decision {
     let resource = observed.resource;
     let previous = resource.status.as_ref();
-    let config = match config {
-        Ok(config) => config,
+    let configs = match configs {
+        Ok(configs) => configs,
         Err(e) => return Decision::unresolved(observed, e.reason(), &e.to_string(), Next::Retry(e)),
     };
     let release = match policy::choose_release(&resource.spec, &observed.options.default_release) {
@@ -181,7 +181,7 @@ pub fn decide(observed: &Observed<'_>, config: Result<serde_json::Value, SourceE
             return Decision::unresolved(observed, "UnknownSglangVersion", &message, Next::Requeue(USER_ERROR_REQUEUE));
         }
     };
-    let assessment = match crate::sglang::server::assess(&resource.spec, &config, &release) {
+    let assessment = match crate::sglang::server::assess(&resource.spec, &configs, &release) {
         Ok(assessment) => assessment,
         Err(e) => {
             let message = format!("the model config.json is not a model config: {e}");
@@ -435,7 +435,10 @@ mod tests {
         settling: bool,
     ) -> Decision {
         let config = serde_json::Value::Object(resource.spec.model.config.inline.clone().unwrap());
-        decide(&Observed { resource, pods, router: None, settling, options, now: Timestamp::UNIX_EPOCH }, Ok(config))
+        decide(
+            &Observed { resource, pods, router: None, settling, options, now: Timestamp::UNIX_EPOCH },
+            Ok(ModelConfigs::target(config)),
+        )
     }
 
     fn revision(resource: &InferenceDeployment, options: &RenderOptions) -> String {

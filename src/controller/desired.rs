@@ -876,7 +876,9 @@ mod tests {
 
     fn render(resource: &InferenceDeployment) -> Desired {
         let config = serde_json::Value::Object(resource.spec.model.config.inline.clone().unwrap());
-        let assessment = assess(&resource.spec, &config, &ReleaseChoice::default_newest()).unwrap();
+        let assessment =
+            assess(&resource.spec, &crate::policy::ModelConfigs::target(config), &ReleaseChoice::default_newest())
+                .unwrap();
         desired_state(resource, &assessment, &RenderOptions::default())
     }
 

@@ -438,7 +438,7 @@ async fn reconcile_inner(resource: &InferenceDeployment, reconciler: &Reconciler
         // for that): a pod recreated now would be deleted again, and would hold the owner up.
         return Ok(Action::await_change());
     }
-    let config = context.source.model_config(&namespace, &resource.spec.model).await;
+    let configs = context.source.model_configs(&namespace, &resource.spec).await;
     let pods = observe_pods(&reconciler.pods, &namespace, resource);
     let settling = reconciler.settling(resource, &pods);
     let router = reconciler.router_status(&namespace, resource);
@@ -450,7 +450,7 @@ async fn reconcile_inner(resource: &InferenceDeployment, reconciler: &Reconciler
         options: &context.options,
         now: k8s_openapi::jiff::Timestamp::now(),
     };
-    let decision = decide::decide(&observed, config);
+    let decision = decide::decide(&observed, configs);
     act(resource, &namespace, reconciler, decision).await
 }
 

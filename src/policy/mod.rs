@@ -19,6 +19,7 @@ use crate::api::{
     AttentionLayout, DisaggregationSpec, EffectiveSettings, FleetSpec, HybridSwaMemory, InferenceDeploymentSpec,
     KvPool, LayoutFeature, OnInvalid, RetractionBackup, Rewrite, SettingSource,
 };
+use crate::api::DRAFT_CONFIG_FIELD;
 use crate::layout::{self, LayoutError, ResolveOptions};
 use crate::release::{self, Release, ReleaseChoice, ReleaseError, ReleaseSource, v0_5};
 use rules::{Context, Fix, RULES};
@@ -48,6 +49,9 @@ pub struct PolicyInput<'a> {
     pub decode: &'a FleetSpec,
     /// The resolved layout of the model.
     pub layout: &'a AttentionLayout,
+    /// The resolved layout of `spec.disaggregation.speculativeDraftModel`; None when the model's
+    /// own NextN/MTP layers draft (or nothing does).
+    pub draft: Option<&'a AttentionLayout>,
     /// The SGLang release whose rules apply.
     pub release: Release,
 }
@@ -132,6 +136,7 @@ pub fn evaluate(input: PolicyInput<'_>) -> Verdict {
                         settings: &settings,
                         decode: input.decode,
                         layout: input.layout,
+                        draft: input.draft,
                         release: input.release,
                     };
                     let Some(finding) = rule.evaluate(&context) else { continue };
@@ -177,7 +182,8 @@ pub fn evaluate(input: PolicyInput<'_>) -> Verdict {
 }
 
 fn findings(settings: &DisaggregationSpec, input: PolicyInput<'_>) -> Vec<Violation> {
-    let context = Context { settings, decode: input.decode, layout: input.layout, release: input.release };
+    let context =
+        Context { settings, decode: input.decode, layout: input.layout, draft: input.draft, release: input.release };
     RULES
         .iter()
         .filter_map(|rule| {
@@ -363,11 +369,30 @@ fn warnings(
     warnings
 }
 
+/// The config.json files a resource's verdict depends on: the model's, and its speculative
+/// draft's when the spec names a draft model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfigs {
+    /// `spec.model`'s config.json.
+    pub target: serde_json::Value,
+    /// `spec.disaggregation.speculativeDraftModel`'s config.json.
+    pub draft: Option<serde_json::Value>,
+}
+
+impl ModelConfigs {
+    /// The model's config.json alone (no draft model named).
+    pub fn target(target: serde_json::Value) -> Self {
+        Self { target, draft: None }
+    }
+}
+
 /// A resource's layout and verdict, and the release they were decided for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Assessment {
     /// The resolved layout.
     pub layout: AttentionLayout,
+    /// The resolved layout of the speculative draft model, when the spec names one.
+    pub draft_layout: Option<AttentionLayout>,
     /// The policy's verdict on it.
     pub verdict: Verdict,
     /// The SGLang release whose classification and rules applied, and where it came from.
@@ -394,20 +419,33 @@ pub fn choose_release(spec: &InferenceDeploymentSpec, fallback: &ReleaseChoice) 
 /// and evaluates the spec's settings against it: the one pipeline every entry point runs.
 pub fn assess(
     spec: &InferenceDeploymentSpec,
-    config: &serde_json::Value,
+    configs: &ModelConfigs,
     release: &ReleaseChoice,
 ) -> Result<Assessment, LayoutError> {
     let options = ResolveOptions {
         disable_hybrid_swa_memory: spec.model.hybrid_swa_memory == HybridSwaMemory::Disabled,
         release: release.release,
     };
-    let layout = layout::resolve(config, options)?;
+    let layout = layout::resolve(&configs.target, options)?;
+    let draft_layout = configs.draft.as_ref().map(|draft| resolve_draft(draft, options)).transpose()?;
     let mut verdict = evaluate(PolicyInput {
         disaggregation: &spec.disaggregation,
         decode: &spec.decode,
         layout: &layout,
+        draft: draft_layout.as_ref(),
         release: release.release,
     });
     verdict.warnings.extend(release.warning());
-    Ok(Assessment { layout, verdict, release: release.clone() })
+    if let Some(draft) = &draft_layout {
+        verdict.warnings.extend(draft.warnings.iter().map(|w| format!("speculative draft model: {w}")));
+    }
+    Ok(Assessment { layout, draft_layout, verdict, release: release.clone() })
+}
+
+/// The draft model's layout, resolved as the target's is; an error names the draft's config.
+pub fn resolve_draft(config: &serde_json::Value, options: ResolveOptions) -> Result<AttentionLayout, LayoutError> {
+    layout::resolve(config, options).map_err(|e| LayoutError {
+        field: format!("{DRAFT_CONFIG_FIELD}: {}", e.field),
+        message: format!("the speculative draft model's config.json: {}", e.message),
+    })
 }

@@ -58,7 +58,7 @@ fn env(name: &str, value: &str) -> FleetSpec {
 }
 
 fn at(patch: u16, settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout) -> Verdict {
-    evaluate(PolicyInput { disaggregation: settings, decode, layout, release: v0_5(patch) })
+    evaluate(PolicyInput { disaggregation: settings, decode, layout, draft: None, release: v0_5(patch) })
 }
 
 /// The messages of `rule` on each release 0.5.17…0.5.23 (None where it does not fire).
@@ -838,4 +838,75 @@ fn buffer_only_host_memory_is_for_servers_that_are_not_pd_decode_servers() {
     );
     assert_eq!(rewritten.outcome, Outcome::Rewritten);
     assert_eq!(rewritten.settings.hicache_host_memory_mode, None);
+}
+
+/// A DeepSeek-V4 draft checkpoint (NextN layers) with window `window`.
+fn dsv4_draft(window: u64) -> AttentionLayout {
+    layout_at(json!({
+        "architectures": ["DeepseekV4ForCausalLMNextN"], "num_hidden_layers": 1, "sliding_window": window,
+        "head_dim": 512, "compress_ratios": [0]
+    }))
+}
+
+fn draft_messages(settings: &DisaggregationSpec, draft: Option<&AttentionLayout>) -> Vec<Vec<String>> {
+    (17..=23)
+        .map(|patch| {
+            let input = PolicyInput {
+                disaggregation: settings,
+                decode: &FleetSpec::default(),
+                layout: &dsv4(),
+                draft,
+                release: v0_5(patch),
+            };
+            evaluate(input).violations.into_iter().filter(|v| v.rule == "T11").map(|v| v.message).collect()
+        })
+        .collect()
+}
+
+#[test]
+fn t11_a_deepseek_v4_draft_needs_the_target_window_and_pages() {
+    let eagle = with(|s| s.speculative_algorithm = Some("EAGLE".into()));
+    let paged = |release: u16, target: &str, draft: &str| {
+        if release < 23 {
+            format!("DSV4 target and draft pools must share paged SWA geometry: target=({target}), draft=({draft})")
+        } else {
+            format!("DSV4 target and draft pools must share SWA geometry: target=({target}, None), draft=({draft}, None)")
+        }
+    };
+    // The model's own NextN layers, or a draft with the same window: the pools match.
+    for draft in [None, Some(&dsv4_draft(128))] {
+        assert!(draft_messages(&eagle, draft).iter().all(Vec::is_empty));
+    }
+    let narrower = dsv4_draft(64);
+    let expected: Vec<Vec<String>> = (17..=23).map(|r| vec![paged(r, "256, 128", "256, 64")]).collect();
+    assert_eq!(draft_messages(&eagle, Some(&narrower)), expected);
+    // Decode context parallelism widens the draft's pages only.
+    let dcp = DisaggregationSpec { decode_context_parallel: 2, ..eagle.clone() };
+    let expected: Vec<Vec<String>> = (17..=23).map(|r| vec![paged(r, "256, 128", "512, 128")]).collect();
+    assert_eq!(draft_messages(&dcp, None), expected);
+    let verdict = evaluate(PolicyInput {
+        disaggregation: &dcp,
+        decode: &FleetSpec::default(),
+        layout: &dsv4(),
+        draft: Some(&narrower),
+        release: v0_5(22),
+    });
+    let fields: Vec<_> = verdict.violations.iter().filter(|v| v.rule == "T11").map(|v| v.field).collect();
+    assert_eq!(fields, ["spec.disaggregation.speculativeDraftModel", "spec.disaggregation.decodeContextParallel"]);
+}
+
+#[test]
+fn t11_needs_a_deepseek_v4_draft_pool_on_both_sides() {
+    let narrower = dsv4_draft(64);
+    // NGRAM drafts from the prompt and builds no draft pool; no algorithm, no draft.
+    for algorithm in [None, Some("NGRAM"), Some("none")] {
+        let settings = with(|s| s.speculative_algorithm = algorithm.map(Into::into));
+        assert!(draft_messages(&settings, Some(&narrower)).iter().all(Vec::is_empty), "{algorithm:?}");
+    }
+    // A draft whose pool is no DeepSeek-V4 pool is not compared.
+    let eagle = with(|s| s.speculative_algorithm = Some("EAGLE3".into()));
+    assert!(draft_messages(&eagle, Some(&full())).iter().all(Vec::is_empty));
+    let input =
+        PolicyInput { disaggregation: &eagle, decode: &FleetSpec::default(), layout: &mla(), draft: Some(&narrower), release: v0_5(23) };
+    assert!(evaluate(input).violations.iter().all(|v| v.rule != "T11"), "the target is no DeepSeek-V4 model");
 }

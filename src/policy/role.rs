@@ -82,6 +82,7 @@ mod tests {
             disaggregation: settings,
             decode: &decode,
             layout: &layout,
+            draft: None,
             release: crate::release::Release::newest_known(),
         };
         evaluate_non_decode(input, prefill).violations.iter().map(|v| v.rule).collect()
@@ -112,6 +113,7 @@ mod tests {
             disaggregation: &settings,
             decode: &decode,
             layout: &layout,
+            draft: None,
             release: crate::release::Release::newest_known(),
         };
         for prefill in [true, false] {

@@ -17,6 +17,8 @@ pub(crate) struct Context<'a> {
     pub(crate) settings: &'a DisaggregationSpec,
     pub(crate) decode: &'a FleetSpec,
     pub(crate) layout: &'a AttentionLayout,
+    /// The speculative draft model's layout; None when the model's own NextN/MTP layers draft.
+    pub(crate) draft: Option<&'a AttentionLayout>,
     pub(crate) release: Release,
 }
 
@@ -159,6 +161,7 @@ const BUFFER_ONLY_HINT: &str = "leave hicacheHostMemoryMode unset (cache): SGLan
 const HOST_RECEIVE_HINT: &str = "leave decodeHostReceiveThreshold unset: no transfer backend SGLang ships (mooncake, \
                                  nixl, mori, fake) can receive KV into decode host memory yet";
 const LINKER: &str = "spec.disaggregation.unifiedCacheExternalLinker";
+const SPECULATIVE_DRAFT_MODEL: &str = "spec.disaggregation.speculativeDraftModel";
 const UNIFIED_DCP_HINT: &str = "turn enableUnifiedMemory off, or set decodeContextParallel to 1";
 const UNIFIED_EAGLE_HINT: &str = "turn enableUnifiedMemory off, or use another speculativeAlgorithm";
 const HICACHE_DCP_HINT: &str = "turn hierarchicalCache off, or set decodeContextParallel to 1";
@@ -234,6 +237,51 @@ fn buffer_only_checked(c: &Context<'_>) -> bool {
 /// Whether a speculative algorithm is set (SGLang's `NONE` is no algorithm).
 fn speculative(c: &Context<'_>) -> bool {
     c.settings.speculative_algorithm.as_deref().is_some_and(|a| !a.trim().eq_ignore_ascii_case("none"))
+}
+
+/// The page size SGLang serves DeepSeek-V4 with on CUDA: its model override sets it whatever
+/// `--page-size` says (the paged SWA pool asserts it).
+const DEEPSEEK_V4_PAGE_SIZE: i32 = 256;
+
+/// The DeepSeek-V4 SWA geometry a decode server's target and draft pools are built with, when
+/// both are DeepSeek-V4 pools and a draft worker runs: `(page size, sliding window)` of each, as
+/// `setup_state_kv_args` compares them. The draft's pool pages the allocator's virtual space,
+/// which decode context parallelism widens by its size (`loc_space_scale`); the window is each
+/// config's `sliding_window`. None where no such pair of pools is built.
+fn deepseek_v4_draft_geometry(c: &Context<'_>) -> Option<((i32, u64), (i32, u64))> {
+    let algorithm = c.settings.speculative_algorithm.as_deref()?.trim();
+    // NGRAM drafts from the prompt: no draft model and no draft KV pool.
+    if !speculative(c) || algorithm.eq_ignore_ascii_case("ngram") {
+        return None;
+    }
+    let draft = c.draft.unwrap_or(c.layout);
+    if !c.layout.has(LayoutFeature::DeepseekV4) || !draft.has(LayoutFeature::DeepseekV4) {
+        return None;
+    }
+    let target = (DEEPSEEK_V4_PAGE_SIZE, c.layout.sliding_window?);
+    let draft_page = DEEPSEEK_V4_PAGE_SIZE.saturating_mul(c.settings.decode_context_parallel.max(1));
+    Some((target, (draft_page, draft.sliding_window?)))
+}
+
+/// T11's finding when `differs` picks a difference of the target and draft geometry.
+fn draft_geometry_mismatch(c: &Context<'_>, differs: fn((i32, u64), (i32, u64)) -> bool) -> Option<Finding> {
+    let (target, draft) = deepseek_v4_draft_geometry(c)?;
+    // 0.5.23's third element: None for both unless a DSpark draft keeps its own SWA ring, whose
+    // size (and the target's request window) is set at start-up.
+    let dspark = c.settings.speculative_algorithm.as_deref().is_some_and(|a| a.trim().eq_ignore_ascii_case("dspark"));
+    let (target_ring, draft_ring) =
+        if dspark { ("<request window capacity>", "<draft SWA ring size>") } else { ("None", "None") };
+    when_with(
+        differs(target, draft),
+        vec![
+            ("target_page", target.0.to_string()),
+            ("target_window", target.1.to_string()),
+            ("draft_page", draft.0.to_string()),
+            ("draft_window", draft.1.to_string()),
+            ("target_ring", target_ring.into()),
+            ("draft_ring", draft_ring.into()),
+        ],
+    )
 }
 
 fn unified_memory(c: &Context<'_>) -> bool {
@@ -1511,6 +1559,36 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Manual { hint: TP_HINT },
     },
     Rule {
+        id: "T11",
+        about: "DeepSeek-V4 draft window ≠ target window",
+        field: SPECULATIVE_DRAFT_MODEL,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: T11_MESSAGES,
+        changes: &[],
+        check: |c| draft_geometry_mismatch(c, |target, draft| target.1 != draft.1),
+        fix: Fix::Manual {
+            hint: "use a draft model whose sliding_window equals the model's, or unset speculativeDraftModel so \
+                   the model's own NextN layers draft",
+        },
+    },
+    Rule {
+        id: "T11",
+        about: "DeepSeek-V4 draft pages × decode DCP",
+        field: DECODE_CONTEXT_PARALLEL,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: T11_MESSAGES,
+        changes: &[],
+        check: |c| draft_geometry_mismatch(c, |target, draft| target.0 != draft.0),
+        fix: Fix::Manual {
+            hint: "set decodeContextParallel to 1 (a draft pool pages DCP's widened space, the target's does not), \
+                   or turn speculative decoding off",
+        },
+    },
+    Rule {
         id: "M1",
         about: "extra_buffer_lazy under PD",
         field: MAMBA_STRATEGY,
@@ -1887,6 +1965,20 @@ pub(crate) const RULES: &[Rule] = &[
         check: |c| when(unified_memory(c) && c.layout.is_hybrid_swa() && !c.layout.has(LayoutFeature::DeepseekV4)),
         fix: Fix::Rewrite { apply: unified_memory_off, hint: "turn enableUnifiedMemory off" },
     },
+];
+
+/// T11's text: 0.5.23 adds the request window's capacity and the draft's ring size, sized at
+/// start-up, to the compared tuples.
+const T11_MESSAGES: &[Message] = &[
+    text(
+        "DSV4 target and draft pools must share paged SWA geometry: target=({target_page}, {target_window}), \
+         draft=({draft_page}, {draft_window})",
+    ),
+    text_from(
+        23,
+        "DSV4 target and draft pools must share SWA geometry: target=({target_page}, {target_window}, \
+         {target_ring}), draft=({draft_page}, {draft_window}, {draft_ring})",
+    ),
 ];
 
 const TP_HINT: &str = "changing TP changes the GPU count, so kvpilot does not rewrite it: set spec.decode.tensorParallel \

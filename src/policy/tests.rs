@@ -85,7 +85,7 @@ fn run(settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayo
 }
 
 fn run_at(release: Release, settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout) -> Verdict {
-    evaluate(PolicyInput { disaggregation: settings, decode, layout, release })
+    evaluate(PolicyInput { disaggregation: settings, decode, layout, draft: None, release })
 }
 
 fn both_modes(settings: DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout) -> (Verdict, Verdict) {
@@ -729,6 +729,7 @@ prop_compose! {
             disable_priority_preemption: flags[4],
             decode_context_parallel: dcp,
             speculative_algorithm: speculative.then(|| "EAGLE".to_string()),
+            speculative_draft_model: None,
             mamba_radix_cache_strategy: strategy,
             host_pool_ratio: None,
             enable_unified_memory: flags[5],

@@ -44,6 +44,10 @@ pub struct ServerSettings {
     pub model_path: Option<String>,
     /// `--revision`.
     pub revision: Option<String>,
+    /// `--speculative-draft-model-path`.
+    pub draft_model_path: Option<String>,
+    /// `--speculative-draft-model-revision`.
+    pub draft_revision: Option<String>,
     pub hybrid_swa_memory: HybridSwaMemory,
     pub disaggregation: DisaggregationSpec,
     /// Parallelism, page size and the `SGLANG_*` environment (`env`).
@@ -56,6 +60,8 @@ impl Default for ServerSettings {
             mode: Mode::Null,
             model_path: None,
             revision: None,
+            draft_model_path: None,
+            draft_revision: None,
             hybrid_swa_memory: HybridSwaMemory::Auto,
             disaggregation: DisaggregationSpec::default(),
             decode: FleetSpec::default(),
@@ -85,6 +91,8 @@ pub enum Target {
     DisablePriorityPreemption,
     DecodeContextParallel,
     SpeculativeAlgorithm,
+    DraftModelPath,
+    DraftRevision,
     MambaRadixCacheStrategy,
     HostPoolRatio,
     EnableUnifiedMemory,
@@ -211,6 +219,18 @@ pub const FLAGS: &[Flag] = &[
         Kind::Value,
         Target::SpeculativeAlgorithm,
         "spec.disaggregation.speculativeAlgorithm",
+    ),
+    row(
+        &["--speculative-draft-model-path", "--speculative-draft-model"],
+        Kind::Value,
+        Target::DraftModelPath,
+        "spec.disaggregation.speculativeDraftModel.name",
+    ),
+    row(
+        &["--speculative-draft-model-revision"],
+        Kind::Value,
+        Target::DraftRevision,
+        "spec.disaggregation.speculativeDraftModel.revision",
     ),
     row(
         &["--mamba-radix-cache-strategy"],
@@ -405,6 +425,8 @@ fn apply(target: Target, value: &str, s: &mut ServerSettings) -> Result<(), Stri
         Target::DisablePriorityPreemption => d.disable_priority_preemption = true,
         Target::DecodeContextParallel => d.decode_context_parallel = positive_int(value)?,
         Target::SpeculativeAlgorithm => d.speculative_algorithm = Some(value.to_string()),
+        Target::DraftModelPath => s.draft_model_path = Some(value.to_string()),
+        Target::DraftRevision => s.draft_revision = Some(value.to_string()),
         Target::MambaRadixCacheStrategy => {
             d.mamba_radix_cache_strategy = Some(one_of(
                 value,
@@ -469,6 +491,8 @@ fn reset(target: Target, s: &mut ServerSettings) {
         Target::TransferBackend => d.transfer_backend = default.transfer_backend,
         Target::DecodeContextParallel => d.decode_context_parallel = default.decode_context_parallel,
         Target::SpeculativeAlgorithm => d.speculative_algorithm = None,
+        Target::DraftModelPath => s.draft_model_path = None,
+        Target::DraftRevision => s.draft_revision = None,
         Target::MambaRadixCacheStrategy => d.mamba_radix_cache_strategy = None,
         Target::HostPoolRatio => d.host_pool_ratio = None,
         Target::HicacheStorageBackend => d.hicache_storage_backend = None,
@@ -537,6 +561,8 @@ fn written(target: Target, s: &ServerSettings, release: Release) -> Written {
         Target::DisablePriorityPreemption => switch(d.disable_priority_preemption),
         Target::DecodeContextParallel => value(d.decode_context_parallel, 1),
         Target::SpeculativeAlgorithm => optional(d.speculative_algorithm.as_deref()),
+        Target::DraftModelPath => optional(s.draft_model_path.as_deref()),
+        Target::DraftRevision => optional(s.draft_revision.as_deref()),
         Target::MambaRadixCacheStrategy => optional(d.mamba_radix_cache_strategy.map(MambaRadixCacheStrategy::as_str)),
         Target::HostPoolRatio => d.host_pool_ratio.map_or(Written::Default, |r| Written::Value(r.to_string())),
         Target::EnableUnifiedMemory => switch(d.enable_unified_memory),

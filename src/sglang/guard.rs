@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::cmdline::{self, AppendSite, Arg, ArgList, ArgSite, Entry, Invocation};
-use super::flags::{self, Kind, Mode, Parsed};
+use super::flags::{self, Kind, Mode, Parsed, ServerSettings};
 use super::server_cli::{self, Reading};
 use super::workload::{self, ContainerSite};
 use crate::api::{
@@ -19,12 +19,14 @@ use crate::api::{
     ModelConfigSource, ModelSpec, OnInvalid, PrefillSpec, SecretKeyRef,
 };
 use crate::layout::{LayoutError, ResolveOptions};
-use crate::policy::{self, Outcome, PolicyInput, Violation};
+use crate::policy::{self, ModelConfigs, Outcome, PolicyInput, Violation};
 use crate::release::{self, Release, ReleaseChoice, ReleaseSource};
 
 /// Annotation (workload or pod template) naming the model's config.json when `--model-path` is
 /// not a hub id: `configmap/NAME`, `configmap/NAME/KEY` or `hub/ORG/NAME[@REVISION]`.
 pub const MODEL_CONFIG_ANNOTATION: &str = "kvpilot.dev/model-config";
+/// The same for the speculative draft model of `--speculative-draft-model-path`.
+pub const DRAFT_MODEL_CONFIG_ANNOTATION: &str = "kvpilot.dev/draft-model-config";
 /// Annotation naming a Secret (`NAME` or `NAME/KEY`, key `token` by default) with a hub token.
 pub const HUB_TOKEN_ANNOTATION: &str = "kvpilot.dev/hub-token-secret";
 /// Label (workload or namespace) asking for rewrites instead of refusals: `rewrite`.
@@ -53,6 +55,9 @@ pub struct Server {
     pub argv: Option<Reading>,
     /// The model and where its config.json is, or the warning saying why it cannot be found.
     pub model: Result<ModelSpec, String>,
+    /// The speculative draft model of `--speculative-draft-model-path` and where its config.json
+    /// is, or why it cannot be found; None without that flag.
+    pub draft: Option<Result<ModelSpec, String>>,
 }
 
 impl Server {
@@ -186,6 +191,7 @@ pub fn inspect(object: &Value, fallback: &ReleaseChoice) -> Inspection {
                 ));
             }
             let model = model_spec(&merged, &parsed);
+            let draft = draft_model_spec(&merged, &parsed);
             inspection.servers.push(Server {
                 site: site.clone(),
                 container: container_name.clone(),
@@ -196,6 +202,7 @@ pub fn inspect(object: &Value, fallback: &ReleaseChoice) -> Inspection {
                 parsed,
                 argv,
                 model,
+                draft,
             });
         }
     }
@@ -301,66 +308,100 @@ const MODEL_CONFIG_FORMS: &str = "configmap/NAME, configmap/NAME/KEY or hub/ORG/
 /// in `--model-path`.
 fn model_spec(annotations: &BTreeMap<String, String>, parsed: &Parsed) -> Result<ModelSpec, String> {
     let settings = &parsed.settings;
-    let path = settings.model_path.clone();
-    let token_secret_ref = annotations.get(HUB_TOKEN_ANNOTATION).map(|value| match value.split_once('/') {
-        Some((name, key)) => SecretKeyRef { name: name.into(), key: key.into() },
-        None => SecretKeyRef { name: value.clone(), key: "token".into() },
-    });
-    let (name, revision, config) = match annotations.get(MODEL_CONFIG_ANNOTATION) {
-        Some(value) => {
-            let bad = || format!("annotation {MODEL_CONFIG_ANNOTATION}: {value:?} is not one of {MODEL_CONFIG_FORMS}");
-            let parts: Vec<&str> = value.trim().split('/').collect();
-            match parts.as_slice() {
-                ["configmap", name] | ["configmap", name, _] if !name.is_empty() => {
-                    let key = parts.get(2).filter(|k| !k.is_empty()).map_or("config.json", |k| k).to_string();
-                    let reference = ConfigMapKeyRef { name: (*name).into(), key };
-                    let config = ModelConfigSource { config_map_ref: Some(reference), ..ModelConfigSource::default() };
-                    (path.clone().unwrap_or_else(|| value.clone()), settings.revision.clone(), config)
-                }
-                ["hub", org, repo] => {
-                    let (repo, revision) = match repo.split_once('@') {
-                        Some((repo, revision)) => (repo, Some(revision.to_string())),
-                        None => (*repo, None),
-                    };
-                    let id = format!("{org}/{repo}");
-                    if !is_hub_id(&id) || revision.as_deref() == Some("") {
-                        return Err(bad());
-                    }
-                    let hub = HubSource {
-                        repo: Some(id.clone()),
-                        revision: revision.clone(),
-                        token_secret_ref,
-                        ..HubSource::default()
-                    };
-                    (
-                        path.clone().unwrap_or(id),
-                        revision,
-                        ModelConfigSource { hub: Some(hub), ..ModelConfigSource::default() },
-                    )
-                }
-                _ => return Err(bad()),
-            }
-        }
-        None => match path {
-            Some(path) if is_hub_id(&path) => {
-                let hub = HubSource { revision: settings.revision.clone(), token_secret_ref, ..HubSource::default() };
-                (path, settings.revision.clone(), ModelConfigSource { hub: Some(hub), ..ModelConfigSource::default() })
-            }
-            Some(path) => {
-                return Err(format!(
-                    "--model-path {path} is not a hub id, so kvpilot cannot read its config.json; add the annotation \
-                     {MODEL_CONFIG_ANNOTATION} ({MODEL_CONFIG_FORMS}) to the workload or its pod template"
-                ));
-            }
-            None => {
-                return Err(format!(
-                    "no --model-path on the command line; add the annotation {MODEL_CONFIG_ANNOTATION} \
-                     ({MODEL_CONFIG_FORMS}) to the workload or its pod template"
-                ));
-            }
-        },
+    let located = Located {
+        annotation: MODEL_CONFIG_ANNOTATION,
+        flag: "--model-path",
+        path: settings.model_path.clone(),
+        revision: settings.revision.clone(),
     };
-    Ok(ModelSpec { name, revision, source: None, config, hybrid_swa_memory: settings.hybrid_swa_memory })
+    located.model(annotations, settings)
+}
+
+/// The speculative draft model and its config source: the `kvpilot.dev/draft-model-config`
+/// annotation, else a hub id in `--speculative-draft-model-path`; None without that flag.
+fn draft_model_spec(annotations: &BTreeMap<String, String>, parsed: &Parsed) -> Option<Result<ModelSpec, String>> {
+    let settings = &parsed.settings;
+    let located = Located {
+        annotation: DRAFT_MODEL_CONFIG_ANNOTATION,
+        flag: "--speculative-draft-model-path",
+        path: Some(settings.draft_model_path.clone()?),
+        revision: settings.draft_revision.clone(),
+    };
+    Some(located.model(annotations, settings))
+}
+
+/// A model named on the command line by `flag`, whose config.json `annotation` can place.
+struct Located {
+    annotation: &'static str,
+    flag: &'static str,
+    path: Option<String>,
+    revision: Option<String>,
+}
+
+impl Located {
+    fn model(self, annotations: &BTreeMap<String, String>, settings: &ServerSettings) -> Result<ModelSpec, String> {
+        let Self { annotation, flag, path, revision: flag_revision } = self;
+        let token_secret_ref = annotations.get(HUB_TOKEN_ANNOTATION).map(|value| match value.split_once('/') {
+            Some((name, key)) => SecretKeyRef { name: name.into(), key: key.into() },
+            None => SecretKeyRef { name: value.clone(), key: "token".into() },
+        });
+        let (name, revision, config) = match annotations.get(annotation) {
+            Some(value) => {
+                let bad = || format!("annotation {annotation}: {value:?} is not one of {MODEL_CONFIG_FORMS}");
+                let parts: Vec<&str> = value.trim().split('/').collect();
+                match parts.as_slice() {
+                    ["configmap", name] | ["configmap", name, _] if !name.is_empty() => {
+                        let key = parts.get(2).filter(|k| !k.is_empty()).map_or("config.json", |k| k).to_string();
+                        let reference = ConfigMapKeyRef { name: (*name).into(), key };
+                        let config =
+                            ModelConfigSource { config_map_ref: Some(reference), ..ModelConfigSource::default() };
+                        (path.clone().unwrap_or_else(|| value.clone()), flag_revision, config)
+                    }
+                    ["hub", org, repo] => {
+                        let (repo, revision) = match repo.split_once('@') {
+                            Some((repo, revision)) => (repo, Some(revision.to_string())),
+                            None => (*repo, None),
+                        };
+                        let id = format!("{org}/{repo}");
+                        if !is_hub_id(&id) || revision.as_deref() == Some("") {
+                            return Err(bad());
+                        }
+                        let hub = HubSource {
+                            repo: Some(id.clone()),
+                            revision: revision.clone(),
+                            token_secret_ref,
+                            ..HubSource::default()
+                        };
+                        (
+                            path.clone().unwrap_or(id),
+                            revision,
+                            ModelConfigSource { hub: Some(hub), ..ModelConfigSource::default() },
+                        )
+                    }
+                    _ => return Err(bad()),
+                }
+            }
+            None => match path {
+                Some(path) if is_hub_id(&path) => {
+                    let hub = HubSource { revision: flag_revision.clone(), token_secret_ref, ..HubSource::default() };
+                    (path, flag_revision, ModelConfigSource { hub: Some(hub), ..ModelConfigSource::default() })
+                }
+                Some(path) => {
+                    return Err(format!(
+                        "{flag} {path} is not a hub id, so kvpilot cannot read its config.json; add the annotation \
+                         {annotation} ({MODEL_CONFIG_FORMS}) to the workload or its pod template"
+                    ));
+                }
+                None => {
+                    return Err(format!(
+                        "no {flag} on the command line; add the annotation {annotation} ({MODEL_CONFIG_FORMS}) to \
+                         the workload or its pod template"
+                    ));
+                }
+            },
+        };
+        Ok(ModelSpec { name, revision, source: None, config, hybrid_swa_memory: settings.hybrid_swa_memory })
+    }
 }
 
 /// A violation on the flag that carries it.
@@ -428,7 +469,7 @@ pub struct ServerVerdict {
 /// Runs the policy for one server at the SGLang release chosen for it.
 fn assess_server(
     spec: &InferenceDeploymentSpec,
-    config: &Value,
+    configs: &ModelConfigs,
     mode: Mode,
     release: Release,
 ) -> Result<(AttentionLayout, policy::Verdict), LayoutError> {
@@ -436,8 +477,15 @@ fn assess_server(
         disable_hybrid_swa_memory: spec.model.hybrid_swa_memory == crate::api::HybridSwaMemory::Disabled,
         release,
     };
-    let layout = crate::layout::resolve(config, options)?;
-    let input = PolicyInput { disaggregation: &spec.disaggregation, decode: &spec.decode, layout: &layout, release };
+    let layout = crate::layout::resolve(&configs.target, options)?;
+    let draft = configs.draft.as_ref().map(|draft| policy::resolve_draft(draft, options)).transpose()?;
+    let input = PolicyInput {
+        disaggregation: &spec.disaggregation,
+        decode: &spec.decode,
+        layout: &layout,
+        draft: draft.as_ref(),
+        release,
+    };
     let verdict = match mode {
         Mode::Decode => policy::evaluate(input),
         Mode::Prefill => policy::evaluate_non_decode(input, true),
@@ -550,7 +598,7 @@ pub fn argv_check(server: &Server) -> (Option<FlagFinding>, Vec<String>) {
 /// Checks one server against its model's config.json. With `rewrite`, the rewrites the policy
 /// can make are made (and [`rewrite_patch`] writes them back); without, every violation stands
 /// and its fix names the flag change.
-pub fn check(server: &Server, config: &Value, rewrite: bool) -> Result<ServerVerdict, LayoutError> {
+pub fn check(server: &Server, configs: &ModelConfigs, rewrite: bool) -> Result<ServerVerdict, LayoutError> {
     let settings = &server.parsed.settings;
     let model = server.model.clone().unwrap_or_else(|_| ModelSpec {
         name: settings.model_path.clone().unwrap_or_default(),
@@ -569,14 +617,20 @@ pub fn check(server: &Server, config: &Value, rewrite: bool) -> Result<ServerVer
         cache: None,
     };
     let release = server.checked_as.clone();
-    let (layout, fixed) = assess_server(&spec_with(OnInvalid::Rewrite), config, settings.mode, release.release)?;
-    let (_, strict) = assess_server(&spec_with(OnInvalid::Reject), config, settings.mode, release.release)?;
+    let (layout, fixed) = assess_server(&spec_with(OnInvalid::Rewrite), configs, settings.mode, release.release)?;
+    let (_, strict) = assess_server(&spec_with(OnInvalid::Reject), configs, settings.mode, release.release)?;
     let (argv_finding, argv_warnings) = argv_check(server);
     let mut warnings: Vec<String> = server.release_warning.iter().cloned().chain(release.warning()).collect();
     warnings.extend(argv_warnings);
     warnings.extend(layout.warnings.iter().cloned());
     warnings.extend(fixed.warnings.iter().map(|w| translate(w)));
     warnings.extend(server.parsed.warnings.iter().cloned());
+    if let (Some(path), None) = (&settings.draft_model_path, &configs.draft) {
+        warnings.push(format!(
+            "the config.json of the draft model {path} was not read: T11 compares the model's DeepSeek-V4 sliding \
+             window with the model's own, not the draft's"
+        ));
+    }
     // What rewrite mode changes, by the field it changes: applied with `rewrite`, named in each
     // violation's fix without.
     let proposals: Vec<(&str, FlagRewrite, Vec<Edit>)> = fixed

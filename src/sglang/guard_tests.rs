@@ -28,13 +28,13 @@ fn one_server(object: &Value) -> Server {
 /// Applies the rewrite patch with `json-patch` and inspects the result again.
 fn rewritten(object: &Value) -> (Value, Server) {
     let server = one_server(object);
-    let verdict = check(&server, &pure_swa(), true).unwrap();
+    let verdict = check(&server, &ModelConfigs::target(pure_swa()), true).unwrap();
     assert_eq!(verdict.outcome, Outcome::Rewritten, "{:?}", verdict.findings);
     let patch = rewrite_patch(object, &[(&server, &verdict)]).unwrap();
     let mut patched = object.clone();
     json_patch::patch(&mut patched, &patch).unwrap();
     let again = one_server(&patched);
-    let recheck = check(&again, &pure_swa(), false).unwrap();
+    let recheck = check(&again, &ModelConfigs::target(pure_swa()), false).unwrap();
     assert_eq!(recheck.outcome, Outcome::Valid, "{:?}", recheck.findings);
     (patched, again)
 }
@@ -113,7 +113,7 @@ fn a_violation_names_the_flag_and_its_fix() {
             "--disaggregation-decode-retraction-backup=host_pool"
         ]),
     );
-    let verdict = check(&one_server(&object), &pure_swa(), false).unwrap();
+    let verdict = check(&one_server(&object), &ModelConfigs::target(pure_swa()), false).unwrap();
     assert_eq!(verdict.outcome, Outcome::Rejected);
     assert_eq!(
         verdict.findings[0].to_string(),
@@ -131,7 +131,7 @@ fn the_storage_backend_and_the_radix_cache_are_read_for_s6_and_s7() {
     let rules_for = |args: Value| {
         let object =
             deployment(json!(["python3", "-m", "sglang.launch_server", "--model-path", "/models/llama"]), args);
-        let verdict = check(&one_server(&object), &llama, false).unwrap();
+        let verdict = check(&one_server(&object), &ModelConfigs::target(llama.clone()), false).unwrap();
         verdict.findings.iter().map(|f| (f.violation.rule, f.flag.clone())).collect::<Vec<_>>()
     };
     assert_eq!(
@@ -177,7 +177,7 @@ fn sglang_serve_takes_a_positional_model_path_and_its_own_model_type_flag() {
     let server = one_server(&object);
     assert_eq!(server.parsed.settings.model_path.as_deref(), Some("/models/mimo"));
     assert_eq!(argv_check(&server).0, None, "no refusal of the positional or of --model-type");
-    let verdict = check(&server, &pure_swa(), true).unwrap();
+    let verdict = check(&server, &ModelConfigs::target(pure_swa()), true).unwrap();
     let patch = serde_json::to_value(rewrite_patch(&object, &[(&server, &verdict)]).unwrap()).unwrap();
     assert_eq!(
         patch[0],
@@ -208,7 +208,7 @@ fn array_rewrites_are_index_exact() {
         ]),
     );
     let server = one_server(&object);
-    let verdict = check(&server, &pure_swa(), true).unwrap();
+    let verdict = check(&server, &ModelConfigs::target(pure_swa()), true).unwrap();
     let patch = serde_json::to_value(rewrite_patch(&object, &[(&server, &verdict)]).unwrap()).unwrap();
     let base = "/spec/template/spec/containers/1";
     assert_eq!(
@@ -286,7 +286,7 @@ fn prefill_servers_are_checked_against_prefill_rules_only() {
             "--disaggregation-decode-enable-radix-cache"
         ]),
     );
-    let verdict = check(&one_server(&object), &pure_swa(), true).unwrap();
+    let verdict = check(&one_server(&object), &ModelConfigs::target(pure_swa()), true).unwrap();
     let rules: Vec<&str> = verdict.findings.iter().map(|f| f.violation.rule).collect();
     assert_eq!(rules, ["S1"]);
     assert!(verdict.edits.is_empty());
@@ -296,7 +296,7 @@ fn prefill_servers_are_checked_against_prefill_rules_only() {
 fn lmcache_is_named_on_the_flag_for_pd_servers_and_checked_for_conflicts_on_colocated_ones() {
     let rules_of = |args: Value| -> Vec<(&'static str, String)> {
         let object = deployment(json!(["python3", "-m", "sglang.launch_server", "--model-path", "/models/mimo"]), args);
-        let verdict = check(&one_server(&object), &pure_swa(), false).unwrap();
+        let verdict = check(&one_server(&object), &ModelConfigs::target(pure_swa()), false).unwrap();
         verdict.findings.into_iter().map(|f| (f.violation.rule, f.flag)).collect()
     };
     assert_eq!(
@@ -336,7 +336,7 @@ fn scripts_the_kubelet_expands_are_not_rewritten_by_span() {
                   --disaggregation-decode-retraction-backup host_pool";
     let object = deployment(json!(["sh", "-c", script]), json!([]));
     let server = one_server(&object);
-    let verdict = check(&server, &pure_swa(), true).unwrap();
+    let verdict = check(&server, &ModelConfigs::target(pure_swa()), true).unwrap();
     assert!(!verdict.edits.is_empty());
     let error = rewrite_patch(&object, &[(&server, &verdict)]).unwrap_err();
     assert_eq!(
@@ -413,13 +413,13 @@ mod properties {
         ) {
             let object = object(&words, script);
             let server = one_server(&object);
-            let verdict = check(&server, &pure_swa(), true).unwrap();
+            let verdict = check(&server, &ModelConfigs::target(pure_swa()), true).unwrap();
             let patch = rewrite_patch(&object, &[(&server, &verdict)]).unwrap();
             let mut patched = object.clone();
             json_patch::patch(&mut patched, &patch).unwrap();
             let again = one_server(&patched);
             if verdict.outcome != Outcome::Rejected {
-                let recheck = check(&again, &pure_swa(), false).unwrap();
+                let recheck = check(&again, &ModelConfigs::target(pure_swa()), false).unwrap();
                 prop_assert_eq!(recheck.outcome, Outcome::Valid, "{:?} → {:?}", words, recheck.findings);
             }
             prop_assert_eq!(&again.parsed.settings.disaggregation.retraction_backup, &verdict_backup(&server, &verdict));
@@ -459,7 +459,7 @@ fn decode_servers_are_paired_with_the_prefill_servers_of_their_object() {
         inspect(object, &ReleaseChoice::default_newest())
             .servers
             .iter()
-            .map(|s| check(s, &gpt_oss, false).unwrap())
+            .map(|s| check(s, &ModelConfigs::target(gpt_oss.clone()), false).unwrap())
             .collect()
     };
     let mismatched = verdicts(&group("2", "4"));
@@ -512,7 +512,7 @@ fn dynamo_servers_are_read_but_their_argv_is_not_judged() {
     );
     let server = one_server(&object);
     assert_eq!((server.argv.as_ref(), server.parsed.settings.decode.tensor_parallel), (None, 2));
-    let verdict = check(&server, &pure_swa(), false).unwrap();
+    let verdict = check(&server, &ModelConfigs::target(pure_swa()), false).unwrap();
     assert!(verdict.findings.iter().all(|f| f.violation.rule != ARGV_RULE), "{:?}", verdict.findings);
     assert!(verdict.warnings.iter().any(|w| w == DYNAMO_NOT_JUDGED), "{:?}", verdict.warnings);
     // The same argv through SGLang's own launcher is refused.
@@ -520,7 +520,7 @@ fn dynamo_servers_are_read_but_their_argv_is_not_judged() {
         json!(["python3", "-m", "sglang.launch_server"]),
         object["spec"]["template"]["spec"]["containers"][1]["args"].clone(),
     );
-    let verdict = check(&one_server(&object), &pure_swa(), false).unwrap();
+    let verdict = check(&one_server(&object), &ModelConfigs::target(pure_swa()), false).unwrap();
     assert_eq!(
         verdict.findings[0].violation.message,
         "ambiguous option: --cuda-graph-bs could match --cuda-graph-bs-decode, --cuda-graph-bs-prefill"
@@ -535,7 +535,7 @@ fn unseen_values_are_warned_about_once() {
         json!(["python3", "-m", "sglang.launch_server", "--model-path", "/models/mimo"]),
         json!(["--tp-size", "$(TP)", "--nnodes=$(N)", "--host", "$(POD_IP)"]),
     );
-    let verdict = check(&one_server(&object), &pure_swa(), false).unwrap();
+    let verdict = check(&one_server(&object), &ModelConfigs::target(pure_swa()), false).unwrap();
     let about = |text: &str| verdict.warnings.iter().filter(|w| w.contains(text)).count();
     assert_eq!((about("$(TP)"), about("--nnodes $(N)"), about("$(POD_IP)")), (1, 1, 0), "{:?}", verdict.warnings);
 }

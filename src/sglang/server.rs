@@ -7,7 +7,7 @@ use crate::api::{
     FleetSpec, HICACHE_GIGABYTE, InferenceDeploymentSpec, ModelSpec, PrefillSpec, RouterSpec, quantity_bytes,
 };
 use crate::layout::LayoutError;
-use crate::policy::{self, Assessment, Outcome, Violation};
+use crate::policy::{self, Assessment, ModelConfigs, Outcome, Violation};
 use crate::release::{Release, ReleaseChoice};
 
 use super::args::sglang_args;
@@ -499,10 +499,10 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec) -> Vec<Violation> {
 /// Every entry point (controller, webhook, `check`, `render`) decides with this.
 pub fn assess(
     spec: &InferenceDeploymentSpec,
-    config: &serde_json::Value,
+    configs: &ModelConfigs,
     release: &ReleaseChoice,
 ) -> Result<Assessment, LayoutError> {
-    let mut assessment = policy::assess(&effective_spec(spec), config, release)?;
+    let mut assessment = policy::assess(&effective_spec(spec), configs, release)?;
     let mut findings = pod_findings(spec);
     for role in [FleetRole::Decode, FleetRole::Prefill] {
         let (refusal, warnings) = extra_args_reading(spec, role, &assessment.verdict, release.release);
@@ -610,7 +610,7 @@ mod tests {
             serde_json::from_str(include_str!("../../tests/fixtures/configs/llama-3.1-8b-instruct.json")).unwrap();
         let assess_at = |extra: serde_json::Value, patch: u16| {
             let release = crate::release::choose(crate::release::v0_5(patch), crate::release::ReleaseSource::Spec);
-            assess(&spec(json!({"extraArgs": extra}), json!(null)), &config, &release.unwrap()).unwrap()
+            assess(&spec(json!({"extraArgs": extra}), json!(null)), &ModelConfigs::target(config.clone()), &release.unwrap()).unwrap()
         };
         let refused = assess_at(json!(["--mem-fraction-static", "0.8", "--no-such-flag"]), 23).verdict;
         let k8: Vec<_> = refused.violations.iter().filter(|v| v.rule == "K8").collect();

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::api::HubSource;
+use crate::api::{HubSource, MODEL_CONFIG_FIELD};
+use crate::policy::ModelConfigs;
 pub use python_json::to_strict_json;
 
 /// Default hub endpoint.
@@ -56,6 +57,10 @@ pub enum SourceError {
     /// The hub could not be reached.
     #[error("GET {url} failed: {message}")]
     HubUnreachable { url: String, message: String },
+    /// An error reading the config source at another field than `spec.model.config` (the
+    /// speculative draft's), which the message names instead.
+    #[error("{}", .inner.to_string().replace(MODEL_CONFIG_FIELD, .field))]
+    At { field: &'static str, inner: Box<SourceError> },
 }
 
 impl SourceError {
@@ -69,7 +74,14 @@ impl SourceError {
             Self::InvalidJson { .. } | Self::NotAnObject { .. } | Self::TooLarge { .. } => "InvalidConfigJson",
             Self::BadEndpoint { .. } => "InvalidHubEndpoint",
             Self::HubStatus { .. } | Self::HubUnreachable { .. } => "HubFetchFailed",
+            Self::At { inner, .. } => inner.reason(),
         }
+    }
+
+    /// This error as one reading the config source at `field` (a message naming
+    /// `spec.model.config` names `field` instead).
+    pub fn at(self, field: &'static str) -> Self {
+        if field == MODEL_CONFIG_FIELD { self } else { Self::At { field, inner: Box::new(self) } }
     }
 }
 
@@ -242,11 +254,42 @@ impl ClusterSource {
 
     /// The model's config.json, for a resource in `namespace`.
     pub async fn model_config(&self, namespace: &str, model: &crate::api::ModelSpec) -> Result<Value, SourceError> {
+        self.model_config_at(namespace, model, MODEL_CONFIG_FIELD).await
+    }
+
+    /// The model's and its speculative draft's config.json (the draft's when
+    /// `spec.disaggregation.speculativeDraftModel` names one).
+    pub async fn model_configs(
+        &self,
+        namespace: &str,
+        spec: &crate::api::InferenceDeploymentSpec,
+    ) -> Result<ModelConfigs, SourceError> {
+        let target = self.model_config(namespace, &spec.model).await?;
+        let draft = match &spec.disaggregation.speculative_draft_model {
+            None => None,
+            Some(draft) => Some(
+                self.model_config_at(namespace, &draft.as_model(&spec.model), crate::api::DRAFT_CONFIG_FIELD).await?,
+            ),
+        };
+        Ok(ModelConfigs { target, draft })
+    }
+
+    /// The config.json of `model`, whose config source is at `field`.
+    pub async fn model_config_at(
+        &self,
+        namespace: &str,
+        model: &crate::api::ModelSpec,
+        field: &'static str,
+    ) -> Result<Value, SourceError> {
+        self.read(namespace, model, field).await.map_err(|e| e.at(field))
+    }
+
+    async fn read(&self, namespace: &str, model: &crate::api::ModelSpec, field: &str) -> Result<Value, SourceError> {
         use crate::api::ConfigSourceRef;
         use k8s_openapi::api::core::v1::{ConfigMap, Secret};
         use kube::Api;
 
-        match model.config.source() {
+        match model.config.source_at(field) {
             Err(message) => Err(SourceError::SourceSelection(message)),
             Ok(ConfigSourceRef::Inline(map)) => Ok(Value::Object(map.clone())),
             Ok(ConfigSourceRef::ConfigMap(reference)) => {

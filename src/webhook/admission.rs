@@ -7,8 +7,9 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use serde_json::Value;
 
-use crate::api::{InferenceDeployment, OnInvalid};
-use crate::policy::{self, Outcome};
+use crate::api::{DRAFT_CONFIG_FIELD, InferenceDeployment, MODEL_CONFIG_FIELD, ModelSpec, OnInvalid};
+use crate::layout::LayoutError;
+use crate::policy::{self, ModelConfigs, Outcome};
 use crate::release::ReleaseChoice;
 use crate::source::ClusterSource;
 
@@ -109,10 +110,8 @@ async fn decide(
     };
     let name = format!("{}/{}", request.namespace.as_deref().unwrap_or("default"), request.name);
     let namespace = request.namespace.clone().unwrap_or_else(|| "default".into());
-    let inline = resource.spec.model.config.inline.is_some();
-
-    let config = match config_for(&resource, &namespace, source).await {
-        Ok(config) => config,
+    let configs = match configs_for(&resource, &namespace, source).await {
+        Ok(configs) => configs,
         Err(problem) => {
             return warned(
                 response,
@@ -127,16 +126,12 @@ async fn decide(
         Ok(release) => release,
         Err(e) => return denied(response, 422, "Invalid", format!("{name}: spec.sglang.version: {e}")),
     };
-    let assessment = match crate::sglang::server::assess(&resource.spec, &config, &release) {
+    let assessment = match crate::sglang::server::assess(&resource.spec, &configs, &release) {
         Ok(assessment) => assessment,
         // An inline config is part of this object: refuse it. An external one can still be fixed.
-        Err(e) if inline => {
-            return denied(
-                response,
-                422,
-                "Invalid",
-                format!("{name}: spec.model.config.inline is not a model config: {e}"),
-            );
+        Err(e) if inline_config_at_fault(&resource, &e).is_some() => {
+            let field = inline_config_at_fault(&resource, &e).unwrap_or(MODEL_CONFIG_FIELD);
+            return denied(response, 422, "Invalid", format!("{name}: {field}.inline is not a model config: {e}"));
         }
         Err(e) => {
             return warned(response, vec![format!("the model config.json of {name} is not a model config: {e}")]);
@@ -180,18 +175,37 @@ async fn decide(
     }
 }
 
-async fn config_for(
+/// The config source field of the config.json a layout error is about, when that config is
+/// inline (part of the object under review).
+fn inline_config_at_fault(resource: &InferenceDeployment, error: &LayoutError) -> Option<&'static str> {
+    let spec = &resource.spec;
+    match &spec.disaggregation.speculative_draft_model {
+        Some(draft) if error.field.starts_with(DRAFT_CONFIG_FIELD) => {
+            draft.config.inline.is_some().then_some(DRAFT_CONFIG_FIELD)
+        }
+        _ => spec.model.config.inline.is_some().then_some(MODEL_CONFIG_FIELD),
+    }
+}
+
+/// The model's and the speculative draft's config.json: inline ones from the object, the
+/// others through the API server or the hub.
+async fn configs_for(
     resource: &InferenceDeployment,
     namespace: &str,
     source: Option<&ClusterSource>,
-) -> Result<Value, String> {
-    if let Some(inline) = &resource.spec.model.config.inline {
-        return Ok(Value::Object(inline.clone()));
-    }
-    match source {
-        Some(source) => source.model_config(namespace, &resource.spec.model).await.map_err(|e| e.to_string()),
-        None => Err("the webhook runs without a Kubernetes client".into()),
-    }
+) -> Result<ModelConfigs, String> {
+    let spec = &resource.spec;
+    let read = async |model: &ModelSpec, field: &'static str| match (&model.config.inline, source) {
+        (Some(inline), _) => Ok(Value::Object(inline.clone())),
+        (None, Some(source)) => source.model_config_at(namespace, model, field).await.map_err(|e| e.to_string()),
+        (None, None) => Err("the webhook runs without a Kubernetes client".to_string()),
+    };
+    let target = read(&spec.model, MODEL_CONFIG_FIELD).await?;
+    let draft = match &spec.disaggregation.speculative_draft_model {
+        Some(draft) => Some(read(&draft.as_model(&spec.model), DRAFT_CONFIG_FIELD).await?),
+        None => None,
+    };
+    Ok(ModelConfigs { target, draft })
 }
 
 /// JSON patch that writes each rewritten field of `spec.disaggregation` into the object.

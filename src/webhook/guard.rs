@@ -13,7 +13,7 @@ use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
 use serde_json::Value;
 
 use super::admission::{self, BadReview, denied, encode, warned};
-use crate::policy::Outcome;
+use crate::policy::{ModelConfigs, Outcome};
 use crate::release::ReleaseChoice;
 use crate::sglang::guard::{self, Server, ServerVerdict};
 use crate::sglang::workload;
@@ -99,8 +99,23 @@ async fn decide(
                 None => Err("the webhook runs without a Kubernetes client".to_string()),
             },
         };
-        let checked_server = config.and_then(|config| {
-            guard::check(server, &config, mode == GuardMode::Rewrite)
+        // The draft's config.json refines one rule (T11): without it the server is still checked.
+        let draft = match (&server.draft, source) {
+            (Some(Ok(draft)), Some(source)) => match source.model_config(&namespace, draft).await {
+                Ok(config) => Some(config),
+                Err(e) => {
+                    warnings.push(format!("{subject}: kvpilot could not read the draft model's config.json ({e})"));
+                    None
+                }
+            },
+            (Some(Err(warning)), _) => {
+                warnings.push(format!("{subject}: {warning}"));
+                None
+            }
+            _ => None,
+        };
+        let checked_server = config.and_then(|target| {
+            guard::check(server, &ModelConfigs { target, draft }, mode == GuardMode::Rewrite)
                 .map_err(|e| format!("the model config.json is not a model config: {e}"))
         });
         match checked_server {

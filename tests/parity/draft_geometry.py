@@ -254,6 +254,10 @@ def server_page_size(release, srt, hf_config, notes):
         if declared and "page_size" in declared:
             page = declared["page_size"]
             notes.append(f"{fn.__qualname__}: page_size={page}")
+    if page is None:
+        # Left unset, overrides.py's _page_size_default gives 1 (64 only for a ROCm KV layout).
+        page = 1
+        notes.append("page_size unset: 1, _page_size_default's value off ROCm")
     return page
 
 

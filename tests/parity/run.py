@@ -397,6 +397,67 @@ def sglang_cache_args(src, venvs, scenarios):
     return answer["prefixes"] + [UNRECOGNIZED], errors
 
 
+DRAFT_TARGETS = ("deepseek-v4", "llama-3.1-8b-instruct")
+DRAFTS = (None, "deepseek-v4-nextn", "deepseek-v4-nextn-window-64", "llama-3.1-8b-instruct")
+
+
+def draft_scenarios():
+    """A PD decode server with EAGLE speculative decoding: a DeepSeek-V4 target with its own
+    NextN layers, a NextN checkpoint of the same or another window, or a Llama draft, under
+    decode context parallelism 1, 2 and 4; and a Llama target, whose pool is no DeepSeek-V4 pool."""
+    scenarios = []
+    for target, draft, dcp in itertools.product(DRAFT_TARGETS, DRAFTS, (1, 2, 4)):
+        if target != "deepseek-v4" and (draft is None or dcp == 4):
+            continue
+        scenarios.append({
+            "id": f"d{len(scenarios)}",
+            "target": os.path.join(ROOT, "tests/fixtures/configs", f"{target}.json"),
+            "draft": draft and os.path.join(ROOT, "tests/fixtures/configs", f"{draft}.json"),
+            "dcp": dcp,
+        })
+    return scenarios
+
+
+def draft_manifest(scenario):
+    document = manifest({"id": scenario["id"], "config": scenario["target"], "flags": {
+        "decodeRadixCache": False, "decodeOffloadKvCache": False,
+        "decodeContextParallel": scenario["dcp"], "priorityScheduling": False,
+        "disablePriorityPreemption": False, "enableUnifiedMemory": False}})
+    disaggregation = document["spec"]["disaggregation"]
+    disaggregation["speculativeAlgorithm"] = "EAGLE"
+    if scenario["draft"]:
+        with open(scenario["draft"], encoding="utf-8") as f:
+            disaggregation["speculativeDraftModel"] = {
+                "name": f"parity/{os.path.basename(scenario['draft'])}",
+                "config": {"inline": json.load(f)}}
+    return document
+
+
+def check_draft_geometry(kvpilot, src, venvs, version, compare):
+    """SGLang's DeepSeek-V4 draft-pool check (T7-T11, draft_geometry.py) against kvpilot's T11 on
+    the same servers. Returns (passed, failed, summary)."""
+    scenarios = draft_scenarios()
+    theirs = {r["id"]: r for r in run_release_script("draft_geometry.py", src, venvs, scenarios)}
+    refusing = sum(theirs[s["id"]]["raised"] for s in scenarios)
+    summary = f"draft geometry scenarios {len(scenarios)} (refused by SGLang {refusing})"
+    if not compare:
+        return len(scenarios), 0, summary
+    reports = kvpilot_reports(kvpilot, [draft_manifest(s) for s in scenarios], version)
+    agreements = failed = 0
+    for scenario in scenarios:
+        ours = [v["message"] for v in reports.get(scenario["id"], {}).get("violations", [])
+                if v["rule"].startswith("T")]
+        message = theirs[scenario["id"]]["message"]
+        if (message in ours) if message else not ours:
+            agreements += 1
+            continue
+        failed += 1
+        draft = os.path.basename(scenario["draft"] or "(own NextN layers)")
+        print(f"  {version} draft {os.path.basename(scenario['target'])} + {draft} dcp "
+              f"{scenario['dcp']}: SGLang {message!r}, kvpilot {ours}")
+    return agreements, failed, summary + f", agreements {agreements}"
+
+
 def compare_arg_checks(kvpilot, version, scenarios, manifest_of, raised, prefixes, label):
     """(agreements, disagreements, refusals by rule) of kvpilot check with one argument check of
     the release; a refusal counts under the rule whose kvpilot message is the one SGLang raised."""
@@ -681,7 +742,8 @@ def check_served_architectures(src):
     return proc.returncode == 0
 
 
-PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "messages", "argv", "cli")
+PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "draft", "messages", "argv",
+         "cli")
 
 
 def main():
@@ -812,6 +874,11 @@ def main():
             if compare:
                 summary += f", agreements {scenario_agreements}"
             passed += scenario_agreements if compare else len(runnable)
+        if "draft" in parts:
+            draft_passed, draft_failed, draft_summary = check_draft_geometry(
+                args.kvpilot, os.path.join(args.src, version), args.venvs, version, compare)
+            passed, failed = passed + draft_passed, failed + draft_failed
+            summary += f"; {draft_summary}"
         for label, scenarios, manifest_of, raised, prefixes in raised_by_check:
             summary += f"; {label} scenarios {len(scenarios)} run by SGLang"
             if compare:
