@@ -462,7 +462,9 @@ async fn real_baseline(kubeconfig: &std::path::Path, deployments: usize, replica
                 let namespace = resource.metadata.namespace.clone().unwrap();
                 let name = resource.metadata.name.clone().unwrap();
                 let config = Value::Object(resource.spec.model.config.inline.clone().unwrap());
-                let assessment = kvpilot::sglang::server::assess(&resource.spec, &config, &Default::default()).unwrap();
+                let configs = kvpilot::policy::ModelConfigs::target(config);
+                let assessment =
+                    kvpilot::sglang::server::assess(&resource.spec, &configs, &Default::default()).unwrap();
                 let desired = desired_state(&resource, &assessment, &options);
                 // Every object the operator would write, as it renders them (pods of all replicas).
                 for object in desired.objects() {

@@ -480,3 +480,61 @@ fn demo_runs_the_controller_on_the_bundled_examples() {
     assert!(text.contains("R1: Host-pool retraction does not support Mamba models."), "{text}");
     assert!(text.contains("M1: extra_buffer_lazy unsupported under PD disaggregation"), "{text}");
 }
+
+/// A DeepSeek-V4 InferenceDeployment with EAGLE and a draft model whose config.json is the
+/// ConfigMap `draft` of the same file set.
+fn deepseek_v4_with_draft(draft_fixture: &str, dcp: i32) -> String {
+    let config = |name: &str| std::fs::read_to_string(repo(&format!("tests/fixtures/configs/{name}.json"))).unwrap();
+    let indent = |text: String| text.lines().map(|l| format!("    {l}")).collect::<Vec<_>>().join("\n");
+    format!(
+        "apiVersion: kvpilot.dev/v1alpha1\nkind: InferenceDeployment\nmetadata:\n  name: dsv4\nspec:\n  model:\n    \
+         name: deepseek-ai/DeepSeek-V4\n    config:\n      inline: {target}\n  disaggregation:\n    \
+         retractionBackup: cpu_tensor\n    speculativeAlgorithm: EAGLE\n    decodeContextParallel: {dcp}\n    \
+         speculativeDraftModel:\n      name: acme/dsv4-nextn\n      revision: v2\n      config:\n        \
+         configMapRef: {{name: draft}}\n  decode:\n    tensorParallel: 4\n---\napiVersion: v1\nkind: ConfigMap\n\
+         metadata:\n  name: draft\ndata:\n  config.json: |\n{draft}\n",
+        target = config("deepseek-v4").replace('\n', " "),
+        draft = indent(config(draft_fixture)),
+    )
+}
+
+#[test]
+fn check_and_render_read_the_speculative_draft_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let same = write(dir.path(), "same.yaml", &deepseek_v4_with_draft("deepseek-v4-nextn", 1));
+    let (code, reports, err) = check_json(&["-f", &same, "--offline"]);
+    assert_eq!(code, Some(0), "{err} {reports:?}");
+    let narrower = write(dir.path(), "narrower.yaml", &deepseek_v4_with_draft("deepseek-v4-nextn-window-64", 1));
+    let (code, reports, err) = check_json(&["-f", &narrower, "--offline", "--sglang-version", "0.5.22"]);
+    assert_eq!(code, Some(1), "{err}");
+    let violations = by_name(&reports, "default/dsv4")["violations"].as_array().unwrap().clone();
+    let t11: Vec<_> = violations.iter().filter(|v| v["rule"] == "T11").collect();
+    assert_eq!(t11.len(), 1, "{violations:?}");
+    assert_eq!(t11[0]["field"], "spec.disaggregation.speculativeDraftModel");
+    assert_eq!(
+        t11[0]["message"],
+        "DSV4 target and draft pools must share paged SWA geometry: target=(256, 128), draft=(256, 64)"
+    );
+
+    let out = kvpilot(&["render", "-f", &same, "--offline"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains(
+            "--speculative-algorithm EAGLE --speculative-draft-model-path acme/dsv4-nextn \
+                       --speculative-draft-model-revision v2"
+        ),
+        "{text}"
+    );
+
+    let missing = deepseek_v4_with_draft("deepseek-v4-nextn", 1)
+        .replace("configMapRef: {name: draft}", "configMapRef: {name: nowhere}");
+    let missing = write(dir.path(), "missing.yaml", &missing);
+    let (code, _, err) = check_json(&["-f", &missing, "--offline"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("(spec.disaggregation.speculativeDraftModel.config)"), "{err}");
+    assert!(
+        err.contains("ConfigMap default/nowhere (spec.disaggregation.speculativeDraftModel.config.configMapRef.name)"),
+        "{err}"
+    );
+}

@@ -408,6 +408,50 @@ async fn config_map_sources_are_watched() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_speculative_draft_config_is_read_and_its_config_map_watched() {
+    let (server, _kubelet, operator) = cluster(Duration::from_millis(10));
+    let mut object = example("llama-3.1-8b-full.yaml");
+    set(&mut object, "/spec/disaggregation/speculativeAlgorithm", json!("EAGLE3"));
+    set(
+        &mut object,
+        "/spec/disaggregation/speculativeDraftModel",
+        json!({"name": "org/llama-eagle3", "config": {"configMapRef": {"name": "draft-config"}}}),
+    );
+    create(&server, &object).await;
+    let model_resolved = |reason: &'static str| {
+        let server = &server;
+        move || async move {
+            let model = condition(server, "llama-3-1-8b", "ModelResolved").ok_or("none")?;
+            (model["reason"] == reason).then_some(()).ok_or_else(|| model.to_string())
+        }
+    };
+    eventually("the draft's ConfigMap is missing", Duration::from_secs(10), model_resolved("ConfigMapUnavailable"))
+        .await;
+    let message = condition(&server, "llama-3-1-8b", "ModelResolved").unwrap()["message"].to_string();
+    assert!(message.contains("spec.disaggregation.speculativeDraftModel.config.configMapRef.name"), "{message}");
+
+    let config_maps: Api<ConfigMap> = Api::namespaced(server.client(), NS);
+    let config_map: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "draft-config"}, "data": {"config.json": fixture("llama-3.1-8b-instruct")}
+    }))
+    .unwrap();
+    config_maps.create(&PostParams::default(), &config_map).await.unwrap();
+    ready(&server, "llama-3-1-8b", 2).await;
+    let sglang: ConfigMap = config_maps.get("llama-3-1-8b-sglang").await.unwrap();
+    let args = decode_args(&sglang.data.unwrap());
+    assert!(args.windows(2).any(|w| w == ["--speculative-draft-model-path", "org/llama-eagle3"]), "{args:?}");
+
+    // An edit of the draft's ConfigMap re-reconciles the resource.
+    config_maps
+        .patch("draft-config", &PatchParams::default(), &Patch::Merge(json!({"data": {"config.json": "[1, 2]"}})))
+        .await
+        .unwrap();
+    eventually("the draft's config is no model config", Duration::from_secs(10), model_resolved("InvalidConfigJson"))
+        .await;
+    operator.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hub_sources_are_fetched_from_a_local_server() {
     use axum::{Router, routing::get};
     let config = fixture("gpt-oss-20b");

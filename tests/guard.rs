@@ -320,6 +320,56 @@ fn check_pairs_prefill_and_decode_deployments_of_one_model_for_t1() {
 }
 
 #[test]
+fn check_reads_the_speculative_draft_model_s_config_for_t11() {
+    let fixture = |name: &str| std::fs::read_to_string(repo(&format!("tests/fixtures/configs/{name}.json"))).unwrap();
+    let config_map = |name: &str, fixture_name: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"},
+            "data": {"config.json": fixture(fixture_name)}})
+    };
+    let args = [
+        "--model-path",
+        "/models/dsv4",
+        "--disaggregation-mode",
+        "decode",
+        "--speculative-algorithm",
+        "EAGLE",
+        "--speculative-draft-model-path",
+        "/models/dsv4-nextn",
+    ];
+    let mut deployment = deployment_running("lmsysorg/sglang:v0.5.22", &args);
+    deployment["metadata"]["annotations"] = json!({
+        guard::MODEL_CONFIG_ANNOTATION: "configmap/dsv4", guard::DRAFT_MODEL_CONFIG_ANNOTATION: "configmap/draft"});
+    let list = |draft: &str, deployment: &Value| {
+        json!({"apiVersion": "v1", "kind": "List", "items": [
+            config_map("dsv4", "deepseek-v4"), config_map("draft", draft), deployment]})
+        .to_string()
+    };
+    let out = kvpilot(&["check", "-o", "json", "-f", "-"], Some(&list("deepseek-v4-nextn-window-64", &deployment)));
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let t11: Vec<&Value> = reports[0]["violations"].as_array().unwrap().iter().filter(|v| v["rule"] == "T11").collect();
+    assert_eq!(t11.len(), 1, "{reports:?}");
+    assert_eq!(t11[0]["flag"], "--speculative-draft-model-path=/models/dsv4-nextn");
+    assert_eq!(
+        t11[0]["message"],
+        "DSV4 target and draft pools must share paged SWA geometry: target=(256, 128), draft=(256, 64)"
+    );
+    let out = kvpilot(&["check", "-o", "json", "-f", "-"], Some(&list("deepseek-v4-nextn", &deployment)));
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+
+    // A draft whose config.json cannot be found: checked with the model's own window, and said so.
+    deployment["metadata"]["annotations"] = json!({guard::MODEL_CONFIG_ANNOTATION: "configmap/dsv4"});
+    let out = kvpilot(&["check", "-o", "json", "-f", "-"], Some(&list("deepseek-v4-nextn-window-64", &deployment)));
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--speculative-draft-model-path /models/dsv4-nextn is not a hub id"), "{err}");
+    assert!(err.contains(guard::DRAFT_MODEL_CONFIG_ANNOTATION), "{err}");
+    let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let warnings = reports[0]["warnings"].to_string();
+    assert!(warnings.contains("the config.json of the draft model /models/dsv4-nextn was not read"), "{warnings}");
+}
+
+#[test]
 fn check_says_which_annotation_a_local_model_path_needs() {
     let mut deployment = every_kind().remove(1);
     deployment["metadata"]["annotations"] = json!({});
@@ -512,8 +562,12 @@ async fn an_inference_deployment_s_own_pods_pass_the_guard() {
     for file in files {
         let resource: kvpilot::api::InferenceDeployment = serde_json::from_value(documents(file).remove(0)).unwrap();
         let config = Value::Object(resource.spec.model.config.inline.clone().unwrap());
-        let assessment =
-            kvpilot::sglang::server::assess(&resource.spec, &config, &ReleaseChoice::default_newest()).unwrap();
+        let assessment = kvpilot::sglang::server::assess(
+            &resource.spec,
+            &kvpilot::policy::ModelConfigs::target(config),
+            &ReleaseChoice::default_newest(),
+        )
+        .unwrap();
         let options = kvpilot::controller::desired::RenderOptions::default();
         let desired = kvpilot::controller::desired::desired_state(&resource, &assessment, &options);
         Api::<ConfigMap>::namespaced(server.client(), "default")

@@ -279,11 +279,12 @@ fn rewrites_patch_the_container_where_it_sits() {
     let config: Value =
         serde_json::from_str(&std::fs::read_to_string(repo("tests/fixtures/configs/custom-pure-swa.json")).unwrap())
             .unwrap();
+    let configs = kvpilot::policy::ModelConfigs::target(config);
     let fallback = ReleaseChoice::default_newest();
     let inspection = guard::inspect(&object, &fallback);
     assert_eq!(inspection.servers.len(), 2);
     let verdicts: Vec<guard::ServerVerdict> =
-        inspection.servers.iter().map(|s| guard::check(s, &config, true).unwrap()).collect();
+        inspection.servers.iter().map(|s| guard::check(s, &configs, true).unwrap()).collect();
     let checked: Vec<(&guard::Server, &guard::ServerVerdict)> = inspection.servers.iter().zip(&verdicts).collect();
     let patch = guard::rewrite_patch(&object, &checked).unwrap();
     let mut patched = object.clone();
@@ -309,7 +310,7 @@ fn rewrites_patch_the_container_where_it_sits() {
     );
     // Rewritten, both pods pass.
     let again = guard::inspect(&patched, &fallback);
-    assert!(again.servers.iter().all(|s| guard::check(s, &config, false).unwrap().findings.is_empty()));
+    assert!(again.servers.iter().all(|s| guard::check(s, &configs, false).unwrap().findings.is_empty()));
 }
 
 /// The flags in the base template's `command` (as in rbg's pd-disagg-leader-worker.yaml), the
@@ -329,11 +330,12 @@ fn an_edit_to_a_shared_base_list_is_made_once() {
     let config: Value =
         serde_json::from_str(&std::fs::read_to_string(repo("tests/fixtures/configs/custom-pure-swa.json")).unwrap())
             .unwrap();
+    let configs = kvpilot::policy::ModelConfigs::target(config);
     let fallback = ReleaseChoice::default_newest();
     let inspection = guard::inspect(&object, &fallback);
     assert_eq!(inspection.servers.len(), 2);
     let verdicts: Vec<guard::ServerVerdict> =
-        inspection.servers.iter().map(|s| guard::check(s, &config, true).unwrap()).collect();
+        inspection.servers.iter().map(|s| guard::check(s, &configs, true).unwrap()).collect();
     assert!(verdicts.iter().all(|v| !v.rewrites.is_empty()), "both pods need the radix cache off");
     let checked: Vec<(&guard::Server, &guard::ServerVerdict)> = inspection.servers.iter().zip(&verdicts).collect();
     let patch = guard::rewrite_patch(&object, &checked).unwrap();

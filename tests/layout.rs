@@ -100,6 +100,17 @@ const TABLE: &[Expected] = &[
     row("deepseek-v2-lite", "DeepseekV2ForCausalLM", (27, 27, 0, 0), None, Mla, MlaPool, &[]),
     row("deepseek-v3.2-exp", "DeepseekV32ForCausalLM", (61, 61, 0, 0), None, Mla, MlaPool, &[Dsa]),
     row("deepseek-v4", "DeepseekV4ForCausalLM", (8, 6, 2, 0), Some(128), Mha, HybridSwa, &[DeepseekV4]),
+    // Draft checkpoints of its NextN layer (compress ratio 0: sliding window only).
+    row("deepseek-v4-nextn", "DeepseekV4ForCausalLMNextN", (1, 0, 1, 0), Some(128), Mha, PureSwa, &[DeepseekV4]),
+    row(
+        "deepseek-v4-nextn-window-64",
+        "DeepseekV4ForCausalLMNextN",
+        (1, 0, 1, 0),
+        Some(64),
+        Mha,
+        PureSwa,
+        &[DeepseekV4],
+    ),
     row("kimi-linear-48b-a3b", "KimiLinearForCausalLM", (27, 7, 0, 20), None, Mla, HybridSsm, &[]),
     // 27: MiMo-V2 and its pure-SWA variants.
     row(

@@ -236,7 +236,10 @@ async fn mutate_returns_a_base64_json_patch_that_makes_the_spec_valid() {
         resource.spec.disaggregation.on_invalid = OnInvalid::Reject;
         let config = serde_json::to_value(resource.spec.model.config.inline.clone().unwrap()).unwrap();
         let release = kvpilot::policy::choose_release(&resource.spec, &Default::default()).unwrap();
-        let verdict = kvpilot::policy::assess(&resource.spec, &config, &release).unwrap().verdict;
+        let verdict =
+            kvpilot::policy::assess(&resource.spec, &kvpilot::policy::ModelConfigs::target(config.clone()), &release)
+                .unwrap()
+                .verdict;
         assert_eq!(verdict.outcome, kvpilot::policy::Outcome::Valid, "{:?}", verdict.violations);
         if resource.spec.sglang.is_some() {
             assert_eq!(resource.spec.disaggregation.retraction_backup, None, "removed by the patch");
@@ -285,6 +288,25 @@ async fn malformed_objects_and_inline_configs_are_denied_naming_the_field() {
     let response = server.review("/validate", &admission_review("CREATE", &object, None)).await;
     assert_eq!(response["allowed"], false);
     assert!(response["status"]["message"].as_str().unwrap().contains("num_hidden_layers"), "{response}");
+
+    // The speculative draft's inline config is part of the object too.
+    let mut object = pure_swa("Reject");
+    object["spec"]["disaggregation"]["retractionBackup"] = json!("cpu_tensor");
+    object["spec"]["disaggregation"]["speculativeAlgorithm"] = json!("EAGLE");
+    object["spec"]["disaggregation"]["speculativeDraftModel"] =
+        json!({"name": "acme/draft", "config": {"inline": {"architectures": ["LlamaForCausalLM"]}}});
+    let response = server.review("/validate", &admission_review("CREATE", &object, None)).await;
+    assert_eq!(response["allowed"], false);
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("spec.disaggregation.speculativeDraftModel.config.inline is not a model config"),
+        "{message}"
+    );
+    assert!(message.contains("num_hidden_layers"), "{message}");
+    // A draft config the webhook cannot read leaves the object to the controller.
+    object["spec"]["disaggregation"]["speculativeDraftModel"]["config"] = json!({"configMapRef": {"name": "draft"}});
+    let response = server.review("/validate", &admission_review("CREATE", &object, None)).await;
+    assert_eq!(response["allowed"], true, "{response}");
 }
 
 #[tokio::test]

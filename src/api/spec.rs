@@ -381,10 +381,9 @@ impl ModelConfigSource {
             ([_], Self { config_map_ref: Some(r), .. }) => Ok(ConfigSourceRef::ConfigMap(r)),
             ([_], Self { hub: Some(h), .. }) => Ok(ConfigSourceRef::Hub(h)),
             ([], _) => Err(format!("{field}: none of inline, configMapRef or hub is set; set exactly one")),
-            _ => Err(format!(
-                "{field}: {} are all set; set exactly one of inline, configMapRef or hub",
-                set.join(", ")
-            )),
+            _ => {
+                Err(format!("{field}: {} are all set; set exactly one of inline, configMapRef or hub", set.join(", ")))
+            }
         }
     }
 }
@@ -1069,6 +1068,16 @@ impl RouterServiceType {
 }
 
 impl InferenceDeploymentSpec {
+    /// Whether the config.json of the model or of its speculative draft is read from the
+    /// ConfigMap `name` (of the resource's namespace).
+    pub fn reads_config_map(&self, name: &str) -> bool {
+        let draft = self.disaggregation.speculative_draft_model.as_ref().map(|draft| &draft.config);
+        [Some(&self.model.config), draft]
+            .into_iter()
+            .flatten()
+            .any(|config| config.config_map_ref.as_ref().is_some_and(|reference| reference.name == name))
+    }
+
     /// The router kvpilot runs: spec.router unless disabled, or the default one when
     /// spec.prefill is set and spec.router is not.
     pub fn effective_router(&self) -> Option<RouterSpec> {

@@ -101,11 +101,12 @@ async fn assess_one(
         ModelConfig::SkippedOffline(url) => return Ok(Assessed::Skipped(url)),
         ModelConfig::Read(config) => config,
     };
-    let draft = match set.draft_config(found, hub, hub_endpoint).await.transpose().map_err(context(DRAFT_CONFIG_FIELD))? {
-        Some(ModelConfig::SkippedOffline(url)) => return Ok(Assessed::Skipped(url)),
-        Some(ModelConfig::Read(config)) => Some(config),
-        None => None,
-    };
+    let draft =
+        match set.draft_config(found, hub, hub_endpoint).await.transpose().map_err(context(DRAFT_CONFIG_FIELD))? {
+            Some(ModelConfig::SkippedOffline(url)) => return Ok(Assessed::Skipped(url)),
+            Some(ModelConfig::Read(config)) => Some(config),
+            None => None,
+        };
     crate::sglang::server::assess(&found.resource.spec, &ModelConfigs { target, draft }, &release)
         .map(|a| Assessed::Report(Box::new(a)))
         .map_err(|e| format!("{}: {}: model config.json: {e}", found.location, found.name()))

@@ -29,7 +29,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::api::{ConfigSourceRef, InferenceDeployment, RouterStatus};
+use crate::api::{InferenceDeployment, RouterStatus};
 use crate::source::{ClusterSource, SourceError};
 use applied::{AppliedBodies, ObjectKey, body_hash};
 use decide::{Announcement, Decision, Next, Observed, ObservedPod};
@@ -320,17 +320,15 @@ async fn reconcile_until(
             role_bindings,
             router_deployments,
         ]))
-        // A ConfigMap named by spec.model.config.configMapRef re-reconciles the resources using it.
+        // A ConfigMap named by the model's or the draft's configMapRef re-reconciles the resources
+        // using it.
         .watches_stream(sources, move |config_map| {
             let namespace = config_map.namespace();
             let name = config_map.name_any();
             users
                 .state()
                 .into_iter()
-                .filter(|d| {
-                    d.namespace() == namespace
-                        && matches!(d.spec.model.config.source(), Ok(ConfigSourceRef::ConfigMap(r)) if r.name == name)
-                })
+                .filter(|d| d.namespace() == namespace && d.spec.reads_config_map(&name))
                 .map(|d| ObjectRef::from_obj(d.as_ref()))
                 .collect::<Vec<_>>()
         })

@@ -15,11 +15,11 @@ use serde::Serialize;
 
 use k8s_openapi::api::core::v1::EnvVar;
 
+use crate::api::DRAFT_CONFIG_FIELD;
 use crate::api::{
     AttentionLayout, DisaggregationSpec, EffectiveSettings, FleetSpec, HybridSwaMemory, InferenceDeploymentSpec,
     KvPool, LayoutFeature, OnInvalid, RetractionBackup, Rewrite, SettingSource,
 };
-use crate::api::DRAFT_CONFIG_FIELD;
 use crate::layout::{self, LayoutError, ResolveOptions};
 use crate::release::{self, Release, ReleaseChoice, ReleaseError, ReleaseSource, v0_5};
 use rules::{Context, Fix, RULES};

@@ -870,7 +870,9 @@ fn t11_a_deepseek_v4_draft_needs_the_target_window_and_pages() {
         if release < 23 {
             format!("DSV4 target and draft pools must share paged SWA geometry: target=({target}), draft=({draft})")
         } else {
-            format!("DSV4 target and draft pools must share SWA geometry: target=({target}, None), draft=({draft}, None)")
+            format!(
+                "DSV4 target and draft pools must share SWA geometry: target=({target}, None), draft=({draft}, None)"
+            )
         }
     };
     // The model's own NextN layers, or a draft with the same window: the pools match.
@@ -906,7 +908,12 @@ fn t11_needs_a_deepseek_v4_draft_pool_on_both_sides() {
     // A draft whose pool is no DeepSeek-V4 pool is not compared.
     let eagle = with(|s| s.speculative_algorithm = Some("EAGLE3".into()));
     assert!(draft_messages(&eagle, Some(&full())).iter().all(Vec::is_empty));
-    let input =
-        PolicyInput { disaggregation: &eagle, decode: &FleetSpec::default(), layout: &mla(), draft: Some(&narrower), release: v0_5(23) };
+    let input = PolicyInput {
+        disaggregation: &eagle,
+        decode: &FleetSpec::default(),
+        layout: &mla(),
+        draft: Some(&narrower),
+        release: v0_5(23),
+    };
     assert!(evaluate(input).violations.iter().all(|v| v.rule != "T11"), "the target is no DeepSeek-V4 model");
 }

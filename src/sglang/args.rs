@@ -108,7 +108,12 @@ mod tests {
     fn decode_args_pin_the_effective_settings_and_read_back() {
         let mut spec = spec();
         spec.disaggregation.prefill = Some(PrefillSpec { tensor_parallel: 2, ..PrefillSpec::default() });
-        let assessment = crate::policy::assess(&spec, &crate::policy::ModelConfigs::target(config()), &ReleaseChoice::default_newest()).unwrap();
+        let assessment = crate::policy::assess(
+            &spec,
+            &crate::policy::ModelConfigs::target(config()),
+            &ReleaseChoice::default_newest(),
+        )
+        .unwrap();
         let args = sglang_args(&spec, &assessment.verdict, assessment.release.release);
         let decode = read_back(&args.decode);
         assert_eq!(decode.mode, Mode::Decode);
@@ -125,12 +130,18 @@ mod tests {
 
     #[test]
     fn the_ratio_reaches_the_decode_offload_host_pool() {
-        let llama = serde_json::from_str::<serde_json::Value>(include_str!("../../tests/fixtures/configs/llama-3.1-8b-instruct.json"));
+        let llama = serde_json::from_str::<serde_json::Value>(include_str!(
+            "../../tests/fixtures/configs/llama-3.1-8b-instruct.json"
+        ));
         let mut spec = spec();
         spec.disaggregation.retraction_backup = Some(RetractionBackup::CpuTensor);
         spec.disaggregation.host_pool_ratio = Some(3.0);
         let ratio_written = |spec: &InferenceDeploymentSpec| {
-            let assessment = crate::policy::assess(spec, &crate::policy::ModelConfigs::target(llama.as_ref().unwrap().clone()), &ReleaseChoice::default_newest());
+            let assessment = crate::policy::assess(
+                spec,
+                &crate::policy::ModelConfigs::target(llama.as_ref().unwrap().clone()),
+                &ReleaseChoice::default_newest(),
+            );
             let assessment = assessment.unwrap();
             read_back(&sglang_args(spec, &assessment.verdict, assessment.release.release).decode)
                 .disaggregation
@@ -146,7 +157,8 @@ mod tests {
     fn no_backup_flag_below_the_release_that_added_it() {
         let spec = spec();
         let release = crate::release::choose(v0_5(17), crate::release::ReleaseSource::Flag).unwrap();
-        let assessment = crate::policy::assess(&spec, &crate::policy::ModelConfigs::target(config()), &release).unwrap();
+        let assessment =
+            crate::policy::assess(&spec, &crate::policy::ModelConfigs::target(config()), &release).unwrap();
         let args = sglang_args(&spec, &assessment.verdict, release.release);
         assert!(!args.decode.iter().any(|a| a.starts_with("--disaggregation-decode-retraction-backup")), "{args:?}");
         let newest = sglang_args(&spec, &assessment.verdict, v0_5(23));

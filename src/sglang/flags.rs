@@ -224,7 +224,7 @@ pub const FLAGS: &[Flag] = &[
         &["--speculative-draft-model-path", "--speculative-draft-model"],
         Kind::Value,
         Target::DraftModelPath,
-        "spec.disaggregation.speculativeDraftModel.name",
+        "spec.disaggregation.speculativeDraftModel",
     ),
     row(
         &["--speculative-draft-model-revision"],

@@ -610,7 +610,12 @@ mod tests {
             serde_json::from_str(include_str!("../../tests/fixtures/configs/llama-3.1-8b-instruct.json")).unwrap();
         let assess_at = |extra: serde_json::Value, patch: u16| {
             let release = crate::release::choose(crate::release::v0_5(patch), crate::release::ReleaseSource::Spec);
-            assess(&spec(json!({"extraArgs": extra}), json!(null)), &ModelConfigs::target(config.clone()), &release.unwrap()).unwrap()
+            assess(
+                &spec(json!({"extraArgs": extra}), json!(null)),
+                &ModelConfigs::target(config.clone()),
+                &release.unwrap(),
+            )
+            .unwrap()
         };
         let refused = assess_at(json!(["--mem-fraction-static", "0.8", "--no-such-flag"]), 23).verdict;
         let k8: Vec<_> = refused.violations.iter().filter(|v| v.rule == "K8").collect();
