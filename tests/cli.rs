@@ -510,12 +510,21 @@ fn check_and_render_read_the_speculative_draft_model() {
     let violations = by_name(&reports, "default/dsv4")["violations"].as_array().unwrap().clone();
     let t11: Vec<_> = violations.iter().filter(|v| v["rule"] == "T11").collect();
     assert_eq!(t11.len(), 1, "{violations:?}");
+    assert_eq!(by_name(&reports, "default/dsv4")["draftLayout"]["slidingWindow"], 64);
     assert_eq!(t11[0]["field"], "spec.disaggregation.speculativeDraftModel");
     assert_eq!(
         t11[0]["message"],
         "DSV4 target and draft pools must share paged SWA geometry: target=(256, 128), draft=(256, 64)"
     );
 
+    let out = kvpilot(&["check", "-f", &narrower, "--offline"]);
+    assert!(
+        stdout(&out).contains(
+            "  draft layout: DeepseekV4ForCausalLMNextN pure-swa — 1 layers (0 full, 1 sliding, 0 ssm), window 64"
+        ),
+        "{}",
+        stdout(&out)
+    );
     let out = kvpilot(&["render", "-f", &same, "--offline"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = stdout(&out);

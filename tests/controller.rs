@@ -440,6 +440,8 @@ async fn the_speculative_draft_config_is_read_and_its_config_map_watched() {
     let sglang: ConfigMap = config_maps.get("llama-3-1-8b-sglang").await.unwrap();
     let args = decode_args(&sglang.data.unwrap());
     assert!(args.windows(2).any(|w| w == ["--speculative-draft-model-path", "org/llama-eagle3"]), "{args:?}");
+    let object = server.get("kvpilot.dev", "v1alpha1", "inferencedeployments", NS, "llama-3-1-8b").unwrap();
+    assert_eq!(object["status"]["draftLayout"]["architecture"], "LlamaForCausalLM");
 
     // An edit of the draft's ConfigMap re-reconciles the resource.
     config_maps

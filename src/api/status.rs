@@ -32,6 +32,9 @@ pub struct InferenceDeploymentStatus {
     /// The resolved attention layout (as `kvpilot layout` prints it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layout: Option<AttentionLayout>,
+    /// The resolved attention layout of spec.disaggregation.speculativeDraftModel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_layout: Option<AttentionLayout>,
     /// The settings the decode pods actually run with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effective: Option<EffectiveSettings>,

@@ -53,6 +53,8 @@ struct Report {
     rewrites: Vec<Rewrite>,
     effective: EffectiveSettings,
     layout: AttentionLayout,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    draft_layout: Option<AttentionLayout>,
     warnings: Vec<String>,
     sglang: SglangStatus,
 }
@@ -173,6 +175,7 @@ pub(crate) fn run(args: &CheckArgs) -> ExitCode {
                     rewrites: assessment.verdict.rewrites,
                     effective: assessment.verdict.effective,
                     layout: assessment.layout,
+                    draft_layout: assessment.draft_layout,
                     warnings: assessment.verdict.warnings,
                     sglang: sglang_status(&assessment.release),
                 })
@@ -236,6 +239,9 @@ fn text_report(reports: &[Report], servers: &[check_workloads::ServerReport]) ->
             r.sglang.source
         );
         out += &layout_line(l);
+        if let Some(draft) = &r.draft_layout {
+            out += &layout_line(draft).replacen("  layout:", "  draft layout:", 1);
+        }
         for v in &r.violations {
             out += &format!("  ✗ {} {}: {}\n      fix: {}\n", v.rule, v.field, v.message, v.fix);
         }

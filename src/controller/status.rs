@@ -295,6 +295,7 @@ pub fn status(
         observed_generation: generation,
         conditions: conditions(previous_conditions, decided, generation, now),
         layout: assessment.map(|a| a.layout.clone()),
+        draft_layout: assessment.and_then(|a| a.draft_layout.clone()),
         effective: assessment.filter(|a| a.verdict.outcome != Outcome::Rejected).map(|a| a.verdict.effective.clone()),
         rewrites: assessment.map(|a| a.verdict.rewrites.clone()).unwrap_or_default(),
         decode: workloads.decode,
