@@ -6,10 +6,11 @@ use super::{Phase, PolicyInput, Verdict, Violation, evaluate, rules};
 use crate::api::{OnInvalid, RetractionBackup, TransferBackend};
 
 /// Rules of [`rules::RULES`] that SGLang applies on every PD server, prefill included
-/// (R20, M1, the unified-memory rules about PD, L7), or on any server (M3, S8, HiCache × DCP,
+/// (R20, M1, the unified-memory rules about PD, L7, and T11: the prefill's KV manager compares
+/// its target and draft pools too), or on any server (M3, S8, HiCache × DCP,
 /// the unified-memory pool's other exclusions, and the LMCache and linker rules that do not
 /// depend on the decode side's radix cache).
-const ON_EVERY_PD_SERVER: &[&str] = &["R20", "M1", "U1", "U2", "U3", "U4c", "U9", "L7"];
+const ON_EVERY_PD_SERVER: &[&str] = &["R20", "M1", "U1", "U2", "U3", "U4c", "U9", "L7", "T11"];
 const ON_EVERY_SERVER: &[&str] = &[
     "M3", "S8", "F3", "F5", "L1", "L2", "L4", "L5", "L6", "L8", "X2", "X3", "D1", "D2", "D3", "D4", "D5", "D6", "U4",
     "U8", "U10", "U11", "U13", "U15",
@@ -120,6 +121,31 @@ mod tests {
             let rules: Vec<_> = evaluate_non_decode(input, prefill).violations.iter().map(|v| v.rule).collect();
             assert_eq!(rules, ["S8"], "prefill: {prefill}");
         }
+    }
+
+    #[test]
+    fn a_prefill_server_compares_its_deepseek_v4_draft_pool_too() {
+        let dsv4 = |window: u64, arch: &str| {
+            let config = serde_json::json!({
+                "architectures": [arch], "num_hidden_layers": 2, "sliding_window": window, "head_dim": 512,
+                "compress_ratios": [0, 4]
+            });
+            resolve(&config, ResolveOptions::default()).unwrap()
+        };
+        let (target, draft) = (dsv4(128, "DeepseekV4ForCausalLM"), dsv4(64, "DeepseekV4ForCausalLMNextN"));
+        let settings =
+            DisaggregationSpec { speculative_algorithm: Some("EAGLE".into()), ..DisaggregationSpec::default() };
+        let decode = FleetSpec::default();
+        let input = PolicyInput {
+            disaggregation: &settings,
+            decode: &decode,
+            layout: &target,
+            draft: Some(&draft),
+            release: crate::release::Release::newest_known(),
+        };
+        let rules = |prefill| evaluate_non_decode(input, prefill).violations.iter().map(|v| v.rule).collect::<Vec<_>>();
+        assert_eq!(rules(true), ["T11"]);
+        assert!(rules(false).is_empty(), "without PD no KV manager compares the pools");
     }
 
     #[test]

@@ -129,13 +129,14 @@ async fn decide(
     let assessment = match crate::sglang::server::assess(&resource.spec, &configs, &release) {
         Ok(assessment) => assessment,
         // An inline config is part of this object: refuse it. An external one can still be fixed.
-        Err(e) if inline_config_at_fault(&resource, &e).is_some() => {
-            let field = inline_config_at_fault(&resource, &e).unwrap_or(MODEL_CONFIG_FIELD);
-            return denied(response, 422, "Invalid", format!("{name}: {field}.inline is not a model config: {e}"));
-        }
-        Err(e) => {
-            return warned(response, vec![format!("the model config.json of {name} is not a model config: {e}")]);
-        }
+        Err(e) => match inline_config_at_fault(&resource, &e) {
+            Some(field) => {
+                return denied(response, 422, "Invalid", format!("{name}: {field}.inline is not a model config: {e}"));
+            }
+            None => {
+                return warned(response, vec![format!("the model config.json of {name} is not a model config: {e}")]);
+            }
+        },
     };
     let verdict = &assessment.verdict;
     let mut warnings: Vec<String> = assessment.layout.warnings.iter().chain(&verdict.warnings).cloned().collect();
