@@ -251,6 +251,41 @@ async fn a_config_map_edit_to_an_unrunnable_model_is_rejected_and_leaves_the_pod
     assert_eq!(rejections.len(), 1, "one warning for the rejection");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_of_the_speculative_draft_s_config_map_is_checked_against_the_model() {
+    let cluster = cluster_or_skip!();
+    let fleet = Fleet::new(&cluster, "ctl-draft", quick()).await;
+    let mut operator = fleet.operator(&[], &[]);
+    let draft_config = |fixture_name: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "draft-config", "namespace": fleet.ns()},
+            "data": {"config.json": fixture(fixture_name)}})
+    };
+    fleet.create(&draft_config("deepseek-v4-nextn"));
+    let target: Value = serde_json::from_str(&fixture("deepseek-v4")).unwrap();
+    let name = fleet.create(&fleet.example("llama-3.1-8b-full.yaml", |o| {
+        o["spec"]["model"]["config"] = json!({"inline": target});
+        o["spec"]["disaggregation"]["retractionBackup"] = json!("cpu_tensor");
+        o["spec"]["disaggregation"]["speculativeAlgorithm"] = json!("EAGLE");
+        o["spec"]["disaggregation"]["speculativeDraftModel"] =
+            json!({"name": "acme/dsv4-nextn", "config": {"configMapRef": {"name": "draft-config"}}});
+    }));
+    fleet.converged(&name, 2).await;
+    let resource = fleet.deployments().get(&name).await.unwrap();
+    let draft_layout = resource.status.and_then(|s| s.draft_layout).expect("status.draftLayout");
+    assert_eq!(draft_layout.sliding_window, Some(128));
+
+    // The draft's ConfigMap now holds a checkpoint with another window: SGLang would refuse to start.
+    let edit = Patch::Merge(json!({"data": {"config.json": fixture("deepseek-v4-nextn-window-64")}}));
+    fleet.config_maps().patch("draft-config", &PatchParams::default(), &edit).await.unwrap();
+    until("the draft edit is rejected (T11)", async || {
+        let resource = fleet.deployments().get(&name).await.ok()?;
+        let settings = condition(&resource, "SettingsValid")?;
+        (settings.status == "False" && settings.reason == "T11").then_some(())
+    })
+    .await;
+    operator.assert_no_failures().await;
+}
+
 /// What the test saw of the pods at one moment: after which event, how many pods were live
 /// (not terminating) and how many of those were ready.
 #[derive(Debug, Default, Clone)]
