@@ -131,6 +131,9 @@ pub enum LayoutFeature {
     SwaCompress,
     /// Every SSM layer also runs attention in parallel (Falcon-H1), so SSM layers hold full KV too.
     ParallelHybrid,
+    /// MiniMax-M3 sparse attention (SGLang's `is_minimax_sparse`): a MiniMax sparse KV pool whose
+    /// index (and, from 0.5.21, dense KV) state moves with every PD transfer.
+    MinimaxSparse,
 }
 
 /// Sizes the runtime's pools are computed from.

@@ -133,6 +133,10 @@ pub(crate) const SWA_COMPRESS: &[Listed] = &[
     from(22, "EmbeddingGemma2Model"),
 ];
 
+/// `is_minimax_sparse` (configs/model_config.py, 0.5.17-0.5.23): the architectures whose KV
+/// pool is SGLang's `MiniMaxSparseKVPool`.
+pub(crate) const MINIMAX_SPARSE: &[&str] = &["MiniMaxM3SparseForCausalLM", "MiniMaxM3SparseForConditionalGeneration"];
+
 /// `is_deepseek_v4_arch`.
 pub(crate) const DEEPSEEK_V4: &[&str] =
     &["DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark"];

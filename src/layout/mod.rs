@@ -274,6 +274,9 @@ fn features(arch: &str, v: ConfigView<'_>, release: Release) -> Result<Vec<Layou
     if arch == "FalconH1ForCausalLM" {
         features.push(LayoutFeature::ParallelHybrid);
     }
+    if arch::MINIMAX_SPARSE.contains(&arch) {
+        features.push(LayoutFeature::MinimaxSparse);
+    }
     features.sort();
     Ok(features)
 }

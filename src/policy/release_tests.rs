@@ -917,3 +917,75 @@ fn t11_needs_a_deepseek_v4_draft_pool_on_both_sides() {
     };
     assert!(evaluate(input).violations.iter().all(|v| v.rule != "T11"), "the target is no DeepSeek-V4 model");
 }
+
+fn minimax_m3() -> AttentionLayout {
+    layout_at(json!({
+        "architectures": ["MiniMaxM3SparseForCausalLM"], "num_hidden_layers": 4, "num_key_value_heads": 8,
+        "head_dim": 128, "sparse_attention_config": {"sparse_attention_freq": [0, 1, 1, 1]}
+    }))
+}
+
+fn minimax_messages(backend: TransferBackend, prefill: PrefillSpec) -> Vec<Vec<(&'static str, String)>> {
+    let settings = with(|s| {
+        s.transfer_backend = backend;
+        s.prefill = Some(prefill);
+    });
+    (17..=23)
+        .map(|patch| {
+            let verdict = at(patch, &settings, &FleetSpec::default(), &minimax_m3());
+            verdict
+                .violations
+                .into_iter()
+                .filter(|v| v.rule.starts_with("T4") || v.rule == "T5")
+                .map(|v| (v.rule, v.message))
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn t4_minimax_sparse_state_needs_one_prefill_stage_and_equal_attention_tp() {
+    let pipelined = PrefillSpec { pipeline_parallel: 2, ..PrefillSpec::default() };
+    let wider = PrefillSpec { tensor_parallel: 2, ..PrefillSpec::default() };
+    let (old_pp, new_pp) = (
+        "PD disagg: PP>1 not supported for MiniMax sparse index yet.",
+        "PD disagg: PP>1 not supported for MiniMax state yet.",
+    );
+    let (old_tp, new_tp) = (
+        "PD disagg: heterogeneous TP not supported for MiniMax sparse index yet.",
+        "PD disagg: heterogeneous TP not supported for MiniMax state yet.",
+    );
+    let handshake = "MiniMax sparse PD requires matching attention TP sizes: prefill=2, decode=1.";
+    let one = |rule, message: &str| vec![(rule, message.to_string())];
+    for backend in [TransferBackend::Mooncake, TransferBackend::Nixl] {
+        let expected: Vec<_> = (17..=23).map(|r| one("T4", if r < 21 { old_pp } else { new_pp })).collect();
+        assert_eq!(minimax_messages(backend, pipelined.clone()), expected, "{backend:?}");
+        let expected: Vec<_> = (17..=23)
+            .map(|r| match r {
+                17..=20 => one("T4", old_tp),
+                21..=22 => one("T4", new_tp),
+                _ => one("T4c", handshake),
+            })
+            .collect();
+        assert_eq!(minimax_messages(backend, wider.clone()), expected, "{backend:?}");
+    }
+    let mori_pp = "MORI PD disaggregation requires PP=1 for minimax_index_k; PP>1 needs peer state_layer_ids for \
+                   global-layer descriptor pairing.";
+    let expected: Vec<_> = (17..=23).map(|r| if r < 20 { one("T4", old_pp) } else { one("T5", mori_pp) }).collect();
+    assert_eq!(minimax_messages(TransferBackend::Mori, pipelined), expected);
+    let mori_tp = "PD disagg: heterogeneous TP not supported for minimax_index_k yet.";
+    let expected: Vec<_> = (17..=23)
+        .map(|r| match r {
+            17..=19 => one("T4", old_tp),
+            20..=22 => one("T5", mori_tp),
+            _ => one("T4c", handshake),
+        })
+        .collect();
+    assert_eq!(minimax_messages(TransferBackend::Mori, wider), expected);
+    // Equal attention TP and one prefill stage: the state moves.
+    assert!(minimax_messages(TransferBackend::Mooncake, PrefillSpec::default()).iter().all(Vec::is_empty));
+    // Another model with the same fleets keeps no MiniMax state.
+    let settings =
+        with(|s| s.prefill = Some(PrefillSpec { pipeline_parallel: 2, tensor_parallel: 2, ..PrefillSpec::default() }));
+    assert!(at(23, &settings, &FleetSpec::default(), &full()).violations.iter().all(|v| !v.rule.starts_with("T4")));
+}

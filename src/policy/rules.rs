@@ -162,6 +162,7 @@ const HOST_RECEIVE_HINT: &str = "leave decodeHostReceiveThreshold unset: no tran
                                  nixl, mori, fake) can receive KV into decode host memory yet";
 const LINKER: &str = "spec.disaggregation.unifiedCacheExternalLinker";
 const SPECULATIVE_DRAFT_MODEL: &str = "spec.disaggregation.speculativeDraftModel";
+const PREFILL_PIPELINE: &str = "spec.disaggregation.prefill.pipelineParallel";
 const UNIFIED_DCP_HINT: &str = "turn enableUnifiedMemory off, or set decodeContextParallel to 1";
 const UNIFIED_EAGLE_HINT: &str = "turn enableUnifiedMemory off, or use another speculativeAlgorithm";
 const HICACHE_DCP_HINT: &str = "turn hierarchicalCache off, or set decodeContextParallel to 1";
@@ -281,6 +282,27 @@ fn draft_geometry_mismatch(c: &Context<'_>, differs: fn((i32, u64), (i32, u64)) 
             ("target_ring", target_ring.into()),
             ("draft_ring", draft_ring.into()),
         ],
+    )
+}
+
+/// SGLang builds a `MiniMaxSparseKVPool` (MiniMax-M3 sparse attention: not DeepSeek-V4, MLA or
+/// hybrid SWA, which its pool builder picks first), whose index state moves with every transfer.
+fn minimax_sparse_state(c: &Context<'_>) -> bool {
+    c.layout.has(LayoutFeature::MinimaxSparse) && !mla_like(c.layout) && !c.layout.is_hybrid_swa()
+}
+
+/// T4: the prefill sender's pipeline stages, when MiniMax sparse state moves and it has more than one.
+fn minimax_pipelined_prefill(c: &Context<'_>) -> Option<Finding> {
+    let stages = c.settings.prefill.as_ref()?.pipeline_parallel;
+    when(minimax_sparse_state(c) && stages > 1)
+}
+
+/// T4/T4c/T5: MiniMax sparse state with prefill and decode attention TP that differ.
+fn minimax_tp_mismatch(c: &Context<'_>) -> Option<Finding> {
+    let (prefill_tp, decode_tp) = attention_tps(c)?;
+    when_with(
+        minimax_sparse_state(c) && prefill_tp != decode_tp,
+        vec![("prefill_tp", prefill_tp.to_string()), ("decode_tp", decode_tp.to_string())],
     )
 }
 
@@ -1589,6 +1611,95 @@ pub(crate) const RULES: &[Rule] = &[
         },
     },
     Rule {
+        id: "T4",
+        about: "MiniMax sparse state × prefill PP (mooncake, nixl)",
+        field: PREFILL_PIPELINE,
+        span: Span::always(),
+        backends: MOONCAKE_NIXL,
+        phase: Phase::Transfer,
+        messages: T4_PP_MESSAGES,
+        changes: &[],
+        check: minimax_pipelined_prefill,
+        fix: Fix::Manual { hint: MINIMAX_PP_HINT },
+    },
+    Rule {
+        id: "T4",
+        about: "MiniMax sparse state × prefill PP (mori)",
+        field: PREFILL_PIPELINE,
+        span: Span::between(v0_5(17), v0_5(19)),
+        backends: &[TransferBackend::Mori],
+        phase: Phase::Transfer,
+        messages: T4_PP_MESSAGES,
+        changes: &[],
+        check: minimax_pipelined_prefill,
+        fix: Fix::Manual { hint: MINIMAX_PP_HINT },
+    },
+    Rule {
+        id: "T5",
+        about: "MiniMax sparse state × prefill PP (mori)",
+        field: PREFILL_PIPELINE,
+        span: Span::since(v0_5(20)),
+        backends: &[TransferBackend::Mori],
+        phase: Phase::Transfer,
+        messages: &[text(
+            "MORI PD disaggregation requires PP=1 for minimax_index_k; PP>1 needs peer state_layer_ids for \
+             global-layer descriptor pairing.",
+        )],
+        changes: &[],
+        check: minimax_pipelined_prefill,
+        fix: Fix::Manual { hint: MINIMAX_PP_HINT },
+    },
+    Rule {
+        id: "T4",
+        about: "MiniMax sparse state × attention TP mismatch (mooncake, nixl)",
+        field: DECODE_TP,
+        span: Span::between(v0_5(17), v0_5(22)),
+        backends: MOONCAKE_NIXL,
+        phase: Phase::Transfer,
+        messages: T4_TP_MESSAGES,
+        changes: &[],
+        check: minimax_tp_mismatch,
+        fix: Fix::Manual { hint: TP_HINT },
+    },
+    Rule {
+        id: "T4",
+        about: "MiniMax sparse state × attention TP mismatch (mori)",
+        field: DECODE_TP,
+        span: Span::between(v0_5(17), v0_5(19)),
+        backends: &[TransferBackend::Mori],
+        phase: Phase::Transfer,
+        messages: T4_TP_MESSAGES,
+        changes: &[],
+        check: minimax_tp_mismatch,
+        fix: Fix::Manual { hint: TP_HINT },
+    },
+    Rule {
+        id: "T5",
+        about: "MiniMax sparse state × attention TP mismatch (mori)",
+        field: DECODE_TP,
+        span: Span::between(v0_5(20), v0_5(22)),
+        backends: &[TransferBackend::Mori],
+        phase: Phase::Transfer,
+        messages: &[text("PD disagg: heterogeneous TP not supported for minimax_index_k yet.")],
+        changes: &[],
+        check: minimax_tp_mismatch,
+        fix: Fix::Manual { hint: TP_HINT },
+    },
+    Rule {
+        id: "T4c",
+        about: "MiniMax sparse state × attention TP mismatch (handshake)",
+        field: DECODE_TP,
+        span: Span::since(v0_5(23)),
+        backends: &[TransferBackend::Mooncake, TransferBackend::Nixl, TransferBackend::Mori],
+        phase: Phase::Handshake,
+        messages: &[text(
+            "MiniMax sparse PD requires matching attention TP sizes: prefill={prefill_tp}, decode={decode_tp}.",
+        )],
+        changes: &[],
+        check: minimax_tp_mismatch,
+        fix: Fix::Manual { hint: TP_HINT },
+    },
+    Rule {
         id: "M1",
         about: "extra_buffer_lazy under PD",
         field: MAMBA_STRATEGY,
@@ -1966,6 +2077,18 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Rewrite { apply: unified_memory_off, hint: "turn enableUnifiedMemory off" },
     },
 ];
+
+/// T4's text for a pipelined prefill: 0.5.21 names all MiniMax state (its dense KV moves too).
+const T4_PP_MESSAGES: &[Message] = &[
+    text("PD disagg: PP>1 not supported for MiniMax sparse index yet."),
+    text_from(21, "PD disagg: PP>1 not supported for MiniMax state yet."),
+];
+const T4_TP_MESSAGES: &[Message] = &[
+    text("PD disagg: heterogeneous TP not supported for MiniMax sparse index yet."),
+    text_from(21, "PD disagg: heterogeneous TP not supported for MiniMax state yet."),
+];
+const MINIMAX_PP_HINT: &str = "set the prefill pipelineParallel to 1: MiniMax sparse state is paired by compacted layer \
+                               lists, which pipeline stages split";
 
 /// T11's text: 0.5.23 adds the request window's capacity and the draft's ring size, sized at
 /// start-up, to the compared tuples.

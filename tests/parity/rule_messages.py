@@ -15,6 +15,9 @@ from releases import version_key
 
 KVB = "mem_cache/kv_cache_builder.py"
 PDH = "arg_groups/pd_disaggregation_hook.py"
+MOONCAKE = "disaggregation/mooncake/conn.py"
+NIXL = "disaggregation/nixl/conn.py"
+MORI = "disaggregation/mori/conn.py"
 
 RULES = [
     ("R13 (0.5.17-0.5.18 blanket SWA rule)",
@@ -42,6 +45,33 @@ RULES = [
      "non-MLA", "disaggregation/mooncake/conn.py", "0.5.17", None),
     ("T1pp", "SWA hybrid models with pipeline parallelism yet", "disaggregation/common/conn.py",
      "0.5.22", None),
+    ("T4 PP (sparse index text, mooncake)", "PD disagg: PP>1 not supported for MiniMax sparse index yet.",
+     MOONCAKE, "0.5.17", "0.5.20"),
+    ("T4 PP (state text, mooncake)", "PD disagg: PP>1 not supported for MiniMax state yet.", MOONCAKE,
+     "0.5.21", None),
+    ("T4 PP (sparse index text, nixl)", "PD disagg: PP>1 not supported for MiniMax sparse index yet.",
+     NIXL, "0.5.17", "0.5.20"),
+    ("T4 PP (state text, nixl)", "PD disagg: PP>1 not supported for MiniMax state yet.", NIXL,
+     "0.5.21", None),
+    ("T4 PP (mori)", "PD disagg: PP>1 not supported for MiniMax sparse index yet.", MORI, "0.5.17",
+     "0.5.19"),
+    ("T4 TP (sparse index text, mooncake)",
+     "PD disagg: heterogeneous TP not supported for MiniMax sparse index yet.", MOONCAKE, "0.5.17",
+     "0.5.20"),
+    ("T4 TP (state text, mooncake)", "PD disagg: heterogeneous TP not supported for MiniMax state yet.",
+     MOONCAKE, "0.5.21", None),
+    ("T4 TP (sparse index text, nixl)",
+     "PD disagg: heterogeneous TP not supported for MiniMax sparse index yet.", NIXL, "0.5.17",
+     "0.5.20"),
+    ("T4 TP (state text, nixl)", "PD disagg: heterogeneous TP not supported for MiniMax state yet.",
+     NIXL, "0.5.21", None),
+    ("T4 TP (mori)", "PD disagg: heterogeneous TP not supported for MiniMax sparse index yet.", MORI,
+     "0.5.17", "0.5.19"),
+    ("T5 PP (mori)", "MORI PD disaggregation requires PP=1 for {}; PP>1 needs peer state_layer_ids",
+     MORI, "0.5.20", None),
+    ("T5 TP (mori)", "PD disagg: heterogeneous TP not supported for {} yet.", MORI, "0.5.20", None),
+    ("T4c", "MiniMax sparse PD requires matching attention TP sizes: prefill={}, decode={}.",
+     "disaggregation/common/conn.py", "0.5.23", None),
 ]
 
 
