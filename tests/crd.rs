@@ -256,6 +256,11 @@ fn cel_rules_refuse_what_the_schema_alone_cannot() {
             "/spec/disaggregation/speculativeDraftModel",
             json!({"name": "org/draft", "config": {}}),
         ),
+        (
+            "spec.disaggregation.speculativeDraftModel.path must be relative to the volume",
+            "/spec/disaggregation/speculativeDraftModel",
+            json!({"name": "org/draft", "path": "drafts/../../etc", "config": {"hub": {}}}),
+        ),
     ];
     for (expected, pointer, value) in cases {
         let mut doc = base.clone();

@@ -300,9 +300,17 @@ pub struct DraftModelSpec {
     /// the image.
     #[x_kube(validation = Rule::new("self != ''").message("spec.disaggregation.speculativeDraftModel.name must not be empty"))]
     pub name: String,
-    /// Revision of the draft model (`--speculative-draft-model-revision`).
+    /// Revision of the draft model (`--speculative-draft-model-revision`) SGLang downloads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
+    /// The draft's directory inside the model's weights volume (spec.model.source.volume, mounted
+    /// at /models), relative to its root. Unset: SGLang downloads `name` from the hub.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    #[x_kube(validation = Rule::new("!self.startsWith('/') && !self.matches('(^|/)[.][.](/|$)')").message(
+        "spec.disaggregation.speculativeDraftModel.path must be relative to the volume and stay inside it (no leading / and no ..)"
+    ))]
+    pub path: Option<String>,
     /// Where the draft's config.json comes from: exactly one of inline, configMapRef or hub (whose
     /// repo defaults to this name).
     pub config: ModelConfigSource,

@@ -29,8 +29,16 @@ pub fn sglang_args(spec: &InferenceDeploymentSpec, verdict: &Verdict, release: R
         model_path: Some(super::server::model_path(&spec.model)),
         // A revision picks a hub commit; weights in a volume are what they are.
         revision: spec.model.revision.clone().filter(|_| spec.model.weights_volume().is_none()),
-        draft_model_path: settled.speculative_draft_model.as_ref().map(|draft| draft.name.clone()),
-        draft_revision: settled.speculative_draft_model.as_ref().and_then(|draft| draft.revision.clone()),
+        draft_model_path: settled
+            .speculative_draft_model
+            .as_ref()
+            .map(|draft| super::server::draft_model_path(draft, &spec.model)),
+        // A revision picks a hub commit; a draft in the weights volume is what it is.
+        draft_revision: settled
+            .speculative_draft_model
+            .as_ref()
+            .filter(|draft| draft.path.is_none() || spec.model.weights_volume().is_none())
+            .and_then(|draft| draft.revision.clone()),
         hybrid_swa_memory: spec.model.hybrid_swa_memory,
         disaggregation: DisaggregationSpec {
             retraction_backup: (release >= v0_5(18)).then_some(effective.retraction_backup),

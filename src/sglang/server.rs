@@ -4,7 +4,8 @@
 //! spec checks that come with running the pods.
 
 use crate::api::{
-    FleetSpec, HICACHE_GIGABYTE, InferenceDeploymentSpec, ModelSpec, PrefillSpec, RouterSpec, quantity_bytes,
+    DraftModelSpec, FleetSpec, HICACHE_GIGABYTE, InferenceDeploymentSpec, ModelSpec, PrefillSpec, RouterSpec,
+    quantity_bytes,
 };
 use crate::layout::LayoutError;
 use crate::policy::{self, Assessment, ModelConfigs, Outcome, Violation};
@@ -171,6 +172,18 @@ pub fn model_path(model: &ModelSpec) -> String {
         }
         Some(_) => MODELS_DIR.to_string(),
         None => model.name.clone(),
+    }
+}
+
+/// `--speculative-draft-model-path` of `draft`: its directory in the model's weights volume, or
+/// its hub id.
+pub fn draft_model_path(draft: &DraftModelSpec, model: &ModelSpec) -> String {
+    match (&draft.path, model.weights_volume()) {
+        (Some(path), Some(_)) if !path.trim_matches('/').is_empty() => {
+            format!("{MODELS_DIR}/{}", path.trim_matches('/'))
+        }
+        (Some(_), Some(_)) => MODELS_DIR.to_string(),
+        _ => draft.name.clone(),
     }
 }
 
@@ -492,6 +505,17 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec) -> Vec<Violation> {
             _ => {}
         }
     }
+    let draft_path = spec.disaggregation.speculative_draft_model.as_ref().and_then(|draft| draft.path.as_ref());
+    if draft_path.is_some() && spec.model.weights_volume().is_none() {
+        findings.push(violation(
+            "K3",
+            "spec.disaggregation.speculativeDraftModel.path",
+            "spec.disaggregation.speculativeDraftModel.path is a directory in the model's weights volume, and \
+             spec.model.source.volume is not set"
+                .into(),
+            "set spec.model.source.volume, or unset the draft's path so SGLang downloads its name from the hub".into(),
+        ));
+    }
     findings
 }
 
@@ -666,6 +690,42 @@ mod tests {
         let both =
             pod_findings(&spec(json!({}), json!({"hub": {}, "volume": {"source": {"hostPath": {"path": "/m"}}}})));
         assert_eq!(both.iter().map(|v| v.field).collect::<Vec<_>>(), ["spec.model.source"]);
+    }
+
+    #[test]
+    fn a_draft_in_the_weights_volume_is_read_from_there() {
+        let llama: serde_json::Value =
+            serde_json::from_str(include_str!("../../tests/fixtures/configs/llama-3.1-8b-instruct.json")).unwrap();
+        let with_draft = |source: serde_json::Value, path: Option<&str>| {
+            let mut spec = spec(json!({}), source);
+            spec.disaggregation.speculative_algorithm = Some("EAGLE3".into());
+            spec.disaggregation.speculative_draft_model = Some(DraftModelSpec {
+                name: "acme/eagle3".into(),
+                revision: Some("v2".into()),
+                path: path.map(Into::into),
+                config: crate::api::ModelConfigSource { inline: llama.as_object().cloned(), ..Default::default() },
+            });
+            spec
+        };
+        let draft_flags = |spec: &InferenceDeploymentSpec| {
+            let configs = ModelConfigs { target: llama.clone(), draft: Some(llama.clone()) };
+            let assessment = assess(spec, &configs, &ReleaseChoice::default_newest()).unwrap();
+            let args = server_args(spec, FleetRole::Decode, &assessment.verdict, assessment.release.release);
+            let position = |flag: &str| args.iter().position(|a| a == flag).map(|i| args[i + 1].clone());
+            (position("--speculative-draft-model-path"), position("--speculative-draft-model-revision"))
+        };
+        let volume = json!({"volume": {"source": {"hostPath": {"path": "/m"}}, "path": "llama"}});
+        assert_eq!(
+            draft_flags(&with_draft(volume.clone(), Some("eagle3/"))),
+            (Some("/models/eagle3".into()), None),
+            "a revision picks a hub commit, not a directory"
+        );
+        assert_eq!(draft_flags(&with_draft(volume, None)), (Some("acme/eagle3".into()), Some("v2".into())));
+        let hub_target = pod_findings(&with_draft(json!(null), Some("eagle3")));
+        assert_eq!(
+            hub_target.iter().map(|v| (v.rule, v.field)).collect::<Vec<_>>(),
+            [("K3", "spec.disaggregation.speculativeDraftModel.path")]
+        );
     }
 
     #[test]
