@@ -22,13 +22,18 @@ fn breaking(rule: &str, path: &str) -> Value {
         "self > 0.0" => json!(0.0),
         "self != ''" | "self.size() > 0" => json!(""),
         _ if rule.starts_with("self.matches(") && path == "spec.sglang.version" => json!("latest"),
-        _ if path == "spec.model.config" && rule.contains("has(self.inline)") => {
+        _ if path.ends_with(".config") && rule.contains("has(self.inline)") => {
             json!({"inline": {"model_type": "llama"}, "configMapRef": {"name": "model-config"}})
+        }
+        _ if path == "spec.disaggregation" && rule.contains("speculativeDraftModel") => {
+            json!({"speculativeDraftModel": {"name": "acme/draft", "config": {"hub": {}}}})
         }
         _ if path == "spec.model.source" && rule.contains("has(self.hub)") => {
             json!({"hub": {}, "volume": {"source": {"persistentVolumeClaim": {"claimName": "weights"}}}})
         }
-        _ if path == "spec.model.source.volume.path" => json!("models/../../etc"),
+        _ if path == "spec.model.source.volume.path" || path == "spec.disaggregation.speculativeDraftModel.path" => {
+            json!("models/../../etc")
+        }
         "self >= 1 && self <= 65535" => json!(70000),
         _ if path == "spec.cache" => json!({"capacity": "1Gi"}),
         "self >= 30" => json!(10),
@@ -148,6 +153,12 @@ async fn every_validation_rule_and_enum_is_enforced_with_the_api_servers_message
                     // The volume's required source, so that only the rule under test refuses.
                     let source = json!({"persistentVolumeClaim": {"claimName": "weights"}});
                     set(&mut object, "spec.model.source.volume.source", source);
+                }
+                if path.starts_with("spec.disaggregation.speculativeDraftModel.") {
+                    // A valid draft model, so that only the rule under test refuses.
+                    set(&mut object, "spec.disaggregation.speculativeAlgorithm", json!("EAGLE"));
+                    let draft = json!({"name": "acme/draft", "config": {"hub": {}}});
+                    set(&mut object, "spec.disaggregation.speculativeDraftModel", draft);
                 }
                 if path == "spec" {
                     break_spec(&mut object, rule);
