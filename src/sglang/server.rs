@@ -14,7 +14,7 @@ use crate::release::{Release, ReleaseChoice};
 use super::args::sglang_args;
 use super::cmdline::{Arg, ArgList, ArgSite};
 use super::flags::FLAGS;
-use super::server_cli;
+use super::server_cli::{self, Word};
 
 /// Where a volume with the weights is mounted in the SGLang container.
 pub const MODELS_DIR: &str = "/models";
@@ -294,40 +294,33 @@ pub fn rank_args(nodes: i32, rank: i32, leader: &str) -> Vec<String> {
 }
 
 /// The flag an `extraArgs` item of a `role` server sets that kvpilot decides, and the spec field
-/// deciding it. Reads as argparse does: `--name`, `--name=value`, every alias, and unambiguous
-/// prefixes (argparse's `allow_abbrev`), so no spelling gets past the policy.
-pub fn owned_flag(arg: &str, cache: bool, role: FleetRole) -> Option<(&'static str, String)> {
+/// deciding it, as `release`'s argparse reads the item: the option it resolves to (`--name`,
+/// `--name=value`, every alias, a prefix unique among all of the release's options), when that
+/// option is one of kvpilot's. An ambiguous prefix, an option the release lacks and a value are
+/// none: argparse refuses the first two (K8 reports that) and takes the value as no option.
+pub fn owned_flag(arg: &str, cache: bool, role: FleetRole, release: Release) -> Option<(&'static str, String)> {
+    let Word::Option { option, .. } = server_cli::for_release(release).classify(arg) else { return None };
     let cache_flags = if cache && role == FleetRole::Decode { CACHE_FLAGS } else { &[] };
-    let owned = FLAGS
+    let (names, field) = FLAGS
         .iter()
         .map(|flag| (flag.names, flag.field))
-        .chain(POD_FLAGS.iter().chain(cache_flags).map(|flag| (flag.names, flag.field)));
-    owned_in(arg, owned).map(|(flag, field)| (flag, role.own(field)))
+        .chain(POD_FLAGS.iter().chain(cache_flags).map(|flag| (flag.names, flag.field)))
+        .find(|(names, _)| option.strings.iter().any(|string| names.contains(string)))?;
+    Some((names[0], role.own(field)))
 }
 
-/// The router flag an item of `spec.router.extraArgs` sets that kvpilot decides.
+/// The router flag an item of `spec.router.extraArgs` sets that kvpilot decides: `--name`,
+/// `--name=value`, or a prefix of one of kvpilot's router flags (the first such; kvpilot has no
+/// table of the router's own options to tell an ambiguous prefix by).
 pub fn owned_router_flag(arg: &str) -> Option<(&'static str, String)> {
-    owned_in(arg, ROUTER_FLAGS.iter().map(|flag| (flag.names, flag.field))).map(|(flag, field)| (flag, field.into()))
-}
-
-fn owned_in<'a>(
-    arg: &str,
-    owned: impl Iterator<Item = (&'static [&'static str], &'a str)>,
-) -> Option<(&'static str, &'a str)> {
     let name = arg.split_once('=').map_or(arg, |(name, _)| name);
     if !name.starts_with("--") || name.len() < 4 {
         return None;
     }
-    let mut abbreviated = None;
-    for (names, field) in owned {
-        if names.contains(&name) {
-            return Some((names[0], field));
-        }
-        if abbreviated.is_none() && names.iter().any(|full| full.starts_with(name)) {
-            abbreviated = Some((names[0], field));
-        }
-    }
-    abbreviated
+    let owned = |flag: &&PodFlag| flag.names.contains(&name);
+    let abbreviated = |flag: &&PodFlag| flag.names.iter().any(|full| full.starts_with(name));
+    let flag = ROUTER_FLAGS.iter().find(owned).or_else(|| ROUTER_FLAGS.iter().find(abbreviated))?;
+    Some((flag.names[0], flag.field.into()))
 }
 
 fn violation(rule: &'static str, field: &'static str, message: String, fix: String) -> Violation {
@@ -352,6 +345,17 @@ fn owned_extra_args(
             ))
         })
         .collect()
+}
+
+/// The items of a server's `extraArgs` that argparse may read as options: those before the first
+/// `--` (argparse takes every argument after it as a value). Each is then classified on its own,
+/// as argparse's first pass does (`_parse_optional`, before any value is consumed): a word that
+/// reads as an option is never taken as the value of the option before it (`--revision --tp-size`
+/// leaves --revision without its value, a refusal K8 reports, and --tp-size is still --tp-size),
+/// and a value that looks like one (`-1`) is no option, so no whole-line reading is needed to
+/// tell option words from values. kvpilot writes no `--` of its own before `extraArgs`.
+fn option_words(extra_args: &[String]) -> &[String] {
+    &extra_args[..extra_args.iter().position(|arg| arg == "--").unwrap_or(extra_args.len())]
 }
 
 /// K2 for one fleet: GPUs that do not split evenly over a replica's pods.
@@ -386,18 +390,20 @@ fn uneven_replicas(role: FleetRole, fleet: &FleetSpec) -> Vec<Violation> {
 }
 
 /// What keeps the pods of `spec` from being built as asked: `extraArgs` setting a flag kvpilot
-/// decides (K1), a replica whose GPUs do not split evenly over its pods (K2), weights in a
-/// volume with no volume source (K3), a cache capacity that is no number of bytes (K4), a storage
-/// backend named beside spec.cache's own (K5), a host pool size SGLang cannot take (K6), fleets
-/// the router cannot reach on one port or a router with no prefill fleet (K7).
-pub fn pod_findings(spec: &InferenceDeploymentSpec) -> Vec<Violation> {
+/// decides (K1; a server's items read by `release`'s parser), a replica whose GPUs do not split
+/// evenly over its pods (K2), weights in a volume with no volume source (K3), a cache capacity
+/// that is no number of bytes (K4), a storage backend named beside spec.cache's own (K5), a host
+/// pool size SGLang cannot take (K6), fleets the router cannot reach on one port or a router with
+/// no prefill fleet (K7).
+pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Violation> {
     let cache = spec.cache.is_some();
-    let mut findings =
-        owned_extra_args("spec.decode.extraArgs", &spec.decode.extra_args, |a| owned_flag(a, cache, FleetRole::Decode));
+    let mut findings = owned_extra_args("spec.decode.extraArgs", option_words(&spec.decode.extra_args), |a| {
+        owned_flag(a, cache, FleetRole::Decode, release)
+    });
     findings.extend(uneven_replicas(FleetRole::Decode, &spec.decode));
     if let Some(prefill) = &spec.prefill {
-        findings.extend(owned_extra_args("spec.prefill.extraArgs", &prefill.extra_args, |a| {
-            owned_flag(a, cache, FleetRole::Prefill)
+        findings.extend(owned_extra_args("spec.prefill.extraArgs", option_words(&prefill.extra_args), |a| {
+            owned_flag(a, cache, FleetRole::Prefill, release)
         }));
         findings.extend(uneven_replicas(FleetRole::Prefill, prefill));
         if spec.disaggregation.prefill.is_some() {
@@ -527,7 +533,7 @@ pub fn assess(
     release: &ReleaseChoice,
 ) -> Result<Assessment, LayoutError> {
     let mut assessment = policy::assess(&effective_spec(spec), configs, release)?;
-    let mut findings = pod_findings(spec);
+    let mut findings = pod_findings(spec, release.release);
     for role in [FleetRole::Decode, FleetRole::Prefill] {
         let (refusal, warnings) = extra_args_reading(spec, role, &assessment.verdict, release.release);
         findings.extend(refusal);
@@ -581,6 +587,9 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::release::{KNOWN, v0_5};
+
+    const NEWEST: Release = v0_5(23);
 
     #[test]
     fn owned_flags_are_found_in_every_spelling_argparse_accepts() {
@@ -592,7 +601,7 @@ mod tests {
             ("--enable-hierarchical", Some("--enable-hierarchical-cache")),
             ("--port", Some("--port")),
             ("--nccl-init-addr=x:1", Some("--dist-init-addr")),
-            ("--page", Some("--page-size")),
+            ("--page-size", Some("--page-size")),
             ("--mem-fraction-static", None),
             ("--trust-remote-code", None),
             ("--", None),
@@ -600,23 +609,100 @@ mod tests {
             ("value", None),
         ];
         for (arg, expected) in cases {
-            assert_eq!(owned_flag(arg, false, FleetRole::Decode).map(|(flag, _)| flag), expected, "{arg}");
+            assert_eq!(owned_flag(arg, false, FleetRole::Decode, NEWEST).map(|(flag, _)| flag), expected, "{arg}");
         }
         for cache in [false, true] {
             assert_eq!(
-                owned_flag("--hicache-storage-backend=mooncake", cache, FleetRole::Decode),
+                owned_flag("--hicache-storage-backend=mooncake", cache, FleetRole::Decode, NEWEST),
                 Some(("--hicache-storage-backend", "spec.disaggregation.hicacheStorageBackend".to_string())),
                 "the storage backend is a setting the policy checks (S6), with or without spec.cache"
             );
         }
         assert_eq!(
-            owned_flag("--hicache-storage-backend-extra-config={}", false, FleetRole::Decode),
+            owned_flag("--hicache-storage-backend-extra-config={}", false, FleetRole::Decode, NEWEST),
             None,
             "another backend's configuration, without spec.cache"
         );
         assert_eq!(
-            owned_flag("--hicache-storage-backend-extra-config={}", true, FleetRole::Decode),
+            owned_flag("--hicache-storage-backend-extra-config={}", true, FleetRole::Decode, NEWEST),
             Some(("--hicache-storage-backend-extra-config", "spec.cache".to_string()))
+        );
+    }
+
+    /// K1's findings on decode `extraArgs` under `release`, as (message, fix).
+    fn k1_at(extra: serde_json::Value, release: Release) -> Vec<(String, String)> {
+        pod_findings(&spec(json!({"extraArgs": extra}), json!(null)), release)
+            .into_iter()
+            .filter(|v| v.rule == "K1")
+            .map(|v| (v.message, v.fix))
+            .collect()
+    }
+
+    fn owned_at(arg: &str, release: Release) -> Option<&'static str> {
+        owned_flag(arg, false, FleetRole::Decode, release).map(|(flag, _)| flag)
+    }
+
+    #[test]
+    fn k1_reads_each_item_as_the_releases_argparse_does() {
+        // A prefix unique in the release, of an owned option: reported under the full name.
+        assert_eq!(
+            k1_at(json!(["--tp=2"]), NEWEST),
+            [(
+                "--tensor-parallel-size (as --tp=2) is set by kvpilot from spec.decode.tensorParallel".to_string(),
+                "remove --tp=2 from spec.decode.extraArgs and set spec.decode.tensorParallel instead".to_string()
+            )]
+        );
+        // An exact owned option, and its `=value` form.
+        let exact = k1_at(json!(["--page-size", "16", "--page-size=16"]), NEWEST);
+        assert_eq!(
+            exact.iter().map(|(message, _)| message.as_str()).collect::<Vec<_>>(),
+            ["--page-size is set by kvpilot from spec.decode.pageSize"; 2]
+        );
+        // Options kvpilot does not own, whole or abbreviated (--mem-frac is --mem-fraction-static).
+        assert_eq!(k1_at(json!(["--mem-frac", "0.8", "--mem-fraction-static=0.8"]), NEWEST), []);
+        // A prefix follows each release: --page is --page-size up to 0.5.22 and ambiguous in
+        // 0.5.23 (--paged-experts-num-resident); --swa is --swa-full-tokens-ratio up to 0.5.20 and
+        // ambiguous from 0.5.21 (--swa-prefix-tails). argparse refuses an ambiguous prefix: K8's.
+        for (arg, unique_until, full) in [("--page", 22, "--page-size"), ("--swa", 20, "--swa-full-tokens-ratio")] {
+            for release in KNOWN.iter().copied() {
+                let expected = (release <= v0_5(unique_until)).then_some(full);
+                assert_eq!(owned_at(arg, release), expected, "{arg} in {release}");
+            }
+        }
+        assert_eq!(k1_at(json!(["--page", "16"]), v0_5(22)).len(), 1);
+        assert_eq!(k1_at(json!(["--page", "16"]), v0_5(23)), []);
+        // What the old prefix match (the first owned flag any of whose names starts with the
+        // prefix) reported wrongly: --pp, --enable-hi and --dist are ambiguous in every release
+        // (--pp-max-micro-batch-size, --enable-hisparse, --dist-timeout); --attn is
+        // --attn-cp-size, not kvpilot's, up to 0.5.21 and ambiguous after; an owned option a
+        // release does not have is no option of it (--enable-hicache before 0.5.23,
+        // --attn-dp-size before 0.5.22): K8 reports it unrecognized.
+        for release in KNOWN.iter().copied() {
+            for arg in ["--pp", "--pp=2", "--enable-hi", "--dist=x:1", "--attn"] {
+                assert_eq!(owned_at(arg, release), None, "{arg} in {release}");
+            }
+        }
+        assert_eq!(owned_at("--enable-hicache", v0_5(22)), None);
+        assert_eq!(owned_at("--enable-hicache", v0_5(23)), Some("--enable-hierarchical-cache"));
+        assert_eq!(owned_at("--attn-dp-size=2", v0_5(21)), None);
+        assert_eq!(owned_at("--attn-dp-size=2", v0_5(22)), Some("--attn-dp-size"));
+        // Values are no options: a word argparse takes as a value, a negative number, anything
+        // after `--`. An option word after an option that wants a value is still an option
+        // (argparse leaves --revision without its value, which K8 reports).
+        assert_eq!(
+            k1_at(json!(["--json-model-override-args", "page-size", "--mem-fraction-static", "-1"]), NEWEST),
+            []
+        );
+        assert_eq!(k1_at(json!(["--", "--tp-size", "2"]), NEWEST), []);
+        assert_eq!(
+            k1_at(json!(["--revision", "--tp-size", "2"]), NEWEST)
+                .iter()
+                .map(|(message, _)| message.as_str())
+                .collect::<Vec<_>>(),
+            [
+                "--revision is set by kvpilot from spec.model.revision",
+                "--tensor-parallel-size (as --tp-size) is set by kvpilot from spec.decode.tensorParallel"
+            ]
         );
     }
 
@@ -654,6 +740,16 @@ mod tests {
         let linker = json!(["--enable-unified-cache-external-linker"]);
         assert!(assess_at(linker.clone(), 19).verdict.violations.iter().any(|v| v.rule == "K8"));
         assert!(!assess_at(linker, 23).verdict.violations.iter().any(|v| v.rule == "K8"));
+        // An ambiguous prefix of an owned option is argparse's refusal (K8), not K1; where the
+        // release reads the prefix as the owned option, it is K1 and argparse accepts it.
+        let rules = |verdict: &policy::Verdict| verdict.violations.iter().map(|v| v.rule).collect::<Vec<_>>();
+        let ambiguous = assess_at(json!(["--page", "16"]), 23).verdict;
+        assert_eq!(rules(&ambiguous), ["K8"]);
+        assert_eq!(
+            ambiguous.violations[0].message,
+            "ambiguous option: --page could match --page-size, --paged-experts-num-resident"
+        );
+        assert_eq!(rules(&assess_at(json!(["--page", "16"]), 22).verdict), ["K1"]);
         // An abbreviation argparse accepts is a warning naming the full option; a $(VAR) value is not judged.
         let abbreviated = assess_at(json!(["--mem-frac", "0.8", "--max-running-requests", "$(MAX)"]), 23).verdict;
         assert!(!abbreviated.violations.iter().any(|v| v.rule == "K8"), "{:?}", abbreviated.violations);
@@ -669,26 +765,29 @@ mod tests {
 
     #[test]
     fn pod_findings_name_the_field_and_the_fix() {
-        let found = pod_findings(&spec(json!({"extraArgs": ["--tp=2", "--mem-fraction-static", "0.8"]}), json!(null)));
+        let found =
+            pod_findings(&spec(json!({"extraArgs": ["--tp=2", "--mem-fraction-static", "0.8"]}), json!(null)), NEWEST);
         assert_eq!(found.len(), 1);
         assert_eq!((found[0].rule, found[0].field), ("K1", "spec.decode.extraArgs"));
         assert!(found[0].message.contains("spec.decode.tensorParallel"), "{}", found[0].message);
         assert!(found[0].fix.contains("remove --tp=2"), "{}", found[0].fix);
 
-        let uneven = pod_findings(&spec(json!({"tensorParallel": 8, "nodesPerReplica": 3}), json!(null)));
+        let uneven = pod_findings(&spec(json!({"tensorParallel": 8, "nodesPerReplica": 3}), json!(null)), NEWEST);
         assert_eq!(uneven.iter().map(|v| v.field).collect::<Vec<_>>(), ["spec.decode.nodesPerReplica"]);
-        let even = pod_findings(&spec(json!({"tensorParallel": 16, "nodesPerReplica": 2}), json!(null)));
+        let even = pod_findings(&spec(json!({"tensorParallel": 16, "nodesPerReplica": 2}), json!(null)), NEWEST);
         assert!(even.is_empty(), "{even:?}");
 
-        let empty = pod_findings(&spec(json!({}), json!({"volume": {"source": {}}})));
+        let empty = pod_findings(&spec(json!({}), json!({"volume": {"source": {}}})), NEWEST);
         assert_eq!(empty.iter().map(|v| v.field).collect::<Vec<_>>(), ["spec.model.source.volume.source"]);
-        let outside = pod_findings(&spec(
-            json!({}),
-            json!({"volume": {"source": {"hostPath": {"path": "/m"}}, "path": "a/../.."}}),
-        ));
+        let outside = pod_findings(
+            &spec(json!({}), json!({"volume": {"source": {"hostPath": {"path": "/m"}}, "path": "a/../.."}})),
+            NEWEST,
+        );
         assert_eq!(outside.iter().map(|v| v.field).collect::<Vec<_>>(), ["spec.model.source.volume.path"]);
-        let both =
-            pod_findings(&spec(json!({}), json!({"hub": {}, "volume": {"source": {"hostPath": {"path": "/m"}}}})));
+        let both = pod_findings(
+            &spec(json!({}), json!({"hub": {}, "volume": {"source": {"hostPath": {"path": "/m"}}}})),
+            NEWEST,
+        );
         assert_eq!(both.iter().map(|v| v.field).collect::<Vec<_>>(), ["spec.model.source"]);
     }
 
@@ -731,18 +830,24 @@ mod tests {
     #[test]
     fn prefill_and_router_flags_are_owned_under_their_own_fields() {
         assert_eq!(
-            owned_flag("--tp=2", false, FleetRole::Prefill),
+            owned_flag("--tp=2", false, FleetRole::Prefill, NEWEST),
             Some(("--tensor-parallel-size", "spec.prefill.tensorParallel".to_string()))
         );
         assert_eq!(
-            owned_flag("--port", false, FleetRole::Prefill).map(|(_, f)| f).as_deref(),
+            owned_flag("--port", false, FleetRole::Prefill, NEWEST).map(|(_, f)| f).as_deref(),
             Some("spec.prefill.port")
         );
         assert_eq!(
-            owned_flag("--disaggregation-bootstrap-port=9000", false, FleetRole::Decode).map(|(_, f)| f).as_deref(),
+            owned_flag("--disaggregation-bootstrap-port=9000", false, FleetRole::Decode, NEWEST)
+                .map(|(_, f)| f)
+                .as_deref(),
             Some("spec.disaggregation.bootstrapPort")
         );
-        assert_eq!(owned_flag("--hicache-mem-layout", true, FleetRole::Prefill), None, "spec.cache is decode's");
+        assert_eq!(
+            owned_flag("--hicache-mem-layout", true, FleetRole::Prefill, NEWEST),
+            None,
+            "spec.cache is decode's"
+        );
         assert_eq!(owned_router_flag("--policy=random").map(|(flag, _)| flag), Some("--policy"));
         assert_eq!(owned_router_flag("--prefill-sel").map(|(flag, _)| flag), Some("--prefill-selector"));
         assert_eq!(owned_router_flag("--request-timeout-secs"), None);
@@ -753,7 +858,7 @@ mod tests {
         let with = |extra: serde_json::Value| {
             let mut value = json!({"model": {"name": "m/x", "config": {"inline": {}}}});
             value.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-            pod_findings(&serde_json::from_value(value).unwrap())
+            pod_findings(&serde_json::from_value(value).unwrap(), NEWEST)
         };
         let fields = |found: Vec<Violation>| found.iter().map(|v| (v.rule, v.field)).collect::<Vec<_>>();
         assert!(with(json!({"prefill": {"replicas": 1}})).is_empty());
@@ -824,7 +929,7 @@ mod tests {
             let mut spec = spec(json!({"resources": {"limits": {"memory": "1.5Gi"}}}), json!(null));
             spec.cache = Some(serde_json::from_value(cache).unwrap());
             edit(&mut spec);
-            pod_findings(&spec).into_iter().map(|v| (v.rule, v.field)).collect::<Vec<_>>()
+            pod_findings(&spec, NEWEST).into_iter().map(|v| (v.rule, v.field)).collect::<Vec<_>>()
         };
         let cache = json!({"offload": true, "capacity": "1Gi"});
         assert_eq!(with_cache(cache.clone(), |_| {}), [], "memory kvpilot adds nothing to is not read");
