@@ -820,7 +820,7 @@ mod tests {
             "a revision picks a hub commit, not a directory"
         );
         assert_eq!(draft_flags(&with_draft(volume, None)), (Some("acme/eagle3".into()), Some("v2".into())));
-        let hub_target = pod_findings(&with_draft(json!(null), Some("eagle3")));
+        let hub_target = pod_findings(&with_draft(json!(null), Some("eagle3")), NEWEST);
         assert_eq!(
             hub_target.iter().map(|v| (v.rule, v.field)).collect::<Vec<_>>(),
             [("K3", "spec.disaggregation.speculativeDraftModel.path")]
