@@ -22,7 +22,7 @@ use crate::api::{
 };
 use crate::layout::{self, LayoutError, ResolveOptions};
 use crate::release::{self, Release, ReleaseChoice, ReleaseError, ReleaseSource, v0_5};
-use rules::{Context, Fix, RULES};
+use rules::{Context, Fix, RULES, Scope};
 
 pub use docs::{RULES_DOC_END, RULES_DOC_START, rules_markdown};
 pub use role::evaluate_non_decode;
@@ -119,12 +119,23 @@ pub struct Verdict {
     pub warnings: Vec<String>,
 }
 
-/// Checks the settings against the layout and decides valid / rewritten / rejected.
+/// Checks the decode-side settings of a PD service against the layout and decides valid /
+/// rewritten / rejected: the decode servers and the prefill servers that run with them (kvpilot
+/// gives both the settings the two sides share, such as the Mamba strategy).
 pub fn evaluate(input: PolicyInput<'_>) -> Verdict {
+    evaluate_on(input, Scope::Service)
+}
+
+/// [`evaluate`] for one PD decode server on its own (the guard's view of a command line).
+pub fn evaluate_decode_server(input: PolicyInput<'_>) -> Verdict {
+    evaluate_on(input, Scope::DecodeServer)
+}
+
+fn evaluate_on(input: PolicyInput<'_>, scope: Scope) -> Verdict {
     let mut settings = input.disaggregation.clone();
     let mut rewrites: Vec<Rewrite> = Vec::new();
     let violations = match input.disaggregation.on_invalid {
-        OnInvalid::Reject => findings(&settings, input),
+        OnInvalid::Reject => findings(&settings, input, scope),
         OnInvalid::Rewrite => {
             for _ in 0..MAX_PASSES {
                 let mut changed = false;
@@ -138,6 +149,7 @@ pub fn evaluate(input: PolicyInput<'_>) -> Verdict {
                         layout: input.layout,
                         draft: input.draft,
                         release: input.release,
+                        scope,
                     };
                     let Some(finding) = rule.evaluate(&context) else { continue };
                     let (from, to) = apply(&mut settings);
@@ -159,7 +171,7 @@ pub fn evaluate(input: PolicyInput<'_>) -> Verdict {
                     break;
                 }
             }
-            findings(&settings, input)
+            findings(&settings, input, scope)
         }
     };
     let outcome = if !violations.is_empty() {
@@ -181,9 +193,15 @@ pub fn evaluate(input: PolicyInput<'_>) -> Verdict {
     Verdict { outcome, violations, rewrites, settings, effective, warnings }
 }
 
-fn findings(settings: &DisaggregationSpec, input: PolicyInput<'_>) -> Vec<Violation> {
-    let context =
-        Context { settings, decode: input.decode, layout: input.layout, draft: input.draft, release: input.release };
+fn findings(settings: &DisaggregationSpec, input: PolicyInput<'_>, scope: Scope) -> Vec<Violation> {
+    let context = Context {
+        settings,
+        decode: input.decode,
+        layout: input.layout,
+        draft: input.draft,
+        release: input.release,
+        scope,
+    };
     RULES
         .iter()
         .filter_map(|rule| {

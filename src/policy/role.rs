@@ -2,7 +2,7 @@
 //! without disaggregation): the decode-side rules do not apply to it, SGLang's own checks for
 //! such servers (§1.4 S1, S5; §2.2 R21) do.
 
-use super::{Phase, PolicyInput, Verdict, Violation, evaluate, rules};
+use super::{Phase, PolicyInput, Scope, Verdict, Violation, evaluate_on, rules};
 use crate::api::{OnInvalid, RetractionBackup, TransferBackend};
 
 /// Rules of [`rules::RULES`] that SGLang applies on every PD server, prefill included
@@ -12,15 +12,15 @@ use crate::api::{OnInvalid, RetractionBackup, TransferBackend};
 /// depend on the decode side's radix cache).
 const ON_EVERY_PD_SERVER: &[&str] = &["R20", "M1", "U1", "U2", "U3", "U4c", "U9", "L7", "T11"];
 const ON_EVERY_SERVER: &[&str] = &[
-    "M3", "S8", "F3", "F5", "L1", "L2", "L4", "L5", "L6", "L8", "X2", "X3", "D1", "D2", "D3", "D4", "D5", "D6", "U4",
-    "U8", "U10", "U11", "U13", "U15",
+    "M3", "M4", "S8", "F3", "F5", "L1", "L2", "L4", "L5", "L6", "L8", "X2", "X3", "D1", "D2", "D3", "D4", "D5", "D6",
+    "U4", "U8", "U10", "U11", "U13", "U15",
 ];
 
 /// Checks a prefill server (`prefill`) or a server without disaggregation. Nothing is
 /// rewritten: each finding here asks for a flag to be dropped or changed by hand.
 pub fn evaluate_non_decode(input: PolicyInput<'_>, prefill: bool) -> Verdict {
     let settings = crate::api::DisaggregationSpec { on_invalid: OnInvalid::Reject, ..input.disaggregation.clone() };
-    let mut verdict = evaluate(PolicyInput { disaggregation: &settings, ..input });
+    let mut verdict = evaluate_on(PolicyInput { disaggregation: &settings, ..input }, Scope::OtherServer);
     let mut violations = Vec::new();
     if settings.retraction_backup == Some(RetractionBackup::HostPool) {
         violations.push(Violation {
@@ -98,8 +98,9 @@ mod tests {
             mamba_radix_cache_strategy: Some(MambaRadixCacheStrategy::ExtraBufferLazy),
             ..DisaggregationSpec::default()
         };
-        assert_eq!(rules_of(&settings, true), ["S1", "S5", "R21", "M1"]);
-        assert_eq!(rules_of(&settings, false), ["S1", "S5"]);
+        // The Llama model keeps no Mamba state: the lazy strategy is refused as such (M4, 0.5.21+).
+        assert_eq!(rules_of(&settings, true), ["S1", "S5", "R21", "M4"]);
+        assert_eq!(rules_of(&settings, false), ["S1", "S5", "M4"]);
         // Decode radix cache is a decode-side flag SGLang ignores elsewhere.
         let radix = DisaggregationSpec { decode_radix_cache: true, ..DisaggregationSpec::default() };
         assert!(rules_of(&radix, true).is_empty());

@@ -20,6 +20,19 @@ pub(crate) struct Context<'a> {
     /// The speculative draft model's layout; None when the model's own NextN/MTP layers draft.
     pub(crate) draft: Option<&'a AttentionLayout>,
     pub(crate) release: Release,
+    pub(crate) scope: Scope,
+}
+
+/// What a verdict is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// A PD service: its decode servers and the prefill servers kvpilot gives the settings both
+    /// sides share.
+    Service,
+    /// One PD decode server (a command line the guard reads).
+    DecodeServer,
+    /// One prefill server, or one without PD.
+    OtherServer,
 }
 
 /// Where in SGLang's start-up or serving a rule is raised.
@@ -197,6 +210,19 @@ pub(crate) fn host_receive_on(settings: &DisaggregationSpec, release: Release) -
 
 fn radix(c: &Context<'_>) -> bool {
     c.settings.decode_radix_cache
+}
+
+/// Whether a server in scope keeps a radix cache, where SGLang resolves and validates the Mamba
+/// radix-cache strategy: the PD hook turns it off on decode servers without decode radix cache,
+/// and `_mamba_radix_cache_resolution` then returns early (0.5.17-0.5.23). Prefill servers keep
+/// theirs, and a service's prefill servers run with its strategy.
+fn radix_cache_in_use(c: &Context<'_>) -> bool {
+    c.scope != Scope::DecodeServer || radix(c)
+}
+
+/// SGLang's `uses_mamba_radix_cache`: an SSM-hybrid model whose server keeps a radix cache.
+fn mamba_radix_cache(c: &Context<'_>) -> bool {
+    c.layout.uses_ssm_state() && radix_cache_in_use(c)
 }
 
 fn dcp(c: &Context<'_>) -> bool {
@@ -410,6 +436,12 @@ fn linker_off(s: &mut DisaggregationSpec) -> (String, String) {
 fn unified_memory_off(s: &mut DisaggregationSpec) -> (String, String) {
     s.enable_unified_memory = false;
     ("true".into(), "false".into())
+}
+
+fn strategy_unset(s: &mut DisaggregationSpec) -> (String, String) {
+    let from = s.mamba_radix_cache_strategy.map_or("unset", MambaRadixCacheStrategy::as_str).to_string();
+    s.mamba_radix_cache_strategy = None;
+    (from, "unset".into())
 }
 
 fn to_extra_buffer(s: &mut DisaggregationSpec) -> (String, String) {
@@ -1710,8 +1742,35 @@ pub(crate) const RULES: &[Rule] = &[
             "extra_buffer_lazy unsupported under PD disaggregation; use --mamba-radix-cache-strategy extra_buffer.",
         )],
         changes: &[],
-        check: |c| when(c.settings.mamba_radix_cache_strategy == Some(MambaRadixCacheStrategy::ExtraBufferLazy)),
+        check: |c| {
+            when(
+                mamba_radix_cache(c)
+                    && c.settings.mamba_radix_cache_strategy == Some(MambaRadixCacheStrategy::ExtraBufferLazy),
+            )
+        },
         fix: Fix::Rewrite { apply: to_extra_buffer, hint: "use extra_buffer" },
+    },
+    Rule {
+        id: "M4",
+        about: "extra-buffer strategy without Mamba state",
+        field: MAMBA_STRATEGY,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--mamba-radix-cache-strategy {strategy} needs mamba state, got {architecture}.")],
+        changes: &[],
+        check: |c| {
+            let strategy = c.settings.mamba_radix_cache_strategy?;
+            let extra_buffer = strategy != MambaRadixCacheStrategy::NoBuffer;
+            when_with(
+                extra_buffer && radix_cache_in_use(c) && !c.layout.uses_ssm_state(),
+                vec![("strategy", strategy.as_str().into()), ("architecture", c.layout.architecture.clone())],
+            )
+        },
+        fix: Fix::Rewrite {
+            apply: strategy_unset,
+            hint: "unset mambaRadixCacheStrategy: the model keeps no Mamba state",
+        },
     },
     Rule {
         id: "M3",
@@ -1724,7 +1783,7 @@ pub(crate) const RULES: &[Rule] = &[
         changes: &[],
         check: |c| {
             when(
-                c.layout.uses_ssm_state()
+                mamba_radix_cache(c)
                     && c.settings.mamba_radix_cache_strategy == Some(MambaRadixCacheStrategy::NoBuffer)
                     && c.decode.page_size != 1,
             )

@@ -548,25 +548,54 @@ fn t1_tp_mismatch_on_non_mla_swa_models_is_never_rewritten() {
     assert!(verdict.warnings.iter().any(|w| w.contains("T1")), "{:?}", verdict.warnings);
 }
 
+/// SGLang resolves and validates the Mamba radix-cache strategy only where the server keeps a radix
+/// cache (`_mamba_radix_cache_resolution` returns early on `disable_radix_cache`): a decode server
+/// on its own, only with decode radix cache; a service, always, since its prefill servers keep
+/// theirs and run with its strategy. Before, kvpilot refused M1 and M3 on every decode server and
+/// M1 on models without Mamba state.
 #[test]
-fn m1_and_m3_mamba_strategies() {
-    assert_rewritable(
-        with(|s| s.mamba_radix_cache_strategy = Some(MambaRadixCacheStrategy::ExtraBufferLazy)),
-        &FleetSpec::default(),
-        &ssm(),
-        "M1",
-        "spec.disaggregation.mambaRadixCacheStrategy",
-        "extra_buffer_lazy unsupported under PD disaggregation; use --mamba-radix-cache-strategy extra_buffer.",
-        ("extra_buffer_lazy", "extra_buffer"),
-    );
-    assert_manual(
-        with(|s| s.mamba_radix_cache_strategy = Some(MambaRadixCacheStrategy::NoBuffer)),
-        &FleetSpec { page_size: 16, ..FleetSpec::default() },
-        &ssm(),
-        "M3",
-        "spec.decode.pageSize",
-        "no_buffer only supports page_size=1.",
-    );
+fn m1_m3_and_m4_mamba_strategies_where_the_radix_cache_runs() {
+    let strategy = |strategy, radix| {
+        with(move |s| {
+            s.mamba_radix_cache_strategy = Some(strategy);
+            s.decode_radix_cache = radix;
+        })
+    };
+    let rules_on =
+        |service: bool, patch, settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout| {
+            let input = PolicyInput { disaggregation: settings, decode, layout, draft: None, release: v0_5(patch) };
+            let verdict = if service { evaluate(input) } else { evaluate_decode_server(input) };
+            verdict.violations.into_iter().map(|v| (v.rule, v.message)).collect::<Vec<_>>()
+        };
+    let lazy = "extra_buffer_lazy unsupported under PD disaggregation; use --mamba-radix-cache-strategy extra_buffer.";
+    let decode = FleetSpec::default();
+    let paged = FleetSpec { page_size: 16, ..FleetSpec::default() };
+    let no_buffer = "no_buffer only supports page_size=1.";
+    for radix in [false, true] {
+        let lazy_settings = strategy(MambaRadixCacheStrategy::ExtraBufferLazy, radix);
+        assert_eq!(rules_on(true, 21, &lazy_settings, &decode, &ssm()), [("M1", lazy.to_string())]);
+        let alone = rules_on(false, 21, &lazy_settings, &decode, &ssm());
+        assert_eq!(alone, if radix { vec![("M1", lazy.to_string())] } else { vec![] }, "decode radix cache {radix}");
+        let no_buffer_settings = strategy(MambaRadixCacheStrategy::NoBuffer, radix);
+        assert_eq!(rules_on(true, 21, &no_buffer_settings, &paged, &ssm()), [("M3", no_buffer.to_string())]);
+        let alone = rules_on(false, 21, &no_buffer_settings, &paged, &ssm());
+        assert_eq!(
+            alone,
+            if radix { vec![("M3", no_buffer.to_string())] } else { vec![] },
+            "decode radix cache {radix}"
+        );
+    }
+    // An extra-buffer strategy on a model without Mamba state: refused from 0.5.21, ignored before.
+    let extra = strategy(MambaRadixCacheStrategy::ExtraBuffer, false);
+    let m4 = "--mamba-radix-cache-strategy extra_buffer needs mamba state, got LlamaForCausalLM.";
+    assert_eq!(rules_on(true, 21, &extra, &decode, &full()), [("M4", m4.to_string())]);
+    assert!(rules_on(true, 20, &extra, &decode, &full()).is_empty());
+    assert!(rules_on(false, 23, &extra, &decode, &full()).is_empty(), "a decode server without its radix cache");
+    let lazy_llama = strategy(MambaRadixCacheStrategy::ExtraBufferLazy, false);
+    assert!(rules_on(true, 20, &lazy_llama, &decode, &full()).is_empty(), "M1 is about Mamba state");
+    let rewritten = run_at(v0_5(23), &DisaggregationSpec { on_invalid: OnInvalid::Rewrite, ..extra }, &decode, &full());
+    assert_eq!(rewritten.outcome, Outcome::Rewritten);
+    assert_eq!((rewritten.rewrites[0].from.as_str(), rewritten.rewrites[0].to.as_str()), ("extra_buffer", "unset"));
 }
 
 #[test]
@@ -676,7 +705,8 @@ fn violations_are_reported_in_rule_order_and_deterministically() {
             ("O1", "spec.disaggregation.decodeOffloadKvCache"),
             ("M1", "spec.disaggregation.mambaRadixCacheStrategy")
         ],
-        "one rewrite per field, by the first rule that needed it"
+        "one rewrite per field, by the first rule that needed it (M1 for the prefill servers, which keep \
+         their radix cache)"
     );
 }
 

@@ -487,7 +487,7 @@ fn assess_server(
         release,
     };
     let verdict = match mode {
-        Mode::Decode => policy::evaluate(input),
+        Mode::Decode => policy::evaluate_decode_server(input),
         Mode::Prefill => policy::evaluate_non_decode(input, true),
         Mode::Null => policy::evaluate_non_decode(input, false),
     };
@@ -641,7 +641,9 @@ pub fn check(server: &Server, configs: &ModelConfigs, rewrite: bool) -> Result<S
             Some((r.field.as_str(), rewrite, edits))
         })
         .collect();
-    let (outcome, violations, rewrites, edits, effective) = if rewrite {
+    // A command line SGLang's parser refuses is not rewritten: where a flag lacks its value, taking
+    // another flag out moves the next word into that value.
+    let (outcome, violations, rewrites, edits, effective) = if rewrite && argv_finding.is_none() {
         let edits = proposals.iter().flat_map(|(_, _, e)| e.clone()).collect();
         let rewrites = proposals.into_iter().map(|(_, r, _)| r).collect();
         (fixed.outcome, fixed.violations, rewrites, edits, fixed.effective)

@@ -332,8 +332,8 @@ fn objects_ask_for_rewrites_by_label() {
 /// corrupted.
 #[test]
 fn scripts_the_kubelet_expands_are_not_rewritten_by_span() {
-    let script = "echo $$PPID; exec python3 -m sglang.launch_server --disaggregation-mode decode \
-                  --disaggregation-decode-retraction-backup host_pool";
+    let script = "echo $$PPID; exec python3 -m sglang.launch_server --model-path /models/m --disaggregation-mode \
+                  decode --disaggregation-decode-retraction-backup host_pool";
     let object = deployment(json!(["sh", "-c", script]), json!([]));
     let server = one_server(&object);
     let verdict = check(&server, &ModelConfigs::target(pure_swa()), true).unwrap();
@@ -401,6 +401,29 @@ mod properties {
         } else {
             deployment(json!(["python3", "-m", "sglang.launch_server"]), json!(words))
         }
+    }
+
+    /// Found by the property below: `--disaggregation-decode-retraction-backup` lacks its value
+    /// (argparse refuses it), and taking the decode radix flag out to fix R2 made `host_pool` that
+    /// value. A refused command line gets no rewrite.
+    #[test]
+    fn a_command_line_the_parser_refuses_is_not_rewritten() {
+        let words: Vec<String> = [
+            "--disaggregation-mode",
+            "decode",
+            "--disaggregation-decode-retraction-backup",
+            "--disaggregation-decode-enable-radix-cache",
+            "host_pool",
+        ]
+        .map(String::from)
+        .to_vec();
+        let object = object(&words, false);
+        let server = one_server(&object);
+        let verdict = check(&server, &ModelConfigs::target(pure_swa()), true).unwrap();
+        assert_eq!(verdict.outcome, Outcome::Rejected);
+        assert!(verdict.findings.iter().any(|f| f.violation.rule == "CLI"), "{:?}", verdict.findings);
+        assert!(verdict.rewrites.is_empty(), "{:?}", verdict.rewrites);
+        assert!(rewrite_patch(&object, &[(&server, &verdict)]).unwrap().0.is_empty());
     }
 
     proptest! {
