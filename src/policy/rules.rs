@@ -1751,6 +1751,31 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Rewrite { apply: to_extra_buffer, hint: "use extra_buffer" },
     },
     Rule {
+        id: "M5",
+        about: "no_buffer with the overlap schedule",
+        field: MAMBA_STRATEGY,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True.")],
+        changes: &[],
+        // The overlap schedule is on unless --disable-overlap-schedule is given (in extraArgs: kvpilot
+        // keeps no setting for it); SGLang's automatic strategy turns it off itself for no_buffer.
+        check: |c| {
+            let overlap_off = c.decode.extra_args.iter().any(|arg| arg == "--disable-overlap-schedule");
+            when(
+                mamba_radix_cache(c)
+                    && c.settings.mamba_radix_cache_strategy == Some(MambaRadixCacheStrategy::NoBuffer)
+                    && !overlap_off,
+            )
+        },
+        fix: Fix::Rewrite {
+            apply: strategy_unset,
+            hint: "leave mambaRadixCacheStrategy unset (SGLang's automatic choice turns the overlap schedule off \
+                   for no_buffer), or add --disable-overlap-schedule to the servers' extraArgs",
+        },
+    },
+    Rule {
         id: "M4",
         about: "extra-buffer strategy without Mamba state",
         field: MAMBA_STRATEGY,

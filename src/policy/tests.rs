@@ -554,7 +554,7 @@ fn t1_tp_mismatch_on_non_mla_swa_models_is_never_rewritten() {
 /// theirs and run with its strategy. Before, kvpilot refused M1 and M3 on every decode server and
 /// M1 on models without Mamba state.
 #[test]
-fn m1_m3_and_m4_mamba_strategies_where_the_radix_cache_runs() {
+fn m1_m3_m4_and_m5_mamba_strategies_where_the_radix_cache_runs() {
     let strategy = |strategy, radix| {
         with(move |s| {
             s.mamba_radix_cache_strategy = Some(strategy);
@@ -569,7 +569,8 @@ fn m1_m3_and_m4_mamba_strategies_where_the_radix_cache_runs() {
         };
     let lazy = "extra_buffer_lazy unsupported under PD disaggregation; use --mamba-radix-cache-strategy extra_buffer.";
     let decode = FleetSpec::default();
-    let paged = FleetSpec { page_size: 16, ..FleetSpec::default() };
+    let overlap_off = vec!["--disable-overlap-schedule".to_string()];
+    let paged = FleetSpec { page_size: 16, extra_args: overlap_off.clone(), ..FleetSpec::default() };
     let no_buffer = "no_buffer only supports page_size=1.";
     for radix in [false, true] {
         let lazy_settings = strategy(MambaRadixCacheStrategy::ExtraBufferLazy, radix);
@@ -585,6 +586,12 @@ fn m1_m3_and_m4_mamba_strategies_where_the_radix_cache_runs() {
             "decode radix cache {radix}"
         );
     }
+    // no_buffer needs the overlap schedule off, which SGLang's automatic strategy does itself (M5).
+    let overlap = "no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True.";
+    let no_buffer_settings = strategy(MambaRadixCacheStrategy::NoBuffer, true);
+    assert_eq!(rules_on(false, 21, &no_buffer_settings, &decode, &ssm()), [("M5", overlap.to_string())]);
+    let without_overlap = FleetSpec { extra_args: overlap_off, ..FleetSpec::default() };
+    assert!(rules_on(false, 21, &no_buffer_settings, &without_overlap, &ssm()).is_empty());
     // An extra-buffer strategy on a model without Mamba state: refused from 0.5.21, ignored before.
     let extra = strategy(MambaRadixCacheStrategy::ExtraBuffer, false);
     let m4 = "--mamba-radix-cache-strategy extra_buffer needs mamba state, got LlamaForCausalLM.";

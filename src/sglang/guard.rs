@@ -15,8 +15,8 @@ use super::flags::{self, Kind, Mode, Parsed, ServerSettings};
 use super::server_cli::{self, Reading};
 use super::workload::{self, ContainerSite};
 use crate::api::{
-    AttentionLayout, ConfigMapKeyRef, DisaggregationSpec, EffectiveSettings, HubSource, InferenceDeploymentSpec,
-    ModelConfigSource, ModelSpec, OnInvalid, PrefillSpec, SecretKeyRef,
+    AttentionLayout, ConfigMapKeyRef, DisaggregationSpec, EffectiveSettings, FleetSpec, HubSource,
+    InferenceDeploymentSpec, ModelConfigSource, ModelSpec, OnInvalid, PrefillSpec, SecretKeyRef,
 };
 use crate::layout::{LayoutError, ResolveOptions};
 use crate::policy::{self, ModelConfigs, Outcome, PolicyInput, Violation};
@@ -610,7 +610,12 @@ pub fn check(server: &Server, configs: &ModelConfigs, rewrite: bool) -> Result<S
     let spec_with = |on_invalid| InferenceDeploymentSpec {
         model: model.clone(),
         disaggregation: DisaggregationSpec { on_invalid, ..settings.disaggregation.clone() },
-        decode: settings.decode.clone(),
+        // The command line's words, for the rules that read a flag kvpilot keeps no setting for
+        // (M5: --disable-overlap-schedule).
+        decode: FleetSpec {
+            extra_args: server.invocation.args.iter().map(|arg| arg.text.clone()).collect(),
+            ..settings.decode.clone()
+        },
         prefill: None,
         router: None,
         sglang: None,

@@ -458,6 +458,96 @@ def check_draft_geometry(kvpilot, src, venvs, version, compare):
     return agreements, failed, summary + f", agreements {agreements}"
 
 
+MAMBA_CONFIGS = ("qwen3-next-80b-a3b", "nemotron-nano-9b-v2", "llama-3.1-8b-instruct")
+MAMBA_RULES = ("M1", "M3", "M4", "M5")
+
+
+def mamba_scenarios():
+    """A PD decode server with and without decode radix cache, and a prefill server, on two
+    models with Mamba state and one without, with each strategy (or none), page size 1 or 16, and
+    for no_buffer the overlap schedule on or off."""
+    scenarios = []
+    for config, mode, radix, strategy, page, overlap_off in itertools.product(
+            MAMBA_CONFIGS, ("decode", "prefill"), (False, True),
+            (None, "no_buffer", "extra_buffer", "extra_buffer_lazy"), (1, 16), (False, True)):
+        if (mode == "prefill" and radix) or (overlap_off and strategy != "no_buffer"):
+            continue
+        args = {"disaggregation_mode": mode, "page_size": page}
+        if overlap_off:
+            args["disable_overlap_schedule"] = True
+        if radix:
+            args["disaggregation_decode_enable_radix_cache"] = True
+        if strategy:
+            args["mamba_radix_cache_strategy"] = strategy
+        scenarios.append({"id": f"m{len(scenarios)}",
+                          "config": os.path.join(ROOT, "tests/fixtures/configs", f"{config}.json"),
+                          "args": args})
+    return scenarios
+
+
+def mamba_argv(scenario):
+    args = scenario["args"]
+    argv = ["--model-path", "/models/m", "--disaggregation-mode", args["disaggregation_mode"],
+            "--page-size", str(args["page_size"])]
+    if args.get("disaggregation_decode_enable_radix_cache"):
+        argv.append("--disaggregation-decode-enable-radix-cache")
+    if "mamba_radix_cache_strategy" in args:
+        argv += ["--mamba-radix-cache-strategy", args["mamba_radix_cache_strategy"]]
+    if args.get("disable_overlap_schedule"):
+        argv.append("--disable-overlap-schedule")
+    return argv
+
+
+def mamba_manifests(version, scenarios):
+    """One Pod per scenario running the release's image, each model's config in a ConfigMap (the
+    guard reads each server on its own, as SGLang's arguments are)."""
+    documents = []
+    for config in MAMBA_CONFIGS:
+        with open(os.path.join(ROOT, "tests/fixtures/configs", f"{config}.json"), encoding="utf-8") as f:
+            documents.append({"apiVersion": "v1", "kind": "ConfigMap",
+                              "metadata": {"name": config.replace(".", "-"), "namespace": "parity"},
+                              "data": {"config.json": f.read()}})
+    for scenario in scenarios:
+        config = os.path.basename(scenario["config"]).removesuffix(".json").replace(".", "-")
+        documents.append({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": scenario["id"], "namespace": "parity",
+                         "annotations": {"kvpilot.dev/model-config": f"configmap/{config}"}},
+            "spec": {"containers": [{"name": "sglang", "image": f"lmsysorg/sglang:v{version}",
+                                     "command": ["python3", "-m", "sglang.launch_server"],
+                                     "args": mamba_argv(scenario)}]},
+        })
+    return documents
+
+
+def check_mamba_args(kvpilot, src, venvs, version, compare):
+    """SGLang's own Mamba radix-cache handling (mamba_args.py) against the guard's M1/M3/M4 on the
+    same server command lines. Returns (passed, failed, summary)."""
+    scenarios = mamba_scenarios()
+    theirs = {r["id"]: r["error"] for r in run_release_script("mamba_args.py", src, venvs, scenarios)}
+    refusing = sum(theirs[s["id"]] is not None for s in scenarios)
+    summary = f"mamba args scenarios {len(scenarios)} (refused by SGLang {refusing})"
+    if not compare:
+        return len(scenarios), 0, summary
+    reports = {r["name"].split("/")[-1]: r
+               for r in kvpilot_check_json(kvpilot, mamba_manifests(version, scenarios))}
+    agreements = failed = 0
+    by_rule = collections.Counter()
+    for scenario in scenarios:
+        violations = reports.get(scenario["id"], {}).get("violations", [])
+        error = theirs[scenario["id"]]
+        ours = [v for v in violations if v["rule"] in MAMBA_RULES]
+        if (error in [v["message"] for v in violations]) if error else not ours:
+            agreements += 1
+            by_rule.update(v["rule"] for v in ours if v["message"] == error)
+            continue
+        failed += 1
+        print(f"  {version} mamba {os.path.basename(scenario['config'])} {mamba_argv(scenario)[2:]}: "
+              f"SGLang {error!r}, kvpilot {[(v['rule'], v['message']) for v in violations]}")
+    rules = " ".join(f"{rule} {count}" for rule, count in sorted(by_rule.items()))
+    return agreements, failed, summary + f" (by rule: {rules}), agreements {agreements}"
+
+
 def compare_arg_checks(kvpilot, version, scenarios, manifest_of, raised, prefixes, label):
     """(agreements, disagreements, refusals by rule) of kvpilot check with one argument check of
     the release; a refusal counts under the rule whose kvpilot message is the one SGLang raised."""
@@ -742,8 +832,8 @@ def check_served_architectures(src):
     return proc.returncode == 0
 
 
-PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "draft", "messages", "argv",
-         "cli")
+PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "mamba-args", "draft", "messages",
+         "argv", "cli")
 
 
 def main():
@@ -874,6 +964,11 @@ def main():
             if compare:
                 summary += f", agreements {scenario_agreements}"
             passed += scenario_agreements if compare else len(runnable)
+        if "mamba-args" in parts:
+            mamba_passed, mamba_failed, mamba_summary = check_mamba_args(
+                args.kvpilot, os.path.join(args.src, version), args.venvs, version, compare)
+            passed, failed = passed + mamba_passed, failed + mamba_failed
+            summary += f"; {mamba_summary}"
         if "draft" in parts:
             draft_passed, draft_failed, draft_summary = check_draft_geometry(
                 args.kvpilot, os.path.join(args.src, version), args.venvs, version, compare)

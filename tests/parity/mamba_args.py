@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""One SGLang release's own Mamba radix-cache strategy checks on a PD server, on a matrix.
+
+Usage: mamba_args.py SGLANG_SRC < scenarios.json
+  scenarios: [{"id", "config": CONFIG.json, "args": {field: value}}] (decode or prefill mode)
+Prints [{"id", "error": message or null}]: what the release raises for the server's arguments.
+An AssertionError without a message is reported as "AssertionError".
+
+What runs, unchanged and in the release's order: `handle_pd_disaggregation`
+(arg_groups/pd_disaggregation_hook.py), which decides `disable_radix_cache` on a decode server;
+then the Mamba radix-cache handler (`ServerArgs._handle_mamba_radix_cache` with its
+`_validate_mamba_*` methods in 0.5.17-0.5.18, `handle_mamba_radix_cache` of
+arg_groups/model_hook.py with arg_groups/mamba_hook.py's validators from 0.5.19), which runs the
+release's `_mamba_radix_cache_resolution`, `mamba_extra_buffer_of` and
+`supports_mamba_cache_extra_buffer` (arg_groups/overrides.py and friends) and the release's
+linear-attention model registry on the config.
+
+Stood in, as in pd_args.py and cache_args.py: the server args are a plain object holding the
+release's field defaults overlaid with the scenario; the views hand it back and declarations set
+fields on it (`run_post_process_pass` applies what a pass declares); the model config is the
+release's own loading of the config file (classify.py), handed out where the code asks for the
+model config; the platform is an NVIDIA one (CUDA, not out of tree); DP attention is off; and the
+Mamba cache chunk size is a value (it is only asserted to be set).
+"""
+
+import json
+import os
+import sys
+import types
+
+import sglang_env
+from classify import Release
+from pd_args import field_defaults
+from cache_args import _server_args_method, field_fallbacks
+
+_CUDA = types.SimpleNamespace(is_cuda=True, is_hip=False, is_npu=False, is_musa=False, is_xpu=False,
+                              is_out_of_tree=lambda: False)
+
+
+def _bound(function, fallbacks):
+    """`function` with the views and declarations of the stand-in context (as cache_args.py)."""
+    def resolution_result(args, field, default=None):
+        value = getattr(args, field, default)
+        return fallbacks.get(field, value) if value is None else value
+
+    def declare_resolution(args, _source, **fields):
+        for name, value in fields.items():
+            setattr(args, name, value)
+
+    scope = dict(function.__globals__, resolving_view=lambda args: args, resolved_view=lambda args: args,
+                 declare_resolution=declare_resolution, resolution_result=resolution_result,
+                 attn_dp_enabled_of=lambda _view: False, num_dp_ranks_of=lambda _view: 1)
+    return types.FunctionType(function.__code__, scope, function.__name__, function.__defaults__,
+                              function.__closure__)
+
+
+def _apply_pass(args, resolution):
+    """`run_post_process_pass`: the pass's declarations set on the args object."""
+    for name, value in (resolution(args) or {}).items():
+        setattr(args, name, value)
+
+
+def _stand_ins(module_globals, model_config):
+    module_globals.update(
+        resolving_view=lambda args: args, resolved_view=lambda args: args,
+        model_config_of=lambda _view: model_config, get_platform=lambda: _CUDA,
+        current_platform=_CUDA, run_post_process_pass=_apply_pass,
+        is_cuda=lambda: True, is_musa=lambda: False, is_npu=lambda: False, is_hip=lambda: False,
+        mamba_cache_chunk_size=lambda _args: 64)
+
+
+def main(argv):
+    if len(argv) != 2:
+        sys.exit(__doc__)
+    src = argv[1]
+    scenarios = json.load(sys.stdin)
+    release = Release(src)
+    srt = os.path.join(src, "sglang", "srt")
+    pd_path = os.path.join(srt, "arg_groups", "pd_disaggregation_hook.py")
+    pd_handle = _bound(sglang_env.exec_subset(
+        pd_path, "sglang.srt.arg_groups.pd_disaggregation_hook")["handle_pd_disaggregation"],
+        field_fallbacks(srt))
+    overrides = sys.modules["sglang.srt.arg_groups.overrides"]
+    hook_path = os.path.join(srt, "arg_groups", "model_hook.py")
+    legacy = not os.path.exists(hook_path) or "def handle_mamba_radix_cache" not in open(
+        hook_path, encoding="utf-8").read()
+    if legacy:
+        handler = _server_args_method(srt, "_handle_mamba_radix_cache")[0]
+        validators = {name: _server_args_method(srt, name)[0]
+                      for name in ("_validate_mamba_extra_buffer", "_validate_mamba_no_buffer")}
+    else:
+        handler = sglang_env.exec_subset(hook_path, "sglang.srt.arg_groups.model_hook")[
+            "handle_mamba_radix_cache"]
+        mamba_hook = sglang_env.quietly(__import__, "sglang.srt.arg_groups.mamba_hook",
+                                        fromlist=["validate_mamba_extra_buffer"])
+    defaults = field_defaults(srt)
+    results = []
+    for scenario in scenarios:
+        verdict, model_config = release.model_config(scenario["config"])
+        if model_config is None:
+            raise SystemExit(f"{scenario['config']}: the release's loader refuses it: {verdict}")
+        hf_config = model_config.hf_config
+        model = types.SimpleNamespace(hf_config=hf_config)
+        for module_globals in (handler.__globals__, vars(overrides)):
+            _stand_ins(module_globals, model)
+        if not legacy:
+            _stand_ins(vars(mamba_hook), model)
+        args = types.SimpleNamespace(**dict(defaults, **scenario["args"]))
+        args.get_model_config = lambda model=model: model
+        args.mamba_cache_chunk_size = 64
+        for name, method in ({} if not legacy else validators).items():
+            setattr(args, name, types.MethodType(method, args))
+        try:
+            sglang_env.quietly(pd_handle, args)
+            if legacy:
+                sglang_env.quietly(handler, args, model_arch=hf_config.architectures[0])
+            else:
+                second = hf_config if "hf_config" in handler.__code__.co_varnames[:2] \
+                    else hf_config.architectures[0]
+                sglang_env.quietly(handler, args, second)
+            error = None
+        except (ValueError, AssertionError, NotImplementedError) as e:
+            error = str(e) or type(e).__name__
+        results.append({"id": scenario["id"], "error": error})
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
