@@ -12,8 +12,8 @@ use crate::api::{OnInvalid, RetractionBackup, TransferBackend};
 /// depend on the decode side's radix cache).
 const ON_EVERY_PD_SERVER: &[&str] = &["R20", "M1", "U1", "U2", "U3", "U4c", "U9", "L7", "T11"];
 const ON_EVERY_SERVER: &[&str] = &[
-    "M3", "M4", "M5", "S8", "F3", "F5", "L1", "L2", "L4", "L5", "L6", "L8", "X2", "X3", "D1", "D2", "D3", "D4", "D5",
-    "D6", "U4", "U8", "U10", "U11", "U13", "U15",
+    "M2", "M3", "M4", "M5", "S8", "F3", "F5", "L1", "L2", "L4", "L5", "L6", "L8", "X2", "X3", "D1", "D2", "D3", "D4",
+    "D5", "D6", "U4", "U8", "U10", "U11", "U13", "U15",
 ];
 
 /// Checks a prefill server (`prefill`) or a server without disaggregation. Nothing is

@@ -220,6 +220,18 @@ fn radix_cache_in_use(c: &Context<'_>) -> bool {
     c.scope != Scope::DecodeServer || radix(c)
 }
 
+/// `--mamba-track-interval` among a server's arguments (kvpilot keeps no setting for it), else
+/// SGLang's default, 256 in every release.
+fn mamba_track_interval(args: &[String]) -> i64 {
+    const FLAG: &str = "--mamba-track-interval";
+    let value = args.iter().enumerate().find_map(|(i, arg)| match arg.strip_prefix(FLAG) {
+        Some("") => args.get(i + 1).map(String::as_str),
+        Some(rest) => rest.strip_prefix('='),
+        None => None,
+    });
+    value.and_then(|v| v.trim().parse().ok()).unwrap_or(256)
+}
+
 /// SGLang's `uses_mamba_radix_cache`: an SSM-hybrid model whose server keeps a radix cache.
 fn mamba_radix_cache(c: &Context<'_>) -> bool {
     c.layout.uses_ssm_state() && radix_cache_in_use(c)
@@ -1749,6 +1761,36 @@ pub(crate) const RULES: &[Rule] = &[
             )
         },
         fix: Fix::Rewrite { apply: to_extra_buffer, hint: "use extra_buffer" },
+    },
+    Rule {
+        id: "M2",
+        about: "extra_buffer track interval × page size",
+        field: DECODE_PAGE_SIZE,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "AssertionError (assert view.mamba_track_interval % view.page_size == 0): --mamba-track-interval \
+             {interval} is not a multiple of --page-size {page}",
+        )],
+        changes: &[],
+        check: |c| {
+            // Unset, SGLang's automatic choice is extra_buffer on every SSM model it supports it
+            // for when the overlap schedule is on (its default) or pages are longer than 1 token:
+            // the parity run finds it on every hybrid-SSM fixture.
+            let extra_buffer =
+                !matches!(c.settings.mamba_radix_cache_strategy, Some(MambaRadixCacheStrategy::NoBuffer));
+            let interval = mamba_track_interval(&c.decode.extra_args);
+            let page = i64::from(c.decode.page_size.max(1));
+            when_with(
+                mamba_radix_cache(c) && extra_buffer && interval % page != 0,
+                vec![("interval", interval.to_string()), ("page", page.to_string())],
+            )
+        },
+        fix: Fix::Manual {
+            hint: "make spec.decode.pageSize divide the Mamba track interval (256 unless extraArgs pass \
+                   --mamba-track-interval), or pass --mamba-track-interval with a multiple of the page size",
+        },
     },
     Rule {
         id: "M5",

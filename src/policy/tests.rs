@@ -554,7 +554,7 @@ fn t1_tp_mismatch_on_non_mla_swa_models_is_never_rewritten() {
 /// theirs and run with its strategy. Before, kvpilot refused M1 and M3 on every decode server and
 /// M1 on models without Mamba state.
 #[test]
-fn m1_m3_m4_and_m5_mamba_strategies_where_the_radix_cache_runs() {
+fn m1_to_m5_mamba_strategies_where_the_radix_cache_runs() {
     let strategy = |strategy, radix| {
         with(move |s| {
             s.mamba_radix_cache_strategy = Some(strategy);
@@ -592,6 +592,19 @@ fn m1_m3_m4_and_m5_mamba_strategies_where_the_radix_cache_runs() {
     assert_eq!(rules_on(false, 21, &no_buffer_settings, &decode, &ssm()), [("M5", overlap.to_string())]);
     let without_overlap = FleetSpec { extra_args: overlap_off, ..FleetSpec::default() };
     assert!(rules_on(false, 21, &no_buffer_settings, &without_overlap, &ssm()).is_empty());
+    // The Mamba track interval (256, or --mamba-track-interval in extraArgs) must be a multiple of the
+    // page size under extra_buffer, which is also SGLang's automatic choice (M2, a bare assert).
+    let m2 = "AssertionError (assert view.mamba_track_interval % view.page_size == 0): --mamba-track-interval 256 \
+              is not a multiple of --page-size 48";
+    let pages_48 = FleetSpec { page_size: 48, ..FleetSpec::default() };
+    for chosen in [None, Some(MambaRadixCacheStrategy::ExtraBuffer)] {
+        let settings = with(|s| s.mamba_radix_cache_strategy = chosen);
+        assert_eq!(rules_on(true, 23, &settings, &pages_48, &ssm()), [("M2", m2.to_string())], "{chosen:?}");
+        assert!(rules_on(false, 23, &settings, &pages_48, &ssm()).is_empty(), "no radix cache on this decode server");
+    }
+    let interval_96 = FleetSpec { extra_args: vec!["--mamba-track-interval".into(), "96".into()], ..pages_48.clone() };
+    assert!(rules_on(true, 23, &DisaggregationSpec::default(), &interval_96, &ssm()).is_empty());
+    assert!(rules_on(true, 23, &DisaggregationSpec::default(), &pages_48, &full()).is_empty(), "no Mamba state");
     // An extra-buffer strategy on a model without Mamba state: refused from 0.5.21, ignored before.
     let extra = strategy(MambaRadixCacheStrategy::ExtraBuffer, false);
     let m4 = "--mamba-radix-cache-strategy extra_buffer needs mamba state, got LlamaForCausalLM.";
