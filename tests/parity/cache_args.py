@@ -54,6 +54,31 @@ def field_fallbacks(srt):
     return fallbacks
 
 
+def resolution_stand_ins(fallbacks):
+    """(resolution_result, declare_resolution) of the stand-in context: a field's value (its
+    declared fallback when unset), and declarations set on the args object."""
+    def resolution_result(args, field, default=None):
+        value = getattr(args, field, default)
+        return fallbacks.get(field, value) if value is None else value
+
+    def declare_resolution(args, _source, **fields):
+        for name, value in fields.items():
+            setattr(args, name, value)
+
+    return resolution_result, declare_resolution
+
+
+def bind_views(function, fallbacks):
+    """`function` reading the stand-in context: views that hand the args object back, the
+    resolution stand-ins and DP attention off."""
+    resolution_result, declare_resolution = resolution_stand_ins(fallbacks)
+    scope = dict(function.__globals__, resolving_view=lambda args: args, resolved_view=lambda args: args,
+                 declare_resolution=declare_resolution, resolution_result=resolution_result,
+                 attn_dp_enabled_of=lambda _view: False, num_dp_ranks_of=lambda _view: 1)
+    return types.FunctionType(function.__code__, scope, function.__name__, function.__defaults__,
+                              function.__closure__)
+
+
 @functools.lru_cache(maxsize=None)
 def _tree(path):
     """The syntax tree of one source file, parsed once."""
@@ -165,22 +190,7 @@ def main(argv):
                 + raised_prefixes(hicache_node))
     defaults = field_defaults(srt)
     fallbacks = field_fallbacks(srt)
-
-    def resolution_result(args, field, default=None):
-        value = getattr(args, field, default)
-        return fallbacks.get(field, value) if value is None else value
-
-    def declare_resolution(args, _source, **fields):
-        for name, value in fields.items():
-            setattr(args, name, value)
-
-    def bind(function):
-        scope = dict(function.__globals__, resolving_view=lambda args: args,
-                     resolved_view=lambda args: args, declare_resolution=declare_resolution,
-                     resolution_result=resolution_result,
-                     attn_dp_enabled_of=lambda _view: False, num_dp_ranks_of=lambda _view: 1)
-        return types.FunctionType(function.__code__, scope, function.__name__,
-                                  function.__defaults__, function.__closure__)
+    resolution_result, declare_resolution = resolution_stand_ins(fallbacks)
 
     # The hook modules' own helpers (`resolve_*`, `_validate_unified_memory_dcp`) read the same
     # views, and the Llama fixture's model facts.
@@ -189,8 +199,9 @@ def main(argv):
                       declare_resolution=declare_resolution, resolution_result=resolution_result,
                       use_mla_backend=lambda _args: False, model_config_of=lambda _args: LLAMA,
                       mambaish_config=lambda _config: None)
-    bound = {"handle_pd_disaggregation": bind(pd_handle), "handle_cache_compatibility": bind(cache_handle),
-             "handle_unified_memory_pool": bind(unified_handle), "handle_hicache": bind(hicache_handle)}
+    bound = {name: bind_views(function, fallbacks) for name, function in (
+        ("handle_pd_disaggregation", pd_handle), ("handle_cache_compatibility", cache_handle),
+        ("handle_unified_memory_pool", unified_handle), ("handle_hicache", hicache_handle))}
     steps = [bound[name] for name in pipeline_order(srt, list(bound))]
     pd_backends = _pd_backends_method(srt)
     results = []

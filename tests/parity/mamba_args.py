@@ -31,27 +31,10 @@ import types
 import sglang_env
 from classify import Release
 from pd_args import field_defaults
-from cache_args import _server_args_method, field_fallbacks
+from cache_args import _server_args_method, bind_views, field_fallbacks
 
 _CUDA = types.SimpleNamespace(is_cuda=True, is_hip=False, is_npu=False, is_musa=False, is_xpu=False,
                               is_out_of_tree=lambda: False)
-
-
-def _bound(function, fallbacks):
-    """`function` with the views and declarations of the stand-in context (as cache_args.py)."""
-    def resolution_result(args, field, default=None):
-        value = getattr(args, field, default)
-        return fallbacks.get(field, value) if value is None else value
-
-    def declare_resolution(args, _source, **fields):
-        for name, value in fields.items():
-            setattr(args, name, value)
-
-    scope = dict(function.__globals__, resolving_view=lambda args: args, resolved_view=lambda args: args,
-                 declare_resolution=declare_resolution, resolution_result=resolution_result,
-                 attn_dp_enabled_of=lambda _view: False, num_dp_ranks_of=lambda _view: 1)
-    return types.FunctionType(function.__code__, scope, function.__name__, function.__defaults__,
-                              function.__closure__)
 
 
 def _apply_pass(args, resolution):
@@ -77,7 +60,7 @@ def main(argv):
     release = Release(src)
     srt = os.path.join(src, "sglang", "srt")
     pd_path = os.path.join(srt, "arg_groups", "pd_disaggregation_hook.py")
-    pd_handle = _bound(sglang_env.exec_subset(
+    pd_handle = bind_views(sglang_env.exec_subset(
         pd_path, "sglang.srt.arg_groups.pd_disaggregation_hook")["handle_pd_disaggregation"],
         field_fallbacks(srt))
     overrides = sys.modules["sglang.srt.arg_groups.overrides"]
