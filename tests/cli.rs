@@ -88,9 +88,14 @@ fn by_name<'a>(reports: &'a [Value], name: &str) -> &'a Value {
 fn check_reports_every_example_and_exits_1_on_a_rejection() {
     let (code, reports, err) = check_json(&["-f", &repo("examples")]);
     assert_eq!(code, Some(1), "{err}");
-    // Seven InferenceDeployments, then the three SGLang servers of examples/guard.
-    assert_eq!(reports.len(), 10);
-    assert!(reports[7..].iter().all(|r| r["container"].is_string()), "{reports:?}");
+    // Eight InferenceDeployments, then the three SGLang servers of examples/guard.
+    assert_eq!(reports.len(), 11);
+    assert!(reports[8..].iter().all(|r| r["container"].is_string()), "{reports:?}");
+    let drafted = by_name(&reports, "default/deepseek-v4-mtp");
+    assert_eq!(
+        (drafted["verdict"].as_str(), drafted["draftLayout"]["architecture"].as_str()),
+        (Some("valid"), Some("DeepseekV4ForCausalLMNextN"))
+    );
     let rejected = by_name(&reports, "default/deepseek-v3");
     assert_eq!(rejected["verdict"], "rejected");
     assert_eq!(rejected["violations"][0]["rule"], "R9");

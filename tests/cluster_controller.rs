@@ -52,7 +52,8 @@ fn documented(file: &str) -> (&'static str, &'static [&'static str]) {
         "gemma-3-1b-sliding-full-pool.yaml"
         | "gpt-oss-20b-hybrid-swa.yaml"
         | "llama-3.1-8b-full.yaml"
-        | "deepseek-v3-tp16-multinode.yaml" => ("Valid", &[]),
+        | "deepseek-v3-tp16-multinode.yaml"
+        | "deepseek-v4-eagle-draft.yaml" => ("Valid", &[]),
         other => panic!("examples/{other} has no documented state in this test: add it"),
     }
 }

@@ -31,6 +31,7 @@ const EXAMPLES: &[(&str, &str)] = &[
     ("deepseek-v3-mla-rejected.yaml", include_str!("../../examples/deepseek-v3-mla-rejected.yaml")),
     ("gemma-3-1b-sliding-full-pool.yaml", include_str!("../../examples/gemma-3-1b-sliding-full-pool.yaml")),
     ("deepseek-v3-tp16-multinode.yaml", include_str!("../../examples/deepseek-v3-tp16-multinode.yaml")),
+    ("deepseek-v4-eagle-draft.yaml", include_str!("../../examples/deepseek-v4-eagle-draft.yaml")),
 ];
 
 #[derive(Args, Debug)]
