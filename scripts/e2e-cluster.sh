@@ -61,7 +61,7 @@ for example in examples/*.yaml; do
     [ "$example" = examples/deepseek-v3-mla-rejected.yaml ] || kubectl apply -f "$example"
 done
 # Every admitted example's namespace/name (tests/gitops.rs keeps this list equal to examples/).
-ADMITTED="default/deepseek-v3-tp16 default/gemma-3-1b default/gpt-oss-20b default/llama-3-1-8b default/mimo-pure-swa models/qwen3-next"
+ADMITTED="default/deepseek-v3-tp16 default/deepseek-v4-mtp default/gemma-3-1b default/gpt-oss-20b default/llama-3-1-8b default/mimo-pure-swa models/qwen3-next"
 for target in $ADMITTED; do
     namespace="${target%/*}"; name="${target#*/}"
     kubectl get infd -n "$namespace" "$name" >/dev/null || fail "$target was not created"
