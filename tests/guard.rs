@@ -600,6 +600,60 @@ async fn unreadable_model_configs_are_allowed_with_a_warning_naming_the_annotati
     assert!(response["warnings"][0].as_str().unwrap().contains("ConfigMap default/missing"), "{response}");
 }
 
+#[tokio::test]
+async fn a_draft_config_that_cannot_be_read_is_spoken_of_only_where_the_check_reads_it() {
+    let (server, state) = cluster_state().await;
+    let dsv4 = std::fs::read_to_string(repo("tests/fixtures/configs/deepseek-v4.json")).unwrap();
+    let config_map: ConfigMap = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "dsv4", "namespace": "default"}, "data": {"config.json": dsv4}}))
+    .unwrap();
+    Api::<ConfigMap>::namespaced(server.client(), "default").create(&PostParams::default(), &config_map).await.unwrap();
+    let args = [
+        "--model-path",
+        "/models/target",
+        "--disaggregation-mode",
+        "decode",
+        "--speculative-algorithm",
+        "EAGLE",
+        "--speculative-draft-model-path",
+        "/models/draft",
+    ];
+    let mut deployment = deployment_running("lmsysorg/sglang:v0.5.22", &args);
+    let warnings_for = |model: &str| {
+        let mut deployment = deployment.clone();
+        deployment["metadata"]["annotations"] = json!({
+            guard::MODEL_CONFIG_ANNOTATION: format!("configmap/{model}"),
+            guard::DRAFT_MODEL_CONFIG_ANNOTATION: "configmap/no-draft"});
+        let state = state.clone();
+        async move {
+            let response = post(&state, "/guard/enforce", &admission_review(&deployment)).await;
+            assert_eq!(response["allowed"], true, "{response}");
+            response["warnings"].as_array().cloned().unwrap_or_default()
+        }
+    };
+
+    // A DeepSeek-V4 model, whose check compares the draft's window (T11): the draft is named.
+    let said = warnings_for("dsv4").await;
+    assert_eq!(said.len(), 2, "{said:?}");
+    assert!(said[0].as_str().unwrap().contains("could not read the draft model's config.json"), "{said:?}");
+    assert!(said[0].as_str().unwrap().contains("ConfigMap default/no-draft"), "{said:?}");
+    assert!(said[1].as_str().unwrap().contains("T11 took the draft's sliding window to be the model's"), "{said:?}");
+
+    // A model whose check never reads the draft: nothing is said about it.
+    let said = warnings_for(CONFIG_MAP).await;
+    assert!(said.is_empty(), "{said:?}");
+
+    // The model's config.json is not found either: the server is not checked, and that is all.
+    let said = warnings_for("missing").await;
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].as_str().unwrap().contains("not checked") && said[0].as_str().unwrap().contains("default/missing"));
+
+    // Without an annotation for a local draft path, the annotation is named (DeepSeek-V4 only).
+    deployment["metadata"]["annotations"] = json!({guard::MODEL_CONFIG_ANNOTATION: "configmap/dsv4"});
+    let response = post(&state, "/guard/enforce", &admission_review(&deployment)).await;
+    assert!(response["warnings"].to_string().contains(guard::DRAFT_MODEL_CONFIG_ANNOTATION), "{response}");
+}
+
 fn apply_patch(object: &Value, response: &Value) -> Value {
     assert_eq!(response["patchType"], "JSONPatch");
     let bytes = base64::engine::general_purpose::STANDARD.decode(response["patch"].as_str().unwrap()).unwrap();

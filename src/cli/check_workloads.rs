@@ -105,31 +105,26 @@ pub(crate) async fn check_workloads(
                     continue;
                 }
             };
-            // The draft's config.json refines one rule (T11): without it the server is still checked.
-            let draft = match &server.draft {
+            // The draft's config.json refines one rule (T11): without it the server is still checked,
+            // and what kept it unread is said only where the check would have read it.
+            let (draft, draft_problem) = match &server.draft {
                 Some(Ok(draft)) => match set.config_for(found.namespace(), draft, hub, hub_endpoint).await {
-                    Ok(ModelConfig::Read(config)) => Some(config),
+                    Ok(ModelConfig::Read(config)) => (Some(config), None),
                     Ok(ModelConfig::SkippedOffline(url)) => {
-                        eprintln!(
-                            "kvpilot check: {}: {subject}: the draft model's config.json ({url}) was not read \
-                             (--offline)",
-                            found.location
-                        );
-                        None
+                        (None, Some(format!("the draft model's config.json ({url}) was not read (--offline)")))
                     }
-                    Err(e) => {
-                        eprintln!("kvpilot check: {}: {subject}: draft model config.json: {e}", found.location);
-                        None
-                    }
+                    Err(e) => (None, Some(format!("draft model config.json: {e}"))),
                 },
-                Some(Err(warning)) => {
-                    eprintln!("kvpilot check: {}: {subject}: {warning}", found.location);
-                    None
-                }
-                None => None,
+                Some(Err(warning)) => (None, Some(warning.clone())),
+                None => (None, None),
             };
             match guard::check(server, &ModelConfigs { target: config, draft }, rewrite) {
-                Ok(verdict) => reports.push(report(found, &inspection.object, server, subject, verdict)),
+                Ok(verdict) => {
+                    if let (Some(problem), true) = (&draft_problem, verdict.reads_draft_config()) {
+                        eprintln!("kvpilot check: {}: {subject}: {problem}", found.location);
+                    }
+                    reports.push(report(found, &inspection.object, server, subject, verdict));
+                }
                 Err(e) => errors.push(format!("{}: {subject}: model config.json: {e}", found.location)),
             }
         }

@@ -466,6 +466,19 @@ pub struct ServerVerdict {
     edits: Vec<Edit>,
 }
 
+impl ServerVerdict {
+    /// Whether the check read the speculative draft's config.json: only a DeepSeek-V4 model's
+    /// does (T11 compares the two sliding windows), so a draft that could not be read is worth
+    /// a word only then.
+    pub fn reads_draft_config(&self) -> bool {
+        reads_draft_config(&self.layout)
+    }
+}
+
+fn reads_draft_config(layout: &AttentionLayout) -> bool {
+    layout.has(crate::api::LayoutFeature::DeepseekV4)
+}
+
 /// Runs the policy for one server at the SGLang release chosen for it.
 fn assess_server(
     spec: &InferenceDeploymentSpec,
@@ -630,10 +643,10 @@ pub fn check(server: &Server, configs: &ModelConfigs, rewrite: bool) -> Result<S
     warnings.extend(layout.warnings.iter().cloned());
     warnings.extend(fixed.warnings.iter().map(|w| translate(w)));
     warnings.extend(server.parsed.warnings.iter().cloned());
-    if let (Some(path), None) = (&settings.draft_model_path, &configs.draft) {
+    if let (Some(path), None, true) = (&settings.draft_model_path, &configs.draft, reads_draft_config(&layout)) {
         warnings.push(format!(
-            "the config.json of the draft model {path} was not read: T11 compares the model's DeepSeek-V4 sliding \
-             window with the model's own, not the draft's"
+            "the config.json of the draft model {path} was not read: T11 took the draft's sliding window to be \
+             the model's"
         ));
     }
     // What rewrite mode changes, by the field it changes: applied with `rewrite`, named in each

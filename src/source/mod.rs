@@ -264,13 +264,19 @@ impl ClusterSource {
         namespace: &str,
         spec: &crate::api::InferenceDeploymentSpec,
     ) -> Result<ModelConfigs, SourceError> {
-        let target = self.model_config(namespace, &spec.model).await?;
-        let draft = match &spec.disaggregation.speculative_draft_model {
-            None => None,
-            Some(draft) => Some(
-                self.model_config_at(namespace, &draft.as_model(&spec.model), crate::api::DRAFT_CONFIG_FIELD).await?,
-            ),
+        // The two reads run together; the model's error comes first whichever finishes first, so
+        // the condition a failure leaves does not flap between the two.
+        let draft_read = async {
+            match &spec.disaggregation.speculative_draft_model {
+                None => Ok(None),
+                Some(draft) => self
+                    .model_config_at(namespace, &draft.as_model(&spec.model), crate::api::DRAFT_CONFIG_FIELD)
+                    .await
+                    .map(Some),
+            }
         };
+        let (target, draft) = tokio::join!(self.model_config(namespace, &spec.model), draft_read);
+        let (target, draft) = (target?, draft?);
         Ok(ModelConfigs { target, draft })
     }
 

@@ -89,37 +89,43 @@ async fn decide(
     let mut argv_refusals: Vec<String> = Vec::new();
     for server in &inspection.servers {
         let subject = server.subject(&inspection.object);
-        let config = match &server.model {
-            Err(warning) => Err(warning.clone()),
-            Ok(model) => match source {
-                Some(source) => source
+        // The two reads run together: an admission review has a deadline.
+        let target_read = async {
+            match (&server.model, source) {
+                (Err(warning), _) => Err(warning.clone()),
+                (Ok(model), Some(source)) => source
                     .model_config(&namespace, model)
                     .await
                     .map_err(|e| format!("kvpilot could not read the model config.json ({e})")),
-                None => Err("the webhook runs without a Kubernetes client".to_string()),
-            },
-        };
-        // The draft's config.json refines one rule (T11): without it the server is still checked.
-        let draft = match (&server.draft, source) {
-            (Some(Ok(draft)), Some(source)) => match source.model_config(&namespace, draft).await {
-                Ok(config) => Some(config),
-                Err(e) => {
-                    warnings.push(format!("{subject}: kvpilot could not read the draft model's config.json ({e})"));
-                    None
-                }
-            },
-            (Some(Err(warning)), _) => {
-                warnings.push(format!("{subject}: {warning}"));
-                None
+                (Ok(_), None) => Err("the webhook runs without a Kubernetes client".to_string()),
             }
-            _ => None,
+        };
+        let draft_read = async {
+            match (&server.draft, source) {
+                (Some(Ok(draft)), Some(source)) => Some(source.model_config(&namespace, draft).await),
+                _ => None,
+            }
+        };
+        let (config, draft_config) = tokio::join!(target_read, draft_read);
+        // The draft's config.json refines one rule (T11): without it the server is still checked,
+        // and what kept it unread is said only where the check would have read it.
+        let (draft, draft_problem) = match (&server.draft, draft_config) {
+            (_, Some(Ok(config))) => (Some(config), None),
+            (_, Some(Err(e))) => (None, Some(format!("kvpilot could not read the draft model's config.json ({e})"))),
+            (Some(Err(warning)), None) => (None, Some(warning.clone())),
+            _ => (None, None),
         };
         let checked_server = config.and_then(|target| {
             guard::check(server, &ModelConfigs { target, draft }, mode == GuardMode::Rewrite)
                 .map_err(|e| format!("the model config.json is not a model config: {e}"))
         });
         match checked_server {
-            Ok(verdict) => checked.push((server, verdict)),
+            Ok(verdict) => {
+                if verdict.reads_draft_config() {
+                    warnings.extend(draft_problem.map(|problem| format!("{subject}: {problem}")));
+                }
+                checked.push((server, verdict));
+            }
             Err(why) => {
                 warnings.push(format!("{subject}: not checked: {why}"));
                 let (refusal, argv_warnings) = guard::argv_check(server);
