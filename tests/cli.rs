@@ -552,3 +552,48 @@ fn check_and_render_read_the_speculative_draft_model() {
         "{err}"
     );
 }
+
+#[test]
+fn check_reads_the_prefill_fleet_s_attention_cp_and_kv_sharding_from_its_extra_args() {
+    let manifest = |prefill_extra: &str, dcp: i32, decode_tp: i32| {
+        let config = std::fs::read_to_string(repo("tests/fixtures/configs/deepseek-v3.json")).unwrap();
+        format!(
+            "apiVersion: kvpilot.dev/v1alpha1\nkind: InferenceDeployment\nmetadata:\n  name: dsv3\nspec:\n  model:\n    \
+             name: deepseek-ai/DeepSeek-V3\n    config:\n      inline: {config}\n  sglang: {{version: 0.5.23}}\n  \
+             disaggregation:\n    retractionBackup: cpu_tensor\n    decodeContextParallel: {dcp}\n  decode:\n    \
+             tensorParallel: {decode_tp}\n  prefill:\n    tensorParallel: 4\n    extraArgs: {prefill_extra}\n",
+            config = config.replace('\n', " "),
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let handshake = |prefill_extra: &str, dcp: i32, decode_tp: i32| {
+        let path = write(dir.path(), "dsv3.yaml", &manifest(prefill_extra, dcp, decode_tp));
+        let (_, reports, err) = check_json(&["-f", &path, "--offline"]);
+        let violations = by_name(&reports, "default/dsv3")["violations"].as_array().cloned().unwrap_or_default();
+        let found: Vec<(String, String)> = violations
+            .iter()
+            .filter(|v| v["phase"] == "handshake")
+            .map(|v| (v["rule"].as_str().unwrap().to_string(), v["message"].as_str().unwrap().to_string()))
+            .collect();
+        (found, err)
+    };
+    let (found, err) = handshake("[--attn-cp-size, '2']", 2, 4);
+    assert_eq!(
+        found,
+        [("R19e".to_string(), "PD decode DCP currently requires prefill attention CP=1, got 2.".to_string())],
+        "{err}"
+    );
+    let (found, err) = handshake("[--enable-kv-cache-sharding]", 2, 4);
+    assert_eq!(found.iter().map(|(rule, _)| rule.as_str()).collect::<Vec<_>>(), ["R19f"], "{err}");
+    let (found, err) = handshake("[--enable-kv-cache-sharding]", 1, 4);
+    assert!(found.is_empty(), "{found:?} {err}");
+    let (found, err) = handshake("[--enable-kv-cache-sharding]", 1, 2);
+    assert_eq!(
+        found,
+        [(
+            "P5".to_string(),
+            "MLA KV cache sharding requires equal prefill/decode attn TP sizes, got prefill=4 decode=2".to_string()
+        )],
+        "{err}"
+    );
+}

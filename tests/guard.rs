@@ -320,6 +320,47 @@ fn check_pairs_prefill_and_decode_deployments_of_one_model_for_t1() {
 }
 
 #[test]
+fn check_reads_the_paired_prefill_s_attention_cp_and_kv_sharding_for_the_handshake() {
+    let deepseek = std::fs::read_to_string(repo("tests/fixtures/configs/deepseek-v3.json")).unwrap();
+    let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "dsv3"},
+        "data": {"config.json": deepseek}});
+    let side = |name: &str, args: &[&str]| {
+        let mut argv = vec!["--model-path", "/models/dsv3"];
+        argv.extend_from_slice(args);
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "annotations": {guard::MODEL_CONFIG_ANNOTATION: "configmap/dsv3"}},
+            "spec": {"template": template(&argv)}})
+    };
+    let check = |prefill: &[&str], decode: &[&str]| {
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": [config_map.clone(),
+            side("dsv3-prefill", &[&["--disaggregation-mode", "prefill"], prefill].concat()),
+            side("dsv3-decode", &[&["--disaggregation-mode", "decode"], decode].concat())]});
+        let out = kvpilot(&["check", "-o", "json", "--sglang-version", "0.5.23", "-f", "-"], Some(&list.to_string()));
+        let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+        let decode = reports.iter().find(|r| r["name"] == "deploy/dsv3-decode").unwrap().clone();
+        decode["violations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| (v["rule"].clone(), v["message"].clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        check(&["--tp-size", "4", "--attn-cp-size", "2"], &["--tp-size", "2", "--dcp-size", "2"]),
+        vec![(json!("R19e"), json!("PD decode DCP currently requires prefill attention CP=1, got 2."))]
+    );
+    // Attention CP 2 of TP 4 is attention TP 2, the decode's: nothing to say without DCP.
+    assert_eq!(check(&["--tp-size", "4", "--attn-cp-size", "2"], &["--tp-size", "2"]), vec![]);
+    assert_eq!(
+        check(&["--tp-size", "2", "--enable-kv-cache-sharding"], &["--tp-size", "4"]),
+        vec![(
+            json!("P5"),
+            json!("MLA KV cache sharding requires equal prefill/decode attn TP sizes, got prefill=2 decode=4")
+        )]
+    );
+}
+
+#[test]
 fn check_reads_the_speculative_draft_model_s_config_for_t11() {
     let fixture = |name: &str| std::fs::read_to_string(repo(&format!("tests/fixtures/configs/{name}.json"))).unwrap();
     let config_map = |name: &str, fixture_name: &str| {

@@ -723,6 +723,17 @@ pub struct PrefillSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self != ''").message("spec.disaggregation.prefill.kvCacheDtype must not be empty"))]
     pub kv_cache_dtype: Option<String>,
+    /// Prefill attention context-parallel size as the prefill servers resolve it (`--attn-cp-size`;
+    /// DeepSeek's prefill context-parallel modes set it to TP ÷ attention DP). It divides the
+    /// prefill attention TP the transfer rules compare; decode context parallelism needs 1 (R19e).
+    #[serde(default = "one")]
+    #[x_kube(validation = Rule::new("self >= 1").message("spec.disaggregation.prefill.attentionContextParallel must be at least 1"))]
+    pub attention_context_parallel: i32,
+    /// The prefill servers shard their KV cache across attention TP (`--enable-kv-cache-sharding`,
+    /// SGLang 0.5.22 and later): decode context parallelism refuses such a prefill (R19f), and an
+    /// MLA model's decode attention TP must then equal the prefill's (P5).
+    #[serde(default)]
+    pub kv_cache_sharding: bool,
 }
 
 impl Default for PrefillSpec {
@@ -734,6 +745,8 @@ impl Default for PrefillSpec {
             pipeline_parallel: 1,
             page_size: None,
             kv_cache_dtype: None,
+            attention_context_parallel: 1,
+            kv_cache_sharding: false,
         }
     }
 }

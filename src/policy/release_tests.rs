@@ -989,3 +989,62 @@ fn t4_minimax_sparse_state_needs_one_prefill_stage_and_equal_attention_tp() {
         with(|s| s.prefill = Some(PrefillSpec { pipeline_parallel: 2, tensor_parallel: 2, ..PrefillSpec::default() }));
     assert!(at(23, &settings, &FleetSpec::default(), &full()).violations.iter().all(|v| !v.rule.starts_with("T4")));
 }
+
+#[test]
+fn r19e_r19f_p5_read_the_prefill_s_attention_cp_and_kv_sharding() {
+    let settings = |dcp: i32, prefill: PrefillSpec| {
+        with(|s| {
+            s.decode_context_parallel = dcp;
+            s.prefill = Some(prefill);
+        })
+    };
+    let cp2 = PrefillSpec { tensor_parallel: 4, attention_context_parallel: 2, ..PrefillSpec::default() };
+    let sharded = PrefillSpec { tensor_parallel: 2, kv_cache_sharding: true, ..PrefillSpec::default() };
+    let decode_tp2 = FleetSpec { tensor_parallel: 2, ..FleetSpec::default() };
+    let decode_tp4 = FleetSpec { tensor_parallel: 4, ..FleetSpec::default() };
+
+    // R19e: every release, from the prefill's attention CP, whatever the layout's pool.
+    let r19e = "PD decode DCP currently requires prefill attention CP=1, got 2.";
+    assert_eq!(messages("R19e", &settings(2, cp2.clone()), &decode_tp2, &mla()), on(17..=23, r19e));
+    assert_eq!(messages("R19e", &settings(1, cp2.clone()), &decode_tp2, &mla()), on(1..=0, ""));
+    // R19f: 0.5.23's handshake.
+    let r19f = "PD decode DCP does not support a prefill with --enable-kv-cache-sharding.";
+    assert_eq!(messages("R19f", &settings(2, sharded.clone()), &decode_tp2, &mla()), on(23..=23, r19f));
+    assert_eq!(messages("R19f", &settings(1, sharded.clone()), &decode_tp2, &mla()), on(1..=0, ""));
+
+    // P5: an MLA pool, sharded prefill without CP, unequal attention TP.
+    let p5 = "MLA KV cache sharding requires equal prefill/decode attn TP sizes, got prefill=2 decode=4";
+    assert_eq!(messages("P5", &settings(1, sharded.clone()), &decode_tp4, &mla()), on(23..=23, p5));
+    assert_eq!(messages("P5", &settings(1, sharded.clone()), &decode_tp4, &dsv4()), on(23..=23, p5));
+    assert_eq!(messages("P5", &settings(1, sharded.clone()), &decode_tp2, &mla()), on(1..=0, ""));
+    assert_eq!(messages("P5", &settings(1, sharded.clone()), &decode_tp4, &full()), on(1..=0, ""));
+    let sharded_cp = PrefillSpec { attention_context_parallel: 2, ..sharded };
+    assert_eq!(messages("P5", &settings(1, sharded_cp), &decode_tp4, &mla()), on(1..=0, ""));
+}
+
+#[test]
+fn prefill_attention_cp_divides_the_prefill_attention_tp_the_transfer_rules_compare() {
+    // TP 4 with attention CP 2 is attention TP 2: equal to decode's 2, so no T1 for SWA state.
+    let prefill = |cp| {
+        with(|s| {
+            s.prefill =
+                Some(PrefillSpec { tensor_parallel: 4, attention_context_parallel: cp, ..PrefillSpec::default() })
+        })
+    };
+    let decode = FleetSpec { tensor_parallel: 2, ..FleetSpec::default() };
+    let t1 = |settings: &DisaggregationSpec| {
+        at(21, settings, &decode, &hybrid_swa()).violations.into_iter().filter(|v| v.rule == "T1").count()
+    };
+    assert_eq!(t1(&prefill(1)), 1);
+    assert_eq!(t1(&prefill(2)), 0);
+    assert_eq!(
+        prefill_attention_tp(&PrefillSpec {
+            tensor_parallel: 8,
+            data_parallel: 2,
+            enable_dp_attention: true,
+            attention_context_parallel: 2,
+            ..PrefillSpec::default()
+        }),
+        2
+    );
+}

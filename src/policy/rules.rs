@@ -7,7 +7,7 @@
 use crate::api::AttentionLayout;
 use crate::api::{
     AttentionKind, DisaggregationSpec, FleetSpec, HicacheHostMemoryMode, KvPool, LayerKind, LayoutFeature,
-    MambaRadixCacheStrategy, RetractionBackup, TransferBackend,
+    MambaRadixCacheStrategy, PrefillSpec, RetractionBackup, TransferBackend,
 };
 use crate::release::{Release, Span, v0_5};
 
@@ -176,6 +176,8 @@ const HOST_RECEIVE_HINT: &str = "leave decodeHostReceiveThreshold unset: no tran
 const LINKER: &str = "spec.disaggregation.unifiedCacheExternalLinker";
 const SPECULATIVE_DRAFT_MODEL: &str = "spec.disaggregation.speculativeDraftModel";
 const PREFILL_PIPELINE: &str = "spec.disaggregation.prefill.pipelineParallel";
+const PREFILL_CONTEXT_PARALLEL: &str = "spec.disaggregation.prefill.attentionContextParallel";
+const PREFILL_KV_SHARDING: &str = "spec.disaggregation.prefill.kvCacheSharding";
 const UNIFIED_DCP_HINT: &str = "turn enableUnifiedMemory off, or set decodeContextParallel to 1";
 const UNIFIED_EAGLE_HINT: &str = "turn enableUnifiedMemory off, or use another speculativeAlgorithm";
 const HICACHE_DCP_HINT: &str = "turn hierarchicalCache off, or set decodeContextParallel to 1";
@@ -366,7 +368,7 @@ pub(crate) fn kv_cache_dtype(value: Option<&str>) -> &str {
 fn attention_tps(c: &Context<'_>) -> Option<(i32, i32)> {
     let prefill = c.settings.prefill.as_ref()?;
     Some((
-        attention_tp(prefill.tensor_parallel, prefill.data_parallel, prefill.enable_dp_attention),
+        prefill_attention_tp(prefill),
         attention_tp(c.decode.tensor_parallel, c.decode.data_parallel, c.decode.enable_dp_attention),
     ))
 }
@@ -463,8 +465,15 @@ fn to_extra_buffer(s: &mut DisaggregationSpec) -> (String, String) {
 }
 
 /// Attention TP: TP ÷ DP under DP attention, else TP.
-pub fn attention_tp(tensor_parallel: i32, data_parallel: i32, dp_attention: bool) -> i32 {
+pub(crate) fn attention_tp(tensor_parallel: i32, data_parallel: i32, dp_attention: bool) -> i32 {
     if dp_attention && data_parallel > 0 { tensor_parallel / data_parallel } else { tensor_parallel }
+}
+
+/// The prefill servers' attention TP: what is left of TP after attention DP and attention CP
+/// (SGLang's `derive_attn_tp_size`, `tp // attn_dp // attn_cp`).
+pub fn prefill_attention_tp(prefill: &PrefillSpec) -> i32 {
+    attention_tp(prefill.tensor_parallel, prefill.data_parallel, prefill.enable_dp_attention)
+        / prefill.attention_context_parallel.max(1)
 }
 
 /// Layer ranges `[start, end)` of each pipeline stage, split as SGLang's `get_pp_indices`
@@ -1450,6 +1459,39 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Manual { hint: "set decodeContextParallel to 1: decode context parallelism needs an MLA model" },
     },
     Rule {
+        id: "R19e",
+        about: "decode DCP × prefill attention CP",
+        field: PREFILL_CONTEXT_PARALLEL,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Handshake,
+        messages: &[text("PD decode DCP currently requires prefill attention CP=1, got {cp}.")],
+        changes: &[],
+        check: |c| {
+            let cp = c.settings.prefill.as_ref()?.attention_context_parallel;
+            when_with(dcp(c) && cp != 1, vec![("cp", cp.to_string())])
+        },
+        fix: Fix::Manual {
+            hint: "run the prefill servers without attention context parallelism (no --attn-cp-size, no prefill CP \
+                   mode), or set spec.disaggregation.decodeContextParallel to 1",
+        },
+    },
+    Rule {
+        id: "R19f",
+        about: "decode DCP × prefill KV cache sharding",
+        field: PREFILL_KV_SHARDING,
+        span: Span::since(v0_5(23)),
+        backends: &[],
+        phase: Phase::Handshake,
+        messages: &[text("PD decode DCP does not support a prefill with --enable-kv-cache-sharding.")],
+        changes: &[],
+        check: |c| when(dcp(c) && c.settings.prefill.as_ref()?.kv_cache_sharding),
+        fix: Fix::Manual {
+            hint: "run the prefill servers without --enable-kv-cache-sharding, or set \
+                   spec.disaggregation.decodeContextParallel to 1",
+        },
+    },
+    Rule {
         id: "R20",
         about: "staging buffer backend",
         field: DECODE_ENV,
@@ -1623,6 +1665,38 @@ pub(crate) const RULES: &[Rule] = &[
             Some(finding)
         },
         fix: Fix::Manual { hint: TP_HINT },
+    },
+    Rule {
+        id: "P5",
+        about: "MLA KV cache sharding × attention TP mismatch",
+        field: DECODE_TP,
+        span: Span::since(v0_5(23)),
+        backends: &[],
+        phase: Phase::Handshake,
+        messages: &[text(
+            "MLA KV cache sharding requires equal prefill/decode attn TP sizes, got prefill={prefill_tp} \
+             decode={decode_tp}",
+        )],
+        changes: &[],
+        // The decode side maps its ranks onto sharded prefill ranks only for an MLA pool (SGLang's
+        // `is_mla_backend`: MLA or DeepSeek-V4, not a hybrid-linear pool around MLA) and only
+        // when prefill runs no attention CP.
+        check: |c| {
+            let prefill = c.settings.prefill.as_ref()?;
+            let (prefill_tp, decode_tp) = attention_tps(c)?;
+            when_with(
+                prefill.kv_cache_sharding
+                    && prefill.attention_context_parallel == 1
+                    && mla_like(c.layout)
+                    && !c.layout.uses_ssm_state()
+                    && prefill_tp != decode_tp,
+                vec![("prefill_tp", prefill_tp.to_string()), ("decode_tp", decode_tp.to_string())],
+            )
+        },
+        fix: Fix::Manual {
+            hint: "make the decode attention TP (spec.decode.tensorParallel) equal the prefill attention TP, or run \
+                   the prefill servers without --enable-kv-cache-sharding",
+        },
     },
     Rule {
         id: "T11",

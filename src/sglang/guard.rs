@@ -221,20 +221,10 @@ pub fn pair_with_prefill(servers: &mut [&mut Server]) -> Result<(), String> {
     let prefill: Vec<PrefillSpec> = servers
         .iter()
         .filter(|s| s.parsed.settings.mode == Mode::Prefill)
-        .map(|s| {
-            let decode = &s.parsed.settings.decode;
-            PrefillSpec {
-                tensor_parallel: decode.tensor_parallel,
-                data_parallel: decode.data_parallel,
-                enable_dp_attention: decode.enable_dp_attention,
-                pipeline_parallel: decode.pipeline_parallel,
-                page_size: Some(decode.page_size),
-                kv_cache_dtype: decode.kv_cache_dtype.clone(),
-            }
-        })
+        .map(|s| super::server::prefill_side(&s.parsed.settings.decode, s.argv.as_ref().unwrap_or(&Reading::default())))
         .collect();
     let Some(first) = prefill.first() else { return Ok(()) };
-    let attention = |p: &PrefillSpec| policy::attention_tp(p.tensor_parallel, p.data_parallel, p.enable_dp_attention);
+    let attention = policy::prefill_attention_tp;
     if prefill.iter().any(|p| attention(p) != attention(first)) {
         return Err(
             "the prefill servers run different attention TP sizes, so rule T1 is not checked against them".into()
@@ -699,8 +689,19 @@ fn change_text(rewrite: &FlagRewrite) -> String {
 }
 
 /// Policy text names spec fields; a command line has flags. Each table field becomes its flag.
+/// The prefill servers' flags that the policy's prefill-side fields stand for: the guard reads
+/// them from the prefill servers it pairs with a decode server.
+const PREFILL_FIELD_FLAGS: &[(&str, &str)] = &[
+    ("spec.disaggregation.prefill.pipelineParallel", "--pipeline-parallel-size"),
+    ("spec.disaggregation.prefill.attentionContextParallel", "--attn-cp-size"),
+    ("spec.disaggregation.prefill.kvCacheSharding", "--enable-kv-cache-sharding"),
+];
+
 fn translate(text: &str) -> String {
     let mut out = text.to_string();
+    for (field, flag) in PREFILL_FIELD_FLAGS {
+        out = out.replace(field, &format!("the prefill servers' {flag}"));
+    }
     for flag in flags::FLAGS.iter().filter(|f| f.field.starts_with("spec.")) {
         out = out.replace(flag.field, flag.name());
     }
@@ -713,6 +714,9 @@ fn flag_text(server: &Server, field: &str) -> String {
     if field == "spec.decode.env" {
         let names: Vec<&str> = server.parsed.settings.decode.env.iter().map(|v| v.name.as_str()).collect();
         return format!("env {}", names.join(", "));
+    }
+    if let Some((_, flag)) = PREFILL_FIELD_FLAGS.iter().find(|(prefill_field, _)| *prefill_field == field) {
+        return format!("the prefill servers' {flag}");
     }
     let Some(flag) = flags::for_field(field) else { return field.to_string() };
     match server.parsed.last(flag) {

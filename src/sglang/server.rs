@@ -14,7 +14,7 @@ use crate::release::{Release, ReleaseChoice};
 use super::args::sglang_args;
 use super::cmdline::{Arg, ArgList, ArgSite};
 use super::flags::FLAGS;
-use super::server_cli::{self, Word};
+use super::server_cli::{self, Reading, Word};
 
 /// Where a volume with the weights is mounted in the SGLang container.
 pub const MODELS_DIR: &str = "/models";
@@ -127,7 +127,10 @@ pub fn storage_backend_config() -> String {
 /// The spec as the policy sees it: `spec.cache` turns on the decode settings it stands for
 /// (offload writes; reuse reads through a radix cache over a hierarchical cache), and the prefill
 /// fleet kvpilot runs is the prefill side the transfer rules compare decode with.
-pub fn effective_spec(spec: &InferenceDeploymentSpec) -> std::borrow::Cow<'_, InferenceDeploymentSpec> {
+pub fn effective_spec(
+    spec: &InferenceDeploymentSpec,
+    release: Release,
+) -> std::borrow::Cow<'_, InferenceDeploymentSpec> {
     if spec.cache.is_none() && spec.prefill.is_none() {
         return std::borrow::Cow::Borrowed(spec);
     }
@@ -141,16 +144,41 @@ pub fn effective_spec(spec: &InferenceDeploymentSpec) -> std::borrow::Cow<'_, In
         d.hicache_storage_backend = Some(CACHE_STORAGE_BACKEND.into());
     }
     if let Some(prefill) = &spec.prefill {
-        d.prefill = Some(PrefillSpec {
-            tensor_parallel: prefill.tensor_parallel,
-            data_parallel: prefill.data_parallel,
-            enable_dp_attention: prefill.enable_dp_attention,
-            pipeline_parallel: prefill.pipeline_parallel,
-            page_size: Some(prefill.page_size),
-            kv_cache_dtype: prefill.kv_cache_dtype.clone(),
-        });
+        let args: Vec<Arg> = prefill
+            .extra_args
+            .iter()
+            .enumerate()
+            .map(|(index, text)| Arg {
+                expands: text.contains("$("),
+                site: ArgSite::Item { list: ArgList::Args, index },
+                text: text.clone(),
+            })
+            .collect();
+        d.prefill = Some(prefill_side(prefill, &server_cli::for_release(release).read(&args)));
     }
     std::borrow::Cow::Owned(effective)
+}
+
+/// The prefill side the handshake and transfer rules compare decode with, from a prefill
+/// server's parallelism and what `argv` (its command line, or a fleet's `extraArgs`, read by the
+/// release's own parser) says of the flags kvpilot reads but never writes: `--attn-cp-size` and
+/// `--enable-kv-cache-sharding`.
+pub fn prefill_side(fleet: &FleetSpec, argv: &Reading) -> PrefillSpec {
+    let attention_context_parallel = argv
+        .last("--attn-cp-size")
+        .and_then(|given| given.values.last()?.trim().parse().ok())
+        .filter(|&size: &i32| size >= 1)
+        .unwrap_or(1);
+    PrefillSpec {
+        tensor_parallel: fleet.tensor_parallel,
+        data_parallel: fleet.data_parallel,
+        enable_dp_attention: fleet.enable_dp_attention,
+        pipeline_parallel: fleet.pipeline_parallel,
+        page_size: Some(fleet.page_size),
+        kv_cache_dtype: fleet.kv_cache_dtype.clone(),
+        attention_context_parallel,
+        kv_cache_sharding: argv.last("--enable-kv-cache-sharding").is_some(),
+    }
 }
 
 /// Bytes of host memory the SGLang container of each decode pod holds in HiCache host pools:
@@ -532,7 +560,7 @@ pub fn assess(
     configs: &ModelConfigs,
     release: &ReleaseChoice,
 ) -> Result<Assessment, LayoutError> {
-    let mut assessment = policy::assess(&effective_spec(spec), configs, release)?;
+    let mut assessment = policy::assess(&effective_spec(spec, release.release), configs, release)?;
     let mut findings = pod_findings(spec, release.release);
     for role in [FleetRole::Decode, FleetRole::Prefill] {
         let (refusal, warnings) = extra_args_reading(spec, role, &assessment.verdict, release.release);
@@ -890,24 +918,42 @@ mod tests {
 
     #[test]
     fn the_prefill_fleet_is_the_prefill_side_the_transfer_rules_see() {
-        let spec: InferenceDeploymentSpec = serde_json::from_value(json!({
-            "model": {"name": "m/x", "config": {"inline": {}}},
-            "prefill": {"tensorParallel": 4, "dataParallel": 2, "enableDpAttention": true, "pageSize": 16,
-                        "kvCacheDtype": "fp8_e4m3"}
-        }))
-        .unwrap();
-        let prefill = effective_spec(&spec).disaggregation.prefill.clone().unwrap();
+        let spec = |extra_args: serde_json::Value| -> InferenceDeploymentSpec {
+            serde_json::from_value(json!({
+                "model": {"name": "m/x", "config": {"inline": {}}},
+                "prefill": {"tensorParallel": 4, "dataParallel": 2, "enableDpAttention": true, "pageSize": 16,
+                            "kvCacheDtype": "fp8_e4m3", "extraArgs": extra_args}
+            }))
+            .unwrap()
+        };
+        let prefill = |extra_args, release| effective_spec(&spec(extra_args), release).disaggregation.prefill.clone();
         assert_eq!(
-            prefill,
-            PrefillSpec {
+            prefill(json!([]), NEWEST),
+            Some(PrefillSpec {
                 tensor_parallel: 4,
                 data_parallel: 2,
                 enable_dp_attention: true,
                 pipeline_parallel: 1,
                 page_size: Some(16),
-                kv_cache_dtype: Some("fp8_e4m3".into())
-            }
+                kv_cache_dtype: Some("fp8_e4m3".into()),
+                attention_context_parallel: 1,
+                kv_cache_sharding: false,
+            })
         );
+        // The flags kvpilot reads but never writes come from extraArgs, read by the release's own
+        // parser: every spelling, the last occurrence, and not after `--`.
+        for (extra_args, cp, sharding) in [
+            (json!(["--attn-cp-size", "2", "--enable-kv-cache-sharding"]), 2, true),
+            (json!(["--attention-context-parallel-size=4", "--attn-cp-size", "2"]), 2, false),
+            (json!(["--enable-kv-cache-shard"]), 1, true),
+            (json!(["--mem-fraction-static", "0.8", "--", "--attn-cp-size", "2"]), 1, false),
+        ] {
+            let side = prefill(extra_args.clone(), NEWEST).unwrap();
+            assert_eq!((side.attention_context_parallel, side.kv_cache_sharding), (cp, sharding), "{extra_args}");
+        }
+        // 0.5.21's parser has no --enable-kv-cache-sharding (K8 refuses it there).
+        let side = prefill(json!(["--enable-kv-cache-sharding"]), v0_5(21)).unwrap();
+        assert!(!side.kv_cache_sharding);
     }
 
     #[test]

@@ -359,6 +359,7 @@ impl ServerCli {
             if let Some(dash) = texts.iter().position(|(t, _)| *t == "--") {
                 texts.remove(dash);
             }
+            reading.given.push(Given { option, values: texts.iter().map(|(text, _)| text.to_string()).collect() });
             // A `--name=--` or a lone `--` leaves an empty list, which argparse stores unchecked.
             let single = matches!(option.nargs, Nargs::One | Nargs::Optional);
             if texts.is_empty() || (single && texts.len() > 1) {
@@ -578,6 +579,24 @@ pub struct Reading {
     /// Options given whose action is one of SGLang's `Deprecated*`: accepted, with a warning
     /// that they go away.
     pub deprecated: Vec<&'static str>,
+    /// Every option as argparse took it, in order, with its values as written (none for a
+    /// switch). Complete only for an argv the parser accepts.
+    pub given: Vec<Given>,
+}
+
+/// One option argparse took, and its values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Given {
+    pub option: &'static CliOption,
+    pub values: Vec<String>,
+}
+
+impl Reading {
+    /// The last occurrence of the option `string` names (any of its spellings): the one argparse
+    /// keeps.
+    pub fn last(&self, string: &str) -> Option<&Given> {
+        self.given.iter().rev().find(|given| given.option.strings.contains(&string))
+    }
 }
 
 impl Reading {
