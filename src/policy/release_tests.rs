@@ -1006,20 +1006,20 @@ fn r19e_r19f_p5_read_the_prefill_s_attention_cp_and_kv_sharding() {
     // R19e: every release, from the prefill's attention CP, whatever the layout's pool.
     let r19e = "PD decode DCP currently requires prefill attention CP=1, got 2.";
     assert_eq!(messages("R19e", &settings(2, cp2.clone()), &decode_tp2, &mla()), on(17..=23, r19e));
-    assert_eq!(messages("R19e", &settings(1, cp2.clone()), &decode_tp2, &mla()), on(1..=0, ""));
+    assert_eq!(messages("R19e", &settings(1, cp2.clone()), &decode_tp2, &mla()), vec![None; 7]);
     // R19f: 0.5.23's handshake.
     let r19f = "PD decode DCP does not support a prefill with --enable-kv-cache-sharding.";
     assert_eq!(messages("R19f", &settings(2, sharded.clone()), &decode_tp2, &mla()), on(23..=23, r19f));
-    assert_eq!(messages("R19f", &settings(1, sharded.clone()), &decode_tp2, &mla()), on(1..=0, ""));
+    assert_eq!(messages("R19f", &settings(1, sharded.clone()), &decode_tp2, &mla()), vec![None; 7]);
 
     // P5: an MLA pool, sharded prefill without CP, unequal attention TP.
     let p5 = "MLA KV cache sharding requires equal prefill/decode attn TP sizes, got prefill=2 decode=4";
     assert_eq!(messages("P5", &settings(1, sharded.clone()), &decode_tp4, &mla()), on(23..=23, p5));
     assert_eq!(messages("P5", &settings(1, sharded.clone()), &decode_tp4, &dsv4()), on(23..=23, p5));
-    assert_eq!(messages("P5", &settings(1, sharded.clone()), &decode_tp2, &mla()), on(1..=0, ""));
-    assert_eq!(messages("P5", &settings(1, sharded.clone()), &decode_tp4, &full()), on(1..=0, ""));
+    assert_eq!(messages("P5", &settings(1, sharded.clone()), &decode_tp2, &mla()), vec![None; 7]);
+    assert_eq!(messages("P5", &settings(1, sharded.clone()), &decode_tp4, &full()), vec![None; 7]);
     let sharded_cp = PrefillSpec { attention_context_parallel: 2, ..sharded };
-    assert_eq!(messages("P5", &settings(1, sharded_cp), &decode_tp4, &mla()), on(1..=0, ""));
+    assert_eq!(messages("P5", &settings(1, sharded_cp), &decode_tp4, &mla()), vec![None; 7]);
 }
 
 #[test]
