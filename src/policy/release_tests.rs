@@ -1048,3 +1048,16 @@ fn prefill_attention_cp_divides_the_prefill_attention_tp_the_transfer_rules_comp
         2
     );
 }
+
+#[test]
+fn p6_decode_pipeline_stages_are_one_or_the_prefill_s() {
+    let prefill =
+        |pipeline_parallel| with(|s| s.prefill = Some(PrefillSpec { pipeline_parallel, ..PrefillSpec::default() }));
+    let decode = |pipeline_parallel| FleetSpec { pipeline_parallel, ..FleetSpec::default() };
+    let p6 = "Decode pp size (2) should be equal to prefill pp size (4) or 1";
+    assert_eq!(messages("P6", &prefill(4), &decode(2), &full()), on(17..=23, p6));
+    assert_eq!(messages("P6", &prefill(4), &decode(1), &full()), vec![None; 7]);
+    assert_eq!(messages("P6", &prefill(2), &decode(2), &full()), vec![None; 7]);
+    // Without the prefill side nothing is compared.
+    assert_eq!(messages("P6", &DisaggregationSpec::default(), &decode(2), &full()), vec![None; 7]);
+}

@@ -160,6 +160,7 @@ const TRANSFER_BACKEND: &str = "spec.disaggregation.transferBackend";
 const MAMBA_STRATEGY: &str = "spec.disaggregation.mambaRadixCacheStrategy";
 const UNIFIED_MEMORY: &str = "spec.disaggregation.enableUnifiedMemory";
 const DECODE_TP: &str = "spec.decode.tensorParallel";
+const DECODE_PIPELINE: &str = "spec.decode.pipelineParallel";
 const DECODE_PAGE_SIZE: &str = "spec.decode.pageSize";
 const DECODE_ENV: &str = "spec.decode.env";
 const DECODE_OFFLOAD: &str = "spec.disaggregation.decodeOffloadKvCache";
@@ -1696,6 +1697,29 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Manual {
             hint: "make the decode attention TP (spec.decode.tensorParallel) equal the prefill attention TP, or run \
                    the prefill servers without --enable-kv-cache-sharding",
+        },
+    },
+    Rule {
+        id: "P6",
+        about: "decode pipeline stages × prefill pipeline stages",
+        field: DECODE_PIPELINE,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Handshake,
+        // An assert whose message is a one-element tuple: SGLang prints it in parentheses.
+        messages: &[text("Decode pp size ({decode}) should be equal to prefill pp size ({prefill}) or 1")],
+        changes: &[],
+        check: |c| {
+            let prefill = c.settings.prefill.as_ref()?.pipeline_parallel;
+            let decode = c.decode.pipeline_parallel;
+            when_with(
+                decode != prefill && decode != 1,
+                vec![("decode", decode.to_string()), ("prefill", prefill.to_string())],
+            )
+        },
+        fix: Fix::Manual {
+            hint: "set spec.decode.pipelineParallel to 1 or to the prefill pipelineParallel (each decode stage pulls \
+                   from the prefill stage holding its layers)",
         },
     },
     Rule {

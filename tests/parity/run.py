@@ -22,8 +22,12 @@ Also runs each release's cache-flag checks (cache_args.py: the PD hook, then the
 compatibility check) on a decode-flag matrix and compares as for the PD argument checks.
 
   --oracle-only   run and count only SGLang's side (no kvpilot binary needed)
+The `handshake` part runs each release's prefill <-> decode handshake (handshake.py: the decode
+KV manager's try_ensure_parallel_info and rank mapping) on prefill/decode server pairs and
+compares the message it raises with kvpilot's handshake-phase violations.
+
   --only PART     run only these parts (repeatable): served, classification, retraction,
-                  pd-args, cache-args, messages, argv, cli
+                  pd-args, cache-args, mamba-args, draft, handshake, messages, argv, cli
 """
 
 import argparse
@@ -458,6 +462,80 @@ def check_draft_geometry(kvpilot, src, venvs, version, compare):
     return agreements, failed, summary + f", agreements {agreements}"
 
 
+HANDSHAKE_CONFIGS = ("llama-3.1-8b-instruct", "deepseek-v3", "gpt-oss-20b", "qwen3-next-80b-a3b",
+                     "kimi-linear-48b-a3b", "deepseek-v4")
+# (tensor parallel, attention CP, KV cache sharding, pipeline stages) of the prefill servers.
+HANDSHAKE_PREFILLS = ((2, 1, False, 1), (4, 2, False, 1), (2, 1, True, 1), (4, 1, True, 1),
+                      (4, 2, True, 1), (2, 1, False, 2))
+# (tensor parallel, decode context parallel, pipeline stages) of the decode servers.
+HANDSHAKE_DECODES = ((2, 1, 1), (4, 1, 1), (2, 2, 1), (4, 2, 1), (2, 1, 2))
+# (prefill page size, prefill KV dtype, decode KV dtype); decode pages are 64 tokens.
+HANDSHAKE_CACHES = ((64, "auto", "auto"), (32, "auto", "auto"), (64, "fp8_e4m3", "auto"),
+                    (64, "mxfp8", "mxfp8"))
+
+
+def handshake_scenarios():
+    """Prefill and decode servers of an MHA, an MLA, a hybrid-SWA, a hybrid-SSM, a hybrid-SSM MLA
+    and the DeepSeek-V4 model: prefill attention CP, KV cache sharding and pipeline stages,
+    decode TP, DCP and pipeline stages, and equal or different page sizes and KV dtypes."""
+    scenarios = []
+    for config, prefill, decode, cache in itertools.product(
+            HANDSHAKE_CONFIGS, HANDSHAKE_PREFILLS, HANDSHAKE_DECODES, HANDSHAKE_CACHES):
+        (p_tp, p_cp, sharding, p_pp), (d_tp, dcp, d_pp), (page, p_dtype, d_dtype) = prefill, decode, cache
+        scenarios.append({
+            "id": f"h{len(scenarios)}",
+            "config": os.path.join(ROOT, "tests/fixtures/configs", f"{config}.json"),
+            "prefill": {"tp": p_tp, "cp": p_cp, "pp": p_pp, "page": page, "dtype": p_dtype,
+                        "sharding": sharding},
+            "decode": {"tp": d_tp, "pp": d_pp, "dcp": dcp, "page": 64, "dtype": d_dtype},
+        })
+    return scenarios
+
+
+def handshake_manifest(scenario):
+    document = manifest({"id": scenario["id"], "config": scenario["config"], "flags": {
+        "decodeRadixCache": False, "decodeOffloadKvCache": False,
+        "decodeContextParallel": scenario["decode"]["dcp"], "priorityScheduling": False,
+        "disablePriorityPreemption": False, "enableUnifiedMemory": False}})
+    prefill, decode = scenario["prefill"], scenario["decode"]
+    document["spec"]["disaggregation"]["prefill"] = {
+        "tensorParallel": prefill["tp"], "attentionContextParallel": prefill["cp"],
+        "kvCacheSharding": prefill["sharding"], "pipelineParallel": prefill["pp"],
+        "pageSize": prefill["page"], "kvCacheDtype": prefill["dtype"]}
+    document["spec"]["decode"].update(tensorParallel=decode["tp"], pipelineParallel=decode["pp"],
+                                      pageSize=decode["page"], kvCacheDtype=decode["dtype"])
+    return document
+
+
+def check_handshake(kvpilot, src, venvs, version, compare):
+    """SGLang's prefill <-> decode handshake (handshake.py) against kvpilot's handshake-phase
+    rules on the same servers. Returns (passed, failed, summary)."""
+    scenarios = handshake_scenarios()
+    theirs = {r["id"]: r for r in run_release_script("handshake.py", src, venvs, scenarios)}
+    refusing = sum(theirs[s["id"]]["raised"] for s in scenarios)
+    summary = f"handshake scenarios {len(scenarios)} (refused by SGLang {refusing}"
+    if not compare:
+        return len(scenarios), 0, summary + ")"
+    reports = kvpilot_reports(kvpilot, [handshake_manifest(s) for s in scenarios], version)
+    agreements = failed = 0
+    by_rule = collections.Counter()
+    for scenario in scenarios:
+        ours = {v["message"]: v["rule"] for v in reports.get(scenario["id"], {}).get("violations", [])
+                if v["phase"] == "handshake"}
+        message = theirs[scenario["id"]]["message"]
+        if (message in ours) if message else not ours:
+            agreements += 1
+            if message:
+                by_rule[ours[message]] += 1
+            continue
+        failed += 1
+        print(f"  {version} handshake {os.path.basename(scenario['config'])} prefill "
+              f"{scenario['prefill']} decode {scenario['decode']}: SGLang {message!r}, "
+              f"kvpilot {sorted(ours)}")
+    rules = " ".join(f"{rule} {count}" for rule, count in sorted(by_rule.items()))
+    return agreements, failed, summary + f"; by rule: {rules}), agreements {agreements}"
+
+
 MAMBA_CONFIGS = ("qwen3-next-80b-a3b", "nemotron-nano-9b-v2", "falcon-h1-7b", "granite-4.0-h-small",
                  "kimi-linear-48b-a3b", "qwen3.5-27b", "llama-3.1-8b-instruct")
 MAMBA_RULES = ("M1", "M2", "M3", "M4", "M5")
@@ -842,7 +920,8 @@ def check_served_architectures(src):
     return proc.returncode == 0
 
 
-PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "mamba-args", "draft", "messages",
+PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "mamba-args", "draft", "handshake",
+         "messages",
          "argv", "cli")
 
 
@@ -984,6 +1063,11 @@ def main():
                 args.kvpilot, os.path.join(args.src, version), args.venvs, version, compare)
             passed, failed = passed + draft_passed, failed + draft_failed
             summary += f"; {draft_summary}"
+        if "handshake" in parts:
+            handshake_passed, handshake_failed, handshake_summary = check_handshake(
+                args.kvpilot, os.path.join(args.src, version), args.venvs, version, compare)
+            passed, failed = passed + handshake_passed, failed + handshake_failed
+            summary += f"; {handshake_summary}"
         for label, scenarios, manifest_of, raised, prefixes in raised_by_check:
             summary += f"; {label} scenarios {len(scenarios)} run by SGLang"
             if compare:

@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""One SGLang release's own prefill <-> decode handshake, on a matrix of prefill and decode servers.
+
+Usage: handshake.py SGLANG_SRC < scenarios.json
+  scenarios: [{"id", "config": CONFIG.json, "prefill": {"tp", "cp", "pp", "page", "dtype",
+  "sharding"}, "decode": {"tp", "pp", "dcp", "page", "dtype"}}]
+Prints [{"id", "raised", "message", "prefillAttnTp", "decodeAttnTp", "notes"}] on stdout. Exits
+non-zero, naming the file, when a piece of the release's code this needs is missing or cannot
+run: a scenario is never silently skipped.
+
+The refusals: a decode server's KV manager asks each prefill server's bootstrap server for its
+parallel info before the first transfer (`CommonKVManager.try_ensure_parallel_info`,
+disaggregation/common/conn.py) and raises on a page size or KV dtype mismatch (P1, P2), decode
+context parallelism without an MLA pool, against prefill attention CP or KV cache sharding (R19d,
+R19e, R19f), MXFP8 block scales across attention TP sizes (T1mx) and MiniMax sparse state across
+attention TP sizes (T4c); its `_resolve_rank_mapping` then asserts equal attention TP for a
+sharded MLA prefill (P5) and decode pipeline stages of 1 or the prefill's (P6).
+
+What runs, unchanged:
+  - `CommonKVManager.try_ensure_parallel_info` and `_resolve_rank_mapping` of the release, with
+    the release's `PrefillServerInfo` dataclass building the info from the bootstrap answer;
+  - both servers' attention TP from the release's `compute_dp_attention_world_info`
+    (layers/dp_attention.py): TP divided by attention DP and attention CP;
+  - the model facts the pool class follows from (attention architecture, Mamba state, hybrid
+    SWA, DeepSeek-V4) from the release's ModelConfig (classify.Release).
+
+Stood in, and why:
+  - the manager is made with `__new__` (its constructor registers with a bootstrap server and
+    binds transfer engines): it holds the decode server's values. Any other attribute the
+    release's code reads is an error naming it;
+  - `requests.get` answers the prefill server's info as its bootstrap server serves it (the
+    fields `PrefillServerInfo` declares; `enable_kv_cache_sharding` only where it declares it:
+    0.5.22's prefill accepts the flag, but its bootstrap answer does not carry it);
+  - `is_mla_backend` (the decode pool is `MLATokenToKVPool` or `DeepSeekV4TokenToKVPool`): an MLA
+    model without Mamba state, or DeepSeek-V4; `is_hybrid_mla_backend` (a hybrid-linear pool
+    around an MLA pool): an MLA model with Mamba state;
+  - `kv_args.state_types` (built by setup_state_kv_args from the pools): BLOCK_SCALE (and
+    BLOCK_SCALE_SWA for hybrid SWA) under `--kv-cache-dtype mxfp8` off MLA where the release's
+    StateType has them (0.5.19 on), SWA for hybrid SWA,
+    MAMBA for Mamba state; MiniMax sparse state is not in the matrix (no fixture);
+  - both servers' `kv_cache_dtype_str` is the `--kv-cache-dtype` value (the model runner's
+    resolved dtype string is the flag's unless a quantization config resolves `auto`);
+  - no DeepSeek-V4 KV layout or DSpark layout on either side (None: P3 and P4 do not fire);
+  - no DP attention, decode attention CP 1 (the decode side rejects any other in the same
+    function), engine rank 0.
+"""
+
+import ast
+import dataclasses
+import inspect
+import json
+import os
+import sys
+import types
+
+import sglang_env
+from classify import Release
+
+CONN = os.path.join("disaggregation", "common", "conn.py")
+BASE_CONN = os.path.join("disaggregation", "base", "conn.py")
+DP_ATTENTION = os.path.join("layers", "dp_attention.py")
+
+
+def _fail(path, what):
+    raise SystemExit(f"{path}: {what}")
+
+
+class Logger:
+    """The module's logger: the handshake logs, it does not decide by logging."""
+
+    def __getattr__(self, _name):
+        return lambda *args, **kwargs: None
+
+
+class DecodeManager:
+    """Stand-in attributes of the decode server's CommonKVManager; methods are the release's."""
+
+    ATTRIBUTES = ("prefill_info_table", "kv_args", "kv_cache_dtype_str", "attn_tp_size",
+                  "attn_cp_size", "attn_cp_rank", "dcp_size", "is_mla_backend",
+                  "is_hybrid_mla_backend", "kv_layout", "dsv41_spec_layout",
+                  "enable_all_cp_ranks_for_transfer", "pp_size", "pp_rank")
+
+    def __getattr__(self, name):
+        raise AttributeError(f"the handshake reads CommonKVManager.{name}, which this harness does "
+                             f"not stand in")
+
+
+def manager_class(srt):
+    """A class holding the release's try_ensure_parallel_info and _resolve_rank_mapping."""
+    path = os.path.join(srt, CONN)
+    name = "sglang.srt.disaggregation.common.conn"
+    # The dataclass decorator looks its class's module up in sys.modules.
+    sys.modules.setdefault(name, types.ModuleType(name))
+    namespace = sglang_env.exec_subset(path, name, ("CommonKVManager",))
+    manager = namespace.get("CommonKVManager")
+    info = namespace.get("PrefillServerInfo")
+    if manager is None or info is None or not dataclasses.is_dataclass(info):
+        _fail(path, "CommonKVManager or the PrefillServerInfo dataclass did not define")
+    methods = {}
+    for name in ("try_ensure_parallel_info", "_resolve_rank_mapping"):
+        method = getattr(manager, name, None)
+        if method is None:
+            _fail(path, f"no CommonKVManager.{name}")
+        methods[name] = method
+    return namespace, type("ReleaseDecodeManager", (DecodeManager,), methods), info
+
+
+def state_types(srt):
+    """The release's StateType enum (0.5.20 on), or names standing for it before."""
+    path = os.path.join(srt, BASE_CONN)
+    found = sglang_env.exec_subset(path, "sglang.srt.disaggregation.base.conn").get("StateType")
+    if found is not None:
+        return found, None
+    return (types.SimpleNamespace(SWA="swa", MAMBA="mamba", BLOCK_SCALE="block_scale",
+                                  BLOCK_SCALE_SWA="block_scale_swa", MINIMAX_INDEX_K="minimax_index_k"),
+            "StateType stood in by names (base/conn.py defines none)")
+
+
+def attention_width(srt):
+    """The release's attention-TP width, as compute_dp_attention_world_info computes it."""
+    path = os.path.join(srt, DP_ATTENTION)
+    function = sglang_env.exec_subset(path, "sglang.srt.layers.dp_attention").get(
+        "compute_dp_attention_world_info")
+    if function is None:
+        _fail(path, "compute_dp_attention_world_info did not define")
+    parameters = inspect.signature(function).parameters
+
+    def width(tp, cp):
+        if "enable_dp_attention" in parameters:
+            answer = function(enable_dp_attention=False, tp_rank=0, tp_size=tp, dp_size=1,
+                              attn_cp_size=cp)
+        else:
+            answer = function(tp_rank=0, tp_size=tp, attn_dp_size=1, attn_cp_size=cp)
+        return answer[1]
+
+    return width
+
+
+def handshake_names(srt, namespace):
+    """The global names the two methods read, so an unbound new one fails loudly."""
+    path = os.path.join(srt, CONN)
+    with open(path, encoding="utf-8-sig") as f:
+        tree = ast.parse(f.read(), path)
+    manager = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "CommonKVManager")
+    names = set()
+    for function in manager.body:
+        if isinstance(function, ast.FunctionDef) and function.name in (
+                "try_ensure_parallel_info", "_resolve_rank_mapping"):
+            local = {a.arg for a in function.args.args}
+            local |= {t.id for n in ast.walk(function) if isinstance(n, (ast.Assign, ast.AnnAssign))
+                      for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                      if isinstance(t, ast.Name)}
+            local |= {n.id for n in ast.walk(function) if isinstance(n, ast.Name)
+                      and isinstance(n.ctx, ast.Store)}
+            local |= {h.name for h in ast.walk(function) if isinstance(h, ast.ExceptHandler) and h.name}
+            names |= {n.id for n in ast.walk(function) if isinstance(n, ast.Name)
+                      and isinstance(n.ctx, ast.Load) and n.id not in local}
+    import builtins
+    return sorted(n for n in names if n not in namespace and not hasattr(builtins, n))
+
+
+def main(argv):
+    if len(argv) != 2:
+        sys.exit(__doc__)
+    src = argv[1]
+    scenarios = json.load(sys.stdin)
+    srt = os.path.join(src, "sglang", "srt")
+    release = Release(src)
+    is_deepseek_v4 = release.mc.get("is_deepseek_v4")
+    namespace, manager_cls, info_cls = manager_class(srt)
+    states, states_note = state_types(srt)
+    width = attention_width(srt)
+    info_fields = {f.name for f in dataclasses.fields(info_cls)}
+    answer = {}
+    namespace["requests"] = types.SimpleNamespace(
+        get=lambda url, timeout=None: types.SimpleNamespace(
+            status_code=200, text="", json=lambda: dict(answer)))
+    namespace["logger"] = Logger()
+    namespace["StateType"] = states
+    unbound = handshake_names(srt, namespace)
+    if unbound:
+        _fail(os.path.join(srt, CONN), f"the handshake reads {unbound}, which this harness does "
+                                       f"not bind")
+    classified = {}
+    results = []
+    for scenario in scenarios:
+        notes = [states_note] if states_note else []
+        config = scenario["config"]
+        if config not in classified:
+            verdict, mc = release.model_config(config)
+            if mc is None:
+                raise SystemExit(f"{scenario['id']}: the release's ModelConfig did not build: "
+                                 f"{verdict.get('error')}")
+            dsv4 = bool(is_deepseek_v4 and is_deepseek_v4(mc.hf_config))
+            classified[config] = (verdict, dsv4)
+        verdict, dsv4 = classified[config]
+        prefill, decode = scenario["prefill"], scenario["decode"]
+        mla = verdict["isMla"]
+        is_mla_backend = (mla and not verdict["usesSsmState"]) or dsv4
+        is_hybrid_mla_backend = mla and verdict["usesSsmState"]
+        kinds = []
+        if verdict["isHybridSwa"]:
+            kinds.append(states.SWA)
+        if verdict["usesSsmState"]:
+            kinds.append(states.MAMBA)
+        # Releases whose StateType has no block scales (0.5.17-0.5.18) build no such state.
+        if (decode["dtype"] == "mxfp8" and not is_mla_backend and not is_hybrid_mla_backend
+                and hasattr(states, "BLOCK_SCALE")):
+            kinds.append(states.BLOCK_SCALE)
+            if verdict["isHybridSwa"]:
+                kinds.append(states.BLOCK_SCALE_SWA)
+        prefill_tp, decode_tp = width(prefill["tp"], prefill["cp"]), width(decode["tp"], 1)
+        answer.clear()
+        answer.update(attn_tp_size=prefill_tp, attn_cp_size=prefill["cp"], dp_size=1,
+                      pp_size=prefill["pp"], page_size=prefill["page"],
+                      kv_cache_dtype=prefill["dtype"], follow_bootstrap_room=True)
+        if "enable_kv_cache_sharding" in info_fields:
+            answer["enable_kv_cache_sharding"] = prefill["sharding"]
+        elif prefill["sharding"]:
+            notes.append("PrefillServerInfo carries no enable_kv_cache_sharding")
+        manager = manager_cls.__new__(manager_cls)
+        manager.__dict__.update(
+            prefill_info_table={}, kv_args=types.SimpleNamespace(
+                page_size=decode["page"], engine_rank=0, state_types=kinds),
+            kv_cache_dtype_str=decode["dtype"], attn_tp_size=decode_tp, attn_cp_size=1,
+            attn_cp_rank=0, dcp_size=decode["dcp"], is_mla_backend=is_mla_backend,
+            is_hybrid_mla_backend=is_hybrid_mla_backend, kv_layout=None, dsv41_spec_layout=None,
+            enable_all_cp_ranks_for_transfer=False, pp_size=decode["pp"], pp_rank=0)
+        try:
+            if not manager.try_ensure_parallel_info("prefill:8998"):
+                raise SystemExit(f"{scenario['id']}: the handshake did not take the stand-in "
+                                 f"bootstrap answer")
+            raised, message = False, None
+        except (RuntimeError, AssertionError) as e:
+            raised = True
+            # An assert whose message is a one-element tuple prints it in parentheses.
+            argument = e.args[0] if e.args else ""
+            message = argument[0] if isinstance(argument, tuple) and len(argument) == 1 else str(e)
+        results.append({"id": scenario["id"], "raised": raised, "message": message,
+                        "prefillAttnTp": prefill_tp, "decodeAttnTp": decode_tp, "notes": notes})
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
