@@ -52,6 +52,9 @@ pub struct PolicyInput<'a> {
     /// The resolved layout of `spec.disaggregation.speculativeDraftModel`; None when the model's
     /// own NextN/MTP layers draft (or nothing does).
     pub draft: Option<&'a AttentionLayout>,
+    /// `spec.prefill`, the prefill fleet kvpilot runs with the service's settings: the rules that
+    /// read flags kvpilot keeps no setting for (M2, M5) read its `extraArgs` too.
+    pub prefill_fleet: Option<&'a FleetSpec>,
     /// The SGLang release whose rules apply.
     pub release: Release,
 }
@@ -148,6 +151,7 @@ fn evaluate_on(input: PolicyInput<'_>, scope: Scope) -> Verdict {
                         decode: input.decode,
                         layout: input.layout,
                         draft: input.draft,
+                        prefill_fleet: input.prefill_fleet,
                         release: input.release,
                         scope,
                     };
@@ -199,6 +203,7 @@ fn findings(settings: &DisaggregationSpec, input: PolicyInput<'_>, scope: Scope)
         decode: input.decode,
         layout: input.layout,
         draft: input.draft,
+        prefill_fleet: input.prefill_fleet,
         release: input.release,
         scope,
     };
@@ -451,6 +456,7 @@ pub fn assess(
         decode: &spec.decode,
         layout: &layout,
         draft: draft_layout.as_ref(),
+        prefill_fleet: spec.prefill.as_deref(),
         release: release.release,
     });
     verdict.warnings.extend(release.warning());

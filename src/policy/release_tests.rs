@@ -58,7 +58,14 @@ fn env(name: &str, value: &str) -> FleetSpec {
 }
 
 fn at(patch: u16, settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout) -> Verdict {
-    evaluate(PolicyInput { disaggregation: settings, decode, layout, draft: None, release: v0_5(patch) })
+    evaluate(PolicyInput {
+        disaggregation: settings,
+        decode,
+        layout,
+        draft: None,
+        prefill_fleet: None,
+        release: v0_5(patch),
+    })
 }
 
 /// The messages of `rule` on each release 0.5.17…0.5.23 (None where it does not fire).
@@ -856,6 +863,7 @@ fn draft_messages(settings: &DisaggregationSpec, draft: Option<&AttentionLayout>
                 decode: &FleetSpec::default(),
                 layout: &dsv4(),
                 draft,
+                prefill_fleet: None,
                 release: v0_5(patch),
             };
             evaluate(input).violations.into_iter().filter(|v| v.rule == "T11").map(|v| v.message).collect()
@@ -891,6 +899,7 @@ fn t11_a_deepseek_v4_draft_needs_the_target_window_and_pages() {
         decode: &FleetSpec::default(),
         layout: &dsv4(),
         draft: Some(&narrower),
+        prefill_fleet: None,
         release: v0_5(22),
     });
     let fields: Vec<_> = verdict.violations.iter().filter(|v| v.rule == "T11").map(|v| v.field).collect();
@@ -913,6 +922,7 @@ fn t11_needs_a_deepseek_v4_draft_pool_on_both_sides() {
         decode: &FleetSpec::default(),
         layout: &mla(),
         draft: Some(&narrower),
+        prefill_fleet: None,
         release: v0_5(23),
     };
     assert!(evaluate(input).violations.iter().all(|v| v.rule != "T11"), "the target is no DeepSeek-V4 model");

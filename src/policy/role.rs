@@ -84,6 +84,7 @@ mod tests {
             decode: &decode,
             layout: &layout,
             draft: None,
+            prefill_fleet: None,
             release: crate::release::Release::newest_known(),
         };
         evaluate_non_decode(input, prefill).violations.iter().map(|v| v.rule).collect()
@@ -116,6 +117,7 @@ mod tests {
             decode: &decode,
             layout: &layout,
             draft: None,
+            prefill_fleet: None,
             release: crate::release::Release::newest_known(),
         };
         for prefill in [true, false] {
@@ -142,6 +144,7 @@ mod tests {
             decode: &decode,
             layout: &target,
             draft: Some(&draft),
+            prefill_fleet: None,
             release: crate::release::Release::newest_known(),
         };
         let rules = |prefill| evaluate_non_decode(input, prefill).violations.iter().map(|v| v.rule).collect::<Vec<_>>();

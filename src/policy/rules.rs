@@ -19,6 +19,8 @@ pub(crate) struct Context<'a> {
     pub(crate) layout: &'a AttentionLayout,
     /// The speculative draft model's layout; None when the model's own NextN/MTP layers draft.
     pub(crate) draft: Option<&'a AttentionLayout>,
+    /// The prefill fleet kvpilot runs (`spec.prefill`), whose `extraArgs` M2 and M5 read.
+    pub(crate) prefill_fleet: Option<&'a FleetSpec>,
     pub(crate) release: Release,
     pub(crate) scope: Scope,
 }
@@ -224,15 +226,38 @@ fn radix_cache_in_use(c: &Context<'_>) -> bool {
 }
 
 /// `--mamba-track-interval` among a server's arguments (kvpilot keeps no setting for it), else
-/// SGLang's default, 256 in every release.
+/// SGLang's default, 256 in every release. The callers hand the arguments over with each option
+/// as its full name (`--name` or `--name=value`), as the release's parser reads them; the last
+/// occurrence is the one argparse keeps.
 fn mamba_track_interval(args: &[String]) -> i64 {
     const FLAG: &str = "--mamba-track-interval";
-    let value = args.iter().enumerate().find_map(|(i, arg)| match arg.strip_prefix(FLAG) {
-        Some("") => args.get(i + 1).map(String::as_str),
+    let options = &args[..args.iter().position(|arg| arg == "--").unwrap_or(args.len())];
+    let value = options.iter().enumerate().rev().find_map(|(i, arg)| match arg.strip_prefix(FLAG) {
+        Some("") => options.get(i + 1).map(String::as_str),
         Some(rest) => rest.strip_prefix('='),
         None => None,
     });
     value.and_then(|v| v.trim().parse().ok()).unwrap_or(256)
+}
+
+/// Whether a server's arguments (as [`mamba_track_interval`] gets them) turn the overlap
+/// schedule off.
+fn overlap_schedule_off(args: &[String]) -> bool {
+    args.iter().take_while(|arg| *arg != "--").any(|arg| arg == "--disable-overlap-schedule")
+}
+
+/// The fleets whose servers keep a radix cache and so resolve the Mamba strategy, by the
+/// arguments and page size they run with: a service's decode fleet with decode radix cache and
+/// its prefill servers (the fleet kvpilot runs, or, for prefill servers run elsewhere, the
+/// decode fleet's arguments standing in for theirs); the one server the guard reads.
+fn radix_cache_fleets<'a>(c: &Context<'a>) -> Vec<&'a FleetSpec> {
+    match c.scope {
+        Scope::Service => {
+            let decode = radix(c).then_some(c.decode);
+            decode.into_iter().chain(Some(c.prefill_fleet.unwrap_or(c.decode))).collect()
+        }
+        Scope::DecodeServer | Scope::OtherServer => radix_cache_in_use(c).then_some(c.decode).into_iter().collect(),
+    }
 }
 
 /// SGLang's `uses_mamba_radix_cache`: an SSM-hybrid model whose server keeps a radix cache.
@@ -1878,16 +1903,19 @@ pub(crate) const RULES: &[Rule] = &[
             // the parity run finds it on every hybrid-SSM fixture.
             let extra_buffer =
                 !matches!(c.settings.mamba_radix_cache_strategy, Some(MambaRadixCacheStrategy::NoBuffer));
-            let interval = mamba_track_interval(&c.decode.extra_args);
-            let page = i64::from(c.decode.page_size.max(1));
-            when_with(
-                mamba_radix_cache(c) && extra_buffer && interval % page != 0,
-                vec![("interval", interval.to_string()), ("page", page.to_string())],
-            )
+            if !(c.layout.uses_ssm_state() && extra_buffer) {
+                return None;
+            }
+            radix_cache_fleets(c).into_iter().find_map(|fleet| {
+                let interval = mamba_track_interval(&fleet.extra_args);
+                let page = i64::from(fleet.page_size.max(1));
+                when_with(interval % page != 0, vec![("interval", interval.to_string()), ("page", page.to_string())])
+            })
         },
         fix: Fix::Manual {
-            hint: "make spec.decode.pageSize divide the Mamba track interval (256 unless extraArgs pass \
-                   --mamba-track-interval), or pass --mamba-track-interval with a multiple of the page size",
+            hint: "make the page size (spec.decode.pageSize, and spec.prefill.pageSize) divide the Mamba track \
+                   interval (256 unless extraArgs pass --mamba-track-interval), or pass --mamba-track-interval \
+                   with a multiple of the page size in each fleet's extraArgs",
         },
     },
     Rule {
@@ -1902,17 +1930,18 @@ pub(crate) const RULES: &[Rule] = &[
         // The overlap schedule is on unless --disable-overlap-schedule is given (in extraArgs: kvpilot
         // keeps no setting for it); SGLang's automatic strategy turns it off itself for no_buffer.
         check: |c| {
-            let overlap_off = c.decode.extra_args.iter().any(|arg| arg == "--disable-overlap-schedule");
+            let overlap_on = radix_cache_fleets(c).into_iter().any(|fleet| !overlap_schedule_off(&fleet.extra_args));
             when(
-                mamba_radix_cache(c)
+                c.layout.uses_ssm_state()
                     && c.settings.mamba_radix_cache_strategy == Some(MambaRadixCacheStrategy::NoBuffer)
-                    && !overlap_off,
+                    && overlap_on,
             )
         },
         fix: Fix::Rewrite {
             apply: strategy_unset,
             hint: "leave mambaRadixCacheStrategy unset (SGLang's automatic choice turns the overlap schedule off \
-                   for no_buffer), or add --disable-overlap-schedule to the servers' extraArgs",
+                   for no_buffer), or add --disable-overlap-schedule to the extraArgs of every fleet that keeps a \
+                   radix cache (spec.prefill, and spec.decode with decodeRadixCache)",
         },
     },
     Rule {

@@ -85,7 +85,7 @@ fn run(settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayo
 }
 
 fn run_at(release: Release, settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout) -> Verdict {
-    evaluate(PolicyInput { disaggregation: settings, decode, layout, draft: None, release })
+    evaluate(PolicyInput { disaggregation: settings, decode, layout, draft: None, prefill_fleet: None, release })
 }
 
 fn both_modes(settings: DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout) -> (Verdict, Verdict) {
@@ -563,7 +563,14 @@ fn m1_to_m5_mamba_strategies_where_the_radix_cache_runs() {
     };
     let rules_on =
         |service: bool, patch, settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout| {
-            let input = PolicyInput { disaggregation: settings, decode, layout, draft: None, release: v0_5(patch) };
+            let input = PolicyInput {
+                disaggregation: settings,
+                decode,
+                layout,
+                draft: None,
+                prefill_fleet: None,
+                release: v0_5(patch),
+            };
             let verdict = if service { evaluate(input) } else { evaluate_decode_server(input) };
             verdict.violations.into_iter().map(|v| (v.rule, v.message)).collect::<Vec<_>>()
         };
@@ -832,4 +839,56 @@ proptest! {
             prop_assert!(!layout.has(LayoutFeature::DeepseekV4));
         }
     }
+}
+
+#[test]
+fn m2_and_m5_read_the_extra_args_of_every_fleet_that_keeps_a_radix_cache() {
+    let qwen_next = layout::resolve(
+        &json!({
+            "architectures": ["Qwen3NextForCausalLM"], "num_hidden_layers": 8, "full_attention_interval": 4,
+            "head_dim": 256, "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128
+        }),
+        ResolveOptions::default(),
+    )
+    .unwrap();
+    let overlap_off = FleetSpec { extra_args: vec!["--disable-overlap-schedule".into()], ..FleetSpec::default() };
+    let overlap_on = FleetSpec::default();
+    let no_buffer = |radix| {
+        with(|s| {
+            s.mamba_radix_cache_strategy = Some(MambaRadixCacheStrategy::NoBuffer);
+            s.decode_radix_cache = radix;
+        })
+    };
+    let rules = |settings: &DisaggregationSpec, decode: &FleetSpec, prefill: Option<&FleetSpec>| {
+        let input = PolicyInput {
+            disaggregation: settings,
+            decode,
+            layout: &qwen_next,
+            draft: None,
+            prefill_fleet: prefill,
+            release: v0_5(23),
+        };
+        evaluate(input).violations.into_iter().map(|v| v.rule).collect::<Vec<_>>()
+    };
+    // The prefill fleet keeps its radix cache: its own extraArgs decide M5 there.
+    assert_eq!(rules(&no_buffer(false), &overlap_off, Some(&overlap_on)), ["M5"]);
+    assert!(rules(&no_buffer(false), &overlap_on, Some(&overlap_off)).is_empty(), "decode keeps no radix cache");
+    assert_eq!(rules(&no_buffer(true), &overlap_on, Some(&overlap_off)), ["M5"], "decode keeps one now");
+    assert!(rules(&no_buffer(true), &overlap_off, Some(&overlap_off)).is_empty());
+    // Prefill servers run elsewhere: the decode fleet's arguments stand in for theirs.
+    assert_eq!(rules(&no_buffer(false), &overlap_on, None), ["M5"]);
+
+    // M2: each fleet's page size against its own track interval.
+    let paged = |page_size, interval: Option<&str>| FleetSpec {
+        page_size,
+        extra_args: interval.map(|i| vec!["--mamba-track-interval".into(), i.into()]).unwrap_or_default(),
+        ..FleetSpec::default()
+    };
+    let auto = DisaggregationSpec::default();
+    assert!(rules(&auto, &paged(48, None), Some(&paged(48, Some("96")))).is_empty(), "decode keeps no radix cache");
+    assert_eq!(rules(&auto, &paged(48, Some("96")), Some(&paged(48, None))), ["M2"]);
+    let radix = with(|s| s.decode_radix_cache = true);
+    assert_eq!(rules(&radix, &paged(48, None), Some(&paged(48, Some("96")))), ["M2"]);
+    assert!(rules(&radix, &paged(48, Some("96")), Some(&paged(48, Some("96")))).is_empty());
 }

@@ -487,6 +487,7 @@ fn assess_server(
         decode: &spec.decode,
         layout: &layout,
         draft: draft.as_ref(),
+        prefill_fleet: None,
         release,
     };
     let verdict = match mode {
@@ -610,13 +611,14 @@ pub fn check(server: &Server, configs: &ModelConfigs, rewrite: bool) -> Result<S
         config: ModelConfigSource::default(),
         hybrid_swa_memory: settings.hybrid_swa_memory,
     });
+    let words: Vec<String> = server.invocation.args.iter().map(|arg| arg.text.clone()).collect();
     let spec_with = |on_invalid| InferenceDeploymentSpec {
         model: model.clone(),
         disaggregation: DisaggregationSpec { on_invalid, ..settings.disaggregation.clone() },
         // The command line's words, for the rules that read a flag kvpilot keeps no setting for
         // (M5: --disable-overlap-schedule).
         decode: FleetSpec {
-            extra_args: server.invocation.args.iter().map(|arg| arg.text.clone()).collect(),
+            extra_args: server_cli::for_release(server.checked_as.release).full_names(&words),
             ..settings.decode.clone()
         },
         prefill: None,

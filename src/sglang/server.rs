@@ -126,15 +126,22 @@ pub fn storage_backend_config() -> String {
 
 /// The spec as the policy sees it: `spec.cache` turns on the decode settings it stands for
 /// (offload writes; reuse reads through a radix cache over a hierarchical cache), and the prefill
-/// fleet kvpilot runs is the prefill side the transfer rules compare decode with.
+/// fleet kvpilot runs is the prefill side the transfer rules compare decode with. Each fleet's
+/// `extraArgs` name their options in full, as the release's parser reads them.
 pub fn effective_spec(
     spec: &InferenceDeploymentSpec,
     release: Release,
 ) -> std::borrow::Cow<'_, InferenceDeploymentSpec> {
-    if spec.cache.is_none() && spec.prefill.is_none() {
+    if spec.cache.is_none() && spec.prefill.is_none() && spec.decode.extra_args.is_empty() {
         return std::borrow::Cow::Borrowed(spec);
     }
     let mut effective = spec.clone();
+    // The policy finds the options kvpilot reads but never writes by their full names.
+    let cli = server_cli::for_release(release);
+    effective.decode.extra_args = cli.full_names(&spec.decode.extra_args);
+    if let Some(prefill) = effective.prefill.as_mut() {
+        prefill.extra_args = cli.full_names(&prefill.extra_args);
+    }
     let d = &mut effective.disaggregation;
     if let Some(cache) = &spec.cache {
         d.decode_offload_kv_cache |= cache.offload;
@@ -154,7 +161,7 @@ pub fn effective_spec(
                 text: text.clone(),
             })
             .collect();
-        d.prefill = Some(prefill_side(prefill, &server_cli::for_release(release).read(&args)));
+        d.prefill = Some(prefill_side(prefill, &cli.read(&args)));
     }
     std::borrow::Cow::Owned(effective)
 }
@@ -954,6 +961,22 @@ mod tests {
         // 0.5.21's parser has no --enable-kv-cache-sharding (K8 refuses it there).
         let side = prefill(json!(["--enable-kv-cache-sharding"]), v0_5(21)).unwrap();
         assert!(!side.kv_cache_sharding);
+    }
+
+    #[test]
+    fn the_policy_reads_extra_args_with_their_options_named_in_full() {
+        let spec: InferenceDeploymentSpec = serde_json::from_value(json!({
+            "model": {"name": "m/x", "config": {"inline": {}}},
+            "decode": {"extraArgs": ["--disable-overlap-sch", "--mamba-track-int=96", "--", "--disable-overlap-sch"]},
+            "prefill": {"extraArgs": ["--mem-frac", "0.8"]}
+        }))
+        .unwrap();
+        let effective = effective_spec(&spec, NEWEST);
+        assert_eq!(
+            effective.decode.extra_args,
+            ["--disable-overlap-schedule", "--mamba-track-interval=96", "--", "--disable-overlap-sch"]
+        );
+        assert_eq!(effective.prefill.as_ref().unwrap().extra_args, ["--mem-fraction-static", "0.8"]);
     }
 
     #[test]

@@ -247,6 +247,25 @@ impl ServerCli {
         }
     }
 
+    /// `args` with each option written as its full name, `--name` or `--name=value`, the way
+    /// this release's parser reads it (`--disable-overlap` is `--disable-overlap-schedule`);
+    /// values, unknown or ambiguous words and everything after `--` as they are.
+    pub fn full_names(&self, args: &[String]) -> Vec<String> {
+        let mut after_separator = false;
+        args.iter()
+            .map(|arg| {
+                after_separator |= arg == "--";
+                match self.classify(arg) {
+                    Word::Option { string, inline, .. } if !after_separator => match inline {
+                        Some(value) => format!("{string}={value}"),
+                        None => string.to_string(),
+                    },
+                    _ => arg.clone(),
+                }
+            })
+            .collect()
+    }
+
     /// Reads `args` as the release's `parse_args` does.
     pub fn read(&self, args: &[Arg]) -> Reading {
         let mut reading = Reading::default();
