@@ -95,6 +95,16 @@ const TABLE: &[Expected] = &[
     // No SGLang release serves MiniMax-Text-01 either.
     warning(row("minimax-text-01", "MiniMaxText01ForCausalLM", (80, 10, 0, 70), None, Mha, HybridSsm, &[])),
     row("minimax-m2", "MiniMaxM2ForCausalLM", (62, 62, 0, 0), None, Mha, Full, &[]),
+    // MiniMax-M3 sparse attention: a full pool plus the sparse index state its transfers move.
+    warning(row(
+        "minimax-m3-sparse",
+        "MiniMaxM3SparseForCausalLM",
+        (62, 62, 0, 0),
+        None,
+        Mha,
+        Full,
+        &[LayoutFeature::MinimaxSparse],
+    )),
     // 23–26: MLA / DSA / DeepSeek-V4 / Kimi-Linear.
     row("deepseek-v3", "DeepseekV3ForCausalLM", (61, 61, 0, 0), None, Mla, MlaPool, &[]),
     row("deepseek-v2-lite", "DeepseekV2ForCausalLM", (27, 27, 0, 0), None, Mla, MlaPool, &[]),

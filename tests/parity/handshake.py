@@ -22,7 +22,7 @@ What runs, unchanged:
   - both servers' attention TP from the release's `compute_dp_attention_world_info`
     (layers/dp_attention.py): TP divided by attention DP and attention CP;
   - the model facts the pool class follows from (attention architecture, Mamba state, hybrid
-    SWA, DeepSeek-V4) from the release's ModelConfig (classify.Release).
+    SWA, DeepSeek-V4, MiniMax sparse) from the release's ModelConfig (classify.Release).
 
 Stood in, and why:
   - the manager is made with `__new__` (its constructor registers with a bootstrap server and
@@ -37,7 +37,8 @@ Stood in, and why:
   - `kv_args.state_types` (built by setup_state_kv_args from the pools): BLOCK_SCALE (and
     BLOCK_SCALE_SWA for hybrid SWA) under `--kv-cache-dtype mxfp8` off MLA where the release's
     StateType has them (0.5.19 on), SWA for hybrid SWA,
-    MAMBA for Mamba state; MiniMax sparse state is not in the matrix (no fixture);
+    MAMBA for Mamba state, MINIMAX_INDEX_K for a MiniMax sparse model (the release's
+    `is_minimax_sparse`, where its StateType has it);
   - both servers' `kv_cache_dtype_str` is the `--kv-cache-dtype` value (the model runner's
     resolved dtype string is the flag's unless a quantization config resolves `auto`);
   - no DeepSeek-V4 KV layout or DSpark layout on either side (None: P3 and P4 do not fire);
@@ -167,6 +168,9 @@ def main(argv):
     srt = os.path.join(src, "sglang", "srt")
     release = Release(src)
     is_deepseek_v4 = release.mc.get("is_deepseek_v4")
+    is_minimax_sparse = release.mc.get("is_minimax_sparse")
+    if is_minimax_sparse is None:
+        _fail(os.path.join(srt, "configs", "model_config.py"), "is_minimax_sparse did not define")
     namespace, manager_cls, info_cls = manager_class(srt)
     states, states_note = state_types(srt)
     width = attention_width(srt)
@@ -192,8 +196,9 @@ def main(argv):
                 raise SystemExit(f"{scenario['id']}: the release's ModelConfig did not build: "
                                  f"{verdict.get('error')}")
             dsv4 = bool(is_deepseek_v4 and is_deepseek_v4(mc.hf_config))
-            classified[config] = (verdict, dsv4)
-        verdict, dsv4 = classified[config]
+            minimax = bool(is_minimax_sparse(mc.hf_config))
+            classified[config] = (verdict, dsv4, minimax)
+        verdict, dsv4, minimax = classified[config]
         prefill, decode = scenario["prefill"], scenario["decode"]
         mla = verdict["isMla"]
         is_mla_backend = (mla and not verdict["usesSsmState"]) or dsv4
@@ -203,6 +208,8 @@ def main(argv):
             kinds.append(states.SWA)
         if verdict["usesSsmState"]:
             kinds.append(states.MAMBA)
+        if minimax and hasattr(states, "MINIMAX_INDEX_K"):
+            kinds.append(states.MINIMAX_INDEX_K)
         # Releases whose StateType has no block scales (0.5.17-0.5.18) build no such state.
         if (decode["dtype"] == "mxfp8" and not is_mla_backend and not is_hybrid_mla_backend
                 and hasattr(states, "BLOCK_SCALE")):

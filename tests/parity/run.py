@@ -463,7 +463,7 @@ def check_draft_geometry(kvpilot, src, venvs, version, compare):
 
 
 HANDSHAKE_CONFIGS = ("llama-3.1-8b-instruct", "deepseek-v3", "gpt-oss-20b", "qwen3-next-80b-a3b",
-                     "kimi-linear-48b-a3b", "deepseek-v4")
+                     "kimi-linear-48b-a3b", "deepseek-v4", "minimax-m3-sparse")
 # (tensor parallel, attention CP, KV cache sharding, pipeline stages) of the prefill servers.
 HANDSHAKE_PREFILLS = ((2, 1, False, 1), (4, 2, False, 1), (2, 1, True, 1), (4, 1, True, 1),
                       (4, 2, True, 1), (2, 1, False, 2))
@@ -475,8 +475,8 @@ HANDSHAKE_CACHES = ((64, "auto", "auto"), (32, "auto", "auto"), (64, "fp8_e4m3",
 
 
 def handshake_scenarios():
-    """Prefill and decode servers of an MHA, an MLA, a hybrid-SWA, a hybrid-SSM, a hybrid-SSM MLA
-    and the DeepSeek-V4 model: prefill attention CP, KV cache sharding and pipeline stages,
+    """Prefill and decode servers of an MHA, an MLA, a hybrid-SWA, a hybrid-SSM, a hybrid-SSM MLA,
+    the DeepSeek-V4 and a MiniMax-M3 sparse model: prefill attention CP, KV cache sharding and pipeline stages,
     decode TP, DCP and pipeline stages, and equal or different page sizes and KV dtypes."""
     scenarios = []
     for config, prefill, decode, cache in itertools.product(
