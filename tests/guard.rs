@@ -638,7 +638,9 @@ async fn unreadable_model_configs_are_allowed_with_a_warning_naming_the_annotati
     deployment["metadata"]["annotations"] = json!({guard::MODEL_CONFIG_ANNOTATION: "configmap/missing"});
     let response = post(&state, "/guard/enforce", &admission_review(&deployment)).await;
     assert_eq!(response["allowed"], true);
-    assert!(response["warnings"][0].as_str().unwrap().contains("ConfigMap default/missing"), "{response}");
+    let warning = response["warnings"][0].as_str().unwrap();
+    assert!(warning.contains("ConfigMap default/missing (the annotation kvpilot.dev/model-config)"), "{warning}");
+    assert!(!warning.contains("spec.model.config"), "a Deployment has no such field: {warning}");
 }
 
 #[tokio::test]

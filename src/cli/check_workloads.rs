@@ -15,7 +15,7 @@ use crate::release::ReleaseChoice;
 use crate::sglang::flags::Mode;
 use crate::sglang::guard::{self, FlagFinding, FlagRewrite, Inspection, Server};
 use crate::sglang::workload::Member;
-use crate::source::HubClient;
+use crate::source::{HubClient, naming_annotation};
 
 /// One SGLang server's report; `--output json` lists these after the InferenceDeployments.
 #[derive(Serialize)]
@@ -101,7 +101,8 @@ pub(crate) async fn check_workloads(
                     continue;
                 }
                 Err(e) => {
-                    errors.push(format!("{}: {subject}: model config.json: {e}", found.location));
+                    let why = naming_annotation(&e, guard::MODEL_CONFIG_ANNOTATION);
+                    errors.push(format!("{}: {subject}: model config.json: {why}", found.location));
                     continue;
                 }
             };
@@ -113,7 +114,13 @@ pub(crate) async fn check_workloads(
                     Ok(ModelConfig::SkippedOffline(url)) => {
                         (None, Some(format!("the draft model's config.json ({url}) was not read (--offline)")))
                     }
-                    Err(e) => (None, Some(format!("draft model config.json: {e}"))),
+                    Err(e) => (
+                        None,
+                        Some(format!(
+                            "draft model config.json: {}",
+                            naming_annotation(&e, guard::DRAFT_MODEL_CONFIG_ANNOTATION)
+                        )),
+                    ),
                 },
                 Some(Err(warning)) => (None, Some(warning.clone())),
                 None => (None, None),

@@ -85,6 +85,26 @@ impl SourceError {
     }
 }
 
+/// `message` (about a config source) as it concerns a workload whose model config.json the
+/// annotation `annotation` points at: the guard's workloads have no `spec.model.config`, so every
+/// path under it becomes the annotation, and the hint of an inline config (which they cannot
+/// have) goes.
+pub fn naming_annotation(message: &str, annotation: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message.replace(", or use an inline config", "");
+    while let Some(at) = rest.find(MODEL_CONFIG_FIELD) {
+        out.push_str(&rest[..at]);
+        let path_end = rest[at..]
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '.' || c == '_'))
+            .map_or(rest.len(), |end| at + end);
+        out.push_str("the annotation ");
+        out.push_str(annotation);
+        rest = rest[path_end..].to_string();
+    }
+    out.push_str(&rest);
+    out
+}
+
 /// Parses config.json text as Python's `json` does (`NaN` and the infinities accepted), naming
 /// `origin` (a ConfigMap key, a URL, a file) in errors.
 pub fn parse_config_text(text: &str, origin: &str) -> Result<Value, SourceError> {
@@ -337,4 +357,31 @@ impl ClusterSource {
 
 fn api_error(what: String, error: kube::Error) -> SourceError {
     SourceError::ClusterApi { what, message: error.to_string() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_workload_s_config_source_errors_name_its_annotation() {
+        let missing = SourceError::ConfigMapNotFound { namespace: "ml".into(), name: "llama".into() }.to_string()
+            + " in the files given; add it with -f, or use an inline config";
+        assert_eq!(
+            naming_annotation(&missing, "kvpilot.dev/model-config"),
+            "ConfigMap ml/llama (the annotation kvpilot.dev/model-config) was not found in the files given; add it \
+             with -f"
+        );
+        let key = SourceError::ConfigMapKeyMissing {
+            namespace: "ml".into(),
+            name: "llama".into(),
+            key: "config.json".into(),
+            present: "cfg".into(),
+        };
+        assert_eq!(
+            naming_annotation(&key.to_string(), "kvpilot.dev/draft-model-config"),
+            "ConfigMap ml/llama has no key \"config.json\" (the annotation kvpilot.dev/draft-model-config); it has: cfg"
+        );
+        assert_eq!(naming_annotation("GET https://hub/x failed: timeout", "a"), "GET https://hub/x failed: timeout");
+    }
 }

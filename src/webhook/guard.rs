@@ -17,7 +17,7 @@ use crate::policy::{ModelConfigs, Outcome};
 use crate::release::ReleaseChoice;
 use crate::sglang::guard::{self, Server, ServerVerdict};
 use crate::sglang::workload;
-use crate::source::ClusterSource;
+use crate::source::{ClusterSource, naming_annotation};
 
 /// Namespace label opting a namespace into the guard: `enforce` or `warn`.
 pub const GUARD_LABEL: &str = "kvpilot.dev/guard";
@@ -93,10 +93,10 @@ async fn decide(
         let target_read = async {
             match (&server.model, source) {
                 (Err(warning), _) => Err(warning.clone()),
-                (Ok(model), Some(source)) => source
-                    .model_config(&namespace, model)
-                    .await
-                    .map_err(|e| format!("kvpilot could not read the model config.json ({e})")),
+                (Ok(model), Some(source)) => source.model_config(&namespace, model).await.map_err(|e| {
+                    let why = naming_annotation(&e.to_string(), guard::MODEL_CONFIG_ANNOTATION);
+                    format!("kvpilot could not read the model config.json ({why})")
+                }),
                 (Ok(_), None) => Err("the webhook runs without a Kubernetes client".to_string()),
             }
         };
@@ -111,7 +111,10 @@ async fn decide(
         // and what kept it unread is said only where the check would have read it.
         let (draft, draft_problem) = match (&server.draft, draft_config) {
             (_, Some(Ok(config))) => (Some(config), None),
-            (_, Some(Err(e))) => (None, Some(format!("kvpilot could not read the draft model's config.json ({e})"))),
+            (_, Some(Err(e))) => {
+                let why = naming_annotation(&e.to_string(), guard::DRAFT_MODEL_CONFIG_ANNOTATION);
+                (None, Some(format!("kvpilot could not read the draft model's config.json ({why})")))
+            }
             (Some(Err(warning)), None) => (None, Some(warning.clone())),
             _ => (None, None),
         };
