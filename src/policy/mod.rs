@@ -193,7 +193,7 @@ fn evaluate_on(input: PolicyInput<'_>, scope: Scope) -> Verdict {
         SettingSource::Auto
     };
     let effective = effective_settings(&settings, input, source);
-    let warnings = warnings(&settings, input, &effective, outcome == Outcome::Rejected);
+    let warnings = warnings(&settings, input, &effective, outcome == Outcome::Rejected, scope);
     Verdict { outcome, violations, rewrites, settings, effective, warnings }
 }
 
@@ -331,13 +331,54 @@ fn required_env(settings: &DisaggregationSpec, input: PolicyInput<'_>) -> Vec<En
     }
 }
 
+/// R12: a PD decode server without decode radix cache runs with its radix cache disabled, which
+/// SGLang only logs; the settings that serve a radix cache then do nothing on it.
+fn decode_radix_cache_warnings(settings: &DisaggregationSpec, input: PolicyInput<'_>, scope: Scope) -> Vec<String> {
+    if scope == Scope::OtherServer || settings.decode_radix_cache {
+        return Vec::new();
+    }
+    let log = if input.release >= v0_5(22) {
+        "Radix cache is disabled for decode server"
+    } else {
+        "KV cache is forced as chunk cache for decode server"
+    };
+    let mut ignored: Vec<String> = Vec::new();
+    if let Some(strategy) = settings.mamba_radix_cache_strategy
+        && input.layout.uses_ssm_state()
+    {
+        let where_used = match scope {
+            Scope::Service => " (the prefill servers use it)",
+            _ => "",
+        };
+        ignored.push(format!("the Mamba radix cache strategy {}{where_used}", strategy.as_str()));
+    }
+    let radix_options = ["--radix-eviction-policy", "--radix-eviction-policy-config"];
+    let words = &input.decode.extra_args;
+    let options = &words[..words.iter().position(|w| w == "--").unwrap_or(words.len())];
+    for option in radix_options {
+        if options.iter().any(|w| w == option || w.starts_with(&format!("{option}="))) {
+            ignored.push(option.to_string());
+        }
+    }
+    if ignored.is_empty() {
+        return Vec::new();
+    }
+    vec![format!(
+        "R12: without spec.disaggregation.decodeRadixCache SGLang {} disables the decode servers' radix cache (it \
+         logs \"{log}\"), so {} does nothing there; turn decodeRadixCache on to use it",
+        input.release,
+        ignored.join(" and ")
+    )]
+}
+
 fn warnings(
     settings: &DisaggregationSpec,
     input: PolicyInput<'_>,
     effective: &EffectiveSettings,
     rejected: bool,
+    scope: Scope,
 ) -> Vec<String> {
-    let mut warnings = Vec::new();
+    let mut warnings = decode_radix_cache_warnings(settings, input, scope);
     let layout = input.layout;
     let t1_applies = RULES.iter().any(|r| r.id == "T1" && r.applies(input.release, settings.transfer_backend));
     if settings.prefill.is_none() && t1_applies && layout.is_hybrid_swa() && !layout.has(LayoutFeature::DeepseekV4) {

@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::EnvVar;
 use serde_json::json;
 
 use super::*;
-use crate::api::{PrefillSpec, TransferBackend};
+use crate::api::{MambaRadixCacheStrategy, PrefillSpec, TransferBackend};
 
 fn layout_at(config: serde_json::Value) -> AttentionLayout {
     layout::resolve(&config, ResolveOptions::default()).expect("test layout")
@@ -1070,4 +1070,42 @@ fn p6_decode_pipeline_stages_are_one_or_the_prefill_s() {
     assert_eq!(messages("P6", &prefill(2), &decode(2), &full()), vec![None; 7]);
     // Without the prefill side nothing is compared.
     assert_eq!(messages("P6", &DisaggregationSpec::default(), &decode(2), &full()), vec![None; 7]);
+}
+
+#[test]
+fn r12_says_which_settings_a_decode_server_without_radix_cache_ignores() {
+    let strategy = with(|s| s.mamba_radix_cache_strategy = Some(MambaRadixCacheStrategy::ExtraBuffer));
+    let eviction =
+        FleetSpec { extra_args: vec!["--radix-eviction-policy".into(), "lfu".into()], ..FleetSpec::default() };
+    let r12 = |settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout, patch, server: bool| {
+        let input = PolicyInput {
+            disaggregation: settings,
+            decode,
+            layout,
+            draft: None,
+            prefill_fleet: None,
+            release: v0_5(patch),
+        };
+        let verdict = if server { evaluate_decode_server(input) } else { evaluate(input) };
+        verdict.warnings.into_iter().filter(|w| w.starts_with("R12")).collect::<Vec<_>>()
+    };
+    let found = r12(&strategy, &FleetSpec::default(), &ssm(), 21, true);
+    assert_eq!(found.len(), 1);
+    assert!(found[0].contains("logs \"KV cache is forced as chunk cache for decode server\""), "{found:?}");
+    assert!(found[0].contains("so the Mamba radix cache strategy extra_buffer does nothing there"), "{found:?}");
+    let found = r12(&strategy, &eviction, &ssm(), 22, false);
+    assert!(found[0].contains("logs \"Radix cache is disabled for decode server\""), "{found:?}");
+    assert!(
+        found[0].contains("extra_buffer (the prefill servers use it) and --radix-eviction-policy does nothing"),
+        "{found:?}"
+    );
+    // With decode radix cache, or nothing radix-specific set, nothing is said.
+    let radix = with(|s| {
+        s.mamba_radix_cache_strategy = Some(MambaRadixCacheStrategy::ExtraBuffer);
+        s.decode_radix_cache = true;
+    });
+    assert!(r12(&radix, &eviction, &ssm(), 23, true).is_empty());
+    assert!(r12(&DisaggregationSpec::default(), &FleetSpec::default(), &ssm(), 23, true).is_empty());
+    // A strategy on a model without Mamba state is M4's business, not R12's.
+    assert!(r12(&strategy, &FleetSpec::default(), &full(), 20, true).is_empty());
 }
