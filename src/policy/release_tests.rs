@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::EnvVar;
 use serde_json::json;
 
 use super::*;
-use crate::api::{MambaRadixCacheStrategy, PrefillSpec, TransferBackend};
+use crate::api::{HicacheHostMemoryMode, MambaRadixCacheStrategy, PrefillSpec, TransferBackend};
 
 fn layout_at(config: serde_json::Value) -> AttentionLayout {
     layout::resolve(&config, ResolveOptions::default()).expect("test layout")
@@ -1108,4 +1108,52 @@ fn r12_says_which_settings_a_decode_server_without_radix_cache_ignores() {
     assert!(r12(&DisaggregationSpec::default(), &FleetSpec::default(), &ssm(), 23, true).is_empty());
     // A strategy on a model without Mamba state is M4's business, not R12's.
     assert!(r12(&strategy, &FleetSpec::default(), &full(), 20, true).is_empty());
+}
+
+#[test]
+fn h1_h2_follow_the_tree_cache_each_release_builds() {
+    let session = FleetSpec { extra_args: vec!["--enable-session-radix-cache".into()], ..FleetSpec::default() };
+    let h2 = |patch: u16, cache: &str| {
+        if patch < 19 {
+            format!(
+                "--enable-session-radix-cache requires UnifiedRadixCache, but tree_cache is {cache}. Set \
+                 SGLANG_ENABLE_UNIFIED_RADIX_TREE=1 (or remove --enable-session-radix-cache)."
+            )
+        } else {
+            format!(
+                "--enable-session-radix-cache requires UnifiedRadixCache, but tree_cache is {cache}. Drop the flag or \
+                 the option that selected another tree cache for this model."
+            )
+        }
+    };
+    let cpu = with(|s| s.retraction_backup = Some(RetractionBackup::CpuTensor));
+    // A decode server without decode radix cache: a chunk cache up to 0.5.21, the unified tree after.
+    let expected: Vec<Option<String>> = (17..=23).map(|p| (p <= 21).then(|| h2(p, "ChunkCache"))).collect();
+    assert_eq!(messages("H2", &cpu, &session, &full()), expected);
+    // With decode radix cache: 0.5.17-0.5.18 build the plain RadixCache for a dense model.
+    let radix = with(|s| {
+        s.retraction_backup = Some(RetractionBackup::CpuTensor);
+        s.decode_radix_cache = true;
+    });
+    let expected: Vec<Option<String>> = (17..=23).map(|p| (p <= 18).then(|| h2(p, "RadixCache"))).collect();
+    assert_eq!(messages("H2", &radix, &session, &full()), expected);
+    let unified_env = FleetSpec { env: env("SGLANG_ENABLE_UNIFIED_RADIX_TREE", "1").env, ..session.clone() };
+    assert_eq!(messages("H2", &radix, &unified_env, &full()), vec![None; 7]);
+    // No flag, nothing to say.
+    assert_eq!(messages("H2", &cpu, &FleetSpec::default(), &full()), vec![None; 7]);
+
+    // H1: HiCache with buffer-only host memory on a pure-SWA model's PureSWARadixCache (0.5.19 on).
+    let pure =
+        layout_at(serde_json::from_str(include_str!("../../tests/fixtures/configs/custom-pure-swa.json")).unwrap());
+    assert_eq!(pure.kv_pool, KvPool::PureSwa);
+    let buffer_only = with(|s| {
+        s.retraction_backup = Some(RetractionBackup::CpuTensor);
+        s.decode_radix_cache = true;
+        s.hierarchical_cache = true;
+        s.hicache_host_memory_mode = Some(HicacheHostMemoryMode::BufferOnly);
+    });
+    let h1 = "--hicache-host-memory-mode buffer_only is only implemented for the unified radix tree; this model \
+              selected PureSWARadixCache.";
+    assert_eq!(messages("H1", &buffer_only, &FleetSpec::default(), &pure), on(19..=23, h1));
+    assert_eq!(messages("H1", &buffer_only, &FleetSpec::default(), &full()), vec![None; 7]);
 }

@@ -284,6 +284,144 @@ fn env_set_falsy(decode: &FleetSpec, name: &str) -> bool {
     decode.env_value(name).is_some() && !env_truthy(decode, name)
 }
 
+const CPP_RADIX_TREE_ENV: &str = "SGLANG_EXPERIMENTAL_CPP_RADIX_TREE";
+const SESSION_RADIX_CACHE: &str = "--enable-session-radix-cache";
+/// An option in `extraArgs` is named `spec.decode.extraArgs[--option]`.
+const SESSION_RADIX_CACHE_FIELD: &str = "spec.decode.extraArgs[--enable-session-radix-cache]";
+
+/// The tree cache a server builds, as `default_radix_cache_factory` (mem_cache/registry.py)
+/// picks it from what the settings decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TreeCache {
+    Unified,
+    LmcacheUnified,
+    Chunk,
+    SwaChunk,
+    PureSwaChunk,
+    PureSwaRadix,
+    Radix,
+    HiRadix,
+    RadixCpp,
+    LmcRadix,
+}
+
+impl TreeCache {
+    /// Its class name, which SGLang's messages print.
+    fn class(self) -> &'static str {
+        match self {
+            Self::Unified => "UnifiedRadixCache",
+            Self::LmcacheUnified => "LMCacheUnifiedRadixCache",
+            Self::Chunk => "ChunkCache",
+            Self::SwaChunk => "SWAChunkCache",
+            Self::PureSwaChunk => "PureSWAChunkCache",
+            Self::PureSwaRadix => "PureSWARadixCache",
+            Self::Radix => "RadixCache",
+            Self::HiRadix => "HiRadixCache",
+            Self::RadixCpp => "RadixCacheCpp",
+            Self::LmcRadix => "LMCRadixCache",
+        }
+    }
+
+    /// A UnifiedRadixCache (or its LMCache subclass): the only tree with session support and
+    /// buffer-only host memory.
+    fn is_unified(self) -> bool {
+        matches!(self, Self::Unified | Self::LmcacheUnified)
+    }
+}
+
+/// The tree cache of a server whose radix cache is `disabled` (a PD decode server without decode
+/// radix cache, or `--disable-radix-cache`), with host-pool retraction or not. Chunked prefill is
+/// taken to be on (SGLang sizes it from the GPU; even -1 is "not None" there).
+fn tree_cache(c: &Context<'_>, disabled: bool, host_pool: bool) -> TreeCache {
+    let layout = c.layout;
+    let (swa, pure, ssm) = (layout.is_hybrid_swa(), layout.kv_pool == KvPool::PureSwa, layout.uses_ssm_state());
+    let (lmcache, linker) = (c.settings.lmcache, c.settings.unified_cache_external_linker && c.release >= v0_5(20));
+    if c.release >= v0_5(22) {
+        return match () {
+            _ if disabled => {
+                if pure && !host_pool {
+                    TreeCache::PureSwaRadix
+                } else {
+                    TreeCache::Unified
+                }
+            }
+            _ if lmcache => TreeCache::LmcacheUnified,
+            _ if linker => TreeCache::Unified,
+            _ if pure => TreeCache::PureSwaRadix,
+            _ => TreeCache::Unified,
+        };
+    }
+    if disabled && host_pool && c.release >= v0_5(18) {
+        return TreeCache::Unified;
+    }
+    if disabled {
+        return match (swa, pure) {
+            (false, _) => TreeCache::Chunk,
+            (true, true) => TreeCache::PureSwaChunk,
+            (true, false) => TreeCache::SwaChunk,
+        };
+    }
+    if c.release <= v0_5(20) && env_truthy(c.decode, CPP_RADIX_TREE_ENV) {
+        return TreeCache::RadixCpp;
+    }
+    match c.release {
+        r if r <= v0_5(18) => match () {
+            _ if env_truthy(c.decode, UNIFIED_RADIX_TREE_ENV) => TreeCache::Unified,
+            _ if pure => TreeCache::PureSwaRadix,
+            _ if swa || ssm => TreeCache::Unified,
+            _ if c.settings.hierarchical_cache && layout.has(LayoutFeature::Dsa) => TreeCache::Unified,
+            _ if c.settings.hierarchical_cache => TreeCache::HiRadix,
+            _ if lmcache => TreeCache::LmcRadix,
+            _ => TreeCache::Radix,
+        },
+        r if r <= v0_5(20) => match () {
+            _ if linker => TreeCache::Unified,
+            _ if pure => TreeCache::PureSwaRadix,
+            _ if lmcache => TreeCache::LmcRadix,
+            _ => TreeCache::Unified,
+        },
+        _ => match () {
+            _ if lmcache => TreeCache::LmcacheUnified,
+            _ if linker => TreeCache::Unified,
+            _ if pure => TreeCache::PureSwaRadix,
+            _ => TreeCache::Unified,
+        },
+    }
+}
+
+/// The tree cache of the server the verdict is about: the decode servers of a service or the
+/// guard's decode server (radix cache off without decode radix cache; host-pool retraction as
+/// chosen or as SGLang's automatic choice would), or the guard's other server (radix cache on
+/// unless `--disable-radix-cache`).
+fn server_tree_cache(c: &Context<'_>) -> TreeCache {
+    match c.scope {
+        Scope::Service | Scope::DecodeServer => {
+            let automatic = c.settings.retraction_backup.is_none()
+                && super::automatic_retraction_backup(c.settings, c.decode, c.layout, c.release)
+                    == RetractionBackup::HostPool;
+            tree_cache(c, !radix(c), host_pool(c) || automatic)
+        }
+        Scope::OtherServer => tree_cache(c, given(&c.decode.extra_args, "--disable-radix-cache"), false),
+    }
+}
+
+/// Whether `option` is among a server's arguments (named in full, before `--`).
+fn given(args: &[String], option: &str) -> bool {
+    args.iter().take_while(|arg| *arg != "--").any(|arg| arg == option)
+}
+
+/// H2: the servers given `--enable-session-radix-cache` whose tree cache has no sessions.
+fn session_without_unified_tree(c: &Context<'_>) -> Option<Finding> {
+    let decode = given(&c.decode.extra_args, SESSION_RADIX_CACHE).then(|| server_tree_cache(c));
+    // A service's prefill servers keep their radix cache and retract nothing.
+    let prefill = c
+        .prefill_fleet
+        .filter(|fleet| c.scope == Scope::Service && given(&fleet.extra_args, SESSION_RADIX_CACHE))
+        .map(|_| tree_cache(c, false, false));
+    let cache = decode.into_iter().chain(prefill).find(|cache| !cache.is_unified())?;
+    when_with(true, vec![("cache", cache.class().into())])
+}
+
 /// HiCache with decode context parallelism, which the HiCache hook checks further (D1–D5).
 fn hicache_dcp(c: &Context<'_>) -> bool {
     c.settings.hierarchical_cache && dcp(c)
@@ -891,6 +1029,56 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Rewrite {
             apply: host_memory_mode_unset,
             hint: "leave hicacheHostMemoryMode unset: SGLang has it from 0.5.19",
+        },
+    },
+    Rule {
+        id: "H1",
+        about: "buffer-only host memory needs the unified tree",
+        field: HOST_MEMORY_MODE,
+        span: Span::since(v0_5(19)),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: &[text(
+            "--hicache-host-memory-mode buffer_only is only implemented for the unified radix tree; this model \
+             selected {cache}.",
+        )],
+        changes: &[],
+        check: |c| {
+            let cache = server_tree_cache(c);
+            when_with(
+                c.settings.hierarchical_cache && buffer_only(c) && !cache.is_unified(),
+                vec![("cache", cache.class().into())],
+            )
+        },
+        fix: Fix::Rewrite {
+            apply: host_memory_mode_unset,
+            hint: "leave hicacheHostMemoryMode unset (cache): this model's tree cache keeps its data in host memory",
+        },
+    },
+    Rule {
+        id: "H2",
+        about: "session radix cache needs the unified tree",
+        field: SESSION_RADIX_CACHE_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: &[
+            text(
+                "--enable-session-radix-cache requires UnifiedRadixCache, but tree_cache is {cache}. Set \
+                 SGLANG_ENABLE_UNIFIED_RADIX_TREE=1 (or remove --enable-session-radix-cache).",
+            ),
+            text_from(
+                19,
+                "--enable-session-radix-cache requires UnifiedRadixCache, but tree_cache is {cache}. Drop the flag \
+                 or the option that selected another tree cache for this model.",
+            ),
+        ],
+        changes: &[],
+        check: session_without_unified_tree,
+        fix: Fix::Manual {
+            hint: "remove --enable-session-radix-cache from extraArgs, or run the servers with a tree cache that keeps \
+                   sessions (decode radix cache on a PD decode server; SGLANG_ENABLE_UNIFIED_RADIX_TREE=1 on 0.5.17 \
+                   and 0.5.18)",
         },
     },
     Rule {

@@ -720,6 +720,10 @@ fn flag_text(server: &Server, field: &str) -> String {
     if let Some((_, flag)) = PREFILL_FIELD_FLAGS.iter().find(|(prefill_field, _)| *prefill_field == field) {
         return format!("the prefill servers' {flag}");
     }
+    // An option kvpilot reads from extraArgs: `spec.decode.extraArgs[--option]`.
+    if let Some(option) = field.strip_prefix("spec.decode.extraArgs[").and_then(|rest| rest.strip_suffix(']')) {
+        return option.to_string();
+    }
     let Some(flag) = flags::for_field(field) else { return field.to_string() };
     match server.parsed.last(flag) {
         Some(occurrence) => occurrence.written.clone(),

@@ -536,6 +536,111 @@ def check_handshake(kvpilot, src, venvs, version, compare):
     return agreements, failed, summary + f"; by rule: {rules}), agreements {agreements}"
 
 
+TREE_CACHE_CONFIGS = ("llama-3.1-8b-instruct", "deepseek-v3", "deepseek-v3.2-exp", "gpt-oss-20b",
+                      "parity/unlimited-ocr", "qwen3-next-80b-a3b")
+TREE_CACHE_RULES = ("H1", "H2")
+
+
+def tree_cache_scenarios():
+    """PD decode servers with and without decode radix cache and with each retraction backup, and
+    prefill servers, of an MHA, an MLA, a DSA, a hybrid-SWA, a pure-SWA and a hybrid-SSM model,
+    with HiCache off, on, or on with buffer-only host memory, the session radix cache flag or
+    not, and neither, the unified-tree or the C++-tree environment variable."""
+    servers = [("decode", radix, backup) for radix in (False, True)
+               for backup in (None, "cpu_tensor", "host_pool")] + [("prefill", None, None)]
+    hicache = (("off", False, False), ("cache", True, False), ("buffer_only", True, True))
+    envs = ({}, {"SGLANG_ENABLE_UNIFIED_RADIX_TREE": "1"}, {"SGLANG_EXPERIMENTAL_CPP_RADIX_TREE": "1"})
+    scenarios = []
+    for config, server, (mode, hierarchical, buffer_only), session, env in itertools.product(
+            TREE_CACHE_CONFIGS, servers, hicache, (False, True), envs):
+        role, radix, backup = server
+        scenarios.append({
+            "id": f"t{len(scenarios)}",
+            "config": os.path.join(ROOT, "tests/fixtures/configs", f"{config}.json"),
+            "role": role, "radix": radix, "backup": backup, "mode": mode,
+            "hierarchical": hierarchical, "bufferOnly": buffer_only, "session": session, "env": env,
+        })
+    return scenarios
+
+
+def tree_cache_argv(scenario):
+    argv = ["--model-path", "/models/m", "--disaggregation-mode", scenario["role"],
+            "--disaggregation-transfer-backend", "mooncake"]
+    if scenario["radix"]:
+        argv.append("--disaggregation-decode-enable-radix-cache")
+    if scenario["backup"]:
+        argv += ["--disaggregation-decode-retraction-backup", scenario["backup"]]
+    if scenario["hierarchical"]:
+        argv += ["--enable-hierarchical-cache", "--hicache-host-memory-mode", scenario["mode"]]
+    if scenario["session"]:
+        argv.append("--enable-session-radix-cache")
+    return argv
+
+
+def tree_cache_pods(version, scenarios):
+    """One Pod per scenario, its config inline through a ConfigMap, for `kvpilot check`."""
+    documents, config_maps = [], {}
+    for scenario in scenarios:
+        name = os.path.basename(scenario["config"]).removesuffix(".json")
+        if name not in config_maps:
+            with open(scenario["config"], encoding="utf-8") as f:
+                config_maps[name] = {"apiVersion": "v1", "kind": "ConfigMap",
+                                     "metadata": {"name": name, "namespace": "parity"},
+                                     "data": {"config.json": f.read()}}
+        env = [{"name": k, "value": v} for k, v in scenario["env"].items()]
+        documents.append({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": scenario["id"], "namespace": "parity",
+                         "annotations": {"kvpilot.dev/model-config": f"configmap/{name}"}},
+            "spec": {"containers": [{"name": "sglang", "image": f"lmsysorg/sglang:v{version}",
+                                     "command": ["python3", "-m", "sglang.launch_server"],
+                                     "args": tree_cache_argv(scenario), "env": env}]}})
+    return list(config_maps.values()) + documents
+
+
+def check_tree_cache(kvpilot, src, venvs, version, compare):
+    """SGLang's tree-cache choice and its H1/H2 checks (tree_cache.py) against the guard's
+    H1/H2 on the same servers' command lines. Returns (passed, failed, summary)."""
+    scenarios = tree_cache_scenarios()
+    stand_in = [dict(s, radixDisabled=s["role"] == "decode" and not s["radix"],
+                     hostPool=s["role"] == "decode" and s["backup"] == "host_pool") for s in scenarios]
+    # The automatic backup is host_pool where SGLang's resolution picks it (the retraction part
+    # checks kvpilot's choice): the harness takes kvpilot's effective backup for it.
+    theirs = {}
+    reports = {}
+    if compare:
+        for report in kvpilot_check_json(kvpilot, tree_cache_pods(version, scenarios)):
+            reports[report["name"].split("/")[-1]] = report
+        for scenario in stand_in:
+            effective = (reports.get(scenario["id"], {}).get("effective") or {}).get("retractionBackup")
+            if scenario["role"] == "decode" and scenario["backup"] is None and not scenario["radix"]:
+                scenario["hostPool"] = effective == "host_pool"
+    theirs = {r["id"]: r for r in run_release_script("tree_cache.py", src, venvs, stand_in)}
+    compared = [s for s in scenarios if not theirs[s["id"]]["factoryRefused"]]
+    refusing = sum(theirs[s["id"]]["raised"] for s in compared)
+    summary = (f"tree cache scenarios {len(scenarios)} (the unified cache refuses host-pool "
+               f"retraction first in {len(scenarios) - len(compared)}; refused by SGLang {refusing}")
+    if not compare:
+        return len(compared), 0, summary + ")"
+    agreements = failed = 0
+    by_rule = collections.Counter()
+    for scenario in compared:
+        ours = {v["message"]: v["rule"] for v in reports.get(scenario["id"], {}).get("violations", [])
+                if v["rule"] in TREE_CACHE_RULES}
+        message = theirs[scenario["id"]]["message"]
+        if (message in ours) if message else not ours:
+            agreements += 1
+            if message:
+                by_rule[ours[message]] += 1
+            continue
+        failed += 1
+        print(f"  {version} tree cache {os.path.basename(scenario['config'])} "
+              f"{' '.join(tree_cache_argv(scenario)[4:])} env {scenario['env']}: SGLang "
+              f"{message!r} ({theirs[scenario['id']]['cache']}), kvpilot {sorted(ours)}")
+    rules = " ".join(f"{rule} {count}" for rule, count in sorted(by_rule.items()))
+    return agreements, failed, summary + f"; by rule: {rules}), agreements {agreements}"
+
+
 MAMBA_CONFIGS = ("qwen3-next-80b-a3b", "nemotron-nano-9b-v2", "falcon-h1-7b", "granite-4.0-h-small",
                  "kimi-linear-48b-a3b", "qwen3.5-27b", "llama-3.1-8b-instruct")
 MAMBA_RULES = ("M1", "M2", "M3", "M4", "M5")
@@ -921,7 +1026,7 @@ def check_served_architectures(src):
 
 
 PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "mamba-args", "draft", "handshake",
-         "messages",
+         "tree-cache", "messages",
          "argv", "cli")
 
 
@@ -1063,6 +1168,11 @@ def main():
                 args.kvpilot, os.path.join(args.src, version), args.venvs, version, compare)
             passed, failed = passed + draft_passed, failed + draft_failed
             summary += f"; {draft_summary}"
+        if "tree-cache" in parts:
+            tree_passed, tree_failed, tree_summary = check_tree_cache(
+                args.kvpilot, os.path.join(args.src, version), args.venvs, version, compare)
+            passed, failed = passed + tree_passed, failed + tree_failed
+            summary += f"; {tree_summary}"
         if "handshake" in parts:
             handshake_passed, handshake_failed, handshake_summary = check_handshake(
                 args.kvpilot, os.path.join(args.src, version), args.venvs, version, compare)

@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""One SGLang release's own tree-cache choice and its checks of that choice, on a matrix of servers.
+
+Usage: tree_cache.py SGLANG_SRC < scenarios.json
+  scenarios: [{"id", "config": CONFIG.json, "radixDisabled": bool, "hostPool": bool,
+  "hierarchical": bool, "bufferOnly": bool, "session": bool, "env": {NAME: "1"}}]
+Prints [{"id", "raised", "message", "cache", "factoryRefused", "notes"}] on stdout
+(`factoryRefused`: the unified cache's own refusal of host-pool retraction, R1/R2, which comes
+before these checks). Exits non-zero, naming the
+file, when a piece of the release's code this needs is missing or cannot run: a scenario is never
+silently skipped.
+
+The refusals: `create_tree_cache` (mem_cache/registry.py) builds the tree cache through
+`default_radix_cache_factory` and then refuses buffer-only host memory (H1, 0.5.19 on) and
+`--enable-session-radix-cache` (H2) unless the tree is a UnifiedRadixCache.
+
+What runs, unchanged:
+  - the release's `default_radix_cache_factory` and the unified-cache constructor it calls, on
+    the scenario's context;
+  - the H1 and H2 statements of `create_tree_cache`, taken by their syntax tree (the `if`
+    statements testing `buffer_only` and `enable_session_radix_cache`), on the cache the
+    factory returned;
+  - the model facts the factory reads (hybrid SWA, pure SWA, Mamba state, DSA) from the
+    release's ModelConfig (classify.Release).
+
+Stood in, and why:
+  - the cache classes the factory imports (they build GPU pools): classes of the same names that
+    keep nothing but, for UnifiedRadixCache and the classes the release derives from it
+    (read from their modules' syntax trees), `enable_session_radix_cache` from the params, as
+    UnifiedRadixCache.__init__ sets it; any method call answers a no-op;
+  - the server arguments (`ctx.server_args` in 0.5.17-0.5.18, `get_memory()`/`get_disagg()`
+    after): the release's field defaults (pd_args.field_defaults) with the scenario's
+    hierarchical cache, host memory mode, session flag and retraction backup; a field the code
+    reads that has no literal default is an error naming it;
+  - `envs`: the scenario's SGLANG_ENABLE_UNIFIED_RADIX_TREE and
+    SGLANG_EXPERIMENTAL_CPP_RADIX_TREE, every other variable unset; `use_mlx()` False;
+  - the context: `disable_radix_cache` as the PD hook leaves it (a decode server without decode
+    radix cache, or `--disable-radix-cache`), chunked prefill on (SGLang sizes it from the GPU),
+    `full_tokens_per_layer` 0 exactly for a pure-SWA model, one TP rank.
+"""
+
+import ast
+import json
+import os
+import sys
+import types
+
+import sglang_env
+from classify import Release
+from pd_args import field_defaults
+
+REGISTRY = os.path.join("mem_cache", "registry.py")
+CACHE_CLASS_ROOT = "UnifiedRadixCache"
+
+
+def _fail(path, what):
+    raise SystemExit(f"{path}: {what}")
+
+
+class Anything:
+    """Whatever the factory calls on a cache or the worker: accepted, answered with itself."""
+
+    def __call__(self, *args, **kwargs):
+        return self
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return self
+
+
+class StandInCache:
+    """A cache class's instance: only what create_tree_cache's checks read."""
+
+    unified = False
+
+    def __init__(self, *args, **kwargs):
+        params = kwargs.get("params", args[0] if args else None)
+        if self.unified:
+            self.enable_session_radix_cache = params.enable_session_radix_cache
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name == "enable_session_radix_cache":
+            raise AttributeError(name)
+        return Anything()
+
+
+class Arguments:
+    """The server arguments: field defaults, the scenario's values, and an error for the rest."""
+
+    def __init__(self, values):
+        self.__dict__.update(values)
+
+    def __getattr__(self, name):
+        raise SystemExit(f"the tree-cache code reads the server argument {name}, which has no "
+                         f"literal default here")
+
+
+class Env:
+    def __init__(self, value):
+        self.value = value
+
+    def get(self):
+        return self.value
+
+
+class Envs:
+    def __init__(self, values):
+        self.values = values
+
+    def __getattr__(self, name):
+        return Env(self.values.get(name) == "1")
+
+
+def _parse(path):
+    with open(path, encoding="utf-8-sig") as f:
+        return ast.parse(f.read(), path)
+
+
+def _function(tree, name):
+    return next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+
+
+def cache_classes(srt, tree):
+    """(module, class name) for every name the factory functions import from sglang.srt, with
+    whether the class is UnifiedRadixCache or derives from it in its own module."""
+    found = {}
+    for function in tree.body:
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        for node in ast.walk(function):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sglang.srt."):
+                for alias in node.names:
+                    found[(node.module, alias.name)] = None
+    for (module, name) in list(found):
+        path = os.path.join(os.path.dirname(srt), *module.split(".")[1:]) + ".py"
+        unified = name == CACHE_CLASS_ROOT
+        if os.path.exists(path) and not unified:
+            definition = next((n for n in _parse(path).body
+                               if isinstance(n, ast.ClassDef) and n.name == name), None)
+            unified = definition is not None and any(
+                ast.unparse(base).split(".")[-1] == CACHE_CLASS_ROOT for base in definition.bases)
+        found[(module, name)] = unified
+    return found
+
+
+def install_stand_ins(classes):
+    """Stand-in modules in sys.modules for the imports inside the factory functions."""
+    root = type(CACHE_CLASS_ROOT, (StandInCache,), {"unified": True})
+    made = {}
+    for (module, name), unified in classes.items():
+        stand_in = sys.modules.get(module)
+        if not isinstance(stand_in, types.ModuleType) or not getattr(stand_in, "__kvpilot_stand_in__", False):
+            stand_in = types.ModuleType(module)
+            stand_in.__kvpilot_stand_in__ = True
+            sys.modules[module] = stand_in
+        if name == CACHE_CLASS_ROOT:
+            value = root
+        elif name[0].isupper() and name.endswith(("Cache", "Cpp")):
+            value = type(name, (root,) if unified else (StandInCache,), {})
+        else:
+            value = Anything()  # ComponentType, helper functions
+        setattr(stand_in, name, value)
+        made[name] = value
+    return made
+
+
+def checks(srt, tree):
+    """The compiled H1 and H2 statements of create_tree_cache."""
+    path = os.path.join(srt, REGISTRY)
+    create = _function(tree, "create_tree_cache")
+    if create is None:
+        _fail(path, "no create_tree_cache")
+    wanted = [s for s in create.body if isinstance(s, ast.If) and (
+        "buffer_only" in ast.unparse(s.test) or "enable_session_radix_cache" in ast.unparse(s.test))]
+    if not any("enable_session_radix_cache" in ast.unparse(s.test) for s in wanted):
+        _fail(path, "no enable_session_radix_cache check in create_tree_cache")
+    module = ast.fix_missing_locations(ast.Module(body=wanted, type_ignores=[]))
+    return compile(module, path, "exec"), len(wanted)
+
+
+def main(argv):
+    if len(argv) != 2:
+        sys.exit(__doc__)
+    src = argv[1]
+    scenarios = json.load(sys.stdin)
+    srt = os.path.join(src, "sglang", "srt")
+    release = Release(src)
+    path = os.path.join(srt, REGISTRY)
+    tree = _parse(path)
+    classes = cache_classes(srt, tree)
+    namespace = sglang_env.exec_subset(path, "sglang.srt.mem_cache.registry")
+    factory = namespace.get("default_radix_cache_factory")
+    if factory is None:
+        _fail(path, "default_radix_cache_factory did not define")
+    code, statements = checks(srt, tree)
+    defaults = field_defaults(srt)
+    classified = {}
+    results = []
+    for scenario in scenarios:
+        config = scenario["config"]
+        if config not in classified:
+            verdict, mc = release.model_config(config)
+            if mc is None:
+                raise SystemExit(f"{scenario['id']}: the release's ModelConfig did not build: "
+                                 f"{verdict.get('error')}")
+            classified[config] = verdict
+        verdict = classified[config]
+        made = install_stand_ins(classes)
+        arguments = Arguments(dict(
+            defaults, enable_hierarchical_cache=scenario["hierarchical"],
+            hicache_host_memory_mode="buffer_only" if scenario["bufferOnly"] else "cache",
+            enable_session_radix_cache=scenario["session"],
+            disaggregation_decode_retraction_backup="host_pool" if scenario["hostPool"] else "cpu_tensor",
+            enable_lmcache=False, enable_flexkv=False, enable_unified_cache_external_linker=False,
+            radix_cache_backend=None))
+        namespace.update(made)
+        namespace.update(
+            get_memory=lambda: arguments, get_disagg=lambda: arguments, envs=Envs(scenario["env"]),
+            use_mlx=lambda: False, logger=Anything())
+        params = types.SimpleNamespace(
+            enable_session_radix_cache=scenario["session"], req_to_token_pool=object(),
+            tree_components=None, component_registry_override=None,
+            token_to_kv_pool_allocator=Anything())
+        pure = verdict["isHybridSwa"] and verdict["fullLayers"] == 0
+        ctx = types.SimpleNamespace(
+            server_args=arguments, params=params, is_hybrid_swa=verdict["isHybridSwa"],
+            full_tokens_per_layer=0 if pure else 1024, is_hybrid_ssm=verdict["usesSsmState"],
+            is_dsa=verdict["isDsa"], enable_hierarchical_cache=scenario["hierarchical"],
+            disable_radix_cache=scenario["radixDisabled"], effective_chunked_prefill_size=8192,
+            tp_worker=Anything(), model_config=Anything(), tp_size=1, tp_rank=0, tp_group=None)
+        try:
+            cache = sglang_env.quietly(factory, ctx)
+        except ValueError as e:
+            # The unified constructor's own refusals (host-pool retraction of SSM or pure-SWA
+            # models, R1/R2) come before the checks compared here.
+            results.append({"id": scenario["id"], "raised": False, "message": None,
+                            "cache": None, "factoryRefused": str(e), "notes": []})
+            continue
+        scope = dict(namespace, cache=cache, ctx=ctx)
+        try:
+            exec(code, scope)
+            raised, message = False, None
+        except ValueError as e:
+            raised, message = True, str(e)
+        results.append({"id": scenario["id"], "raised": raised, "message": message,
+                        "cache": type(cache).__name__, "factoryRefused": None,
+                        "notes": [f"{statements} check statement(s) of create_tree_cache"]})
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
