@@ -273,10 +273,11 @@ fn mooncake_or_nixl(c: &Context<'_>) -> bool {
     matches!(c.settings.transfer_backend, TransferBackend::Mooncake | TransferBackend::Nixl)
 }
 
+/// Whether the fleet's env turns the boolean `SGLANG_*` variable `name` on, as SGLang's
+/// `EnvBool` reads it: `true`, `1`, `yes` or `y` in any case, nothing trimmed; any other value is
+/// invalid and SGLang falls back to the default, off for every variable the rules read.
 fn env_truthy(decode: &FleetSpec, name: &str) -> bool {
-    decode
-        .env_value(name)
-        .is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on"))
+    decode.env_value(name).is_some_and(|v| matches!(v.to_lowercase().as_str(), "true" | "1" | "yes" | "y"))
 }
 
 /// Whether the decode env sets `name` to something other than a truthy value.

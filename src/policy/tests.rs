@@ -892,3 +892,26 @@ fn m2_and_m5_read_the_extra_args_of_every_fleet_that_keeps_a_radix_cache() {
     assert_eq!(rules(&radix, &paged(48, None), Some(&paged(48, Some("96")))), ["M2"]);
     assert!(rules(&radix, &paged(48, Some("96")), Some(&paged(48, Some("96")))).is_empty());
 }
+
+#[test]
+fn boolean_env_values_are_read_as_sglang_s_env_bool_reads_them() {
+    let with_value = |value: &str| FleetSpec {
+        env: vec![k8s_openapi::api::core::v1::EnvVar {
+            name: "SGLANG_DISAGG_STAGING_BUFFER".into(),
+            value: Some(value.into()),
+            value_from: None,
+        }],
+        ..FleetSpec::default()
+    };
+    // R20 reads SGLANG_DISAGG_STAGING_BUFFER: on for SGLang's true values only.
+    let settings = with(|s| s.transfer_backend = crate::api::TransferBackend::Mori);
+    let r20 = |value: &str| {
+        run_at(v0_5(23), &settings, &with_value(value), &full()).violations.iter().any(|v| v.rule == "R20")
+    };
+    for on in ["1", "true", "TRUE", "yes", "Y"] {
+        assert!(r20(on), "{on:?} is on for SGLang");
+    }
+    for off in ["0", "false", "no", "n", "on", " 1", "1 ", ""] {
+        assert!(!r20(off), "{off:?} is off (or invalid, so the default) for SGLang");
+    }
+}
