@@ -1157,3 +1157,28 @@ fn h1_h2_follow_the_tree_cache_each_release_builds() {
     assert_eq!(messages("H1", &buffer_only, &FleetSpec::default(), &pure), on(19..=23, h1));
     assert_eq!(messages("H1", &buffer_only, &FleetSpec::default(), &full()), vec![None; 7]);
 }
+
+#[test]
+fn t1hnd_refuses_the_hnd_layout_on_the_mha_pools_of_pd_servers() {
+    let hnd = env("SGLANG_USE_HND_KVCACHE", "1");
+    let t1hnd = "PD-disaggregation KV transfer assumes NHD slot-row layout; HND KV cache (SGLANG_USE_HND_KVCACHE) is \
+                 not supported with disagg yet.";
+    let none = DisaggregationSpec::default();
+    for layout in [full(), hybrid_swa(), ssm()] {
+        assert_eq!(messages("T1hnd", &none, &hnd, &layout), on(17..=23, t1hnd), "{:?}", layout.kv_pool);
+    }
+    for layout in [mla(), dsv4()] {
+        assert_eq!(messages("T1hnd", &none, &hnd, &layout), vec![None; 7], "{:?}", layout.kv_pool);
+    }
+    assert_eq!(messages("T1hnd", &none, &env("SGLANG_USE_HND_KVCACHE", "0"), &full()), vec![None; 7]);
+    // A service's prefill fleet registers its buffers too.
+    let input = PolicyInput {
+        disaggregation: &none,
+        decode: &FleetSpec::default(),
+        layout: &full(),
+        draft: None,
+        prefill_fleet: Some(&hnd),
+        release: v0_5(23),
+    };
+    assert!(evaluate(input).violations.iter().any(|v| v.rule == "T1hnd"));
+}

@@ -286,6 +286,7 @@ fn env_set_falsy(decode: &FleetSpec, name: &str) -> bool {
 }
 
 const CPP_RADIX_TREE_ENV: &str = "SGLANG_EXPERIMENTAL_CPP_RADIX_TREE";
+const HND_KV_CACHE_ENV: &str = "SGLANG_USE_HND_KVCACHE";
 const SESSION_RADIX_CACHE: &str = "--enable-session-radix-cache";
 /// An option in `extraArgs` is named `spec.decode.extraArgs[--option]`.
 const SESSION_RADIX_CACHE_FIELD: &str = "spec.decode.extraArgs[--enable-session-radix-cache]";
@@ -1819,6 +1820,40 @@ pub(crate) const RULES: &[Rule] = &[
         changes: &[],
         check: |c| tp_mismatch(c, swa_state(c)),
         fix: Fix::Manual { hint: TP_HINT },
+    },
+    Rule {
+        id: "T1hnd",
+        about: "HND KV cache layout on a PD server",
+        field: DECODE_ENV,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: &[text(
+            "PD-disaggregation KV transfer assumes NHD slot-row layout; HND KV cache (SGLANG_USE_HND_KVCACHE) is \
+             not supported with disagg yet.",
+        )],
+        changes: &[],
+        // The KV manager of every PD server registers its pool's buffers at start-up, and the MHA
+        // pool's `get_contiguous_buf_infos` asserts the NHD layout (0.5.17-0.5.23). A
+        // unified-memory pool states its page-major layout itself; MLA, DeepSeek-V4 and MiniMax
+        // sparse pools are other classes.
+        check: |c| {
+            let layout = c.layout;
+            let mha_pool = match layout.kv_pool {
+                KvPool::Full | KvPool::HybridSwa | KvPool::PureSwa => {
+                    !layout.has(LayoutFeature::DeepseekV4) && !layout.has(LayoutFeature::MinimaxSparse)
+                }
+                KvPool::HybridSsm => layout.attention != AttentionKind::Mla,
+                KvPool::Mla => false,
+            };
+            let prefill = c.prefill_fleet.filter(|_| c.scope == Scope::Service);
+            let hnd = std::iter::once(c.decode).chain(prefill).any(|fleet| env_truthy(fleet, HND_KV_CACHE_ENV));
+            when(mha_pool && !c.settings.enable_unified_memory && hnd)
+        },
+        fix: Fix::Manual {
+            hint: "remove SGLANG_USE_HND_KVCACHE from the env of the PD servers (spec.decode.env, spec.prefill.env): \
+                   their KV transfer reads the NHD layout",
+        },
     },
     Rule {
         id: "T1pp",

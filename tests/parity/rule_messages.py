@@ -72,6 +72,9 @@ RULES = [
     ("T5 TP (mori)", "PD disagg: heterogeneous TP not supported for {} yet.", MORI, "0.5.20", None),
     ("T4c", "MiniMax sparse PD requires matching attention TP sizes: prefill={}, decode={}.",
      "disaggregation/common/conn.py", "0.5.23", None),
+    ("T1hnd", "PD-disaggregation KV transfer assumes NHD slot-row layout; HND KV cache "
+     "(SGLANG_USE_HND_KVCACHE) is not supported with disagg yet.", "mem_cache/memory_pool.py",
+     "0.5.17", None),
 ]
 
 
