@@ -517,23 +517,36 @@ def check_handshake(kvpilot, src, venvs, version, compare):
     if not compare:
         return len(scenarios), 0, summary + ")"
     reports = kvpilot_reports(kvpilot, [handshake_manifest(s) for s in scenarios], version)
+    agreements, failed, rules = compare_first_refusal(
+        scenarios, theirs, reports, lambda v: v["phase"] == "handshake",
+        lambda s: (f"{version} handshake {os.path.basename(s['config'])} prefill {s['prefill']} "
+                   f"decode {s['decode']}"))
+    return agreements, failed, summary + f"; by rule: {rules}), agreements {agreements}"
+
+
+def compare_first_refusal(scenarios, theirs, reports, compared_rule, describe):
+    """SGLang raises one message per scenario (the first check that fails), kvpilot reports every
+    violation: they agree when SGLang's message is among kvpilot's violations that
+    `compared_rule` selects, or when neither has one. Prints each disagreement (`describe` names
+    the scenario) and returns (agreements, disagreements, SGLang's refusals counted by kvpilot's
+    rule id as text)."""
     agreements = failed = 0
     by_rule = collections.Counter()
     for scenario in scenarios:
         ours = {v["message"]: v["rule"] for v in reports.get(scenario["id"], {}).get("violations", [])
-                if v["phase"] == "handshake"}
-        message = theirs[scenario["id"]]["message"]
+                if compared_rule(v)}
+        answer = theirs[scenario["id"]]
+        message = answer["message"]
         if (message in ours) if message else not ours:
             agreements += 1
             if message:
                 by_rule[ours[message]] += 1
             continue
         failed += 1
-        print(f"  {version} handshake {os.path.basename(scenario['config'])} prefill "
-              f"{scenario['prefill']} decode {scenario['decode']}: SGLang {message!r}, "
-              f"kvpilot {sorted(ours)}")
+        cache = f" ({answer['cache']})" if answer.get("cache") else ""
+        print(f"  {describe(scenario)}: SGLang {message!r}{cache}, kvpilot {sorted(ours)}")
     rules = " ".join(f"{rule} {count}" for rule, count in sorted(by_rule.items()))
-    return agreements, failed, summary + f"; by rule: {rules}), agreements {agreements}"
+    return agreements, failed, rules
 
 
 TREE_CACHE_CONFIGS = ("llama-3.1-8b-instruct", "deepseek-v3", "deepseek-v3.2-exp", "gpt-oss-20b",
@@ -622,22 +635,10 @@ def check_tree_cache(kvpilot, src, venvs, version, compare):
                f"retraction first in {len(scenarios) - len(compared)}; refused by SGLang {refusing}")
     if not compare:
         return len(compared), 0, summary + ")"
-    agreements = failed = 0
-    by_rule = collections.Counter()
-    for scenario in compared:
-        ours = {v["message"]: v["rule"] for v in reports.get(scenario["id"], {}).get("violations", [])
-                if v["rule"] in TREE_CACHE_RULES}
-        message = theirs[scenario["id"]]["message"]
-        if (message in ours) if message else not ours:
-            agreements += 1
-            if message:
-                by_rule[ours[message]] += 1
-            continue
-        failed += 1
-        print(f"  {version} tree cache {os.path.basename(scenario['config'])} "
-              f"{' '.join(tree_cache_argv(scenario)[4:])} env {scenario['env']}: SGLang "
-              f"{message!r} ({theirs[scenario['id']]['cache']}), kvpilot {sorted(ours)}")
-    rules = " ".join(f"{rule} {count}" for rule, count in sorted(by_rule.items()))
+    agreements, failed, rules = compare_first_refusal(
+        compared, theirs, reports, lambda v: v["rule"] in TREE_CACHE_RULES,
+        lambda s: (f"{version} tree cache {os.path.basename(s['config'])} "
+                   f"{' '.join(tree_cache_argv(s)[4:])} env {s['env']}"))
     return agreements, failed, summary + f"; by rule: {rules}), agreements {agreements}"
 
 

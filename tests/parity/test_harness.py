@@ -1,6 +1,8 @@
 """Unit tests for the harness's own parsers (run by scripts/parity.sh before the comparison)."""
 
 import ast
+import contextlib
+import io
 import os
 import random
 import sys
@@ -12,11 +14,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cache_args  # noqa: E402
 import draft_geometry  # noqa: E402
+import handshake  # noqa: E402
 import pd_args  # noqa: E402
 import rule_messages  # noqa: E402
 import run  # noqa: E402
 import served_architectures  # noqa: E402
 import server_cli  # noqa: E402
+import tree_cache  # noqa: E402
 from releases import version_key  # noqa: E402
 
 
@@ -267,6 +271,98 @@ class DraftGeometryTest(unittest.TestCase):
                                     or draft_geometry._assigns(s, "ratios"))
         self.assertNotIn("sources", ast.unparse(kept))
         self.assertIn("from m import R", ast.unparse(kept))
+
+
+class FirstRefusalTest(unittest.TestCase):
+    def test_sglang_s_one_message_must_be_among_kvpilot_s_and_silence_matches_silence(self):
+        scenarios = [{"id": i} for i in "abcd"]
+        theirs = {"a": {"message": "P1"}, "b": {"message": None}, "c": {"message": "P2"},
+                  "d": {"message": None}}
+        violation = lambda rule, message: {"rule": rule, "message": message, "phase": "handshake"}
+        reports = {"a": {"violations": [violation("P1", "P1"), violation("P6", "P6")]},
+                   "b": {"violations": []},
+                   "c": {"violations": [violation("P6", "P6")]},
+                   "d": {"violations": [violation("P5", "P5")]}}
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            agreements, failed, rules = run.compare_first_refusal(
+                scenarios, theirs, reports, lambda v: v["phase"] == "handshake", lambda s: s["id"])
+        self.assertEqual((agreements, failed, rules), (2, 2, "P1 1"))
+        self.assertEqual(printed.getvalue().splitlines(), [
+            "  c: SGLang 'P2', kvpilot ['P6']", "  d: SGLang None, kvpilot ['P5']"])
+
+
+class TreeCacheTest(unittest.TestCase):
+    REGISTRY = """\
+        def default_radix_cache_factory(ctx):
+            if ctx.disable_radix_cache:
+                from sglang.srt.mem_cache.chunk_cache import ChunkCache
+                return ChunkCache(ctx.params)
+            from sglang.srt.mem_cache.lmc import LMCacheUnifiedRadixCache
+            if ctx.lmcache:
+                return LMCacheUnifiedRadixCache(ctx.params)
+            from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+            return UnifiedRadixCache(ctx.params)
+
+        def create_tree_cache(ctx):
+            cache = default_radix_cache_factory(ctx)
+            if get_memory().enable_session_radix_cache and not getattr(
+                cache, "enable_session_radix_cache", False
+            ):
+                raise ValueError(f"session needs the unified tree, got {type(cache).__name__}")
+            return cache
+        """
+
+    def test_runs_the_session_check_on_the_tree_each_stand_in_class_stands_for(self):
+        srt = os.path.join(tempfile.mkdtemp(prefix="parity-test-"), "sglang", "srt")
+        self.addCleanup(lambda: __import__("shutil").rmtree(os.path.dirname(os.path.dirname(srt)),
+                                                            ignore_errors=True))
+        os.makedirs(os.path.join(srt, "mem_cache"))
+        with open(os.path.join(srt, "mem_cache", "registry.py"), "w", encoding="utf-8") as f:
+            f.write(textwrap.dedent(self.REGISTRY))
+        with open(os.path.join(srt, "mem_cache", "lmc.py"), "w", encoding="utf-8") as f:
+            f.write("class LMCacheUnifiedRadixCache(UnifiedRadixCache):\n    pass\n")
+        tree = tree_cache._parse(os.path.join(srt, "mem_cache", "registry.py"))
+        classes = tree_cache.cache_classes(srt, tree)
+        self.assertEqual(classes, {
+            ("sglang.srt.mem_cache.chunk_cache", "ChunkCache"): False,
+            ("sglang.srt.mem_cache.lmc", "LMCacheUnifiedRadixCache"): True,
+            ("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache"): True,
+        })
+        made = tree_cache.install_stand_ins(classes)
+        code, statements = tree_cache.checks(srt, tree)
+        self.assertEqual(statements, 1)
+        params = type("Params", (), {"enable_session_radix_cache": True})()
+        memory = type("Memory", (), {"enable_session_radix_cache": True})()
+        for name, refused in (("ChunkCache", True), ("LMCacheUnifiedRadixCache", False),
+                              ("UnifiedRadixCache", False)):
+            scope = {"get_memory": lambda: memory, "cache": made[name](params)}
+            if refused:
+                with self.assertRaises(ValueError) as caught:
+                    exec(code, scope)
+                self.assertEqual(str(caught.exception), f"session needs the unified tree, got {name}")
+            else:
+                exec(code, scope)
+
+
+class HandshakeTest(unittest.TestCase):
+    def test_a_global_the_handshake_reads_that_is_not_bound_is_named(self):
+        srt = os.path.join(tempfile.mkdtemp(prefix="parity-test-"), "sglang", "srt")
+        self.addCleanup(lambda: __import__("shutil").rmtree(os.path.dirname(os.path.dirname(srt)),
+                                                            ignore_errors=True))
+        os.makedirs(os.path.join(srt, "disaggregation", "common"))
+        with open(os.path.join(srt, "disaggregation", "common", "conn.py"), "w", encoding="utf-8") as f:
+            f.write(textwrap.dedent("""\
+                class CommonKVManager:
+                    def try_ensure_parallel_info(self, addr):
+                        info = requests.get(addr)
+                        if [st for st in info.states if st in (StateType.SWA,)]:
+                            raise RuntimeError(new_helper(info))
+                    def _resolve_rank_mapping(self, info):
+                        logger.debug(info)
+                """))
+        self.assertEqual(handshake.handshake_names(srt, {"requests": None, "logger": None,
+                                                         "StateType": None}), ["new_helper"])
 
 
 if __name__ == "__main__":
