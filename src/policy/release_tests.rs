@@ -1182,3 +1182,27 @@ fn t1hnd_refuses_the_hnd_layout_on_the_mha_pools_of_pd_servers() {
     };
     assert!(evaluate(input).violations.iter().any(|v| v.rule == "T1hnd"));
 }
+
+#[test]
+fn h2_reads_a_service_s_prefill_fleet_with_its_own_env() {
+    let session = FleetSpec { extra_args: vec!["--enable-session-radix-cache".into()], ..FleetSpec::default() };
+    let unified = FleetSpec { env: env("SGLANG_ENABLE_UNIFIED_RADIX_TREE", "1").env, ..session.clone() };
+    let cpu = with(|s| s.retraction_backup = Some(RetractionBackup::CpuTensor));
+    let h2_on = |prefill: &FleetSpec, patch| {
+        let input = PolicyInput {
+            disaggregation: &cpu,
+            decode: &FleetSpec::default(),
+            layout: &full(),
+            draft: None,
+            prefill_fleet: Some(prefill),
+            release: v0_5(patch),
+        };
+        evaluate(input).violations.into_iter().filter(|v| v.rule == "H2").map(|v| v.message).collect::<Vec<_>>()
+    };
+    // 0.5.17's prefill servers build the plain RadixCache for a dense model, unless their env asks
+    // for the unified tree; from 0.5.19 they build the unified tree.
+    assert_eq!(h2_on(&session, 17).len(), 1);
+    assert!(h2_on(&session, 17)[0].contains("tree_cache is RadixCache"));
+    assert!(h2_on(&unified, 17).is_empty());
+    assert!(h2_on(&session, 19).is_empty());
+}

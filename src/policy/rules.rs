@@ -331,10 +331,11 @@ impl TreeCache {
     }
 }
 
-/// The tree cache of a server whose radix cache is `disabled` (a PD decode server without decode
-/// radix cache, or `--disable-radix-cache`), with host-pool retraction or not. Chunked prefill is
-/// taken to be on (SGLang sizes it from the GPU; even -1 is "not None" there).
-fn tree_cache(c: &Context<'_>, disabled: bool, host_pool: bool) -> TreeCache {
+/// The tree cache of a server of `fleet` (whose env it reads) whose radix cache is `disabled` (a
+/// PD decode server without decode radix cache, or `--disable-radix-cache`), with host-pool
+/// retraction or not. Chunked prefill is taken to be on (SGLang sizes it from the GPU; even -1 is
+/// "not None" there).
+fn tree_cache(c: &Context<'_>, fleet: &FleetSpec, disabled: bool, host_pool: bool) -> TreeCache {
     let layout = c.layout;
     let (swa, pure, ssm) = (layout.is_hybrid_swa(), layout.kv_pool == KvPool::PureSwa, layout.uses_ssm_state());
     let (lmcache, linker) = (c.settings.lmcache, c.settings.unified_cache_external_linker && c.release >= v0_5(20));
@@ -363,12 +364,12 @@ fn tree_cache(c: &Context<'_>, disabled: bool, host_pool: bool) -> TreeCache {
             (true, false) => TreeCache::SwaChunk,
         };
     }
-    if c.release <= v0_5(20) && env_truthy(c.decode, CPP_RADIX_TREE_ENV) {
+    if c.release <= v0_5(20) && env_truthy(fleet, CPP_RADIX_TREE_ENV) {
         return TreeCache::RadixCpp;
     }
     match c.release {
         r if r <= v0_5(18) => match () {
-            _ if env_truthy(c.decode, UNIFIED_RADIX_TREE_ENV) => TreeCache::Unified,
+            _ if env_truthy(fleet, UNIFIED_RADIX_TREE_ENV) => TreeCache::Unified,
             _ if pure => TreeCache::PureSwaRadix,
             _ if swa || ssm => TreeCache::Unified,
             _ if c.settings.hierarchical_cache && layout.has(LayoutFeature::Dsa) => TreeCache::Unified,
@@ -401,9 +402,9 @@ fn server_tree_cache(c: &Context<'_>) -> TreeCache {
             let automatic = c.settings.retraction_backup.is_none()
                 && super::automatic_retraction_backup(c.settings, c.decode, c.layout, c.release)
                     == RetractionBackup::HostPool;
-            tree_cache(c, !radix(c), host_pool(c) || automatic)
+            tree_cache(c, c.decode, !radix(c), host_pool(c) || automatic)
         }
-        Scope::OtherServer => tree_cache(c, given(&c.decode.extra_args, "--disable-radix-cache"), false),
+        Scope::OtherServer => tree_cache(c, c.decode, given(&c.decode.extra_args, "--disable-radix-cache"), false),
     }
 }
 
@@ -419,7 +420,7 @@ fn session_without_unified_tree(c: &Context<'_>) -> Option<Finding> {
     let prefill = c
         .prefill_fleet
         .filter(|fleet| c.scope == Scope::Service && given(&fleet.extra_args, SESSION_RADIX_CACHE))
-        .map(|_| tree_cache(c, false, false));
+        .map(|fleet| tree_cache(c, fleet, false, false));
     let cache = decode.into_iter().chain(prefill).find(|cache| !cache.is_unified())?;
     when_with(true, vec![("cache", cache.class().into())])
 }
