@@ -1206,3 +1206,31 @@ fn h2_reads_a_service_s_prefill_fleet_with_its_own_env() {
     assert!(h2_on(&unified, 17).is_empty());
     assert!(h2_on(&session, 19).is_empty());
 }
+
+#[test]
+fn sd1_to_sd4_read_the_speculative_algorithm_as_the_hook_does() {
+    let algorithm = |name: &str| with(|s| s.speculative_algorithm = Some(name.into()));
+    let sd1 = |name: &str| format!("Unknown speculative algorithm name: {name}");
+    assert_eq!(messages("SD1", &algorithm("eagle3"), &FleetSpec::default(), &full()), vec![None; 7]);
+    assert_eq!(messages("SD1", &algorithm("nextn"), &FleetSpec::default(), &full()), vec![None; 7]);
+    assert_eq!(messages("SD1", &algorithm("uno"), &FleetSpec::default(), &full()), on(17..=19, &sd1("UNO")));
+    assert_eq!(messages("SD1", &algorithm("medusa"), &FleetSpec::default(), &full()), on(17..=23, &sd1("MEDUSA")));
+
+    let dflash = algorithm("dflash");
+    let sd2 = "DFLASH speculative decoding requires setting --speculative-draft-model-path.";
+    assert_eq!(messages("SD2", &dflash, &FleetSpec::default(), &full()), on(17..=23, sd2));
+    let draft = crate::api::DraftModelSpec {
+        name: "acme/dflash".into(),
+        revision: None,
+        path: None,
+        config: crate::api::ModelConfigSource::default(),
+    };
+    let with_draft = DisaggregationSpec { speculative_draft_model: Some(draft.clone()), ..dflash.clone() };
+    assert_eq!(messages("SD2", &with_draft, &FleetSpec::default(), &full()), vec![None; 7]);
+    let stages = FleetSpec { pipeline_parallel: 2, ..FleetSpec::default() };
+    let sd3 = "Currently DFLASH speculative decoding only supports pp_size == 1.";
+    assert_eq!(messages("SD3", &with_draft, &stages, &full()), on(17..=23, sd3));
+    let uno = DisaggregationSpec { speculative_draft_model: Some(draft), ..algorithm("UNO") };
+    let sd4 = "UNO reuses the target model and does not accept --speculative-draft-model-path.";
+    assert_eq!(messages("SD4", &uno, &FleetSpec::default(), &full()), on(20..=23, sd4));
+}

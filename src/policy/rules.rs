@@ -425,6 +425,30 @@ fn session_without_unified_tree(c: &Context<'_>) -> Option<Finding> {
     when_with(true, vec![("cache", cache.class().into())])
 }
 
+const SPECULATIVE_ALGORITHM: &str = "spec.disaggregation.speculativeAlgorithm";
+
+/// The names `--speculative-algorithm` takes in `release`, as its speculative hook reads them
+/// (upper-cased): the `SpeculativeAlgorithm` members, and NEXTN, which the hook turns into EAGLE.
+/// Plugin-registered algorithms are not known here.
+fn known_speculative_algorithm(name: &str, release: Release) -> bool {
+    const ALWAYS: &[&str] =
+        &["DFLASH", "DSPARK", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "STANDALONE", "NGRAM", "NONE", "NEXTN"];
+    let name = name.to_uppercase();
+    ALWAYS.contains(&name.as_str()) || (name == "UNO" && release >= v0_5(20))
+}
+
+/// The speculative algorithm, upper-cased as SGLang's hook reads it.
+fn speculative_algorithm(c: &Context<'_>) -> Option<String> {
+    c.settings.speculative_algorithm.as_deref().map(str::to_uppercase)
+}
+
+/// The pipeline stages of every server that runs the speculative settings: the decode servers,
+/// and a service's prefill fleet.
+fn speculating_pipeline_stages(c: &Context<'_>) -> i32 {
+    let prefill = c.prefill_fleet.filter(|_| c.scope == Scope::Service).map_or(1, |fleet| fleet.pipeline_parallel);
+    c.decode.pipeline_parallel.max(prefill)
+}
+
 /// HiCache with decode context parallelism, which the HiCache hook checks further (D1–D5).
 fn hicache_dcp(c: &Context<'_>) -> bool {
     c.settings.hierarchical_cache && dcp(c)
@@ -1033,6 +1057,60 @@ pub(crate) const RULES: &[Rule] = &[
             apply: host_memory_mode_unset,
             hint: "leave hicacheHostMemoryMode unset: SGLang has it from 0.5.19",
         },
+    },
+    Rule {
+        id: "SD1",
+        about: "unknown speculative algorithm",
+        field: SPECULATIVE_ALGORITHM,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("Unknown speculative algorithm name: {name}")],
+        changes: &[text_from(20, "UNO is an algorithm")],
+        check: |c| {
+            let name = speculative_algorithm(c)?;
+            when_with(!known_speculative_algorithm(&name, c.release), vec![("name", name)])
+        },
+        fix: Fix::Manual {
+            hint: "use one of SGLang's algorithms: EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM, DFLASH, DSPARK, \
+                   FROZEN_KV_MTP, or UNO from 0.5.20",
+        },
+    },
+    Rule {
+        id: "SD2",
+        about: "DFLASH without a draft model",
+        field: SPECULATIVE_DRAFT_MODEL,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("DFLASH speculative decoding requires setting --speculative-draft-model-path.")],
+        changes: &[],
+        check: |c| when(speculative_algorithm(c)? == "DFLASH" && c.settings.speculative_draft_model.is_none()),
+        fix: Fix::Manual { hint: "set spec.disaggregation.speculativeDraftModel to the DFLASH draft checkpoint" },
+    },
+    Rule {
+        id: "SD3",
+        about: "DFLASH with pipeline parallelism",
+        field: DECODE_PIPELINE,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("Currently DFLASH speculative decoding only supports pp_size == 1.")],
+        changes: &[],
+        check: |c| when(speculative_algorithm(c)? == "DFLASH" && speculating_pipeline_stages(c) != 1),
+        fix: Fix::Manual { hint: "set pipelineParallel to 1 on both fleets, or use another speculativeAlgorithm" },
+    },
+    Rule {
+        id: "SD4",
+        about: "UNO with a draft model",
+        field: SPECULATIVE_DRAFT_MODEL,
+        span: Span::since(v0_5(20)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("UNO reuses the target model and does not accept --speculative-draft-model-path.")],
+        changes: &[],
+        check: |c| when(speculative_algorithm(c)? == "UNO" && c.settings.speculative_draft_model.is_some()),
+        fix: Fix::Manual { hint: "unset spec.disaggregation.speculativeDraftModel: UNO drafts with the model itself" },
     },
     Rule {
         id: "H1",

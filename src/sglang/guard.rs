@@ -15,7 +15,7 @@ use super::flags::{self, Kind, Mode, Parsed, ServerSettings};
 use super::server_cli::{self, Reading};
 use super::workload::{self, ContainerSite};
 use crate::api::{
-    AttentionLayout, ConfigMapKeyRef, DisaggregationSpec, EffectiveSettings, FleetSpec, HubSource,
+    AttentionLayout, ConfigMapKeyRef, DisaggregationSpec, DraftModelSpec, EffectiveSettings, FleetSpec, HubSource,
     InferenceDeploymentSpec, ModelConfigSource, ModelSpec, OnInvalid, PrefillSpec, SecretKeyRef,
 };
 use crate::layout::{LayoutError, ResolveOptions};
@@ -614,7 +614,17 @@ pub fn check(server: &Server, configs: &ModelConfigs, rewrite: bool) -> Result<S
     let words: Vec<String> = server.invocation.args.iter().map(|arg| arg.text.clone()).collect();
     let spec_with = |on_invalid| InferenceDeploymentSpec {
         model: model.clone(),
-        disaggregation: DisaggregationSpec { on_invalid, ..settings.disaggregation.clone() },
+        disaggregation: DisaggregationSpec {
+            on_invalid,
+            // The rules ask whether a draft model is given (SD2, SD4); its config.json comes apart.
+            speculative_draft_model: settings.draft_model_path.as_ref().map(|path| DraftModelSpec {
+                name: path.clone(),
+                revision: settings.draft_revision.clone(),
+                path: None,
+                config: ModelConfigSource::default(),
+            }),
+            ..settings.disaggregation.clone()
+        },
         // The command line's words, for the rules that read a flag kvpilot keeps no setting for
         // (M5: --disable-overlap-schedule).
         decode: FleetSpec {

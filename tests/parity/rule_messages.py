@@ -72,6 +72,12 @@ RULES = [
     ("T5 TP (mori)", "PD disagg: heterogeneous TP not supported for {} yet.", MORI, "0.5.20", None),
     ("T4c", "MiniMax sparse PD requires matching attention TP sizes: prefill={}, decode={}.",
      "disaggregation/common/conn.py", "0.5.23", None),
+    ("SD2", "DFLASH speculative decoding requires setting --speculative-draft-model-path.",
+     "arg_groups/speculative_hook.py", "0.5.17", None),
+    ("SD3", "Currently DFLASH speculative decoding only supports pp_size == 1.",
+     "arg_groups/speculative_hook.py", "0.5.17", None),
+    ("SD4", "UNO reuses the target model and does not accept --speculative-draft-model-path.",
+     "arg_groups/speculative_hook.py", "0.5.20", None),
     ("T1hnd", "PD-disaggregation KV transfer assumes NHD slot-row layout; HND KV cache "
      "(SGLANG_USE_HND_KVCACHE) is not supported with disagg yet.", "mem_cache/memory_pool.py",
      "0.5.17", None),

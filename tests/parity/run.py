@@ -642,6 +642,44 @@ def check_tree_cache(kvpilot, src, venvs, version, compare):
     return agreements, failed, summary + f"; by rule: {rules}), agreements {agreements}"
 
 
+SPECULATIVE_NAMES = ("EAGLE", "eagle", "Eagle3", "NEXTN", "nextn", "STANDALONE", "ngram", "DFLASH",
+                     "dspark", "FROZEN_KV_MTP", "UNO", "uno", "NONE", "none", "FOO", "MTP", "EAGLE-3",
+                     "medusa", "lookahead", " EAGLE", "EAGLE ")
+
+
+def speculative_manifest(index, name):
+    document = manifest({"id": f"s{index}", "config": os.path.join(
+        ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json"), "flags": {
+        "decodeRadixCache": False, "decodeOffloadKvCache": False, "decodeContextParallel": 1,
+        "priorityScheduling": False, "disablePriorityPreemption": False,
+        "enableUnifiedMemory": False}})
+    document["spec"]["disaggregation"]["speculativeAlgorithm"] = name
+    return document
+
+
+def check_speculative_names(kvpilot, src, venvs, version, compare):
+    """The release's reading of --speculative-algorithm names (speculative_names.py) against
+    kvpilot's SD1. Returns (passed, failed, summary)."""
+    theirs = run_release_script("speculative_names.py", src, venvs, list(SPECULATIVE_NAMES))
+    refused = sum(answer["raised"] for answer in theirs)
+    summary = f"speculative algorithm names {len(theirs)} (unknown to SGLang {refused}"
+    if not compare:
+        return len(theirs), 0, summary + ")"
+    manifests = [speculative_manifest(i, name) for i, name in enumerate(SPECULATIVE_NAMES)]
+    reports = kvpilot_reports(kvpilot, manifests, version)
+    agreements = failed = 0
+    for index, answer in enumerate(theirs):
+        ours = [v["message"] for v in reports.get(f"s{index}", {}).get("violations", [])
+                if v["rule"] == "SD1"]
+        if ours == ([answer["message"]] if answer["raised"] else []):
+            agreements += 1
+            continue
+        failed += 1
+        print(f"  {version} speculative algorithm {answer['name']!r}: SGLang {answer['message']!r}, "
+              f"kvpilot {ours}")
+    return agreements, failed, summary + f"), agreements {agreements}"
+
+
 MAMBA_CONFIGS = ("qwen3-next-80b-a3b", "nemotron-nano-9b-v2", "falcon-h1-7b", "granite-4.0-h-small",
                  "kimi-linear-48b-a3b", "qwen3.5-27b", "llama-3.1-8b-instruct")
 MAMBA_RULES = ("M1", "M2", "M3", "M4", "M5")
@@ -1027,7 +1065,7 @@ def check_served_architectures(src):
 
 
 PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "mamba-args", "draft", "handshake",
-         "tree-cache", "messages",
+         "tree-cache", "speculative", "messages",
          "argv", "cli")
 
 
@@ -1169,6 +1207,11 @@ def main():
                 args.kvpilot, os.path.join(args.src, version), args.venvs, version, compare)
             passed, failed = passed + draft_passed, failed + draft_failed
             summary += f"; {draft_summary}"
+        if "speculative" in parts:
+            names_passed, names_failed, names_summary = check_speculative_names(
+                args.kvpilot, os.path.join(args.src, version), args.venvs, version, compare)
+            passed, failed = passed + names_passed, failed + names_failed
+            summary += f"; {names_summary}"
         if "tree-cache" in parts:
             tree_passed, tree_failed, tree_summary = check_tree_cache(
                 args.kvpilot, os.path.join(args.src, version), args.venvs, version, compare)
