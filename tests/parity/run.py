@@ -1069,6 +1069,13 @@ PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "mam
          "argv", "cli")
 
 
+# The parts that run one release's code on their own scenarios and compare with kvpilot, each
+# returning (passed, failed, summary), in the order their summaries are printed.
+PER_RELEASE_CHECKS = (("mamba-args", check_mamba_args), ("draft", check_draft_geometry),
+                      ("speculative", check_speculative_names), ("tree-cache", check_tree_cache),
+                      ("handshake", check_handshake))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1197,31 +1204,12 @@ def main():
             if compare:
                 summary += f", agreements {scenario_agreements}"
             passed += scenario_agreements if compare else len(runnable)
-        if "mamba-args" in parts:
-            mamba_passed, mamba_failed, mamba_summary = check_mamba_args(
-                args.kvpilot, os.path.join(args.src, version), args.venvs, version, compare)
-            passed, failed = passed + mamba_passed, failed + mamba_failed
-            summary += f"; {mamba_summary}"
-        if "draft" in parts:
-            draft_passed, draft_failed, draft_summary = check_draft_geometry(
-                args.kvpilot, os.path.join(args.src, version), args.venvs, version, compare)
-            passed, failed = passed + draft_passed, failed + draft_failed
-            summary += f"; {draft_summary}"
-        if "speculative" in parts:
-            names_passed, names_failed, names_summary = check_speculative_names(
-                args.kvpilot, os.path.join(args.src, version), args.venvs, version, compare)
-            passed, failed = passed + names_passed, failed + names_failed
-            summary += f"; {names_summary}"
-        if "tree-cache" in parts:
-            tree_passed, tree_failed, tree_summary = check_tree_cache(
-                args.kvpilot, os.path.join(args.src, version), args.venvs, version, compare)
-            passed, failed = passed + tree_passed, failed + tree_failed
-            summary += f"; {tree_summary}"
-        if "handshake" in parts:
-            handshake_passed, handshake_failed, handshake_summary = check_handshake(
-                args.kvpilot, os.path.join(args.src, version), args.venvs, version, compare)
-            passed, failed = passed + handshake_passed, failed + handshake_failed
-            summary += f"; {handshake_summary}"
+        for part, check in PER_RELEASE_CHECKS:
+            if part in parts:
+                part_passed, part_failed, part_summary = check(
+                    args.kvpilot, os.path.join(args.src, version), args.venvs, version, compare)
+                passed, failed = passed + part_passed, failed + part_failed
+                summary += f"; {part_summary}"
         for label, scenarios, manifest_of, raised, prefixes in raised_by_check:
             summary += f"; {label} scenarios {len(scenarios)} run by SGLang"
             if compare:
