@@ -1159,6 +1159,65 @@ fn h1_h2_follow_the_tree_cache_each_release_builds() {
 }
 
 #[test]
+fn h5_h6_n5_follow_the_tree_cache_flexkv_and_pure_swa_included() {
+    let args =
+        |args: &[&str]| FleetSpec { extra_args: args.iter().map(|a| a.to_string()).collect(), ..FleetSpec::default() };
+    let tlru = |cache: &str| {
+        format!(
+            "--radix-eviction-policy tlru requires UnifiedRadixCache, but tree_cache is {cache}. Drop the flag or the \
+             option that selected another tree cache for this model."
+        )
+    };
+    let cpu = with(|s| s.retraction_backup = Some(RetractionBackup::CpuTensor));
+    let radix = with(|s| {
+        s.retraction_backup = Some(RetractionBackup::CpuTensor);
+        s.decode_radix_cache = true;
+    });
+    // T-LRU (0.5.21 on): 0.5.21's decode servers without decode radix cache build a chunk cache;
+    // the option is read in both spellings, the last occurrence winning.
+    let expected: Vec<Option<String>> = (17..=23).map(|p| (p == 21).then(|| tlru("ChunkCache"))).collect();
+    assert_eq!(messages("H5", &cpu, &args(&["--radix-eviction-policy", "tlru"]), &full()), expected);
+    assert_eq!(messages("H5", &cpu, &args(&["--radix-eviction-policy=tlru"]), &full()), expected);
+    assert_eq!(
+        messages("H5", &cpu, &args(&["--radix-eviction-policy=tlru", "--radix-eviction-policy", "lru"]), &full()),
+        vec![None; 7]
+    );
+    // FlexKV replaces the default tree in every release.
+    let flexkv_tlru = args(&["--enable-flexkv", "--radix-eviction-policy", "tlru"]);
+    assert_eq!(messages("H5", &radix, &flexkv_tlru, &full()), on(21..=23, &tlru("FlexKVRadixCache")));
+    assert_eq!(messages("H5", &radix, &args(&["--radix-eviction-policy", "tlru"]), &full()), vec![None; 7]);
+
+    // Streaming sessions (0.5.22 on): a pure-SWA model's PureSWARadixCache refuses them.
+    let pure =
+        layout_at(serde_json::from_str(include_str!("../../tests/fixtures/configs/custom-pure-swa.json")).unwrap());
+    let streaming = args(&["--enable-streaming-session"]);
+    let h6 = "--enable-streaming-session is not verified with PureSWARadixCache; streaming sessions run on \
+              UnifiedRadixCache. Please open an issue or a PR at https://github.com/sgl-project/sglang if you need this.";
+    assert_eq!(messages("H6", &cpu, &streaming, &pure), on(22..=23, h6));
+    assert_eq!(messages("H6", &cpu, &streaming, &full()), vec![None; 7]);
+
+    // Mamba state (0.5.22 on) lives only in the unified tree, which FlexKV replaces.
+    let n5 = "Models with mamba state are not verified with FlexKVRadixCache; mamba state lives in UnifiedRadixCache. \
+              Please open an issue or a PR at https://github.com/sgl-project/sglang if you need this.";
+    let flexkv = args(&["--enable-flexkv"]);
+    assert_eq!(messages("N5", &radix, &flexkv, &ssm()), on(22..=23, n5));
+    assert_eq!(messages("N5", &radix, &flexkv, &full()), vec![None; 7]);
+    // Without decode radix cache the decode server's radix cache is disabled, which builds the
+    // unified tree before FlexKV is considered.
+    assert_eq!(messages("N5", &cpu, &flexkv, &ssm()), vec![None; 7]);
+    // A service's prefill servers keep their radix cache, so FlexKV there is refused.
+    let input = PolicyInput {
+        disaggregation: &cpu,
+        decode: &FleetSpec::default(),
+        layout: &ssm(),
+        draft: None,
+        prefill_fleet: Some(&flexkv),
+        release: v0_5(23),
+    };
+    assert!(evaluate(input).violations.iter().any(|v| v.rule == "N5" && v.message == n5));
+}
+
+#[test]
 fn t1hnd_refuses_the_hnd_layout_on_the_mha_pools_of_pd_servers() {
     let hnd = env("SGLANG_USE_HND_KVCACHE", "1");
     let t1hnd = "PD-disaggregation KV transfer assumes NHD slot-row layout; HND KV cache (SGLANG_USE_HND_KVCACHE) is \

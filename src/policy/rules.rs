@@ -225,19 +225,22 @@ fn radix_cache_in_use(c: &Context<'_>) -> bool {
     c.scope != Scope::DecodeServer || radix(c)
 }
 
-/// `--mamba-track-interval` among a server's arguments (kvpilot keeps no setting for it), else
-/// SGLang's default, 256 in every release. The callers hand the arguments over with each option
-/// as its full name (`--name` or `--name=value`), as the release's parser reads them; the last
+/// The value of `option` among a server's arguments, handed over with each option as its full
+/// name (`--name value` or `--name=value`), as the release's parser reads them; the last
 /// occurrence is the one argparse keeps.
-fn mamba_track_interval(args: &[String]) -> i64 {
-    const FLAG: &str = "--mamba-track-interval";
+fn option_value<'a>(args: &'a [String], option: &str) -> Option<&'a str> {
     let options = &args[..args.iter().position(|arg| arg == "--").unwrap_or(args.len())];
-    let value = options.iter().enumerate().rev().find_map(|(i, arg)| match arg.strip_prefix(FLAG) {
+    options.iter().enumerate().rev().find_map(|(i, arg)| match arg.strip_prefix(option) {
         Some("") => options.get(i + 1).map(String::as_str),
         Some(rest) => rest.strip_prefix('='),
         None => None,
-    });
-    value.and_then(|v| v.trim().parse().ok()).unwrap_or(256)
+    })
+}
+
+/// `--mamba-track-interval` among a server's arguments (kvpilot keeps no setting for it), else
+/// SGLang's default, 256 in every release.
+fn mamba_track_interval(args: &[String]) -> i64 {
+    option_value(args, "--mamba-track-interval").and_then(|v| v.trim().parse().ok()).unwrap_or(256)
 }
 
 /// Whether a server's arguments (as [`mamba_track_interval`] gets them) turn the overlap
@@ -288,8 +291,14 @@ fn env_set_falsy(decode: &FleetSpec, name: &str) -> bool {
 const CPP_RADIX_TREE_ENV: &str = "SGLANG_EXPERIMENTAL_CPP_RADIX_TREE";
 const HND_KV_CACHE_ENV: &str = "SGLANG_USE_HND_KVCACHE";
 const SESSION_RADIX_CACHE: &str = "--enable-session-radix-cache";
+const EVICTION_POLICY: &str = "--radix-eviction-policy";
+const STREAMING_SESSION: &str = "--enable-streaming-session";
+const FLEXKV: &str = "--enable-flexkv";
 /// An option in `extraArgs` is named `spec.decode.extraArgs[--option]`.
 const SESSION_RADIX_CACHE_FIELD: &str = "spec.decode.extraArgs[--enable-session-radix-cache]";
+const EVICTION_POLICY_FIELD: &str = "spec.decode.extraArgs[--radix-eviction-policy]";
+const STREAMING_SESSION_FIELD: &str = "spec.decode.extraArgs[--enable-streaming-session]";
+const FLEXKV_FIELD: &str = "spec.decode.extraArgs[--enable-flexkv]";
 
 /// The tree cache a server builds, as `default_radix_cache_factory` (mem_cache/registry.py)
 /// picks it from what the settings decide.
@@ -305,6 +314,7 @@ enum TreeCache {
     HiRadix,
     RadixCpp,
     LmcRadix,
+    FlexKv,
 }
 
 impl TreeCache {
@@ -321,11 +331,13 @@ impl TreeCache {
             Self::HiRadix => "HiRadixCache",
             Self::RadixCpp => "RadixCacheCpp",
             Self::LmcRadix => "LMCRadixCache",
+            Self::FlexKv => "FlexKVRadixCache",
         }
     }
 
-    /// A UnifiedRadixCache (or its LMCache subclass): the only tree with session support and
-    /// buffer-only host memory.
+    /// A UnifiedRadixCache (or its LMCache subclass): the only tree with sessions, streaming
+    /// sessions, T-LRU eviction, buffer-only host memory and, from 0.5.22, Mamba state (SGLang
+    /// gives the unified tree the Mamba component whenever the model has Mamba state).
     fn is_unified(self) -> bool {
         matches!(self, Self::Unified | Self::LmcacheUnified)
     }
@@ -334,11 +346,13 @@ impl TreeCache {
 /// The tree cache of a server of `fleet` (whose env it reads) whose radix cache is `disabled` (a
 /// PD decode server without decode radix cache, or `--disable-radix-cache`), with host-pool
 /// retraction or not. Chunked prefill is taken to be on (SGLang sizes it from the GPU; even -1 is
-/// "not None" there).
+/// "not None" there). `--enable-flexkv` is read from the fleet's arguments: in every release it
+/// replaces the factory's last, default choice.
 fn tree_cache(c: &Context<'_>, fleet: &FleetSpec, disabled: bool, host_pool: bool) -> TreeCache {
     let layout = c.layout;
     let (swa, pure, ssm) = (layout.is_hybrid_swa(), layout.kv_pool == KvPool::PureSwa, layout.uses_ssm_state());
     let (lmcache, linker) = (c.settings.lmcache, c.settings.unified_cache_external_linker && c.release >= v0_5(20));
+    let flexkv = given(&fleet.extra_args, FLEXKV);
     if c.release >= v0_5(22) {
         return match () {
             _ if disabled => {
@@ -351,6 +365,7 @@ fn tree_cache(c: &Context<'_>, fleet: &FleetSpec, disabled: bool, host_pool: boo
             _ if lmcache => TreeCache::LmcacheUnified,
             _ if linker => TreeCache::Unified,
             _ if pure => TreeCache::PureSwaRadix,
+            _ if flexkv => TreeCache::FlexKv,
             _ => TreeCache::Unified,
         };
     }
@@ -375,18 +390,21 @@ fn tree_cache(c: &Context<'_>, fleet: &FleetSpec, disabled: bool, host_pool: boo
             _ if c.settings.hierarchical_cache && layout.has(LayoutFeature::Dsa) => TreeCache::Unified,
             _ if c.settings.hierarchical_cache => TreeCache::HiRadix,
             _ if lmcache => TreeCache::LmcRadix,
+            _ if flexkv => TreeCache::FlexKv,
             _ => TreeCache::Radix,
         },
         r if r <= v0_5(20) => match () {
             _ if linker => TreeCache::Unified,
             _ if pure => TreeCache::PureSwaRadix,
             _ if lmcache => TreeCache::LmcRadix,
+            _ if flexkv => TreeCache::FlexKv,
             _ => TreeCache::Unified,
         },
         _ => match () {
             _ if lmcache => TreeCache::LmcacheUnified,
             _ if linker => TreeCache::Unified,
             _ if pure => TreeCache::PureSwaRadix,
+            _ if flexkv => TreeCache::FlexKv,
             _ => TreeCache::Unified,
         },
     }
@@ -413,16 +431,22 @@ fn given(args: &[String], option: &str) -> bool {
     args.iter().take_while(|arg| *arg != "--").any(|arg| arg == option)
 }
 
-/// H2: the servers given `--enable-session-radix-cache` whose tree cache has no sessions.
-fn session_without_unified_tree(c: &Context<'_>) -> Option<Finding> {
-    let decode = given(&c.decode.extra_args, SESSION_RADIX_CACHE).then(|| server_tree_cache(c));
-    // A service's prefill servers keep their radix cache and retract nothing.
+/// The first tree cache that is not a UnifiedRadixCache among the servers in scope whose
+/// arguments `wants_unified` picks: the decode servers (the guard's one server), and a service's
+/// prefill servers, which keep their radix cache and retract nothing.
+fn non_unified_tree_among(c: &Context<'_>, wants_unified: impl Fn(&[String]) -> bool) -> Option<TreeCache> {
+    let decode = wants_unified(&c.decode.extra_args).then(|| server_tree_cache(c));
     let prefill = c
         .prefill_fleet
-        .filter(|fleet| c.scope == Scope::Service && given(&fleet.extra_args, SESSION_RADIX_CACHE))
+        .filter(|fleet| c.scope == Scope::Service && wants_unified(&fleet.extra_args))
         .map(|fleet| tree_cache(c, fleet, false, false));
-    let cache = decode.into_iter().chain(prefill).find(|cache| !cache.is_unified())?;
-    when_with(true, vec![("cache", cache.class().into())])
+    decode.into_iter().chain(prefill).find(|cache| !cache.is_unified())
+}
+
+/// A finding naming the tree cache, for the checks `create_tree_cache` makes after building it
+/// (H2, H5, H6, N5).
+fn tree_cache_finding(cache: Option<TreeCache>) -> Option<Finding> {
+    when_with(true, vec![("cache", cache?.class().into())])
 }
 
 const SPECULATIVE_ALGORITHM: &str = "spec.disaggregation.speculativeAlgorithm";
@@ -1155,11 +1179,67 @@ pub(crate) const RULES: &[Rule] = &[
             ),
         ],
         changes: &[],
-        check: session_without_unified_tree,
+        check: |c| tree_cache_finding(non_unified_tree_among(c, |args| given(args, SESSION_RADIX_CACHE))),
         fix: Fix::Manual {
             hint: "remove --enable-session-radix-cache from extraArgs, or run the servers with a tree cache that keeps \
                    sessions (decode radix cache on a PD decode server; SGLANG_ENABLE_UNIFIED_RADIX_TREE=1 on 0.5.17 \
                    and 0.5.18)",
+        },
+    },
+    Rule {
+        id: "H5",
+        about: "T-LRU eviction needs the unified tree",
+        field: EVICTION_POLICY_FIELD,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: &[text(
+            "--radix-eviction-policy tlru requires UnifiedRadixCache, but tree_cache is {cache}. Drop the flag or \
+             the option that selected another tree cache for this model.",
+        )],
+        changes: &[],
+        check: |c| {
+            tree_cache_finding(non_unified_tree_among(c, |args| option_value(args, EVICTION_POLICY) == Some("tlru")))
+        },
+        fix: Fix::Manual {
+            hint: "pass another --radix-eviction-policy in extraArgs (lru is the default), or run the servers with the \
+                   unified tree cache (decode radix cache on a 0.5.21 PD decode server, no --enable-flexkv; a pure-SWA \
+                   model never gets it)",
+        },
+    },
+    Rule {
+        id: "H6",
+        about: "streaming sessions need the unified tree",
+        field: STREAMING_SESSION_FIELD,
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: &[text(
+            "--enable-streaming-session is not verified with {cache}; streaming sessions run on UnifiedRadixCache. \
+             Please open an issue or a PR at https://github.com/sgl-project/sglang if you need this.",
+        )],
+        changes: &[],
+        check: |c| tree_cache_finding(non_unified_tree_among(c, |args| given(args, STREAMING_SESSION))),
+        fix: Fix::Manual {
+            hint: "remove --enable-streaming-session from extraArgs, or --enable-flexkv, which selects another tree \
+                   cache (a pure-SWA model never gets the unified one)",
+        },
+    },
+    Rule {
+        id: "N5",
+        about: "Mamba state needs the unified tree",
+        field: FLEXKV_FIELD,
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: &[text(
+            "Models with mamba state are not verified with {cache}; mamba state lives in UnifiedRadixCache. Please \
+             open an issue or a PR at https://github.com/sgl-project/sglang if you need this.",
+        )],
+        changes: &[],
+        check: |c| tree_cache_finding(non_unified_tree_among(c, |_| c.layout.uses_ssm_state())),
+        fix: Fix::Manual {
+            hint: "remove --enable-flexkv from extraArgs: FlexKV's tree cache keeps no Mamba state, which this model has",
         },
     },
     Rule {

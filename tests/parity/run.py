@@ -551,27 +551,33 @@ def compare_first_refusal(scenarios, theirs, reports, compared_rule, describe):
 
 TREE_CACHE_CONFIGS = ("llama-3.1-8b-instruct", "deepseek-v3", "deepseek-v3.2-exp", "gpt-oss-20b",
                       "parity/unlimited-ocr", "qwen3-next-80b-a3b")
-TREE_CACHE_RULES = ("H1", "H2")
+TREE_CACHE_RULES = ("H1", "H2", "H5", "H6", "N5")
+# Flags each tree-cache scenario adds: none, each flag a check of create_tree_cache reads alone,
+# FlexKV (the factory's last choice, a tree without sessions or Mamba state) alone and with the
+# flags that need the unified tree.
+TREE_CACHE_FLAGS = ((), ("session",), ("tlru",), ("streaming",), ("flexkv",), ("flexkv", "tlru", "streaming"))
 
 
 def tree_cache_scenarios():
     """PD decode servers with and without decode radix cache and with each retraction backup, and
     prefill servers, of an MHA, an MLA, a DSA, a hybrid-SWA, a pure-SWA and a hybrid-SSM model,
-    with HiCache off, on, or on with buffer-only host memory, the session radix cache flag or
-    not, and neither, the unified-tree or the C++-tree environment variable."""
+    with HiCache off, on, or on with buffer-only host memory, each set of TREE_CACHE_FLAGS, and
+    neither, the unified-tree or the C++-tree environment variable."""
     servers = [("decode", radix, backup) for radix in (False, True)
                for backup in (None, "cpu_tensor", "host_pool")] + [("prefill", None, None)]
     hicache = (("off", False, False), ("cache", True, False), ("buffer_only", True, True))
     envs = ({}, {"SGLANG_ENABLE_UNIFIED_RADIX_TREE": "1"}, {"SGLANG_EXPERIMENTAL_CPP_RADIX_TREE": "1"})
     scenarios = []
-    for config, server, (mode, hierarchical, buffer_only), session, env in itertools.product(
-            TREE_CACHE_CONFIGS, servers, hicache, (False, True), envs):
+    for config, server, (mode, hierarchical, buffer_only), flags, env in itertools.product(
+            TREE_CACHE_CONFIGS, servers, hicache, TREE_CACHE_FLAGS, envs):
         role, radix, backup = server
         scenarios.append({
             "id": f"t{len(scenarios)}",
             "config": os.path.join(ROOT, "tests/fixtures/configs", f"{config}.json"),
             "role": role, "radix": radix, "backup": backup, "mode": mode,
-            "hierarchical": hierarchical, "bufferOnly": buffer_only, "session": session, "env": env,
+            "hierarchical": hierarchical, "bufferOnly": buffer_only, "session": "session" in flags,
+            "evictionPolicy": "tlru" if "tlru" in flags else "lru", "streaming": "streaming" in flags,
+            "flexkv": "flexkv" in flags, "env": env,
         })
     return scenarios
 
@@ -587,6 +593,12 @@ def tree_cache_argv(scenario):
         argv += ["--enable-hierarchical-cache", "--hicache-host-memory-mode", scenario["mode"]]
     if scenario["session"]:
         argv.append("--enable-session-radix-cache")
+    if scenario["evictionPolicy"] != "lru":
+        argv += ["--radix-eviction-policy", scenario["evictionPolicy"]]
+    if scenario["streaming"]:
+        argv.append("--enable-streaming-session")
+    if scenario["flexkv"]:
+        argv.append("--enable-flexkv")
     return argv
 
 
@@ -612,8 +624,8 @@ def tree_cache_pods(version, scenarios):
 
 
 def check_tree_cache(kvpilot, src, venvs, version, compare):
-    """SGLang's tree-cache choice and its H1/H2 checks (tree_cache.py) against the guard's
-    H1/H2 on the same servers' command lines. Returns (passed, failed, summary)."""
+    """SGLang's tree-cache choice and its checks of it (tree_cache.py) against the guard's H1,
+    H2, H5, H6 and N5 on the same servers' command lines. Returns (passed, failed, summary)."""
     scenarios = tree_cache_scenarios()
     stand_in = [dict(s, radixDisabled=s["role"] == "decode" and not s["radix"],
                      hostPool=s["role"] == "decode" and s["backup"] == "host_pool") for s in scenarios]

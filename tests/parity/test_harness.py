@@ -8,6 +8,7 @@ import random
 import sys
 import tempfile
 import textwrap
+import types
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -301,46 +302,79 @@ class TreeCacheTest(unittest.TestCase):
             from sglang.srt.mem_cache.lmc import LMCacheUnifiedRadixCache
             if ctx.lmcache:
                 return LMCacheUnifiedRadixCache(ctx.params)
+            if ctx.flexkv:
+                from sglang.srt.mem_cache.storage.flexkv import _flexkv_factory
+                return _flexkv_factory(ctx)
+            from sglang.srt.mem_cache.unified_cache.components import ComponentType
             from sglang.srt.mem_cache.unified_radix_cache import UnifiedRadixCache
+            ctx.params.tree_components = (ComponentType.FULL,) + ((ComponentType.MAMBA,) if ctx.ssm else ())
             return UnifiedRadixCache(ctx.params)
 
-        def create_tree_cache(ctx):
-            cache = default_radix_cache_factory(ctx)
+        def create_tree_cache(ctx, name):
+            if name:
+                raise ValueError("not registered")
+            else:
+                cache = default_radix_cache_factory(ctx)
             if get_memory().enable_session_radix_cache and not getattr(
                 cache, "enable_session_radix_cache", False
             ):
                 raise ValueError(f"session needs the unified tree, got {type(cache).__name__}")
+            if get_memory().wrap:
+                cache = Wrapper(cache)
+            if ctx.ssm and not cache.supports_mamba():
+                raise NotImplementedError(f"mamba needs the unified tree, got {type(cache).__name__}")
             return cache
         """
+    FILES = {
+        "lmc.py": "class LMCacheUnifiedRadixCache(UnifiedRadixCache):\n    pass\n",
+        "storage/flexkv/__init__.py": ("def _flexkv_factory(ctx):\n"
+                                       "    from sglang.srt.mem_cache.storage.flexkv.radix import FlexKVRadixCache\n"
+                                       "    return FlexKVRadixCache(ctx.params)\n"),
+        "storage/flexkv/radix.py": "class FlexKVRadixCache(RadixCache):\n    pass\n",
+    }
 
-    def test_runs_the_session_check_on_the_tree_each_stand_in_class_stands_for(self):
+    def test_runs_the_checks_after_the_build_on_the_tree_each_stand_in_class_stands_for(self):
         srt = os.path.join(tempfile.mkdtemp(prefix="parity-test-"), "sglang", "srt")
         self.addCleanup(lambda: __import__("shutil").rmtree(os.path.dirname(os.path.dirname(srt)),
                                                             ignore_errors=True))
-        os.makedirs(os.path.join(srt, "mem_cache"))
+        os.makedirs(os.path.join(srt, "mem_cache", "storage", "flexkv"))
         with open(os.path.join(srt, "mem_cache", "registry.py"), "w", encoding="utf-8") as f:
             f.write(textwrap.dedent(self.REGISTRY))
-        with open(os.path.join(srt, "mem_cache", "lmc.py"), "w", encoding="utf-8") as f:
-            f.write("class LMCacheUnifiedRadixCache(UnifiedRadixCache):\n    pass\n")
+        for name, text in self.FILES.items():
+            with open(os.path.join(srt, "mem_cache", name), "w", encoding="utf-8") as f:
+                f.write(text)
         tree = tree_cache._parse(os.path.join(srt, "mem_cache", "registry.py"))
         classes = tree_cache.cache_classes(srt, tree)
         self.assertEqual(classes, {
-            ("sglang.srt.mem_cache.chunk_cache", "ChunkCache"): False,
-            ("sglang.srt.mem_cache.lmc", "LMCacheUnifiedRadixCache"): True,
-            ("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache"): True,
+            ("sglang.srt.mem_cache.chunk_cache", "ChunkCache"): ("cache", False),
+            ("sglang.srt.mem_cache.lmc", "LMCacheUnifiedRadixCache"): ("cache", True),
+            ("sglang.srt.mem_cache.storage.flexkv", "_flexkv_factory"): ("factory", ("FlexKVRadixCache", False)),
+            ("sglang.srt.mem_cache.unified_cache.components", "ComponentType"): ("other", None),
+            ("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache"): ("cache", True),
         })
         made = tree_cache.install_stand_ins(classes)
         code, statements = tree_cache.checks(srt, tree)
-        self.assertEqual(statements, 1)
-        params = type("Params", (), {"enable_session_radix_cache": True})()
-        memory = type("Memory", (), {"enable_session_radix_cache": True})()
-        for name, refused in (("ChunkCache", True), ("LMCacheUnifiedRadixCache", False),
-                              ("UnifiedRadixCache", False)):
-            scope = {"get_memory": lambda: memory, "cache": made[name](params)}
-            if refused:
-                with self.assertRaises(ValueError) as caught:
+        # The session and Mamba checks; not the backend lookup before the build, nor the wrapper.
+        self.assertEqual(statements, 2)
+        namespace = tree_cache.sglang_env.exec_subset(os.path.join(srt, "mem_cache", "registry.py"),
+                                                      "sglang.srt.mem_cache.registry")
+        namespace.update(made)
+        memory = type("Memory", (), {"enable_session_radix_cache": False})()
+        namespace["get_memory"] = lambda: memory
+        for flexkv, session, ssm, refusal in (
+                (False, False, True, None),
+                (True, False, True, "mamba needs the unified tree, got FlexKVRadixCache"),
+                (True, True, False, "session needs the unified tree, got FlexKVRadixCache"),
+                (False, True, False, None)):
+            memory.enable_session_radix_cache = session
+            params = types.SimpleNamespace(enable_session_radix_cache=session, tree_components=None)
+            ctx = types.SimpleNamespace(disable_radix_cache=False, lmcache=False, flexkv=flexkv, ssm=ssm,
+                                        params=params)
+            scope = dict(namespace, cache=namespace["default_radix_cache_factory"](ctx), ctx=ctx)
+            if refusal:
+                with self.assertRaises((ValueError, NotImplementedError)) as caught:
                     exec(code, scope)
-                self.assertEqual(str(caught.exception), f"session needs the unified tree, got {name}")
+                self.assertEqual(str(caught.exception), refusal)
             else:
                 exec(code, scope)
 

@@ -3,7 +3,8 @@
 
 Usage: tree_cache.py SGLANG_SRC < scenarios.json
   scenarios: [{"id", "config": CONFIG.json, "radixDisabled": bool, "hostPool": bool,
-  "hierarchical": bool, "bufferOnly": bool, "session": bool, "env": {NAME: "1"}}]
+  "hierarchical": bool, "bufferOnly": bool, "session": bool, "evictionPolicy": str,
+  "streaming": bool, "flexkv": bool, "env": {NAME: "1"}}]
 Prints [{"id", "raised", "message", "cache", "factoryRefused", "notes"}] on stdout
 (`factoryRefused`: the unified cache's own refusal of host-pool retraction, R1/R2, which comes
 before these checks). Exits non-zero, naming the
@@ -11,15 +12,17 @@ file, when a piece of the release's code this needs is missing or cannot run: a 
 silently skipped.
 
 The refusals: `create_tree_cache` (mem_cache/registry.py) builds the tree cache through
-`default_radix_cache_factory` and then refuses buffer-only host memory (H1, 0.5.19 on) and
-`--enable-session-radix-cache` (H2) unless the tree is a UnifiedRadixCache.
+`default_radix_cache_factory` and then refuses buffer-only host memory (H1, 0.5.19 on),
+`--enable-session-radix-cache` (H2), `--radix-eviction-policy tlru` (H5, 0.5.21 on) and
+`--enable-streaming-session` (H6, 0.5.22 on) unless the tree is a UnifiedRadixCache, and a model
+with Mamba state on a tree without Mamba support (N5, 0.5.22 on).
 
 What runs, unchanged:
   - the release's `default_radix_cache_factory` and the unified-cache constructor it calls, on
     the scenario's context;
-  - the H1 and H2 statements of `create_tree_cache`, taken by their syntax tree (the `if`
-    statements testing `buffer_only` and `enable_session_radix_cache`), on the cache the
-    factory returned;
+  - the checks of `create_tree_cache` after it has built the cache, taken by their syntax tree
+    (every top-level `if` statement after the one that assigns `cache` whose body raises), on
+    the cache the factory returned;
   - the model facts the factory reads (hybrid SWA, pure SWA, Mamba state, DSA) from the
     release's ModelConfig (classify.Release).
 
@@ -27,11 +30,17 @@ Stood in, and why:
   - the cache classes the factory imports (they build GPU pools): classes of the same names that
     keep nothing but, for UnifiedRadixCache and the classes the release derives from it
     (read from their modules' syntax trees), `enable_session_radix_cache` from the params, as
-    UnifiedRadixCache.__init__ sets it; any method call answers a no-op;
-  - the server arguments (`ctx.server_args` in 0.5.17-0.5.18, `get_memory()`/`get_disagg()`
-    after): the release's field defaults (pd_args.field_defaults) with the scenario's
-    hierarchical cache, host memory mode, session flag and retraction backup; a field the code
-    reads that has no literal default is an error naming it;
+    UnifiedRadixCache.__init__ sets it, and `supports_mamba()`: whether the factory gave the
+    tree the MAMBA component (`ComponentType` members stand in as their names), as
+    UnifiedRadixCache answers it; the other classes answer False, as the base class does (no
+    other class overrides it); any other method call answers a no-op;
+  - a factory function the factory imports (`_flexkv_factory`): returns the stand-in of the
+    cache class that function imports (read from its module's syntax tree);
+  - the server arguments (`ctx.server_args` in 0.5.17-0.5.18, `get_memory()`/`get_disagg()`/
+    `get_serving()` after): the release's field defaults (pd_args.field_defaults) with the
+    scenario's hierarchical cache, host memory mode, session flag, eviction policy, streaming
+    session, FlexKV and retraction backup; a field the code reads that has no literal default is
+    an error naming it;
   - `envs`: the scenario's SGLANG_ENABLE_UNIFIED_RADIX_TREE and
     SGLANG_EXPERIMENTAL_CPP_RADIX_TREE, every other variable unset; `use_mlx()` False;
   - the context: `disable_radix_cache` as the PD hook leaves it (a decode server without decode
@@ -76,13 +85,27 @@ class StandInCache:
 
     def __init__(self, *args, **kwargs):
         params = kwargs.get("params", args[0] if args else None)
+        self.mamba = False
         if self.unified:
             self.enable_session_radix_cache = params.enable_session_radix_cache
+            self.mamba = "MAMBA" in tuple(params.tree_components or ())
+
+    def supports_mamba(self):
+        return self.mamba
 
     def __getattr__(self, name):
         if name.startswith("__") or name == "enable_session_radix_cache":
             raise AttributeError(name)
         return Anything()
+
+
+class Names:
+    """An enum whose members are compared, not used: each member is its name."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return name
 
 
 class Arguments:
@@ -121,9 +144,37 @@ def _function(tree, name):
     return next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
 
 
+def _module_path(srt, module):
+    base = os.path.join(os.path.dirname(srt), *module.split(".")[1:])
+    return base + ".py" if os.path.exists(base + ".py") else os.path.join(base, "__init__.py")
+
+
+def _derives_from_unified(srt, module, name):
+    path = _module_path(srt, module)
+    if not os.path.exists(path):
+        return False
+    definition = next((n for n in _parse(path).body if isinstance(n, ast.ClassDef) and n.name == name), None)
+    return definition is not None and any(
+        ast.unparse(base).split(".")[-1] == CACHE_CLASS_ROOT for base in definition.bases)
+
+
+def built_class(srt, module, name):
+    """(module, class name) of the cache class a factory function imports in its body, or None."""
+    path = _module_path(srt, module)
+    function = _function(_parse(path), name) if os.path.exists(path) else None
+    for node in ast.walk(function) if function else ():
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.name.endswith("Cache"):
+                    return node.module, alias.name
+    return None
+
+
 def cache_classes(srt, tree):
-    """(module, class name) for every name the factory functions import from sglang.srt, with
-    whether the class is UnifiedRadixCache or derives from it in its own module."""
+    """(module, name) for every name the factory functions import from sglang.srt, with what it
+    stands for: ("cache", unified) for a cache class (unified: UnifiedRadixCache or derived from
+    it in its own module), ("factory", (class name, unified)) for a factory function that builds
+    a cache class, ("other", None) for the rest."""
     found = {}
     for function in tree.body:
         if not isinstance(function, ast.FunctionDef):
@@ -133,14 +184,12 @@ def cache_classes(srt, tree):
                 for alias in node.names:
                     found[(node.module, alias.name)] = None
     for (module, name) in list(found):
-        path = os.path.join(os.path.dirname(srt), *module.split(".")[1:]) + ".py"
-        unified = name == CACHE_CLASS_ROOT
-        if os.path.exists(path) and not unified:
-            definition = next((n for n in _parse(path).body
-                               if isinstance(n, ast.ClassDef) and n.name == name), None)
-            unified = definition is not None and any(
-                ast.unparse(base).split(".")[-1] == CACHE_CLASS_ROOT for base in definition.bases)
-        found[(module, name)] = unified
+        if name[0].isupper() and name.endswith(("Cache", "Cpp")):
+            found[(module, name)] = ("cache", name == CACHE_CLASS_ROOT or _derives_from_unified(srt, module, name))
+        elif name.endswith("_factory") and (built := built_class(srt, module, name)):
+            found[(module, name)] = ("factory", (built[1], _derives_from_unified(srt, *built)))
+        else:
+            found[(module, name)] = ("other", None)
     return found
 
 
@@ -148,7 +197,7 @@ def install_stand_ins(classes):
     """Stand-in modules in sys.modules for the imports inside the factory functions."""
     root = type(CACHE_CLASS_ROOT, (StandInCache,), {"unified": True})
     made = {}
-    for (module, name), unified in classes.items():
+    for (module, name), (kind, what) in classes.items():
         stand_in = sys.modules.get(module)
         if not isinstance(stand_in, types.ModuleType) or not getattr(stand_in, "__kvpilot_stand_in__", False):
             stand_in = types.ModuleType(module)
@@ -156,23 +205,34 @@ def install_stand_ins(classes):
             sys.modules[module] = stand_in
         if name == CACHE_CLASS_ROOT:
             value = root
-        elif name[0].isupper() and name.endswith(("Cache", "Cpp")):
-            value = type(name, (root,) if unified else (StandInCache,), {})
+        elif kind == "cache":
+            value = type(name, (root,) if what else (StandInCache,), {})
+        elif kind == "factory":
+            built = type(what[0], (root,) if what[1] else (StandInCache,), {})
+            value = lambda ctx, built=built: built(params=ctx.params)  # noqa: E731
+        elif name == "ComponentType":
+            value = Names()
         else:
-            value = Anything()  # ComponentType, helper functions
+            value = Anything()  # helper functions
         setattr(stand_in, name, value)
         made[name] = value
     return made
 
 
 def checks(srt, tree):
-    """The compiled H1 and H2 statements of create_tree_cache."""
+    """The compiled checks create_tree_cache makes on the cache it built: each top-level `if`
+    after the statement that assigns `cache` whose body raises."""
     path = os.path.join(srt, REGISTRY)
     create = _function(tree, "create_tree_cache")
     if create is None:
         _fail(path, "no create_tree_cache")
-    wanted = [s for s in create.body if isinstance(s, ast.If) and (
-        "buffer_only" in ast.unparse(s.test) or "enable_session_radix_cache" in ast.unparse(s.test))]
+    built = next((i for i, statement in enumerate(create.body) if any(
+        isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "cache" for t in node.targets)
+        for node in ast.walk(statement))), None)
+    if built is None:
+        _fail(path, "create_tree_cache assigns no cache")
+    wanted = [s for s in create.body[built + 1:]
+              if isinstance(s, ast.If) and any(isinstance(n, ast.Raise) for n in ast.walk(s))]
     if not any("enable_session_radix_cache" in ast.unparse(s.test) for s in wanted):
         _fail(path, "no enable_session_radix_cache check in create_tree_cache")
     module = ast.fix_missing_locations(ast.Module(body=wanted, type_ignores=[]))
@@ -211,12 +271,15 @@ def main(argv):
             defaults, enable_hierarchical_cache=scenario["hierarchical"],
             hicache_host_memory_mode="buffer_only" if scenario["bufferOnly"] else "cache",
             enable_session_radix_cache=scenario["session"],
+            radix_eviction_policy=scenario["evictionPolicy"],
+            enable_streaming_session=scenario["streaming"],
             disaggregation_decode_retraction_backup="host_pool" if scenario["hostPool"] else "cpu_tensor",
-            enable_lmcache=False, enable_flexkv=False, enable_unified_cache_external_linker=False,
-            radix_cache_backend=None))
+            enable_lmcache=False, enable_flexkv=scenario["flexkv"], flexkv_config_file=None,
+            enable_unified_cache_external_linker=False, radix_cache_backend=None))
         namespace.update(made)
         namespace.update(
-            get_memory=lambda: arguments, get_disagg=lambda: arguments, envs=Envs(scenario["env"]),
+            get_memory=lambda: arguments, get_disagg=lambda: arguments, get_serving=lambda: arguments,
+            envs=Envs(scenario["env"]),
             use_mlx=lambda: False, logger=Anything())
         params = types.SimpleNamespace(
             enable_session_radix_cache=scenario["session"], req_to_token_pool=object(),
@@ -241,7 +304,7 @@ def main(argv):
         try:
             exec(code, scope)
             raised, message = False, None
-        except ValueError as e:
+        except (ValueError, NotImplementedError) as e:
             raised, message = True, str(e)
         results.append({"id": scenario["id"], "raised": raised, "message": message,
                         "cache": type(cache).__name__, "factoryRefused": None,
