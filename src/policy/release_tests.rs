@@ -1218,6 +1218,63 @@ fn h5_h6_n5_follow_the_tree_cache_flexkv_and_pure_swa_included() {
 }
 
 #[test]
+fn n6_refuses_a_sidecar_draft_where_the_tree_is_not_unified() {
+    let n6 = "HiCache draft pools require UnifiedRadixCache.";
+    let hicache = |algorithm: &str| {
+        let algorithm = algorithm.to_string();
+        with(move |s| {
+            s.retraction_backup = Some(RetractionBackup::CpuTensor);
+            s.hierarchical_cache = true;
+            s.speculative_algorithm = Some(algorithm);
+        })
+    };
+    // A decode server without decode radix cache builds a chunk cache up to 0.5.21.
+    for algorithm in ["EAGLE3", "standalone", "DFLASH"] {
+        assert_eq!(messages("N6", &hicache(algorithm), &FleetSpec::default(), &full()), on(19..=21, n6), "{algorithm}");
+    }
+    // NextN EAGLE packs into the target's pools; NGRAM has no draft model.
+    for algorithm in ["EAGLE", "NGRAM"] {
+        assert_eq!(messages("N6", &hicache(algorithm), &FleetSpec::default(), &full()), vec![None; 7], "{algorithm}");
+    }
+    // Without HiCache or host-pool retraction no draft backup is planned.
+    let plain = with(|s| {
+        s.retraction_backup = Some(RetractionBackup::CpuTensor);
+        s.speculative_algorithm = Some("EAGLE3".into());
+    });
+    assert_eq!(messages("N6", &plain, &FleetSpec::default(), &full()), vec![None; 7]);
+    // FlexKV's tree on a server with decode radix cache, in every release that plans.
+    let radix = with(|s| {
+        s.retraction_backup = Some(RetractionBackup::CpuTensor);
+        s.decode_radix_cache = true;
+        s.hierarchical_cache = true;
+        s.speculative_algorithm = Some("EAGLE3".into());
+    });
+    let flexkv = FleetSpec { extra_args: vec!["--enable-flexkv".into()], ..FleetSpec::default() };
+    assert_eq!(messages("N6", &radix, &flexkv, &full()), on(19..=23, n6));
+    assert_eq!(messages("N6", &radix, &FleetSpec::default(), &full()), vec![None; 7]);
+}
+
+#[test]
+fn r8_follows_the_tree_host_pool_retraction_meets() {
+    let r8 = "--disaggregation-decode-retraction-backup=host_pool requires UnifiedRadixCache with HiCache attached.";
+    let radix_host_pool = with(|s| {
+        s.retraction_backup = Some(RetractionBackup::HostPool);
+        s.decode_radix_cache = true;
+    });
+    // 0.5.18 builds the plain RadixCache for a dense model, the unified tree for a hybrid-SWA one.
+    assert_eq!(messages("R8", &radix_host_pool, &FleetSpec::default(), &full()), on(18..=18, r8));
+    assert_eq!(messages("R8", &radix_host_pool, &FleetSpec::default(), &hybrid_swa()), vec![None; 7]);
+    // The C++ tree (to 0.5.20) and FlexKV's are not unified.
+    let cpp = env("SGLANG_EXPERIMENTAL_CPP_RADIX_TREE", "1");
+    assert_eq!(messages("R8", &radix_host_pool, &cpp, &full()), on(18..=20, r8));
+    let flexkv = FleetSpec { extra_args: vec!["--enable-flexkv".into()], ..FleetSpec::default() };
+    assert_eq!(messages("R8", &radix_host_pool, &flexkv, &full()), on(18..=23, r8));
+    // Without decode radix cache host-pool retraction builds the unified tree.
+    let host_pool = with(|s| s.retraction_backup = Some(RetractionBackup::HostPool));
+    assert_eq!(messages("R8", &host_pool, &flexkv, &full()), vec![None; 7]);
+}
+
+#[test]
 fn t1hnd_refuses_the_hnd_layout_on_the_mha_pools_of_pd_servers() {
     let hnd = env("SGLANG_USE_HND_KVCACHE", "1");
     let t1hnd = "PD-disaggregation KV transfer assumes NHD slot-row layout; HND KV cache (SGLANG_USE_HND_KVCACHE) is \

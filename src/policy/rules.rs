@@ -416,14 +416,43 @@ fn tree_cache(c: &Context<'_>, fleet: &FleetSpec, disabled: bool, host_pool: boo
 /// unless `--disable-radix-cache`).
 fn server_tree_cache(c: &Context<'_>) -> TreeCache {
     match c.scope {
-        Scope::Service | Scope::DecodeServer => {
-            let automatic = c.settings.retraction_backup.is_none()
-                && super::automatic_retraction_backup(c.settings, c.decode, c.layout, c.release)
-                    == RetractionBackup::HostPool;
-            tree_cache(c, c.decode, !radix(c), host_pool(c) || automatic)
-        }
+        Scope::Service | Scope::DecodeServer => tree_cache(c, c.decode, !radix(c), resolved_host_pool(c)),
         Scope::OtherServer => tree_cache(c, c.decode, given(&c.decode.extra_args, "--disable-radix-cache"), false),
     }
+}
+
+/// Whether a decode server retracts to the host pool, as chosen or as SGLang's automatic choice
+/// resolves it.
+fn resolved_host_pool(c: &Context<'_>) -> bool {
+    host_pool(c)
+        || (c.settings.retraction_backup.is_none()
+            && super::automatic_retraction_backup(c.settings, c.decode, c.layout, c.release)
+                == RetractionBackup::HostPool)
+}
+
+/// N6: the servers in scope whose draft worker backs its KV up through a HiCache sidecar pool,
+/// found on a tree that is not a UnifiedRadixCache. SGLang plans the draft's host backup when the
+/// server has HiCache, the external cache linker (0.5.20 on) or host-pool retraction; EAGLE3,
+/// STANDALONE and DFLASH drafts always take the sidecar plan (`_build_hicache_draft_plan`: only
+/// NextN EAGLE and DeepSeek-V4 DSpark drafts pack into the target's pools, and fused drafts need
+/// unified memory). EAGLE and DSPARK pack or not by the draft's NextN layers and architecture
+/// after the release's draft-config rewrites, which kvpilot does not model: they are left to
+/// SGLang.
+fn sidecar_draft_on_other_tree(c: &Context<'_>) -> Option<TreeCache> {
+    let sidecar = matches!(speculative_algorithm(c).as_deref(), Some("EAGLE3" | "STANDALONE" | "DFLASH"));
+    if !sidecar || c.settings.enable_unified_memory {
+        return None;
+    }
+    let planned = c.settings.hierarchical_cache || (c.settings.unified_cache_external_linker && c.release >= v0_5(20));
+    let decode = match c.scope {
+        Scope::Service | Scope::DecodeServer => planned || resolved_host_pool(c),
+        Scope::OtherServer => planned,
+    };
+    let prefill = c
+        .prefill_fleet
+        .filter(|_| c.scope == Scope::Service && planned)
+        .map(|fleet| tree_cache(c, fleet, false, false));
+    decode.then(|| server_tree_cache(c)).into_iter().chain(prefill).find(|cache| !cache.is_unified())
 }
 
 /// Whether `option` is among a server's arguments (named in full, before `--`).
@@ -1243,6 +1272,22 @@ pub(crate) const RULES: &[Rule] = &[
         },
     },
     Rule {
+        id: "N6",
+        about: "a HiCache draft sidecar needs the unified tree",
+        field: SPECULATIVE_ALGORITHM,
+        span: Span::since(v0_5(19)),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: &[text("HiCache draft pools require UnifiedRadixCache.")],
+        changes: &[],
+        check: |c| when(sidecar_draft_on_other_tree(c).is_some()),
+        fix: Fix::Manual {
+            hint: "give the servers the unified tree cache (decode radix cache on a PD decode server, no --enable-flexkv \
+                   or SGLANG_EXPERIMENTAL_CPP_RADIX_TREE), or turn HiCache and host-pool retraction off, or use a draft \
+                   that packs into the target's pools (EAGLE with the model's NextN layers)",
+        },
+    },
+    Rule {
         id: "H3",
         about: "buffer-only host memory needs a storage backend",
         field: HOST_MEMORY_MODE,
@@ -1560,14 +1605,20 @@ pub(crate) const RULES: &[Rule] = &[
             "--disaggregation-decode-retraction-backup=host_pool requires UnifiedRadixCache with HiCache attached.",
         )],
         changes: &[
-            text_from(18, "any model with decode radix cache, unless SGLANG_ENABLE_UNIFIED_RADIX_TREE is set"),
-            text_from(19, "pure-SWA models only"),
+            text_from(
+                18,
+                "decode radix cache on a dense model without SGLANG_ENABLE_UNIFIED_RADIX_TREE, a pure-SWA model, \
+                 SGLANG_EXPERIMENTAL_CPP_RADIX_TREE, LMCache or --enable-flexkv",
+            ),
+            text_from(
+                19,
+                "decode radix cache on a pure-SWA model, with SGLANG_EXPERIMENTAL_CPP_RADIX_TREE (to 0.5.20), LMCache \
+                 (to 0.5.20) or --enable-flexkv",
+            ),
         ],
-        check: |c| {
-            // 0.5.18 builds the unified tree for decode radix cache only when the env var asks.
-            let no_unified_tree = c.release == v0_5(18) && !env_truthy(c.decode, UNIFIED_RADIX_TREE_ENV);
-            when(host_pool(c) && radix(c) && (c.layout.kv_pool == KvPool::PureSwa || no_unified_tree))
-        },
+        // The tree the decode server builds: without decode radix cache, host-pool retraction
+        // builds the unified tree.
+        check: |c| when(host_pool(c) && !server_tree_cache(c).is_unified()),
         fix: Fix::Rewrite { apply: to_cpu_tensor, hint: "use cpu_tensor, or turn decodeRadixCache off" },
     },
     Rule {

@@ -551,25 +551,32 @@ def compare_first_refusal(scenarios, theirs, reports, compared_rule, describe):
 
 TREE_CACHE_CONFIGS = ("llama-3.1-8b-instruct", "deepseek-v3", "deepseek-v3.2-exp", "gpt-oss-20b",
                       "parity/unlimited-ocr", "qwen3-next-80b-a3b")
-TREE_CACHE_RULES = ("H1", "H2", "H5", "H6", "N5")
+TREE_CACHE_RULES = ("H1", "H2", "H5", "H6", "N5", "N6", "R8")
 # Flags each tree-cache scenario adds: none, each flag a check of create_tree_cache reads alone,
 # FlexKV (the factory's last choice, a tree without sessions or Mamba state) alone and with the
 # flags that need the unified tree.
 TREE_CACHE_FLAGS = ((), ("session",), ("tlru",), ("streaming",), ("flexkv",), ("flexkv", "tlru", "streaming"))
+# The speculative algorithms whose draft backs its KV up through a sidecar pool (N6), each with
+# no flags and with FlexKV. EAGLE and DSPARK pack or not by the draft's NextN layers, which kvpilot
+# does not decide (docs/rules.md).
+TREE_CACHE_SPECULATIVE = (("EAGLE3", "STANDALONE", "DFLASH"), ((), ("flexkv",)))
 
 
 def tree_cache_scenarios():
     """PD decode servers with and without decode radix cache and with each retraction backup, and
     prefill servers, of an MHA, an MLA, a DSA, a hybrid-SWA, a pure-SWA and a hybrid-SSM model,
     with HiCache off, on, or on with buffer-only host memory, each set of TREE_CACHE_FLAGS, and
-    neither, the unified-tree or the C++-tree environment variable."""
+    neither, the unified-tree or the C++-tree environment variable; and the same servers with
+    each speculative algorithm of TREE_CACHE_SPECULATIVE."""
     servers = [("decode", radix, backup) for radix in (False, True)
                for backup in (None, "cpu_tensor", "host_pool")] + [("prefill", None, None)]
     hicache = (("off", False, False), ("cache", True, False), ("buffer_only", True, True))
     envs = ({}, {"SGLANG_ENABLE_UNIFIED_RADIX_TREE": "1"}, {"SGLANG_EXPERIMENTAL_CPP_RADIX_TREE": "1"})
+    algorithms, speculative_flags = TREE_CACHE_SPECULATIVE
+    matrix = [itertools.product(TREE_CACHE_CONFIGS, servers, hicache, TREE_CACHE_FLAGS, envs, (None,)),
+              itertools.product(TREE_CACHE_CONFIGS, servers, hicache, speculative_flags, envs, algorithms)]
     scenarios = []
-    for config, server, (mode, hierarchical, buffer_only), flags, env in itertools.product(
-            TREE_CACHE_CONFIGS, servers, hicache, TREE_CACHE_FLAGS, envs):
+    for config, server, (mode, hierarchical, buffer_only), flags, env, speculative in itertools.chain(*matrix):
         role, radix, backup = server
         scenarios.append({
             "id": f"t{len(scenarios)}",
@@ -577,7 +584,7 @@ def tree_cache_scenarios():
             "role": role, "radix": radix, "backup": backup, "mode": mode,
             "hierarchical": hierarchical, "bufferOnly": buffer_only, "session": "session" in flags,
             "evictionPolicy": "tlru" if "tlru" in flags else "lru", "streaming": "streaming" in flags,
-            "flexkv": "flexkv" in flags, "env": env,
+            "flexkv": "flexkv" in flags, "speculative": speculative, "env": env,
         })
     return scenarios
 
@@ -599,6 +606,8 @@ def tree_cache_argv(scenario):
         argv.append("--enable-streaming-session")
     if scenario["flexkv"]:
         argv.append("--enable-flexkv")
+    if scenario["speculative"]:
+        argv += ["--speculative-algorithm", scenario["speculative"]]
     return argv
 
 
@@ -624,8 +633,9 @@ def tree_cache_pods(version, scenarios):
 
 
 def check_tree_cache(kvpilot, src, venvs, version, compare):
-    """SGLang's tree-cache choice and its checks of it (tree_cache.py) against the guard's H1,
-    H2, H5, H6 and N5 on the same servers' command lines. Returns (passed, failed, summary)."""
+    """SGLang's tree-cache choice, its checks of it and the builder's after it (tree_cache.py)
+    against the guard's H1, H2, H5, H6, N5, N6 and R8 on the same servers' command lines. Returns
+    (passed, failed, summary)."""
     scenarios = tree_cache_scenarios()
     stand_in = [dict(s, radixDisabled=s["role"] == "decode" and not s["radix"],
                      hostPool=s["role"] == "decode" and s["backup"] == "host_pool") for s in scenarios]

@@ -4,7 +4,7 @@
 Usage: tree_cache.py SGLANG_SRC < scenarios.json
   scenarios: [{"id", "config": CONFIG.json, "radixDisabled": bool, "hostPool": bool,
   "hierarchical": bool, "bufferOnly": bool, "session": bool, "evictionPolicy": str,
-  "streaming": bool, "flexkv": bool, "env": {NAME: "1"}}]
+  "streaming": bool, "flexkv": bool, "speculative": ALGORITHM or null, "env": {NAME: "1"}}]
 Prints [{"id", "raised", "message", "cache", "factoryRefused", "notes"}] on stdout
 (`factoryRefused`: the unified cache's own refusal of host-pool retraction, R1/R2, which comes
 before these checks). Exits non-zero, naming the
@@ -15,7 +15,10 @@ The refusals: `create_tree_cache` (mem_cache/registry.py) builds the tree cache 
 `default_radix_cache_factory` and then refuses buffer-only host memory (H1, 0.5.19 on),
 `--enable-session-radix-cache` (H2), `--radix-eviction-policy tlru` (H5, 0.5.21 on) and
 `--enable-streaming-session` (H6, 0.5.22 on) unless the tree is a UnifiedRadixCache, and a model
-with Mamba state on a tree without Mamba support (N5, 0.5.22 on).
+with Mamba state on a tree without Mamba support (N5, 0.5.22 on). The KV cache builder then
+registers the speculative draft's host backup, which refuses a sidecar draft plan on a tree that
+is not a UnifiedRadixCache (N6, 0.5.19 on; the plan is made before the tree), and refuses
+host-pool retraction on such a tree (R8).
 
 What runs, unchanged:
   - the release's `default_radix_cache_factory` and the unified-cache constructor it calls, on
@@ -24,7 +27,15 @@ What runs, unchanged:
     (every top-level `if` statement after the one that assigns `cache` whose body raises), on
     the cache the factory returned;
   - the model facts the factory reads (hybrid SWA, pure SWA, Mamba state, DSA) from the
-    release's ModelConfig (classify.Release).
+    release's ModelConfig (classify.Release);
+  - the draft plan: BaseSpecWorker._build_hicache_draft_plan (speculative/base_spec_worker.py,
+    its methods as written, with _draft_model_runners and _can_pack_hicache_mtp), the
+    scenario's algorithm read by the release's SpeculativeAlgorithm, and the draft runner's
+    ModelConfig the release's draft worker builds from the model's config (the model drafts
+    for itself);
+  - the statements of the KV cache builder after create_tree_cache (kv_cache_builder.py, the
+    `if` statements calling maybe_register_hicache_draft and checking host-pool retraction),
+    with the release's maybe_register_hicache_draft.
 
 Stood in, and why:
   - the cache classes the factory imports (they build GPU pools): classes of the same names that
@@ -36,6 +47,12 @@ Stood in, and why:
     other class overrides it); any other method call answers a no-op;
   - a factory function the factory imports (`_flexkv_factory`): returns the stand-in of the
     cache class that function imports (read from its module's syntax tree);
+  - the draft runner's device pool (an object of no pool class, so no draft is a fused one:
+    unified memory is off), `fused_draft_host_allocator` answering None for it, and the
+    sidecar assembly after the UnifiedRadixCache check (`build_hicache_draft_sidecars`: no
+    sidecars); 0.5.18's legacy registration on another tree (`_register_legacy_hicache_draft`,
+    which builds a host pool from GPU pools and refuses nothing) is a no-op. 0.5.17 registers
+    its draft from the scheduler, not after the build: nothing of it runs;
   - the server arguments (`ctx.server_args` in 0.5.17-0.5.18, `get_memory()`/`get_disagg()`/
     `get_serving()` after): the release's field defaults (pd_args.field_defaults) with the
     scenario's hierarchical cache, host memory mode, session flag, eviction policy, streaming
@@ -239,6 +256,92 @@ def checks(srt, tree):
     return compile(module, path, "exec"), len(wanted)
 
 
+BUILDER = os.path.join("mem_cache", "kv_cache_builder.py")
+WORKER = os.path.join("speculative", "base_spec_worker.py")
+WORKER_MODULE = "sglang.srt.speculative.base_spec_worker"
+
+
+def _flatten(body):
+    """Statements in order, the bodies of `with` blocks in place of the blocks."""
+    for statement in body:
+        if isinstance(statement, ast.With):
+            yield from _flatten(statement.body)
+        else:
+            yield statement
+
+
+def after_build(srt):
+    """The compiled `if` statements of the KV cache builder after its create_tree_cache call
+    that register the draft's host backup or check host-pool retraction, and their count."""
+    path = os.path.join(srt, BUILDER)
+    for function in _parse(path).body:
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        statements = list(_flatten(function.body))
+        at = next((i for i, s in enumerate(statements) if "create_tree_cache(" in ast.unparse(s)), None)
+        if at is None:
+            continue
+        wanted = [s for s in statements[at + 1:] if isinstance(s, ast.If) and (
+            "maybe_register_hicache_draft" in ast.unparse(s)
+            or ("host_pool" in ast.unparse(s.test) and "UnifiedRadixCache" in ast.unparse(s)))]
+        module = ast.fix_missing_locations(ast.Module(body=wanted, type_ignores=[]))
+        return compile(module, path, "exec"), len(wanted)
+    _fail(path, "no function calls create_tree_cache")
+
+
+def _stand_in_module(name, **values):
+    module = types.ModuleType(name)
+    module.__kvpilot_stand_in__ = True
+    module.__dict__.update(values)
+    sys.modules[name] = module
+    return module
+
+
+class DraftPlanner:
+    """The release's BaseSpecWorker._build_hicache_draft_plan on a worker whose draft runner
+    serves the scenario's model; None where the release has no plan (0.5.17)."""
+
+    def __init__(self, srt, release):
+        path = os.path.join(srt, WORKER)
+        # dataclasses look the defining module up while HiCacheDraftPlan is made; the builder
+        # then imports HiCacheDraftMode from it, the same enum the plan is made of.
+        module = _stand_in_module(WORKER_MODULE)
+        self.namespace = sglang_env.exec_subset(path, WORKER_MODULE, keep_classes=("BaseSpecWorker",))
+        module.__dict__.update(self.namespace)
+        _stand_in_module("sglang.srt.mem_cache.unified_draft_pool", fused_draft_host_allocator=lambda pool: None)
+        _stand_in_module("sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler",
+                         build_hicache_draft_sidecars=lambda **kwargs: ((), ()),
+                         validate_fused_hicache_draft=Anything())
+        self.worker_class = self.namespace.get("BaseSpecWorker")
+        if self.worker_class is None:
+            _fail(path, "BaseSpecWorker did not define")
+        self.planned = hasattr(self.worker_class, "_build_hicache_draft_plan")
+        self.release = release
+        self.algorithms = sglang_env.quietly(__import__, "sglang.srt.speculative.spec_info",
+                                             fromlist=["SpeculativeAlgorithm"]).SpeculativeAlgorithm
+        self.draft_configs = {}
+
+    def plan(self, scenario, arguments):
+        if not scenario.get("speculative") or not self.planned:
+            return None
+        config = scenario["config"]
+        if config not in self.draft_configs:
+            verdict, mc = self.release.model_config(config, draft=True)
+            if mc is None:
+                raise SystemExit(f"{scenario['id']}: the release's draft ModelConfig did not build: "
+                                 f"{verdict.get('error')}")
+            self.draft_configs[config] = mc
+        runner = types.SimpleNamespace(model_config=self.draft_configs[config], token_to_kv_pool=object(),
+                                       req_to_token_pool=types.SimpleNamespace(mamba_pool=None))
+        # target_worker and draft_worker are abstract properties the concrete workers implement.
+        worker = type("Worker", (self.worker_class,), {"target_worker": None, "draft_worker": None})()
+        worker.target_worker = types.SimpleNamespace(model_runner=types.SimpleNamespace(
+            spec_algorithm=self.algorithms.from_string(scenario["speculative"])))
+        worker.draft_worker = types.SimpleNamespace(draft_runners=[runner], model_runner=runner)
+        self.namespace.update(get_memory=lambda: arguments, get_disagg=lambda: arguments)
+        return sglang_env.quietly(worker._build_hicache_draft_plan)
+
+
 def main(argv):
     if len(argv) != 2:
         sys.exit(__doc__)
@@ -254,6 +357,15 @@ def main(argv):
     if factory is None:
         _fail(path, "default_radix_cache_factory did not define")
     code, statements = checks(srt, tree)
+    planner = DraftPlanner(srt, release)
+    builder = sglang_env.exec_subset(os.path.join(srt, BUILDER), "sglang.srt.mem_cache.kv_cache_builder")
+    if "_register_legacy_hicache_draft" in builder:
+        builder["_register_legacy_hicache_draft"] = lambda **kwargs: None
+    built, built_statements = after_build(srt)
+    if built_statements and "maybe_register_hicache_draft" not in builder:
+        _fail(os.path.join(srt, BUILDER), "maybe_register_hicache_draft did not define")
+    notes = [f"{statements} check statement(s) of create_tree_cache, {built_statements} of the builder "
+             f"after it"]
     defaults = field_defaults(srt)
     classified = {}
     results = []
@@ -293,6 +405,12 @@ def main(argv):
             disable_radix_cache=scenario["radixDisabled"], effective_chunked_prefill_size=8192,
             tp_worker=Anything(), model_config=Anything(), tp_size=1, tp_rank=0, tp_group=None)
         try:
+            plan = planner.plan(scenario, arguments)
+        except (ValueError, NotImplementedError) as e:
+            results.append({"id": scenario["id"], "raised": True, "message": str(e), "cache": None,
+                            "factoryRefused": None, "notes": notes})
+            continue
+        try:
             cache = sglang_env.quietly(factory, ctx)
         except ValueError as e:
             # The unified constructor's own refusals (host-pool retraction of SSM or pure-SWA
@@ -301,14 +419,17 @@ def main(argv):
                             "cache": None, "factoryRefused": str(e), "notes": []})
             continue
         scope = dict(namespace, cache=cache, ctx=ctx)
+        after = dict(builder, tree_cache=cache, hicache_draft_plan=plan, server_args=arguments, page_size=1,
+                     enable_hierarchical_cache=scenario["hierarchical"], UnifiedRadixCache=made[CACHE_CLASS_ROOT],
+                     retraction_backup=arguments.disaggregation_decode_retraction_backup, logger=Anything())
         try:
             exec(code, scope)
+            exec(built, after)
             raised, message = False, None
         except (ValueError, NotImplementedError) as e:
             raised, message = True, str(e)
         results.append({"id": scenario["id"], "raised": raised, "message": message,
-                        "cache": type(cache).__name__, "factoryRefused": None,
-                        "notes": [f"{statements} check statement(s) of create_tree_cache"]})
+                        "cache": type(cache).__name__, "factoryRefused": None, "notes": notes})
     print(json.dumps(results))
     return 0
 
