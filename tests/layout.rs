@@ -50,7 +50,7 @@ const fn warning(mut e: Expected) -> Expected {
 
 use AttentionKind::{Mha, Mla};
 use KvPool::{Full, HybridSsm, HybridSwa, Mla as MlaPool, PureSwa};
-use LayoutFeature::{AttentionSinks, DeepseekV4, Dsa, ParallelHybrid, SwaCompress};
+use LayoutFeature::{AttentionSinks, DeepseekV4, DeepseekV41, Dsa, ParallelHybrid, SwaCompress};
 
 const TABLE: &[Expected] = &[
     // 1–4: dense and Mistral-family.
@@ -110,6 +110,16 @@ const TABLE: &[Expected] = &[
     row("deepseek-v2-lite", "DeepseekV2ForCausalLM", (27, 27, 0, 0), None, Mla, MlaPool, &[]),
     row("deepseek-v3.2-exp", "DeepseekV32ForCausalLM", (61, 61, 0, 0), None, Mla, MlaPool, &[Dsa]),
     row("deepseek-v4", "DeepseekV4ForCausalLM", (8, 6, 2, 0), Some(128), Mha, HybridSwa, &[DeepseekV4]),
+    // DeepSeek-V4.1 with a bundled DSpark head: compression-ratio-2 layers.
+    row(
+        "deepseek-v4.1-dspark",
+        "DeepseekV4ForCausalLM",
+        (8, 6, 2, 0),
+        Some(128),
+        Mha,
+        HybridSwa,
+        &[DeepseekV4, DeepseekV41],
+    ),
     // Draft checkpoints of its NextN layer (compress ratio 0: sliding window only).
     row("deepseek-v4-nextn", "DeepseekV4ForCausalLMNextN", (1, 0, 1, 0), Some(128), Mha, PureSwa, &[DeepseekV4]),
     row(

@@ -127,6 +127,10 @@ pub enum LayoutFeature {
     Dsa,
     /// DeepSeek-V4 compressed KV pool (SGLang treats it as MLA for transfers).
     DeepseekV4,
+    /// DeepSeek-V4.1: a DeepSeek-V4 model with compression-ratio-2 layers (`compress_ratios`),
+    /// whose DSpark transfer layout PD peers compare (SGLang 0.5.21 and later).
+    #[serde(rename = "deepseek-v4.1")]
+    DeepseekV41,
     /// SGLang's SWA-compress architectures (Gemma-4, MiMo-V2).
     SwaCompress,
     /// Every SSM layer also runs attention in parallel (Falcon-H1), so SSM layers hold full KV too.

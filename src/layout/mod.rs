@@ -267,6 +267,9 @@ fn features(arch: &str, v: ConfigView<'_>, release: Release) -> Result<Vec<Layou
     }
     if arch::DEEPSEEK_V4.contains(&arch) {
         features.push(LayoutFeature::DeepseekV4);
+        if v.uints("compress_ratios")?.is_some_and(|ratios| ratios.contains(&2)) {
+            features.push(LayoutFeature::DeepseekV41);
+        }
     }
     if listed(arch::SWA_COMPRESS, arch, release) {
         features.push(LayoutFeature::SwaCompress);

@@ -1275,6 +1275,47 @@ fn r8_follows_the_tree_host_pool_retraction_meets() {
 }
 
 #[test]
+fn p4_compares_attention_tp_of_deepseek_v41_dspark_servers() {
+    let dsv41 = layout_at(json!({
+        "architectures": ["DeepseekV4ForCausalLM"], "num_hidden_layers": 4, "sliding_window": 128, "head_dim": 512,
+        "compress_ratios": [0, 2, 4, 0]
+    }));
+    assert!(dsv41.has(LayoutFeature::DeepseekV41));
+    let dspark = |prefill: PrefillSpec| {
+        with(move |s| {
+            s.speculative_algorithm = Some("dspark".into());
+            s.prefill = Some(prefill);
+        })
+    };
+    let older = "DeepSeek-V4.1 DSpark PD requires the same TP size on both servers";
+    let newer =
+        "DeepSeek-V4.1 DSpark PD requires the same TP size on both servers (including prefill CP ranks for MLA)";
+    let expected = |from: u16| -> Vec<Option<String>> {
+        (17..=23).map(|p| (p >= from).then(|| (if p == 21 { older } else { newer }).to_string())).collect()
+    };
+    let tp2 = dspark(PrefillSpec { tensor_parallel: 2, ..PrefillSpec::default() });
+    assert_eq!(messages("P4", &tp2, &FleetSpec::default(), &dsv41), expected(21));
+    // No ratio-2 layers (DeepSeek-V4), another algorithm, or equal attention TP: no DSpark layout check.
+    assert_eq!(messages("P4", &tp2, &FleetSpec::default(), &dsv4()), vec![None; 7]);
+    let eagle = with(|s| {
+        s.speculative_algorithm = Some("EAGLE".into());
+        s.prefill = Some(PrefillSpec { tensor_parallel: 2, ..PrefillSpec::default() });
+    });
+    assert_eq!(messages("P4", &eagle, &FleetSpec::default(), &dsv41), vec![None; 7]);
+    let decode_tp2 = FleetSpec { tensor_parallel: 2, ..FleetSpec::default() };
+    assert_eq!(messages("P4", &tp2, &decode_tp2, &dsv41), vec![None; 7]);
+    // Prefill attention CP ranks that make up the decode attention TP pass from 0.5.22.
+    let cp2 = dspark(PrefillSpec { tensor_parallel: 2, attention_context_parallel: 2, ..PrefillSpec::default() });
+    assert_eq!(
+        messages("P4", &cp2, &decode_tp2, &dsv41),
+        (17..=23).map(|p| (p == 21).then(|| older.to_string())).collect::<Vec<_>>()
+    );
+    // Pipeline stages that differ make the layouts differ first, which is not decided here.
+    let staged = dspark(PrefillSpec { tensor_parallel: 2, pipeline_parallel: 2, ..PrefillSpec::default() });
+    assert_eq!(messages("P4", &staged, &FleetSpec::default(), &dsv41), vec![None; 7]);
+}
+
+#[test]
 fn t1hnd_refuses_the_hnd_layout_on_the_mha_pools_of_pd_servers() {
     let hnd = env("SGLANG_USE_HND_KVCACHE", "1");
     let t1hnd = "PD-disaggregation KV transfer assumes NHD slot-row layout; HND KV cache (SGLANG_USE_HND_KVCACHE) is \

@@ -590,6 +590,22 @@ fn minimax_tp_mismatch(c: &Context<'_>) -> Option<Finding> {
     )
 }
 
+/// P4: both servers describe their DeepSeek-V4.1 DSpark transfer layout (a model with
+/// compression-ratio-2 layers, the DSPARK algorithm, which a service's prefill servers run too and
+/// the guard takes the paired prefill servers to run), the layouts agree, and the attention TP
+/// differs. Pipeline stages that differ make the layouts differ first (each side describes its
+/// stage's layers and pool buffers), which kvpilot leaves to SGLang; from 0.5.22 an MLA prefill
+/// whose attention CP ranks make up the decode attention TP passes.
+fn dspark_tp_mismatch(c: &Context<'_>) -> Option<Finding> {
+    let prefill = c.settings.prefill.as_ref()?;
+    let (prefill_tp, decode_tp) = attention_tps(c)?;
+    let dspark = c.layout.has(LayoutFeature::DeepseekV41) && speculative_algorithm(c)? == "DSPARK";
+    let same_layout = prefill.pipeline_parallel == c.decode.pipeline_parallel;
+    let cp = prefill.attention_context_parallel;
+    let cp_ranks_align = c.release >= v0_5(22) && cp > 1 && mla_like(c.layout) && prefill_tp * cp == decode_tp;
+    when(dspark && same_layout && prefill_tp != decode_tp && !cp_ranks_align)
+}
+
 fn unified_memory(c: &Context<'_>) -> bool {
     c.settings.enable_unified_memory
 }
@@ -2156,6 +2172,27 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Manual {
             hint: "make the decode attention TP (spec.decode.tensorParallel) equal the prefill attention TP, or run \
                    the prefill servers without --enable-kv-cache-sharding",
+        },
+    },
+    Rule {
+        id: "P4",
+        about: "DeepSeek-V4.1 DSpark × attention TP mismatch",
+        field: DECODE_TP,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Handshake,
+        messages: &[
+            text("DeepSeek-V4.1 DSpark PD requires the same TP size on both servers"),
+            text_from(
+                22,
+                "DeepSeek-V4.1 DSpark PD requires the same TP size on both servers (including prefill CP ranks for MLA)",
+            ),
+        ],
+        changes: &[text_from(22, "a prefill whose attention TP × attention CP equals the decode attention TP passes")],
+        check: dspark_tp_mismatch,
+        fix: Fix::Manual {
+            hint: "make the decode attention TP (spec.decode.tensorParallel) equal the prefill attention TP (from 0.5.22 \
+                   also: equal the prefill attention TP × attention CP)",
         },
     },
     Rule {

@@ -4,7 +4,8 @@
 Usage: classify.py SGLANG_SRC CONFIG.json...   (SGLANG_SRC holds sglang/srt of one release)
 Prints one JSON object per config on stdout:
   {"file", "architecture", "loaded": true, "isHybridSwa", "fullLayers", "swaLayers",
-   "usesSsmState", "isMla", "isDsa", "isSwaCompress", "disableHybridSwaMemory", "notes"}
+   "usesSsmState", "isMla", "isDsa", "isSwaCompress", "hasRatio2Layers", "disableHybridSwaMemory",
+   "notes"}
 or {"file", "loaded": false, "error"} when the release's own config loader refuses the file
 (the release could not start on that checkpoint either).
 
@@ -196,6 +197,9 @@ class Release:
             "isMla": mc.attention_arch == self.mc["AttentionArch"].MLA,
             "isDsa": bool(self.mc["is_deepseek_dsa"](hf_config)),
             "isSwaCompress": bool(getattr(mc, "is_hybrid_swa_compress", False)),
+            # The DeepSeek-V4 pool takes ModelConfig.compress_ratios; ratio 2 makes a DSpark
+            # transfer layout (P4).
+            "hasRatio2Layers": 2 in (getattr(mc, "compress_ratios", None) or []),
             "disableHybridSwaMemory": disable,
             "notes": notes,
         }, mc

@@ -3,7 +3,7 @@
 
 Usage: handshake.py SGLANG_SRC < scenarios.json
   scenarios: [{"id", "config": CONFIG.json, "prefill": {"tp", "cp", "pp", "page", "dtype",
-  "sharding"}, "decode": {"tp", "pp", "dcp", "page", "dtype"}}]
+  "sharding"}, "decode": {"tp", "pp", "dcp", "page", "dtype"}, "speculative": ALGORITHM or null}]
 Prints [{"id", "raised", "message", "prefillAttnTp", "decodeAttnTp", "notes"}] on stdout. Exits
 non-zero, naming the file, when a piece of the release's code this needs is missing or cannot
 run: a scenario is never silently skipped.
@@ -12,8 +12,8 @@ The refusals: a decode server's KV manager asks each prefill server's bootstrap 
 parallel info before the first transfer (`CommonKVManager.try_ensure_parallel_info`,
 disaggregation/common/conn.py) and raises on a page size or KV dtype mismatch (P1, P2), decode
 context parallelism without an MLA pool, against prefill attention CP or KV cache sharding (R19d,
-R19e, R19f), MXFP8 block scales across attention TP sizes (T1mx) and MiniMax sparse state across
-attention TP sizes (T4c); its `_resolve_rank_mapping` then asserts equal attention TP for a
+R19e, R19f), MXFP8 block scales across attention TP sizes (T1mx), MiniMax sparse state across
+attention TP sizes (T4c) and DeepSeek-V4.1 DSpark servers across attention TP sizes (P4); its `_resolve_rank_mapping` then asserts equal attention TP for a
 sharded MLA prefill (P5) and decode pipeline stages of 1 or the prefill's (P6).
 
 What runs, unchanged:
@@ -21,6 +21,10 @@ What runs, unchanged:
     the release's `PrefillServerInfo` dataclass building the info from the bootstrap answer;
   - both servers' attention TP from the release's `compute_dp_attention_world_info`
     (layers/dp_attention.py): TP divided by attention DP and attention CP;
+  - both servers' DSpark transfer layout from the release's `get_dsv41_spec_layout`
+    (disaggregation/utils.py, 0.5.21 on; None before), which describes one only for a pool with
+    compression-ratio-2 layers (the model's `compress_ratios`, which the DeepSeek-V4 pool takes)
+    under the DSPARK algorithm (the scenario's, on both servers);
   - the model facts the pool class follows from (attention architecture, Mamba state, hybrid
     SWA, DeepSeek-V4, MiniMax sparse) from the release's ModelConfig (classify.Release).
 
@@ -41,7 +45,12 @@ Stood in, and why:
     `is_minimax_sparse`, where its StateType has it);
   - both servers' `kv_cache_dtype_str` is the `--kv-cache-dtype` value (the model runner's
     resolved dtype string is the flag's unless a quantization config resolves `auto`);
-  - no DeepSeek-V4 KV layout or DSpark layout on either side (None: P3 and P4 do not fire);
+  - no DeepSeek-V4 KV layout on either side (None: P3 does not fire);
+  - what the DSpark layout describes besides the compression ratios and the algorithm: two SWA
+    states (the target's and the DSpark draft's ring), four draft tokens, the layer ids of the
+    pipeline stage (even split) and fixed buffer sizes on both sides (the pools' buffers, which
+    follow the page size, KV dtype and stage, all compared before or beside it), so two servers
+    with the same stages describe the same layout;
   - no DP attention, decode attention CP 1 (the decode side rejects any other in the same
     function), engine rank 0.
 """
@@ -160,6 +169,35 @@ def handshake_names(srt, namespace):
     return sorted(n for n in names if n not in namespace and not hasattr(builtins, n))
 
 
+UTILS = os.path.join("disaggregation", "utils.py")
+
+
+def dspark_layout(srt, states):
+    """A function (compress ratios, algorithm, pipeline stages) -> the release's DSpark transfer
+    layout of such a server, or None where the release has no get_dsv41_spec_layout."""
+    path = os.path.join(srt, UTILS)
+    namespace = sglang_env.exec_subset(path, "sglang.srt.disaggregation.utils")
+    describe = namespace.get("get_dsv41_spec_layout")
+    if describe is None:
+        return None
+    # Its StateType import must answer the enum the state lists are made of.
+    module = types.ModuleType("sglang.srt.disaggregation.base.conn")
+    module.StateType = states
+    sys.modules[module.__name__] = module
+
+    def layout(ratios, algorithm, stages):
+        namespace["get_spec"] = lambda: types.SimpleNamespace(
+            speculative_algorithm=algorithm, speculative_num_draft_tokens=4)
+        layers = len(ratios or []) // max(stages, 1)
+        kv_args = types.SimpleNamespace(
+            mla_compression_ratios=ratios, state_types=[states.SWA, states.SWA],
+            kv_layer_ids=list(range(layers)), kv_item_lens=[656] * layers,
+            state_item_lens=[[584], [584]])
+        return describe(kv_args)
+
+    return layout
+
+
 def main(argv):
     if len(argv) != 2:
         sys.exit(__doc__)
@@ -174,6 +212,7 @@ def main(argv):
     namespace, manager_cls, info_cls = manager_class(srt)
     states, states_note = state_types(srt)
     width = attention_width(srt)
+    layout_of = dspark_layout(srt, states)
     info_fields = {f.name for f in dataclasses.fields(info_cls)}
     answer = {}
     namespace["requests"] = types.SimpleNamespace(
@@ -197,8 +236,9 @@ def main(argv):
                                  f"{verdict.get('error')}")
             dsv4 = bool(is_deepseek_v4 and is_deepseek_v4(mc.hf_config))
             minimax = bool(is_minimax_sparse(mc.hf_config))
-            classified[config] = (verdict, dsv4, minimax)
-        verdict, dsv4, minimax = classified[config]
+            ratios = list(getattr(mc, "compress_ratios", None) or []) if dsv4 else None
+            classified[config] = (verdict, dsv4, minimax, ratios)
+        verdict, dsv4, minimax, ratios = classified[config]
         prefill, decode = scenario["prefill"], scenario["decode"]
         mla = verdict["isMla"]
         is_mla_backend = (mla and not verdict["usesSsmState"]) or dsv4
@@ -221,6 +261,14 @@ def main(argv):
         answer.update(attn_tp_size=prefill_tp, attn_cp_size=prefill["cp"], dp_size=1,
                       pp_size=prefill["pp"], page_size=prefill["page"],
                       kv_cache_dtype=prefill["dtype"], follow_bootstrap_room=True)
+        layouts = {side: None for side in ("prefill", "decode")}
+        if layout_of is not None:
+            layouts = {side: layout_of(ratios, scenario.get("speculative"), scenario[side]["pp"])
+                       for side in layouts}
+        if "dsv41_spec_layout" in info_fields:
+            answer["dsv41_spec_layout"] = layouts["prefill"]
+        elif scenario.get("speculative"):
+            notes.append("PrefillServerInfo carries no dsv41_spec_layout")
         if "enable_kv_cache_sharding" in info_fields:
             answer["enable_kv_cache_sharding"] = prefill["sharding"]
         elif prefill["sharding"]:
@@ -231,7 +279,8 @@ def main(argv):
                 page_size=decode["page"], engine_rank=0, state_types=kinds),
             kv_cache_dtype_str=decode["dtype"], attn_tp_size=decode_tp, attn_cp_size=1,
             attn_cp_rank=0, dcp_size=decode["dcp"], is_mla_backend=is_mla_backend,
-            is_hybrid_mla_backend=is_hybrid_mla_backend, kv_layout=None, dsv41_spec_layout=None,
+            is_hybrid_mla_backend=is_hybrid_mla_backend, kv_layout=None,
+            dsv41_spec_layout=layouts["decode"],
             enable_all_cp_ranks_for_transfer=False, pp_size=decode["pp"], pp_rank=0)
         try:
             if not manager.try_ensure_parallel_info("prefill:8998"):

@@ -99,6 +99,7 @@ def kvpilot_facts(layout):
         "isMla": layout["attention"] == "mla",
         "isDsa": "dsa" in features,
         "isSwaCompress": "swa-compress" in features,
+        "hasRatio2Layers": "deepseek-v4.1" in features,
         "fullLayers": layout["layers"]["fullAttention"],
         "swaLayers": layout["layers"]["slidingWindow"],
     }
@@ -139,7 +140,8 @@ def disagreements(sglang, layout, served):
     ours = dict(kvpilot_facts(layout), servedBySglang=not any(
         NO_MODEL_WARNING in w for w in layout.get("warnings", [])))
     theirs = dict(sglang, servedBySglang=served)
-    facts = ["isHybridSwa", "usesSsmState", "isMla", "isDsa", "isSwaCompress", "servedBySglang"]
+    facts = ["isHybridSwa", "usesSsmState", "isMla", "isDsa", "isSwaCompress", "hasRatio2Layers",
+             "servedBySglang"]
     if sglang["isHybridSwa"] and sglang["fullLayers"] is not None:
         facts += ["fullLayers", "swaLayers"]
     return [(f, theirs[f], ours[f]) for f in facts if theirs[f] != ours[f]]
@@ -463,7 +465,11 @@ def check_draft_geometry(kvpilot, src, venvs, version, compare):
 
 
 HANDSHAKE_CONFIGS = ("llama-3.1-8b-instruct", "deepseek-v3", "gpt-oss-20b", "qwen3-next-80b-a3b",
-                     "kimi-linear-48b-a3b", "deepseek-v4", "minimax-m3-sparse")
+                     "kimi-linear-48b-a3b", "deepseek-v4", "minimax-m3-sparse", "deepseek-v4.1-dspark")
+# The DeepSeek-V4 models again under DSPARK (P4: only compression-ratio-2 layers make a DSpark
+# transfer layout), each pair with equal pipeline stages: with unequal ones the two layouts
+# differ first by the stage's layers and pool buffers, which kvpilot does not decide.
+HANDSHAKE_DSPARK_CONFIGS = ("deepseek-v4", "deepseek-v4.1-dspark")
 # (tensor parallel, attention CP, KV cache sharding, pipeline stages) of the prefill servers.
 HANDSHAKE_PREFILLS = ((2, 1, False, 1), (4, 2, False, 1), (2, 1, True, 1), (4, 1, True, 1),
                       (4, 2, True, 1), (2, 1, False, 2))
@@ -477,10 +483,15 @@ HANDSHAKE_CACHES = ((64, "auto", "auto"), (32, "auto", "auto"), (64, "fp8_e4m3",
 def handshake_scenarios():
     """Prefill and decode servers of an MHA, an MLA, a hybrid-SWA, a hybrid-SSM, a hybrid-SSM MLA,
     the DeepSeek-V4 and a MiniMax-M3 sparse model: prefill attention CP, KV cache sharding and pipeline stages,
-    decode TP, DCP and pipeline stages, and equal or different page sizes and KV dtypes."""
+    decode TP, DCP and pipeline stages, and equal or different page sizes and KV dtypes; and the
+    DeepSeek-V4 models under DSPARK."""
     scenarios = []
-    for config, prefill, decode, cache in itertools.product(
-            HANDSHAKE_CONFIGS, HANDSHAKE_PREFILLS, HANDSHAKE_DECODES, HANDSHAKE_CACHES):
+    matrix = [((config, None), prefill, decode, cache) for config, prefill, decode, cache in itertools.product(
+        HANDSHAKE_CONFIGS, HANDSHAKE_PREFILLS, HANDSHAKE_DECODES, HANDSHAKE_CACHES)]
+    matrix += [((config, "DSPARK"), prefill, decode, cache) for config, prefill, decode, cache in itertools.product(
+        HANDSHAKE_DSPARK_CONFIGS, HANDSHAKE_PREFILLS, HANDSHAKE_DECODES, HANDSHAKE_CACHES)
+        if prefill[3] == decode[2]]
+    for (config, speculative), prefill, decode, cache in matrix:
         (p_tp, p_cp, sharding, p_pp), (d_tp, dcp, d_pp), (page, p_dtype, d_dtype) = prefill, decode, cache
         scenarios.append({
             "id": f"h{len(scenarios)}",
@@ -488,6 +499,7 @@ def handshake_scenarios():
             "prefill": {"tp": p_tp, "cp": p_cp, "pp": p_pp, "page": page, "dtype": p_dtype,
                         "sharding": sharding},
             "decode": {"tp": d_tp, "pp": d_pp, "dcp": dcp, "page": 64, "dtype": d_dtype},
+            "speculative": speculative,
         })
     return scenarios
 
@@ -504,6 +516,8 @@ def handshake_manifest(scenario):
         "pageSize": prefill["page"], "kvCacheDtype": prefill["dtype"]}
     document["spec"]["decode"].update(tensorParallel=decode["tp"], pipelineParallel=decode["pp"],
                                       pageSize=decode["page"], kvCacheDtype=decode["dtype"])
+    if scenario["speculative"]:
+        document["spec"]["disaggregation"]["speculativeAlgorithm"] = scenario["speculative"]
     return document
 
 
@@ -520,7 +534,7 @@ def check_handshake(kvpilot, src, venvs, version, compare):
     agreements, failed, rules = compare_first_refusal(
         scenarios, theirs, reports, lambda v: v["phase"] == "handshake",
         lambda s: (f"{version} handshake {os.path.basename(s['config'])} prefill {s['prefill']} "
-                   f"decode {s['decode']}"))
+                   f"decode {s['decode']} speculative {s['speculative']}"))
     return agreements, failed, summary + f"; by rule: {rules}), agreements {agreements}"
 
 
