@@ -28,11 +28,13 @@ if ! unit_tests="$("$python" -m unittest discover -s tests/parity -p 'test_*.py'
     exit 1
 fi
 
-# A wheel is fetched and unpacked once; the marker holds its hash, so a changed pin refetches.
+# A wheel is fetched and unpacked once; the marker holds its hash and the unpacker's, so a changed
+# pin or a change of what is unpacked refetches.
+unpacker="$(sha256sum tests/parity/unpack_wheel.py | cut -d' ' -f1)"
 for pin in tests/parity/wheels/sglang-*.txt; do
     version="$(basename "$pin" .txt)"
     version="${version#sglang-}"
-    hash="$(grep -o 'sha256:[0-9a-f]*' "$pin")"
+    hash="$(grep -o 'sha256:[0-9a-f]*' "$pin") unpacked by $unpacker"
     marker="$parity_dir/src/$version/.unpacked"
     if [ "$(cat "$marker" 2>/dev/null)" = "$hash" ] && [ -f "$parity_dir/src/$version/transformers.pin" ]; then
         continue

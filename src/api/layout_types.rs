@@ -29,6 +29,10 @@ pub struct AttentionLayout {
     pub features: Vec<LayoutFeature>,
     /// Per-token and per-request sizes the runtime sizes its pools from.
     pub kv_shape: KvShape,
+    /// DeepSeek-V4: the distinct compression ratios of its compressed layers, ascending (the
+    /// pool keeps one cache per ratio, whose layout PD peers compare).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compress_ratios: Vec<u32>,
     /// What was assumed where the config did not say.
     pub warnings: Vec<String>,
 }

@@ -197,6 +197,7 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
     };
 
     let features = features(arch, text, release)?;
+    let compress_ratios = if arch::DEEPSEEK_V4.contains(&arch) { compress_ratios(text)? } else { Vec::new() };
     let kv_shape = shape::kv_shape(
         text,
         text_model_type,
@@ -216,8 +217,26 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
         kv_pool,
         features,
         kv_shape,
+        compress_ratios,
         warnings,
     })
+}
+
+/// The distinct non-zero `compress_ratios`, ascending.
+fn compress_ratios(v: ConfigView<'_>) -> Result<Vec<u32>, LayoutError> {
+    let mut ratios = v
+        .uints("compress_ratios")?
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|ratio| *ratio != 0)
+        .map(|ratio| {
+            u32::try_from(ratio)
+                .map_err(|_| v.error("compress_ratios", format!("has {ratio}, which is no compression ratio")))
+        })
+        .collect::<Result<Vec<u32>, _>>()?;
+    ratios.sort_unstable();
+    ratios.dedup();
+    Ok(ratios)
 }
 
 fn count(kinds: &[LayerKind]) -> LayerCounts {

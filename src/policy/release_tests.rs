@@ -1316,6 +1316,61 @@ fn p4_compares_attention_tp_of_deepseek_v41_dspark_servers() {
 }
 
 #[test]
+fn p3_compares_the_deepseek_v4_kv_layouts_both_fleets_decide() {
+    let layouts = |prefill: &FleetSpec, decode: &FleetSpec, layout: &AttentionLayout| {
+        let settings = DisaggregationSpec::default();
+        let input = PolicyInput {
+            disaggregation: &settings,
+            decode,
+            layout,
+            draft: None,
+            prefill_fleet: Some(prefill),
+            release: v0_5(23),
+        };
+        evaluate(input).violations.into_iter().filter(|v| v.rule == "P3").map(|v| v.message).collect::<Vec<_>>()
+    };
+    let p3 = |prefill: &str, decode: &str| {
+        format!(
+            "KV layout mismatch: prefill server has kv_layout={prefill}, but decode server has kv_layout={decode}. \
+             Both servers must use the same --dsv4-attn-backend and SGLANG_DSV4_KV_LAYOUT."
+        )
+    };
+    let dsv4 = dsv4();
+    assert_eq!(dsv4.compress_ratios, vec![4, 128]);
+    let v41 = env("SGLANG_DSV4_KV_LAYOUT", "V41");
+    // The default layout is v4 on every GPU; v41 runs on the GPUs that have it.
+    assert_eq!(layouts(&FleetSpec::default(), &v41, &dsv4), vec![p3("v4,c4:v4,c128:v4", "v41,c4:v41,c128:v41")]);
+    assert!(layouts(&v41, &v41, &dsv4).is_empty());
+    // The compressed caches of ratios 1 and 2 are FP4 under V4.1 unless asked for otherwise.
+    let dsv41 = layout_at(json!({
+        "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v41", "num_hidden_layers": 4,
+        "sliding_window": 128, "head_dim": 512, "compress_ratios": [0, 2, 4, 0]
+    }));
+    let v41_new = FleetSpec {
+        env: env("SGLANG_DSV4_KV_LAYOUT", "v41_new").env,
+        extra_args: vec!["--dsv4-attn-backend=flashmla".into()],
+        ..FleetSpec::default()
+    };
+    let trtllm = FleetSpec { extra_args: vec!["--dsv4-attn-backend".into(), "trtllm".into()], ..FleetSpec::default() };
+    assert_eq!(layouts(&trtllm, &v41_new, &dsv41), vec![p3("uniform_fp8", "v41_new,c2:v41_fp4_new,c4:v41_new")]);
+    // A DeepSeek-V4.1 server with the automatic backend and an FP8 cache runs V4.1 on SM100 GPUs
+    // and V4 elsewhere: not decided.
+    assert!(layouts(&FleetSpec::default(), &trtllm, &dsv41).is_empty());
+    let bf16 = FleetSpec { kv_cache_dtype: Some("bfloat16".into()), ..FleetSpec::default() };
+    assert_eq!(layouts(&bf16, &trtllm, &dsv41), vec![p3("v4,c2:v4,c4:v4", "uniform_fp8")]);
+    // FP4 compressed caches with the default layout: FlashMLA's V4 cache refuses them, so such a
+    // DeepSeek-V4.1 server starts only where FlashMLA mega runs it as V4.1.
+    let fp4 = env("SGLANG_DSV4_COMPRESSED_KV_LAYOUT", "fp4");
+    assert_eq!(layouts(&fp4, &trtllm, &dsv41), vec![p3("v41,c2:v41_fp4,c4:v41_fp4", "uniform_fp8")]);
+    // Settings a server refuses at start-up (trtllm with a V4.1 layout) decide nothing here.
+    let refused = FleetSpec { env: v41.env.clone(), ..trtllm.clone() };
+    assert!(layouts(&refused, &FleetSpec::default(), &dsv4).is_empty());
+    // Not a DeepSeek-V4 model, or no prefill fleet to compare with.
+    assert!(layouts(&FleetSpec::default(), &v41, &full()).is_empty());
+    assert_eq!(messages("P3", &DisaggregationSpec::default(), &v41, &dsv4), vec![None; 7]);
+}
+
+#[test]
 fn t1hnd_refuses_the_hnd_layout_on_the_mha_pools_of_pd_servers() {
     let hnd = env("SGLANG_USE_HND_KVCACHE", "1");
     let t1hnd = "PD-disaggregation KV transfer assumes NHD slot-row layout; HND KV cache (SGLANG_USE_HND_KVCACHE) is \

@@ -590,6 +590,97 @@ fn minimax_tp_mismatch(c: &Context<'_>) -> Option<Finding> {
     )
 }
 
+const DSV4_KV_LAYOUT_ENV: &str = "SGLANG_DSV4_KV_LAYOUT";
+const DSV4_COMPRESSED_KV_LAYOUT_ENV: &str = "SGLANG_DSV4_COMPRESSED_KV_LAYOUT";
+/// ROCm's unified-KV mode (T9), whose pools describe no layout kvpilot decides.
+const DSV4_UNIFIED_KV_ENV: &str = "SGLANG_HACK_FLASHMLA_BACKEND";
+
+/// The KV layout a DeepSeek-V4 server of `fleet` describes to its PD peer (0.5.23's
+/// `pd_kv_layout`: the main cache's layout, then each compression ratio's), where it follows
+/// from the fleet's settings on every GPU the server starts on; None where it depends on the GPU
+/// or the server does not start with these settings (an assert of SGLang's, not this rule).
+///
+/// `select_dsv4_kv_layout` reads `SGLANG_DSV4_KV_LAYOUT` (default `v4`) and
+/// `SGLANG_DSV4_COMPRESSED_KV_LAYOUT` (default `auto`) and `--dsv4-attn-backend`: `trtllm`
+/// keeps uniform FP8 pages, `flashmla_mega` forces the V4.1 layout, and `auto` resolves to
+/// `flashmla_mega` only for a `deepseek_v41` model with an FP8 KV cache on an SM100 GPU (unless
+/// the layout variable is set to something else than auto, v41 or v41_new), so it depends on
+/// the GPU there. The V4.1 layouts run only on SM100 or gfx950 GPUs, `auto` picks one there.
+/// The prefill and decode servers may run on different GPUs: a layout that depends on the GPU
+/// is not decided, even where the other server's settings need an SM100 GPU.
+fn dsv4_pd_kv_layout(layout: &AttentionLayout, fleet: &FleetSpec) -> Option<String> {
+    if fleet.env_value(DSV4_UNIFIED_KV_ENV).is_some() {
+        return None;
+    }
+    let set_mode = fleet.env_value(DSV4_KV_LAYOUT_ENV).map(str::to_lowercase);
+    let mut mode = set_mode.clone().unwrap_or_else(|| "v4".into());
+    let option = fleet.env_value(DSV4_COMPRESSED_KV_LAYOUT_ENV).map_or_else(|| "auto".into(), str::to_lowercase);
+    let mut backend = option_value(&fleet.extra_args, "--dsv4-attn-backend").unwrap_or("auto").to_string();
+    // The DeepSeek-V4 hook turns an automatic KV cache dtype into fp8_e4m3 on CUDA.
+    let fp8 = matches!(kv_cache_dtype(fleet.kv_cache_dtype.as_deref()), "auto" | "fp8_e4m3");
+    let v41_model = layout.model_type.as_deref() == Some("deepseek_v41");
+    if backend == "auto" {
+        // FlashMLA mega keeps an explicit V4.1 layout, as FlashMLA does; it turns the default
+        // and `auto` into V4.1 on the SM100 GPUs it is picked on, which FlashMLA leaves V4
+        // elsewhere.
+        let mega_candidate =
+            v41_model && fp8 && set_mode.as_deref().is_none_or(|m| matches!(m, "auto" | "v41" | "v41_new"));
+        if mega_candidate {
+            match (set_mode.as_deref(), option.as_str()) {
+                (Some("v41" | "v41_new"), _) => {}
+                // FlashMLA's default V4 cache refuses FP4 compressed caches: such a server starts
+                // only where mega runs it as V4.1.
+                (None, "fp4") => mode = "v41".into(),
+                _ => return None,
+            }
+        }
+        backend = "flashmla".into();
+    }
+    // The hook's asserts: flashmla_mega runs only DeepSeek-V4.1, trtllm only an FP8 cache.
+    if (backend == "flashmla_mega" && !v41_model) || (backend == "trtllm" && !fp8) {
+        return None;
+    }
+    if backend == "flashmla_mega" && mode != "v41_new" {
+        mode = "v41".into();
+    }
+    if backend == "trtllm" {
+        return (matches!(mode.as_str(), "auto" | "v4") && matches!(option.as_str(), "auto" | "fp8"))
+            .then(|| "uniform_fp8".into());
+    }
+    let option = match option.as_str() {
+        "auto" => None,
+        "fp8" | "fp4" => Some(option.as_str()),
+        _ => return None,
+    };
+    let (main, interleaved) = match mode.as_str() {
+        "v4" => {
+            // The V4 main cache pairs only with V4 caches.
+            return (option != Some("fp4")).then(|| dsv4_layout_string("v4", &layout.compress_ratios, |_| "v4"));
+        }
+        "v41" => ("v41", false),
+        "v41_new" => ("v41_new", true),
+        _ => return None,
+    };
+    let compressed = |ratio: u32| {
+        let fp4 = option == Some("fp4") || (option.is_none() && matches!(ratio, 1 | 2));
+        match (fp4, interleaved) {
+            (false, false) => "v41",
+            (false, true) => "v41_new",
+            (true, false) => "v41_fp4",
+            (true, true) => "v41_fp4_new",
+        }
+    };
+    Some(dsv4_layout_string(main, &layout.compress_ratios, compressed))
+}
+
+/// `main,c{ratio}:{layout},...` as `pd_kv_layout` writes it.
+fn dsv4_layout_string(main: &str, ratios: &[u32], compressed: impl Fn(u32) -> &'static str) -> String {
+    std::iter::once(main.to_string())
+        .chain(ratios.iter().map(|r| format!("c{r}:{}", compressed(*r))))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// P4: both servers describe their DeepSeek-V4.1 DSpark transfer layout (a model with
 /// compression-ratio-2 layers, the DSPARK algorithm, which a service's prefill servers run too and
 /// the guard takes the paired prefill servers to run), the layouts agree, and the attention TP
@@ -2172,6 +2263,31 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Manual {
             hint: "make the decode attention TP (spec.decode.tensorParallel) equal the prefill attention TP, or run \
                    the prefill servers without --enable-kv-cache-sharding",
+        },
+    },
+    Rule {
+        id: "P3",
+        about: "DeepSeek-V4 KV layout mismatch",
+        field: DECODE_ENV,
+        span: Span::since(v0_5(23)),
+        backends: &[],
+        phase: Phase::Handshake,
+        messages: &[text(
+            "KV layout mismatch: prefill server has kv_layout={prefill}, but decode server has kv_layout={decode}. \
+             Both servers must use the same --dsv4-attn-backend and SGLANG_DSV4_KV_LAYOUT.",
+        )],
+        changes: &[],
+        check: |c| {
+            if !c.layout.has(LayoutFeature::DeepseekV4) {
+                return None;
+            }
+            let prefill = dsv4_pd_kv_layout(c.layout, c.prefill_fleet?)?;
+            let decode = dsv4_pd_kv_layout(c.layout, c.decode)?;
+            when_with(prefill != decode, vec![("prefill", prefill), ("decode", decode)])
+        },
+        fix: Fix::Manual {
+            hint: "give the prefill and decode servers the same SGLANG_DSV4_KV_LAYOUT, \
+                   SGLANG_DSV4_COMPRESSED_KV_LAYOUT and --dsv4-attn-backend",
         },
     },
     Rule {

@@ -58,6 +58,10 @@ pub struct Server {
     /// The speculative draft model of `--speculative-draft-model-path` and where its config.json
     /// is, or why it cannot be found; None without that flag.
     pub draft: Option<Result<ModelSpec, String>>,
+    /// For a decode server paired with prefill servers ([`pair_with_prefill`]): the first prefill
+    /// server's fleet settings, its words named in full as its release's parser reads them, for
+    /// the handshake rules that compare what both fleets run (P3).
+    pub paired_prefill: Option<FleetSpec>,
 }
 
 impl Server {
@@ -203,6 +207,7 @@ pub fn inspect(object: &Value, fallback: &ReleaseChoice) -> Inspection {
                 argv,
                 model,
                 draft,
+                paired_prefill: None,
             });
         }
     }
@@ -223,6 +228,13 @@ pub fn pair_with_prefill(servers: &mut [&mut Server]) -> Result<(), String> {
         .filter(|s| s.parsed.settings.mode == Mode::Prefill)
         .map(|s| super::server::prefill_side(&s.parsed.settings.decode, s.argv.as_ref().unwrap_or(&Reading::default())))
         .collect();
+    let prefill_fleet = servers.iter().find(|s| s.parsed.settings.mode == Mode::Prefill).map(|s| {
+        let words: Vec<String> = s.invocation.args.iter().map(|arg| arg.text.clone()).collect();
+        FleetSpec {
+            extra_args: server_cli::for_release(s.checked_as.release).full_names(&words),
+            ..s.parsed.settings.decode.clone()
+        }
+    });
     let Some(first) = prefill.first() else { return Ok(()) };
     let attention = policy::prefill_attention_tp;
     if prefill.iter().any(|p| attention(p) != attention(first)) {
@@ -232,6 +244,7 @@ pub fn pair_with_prefill(servers: &mut [&mut Server]) -> Result<(), String> {
     }
     for server in servers.iter_mut().filter(|s| s.parsed.settings.mode == Mode::Decode) {
         server.parsed.settings.disaggregation.prefill = Some(first.clone());
+        server.paired_prefill = prefill_fleet.clone();
     }
     Ok(())
 }
@@ -487,7 +500,7 @@ fn assess_server(
         decode: &spec.decode,
         layout: &layout,
         draft: draft.as_ref(),
-        prefill_fleet: None,
+        prefill_fleet: spec.prefill.as_deref(),
         release,
     };
     let verdict = match mode {
@@ -631,7 +644,7 @@ pub fn check(server: &Server, configs: &ModelConfigs, rewrite: bool) -> Result<S
             extra_args: server_cli::for_release(server.checked_as.release).full_names(&words),
             ..settings.decode.clone()
         },
-        prefill: None,
+        prefill: server.paired_prefill.clone().map(Box::new),
         router: None,
         sglang: None,
         cache: None,

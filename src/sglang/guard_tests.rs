@@ -500,6 +500,35 @@ fn decode_servers_are_paired_with_the_prefill_servers_of_their_object() {
     assert_eq!(newer[1].release.release, crate::release::v0_5(23));
 }
 
+#[test]
+fn a_decode_server_compares_its_deepseek_v4_kv_layout_with_its_paired_prefill_servers() {
+    let dsv4: Value = serde_json::from_str(include_str!("../../tests/fixtures/configs/deepseek-v4.json")).unwrap();
+    let role = |name: &str, layout: Option<&str>| {
+        let env: Vec<Value> =
+            layout.iter().map(|value| json!({"name": "SGLANG_DSV4_KV_LAYOUT", "value": value})).collect();
+        json!({"name": name, "template": {"spec": {"containers": [{"name": name, "image": "lmsysorg/sglang:v0.5.23",
+            "env": env, "command": ["sglang", "serve", "--model-path", "deepseek-ai/DeepSeek-V4",
+            "--disaggregation-mode", name]}]}}})
+    };
+    let group = |prefill: Option<&str>, decode: Option<&str>| {
+        json!({"apiVersion": "workloads.x-k8s.io/v1alpha1", "kind": "RoleBasedGroup", "metadata": {"name": "pd"},
+            "spec": {"roles": [role("prefill", prefill), role("decode", decode)]}})
+    };
+    let p3 = |object: &Value| -> Vec<String> {
+        let inspection = inspect(object, &ReleaseChoice::default_newest());
+        let decode = inspection.servers.iter().find(|s| s.parsed.settings.mode == Mode::Decode).unwrap();
+        let verdict = check(decode, &ModelConfigs::target(dsv4.clone()), false).unwrap();
+        verdict.findings.iter().filter(|f| f.violation.rule == "P3").map(|f| f.violation.message.clone()).collect()
+    };
+    assert_eq!(
+        p3(&group(Some("v41"), None)),
+        ["KV layout mismatch: prefill server has kv_layout=v41,c4:v41,c128:v41, but decode server has \
+          kv_layout=v4,c4:v4,c128:v4. Both servers must use the same --dsv4-attn-backend and SGLANG_DSV4_KV_LAYOUT."]
+    );
+    assert!(p3(&group(Some("v41"), Some("V41"))).is_empty());
+    assert!(p3(&group(None, None)).is_empty());
+}
+
 /// A role named or typed prefill/decode whose server's flag says otherwise is checked by the
 /// flag (SGLang runs by it), with a warning; a role that names no mode says nothing.
 #[test]

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Unpack only sglang/srt/ of a release wheel, and write DEST/transformers.pin with the
-transformers version the release pins (its METADATA), which picks the harness venv that runs it.
+"""Unpack sglang/srt/ of a release wheel, and the kernel-side Python files the harness runs with
+it (KERNEL_FILES, where the wheel has them), and write DEST/transformers.pin with the transformers
+version the release pins (its METADATA), which picks the harness venv that runs it.
 Usage: unpack_wheel.py WHEEL DEST"""
 
 import os
@@ -9,9 +10,13 @@ import sys
 import zipfile
 
 
+# The DeepSeek-V4 KV layouts (KVLayout), which the pool's PD layout description is made of (P3).
+KERNEL_FILES = ("sglang/kernels/ops/attention/dsv4/kv_layout.py",)
+
+
 def main(wheel, dest):
     with zipfile.ZipFile(wheel) as archive:
-        members = [m for m in archive.namelist() if m.startswith("sglang/srt/")]
+        members = [m for m in archive.namelist() if m.startswith("sglang/srt/") or m in KERNEL_FILES]
         if not members:
             sys.exit(f"{wheel}: no sglang/srt/ inside")
         archive.extractall(dest, members)
