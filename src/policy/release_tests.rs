@@ -1318,7 +1318,9 @@ fn p4_compares_attention_tp_of_deepseek_v41_dspark_servers() {
 #[test]
 fn p3_compares_the_deepseek_v4_kv_layouts_both_fleets_decide() {
     let layouts = |prefill: &FleetSpec, decode: &FleetSpec, layout: &AttentionLayout| {
-        let settings = DisaggregationSpec::default();
+        // As effective_spec describes the prefill fleet kvpilot runs.
+        let side = PrefillSpec { kv_cache_dtype: prefill.kv_cache_dtype.clone(), ..PrefillSpec::default() };
+        let settings = with(|s| s.prefill = Some(side));
         let input = PolicyInput {
             disaggregation: &settings,
             decode,

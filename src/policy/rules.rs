@@ -595,7 +595,7 @@ const DSV4_COMPRESSED_KV_LAYOUT_ENV: &str = "SGLANG_DSV4_COMPRESSED_KV_LAYOUT";
 /// ROCm's unified-KV mode (T9), whose pools describe no layout kvpilot decides.
 const DSV4_UNIFIED_KV_ENV: &str = "SGLANG_HACK_FLASHMLA_BACKEND";
 
-/// The KV layout a DeepSeek-V4 server of `fleet` describes to its PD peer (0.5.23's
+/// The KV layout a DeepSeek-V4 server of `fleet`, with KV cache `dtype`, describes to its PD peer (0.5.23's
 /// `pd_kv_layout`: the main cache's layout, then each compression ratio's), where it follows
 /// from the fleet's settings on every GPU the server starts on; None where it depends on the GPU
 /// or the server does not start with these settings (an assert of SGLang's, not this rule).
@@ -608,7 +608,7 @@ const DSV4_UNIFIED_KV_ENV: &str = "SGLANG_HACK_FLASHMLA_BACKEND";
 /// the GPU there. The V4.1 layouts run only on SM100 or gfx950 GPUs, `auto` picks one there.
 /// The prefill and decode servers may run on different GPUs: a layout that depends on the GPU
 /// is not decided, even where the other server's settings need an SM100 GPU.
-fn dsv4_pd_kv_layout(layout: &AttentionLayout, fleet: &FleetSpec) -> Option<String> {
+fn dsv4_pd_kv_layout(layout: &AttentionLayout, fleet: &FleetSpec, dtype: Option<&str>) -> Option<String> {
     if fleet.env_value(DSV4_UNIFIED_KV_ENV).is_some() {
         return None;
     }
@@ -617,7 +617,7 @@ fn dsv4_pd_kv_layout(layout: &AttentionLayout, fleet: &FleetSpec) -> Option<Stri
     let option = fleet.env_value(DSV4_COMPRESSED_KV_LAYOUT_ENV).map_or_else(|| "auto".into(), str::to_lowercase);
     let mut backend = option_value(&fleet.extra_args, "--dsv4-attn-backend").unwrap_or("auto").to_string();
     // The DeepSeek-V4 hook turns an automatic KV cache dtype into fp8_e4m3 on CUDA.
-    let fp8 = matches!(kv_cache_dtype(fleet.kv_cache_dtype.as_deref()), "auto" | "fp8_e4m3");
+    let fp8 = matches!(kv_cache_dtype(dtype), "auto" | "fp8_e4m3");
     let v41_model = layout.model_type.as_deref() == Some("deepseek_v41");
     if backend == "auto" {
         // FlashMLA mega keeps an explicit V4.1 layout, as FlashMLA does; it turns the default
@@ -2281,8 +2281,11 @@ pub(crate) const RULES: &[Rule] = &[
             if !c.layout.has(LayoutFeature::DeepseekV4) {
                 return None;
             }
-            let prefill = dsv4_pd_kv_layout(c.layout, c.prefill_fleet?)?;
-            let decode = dsv4_pd_kv_layout(c.layout, c.decode)?;
+            // The prefill servers' KV cache dtype as they run it (a service's prefill fleet
+            // without one runs the decode fleet's).
+            let prefill_dtype = c.settings.prefill.as_ref().and_then(|p| p.kv_cache_dtype.as_deref());
+            let prefill = dsv4_pd_kv_layout(c.layout, c.prefill_fleet?, prefill_dtype)?;
+            let decode = dsv4_pd_kv_layout(c.layout, c.decode, c.decode.kv_cache_dtype.as_deref())?;
             when_with(prefill != decode, vec![("prefill", prefill), ("decode", decode)])
         },
         fix: Fix::Manual {

@@ -161,7 +161,11 @@ pub fn effective_spec(
                 text: text.clone(),
             })
             .collect();
-        d.prefill = Some(prefill_side(prefill, &cli.read(&args)));
+        let mut side = prefill_side(prefill, &cli.read(&args));
+        // The prefill servers kvpilot runs take the decode fleet's KV cache dtype when their own
+        // fleet names none (`sglang_args`).
+        side.kv_cache_dtype = side.kv_cache_dtype.or_else(|| spec.decode.kv_cache_dtype.clone());
+        d.prefill = Some(side);
     }
     std::borrow::Cow::Owned(effective)
 }
@@ -961,6 +965,30 @@ mod tests {
         // 0.5.21's parser has no --enable-kv-cache-sharding (K8 refuses it there).
         let side = prefill(json!(["--enable-kv-cache-sharding"]), v0_5(21)).unwrap();
         assert!(!side.kv_cache_sharding);
+    }
+
+    /// A prefill fleet without a KV cache dtype runs the decode fleet's (`sglang_args`), so the
+    /// handshake rules compare that one: P2 used to reject such a service, whose servers agree.
+    #[test]
+    fn a_prefill_fleet_without_a_kv_cache_dtype_runs_the_decode_fleet_s() {
+        let spec: InferenceDeploymentSpec = serde_json::from_value(json!({
+            "model": {"name": "m/x", "config": {"inline": {}}},
+            "decode": {"kvCacheDtype": "fp8_e4m3"},
+            "prefill": {}
+        }))
+        .unwrap();
+        let effective = effective_spec(&spec, NEWEST);
+        let side = effective.disaggregation.prefill.as_ref().unwrap();
+        assert_eq!(side.kv_cache_dtype.as_deref(), Some("fp8_e4m3"));
+        let configs = ModelConfigs::target(
+            json!({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4, "num_key_value_heads": 8,
+                   "head_dim": 128}),
+        );
+        let assessment = policy::assess(&effective, &configs, &ReleaseChoice::default_newest()).unwrap();
+        assert!(assessment.verdict.violations.iter().all(|v| v.rule != "P2"), "{:?}", assessment.verdict.violations);
+        let args = sglang_args(&spec, &assessment.verdict, NEWEST);
+        let dtype = |args: &[String]| args.iter().position(|a| a == "--kv-cache-dtype").map(|i| args[i + 1].clone());
+        assert_eq!(dtype(&args.prefill), dtype(&args.decode));
     }
 
     #[test]
