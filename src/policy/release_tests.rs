@@ -1252,6 +1252,25 @@ fn n6_refuses_a_sidecar_draft_where_the_tree_is_not_unified() {
     let flexkv = FleetSpec { extra_args: vec!["--enable-flexkv".into()], ..FleetSpec::default() };
     assert_eq!(messages("N6", &radix, &flexkv, &full()), on(19..=23, n6));
     assert_eq!(messages("N6", &radix, &FleetSpec::default(), &full()), vec![None; 7]);
+    // A service's prefill servers run without HiCache (kvpilot gives it to the decode side), so
+    // they plan a draft backup only when their extraArgs turn it on.
+    let prefill_n6 = |prefill: &FleetSpec| {
+        let input = PolicyInput {
+            disaggregation: &radix,
+            decode: &FleetSpec::default(),
+            layout: &full(),
+            draft: None,
+            prefill_fleet: Some(prefill),
+            release: v0_5(23),
+        };
+        evaluate(input).violations.iter().any(|v| v.rule == "N6")
+    };
+    assert!(!prefill_n6(&flexkv));
+    let hicache_flexkv = FleetSpec {
+        extra_args: vec!["--enable-flexkv".into(), "--enable-hierarchical-cache".into()],
+        ..FleetSpec::default()
+    };
+    assert!(prefill_n6(&hicache_flexkv));
 }
 
 #[test]

@@ -343,15 +343,45 @@ impl TreeCache {
     }
 }
 
-/// The tree cache of a server of `fleet` (whose env it reads) whose radix cache is `disabled` (a
-/// PD decode server without decode radix cache, or `--disable-radix-cache`), with host-pool
-/// retraction or not. Chunked prefill is taken to be on (SGLang sizes it from the GPU; even -1 is
-/// "not None" there). `--enable-flexkv` is read from the fleet's arguments: in every release it
-/// replaces the factory's last, default choice.
-fn tree_cache(c: &Context<'_>, fleet: &FleetSpec, disabled: bool, host_pool: bool) -> TreeCache {
+/// The cache options of a server that its tree cache and its draft's host backup follow.
+#[derive(Debug, Clone, Copy)]
+struct CacheOptions {
+    hierarchical: bool,
+    lmcache: bool,
+    /// The external cache linker (0.5.20 on).
+    linker: bool,
+}
+
+impl CacheOptions {
+    /// The decode servers' (the guard's one server's): the settings.
+    fn of_settings(c: &Context<'_>) -> Self {
+        Self {
+            hierarchical: c.settings.hierarchical_cache,
+            lmcache: c.settings.lmcache,
+            linker: c.settings.unified_cache_external_linker && c.release >= v0_5(20),
+        }
+    }
+
+    /// A service's prefill servers': kvpilot gives them none of these settings, so only their
+    /// `extraArgs` turn them on.
+    fn of_prefill(c: &Context<'_>, fleet: &FleetSpec) -> Self {
+        Self {
+            hierarchical: given(&fleet.extra_args, "--enable-hierarchical-cache"),
+            lmcache: given(&fleet.extra_args, "--enable-lmcache"),
+            linker: given(&fleet.extra_args, "--enable-unified-cache-external-linker") && c.release >= v0_5(20),
+        }
+    }
+}
+
+/// The tree cache of a server of `fleet` (whose env it reads) with cache `options`, whose radix
+/// cache is `disabled` (a PD decode server without decode radix cache, or
+/// `--disable-radix-cache`), with host-pool retraction or not. Chunked prefill is taken to be on
+/// (SGLang sizes it from the GPU; even -1 is "not None" there). `--enable-flexkv` is read from the
+/// fleet's arguments: in every release it replaces the factory's last, default choice.
+fn tree_cache(c: &Context<'_>, fleet: &FleetSpec, options: CacheOptions, disabled: bool, host_pool: bool) -> TreeCache {
     let layout = c.layout;
     let (swa, pure, ssm) = (layout.is_hybrid_swa(), layout.kv_pool == KvPool::PureSwa, layout.uses_ssm_state());
-    let (lmcache, linker) = (c.settings.lmcache, c.settings.unified_cache_external_linker && c.release >= v0_5(20));
+    let CacheOptions { hierarchical, lmcache, linker } = options;
     let flexkv = given(&fleet.extra_args, FLEXKV);
     if c.release >= v0_5(22) {
         return match () {
@@ -387,8 +417,8 @@ fn tree_cache(c: &Context<'_>, fleet: &FleetSpec, disabled: bool, host_pool: boo
             _ if env_truthy(fleet, UNIFIED_RADIX_TREE_ENV) => TreeCache::Unified,
             _ if pure => TreeCache::PureSwaRadix,
             _ if swa || ssm => TreeCache::Unified,
-            _ if c.settings.hierarchical_cache && layout.has(LayoutFeature::Dsa) => TreeCache::Unified,
-            _ if c.settings.hierarchical_cache => TreeCache::HiRadix,
+            _ if hierarchical && layout.has(LayoutFeature::Dsa) => TreeCache::Unified,
+            _ if hierarchical => TreeCache::HiRadix,
             _ if lmcache => TreeCache::LmcRadix,
             _ if flexkv => TreeCache::FlexKv,
             _ => TreeCache::Radix,
@@ -416,8 +446,13 @@ fn tree_cache(c: &Context<'_>, fleet: &FleetSpec, disabled: bool, host_pool: boo
 /// unless `--disable-radix-cache`).
 fn server_tree_cache(c: &Context<'_>) -> TreeCache {
     match c.scope {
-        Scope::Service | Scope::DecodeServer => tree_cache(c, c.decode, !radix(c), resolved_host_pool(c)),
-        Scope::OtherServer => tree_cache(c, c.decode, given(&c.decode.extra_args, "--disable-radix-cache"), false),
+        Scope::Service | Scope::DecodeServer => {
+            tree_cache(c, c.decode, CacheOptions::of_settings(c), !radix(c), resolved_host_pool(c))
+        }
+        Scope::OtherServer => {
+            let disabled = given(&c.decode.extra_args, "--disable-radix-cache");
+            tree_cache(c, c.decode, CacheOptions::of_settings(c), disabled, false)
+        }
     }
 }
 
@@ -432,7 +467,8 @@ fn resolved_host_pool(c: &Context<'_>) -> bool {
 
 /// N6: the servers in scope whose draft worker backs its KV up through a HiCache sidecar pool,
 /// found on a tree that is not a UnifiedRadixCache. SGLang plans the draft's host backup when the
-/// server has HiCache, the external cache linker (0.5.20 on) or host-pool retraction; EAGLE3,
+/// server has HiCache, the external cache linker (0.5.20 on) or host-pool retraction (a
+/// service's prefill servers have these only through their `extraArgs`); EAGLE3,
 /// STANDALONE and DFLASH drafts always take the sidecar plan (`_build_hicache_draft_plan`: only
 /// NextN EAGLE and DeepSeek-V4 DSpark drafts pack into the target's pools, and fused drafts need
 /// unified memory). EAGLE and DSPARK pack or not by the draft's NextN layers and architecture
@@ -443,15 +479,15 @@ fn sidecar_draft_on_other_tree(c: &Context<'_>) -> Option<TreeCache> {
     if !sidecar || c.settings.enable_unified_memory {
         return None;
     }
-    let planned = c.settings.hierarchical_cache || (c.settings.unified_cache_external_linker && c.release >= v0_5(20));
+    let planned = |options: CacheOptions| options.hierarchical || options.linker;
     let decode = match c.scope {
-        Scope::Service | Scope::DecodeServer => planned || resolved_host_pool(c),
-        Scope::OtherServer => planned,
+        Scope::Service | Scope::DecodeServer => planned(CacheOptions::of_settings(c)) || resolved_host_pool(c),
+        Scope::OtherServer => planned(CacheOptions::of_settings(c)),
     };
-    let prefill = c
-        .prefill_fleet
-        .filter(|_| c.scope == Scope::Service && planned)
-        .map(|fleet| tree_cache(c, fleet, false, false));
+    let prefill = c.prefill_fleet.filter(|_| c.scope == Scope::Service).and_then(|fleet| {
+        let options = CacheOptions::of_prefill(c, fleet);
+        planned(options).then(|| tree_cache(c, fleet, options, false, false))
+    });
     decode.then(|| server_tree_cache(c)).into_iter().chain(prefill).find(|cache| !cache.is_unified())
 }
 
@@ -468,7 +504,7 @@ fn non_unified_tree_among(c: &Context<'_>, wants_unified: impl Fn(&[String]) -> 
     let prefill = c
         .prefill_fleet
         .filter(|fleet| c.scope == Scope::Service && wants_unified(&fleet.extra_args))
-        .map(|fleet| tree_cache(c, fleet, false, false));
+        .map(|fleet| tree_cache(c, fleet, CacheOptions::of_prefill(c, fleet), false, false));
     decode.into_iter().chain(prefill).find(|cache| !cache.is_unified())
 }
 
