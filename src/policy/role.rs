@@ -5,12 +5,12 @@
 use super::{Phase, PolicyInput, Scope, Verdict, Violation, evaluate_on, rules};
 use crate::api::{OnInvalid, RetractionBackup, TransferBackend};
 
-/// Rules of [`rules::RULES`] that SGLang applies on every PD server, prefill included
-/// (R20, M1, the unified-memory rules about PD, L7, T11: the prefill's KV manager compares its
-/// target and draft pools too, and T1hnd: it registers its pool's buffers too), or on any server (M3, S8, HiCache × DCP,
-/// the unified-memory pool's other exclusions, the LMCache and linker rules that do not
-/// depend on the decode side's radix cache, the tree cache's checks H1, H2, H5, H6, N5 and N6, and the
-/// speculative hook's SD1-SD4).
+/// Rules of [`rules::RULES`] that SGLang applies on every PD server, prefill included (R20, M1,
+/// the unified-memory rules about PD, L7, T11: the prefill's KV manager compares its target and
+/// draft pools too, and T1hnd: it registers its pool's buffers too), or on any server (M3, S8,
+/// HiCache × DCP, the unified-memory pool's other exclusions, the LMCache and linker rules that
+/// do not depend on the decode side's radix cache, the tree cache's checks H1, H2, H5, H6, N5 and
+/// N6, and the speculative hook's SD1-SD4).
 const ON_EVERY_PD_SERVER: &[&str] = &["R20", "M1", "U1", "U2", "U3", "U4c", "U9", "L7", "T11", "T1hnd"];
 const ON_EVERY_SERVER: &[&str] = &[
     "M2", "M3", "M4", "M5", "S8", "F3", "F5", "L1", "L2", "L4", "L5", "L6", "L8", "X2", "X3", "D1", "D2", "D3", "D4",

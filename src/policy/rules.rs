@@ -631,10 +631,11 @@ const DSV4_COMPRESSED_KV_LAYOUT_ENV: &str = "SGLANG_DSV4_COMPRESSED_KV_LAYOUT";
 /// ROCm's unified-KV mode (T9), whose pools describe no layout kvpilot decides.
 const DSV4_UNIFIED_KV_ENV: &str = "SGLANG_HACK_FLASHMLA_BACKEND";
 
-/// The KV layout a DeepSeek-V4 server of `fleet`, with KV cache `dtype`, describes to its PD peer (0.5.23's
-/// `pd_kv_layout`: the main cache's layout, then each compression ratio's), where it follows
-/// from the fleet's settings on every GPU the server starts on; None where it depends on the GPU
-/// or the server does not start with these settings (an assert of SGLang's, not this rule).
+/// The KV layout a DeepSeek-V4 server of `fleet`, with KV cache `dtype`, describes to its PD
+/// peer (0.5.23's `pd_kv_layout`: the main cache's layout, then each compression ratio's), where
+/// it follows from the fleet's settings on every GPU the server starts on; None where it depends
+/// on the GPU or the server does not start with these settings (an assert of SGLang's, not this
+/// rule).
 ///
 /// `select_dsv4_kv_layout` reads `SGLANG_DSV4_KV_LAYOUT` (default `v4`) and
 /// `SGLANG_DSV4_COMPRESSED_KV_LAYOUT` (default `auto`) and `--dsv4-attn-backend`: `trtllm`
