@@ -379,6 +379,42 @@ class TreeCacheTest(unittest.TestCase):
                 exec(code, scope)
 
 
+class AfterBuildTest(unittest.TestCase):
+    BUILDER = """\
+        def build(enable_hierarchical_cache, retraction_backup, hicache_draft_plan):
+            tree_context = object()
+            with auto_size_hicache():
+                tree_cache = create_tree_cache(tree_context)
+                if enable_hierarchical_cache and hicache_draft_plan is not None:
+                    maybe_register_hicache_draft(tree_cache=tree_cache, draft_plan=hicache_draft_plan)
+            if tree_cache is None:
+                log("no tree")
+            if retraction_backup == "host_pool":
+                if not isinstance(tree_cache, UnifiedRadixCache):
+                    raise ValueError("host_pool needs the unified tree")
+            return tree_cache
+        """
+
+    def test_takes_the_draft_registration_and_the_host_pool_check_after_the_build(self):
+        srt = os.path.join(tempfile.mkdtemp(prefix="parity-test-"), "sglang", "srt")
+        self.addCleanup(lambda: __import__("shutil").rmtree(os.path.dirname(os.path.dirname(srt)),
+                                                            ignore_errors=True))
+        os.makedirs(os.path.join(srt, "mem_cache"))
+        with open(os.path.join(srt, tree_cache.BUILDER), "w", encoding="utf-8") as f:
+            f.write(textwrap.dedent(self.BUILDER))
+        code, statements = tree_cache.after_build(srt)
+        self.assertEqual(statements, 2)
+        registered = []
+        unified = type("UnifiedRadixCache", (), {})
+        scope = {"maybe_register_hicache_draft": lambda **kwargs: registered.append(kwargs),
+                 "UnifiedRadixCache": unified, "tree_cache": object(), "enable_hierarchical_cache": True,
+                 "hicache_draft_plan": "plan", "retraction_backup": "host_pool"}
+        with self.assertRaises(ValueError):
+            exec(code, dict(scope))
+        self.assertEqual(registered[0]["draft_plan"], "plan")
+        exec(code, dict(scope, tree_cache=unified(), retraction_backup="cpu_tensor"))
+
+
 class HandshakeTest(unittest.TestCase):
     def test_a_global_the_handshake_reads_that_is_not_bound_is_named(self):
         srt = os.path.join(tempfile.mkdtemp(prefix="parity-test-"), "sglang", "srt")
