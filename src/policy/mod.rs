@@ -53,7 +53,9 @@ pub struct PolicyInput<'a> {
     /// own NextN/MTP layers draft (or nothing does).
     pub draft: Option<&'a AttentionLayout>,
     /// `spec.prefill`, the prefill fleet kvpilot runs with the service's settings: the rules that
-    /// read flags kvpilot keeps no setting for (M2, M5) read its `extraArgs` too.
+    /// read flags kvpilot keeps no setting for (M2, M5, the tree cache's) read its `extraArgs`
+    /// too. For a decode server the guard reads, the prefill server it is paired with, whose KV
+    /// layout settings P3 compares.
     pub prefill_fleet: Option<&'a FleetSpec>,
     /// The SGLang release whose rules apply.
     pub release: Release,

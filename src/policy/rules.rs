@@ -19,7 +19,9 @@ pub(crate) struct Context<'a> {
     pub(crate) layout: &'a AttentionLayout,
     /// The speculative draft model's layout; None when the model's own NextN/MTP layers draft.
     pub(crate) draft: Option<&'a AttentionLayout>,
-    /// The prefill fleet kvpilot runs (`spec.prefill`), whose `extraArgs` M2 and M5 read.
+    /// The prefill fleet kvpilot runs (`spec.prefill`), whose `extraArgs` and env the rules read
+    /// for a service; for the guard's decode server, the prefill server it is paired with, which
+    /// only P3 reads (its KV layout settings).
     pub(crate) prefill_fleet: Option<&'a FleetSpec>,
     pub(crate) release: Release,
     pub(crate) scope: Scope,
