@@ -1218,6 +1218,46 @@ fn h5_h6_n5_follow_the_tree_cache_flexkv_and_pure_swa_included() {
 }
 
 #[test]
+fn h7_refuses_a_sized_deepseek_v4_host_pool_where_the_unified_tree_attaches_one() {
+    let h7 = "DeepSeek V4 HiCache currently does not support --hicache-size; use --hicache-ratio instead.";
+    let args =
+        |args: &[&str]| FleetSpec { extra_args: args.iter().map(|a| a.to_string()).collect(), ..FleetSpec::default() };
+    let sized = args(&["--hicache-size", "8"]);
+    // Host-pool retraction (0.5.18 on) attaches the host pools on the unified tree it builds.
+    let host_pool = with(|s| s.retraction_backup = Some(RetractionBackup::HostPool));
+    assert_eq!(messages("H7", &host_pool, &sized, &dsv4()), on(18..=23, h7));
+    assert_eq!(messages("H7", &host_pool, &args(&["--hicache-size=8"]), &dsv4()), on(18..=23, h7));
+    // 0 is SGLang's "size from the ratio"; the last occurrence wins.
+    assert_eq!(messages("H7", &host_pool, &args(&["--hicache-size", "0"]), &dsv4()), vec![None; 7]);
+    assert_eq!(messages("H7", &host_pool, &args(&["--hicache-size=8", "--hicache-size", "0"]), &dsv4()), vec![None; 7]);
+    assert_eq!(messages("H7", &host_pool, &FleetSpec::default(), &dsv4()), vec![None; 7]);
+    // Other models' host pools take a size.
+    assert_eq!(messages("H7", &host_pool, &sized, &full()), vec![None; 7]);
+    assert_eq!(messages("H7", &host_pool, &sized, &mla()), vec![None; 7]);
+    // HiCache on the decode radix tree, in every release; without HiCache or host-pool
+    // retraction no host pool is attached.
+    let hicache = with(|s| {
+        s.retraction_backup = Some(RetractionBackup::CpuTensor);
+        s.decode_radix_cache = true;
+        s.hierarchical_cache = true;
+    });
+    assert_eq!(messages("H7", &hicache, &sized, &dsv4()), on(17..=23, h7));
+    let cpu = with(|s| s.retraction_backup = Some(RetractionBackup::CpuTensor));
+    assert_eq!(messages("H7", &cpu, &sized, &dsv4()), vec![None; 7]);
+    // A service's prefill servers with HiCache and a size in their own extraArgs.
+    let prefill = args(&["--enable-hierarchical-cache", "--hicache-size", "8"]);
+    let input = PolicyInput {
+        disaggregation: &cpu,
+        decode: &FleetSpec::default(),
+        layout: &dsv4(),
+        draft: None,
+        prefill_fleet: Some(&prefill),
+        release: v0_5(23),
+    };
+    assert!(evaluate(input).violations.iter().any(|v| v.rule == "H7" && v.message == h7));
+}
+
+#[test]
 fn n6_refuses_a_sidecar_draft_where_the_tree_is_not_unified() {
     let n6 = "HiCache draft pools require UnifiedRadixCache.";
     let hicache = |algorithm: &str| {

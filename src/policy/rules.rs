@@ -301,6 +301,8 @@ const SESSION_RADIX_CACHE_FIELD: &str = "spec.decode.extraArgs[--enable-session-
 const EVICTION_POLICY_FIELD: &str = "spec.decode.extraArgs[--radix-eviction-policy]";
 const STREAMING_SESSION_FIELD: &str = "spec.decode.extraArgs[--enable-streaming-session]";
 const FLEXKV_FIELD: &str = "spec.decode.extraArgs[--enable-flexkv]";
+const HOST_POOL_SIZE: &str = "--hicache-size";
+const HOST_POOL_SIZE_FIELD: &str = "spec.cache.hostPoolSize";
 
 /// The tree cache a server builds, as `default_radix_cache_factory` (mem_cache/registry.py)
 /// picks it from what the settings decide.
@@ -508,6 +510,28 @@ fn non_unified_tree_among(c: &Context<'_>, wants_unified: impl Fn(&[String]) -> 
         .filter(|fleet| c.scope == Scope::Service && wants_unified(&fleet.extra_args))
         .map(|fleet| tree_cache(c, fleet, CacheOptions::of_prefill(c, fleet), false, false));
     decode.into_iter().chain(prefill).find(|cache| !cache.is_unified())
+}
+
+/// H7: a server in scope whose unified tree cache attaches its host pools (HiCache, or
+/// host-pool retraction from 0.5.18) with `--hicache-size` above 0. Only the unified cache's
+/// HiCache set-up picks the model's host-pool stack, and DeepSeek-V4's sizes its pools from the
+/// device pools alone. A service's decode servers get `--hicache-size` from `spec.cache`
+/// (`effective_spec` writes it where kvpilot renders it) or their `extraArgs`, its prefill
+/// servers from their own `extraArgs`.
+fn sized_host_pool_on_unified_tree(c: &Context<'_>) -> bool {
+    let sized =
+        |args: &[String]| option_value(args, HOST_POOL_SIZE).and_then(|v| v.trim().parse::<i64>().ok()) > Some(0);
+    let attached = |cache: TreeCache, options: CacheOptions, host_pool: bool| {
+        cache.is_unified() && (options.hierarchical || (host_pool && c.release >= v0_5(18)))
+    };
+    let host_pool = matches!(c.scope, Scope::Service | Scope::DecodeServer) && resolved_host_pool(c);
+    let decode = sized(&c.decode.extra_args) && attached(server_tree_cache(c), CacheOptions::of_settings(c), host_pool);
+    let prefill =
+        c.prefill_fleet.filter(|fleet| c.scope == Scope::Service && sized(&fleet.extra_args)).is_some_and(|fleet| {
+            let options = CacheOptions::of_prefill(c, fleet);
+            attached(tree_cache(c, fleet, options, false, false), options, false)
+        });
+    decode || prefill
 }
 
 /// A finding naming the tree cache, for the checks `create_tree_cache` makes after building it
@@ -1398,6 +1422,23 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Manual {
             hint: "remove --enable-streaming-session from extraArgs, or --enable-flexkv, which selects another tree \
                    cache (a pure-SWA model never gets the unified one)",
+        },
+    },
+    Rule {
+        id: "H7",
+        about: "DeepSeek-V4 host pools are sized by ratio",
+        field: HOST_POOL_SIZE_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: &[text(
+            "DeepSeek V4 HiCache currently does not support --hicache-size; use --hicache-ratio instead.",
+        )],
+        changes: &[],
+        check: |c| when(c.layout.has(LayoutFeature::DeepseekV4) && sized_host_pool_on_unified_tree(c)),
+        fix: Fix::Manual {
+            hint: "drop --hicache-size (spec.cache.hostPoolSize where kvpilot renders it): DeepSeek-V4 sizes its \
+                   host pools from its device pools by spec.disaggregation.hostPoolRatio",
         },
     },
     Rule {

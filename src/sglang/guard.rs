@@ -743,6 +743,10 @@ fn flag_text(server: &Server, field: &str) -> String {
     if let Some((_, flag)) = PREFILL_FIELD_FLAGS.iter().find(|(prefill_field, _)| *prefill_field == field) {
         return format!("the prefill servers' {flag}");
     }
+    // A flag kvpilot writes for its cache runtime (`spec.cache`): the server's option.
+    if let Some(flag) = super::server::CACHE_FLAGS.iter().find(|flag| flag.field == field) {
+        return flag.names[0].to_string();
+    }
     // An option kvpilot reads from extraArgs: `spec.decode.extraArgs[--option]`.
     if let Some(option) = field.strip_prefix("spec.decode.extraArgs[").and_then(|rest| rest.strip_suffix(']')) {
         return option.to_string();

@@ -124,6 +124,33 @@ fn a_violation_names_the_flag_and_its_fix() {
     assert!(verdict.edits.is_empty());
 }
 
+/// The host pool size is a flag on a command line, whatever field kvpilot's own resources give it.
+#[test]
+fn a_deepseek_v4_host_pool_size_is_named_as_its_flag() {
+    let dsv4: Value = serde_json::from_str(include_str!("../../tests/fixtures/configs/deepseek-v4.json")).unwrap();
+    let object = deployment(
+        json!(["python3", "-m", "sglang.launch_server"]),
+        json!([
+            "--model-path",
+            "/models/v4",
+            "--disaggregation-mode",
+            "prefill",
+            "--enable-hierarchical-cache",
+            "--hicache-size=16"
+        ]),
+    );
+    let verdict = check(&one_server(&object), &ModelConfigs::target(dsv4), false).unwrap();
+    let h7 = verdict.findings.iter().find(|f| f.violation.rule == "H7").map(ToString::to_string);
+    assert_eq!(
+        h7.as_deref(),
+        Some(
+            "--hicache-size: DeepSeek V4 HiCache currently does not support --hicache-size; use --hicache-ratio \
+             instead. (fix: drop --hicache-size (spec.cache.hostPoolSize where kvpilot renders it): DeepSeek-V4 \
+             sizes its host pools from its device pools by --hicache-ratio)"
+        )
+    );
+}
+
 #[test]
 fn the_storage_backend_and_the_radix_cache_are_read_for_s6_and_s7() {
     let llama: Value =

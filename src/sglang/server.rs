@@ -139,6 +139,11 @@ pub fn effective_spec(
     // The policy finds the options kvpilot reads but never writes by their full names.
     let cli = server_cli::for_release(release);
     effective.decode.extra_args = cli.full_names(&spec.decode.extra_args);
+    // The host pool size kvpilot renders for the decode servers is `--hicache-size` there (H7
+    // reads it; K1 keeps the flag itself out of `extraArgs`).
+    if let Some(Ok(gigabytes)) = spec.cache.as_ref().and_then(|c| c.host_pool_gigabytes()) {
+        effective.decode.extra_args.splice(0..0, [HOST_POOL_SIZE.names[0].to_string(), gigabytes.to_string()]);
+    }
     if let Some(prefill) = effective.prefill.as_mut() {
         prefill.extra_args = cli.full_names(&prefill.extra_args);
     }
@@ -989,6 +994,27 @@ mod tests {
         let args = sglang_args(&spec, &assessment.verdict, NEWEST);
         let dtype = |args: &[String]| args.iter().position(|a| a == "--kv-cache-dtype").map(|i| args[i + 1].clone());
         assert_eq!(dtype(&args.prefill), dtype(&args.decode));
+    }
+
+    /// DeepSeek-V4's host pools are sized by ratio: the host pool size kvpilot renders as
+    /// `--hicache-size` is what H7 refuses.
+    #[test]
+    fn the_host_pool_size_kvpilot_renders_reaches_the_policy_as_hicache_size() {
+        let spec = |cache: serde_json::Value| -> InferenceDeploymentSpec {
+            serde_json::from_value(json!({"model": {"name": "m/x", "config": {"inline": {}}}, "cache": cache})).unwrap()
+        };
+        let config: serde_json::Value =
+            serde_json::from_str(include_str!("../../tests/fixtures/configs/deepseek-v4.json")).unwrap();
+        let h7 = |spec: &InferenceDeploymentSpec| {
+            let effective = effective_spec(spec, NEWEST);
+            let configs = ModelConfigs::target(config.clone());
+            let assessment = policy::assess(&effective, &configs, &ReleaseChoice::default_newest()).unwrap();
+            assessment.verdict.violations.into_iter().find(|v| v.rule == "H7").map(|v| v.field)
+        };
+        let sized = spec(json!({"reuse": true, "capacity": "64Gi", "hostPoolSize": "8G"}));
+        assert_eq!(effective_spec(&sized, NEWEST).decode.extra_args[..2], ["--hicache-size", "8"]);
+        assert_eq!(h7(&sized), Some("spec.cache.hostPoolSize"));
+        assert_eq!(h7(&spec(json!({"reuse": true, "capacity": "64Gi"}))), None);
     }
 
     #[test]

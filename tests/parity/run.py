@@ -625,7 +625,7 @@ def compare_first_refusal(scenarios, theirs, reports, compared_rule, describe):
 
 TREE_CACHE_CONFIGS = ("llama-3.1-8b-instruct", "deepseek-v3", "deepseek-v3.2-exp", "gpt-oss-20b",
                       "parity/unlimited-ocr", "qwen3-next-80b-a3b")
-TREE_CACHE_RULES = ("H1", "H2", "H5", "H6", "N5", "N6", "R8")
+TREE_CACHE_RULES = ("H1", "H2", "H5", "H6", "H7", "N5", "N6", "R8")
 # Flags each tree-cache scenario adds: none, each flag a check of create_tree_cache reads alone,
 # FlexKV (the factory's last choice, a tree without sessions or Mamba state) alone and with the
 # flags that need the unified tree.
@@ -634,6 +634,10 @@ TREE_CACHE_FLAGS = ((), ("session",), ("tlru",), ("streaming",), ("flexkv",), ("
 # no flags and with FlexKV. EAGLE and DSPARK pack or not by the draft's NextN layers, which kvpilot
 # does not decide (docs/rules.md).
 TREE_CACHE_SPECULATIVE = (("EAGLE3", "STANDALONE", "DFLASH"), ((), ("flexkv",)))
+# --hicache-size (GB) on a DeepSeek-V4 model, whose host-pool stack refuses it (H7), with and
+# without FlexKV's tree, and on models whose stacks take it.
+TREE_CACHE_HOST_POOL_SIZES = ((("deepseek-v4",), ((), ("flexkv",)), (0, 8)),
+                              (("llama-3.1-8b-instruct", "gpt-oss-20b", "deepseek-v3.2-exp"), ((),), (8,)))
 
 
 def tree_cache_scenarios():
@@ -641,16 +645,19 @@ def tree_cache_scenarios():
     prefill servers, of an MHA, an MLA, a DSA, a hybrid-SWA, a pure-SWA and a hybrid-SSM model,
     with HiCache off, on, or on with buffer-only host memory, each set of TREE_CACHE_FLAGS, and
     neither, the unified-tree or the C++-tree environment variable; and the same servers with
-    each speculative algorithm of TREE_CACHE_SPECULATIVE."""
+    each speculative algorithm of TREE_CACHE_SPECULATIVE; and the same servers with the host pool
+    sizes of TREE_CACHE_HOST_POOL_SIZES."""
     servers = [("decode", radix, backup) for radix in (False, True)
                for backup in (None, "cpu_tensor", "host_pool")] + [("prefill", None, None)]
     hicache = (("off", False, False), ("cache", True, False), ("buffer_only", True, True))
     envs = ({}, {"SGLANG_ENABLE_UNIFIED_RADIX_TREE": "1"}, {"SGLANG_EXPERIMENTAL_CPP_RADIX_TREE": "1"})
     algorithms, speculative_flags = TREE_CACHE_SPECULATIVE
-    matrix = [itertools.product(TREE_CACHE_CONFIGS, servers, hicache, TREE_CACHE_FLAGS, envs, (None,)),
-              itertools.product(TREE_CACHE_CONFIGS, servers, hicache, speculative_flags, envs, algorithms)]
+    matrix = [itertools.product(TREE_CACHE_CONFIGS, servers, hicache, TREE_CACHE_FLAGS, envs, (None,), (0,)),
+              itertools.product(TREE_CACHE_CONFIGS, servers, hicache, speculative_flags, envs, algorithms, (0,))]
+    matrix += [itertools.product(configs, servers, hicache, flags, envs, (None,), sizes)
+               for configs, flags, sizes in TREE_CACHE_HOST_POOL_SIZES]
     scenarios = []
-    for config, server, (mode, hierarchical, buffer_only), flags, env, speculative in itertools.chain(*matrix):
+    for config, server, (mode, hierarchical, buffer_only), flags, env, speculative, size in itertools.chain(*matrix):
         role, radix, backup = server
         scenarios.append({
             "id": f"t{len(scenarios)}",
@@ -658,7 +665,7 @@ def tree_cache_scenarios():
             "role": role, "radix": radix, "backup": backup, "mode": mode,
             "hierarchical": hierarchical, "bufferOnly": buffer_only, "session": "session" in flags,
             "evictionPolicy": "tlru" if "tlru" in flags else "lru", "streaming": "streaming" in flags,
-            "flexkv": "flexkv" in flags, "speculative": speculative, "env": env,
+            "flexkv": "flexkv" in flags, "speculative": speculative, "env": env, "hicacheSize": size,
         })
     return scenarios
 
@@ -682,6 +689,8 @@ def tree_cache_argv(scenario):
         argv.append("--enable-flexkv")
     if scenario["speculative"]:
         argv += ["--speculative-algorithm", scenario["speculative"]]
+    if scenario["hicacheSize"]:
+        argv += ["--hicache-size", str(scenario["hicacheSize"])]
     return argv
 
 
@@ -708,7 +717,7 @@ def tree_cache_pods(version, scenarios):
 
 def check_tree_cache(kvpilot, src, venvs, version, compare):
     """SGLang's tree-cache choice, its checks of it and the builder's after it (tree_cache.py)
-    against the guard's H1, H2, H5, H6, N5, N6 and R8 on the same servers' command lines. Returns
+    against the guard's H1, H2, H5, H6, H7, N5, N6 and R8 on the same servers' command lines. Returns
     (passed, failed, summary)."""
     scenarios = tree_cache_scenarios()
     stand_in = [dict(s, radixDisabled=s["role"] == "decode" and not s["radix"],

@@ -352,7 +352,8 @@ class TreeCacheTest(unittest.TestCase):
             ("sglang.srt.mem_cache.unified_cache.components", "ComponentType"): ("other", None),
             ("sglang.srt.mem_cache.unified_radix_cache", "UnifiedRadixCache"): ("cache", True),
         })
-        made = tree_cache.install_stand_ins(classes)
+        attached = []
+        made = tree_cache.install_stand_ins(classes, types.SimpleNamespace(attach=attached.append))
         code, statements = tree_cache.checks(srt, tree)
         # The session and Mamba checks; not the backend lookup before the build, nor the wrapper.
         self.assertEqual(statements, 2)
@@ -377,6 +378,61 @@ class TreeCacheTest(unittest.TestCase):
                 self.assertEqual(str(caught.exception), refusal)
             else:
                 exec(code, scope)
+        # Only the unified cache classes attach host pools.
+        made["UnifiedRadixCache"](params=params).init_hicache(None, params)
+        made["ChunkCache"](params).init_hicache(None, params)
+        self.assertEqual(attached, [params])
+
+
+class HostPoolsTest(unittest.TestCase):
+    ASSEMBLER = """\
+        class _DeepSeekV4Strategy:
+            def matches(self, kvcache, components):
+                from sglang.srt.mem_cache.deepseek_v4_memory_pool import DeepSeekV4TokenToKVPool
+                return isinstance(kvcache, DeepSeekV4TokenToKVPool) and components == {
+                    ComponentType.FULL, ComponentType.SWA}
+
+        class _PlainStrategy:
+            def matches(self, kvcache, components):
+                return True
+
+        _STRATEGIES = [{first}]
+
+        def _deepseek_v4_num_host_pages(*, params, kvcache, page_size, swa_page_size):
+            pages = params.token_to_kv_pool_allocator.size_full // page_size
+            if get_memory().hicache_size > 0:
+                raise ValueError("no --hicache-size")
+            return int(pages * get_memory().hicache_ratio)
+        """
+
+    def host_pools(self, first):
+        srt = os.path.join(tempfile.mkdtemp(prefix="parity-test-"), "sglang", "srt")
+        self.addCleanup(lambda: __import__("shutil").rmtree(os.path.dirname(os.path.dirname(srt)),
+                                                            ignore_errors=True))
+        os.makedirs(os.path.dirname(os.path.join(srt, tree_cache.ASSEMBLER)))
+        with open(os.path.join(srt, tree_cache.ASSEMBLER), "w", encoding="utf-8") as f:
+            f.write(textwrap.dedent(self.ASSEMBLER).replace("{first}", first))
+        release = types.SimpleNamespace(mc={"is_deepseek_v4": lambda hf_config: hf_config == "V4"})
+        return tree_cache.HostPools(srt, release)
+
+    def test_the_deepseek_v4_strategy_refuses_a_size_for_its_pool_only(self):
+        pools = self.host_pools("_DeepSeekV4Strategy(), _PlainStrategy()")
+        swa = types.SimpleNamespace(tree_components=("FULL", "SWA"))
+        for model, size, components, refused in (("V4", 8, swa, True), ("V4", 0, swa, False),
+                                                 ("V3", 8, swa, False),
+                                                 ("V4", 8, types.SimpleNamespace(tree_components=("FULL",)), False)):
+            arguments = tree_cache.Arguments({"hicache_size": size, "hicache_ratio": None})
+            pools.prepare(types.SimpleNamespace(hf_config=model), arguments)
+            if refused:
+                with self.assertRaises(tree_cache.HostPoolRefusal) as caught:
+                    pools.attach(components)
+                self.assertEqual(str(caught.exception), "no --hicache-size")
+            else:
+                pools.attach(components)
+
+    def test_a_release_whose_first_strategy_is_another_is_refused(self):
+        with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
+            self.host_pools("_PlainStrategy(), _DeepSeekV4Strategy()")
 
 
 class AfterBuildTest(unittest.TestCase):

@@ -4,7 +4,8 @@
 Usage: tree_cache.py SGLANG_SRC < scenarios.json
   scenarios: [{"id", "config": CONFIG.json, "radixDisabled": bool, "hostPool": bool,
   "hierarchical": bool, "bufferOnly": bool, "session": bool, "evictionPolicy": str,
-  "streaming": bool, "flexkv": bool, "speculative": ALGORITHM or null, "env": {NAME: "1"}}]
+  "streaming": bool, "flexkv": bool, "speculative": ALGORITHM or null, "env": {NAME: "1"},
+  "hicacheSize": GB (0: sized from the ratio)}]
 Prints [{"id", "raised", "message", "cache", "factoryRefused", "notes"}] on stdout
 (`factoryRefused`: the unified cache's own refusal of host-pool retraction, R1/R2, which comes
 before these checks). Exits non-zero, naming the
@@ -12,7 +13,9 @@ file, when a piece of the release's code this needs is missing or cannot run: a 
 silently skipped.
 
 The refusals: `create_tree_cache` (mem_cache/registry.py) builds the tree cache through
-`default_radix_cache_factory` and then refuses buffer-only host memory (H1, 0.5.19 on),
+`default_radix_cache_factory`, whose unified cache attaches its host pools with HiCache or
+host-pool retraction (`init_hicache`): the stack strategy for a DeepSeek-V4 pool refuses
+`--hicache-size` (H7). It then refuses buffer-only host memory (H1, 0.5.19 on),
 `--enable-session-radix-cache` (H2), `--radix-eviction-policy tlru` (H5, 0.5.21 on) and
 `--enable-streaming-session` (H6, 0.5.22 on) unless the tree is a UnifiedRadixCache, and a model
 with Mamba state on a tree without Mamba support (N5, 0.5.22 on). The KV cache builder then
@@ -33,6 +36,12 @@ What runs, unchanged:
     scenario's algorithm read by the release's SpeculativeAlgorithm, and the draft runner's
     ModelConfig the release's draft worker builds from the model's config (the model drafts
     for itself);
+  - what the unified cache's `init_hicache` does that H7 reads: the release's stack strategies
+    (`_STRATEGIES` of mem_cache/hybrid_cache/hybrid_pool_assembler.py; the DeepSeek-V4 one must
+    come first, so it is the one chosen whenever it matches), its `matches` on the tree's
+    components and a pool of the class the KV cache configurator builds for the model
+    (DeepSeekV4TokenToKVPool where the release's `is_deepseek_v4` says so), and, where it matches,
+    the release's `_deepseek_v4_num_host_pages`;
   - the statements of the KV cache builder after create_tree_cache (kv_cache_builder.py, the
     `if` statements calling maybe_register_hicache_draft and checking host-pool retraction),
     with the release's maybe_register_hicache_draft.
@@ -45,6 +54,11 @@ Stood in, and why:
     tree the MAMBA component (`ComponentType` members stand in as their names), as
     UnifiedRadixCache answers it; the other classes answer False, as the base class does (no
     other class overrides it); any other method call answers a no-op;
+  - the KV pool the strategies look at: an instance of a class named as the configurator's, with
+    an SWA pool; the allocator's and pools' token counts `_deepseek_v4_num_host_pages` reads
+    (numbers, which it only divides into pages) and a page size of 256, DeepSeek-V4's on CUDA.
+    The other strategies' host pools are not built: H7 is the only refusal of the host-pool
+    stack compared here;
   - a factory function the factory imports (`_flexkv_factory`): returns the stand-in of the
     cache class that function imports (read from its module's syntax tree);
   - the draft runner's device pool (an object of no pool class, so no draft is a fused one:
@@ -66,6 +80,7 @@ Stood in, and why:
 """
 
 import ast
+import inspect
 import json
 import os
 import sys
@@ -210,9 +225,11 @@ def cache_classes(srt, tree):
     return found
 
 
-def install_stand_ins(classes):
-    """Stand-in modules in sys.modules for the imports inside the factory functions."""
-    root = type(CACHE_CLASS_ROOT, (StandInCache,), {"unified": True})
+def install_stand_ins(classes, host_pools):
+    """Stand-in modules in sys.modules for the imports inside the factory functions; the unified
+    cache's init_hicache attaches `host_pools`."""
+    root = type(CACHE_CLASS_ROOT, (StandInCache,), {
+        "unified": True, "init_hicache": lambda self, server_args, params: host_pools.attach(params)})
     made = {}
     for (module, name), (kind, what) in classes.items():
         stand_in = sys.modules.get(module)
@@ -297,6 +314,58 @@ def _stand_in_module(name, **values):
     return module
 
 
+ASSEMBLER = os.path.join("mem_cache", "hybrid_cache", "hybrid_pool_assembler.py")
+DSV4_POOL_MODULE = "sglang.srt.mem_cache.deepseek_v4_memory_pool"
+DSV4_POOL = "DeepSeekV4TokenToKVPool"
+
+
+class HostPoolRefusal(Exception):
+    """The host-pool stack's refusal, raised through the factory (which it ends)."""
+
+
+class HostPools:
+    """The host-pool stack the unified cache's init_hicache attaches: the release's strategy
+    choice for the model's KV pool and, for DeepSeek-V4's, its host page count."""
+
+    def __init__(self, srt, release):
+        path = os.path.join(srt, ASSEMBLER)
+        self.namespace = sglang_env.exec_subset(path, "sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler")
+        strategies = self.namespace.get("_STRATEGIES")
+        if not strategies or type(strategies[0]).__name__ != "_DeepSeekV4Strategy":
+            _fail(path, "_STRATEGIES does not start with _DeepSeekV4Strategy")
+        self.strategy = strategies[0]
+        self.host_pages = self.namespace.get("_deepseek_v4_num_host_pages")
+        if self.host_pages is None:
+            _fail(path, "_deepseek_v4_num_host_pages did not define")
+        self.namespace["ComponentType"] = Names()
+        self.pool_class = type(DSV4_POOL, (), {})
+        _stand_in_module(DSV4_POOL_MODULE, **{DSV4_POOL: self.pool_class})
+        self.is_deepseek_v4 = release.mc["is_deepseek_v4"]
+        self.scenario = None
+
+    def prepare(self, model_config, arguments):
+        """The pool the configurator builds for the model, and the scenario's arguments."""
+        pool_class = self.pool_class if self.is_deepseek_v4(model_config.hf_config) else type("KVPool", (), {})
+        self.scenario = (pool_class(), arguments)
+        self.scenario[0].__dict__.update(size=65536, swa_size=8192, swa_page_size=256, swa_kv_pool=object())
+
+    def attach(self, params):
+        kvcache, arguments = self.scenario
+        if not self.strategy.matches(kvcache, set(params.tree_components or ())):
+            return
+        # An unset ratio is resolved by the memory hook before the pools are built; it only
+        # scales the page counts, which are not compared.
+        memory = Arguments(dict(vars(arguments), hicache_ratio=arguments.hicache_ratio or 2.0))
+        self.namespace.update(get_memory=lambda: memory)
+        wanted = inspect.signature(self.host_pages).parameters
+        given = dict(params=types.SimpleNamespace(token_to_kv_pool_allocator=types.SimpleNamespace(size_full=65536)),
+                     server_args=memory, kvcache=kvcache, page_size=256, swa_page_size=256)
+        try:
+            self.host_pages(**{name: value for name, value in given.items() if name in wanted})
+        except ValueError as e:
+            raise HostPoolRefusal(str(e)) from e
+
+
 class DraftPlanner:
     """The release's BaseSpecWorker._build_hicache_draft_plan on a worker whose draft runner
     serves the scenario's model; None where the release has no plan (0.5.17)."""
@@ -358,6 +427,7 @@ def main(argv):
         _fail(path, "default_radix_cache_factory did not define")
     code, statements = checks(srt, tree)
     planner = DraftPlanner(srt, release)
+    host_pools = HostPools(srt, release)
     builder = sglang_env.exec_subset(os.path.join(srt, BUILDER), "sglang.srt.mem_cache.kv_cache_builder")
     if "_register_legacy_hicache_draft" in builder:
         builder["_register_legacy_hicache_draft"] = lambda **kwargs: None
@@ -368,6 +438,7 @@ def main(argv):
              f"after it"]
     defaults = field_defaults(srt)
     classified = {}
+    model_configs = {}
     results = []
     for scenario in scenarios:
         config = scenario["config"]
@@ -376,9 +447,9 @@ def main(argv):
             if mc is None:
                 raise SystemExit(f"{scenario['id']}: the release's ModelConfig did not build: "
                                  f"{verdict.get('error')}")
-            classified[config] = verdict
+            classified[config], model_configs[config] = verdict, mc
         verdict = classified[config]
-        made = install_stand_ins(classes)
+        made = install_stand_ins(classes, host_pools)
         arguments = Arguments(dict(
             defaults, enable_hierarchical_cache=scenario["hierarchical"],
             hicache_host_memory_mode="buffer_only" if scenario["bufferOnly"] else "cache",
@@ -387,7 +458,9 @@ def main(argv):
             enable_streaming_session=scenario["streaming"],
             disaggregation_decode_retraction_backup="host_pool" if scenario["hostPool"] else "cpu_tensor",
             enable_lmcache=False, enable_flexkv=scenario["flexkv"], flexkv_config_file=None,
-            enable_unified_cache_external_linker=False, radix_cache_backend=None))
+            enable_unified_cache_external_linker=False, radix_cache_backend=None,
+            hicache_size=scenario.get("hicacheSize", 0)))
+        host_pools.prepare(model_configs[config], arguments)
         namespace.update(made)
         namespace.update(
             get_memory=lambda: arguments, get_disagg=lambda: arguments, get_serving=lambda: arguments,
@@ -412,6 +485,10 @@ def main(argv):
             continue
         try:
             cache = sglang_env.quietly(factory, ctx)
+        except HostPoolRefusal as e:
+            results.append({"id": scenario["id"], "raised": True, "message": str(e), "cache": CACHE_CLASS_ROOT,
+                            "factoryRefused": None, "notes": notes})
+            continue
         except ValueError as e:
             # The unified constructor's own refusals (host-pool retraction of SSM or pure-SWA
             # models, R1/R2) come before the checks compared here.
