@@ -1258,6 +1258,39 @@ fn h7_refuses_a_sized_deepseek_v4_host_pool_where_the_unified_tree_attaches_one(
 }
 
 #[test]
+fn x4_refuses_the_external_linker_with_a_sidecar_draft_up_to_0_5_22() {
+    let x4 = "The external linker only supports packed draft KV caches.";
+    let linker = |algorithm: &str| {
+        let algorithm = algorithm.to_string();
+        with(move |s| {
+            s.unified_cache_external_linker = true;
+            s.speculative_algorithm = Some(algorithm);
+        })
+    };
+    for algorithm in ["EAGLE3", "standalone", "DFLASH"] {
+        assert_eq!(messages("X4", &linker(algorithm), &FleetSpec::default(), &full()), on(20..=22, x4), "{algorithm}");
+    }
+    // NextN EAGLE packs into the target's pools; NGRAM has no draft model.
+    for algorithm in ["EAGLE", "NGRAM"] {
+        assert_eq!(messages("X4", &linker(algorithm), &FleetSpec::default(), &full()), vec![None; 7], "{algorithm}");
+    }
+    let no_linker = with(|s| s.speculative_algorithm = Some("EAGLE3".into()));
+    assert_eq!(messages("X4", &no_linker, &FleetSpec::default(), &full()), vec![None; 7]);
+    // A service's prefill servers with the linker in their own extraArgs plan their draft too.
+    let prefill =
+        FleetSpec { extra_args: vec!["--enable-unified-cache-external-linker".into()], ..FleetSpec::default() };
+    let input = PolicyInput {
+        disaggregation: &no_linker,
+        decode: &FleetSpec::default(),
+        layout: &full(),
+        draft: None,
+        prefill_fleet: Some(&prefill),
+        release: v0_5(22),
+    };
+    assert!(evaluate(input).violations.iter().any(|v| v.rule == "X4" && v.message == x4));
+}
+
+#[test]
 fn n6_refuses_a_sidecar_draft_where_the_tree_is_not_unified() {
     let n6 = "HiCache draft pools require UnifiedRadixCache.";
     let hicache = |algorithm: &str| {

@@ -495,6 +495,18 @@ fn sidecar_draft_on_other_tree(c: &Context<'_>) -> Option<TreeCache> {
     decode.then(|| server_tree_cache(c)).into_iter().chain(prefill).find(|cache| !cache.is_unified())
 }
 
+/// X4: a server in scope with the external cache linker whose draft backs its KV up outside the
+/// target's pools (EAGLE3, STANDALONE and DFLASH always do, see [`sidecar_draft_on_other_tree`]).
+/// The linker alone makes SGLang plan the draft's backup, so HiCache and the tree do not matter.
+fn linker_with_sidecar_draft(c: &Context<'_>) -> bool {
+    let sidecar = matches!(speculative_algorithm(c).as_deref(), Some("EAGLE3" | "STANDALONE" | "DFLASH"));
+    let prefill = c
+        .prefill_fleet
+        .filter(|_| c.scope == Scope::Service)
+        .is_some_and(|fleet| CacheOptions::of_prefill(c, fleet).linker);
+    sidecar && (CacheOptions::of_settings(c).linker || prefill)
+}
+
 /// Whether `option` is among a server's arguments (named in full, before `--`).
 fn given(args: &[String], option: &str) -> bool {
     args.iter().take_while(|arg| *arg != "--").any(|arg| arg == option)
@@ -1661,6 +1673,22 @@ pub(crate) const RULES: &[Rule] = &[
             apply: linker_off,
             hint: "use one of unifiedCacheExternalLinker and hicacheStorageBackend (spec.cache sets the storage \
                    backend)",
+        },
+    },
+    Rule {
+        id: "X4",
+        about: "external cache linker × sidecar draft",
+        field: LINKER,
+        span: Span::between(v0_5(20), v0_5(22)),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: &[text("The external linker only supports packed draft KV caches.")],
+        changes: &[],
+        check: |c| when(linker_with_sidecar_draft(c)),
+        fix: Fix::Manual {
+            hint: "turn unifiedCacheExternalLinker off (on prefill servers: drop --enable-unified-cache-external-linker \
+                   from their extraArgs), or use a draft that packs into the target's pools (EAGLE with the model's \
+                   NextN layers); SGLang 0.5.23 takes one draft KV pool outside the target's",
         },
     },
     Rule {

@@ -625,7 +625,7 @@ def compare_first_refusal(scenarios, theirs, reports, compared_rule, describe):
 
 TREE_CACHE_CONFIGS = ("llama-3.1-8b-instruct", "deepseek-v3", "deepseek-v3.2-exp", "gpt-oss-20b",
                       "parity/unlimited-ocr", "qwen3-next-80b-a3b")
-TREE_CACHE_RULES = ("H1", "H2", "H5", "H6", "H7", "N5", "N6", "R8")
+TREE_CACHE_RULES = ("H1", "H2", "H5", "H6", "H7", "N5", "N6", "R8", "X4")
 # Flags each tree-cache scenario adds: none, each flag a check of create_tree_cache reads alone,
 # FlexKV (the factory's last choice, a tree without sessions or Mamba state) alone and with the
 # flags that need the unified tree.
@@ -636,6 +636,10 @@ TREE_CACHE_FLAGS = ((), ("session",), ("tlru",), ("streaming",), ("flexkv",), ("
 TREE_CACHE_SPECULATIVE = (("EAGLE3", "STANDALONE", "DFLASH"), ((), ("flexkv",)))
 # --hicache-size (GB) on a DeepSeek-V4 model, whose host-pool stack refuses it (H7), with and
 # without FlexKV's tree, and on models whose stacks take it.
+# The external cache linker (0.5.20 on), which plans the draft's backup by itself and refuses a
+# sidecar draft (X4), with each sidecar algorithm and without one.
+TREE_CACHE_LINKER = (("llama-3.1-8b-instruct", "deepseek-v3"), ("EAGLE3", "STANDALONE", "DFLASH", None))
+LINKER_SINCE = "0.5.20"
 TREE_CACHE_HOST_POOL_SIZES = ((("deepseek-v4",), ((), ("flexkv",)), (0, 8)),
                               (("llama-3.1-8b-instruct", "gpt-oss-20b", "deepseek-v3.2-exp"), ((),), (8,)))
 
@@ -645,8 +649,8 @@ def tree_cache_scenarios():
     prefill servers, of an MHA, an MLA, a DSA, a hybrid-SWA, a pure-SWA and a hybrid-SSM model,
     with HiCache off, on, or on with buffer-only host memory, each set of TREE_CACHE_FLAGS, and
     neither, the unified-tree or the C++-tree environment variable; and the same servers with
-    each speculative algorithm of TREE_CACHE_SPECULATIVE; and the same servers with the host pool
-    sizes of TREE_CACHE_HOST_POOL_SIZES."""
+    each speculative algorithm of TREE_CACHE_SPECULATIVE; the same servers with the host pool
+    sizes of TREE_CACHE_HOST_POOL_SIZES; and with the external cache linker of TREE_CACHE_LINKER."""
     servers = [("decode", radix, backup) for radix in (False, True)
                for backup in (None, "cpu_tensor", "host_pool")] + [("prefill", None, None)]
     hicache = (("off", False, False), ("cache", True, False), ("buffer_only", True, True))
@@ -656,6 +660,8 @@ def tree_cache_scenarios():
               itertools.product(TREE_CACHE_CONFIGS, servers, hicache, speculative_flags, envs, algorithms, (0,))]
     matrix += [itertools.product(configs, servers, hicache, flags, envs, (None,), sizes)
                for configs, flags, sizes in TREE_CACHE_HOST_POOL_SIZES]
+    linker_configs, linker_algorithms = TREE_CACHE_LINKER
+    matrix.append(itertools.product(linker_configs, servers, hicache, (("linker",),), ({},), linker_algorithms, (0,)))
     scenarios = []
     for config, server, (mode, hierarchical, buffer_only), flags, env, speculative, size in itertools.chain(*matrix):
         role, radix, backup = server
@@ -666,6 +672,7 @@ def tree_cache_scenarios():
             "hierarchical": hierarchical, "bufferOnly": buffer_only, "session": "session" in flags,
             "evictionPolicy": "tlru" if "tlru" in flags else "lru", "streaming": "streaming" in flags,
             "flexkv": "flexkv" in flags, "speculative": speculative, "env": env, "hicacheSize": size,
+            "linker": "linker" in flags,
         })
     return scenarios
 
@@ -691,6 +698,8 @@ def tree_cache_argv(scenario):
         argv += ["--speculative-algorithm", scenario["speculative"]]
     if scenario["hicacheSize"]:
         argv += ["--hicache-size", str(scenario["hicacheSize"])]
+    if scenario["linker"]:
+        argv.append("--enable-unified-cache-external-linker")
     return argv
 
 
@@ -717,9 +726,11 @@ def tree_cache_pods(version, scenarios):
 
 def check_tree_cache(kvpilot, src, venvs, version, compare):
     """SGLang's tree-cache choice, its checks of it and the builder's after it (tree_cache.py)
-    against the guard's H1, H2, H5, H6, H7, N5, N6 and R8 on the same servers' command lines. Returns
+    against the guard's H1, H2, H5, H6, H7, N5, N6, R8 and X4 on the same servers' command lines
+    (the linker's scenarios from the release that has it). Returns
     (passed, failed, summary)."""
-    scenarios = tree_cache_scenarios()
+    scenarios = [s for s in tree_cache_scenarios()
+                 if not s["linker"] or version_key(version) >= version_key(LINKER_SINCE)]
     stand_in = [dict(s, radixDisabled=s["role"] == "decode" and not s["radix"],
                      hostPool=s["role"] == "decode" and s["backup"] == "host_pool") for s in scenarios]
     # The automatic backup is host_pool where SGLang's resolution picks it (the retraction part

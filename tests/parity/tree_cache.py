@@ -5,7 +5,7 @@ Usage: tree_cache.py SGLANG_SRC < scenarios.json
   scenarios: [{"id", "config": CONFIG.json, "radixDisabled": bool, "hostPool": bool,
   "hierarchical": bool, "bufferOnly": bool, "session": bool, "evictionPolicy": str,
   "streaming": bool, "flexkv": bool, "speculative": ALGORITHM or null, "env": {NAME: "1"},
-  "hicacheSize": GB (0: sized from the ratio)}]
+  "hicacheSize": GB (0: sized from the ratio), "linker": bool}]
 Prints [{"id", "raised", "message", "cache", "factoryRefused", "notes"}] on stdout
 (`factoryRefused`: the unified cache's own refusal of host-pool retraction, R1/R2, which comes
 before these checks). Exits non-zero, naming the
@@ -21,7 +21,8 @@ host-pool retraction (`init_hicache`): the stack strategy for a DeepSeek-V4 pool
 with Mamba state on a tree without Mamba support (N5, 0.5.22 on). The KV cache builder then
 registers the speculative draft's host backup, which refuses a sidecar draft plan on a tree that
 is not a UnifiedRadixCache (N6, 0.5.19 on; the plan is made before the tree), and refuses
-host-pool retraction on such a tree (R8).
+host-pool retraction on such a tree (R8). The plan itself refuses a sidecar draft with the
+external cache linker (X4, 0.5.20-0.5.22; 0.5.23 only more than one draft runner).
 
 What runs, unchanged:
   - the release's `default_radix_cache_factory` and the unified-cache constructor it calls, on
@@ -49,8 +50,8 @@ What runs, unchanged:
 Stood in, and why:
   - the cache classes the factory imports (they build GPU pools): classes of the same names that
     keep nothing but, for UnifiedRadixCache and the classes the release derives from it
-    (read from their modules' syntax trees), `enable_session_radix_cache` from the params, as
-    UnifiedRadixCache.__init__ sets it, and `supports_mamba()`: whether the factory gave the
+    (read from their modules' syntax trees), `enable_session_radix_cache` from the params and
+    `components` keyed by the tree components, as UnifiedRadixCache.__init__ sets them, and `supports_mamba()`: whether the factory gave the
     tree the MAMBA component (`ComponentType` members stand in as their names), as
     UnifiedRadixCache answers it; the other classes answer False, as the base class does (no
     other class overrides it); any other method call answers a no-op;
@@ -70,8 +71,8 @@ Stood in, and why:
   - the server arguments (`ctx.server_args` in 0.5.17-0.5.18, `get_memory()`/`get_disagg()`/
     `get_serving()` after): the release's field defaults (pd_args.field_defaults) with the
     scenario's hierarchical cache, host memory mode, session flag, eviction policy, streaming
-    session, FlexKV and retraction backup; a field the code reads that has no literal default is
-    an error naming it;
+    session, FlexKV, external cache linker, host pool size and retraction backup; a field the
+    code reads that has no literal default is an error naming it;
   - `envs`: the scenario's SGLANG_ENABLE_UNIFIED_RADIX_TREE and
     SGLANG_EXPERIMENTAL_CPP_RADIX_TREE, every other variable unset; `use_mlx()` False;
   - the context: `disable_radix_cache` as the PD hook leaves it (a decode server without decode
@@ -121,6 +122,8 @@ class StandInCache:
         if self.unified:
             self.enable_session_radix_cache = params.enable_session_radix_cache
             self.mamba = "MAMBA" in tuple(params.tree_components or ())
+            # UnifiedRadixCache keeps a component per tree component; the linker reads their set.
+            self.components = dict.fromkeys(params.tree_components or ())
 
     def supports_mamba(self):
         return self.mamba
@@ -458,7 +461,7 @@ def main(argv):
             enable_streaming_session=scenario["streaming"],
             disaggregation_decode_retraction_backup="host_pool" if scenario["hostPool"] else "cpu_tensor",
             enable_lmcache=False, enable_flexkv=scenario["flexkv"], flexkv_config_file=None,
-            enable_unified_cache_external_linker=False, radix_cache_backend=None,
+            enable_unified_cache_external_linker=scenario.get("linker", False), radix_cache_backend=None,
             hicache_size=scenario.get("hicacheSize", 0)))
         host_pools.prepare(model_configs[config], arguments)
         namespace.update(made)
