@@ -1408,6 +1408,71 @@ fn p4_compares_attention_tp_of_deepseek_v41_dspark_servers() {
 }
 
 #[test]
+fn p4b_refuses_a_paired_prefill_server_that_runs_dspark_where_the_decode_server_does_not() {
+    let dsv41 = layout_at(json!({
+        "architectures": ["DeepseekV4ForCausalLM"], "num_hidden_layers": 4, "sliding_window": 128, "head_dim": 512,
+        "compress_ratios": [0, 2, 4, 0]
+    }));
+    let p4b = "DeepSeek-V4.1 DSpark PD layout mismatch (compression_ratios, kv_item_lens, kv_layer_ids, \
+               num_draft_tokens, state_item_lens, state_types): both servers must enable DSpark with the same block \
+               size and target/draft KV layout. Upgrade both servers together.";
+    let prefill_running =
+        |args: &[&str]| FleetSpec { extra_args: args.iter().map(|a| a.to_string()).collect(), ..FleetSpec::default() };
+    let decode_running = |algorithm: Option<&str>| {
+        let algorithm = algorithm.map(str::to_string);
+        with(move |s| {
+            s.speculative_algorithm = algorithm;
+            s.prefill = Some(PrefillSpec { tensor_parallel: 2, ..PrefillSpec::default() });
+        })
+    };
+    // The guard's decode server: its paired prefill server's command line names its algorithm.
+    let rules = |settings: &DisaggregationSpec, prefill: &FleetSpec, layout: &AttentionLayout, scope_server: bool| {
+        (17..=23)
+            .map(|patch| {
+                let input = PolicyInput {
+                    disaggregation: settings,
+                    decode: &FleetSpec::default(),
+                    layout,
+                    draft: None,
+                    prefill_fleet: Some(prefill),
+                    release: v0_5(patch),
+                };
+                let verdict = if scope_server { evaluate_decode_server(input) } else { evaluate(input) };
+                // SGLang compares the layouts before the TP sizes: P4 never stands beside P4b.
+                let p4 = verdict.violations.iter().any(|v| v.rule == "P4");
+                let p4b = verdict.violations.into_iter().find(|v| v.rule == "P4b").map(|v| v.message);
+                assert!(!(p4 && p4b.is_some()), "P4 and P4b at 0.5.{patch}");
+                p4b
+            })
+            .collect::<Vec<_>>()
+    };
+    let dspark_prefill = prefill_running(&["--speculative-algorithm", "dspark"]);
+    let plain_prefill = prefill_running(&[]);
+    assert_eq!(rules(&decode_running(Some("DSPARK")), &plain_prefill, &dsv41, true), on(21..=23, p4b));
+    assert_eq!(rules(&decode_running(Some("EAGLE")), &dspark_prefill, &dsv41, true), on(21..=23, p4b));
+    assert_eq!(
+        rules(&decode_running(None), &prefill_running(&["--speculative-algorithm=DSPARK"]), &dsv41, true),
+        on(21..=23, p4b)
+    );
+    // Both (P4 then compares their attention TP) or neither: no layout mismatch.
+    assert_eq!(rules(&decode_running(Some("dspark")), &dspark_prefill, &dsv41, true), vec![None; 7]);
+    assert_eq!(rules(&decode_running(Some("EAGLE")), &plain_prefill, &dsv41, true), vec![None; 7]);
+    // No ratio-2 layers: no DSpark layout on either side.
+    assert_eq!(rules(&decode_running(Some("DSPARK")), &plain_prefill, &dsv4(), true), vec![None; 7]);
+    // A service's prefill servers run the decode side's algorithm.
+    assert_eq!(rules(&decode_running(Some("DSPARK")), &plain_prefill, &dsv41, false), vec![None; 7]);
+    let input = PolicyInput {
+        disaggregation: &decode_running(Some("DSPARK")),
+        decode: &FleetSpec::default(),
+        layout: &dsv41,
+        draft: None,
+        prefill_fleet: Some(&dspark_prefill),
+        release: v0_5(23),
+    };
+    assert!(evaluate_decode_server(input).violations.iter().any(|v| v.rule == "P4"));
+}
+
+#[test]
 fn p3_compares_the_deepseek_v4_kv_layouts_both_fleets_decide() {
     let layouts = |prefill: &FleetSpec, decode: &FleetSpec, layout: &AttentionLayout| {
         // As effective_spec describes the prefill fleet kvpilot runs.

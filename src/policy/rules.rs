@@ -765,11 +765,22 @@ fn dsv4_layout_string(main: &str, ratios: &[u32], compressed: impl Fn(u32) -> &'
 fn dspark_tp_mismatch(c: &Context<'_>) -> Option<Finding> {
     let prefill = c.settings.prefill.as_ref()?;
     let (prefill_tp, decode_tp) = attention_tps(c)?;
-    let dspark = c.layout.has(LayoutFeature::DeepseekV41) && speculative_algorithm(c)? == "DSPARK";
+    // A prefill that does not run DSPARK fails the layout comparison first (P4b).
+    let dspark = c.layout.has(LayoutFeature::DeepseekV41)
+        && speculative_algorithm(c)? == "DSPARK"
+        && paired_prefill_dspark(c) != Some(false);
     let same_layout = prefill.pipeline_parallel == c.decode.pipeline_parallel;
     let cp = prefill.attention_context_parallel;
     let cp_ranks_align = c.release >= v0_5(22) && cp > 1 && mla_like(c.layout) && prefill_tp * cp == decode_tp;
     when(dspark && same_layout && prefill_tp != decode_tp && !cp_ranks_align)
+}
+
+/// Whether the prefill servers the guard pairs with a decode server run DSPARK, read from their
+/// command line (upper-cased, as SGLang's speculative hook reads it); None for a service, whose
+/// prefill servers run the decode side's algorithm.
+fn paired_prefill_dspark(c: &Context<'_>) -> Option<bool> {
+    let fleet = c.prefill_fleet.filter(|_| c.scope == Scope::DecodeServer)?;
+    Some(option_value(&fleet.extra_args, "--speculative-algorithm").is_some_and(|name| name.to_uppercase() == "DSPARK"))
 }
 
 fn unified_memory(c: &Context<'_>) -> bool {
@@ -2420,6 +2431,30 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Manual {
             hint: "make the decode attention TP (spec.decode.tensorParallel) equal the prefill attention TP (from 0.5.22 \
                    also: equal the prefill attention TP × attention CP)",
+        },
+    },
+    Rule {
+        id: "P4b",
+        about: "DeepSeek-V4.1 DSpark on one side only",
+        field: SPECULATIVE_ALGORITHM,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Handshake,
+        // A server that runs DSPARK describes its DSpark transfer layout, one that does not
+        // describes none, so every field of the layout differs.
+        messages: &[text(
+            "DeepSeek-V4.1 DSpark PD layout mismatch (compression_ratios, kv_item_lens, kv_layer_ids, \
+             num_draft_tokens, state_item_lens, state_types): both servers must enable DSpark with the same block \
+             size and target/draft KV layout. Upgrade both servers together.",
+        )],
+        changes: &[],
+        check: |c| {
+            let decode = speculative_algorithm(c).as_deref() == Some("DSPARK");
+            when(c.layout.has(LayoutFeature::DeepseekV41) && decode != paired_prefill_dspark(c)?)
+        },
+        fix: Fix::Manual {
+            hint: "run the decode and the prefill servers both with spec.disaggregation.speculativeAlgorithm DSPARK, \
+                   or neither",
         },
     },
     Rule {

@@ -4,7 +4,8 @@
 Usage: handshake.py SGLANG_SRC < scenarios.json
   scenarios: [{"id", "config": CONFIG.json, "prefill": {"tp", "cp", "pp", "page", "dtype",
   "sharding", "dsv4": DSV4}, "decode": {"tp", "pp", "dcp", "page", "dtype", "dsv4": DSV4},
-  "speculative": ALGORITHM or null}]
+  "speculative": ALGORITHM or null, "prefillSpeculative": ALGORITHM or null (optional: the
+  prefill server's, where it differs from the decode server's)}]
   DSV4 (optional): {"backend": --dsv4-attn-backend, "env": {SGLANG_DSV4_*: value}}
 Prints [{"id", "raised", "message", "prefillAttnTp", "decodeAttnTp", "gpus", "gpuDependent",
 "startRefused", "notes"}] on stdout: where the DeepSeek-V4 KV layouts depend on the GPU (0.5.23),
@@ -19,8 +20,9 @@ parallel info before the first transfer (`CommonKVManager.try_ensure_parallel_in
 disaggregation/common/conn.py) and raises on a page size or KV dtype mismatch (P1, P2), decode
 context parallelism without an MLA pool, against prefill attention CP or KV cache sharding (R19d,
 R19e, R19f), MXFP8 block scales across attention TP sizes (T1mx), MiniMax sparse state across
-attention TP sizes (T4c), DeepSeek-V4 KV layouts that differ (P3) and DeepSeek-V4.1 DSpark
-servers across attention TP sizes (P4); its `_resolve_rank_mapping` then asserts equal attention TP for a
+attention TP sizes (T4c), DeepSeek-V4 KV layouts that differ (P3), DeepSeek-V4.1 DSpark
+layouts that differ (P4b: DSPARK on one side only) and DSpark servers across attention TP sizes
+(P4); its `_resolve_rank_mapping` then asserts equal attention TP for a
 sharded MLA prefill (P5) and decode pipeline stages of 1 or the prefill's (P6).
 
 What runs, unchanged:
@@ -31,7 +33,8 @@ What runs, unchanged:
   - both servers' DSpark transfer layout from the release's `get_dsv41_spec_layout`
     (disaggregation/utils.py, 0.5.21 on; None before), which describes one only for a pool with
     compression-ratio-2 layers (the model's `compress_ratios`, which the DeepSeek-V4 pool takes)
-    under the DSPARK algorithm (the scenario's, on both servers);
+    under the DSPARK algorithm (the scenario's, on both servers unless the prefill server's is
+    given apart);
   - the model facts the pool class follows from (attention architecture, Mamba state, hybrid
     SWA, DeepSeek-V4, MiniMax sparse) from the release's ModelConfig (classify.Release).
 
@@ -428,11 +431,12 @@ def main(argv):
                       kv_cache_dtype=prefill["dtype"], follow_bootstrap_room=True)
         layouts = {side: None for side in ("prefill", "decode")}
         if layout_of is not None:
-            layouts = {side: layout_of(ratios, scenario.get("speculative"), scenario[side]["pp"])
-                       for side in layouts}
+            algorithms = {"decode": scenario.get("speculative"),
+                          "prefill": scenario.get("prefillSpeculative", scenario.get("speculative"))}
+            layouts = {side: layout_of(ratios, algorithms[side], scenario[side]["pp"]) for side in layouts}
         if "dsv41_spec_layout" in info_fields:
             answer["dsv41_spec_layout"] = layouts["prefill"]
-        elif scenario.get("speculative"):
+        elif scenario.get("speculative") or scenario.get("prefillSpeculative"):
             notes.append("PrefillServerInfo carries no dsv41_spec_layout")
         if "enable_kv_cache_sharding" in info_fields:
             answer["enable_kv_cache_sharding"] = prefill["sharding"]

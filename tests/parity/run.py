@@ -562,6 +562,101 @@ def fleet_settings(side):
     return fleet
 
 
+# The speculative algorithms of a decode server and the prefill server it pairs with, which the
+# guard reads from each one's command line (a service's prefill servers run the decode side's):
+# DSPARK on one side only makes the DeepSeek-V4.1 DSpark layouts differ (P4b).
+HANDSHAKE_PAIR_ALGORITHMS = (None, "DSPARK", "EAGLE")
+# (prefill TP, decode TP): equal, and different, which P4 refuses where both run DSPARK.
+HANDSHAKE_PAIR_TPS = ((2, 2), (2, 4))
+
+
+def handshake_pair_scenarios():
+    """Prefill and decode servers of the DeepSeek-V4 models, each with its own speculative
+    algorithm, for the guard."""
+    scenarios = []
+    for config, prefill_algorithm, decode_algorithm, (p_tp, d_tp) in itertools.product(
+            HANDSHAKE_DSPARK_CONFIGS, HANDSHAKE_PAIR_ALGORITHMS, HANDSHAKE_PAIR_ALGORITHMS, HANDSHAKE_PAIR_TPS):
+        scenarios.append({
+            "id": f"g{len(scenarios)}",
+            "config": os.path.join(ROOT, "tests/fixtures/configs", f"{config}.json"),
+            "prefill": {"tp": p_tp, "cp": 1, "pp": 1, "page": 64, "dtype": "auto", "sharding": False},
+            "decode": {"tp": d_tp, "pp": 1, "dcp": 1, "page": 64, "dtype": "auto"},
+            "speculative": decode_algorithm, "prefillSpeculative": prefill_algorithm,
+        })
+    return scenarios
+
+
+def handshake_pair_pod(version, scenario, config_map):
+    """One Pod running the scenario's prefill and decode servers, which the guard pairs, in a
+    namespace of its own."""
+    def container(role, side, algorithm):
+        args = ["--model-path", "/models/m", "--disaggregation-mode", role,
+                "--disaggregation-transfer-backend", "mooncake", "--tp-size", str(side["tp"]),
+                "--page-size", str(side["page"])]
+        if algorithm:
+            args += ["--speculative-algorithm", algorithm]
+        return {"name": role, "image": f"lmsysorg/sglang:v{version}",
+                "command": ["python3", "-m", "sglang.launch_server"], "args": args}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "servers", "namespace": scenario["id"],
+                         "annotations": {"kvpilot.dev/model-config": f"configmap/{config_map}"}},
+            "spec": {"containers": [container("prefill", scenario["prefill"], scenario["prefillSpeculative"]),
+                                    container("decode", scenario["decode"], scenario["speculative"])]}}
+
+
+def gpu_independent(theirs, scenarios):
+    """SGLang's answers with, where an answer depends on the GPUs the two servers run on (a KV
+    layout mismatch on some pairs of GPUs), the message the other pairs raise, which the GPU
+    does not change: kvpilot does not decide P3 there (it must report none)."""
+    theirs = dict(theirs)
+    for scenario in scenarios:
+        answer = theirs[scenario["id"]]
+        if answer["gpuDependent"]:
+            decided = {m for m in answer["gpus"].values() if not (m or "").startswith(P3_PREFIX)}
+            message = decided.pop() if len(decided) == 1 else None if not decided else "(GPU-dependent)"
+            theirs[scenario["id"]] = dict(answer, message=message)
+    return theirs
+
+
+def reported_p3_where_gpu_dependent(theirs, scenarios, reports):
+    """The scenarios whose KV layouts depend on the GPUs and for which kvpilot reports P3."""
+    return [s for s in scenarios if theirs[s["id"]]["gpuDependent"] and any(
+        v["rule"] == "P3" for v in reports.get(s["id"], {}).get("violations", []))]
+
+
+def check_handshake_pairs(kvpilot, src, venvs, version, compare):
+    """The handshake of servers with different speculative algorithms (handshake.py) against the
+    guard's handshake-phase findings on the decode server of a Pod running both. Returns
+    (passed, failed, summary)."""
+    scenarios = handshake_pair_scenarios()
+    theirs = {r["id"]: r for r in run_release_script("handshake.py", src, venvs, scenarios)}
+    started = [s for s in scenarios if not theirs[s["id"]]["startRefused"]]
+    summary = (f"guard pairs {len(scenarios)} (servers that do not start {len(scenarios) - len(started)}; "
+               f"refused by SGLang {sum(theirs[s['id']]['raised'] for s in started)}, on some GPUs only "
+               f"{sum(theirs[s['id']]['gpuDependent'] for s in started)}")
+    if not compare:
+        return len(started), 0, summary + ")"
+    # `kvpilot check` pairs the servers of one model across a namespace: a namespace per Pod.
+    documents = []
+    for scenario in started:
+        with open(scenario["config"], encoding="utf-8") as f:
+            documents.append({"apiVersion": "v1", "kind": "ConfigMap",
+                              "metadata": {"name": "model", "namespace": scenario["id"]},
+                              "data": {"config.json": f.read()}})
+        documents.append(handshake_pair_pod(version, scenario, "model"))
+    reports = {report["namespace"]: report
+               for report in kvpilot_check_json(kvpilot, documents) if report.get("container") == "decode"}
+    theirs = gpu_independent(theirs, started)
+    undecided = reported_p3_where_gpu_dependent(theirs, started, reports)
+    describe = (lambda s: f"{version} guard pair {os.path.basename(s['config'])} prefill {s['prefill']} "
+                          f"{s['prefillSpeculative']} decode {s['decode']} {s['speculative']}")
+    for scenario in undecided:
+        print(f"  {describe(scenario)}: the KV layouts depend on the GPUs, kvpilot reports P3")
+    agreements, failed, rules = compare_first_refusal(
+        [s for s in started if s not in undecided], theirs, reports, lambda v: v["phase"] == "handshake", describe)
+    return agreements, failed + len(undecided), summary + f"; by rule: {rules}), agreements {agreements}"
+
+
 def check_handshake(kvpilot, src, venvs, version, compare):
     """SGLang's prefill <-> decode handshake (handshake.py) against kvpilot's handshake-phase
     rules on the same servers. Returns (passed, failed, summary)."""
@@ -573,20 +668,11 @@ def check_handshake(kvpilot, src, venvs, version, compare):
     summary = (f"handshake scenarios {len(scenarios)} (servers that do not start {len(scenarios) - len(started)}; "
                f"refused by SGLang {refusing}, on some GPUs only {gpu_dependent}")
     if not compare:
-        return len(started), 0, summary + ")"
-    # Where SGLang's answer depends on the GPUs the two servers run on, it is a KV layout
-    # mismatch on some pairs of GPUs: kvpilot does not decide P3 there (it must report none) and
-    # is compared with what the other pairs raise, which the GPU does not change.
-    theirs = dict(theirs)
-    for scenario in started:
-        answer = theirs[scenario["id"]]
-        if answer["gpuDependent"]:
-            decided = {m for m in answer["gpus"].values() if not (m or "").startswith(P3_PREFIX)}
-            message = decided.pop() if len(decided) == 1 else None if not decided else "(GPU-dependent)"
-            theirs[scenario["id"]] = dict(answer, message=message)
+        pairs, _, pair_summary = check_handshake_pairs(kvpilot, src, venvs, version, compare)
+        return len(started) + pairs, 0, summary + f"); {pair_summary}"
+    theirs = gpu_independent(theirs, started)
     reports = kvpilot_reports(kvpilot, [handshake_manifest(s) for s in started], version)
-    undecided = [s for s in started if theirs[s["id"]]["gpuDependent"] and any(
-        v["rule"] == "P3" for v in reports.get(s["id"], {}).get("violations", []))]
+    undecided = reported_p3_where_gpu_dependent(theirs, started, reports)
     for scenario in undecided:
         print(f"  {version} handshake {os.path.basename(scenario['config'])} {scenario['prefill']} "
               f"{scenario['decode']}: the KV layouts depend on the GPUs, kvpilot reports P3")
@@ -595,7 +681,9 @@ def check_handshake(kvpilot, src, venvs, version, compare):
         lambda s: (f"{version} handshake {os.path.basename(s['config'])} prefill {s['prefill']} "
                    f"decode {s['decode']} speculative {s['speculative']}"))
     failed += len(undecided)
-    return agreements, failed, summary + f"; by rule: {rules}), agreements {agreements}"
+    pair_agreements, pair_failed, pair_summary = check_handshake_pairs(kvpilot, src, venvs, version, compare)
+    return (agreements + pair_agreements, failed + pair_failed,
+            summary + f"; by rule: {rules}), agreements {agreements}; {pair_summary}")
 
 
 def compare_first_refusal(scenarios, theirs, reports, compared_rule, describe):
