@@ -775,6 +775,17 @@ fn dspark_tp_mismatch(c: &Context<'_>) -> Option<Finding> {
     when(dspark && same_layout && prefill_tp != decode_tp && !cp_ranks_align)
 }
 
+/// Where the prefill servers' `field` is set, for a fix: the prefill fleet kvpilot runs
+/// (`spec.prefill`), the prefill servers run elsewhere (`spec.disaggregation.prefill`), or, for
+/// the guard's decode server, the command line of the prefill servers it is paired with.
+fn prefill_source(c: &Context<'_>, field: &str, flag: &str) -> String {
+    match c.scope {
+        Scope::Service if c.prefill_fleet.is_some() => format!("spec.prefill.{field}"),
+        Scope::Service => format!("spec.disaggregation.prefill.{field}"),
+        Scope::DecodeServer | Scope::OtherServer => format!("the prefill servers' {flag}"),
+    }
+}
+
 /// Whether the prefill servers the guard pairs with a decode server run DSPARK, read from their
 /// command line (upper-cased, as SGLang's speculative hook reads it); None for a service, whose
 /// prefill servers run the decode side's algorithm.
@@ -2202,9 +2213,14 @@ pub(crate) const RULES: &[Rule] = &[
         check: |c| {
             let prefill = c.settings.prefill.as_ref()?.page_size?;
             let decode = c.decode.page_size;
-            when_with(prefill != decode, vec![("prefill", prefill.to_string()), ("decode", decode.to_string())])
+            let finding =
+                when_with(prefill != decode, vec![("prefill", prefill.to_string()), ("decode", decode.to_string())])?;
+            Some(Finding {
+                detail: Some(format!("the prefill page size is {}", prefill_source(c, "pageSize", "--page-size"))),
+                ..finding
+            })
         },
-        fix: Fix::Manual { hint: "set spec.decode.pageSize to spec.disaggregation.prefill.pageSize" },
+        fix: Fix::Manual { hint: "set spec.decode.pageSize and the prefill page size to the same value" },
     },
     Rule {
         id: "P2",
@@ -2221,12 +2237,14 @@ pub(crate) const RULES: &[Rule] = &[
         check: |c| {
             let prefill = kv_cache_dtype(c.settings.prefill.as_ref()?.kv_cache_dtype.as_deref());
             let decode = kv_cache_dtype(c.decode.kv_cache_dtype.as_deref());
-            when_with(
+            let finding = when_with(
                 !prefill.eq_ignore_ascii_case(decode),
                 vec![("prefill", prefill.to_string()), ("decode", decode.to_string())],
-            )
+            )?;
+            let source = prefill_source(c, "kvCacheDtype", "--kv-cache-dtype");
+            Some(Finding { detail: Some(format!("the prefill KV cache dtype is {source}")), ..finding })
         },
-        fix: Fix::Manual { hint: "set spec.decode.kvCacheDtype to spec.disaggregation.prefill.kvCacheDtype" },
+        fix: Fix::Manual { hint: "set spec.decode.kvCacheDtype and the prefill KV cache dtype to the same value" },
     },
     Rule {
         id: "T1",

@@ -996,6 +996,40 @@ mod tests {
         assert_eq!(dtype(&args.prefill), dtype(&args.decode));
     }
 
+    /// P1's fix named `spec.disaggregation.prefill.pageSize` for a service whose prefill fleet
+    /// kvpilot runs, where the prefill page size is `spec.prefill.pageSize`.
+    #[test]
+    fn a_page_size_mismatch_names_where_the_prefill_page_size_is_set() {
+        let fix = |prefill: serde_json::Value| {
+            let mut spec = json!({
+                "model": {"name": "m/x", "config": {"inline": {}}},
+                "decode": {"pageSize": 64}
+            });
+            spec.as_object_mut().unwrap().extend(prefill.as_object().unwrap().clone());
+            let spec: InferenceDeploymentSpec = serde_json::from_value(spec).unwrap();
+            let configs = ModelConfigs::target(
+                json!({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4, "num_key_value_heads": 8,
+                       "head_dim": 128}),
+            );
+            let assessment =
+                policy::assess(&effective_spec(&spec, NEWEST), &configs, &ReleaseChoice::default_newest()).unwrap();
+            assessment.verdict.violations.into_iter().find(|v| v.rule == "P1").map(|v| v.fix)
+        };
+        assert_eq!(
+            fix(json!({"prefill": {}})).as_deref(),
+            Some(
+                "the prefill page size is spec.prefill.pageSize; set spec.decode.pageSize and the prefill page size to the same value"
+            )
+        );
+        assert_eq!(
+            fix(json!({"disaggregation": {"prefill": {"pageSize": 16}}})).as_deref(),
+            Some(
+                "the prefill page size is spec.disaggregation.prefill.pageSize; set spec.decode.pageSize and the \
+                 prefill page size to the same value"
+            )
+        );
+    }
+
     /// DeepSeek-V4's host pools are sized by ratio: the host pool size kvpilot renders as
     /// `--hicache-size` is what H7 refuses.
     #[test]
