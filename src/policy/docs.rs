@@ -1,7 +1,7 @@
 //! The release × rule table of `docs/rules.md`, generated from [`RULES`] so that it cannot drift
 //! from the code (`kvpilot rules` prints it; a test keeps the docs copy current).
 
-use super::rules::{RULES, Rule};
+use super::rules::{Fix, RULES, Rule};
 use crate::release::KNOWN;
 
 /// The marker lines around the generated table in docs/rules.md.
@@ -57,6 +57,16 @@ pub fn rules_markdown() -> String {
         for change in rule.changes {
             out += &format!("  - condition from {}: {}\n", change.since.max(rule.span.first), change.text);
         }
+    }
+    out += "\nEach rule's field, message (the newest text where it changes) and fix, and whether kvpilot \
+            rewrites it (under `onInvalid: Rewrite`) or the user must change it:\n\n";
+    for rule in RULES {
+        let (how, hint) = match rule.fix {
+            Fix::Rewrite { hint, .. } => ("rewritten", hint),
+            Fix::Manual { hint } => ("by hand", hint),
+        };
+        let message = rule.messages.last().map_or("", |m| m.text);
+        out += &format!("- **{}** ({}), `{}`: `{message}` — fix ({how}): {hint}\n", rule.id, rule.about, rule.field);
     }
     out
 }
