@@ -479,8 +479,7 @@ fn resolved_host_pool(c: &Context<'_>) -> bool {
 /// after the release's draft-config rewrites, which kvpilot does not model: they are left to
 /// SGLang.
 fn sidecar_draft_on_other_tree(c: &Context<'_>) -> Option<TreeCache> {
-    let sidecar = matches!(speculative_algorithm(c).as_deref(), Some("EAGLE3" | "STANDALONE" | "DFLASH"));
-    if !sidecar || c.settings.enable_unified_memory {
+    if !sidecar_draft(c) || c.settings.enable_unified_memory {
         return None;
     }
     let planned = |options: CacheOptions| options.hierarchical || options.linker;
@@ -499,12 +498,17 @@ fn sidecar_draft_on_other_tree(c: &Context<'_>) -> Option<TreeCache> {
 /// target's pools (EAGLE3, STANDALONE and DFLASH always do, see [`sidecar_draft_on_other_tree`]).
 /// The linker alone makes SGLang plan the draft's backup, so HiCache and the tree do not matter.
 fn linker_with_sidecar_draft(c: &Context<'_>) -> bool {
-    let sidecar = matches!(speculative_algorithm(c).as_deref(), Some("EAGLE3" | "STANDALONE" | "DFLASH"));
     let prefill = c
         .prefill_fleet
         .filter(|_| c.scope == Scope::Service)
         .is_some_and(|fleet| CacheOptions::of_prefill(c, fleet).linker);
-    sidecar && (CacheOptions::of_settings(c).linker || prefill)
+    sidecar_draft(c) && (CacheOptions::of_settings(c).linker || prefill)
+}
+
+/// Whether the speculative algorithm's draft always backs its KV up through a sidecar pool
+/// (`_build_hicache_draft_plan` packs only NextN EAGLE and DeepSeek-V4 DSpark drafts).
+fn sidecar_draft(c: &Context<'_>) -> bool {
+    matches!(speculative_algorithm(c).as_deref(), Some("EAGLE3" | "STANDALONE" | "DFLASH"))
 }
 
 /// Whether `option` is among a server's arguments (named in full, before `--`).
@@ -2213,11 +2217,9 @@ pub(crate) const RULES: &[Rule] = &[
         check: |c| {
             let prefill = c.settings.prefill.as_ref()?.page_size?;
             let decode = c.decode.page_size;
-            let finding =
-                when_with(prefill != decode, vec![("prefill", prefill.to_string()), ("decode", decode.to_string())])?;
-            Some(Finding {
+            (prefill != decode).then(|| Finding {
+                args: vec![("prefill", prefill.to_string()), ("decode", decode.to_string())],
                 detail: Some(format!("the prefill page size is {}", prefill_source(c, "pageSize", "--page-size"))),
-                ..finding
             })
         },
         fix: Fix::Manual { hint: "set spec.decode.pageSize and the prefill page size to the same value" },
@@ -2237,12 +2239,13 @@ pub(crate) const RULES: &[Rule] = &[
         check: |c| {
             let prefill = kv_cache_dtype(c.settings.prefill.as_ref()?.kv_cache_dtype.as_deref());
             let decode = kv_cache_dtype(c.decode.kv_cache_dtype.as_deref());
-            let finding = when_with(
-                !prefill.eq_ignore_ascii_case(decode),
-                vec![("prefill", prefill.to_string()), ("decode", decode.to_string())],
-            )?;
-            let source = prefill_source(c, "kvCacheDtype", "--kv-cache-dtype");
-            Some(Finding { detail: Some(format!("the prefill KV cache dtype is {source}")), ..finding })
+            (!prefill.eq_ignore_ascii_case(decode)).then(|| Finding {
+                args: vec![("prefill", prefill.to_string()), ("decode", decode.to_string())],
+                detail: Some(format!(
+                    "the prefill KV cache dtype is {}",
+                    prefill_source(c, "kvCacheDtype", "--kv-cache-dtype")
+                )),
+            })
         },
         fix: Fix::Manual { hint: "set spec.decode.kvCacheDtype and the prefill KV cache dtype to the same value" },
     },

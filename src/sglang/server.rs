@@ -141,9 +141,7 @@ pub fn effective_spec(
     effective.decode.extra_args = cli.full_names(&spec.decode.extra_args);
     // The host pool size kvpilot renders for the decode servers is `--hicache-size` there (H7
     // reads it; K1 keeps the flag itself out of `extraArgs`).
-    if let Some(Ok(gigabytes)) = spec.cache.as_ref().and_then(|c| c.host_pool_gigabytes()) {
-        effective.decode.extra_args.splice(0..0, [HOST_POOL_SIZE.names[0].to_string(), gigabytes.to_string()]);
-    }
+    effective.decode.extra_args.splice(0..0, host_pool_size_args(spec));
     if let Some(prefill) = effective.prefill.as_mut() {
         prefill.extra_args = cli.full_names(&prefill.extra_args);
     }
@@ -207,6 +205,15 @@ pub fn host_pool_memory(spec: &InferenceDeploymentSpec) -> Option<u64> {
     gigabytes.checked_mul(HICACHE_GIGABYTE)?.checked_mul(cache.host_pools_per_rank())?.checked_mul(ranks)
 }
 
+/// `--hicache-size` of the decode servers, from `spec.cache.hostPoolSize` (none when unset or
+/// unreadable, which validation reports).
+fn host_pool_size_args(spec: &InferenceDeploymentSpec) -> Vec<String> {
+    match spec.cache.as_ref().and_then(|c| c.host_pool_gigabytes()) {
+        Some(Ok(gigabytes)) => vec![HOST_POOL_SIZE.names[0].to_string(), gigabytes.to_string()],
+        _ => Vec::new(),
+    }
+}
+
 /// The `--model-path` of the decode servers: the weights' directory in the mounted volume, or
 /// the hub id SGLang downloads.
 pub fn model_path(model: &ModelSpec) -> String {
@@ -261,9 +268,7 @@ pub fn server_args(
         // `--hicache-storage-backend dynamic` comes from the policy's settings (effective_spec).
         args.extend([STORAGE_CONFIG.names[0].to_string(), storage_backend_config()]);
         args.extend([MEM_LAYOUT.names[0].to_string(), "page_first".into()]);
-        if let Some(Ok(gigabytes)) = spec.cache.as_ref().and_then(|c| c.host_pool_gigabytes()) {
-            args.extend([HOST_POOL_SIZE.names[0].to_string(), gigabytes.to_string()]);
-        }
+        args.extend(host_pool_size_args(spec));
     }
     args.extend(fleet.extra_args.iter().cloned());
     args
