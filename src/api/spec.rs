@@ -778,10 +778,11 @@ pub struct FleetSpec {
     /// Whether the servers use DP attention (attention TP = TP / DP).
     #[serde(default)]
     pub enable_dp_attention: bool,
-    /// Tokens per KV page.
-    #[serde(default = "one")]
+    /// Tokens per KV page (`--page-size`). Unset: 1 (SGLang's default) on the decode fleet; the
+    /// prefill fleet takes the decode fleet's, since both sides must page alike (rule P1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 1").message("pageSize must be at least 1"))]
-    pub page_size: i32,
+    pub page_size: Option<i32>,
     /// KV cache dtype (SGLang's `--kv-cache-dtype`: `auto`, `fp8_e4m3`, `mxfp8`, …);
     /// defaults to `auto`, the model's dtype.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -886,7 +887,7 @@ impl Default for FleetSpec {
             data_parallel: 1,
             pipeline_parallel: 1,
             enable_dp_attention: false,
-            page_size: 1,
+            page_size: None,
             kv_cache_dtype: None,
             swa_full_tokens_ratio: None,
             gpus_per_pod: None,
@@ -917,6 +918,12 @@ impl Default for FleetSpec {
 }
 
 impl FleetSpec {
+    /// Tokens per KV page of a server of this fleet: `pageSize`, or SGLang's default of 1. (A
+    /// prefill fleet without one takes the decode fleet's; see `sglang::server::effective_spec`.)
+    pub fn effective_page_size(&self) -> i32 {
+        self.page_size.unwrap_or(1)
+    }
+
     /// GPUs each pod requests: `gpusPerPod`, or tensorParallel × pipelineParallel spread
     /// over nodesPerReplica pods.
     pub fn effective_gpus_per_pod(&self) -> i32 {

@@ -267,7 +267,7 @@ fn p1_p2_prefill_and_decode_must_agree_on_page_size_and_kv_dtype() {
             ),
         ]
     );
-    let matching = FleetSpec { page_size: 64, kv_cache_dtype: Some("fp8_e4m3".into()), ..FleetSpec::default() };
+    let matching = FleetSpec { page_size: Some(64), kv_cache_dtype: Some("fp8_e4m3".into()), ..FleetSpec::default() };
     assert_eq!(at(17, &prefill, &matching, &full()).outcome, Outcome::Valid);
     assert_eq!(
         at(23, &with(|s| s.prefill = Some(PrefillSpec::default())), &FleetSpec::default(), &full()).outcome,

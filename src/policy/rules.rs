@@ -2216,7 +2216,7 @@ pub(crate) const RULES: &[Rule] = &[
         changes: &[],
         check: |c| {
             let prefill = c.settings.prefill.as_ref()?.page_size?;
-            let decode = c.decode.page_size;
+            let decode = c.decode.effective_page_size();
             (prefill != decode).then(|| Finding {
                 args: vec![("prefill", prefill.to_string()), ("decode", decode.to_string())],
                 detail: Some(format!("the prefill page size is {}", prefill_source(c, "pageSize", "--page-size"))),
@@ -2662,7 +2662,7 @@ pub(crate) const RULES: &[Rule] = &[
             }
             radix_cache_fleets(c).into_iter().find_map(|fleet| {
                 let interval = mamba_track_interval(&fleet.extra_args);
-                let page = i64::from(fleet.page_size.max(1));
+                let page = i64::from(fleet.effective_page_size().max(1));
                 when_with(interval % page != 0, vec![("interval", interval.to_string()), ("page", page.to_string())])
             })
         },
@@ -2733,7 +2733,7 @@ pub(crate) const RULES: &[Rule] = &[
             when(
                 mamba_radix_cache(c)
                     && c.settings.mamba_radix_cache_strategy == Some(MambaRadixCacheStrategy::NoBuffer)
-                    && c.decode.page_size != 1,
+                    && c.decode.effective_page_size() != 1,
             )
         },
         fix: Fix::Manual { hint: "set spec.decode.pageSize to 1, or mambaRadixCacheStrategy to extra_buffer" },

@@ -577,7 +577,7 @@ fn m1_to_m5_mamba_strategies_where_the_radix_cache_runs() {
     let lazy = "extra_buffer_lazy unsupported under PD disaggregation; use --mamba-radix-cache-strategy extra_buffer.";
     let decode = FleetSpec::default();
     let overlap_off = vec!["--disable-overlap-schedule".to_string()];
-    let paged = FleetSpec { page_size: 16, extra_args: overlap_off.clone(), ..FleetSpec::default() };
+    let paged = FleetSpec { page_size: Some(16), extra_args: overlap_off.clone(), ..FleetSpec::default() };
     let no_buffer = "no_buffer only supports page_size=1.";
     for radix in [false, true] {
         let lazy_settings = strategy(MambaRadixCacheStrategy::ExtraBufferLazy, radix);
@@ -603,7 +603,7 @@ fn m1_to_m5_mamba_strategies_where_the_radix_cache_runs() {
     // page size under extra_buffer, which is also SGLang's automatic choice (M2, a bare assert).
     let m2 = "AssertionError (assert view.mamba_track_interval % view.page_size == 0): --mamba-track-interval 256 \
               is not a multiple of --page-size 48";
-    let pages_48 = FleetSpec { page_size: 48, ..FleetSpec::default() };
+    let pages_48 = FleetSpec { page_size: Some(48), ..FleetSpec::default() };
     for chosen in [None, Some(MambaRadixCacheStrategy::ExtraBuffer)] {
         let settings = with(|s| s.mamba_radix_cache_strategy = chosen);
         assert_eq!(rules_on(true, 23, &settings, &pages_48, &ssm()), [("M2", m2.to_string())], "{chosen:?}");
@@ -812,7 +812,7 @@ proptest! {
         release in prop::sample::select(crate::release::KNOWN.to_vec()),
     ) {
         let decode = FleetSpec {
-            tensor_parallel: tp, pipeline_parallel: pp, page_size: page,
+            tensor_parallel: tp, pipeline_parallel: pp, page_size: Some(page),
             env: unified_tree.map(|on| vec![env("SGLANG_ENABLE_UNIFIED_RADIX_TREE", if on { "1" } else { "0" })]).unwrap_or_default(),
             kv_cache_dtype: dtype.map(str::to_string),
             ..FleetSpec::default()
@@ -881,7 +881,7 @@ fn m2_and_m5_read_the_extra_args_of_every_fleet_that_keeps_a_radix_cache() {
 
     // M2: each fleet's page size against its own track interval.
     let paged = |page_size, interval: Option<&str>| FleetSpec {
-        page_size,
+        page_size: Some(page_size),
         extra_args: interval.map(|i| vec!["--mamba-track-interval".into(), i.into()]).unwrap_or_default(),
         ..FleetSpec::default()
     };

@@ -71,7 +71,7 @@ pub fn sglang_args(spec: &InferenceDeploymentSpec, verdict: &Verdict, release: R
             data_parallel: prefill_side.data_parallel,
             enable_dp_attention: prefill_side.enable_dp_attention,
             pipeline_parallel: spec.prefill.as_ref().map_or(1, |prefill| prefill.pipeline_parallel),
-            page_size: prefill_side.page_size.unwrap_or(spec.decode.page_size),
+            page_size: prefill_side.page_size.or(spec.decode.page_size),
             kv_cache_dtype: prefill_side.kv_cache_dtype.clone().or_else(|| spec.decode.kv_cache_dtype.clone()),
             ..FleetSpec::default()
         },

@@ -466,7 +466,7 @@ fn apply(target: Target, value: &str, s: &mut ServerSettings) -> Result<(), Stri
             s.decode.data_parallel = groups;
             s.decode.enable_dp_attention = groups > 1;
         }
-        Target::PageSize => s.decode.page_size = positive_int(value)?,
+        Target::PageSize => s.decode.page_size = Some(positive_int(value)?),
         Target::DisableHybridSwaMemory => s.hybrid_swa_memory = HybridSwaMemory::Disabled,
         // `auto` is SGLang's default and the spec's unset.
         Target::KvCacheDtype => s.decode.kv_cache_dtype = (value != "auto").then(|| value.to_string()),
@@ -581,7 +581,7 @@ fn written(target: Target, s: &ServerSettings, release: Release) -> Written {
         Target::EnableDpAttention => switch(s.decode.enable_dp_attention && !attention_dp),
         Target::AttentionDataParallel if attention_dp => value(s.decode.data_parallel, 1),
         Target::AttentionDataParallel => Written::Default,
-        Target::PageSize => value(s.decode.page_size, 1),
+        Target::PageSize => value(s.decode.effective_page_size(), 1),
         Target::DisableHybridSwaMemory => switch(s.hybrid_swa_memory == HybridSwaMemory::Disabled),
         Target::KvCacheDtype => optional(s.decode.kv_cache_dtype.as_deref()),
         Target::SwaFullTokensRatio => {
@@ -720,7 +720,7 @@ mod tests {
         assert!(s.decode.enable_dp_attention);
         assert_eq!(s.mode, Mode::Decode);
         assert_eq!(s.disaggregation.retraction_backup, Some(RetractionBackup::HostPool));
-        assert_eq!(s.decode.page_size, 16);
+        assert_eq!(s.decode.page_size, Some(16));
         assert_eq!(s.hybrid_swa_memory, HybridSwaMemory::Disabled);
         assert_eq!(s.disaggregation.transfer_backend, TransferBackend::Nixl);
         assert_eq!(s.disaggregation.decode_context_parallel, 2);
@@ -827,7 +827,7 @@ mod tests {
                     s.decode.tensor_parallel = tp;
                     s.decode.data_parallel = dp;
                     s.decode.pipeline_parallel = pp;
-                    s.decode.page_size = page;
+                    s.decode.page_size = (page != 1).then_some(page);
                     s.decode.enable_dp_attention = b[6];
                     s
                 },

@@ -165,8 +165,9 @@ pub fn effective_spec(
             })
             .collect();
         let mut side = prefill_side(prefill, &cli.read(&args));
-        // The prefill servers kvpilot runs take the decode fleet's KV cache dtype when their own
-        // fleet names none (`sglang_args`).
+        // The prefill servers kvpilot runs take the decode fleet's page size and KV cache dtype
+        // when their own fleet names none (`sglang_args`).
+        side.page_size = Some(prefill.page_size.unwrap_or_else(|| spec.decode.effective_page_size()));
         side.kv_cache_dtype = side.kv_cache_dtype.or_else(|| spec.decode.kv_cache_dtype.clone());
         d.prefill = Some(side);
     }
@@ -188,7 +189,7 @@ pub fn prefill_side(fleet: &FleetSpec, argv: &Reading) -> PrefillSpec {
         data_parallel: fleet.data_parallel,
         enable_dp_attention: fleet.enable_dp_attention,
         pipeline_parallel: fleet.pipeline_parallel,
-        page_size: Some(fleet.page_size),
+        page_size: Some(fleet.effective_page_size()),
         kv_cache_dtype: fleet.kv_cache_dtype.clone(),
         attention_context_parallel,
         kv_cache_sharding: argv.last("--enable-kv-cache-sharding").is_some(),
@@ -977,28 +978,36 @@ mod tests {
         assert!(!side.kv_cache_sharding);
     }
 
-    /// A prefill fleet without a KV cache dtype runs the decode fleet's (`sglang_args`), so the
-    /// handshake rules compare that one: P2 used to reject such a service, whose servers agree.
+    /// A prefill fleet without a page size or KV cache dtype runs the decode fleet's
+    /// (`sglang_args`), so the handshake rules compare those: P1 and P2 used to reject such a
+    /// service, whose servers would agree.
     #[test]
-    fn a_prefill_fleet_without_a_kv_cache_dtype_runs_the_decode_fleet_s() {
+    fn a_prefill_fleet_without_a_page_size_or_kv_cache_dtype_runs_the_decode_fleet_s() {
         let spec: InferenceDeploymentSpec = serde_json::from_value(json!({
             "model": {"name": "m/x", "config": {"inline": {}}},
-            "decode": {"kvCacheDtype": "fp8_e4m3"},
+            "decode": {"kvCacheDtype": "fp8_e4m3", "pageSize": 64},
             "prefill": {}
         }))
         .unwrap();
         let effective = effective_spec(&spec, NEWEST);
         let side = effective.disaggregation.prefill.as_ref().unwrap();
-        assert_eq!(side.kv_cache_dtype.as_deref(), Some("fp8_e4m3"));
+        assert_eq!((side.page_size, side.kv_cache_dtype.as_deref()), (Some(64), Some("fp8_e4m3")));
         let configs = ModelConfigs::target(
             json!({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4, "num_key_value_heads": 8,
                    "head_dim": 128}),
         );
         let assessment = policy::assess(&effective, &configs, &ReleaseChoice::default_newest()).unwrap();
-        assert!(assessment.verdict.violations.iter().all(|v| v.rule != "P2"), "{:?}", assessment.verdict.violations);
+        assert!(
+            assessment.verdict.violations.iter().all(|v| v.rule != "P1" && v.rule != "P2"),
+            "{:?}",
+            assessment.verdict.violations
+        );
         let args = sglang_args(&spec, &assessment.verdict, NEWEST);
-        let dtype = |args: &[String]| args.iter().position(|a| a == "--kv-cache-dtype").map(|i| args[i + 1].clone());
-        assert_eq!(dtype(&args.prefill), dtype(&args.decode));
+        let flag = |args: &[String], name: &str| args.iter().position(|a| a == name).map(|i| args[i + 1].clone());
+        for name in ["--kv-cache-dtype", "--page-size"] {
+            assert_eq!(flag(&args.prefill, name), flag(&args.decode, name), "{name}");
+        }
+        assert_eq!(flag(&args.prefill, "--page-size").as_deref(), Some("64"));
     }
 
     /// P1's fix named `spec.disaggregation.prefill.pageSize` for a service whose prefill fleet
@@ -1021,7 +1030,7 @@ mod tests {
             assessment.verdict.violations.into_iter().find(|v| v.rule == "P1").map(|v| v.fix)
         };
         assert_eq!(
-            fix(json!({"prefill": {}})).as_deref(),
+            fix(json!({"prefill": {"pageSize": 16}})).as_deref(),
             Some(
                 "the prefill page size is spec.prefill.pageSize; set spec.decode.pageSize and the prefill page size to the same value"
             )
