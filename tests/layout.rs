@@ -50,18 +50,20 @@ const fn warning(mut e: Expected) -> Expected {
 
 use AttentionKind::{Mha, Mla};
 use KvPool::{Full, HybridSsm, HybridSwa, Mla as MlaPool, PureSwa};
-use LayoutFeature::{AttentionSinks, DeepseekV4, DeepseekV41, Dsa, ParallelHybrid, SwaCompress};
+use LayoutFeature::{
+    AttentionSinks, DeepseekV4, DeepseekV41, Dsa, MinimaxSparse, NoNextnLayers, ParallelHybrid, SwaCompress,
+};
 
 const TABLE: &[Expected] = &[
     // 1–4: dense and Mistral-family.
-    row("llama-3.1-8b-instruct", "LlamaForCausalLM", (32, 32, 0, 0), None, Mha, Full, &[]),
-    row("mistral-7b-v0.1", "MistralForCausalLM", (32, 0, 32, 0), Some(4096), Mha, Full, &[]),
-    row("mistral-7b-instruct-v0.3", "MistralForCausalLM", (32, 32, 0, 0), None, Mha, Full, &[]),
-    row("mixtral-8x7b-v0.1", "MixtralForCausalLM", (32, 32, 0, 0), None, Mha, Full, &[]),
+    row("llama-3.1-8b-instruct", "LlamaForCausalLM", (32, 32, 0, 0), None, Mha, Full, &[NoNextnLayers]),
+    row("mistral-7b-v0.1", "MistralForCausalLM", (32, 0, 32, 0), Some(4096), Mha, Full, &[NoNextnLayers]),
+    row("mistral-7b-instruct-v0.3", "MistralForCausalLM", (32, 32, 0, 0), None, Mha, Full, &[NoNextnLayers]),
+    row("mixtral-8x7b-v0.1", "MixtralForCausalLM", (32, 32, 0, 0), None, Mha, Full, &[NoNextnLayers]),
     // 5–7: Gemma-2/3 are sliding physically but SGLang forces a full pool.
-    row("gemma-2-9b-it", "Gemma2ForCausalLM", (42, 21, 21, 0), Some(4096), Mha, Full, &[]),
-    row("gemma-3-1b-it", "Gemma3ForCausalLM", (26, 4, 22, 0), Some(512), Mha, Full, &[]),
-    row("gemma-3-27b-it", "Gemma3ForConditionalGeneration", (62, 10, 52, 0), Some(1024), Mha, Full, &[]),
+    row("gemma-2-9b-it", "Gemma2ForCausalLM", (42, 21, 21, 0), Some(4096), Mha, Full, &[NoNextnLayers]),
+    row("gemma-3-1b-it", "Gemma3ForCausalLM", (26, 4, 22, 0), Some(512), Mha, Full, &[NoNextnLayers]),
+    row("gemma-3-27b-it", "Gemma3ForConditionalGeneration", (62, 10, 52, 0), Some(1024), Mha, Full, &[NoNextnLayers]),
     // 8: Gemma-4, multimodal nesting, and a pure-SWA variant.
     row(
         "gemma-4-multimodal",
@@ -70,31 +72,63 @@ const TABLE: &[Expected] = &[
         Some(1024),
         Mha,
         HybridSwa,
-        &[SwaCompress],
+        &[SwaCompress, NoNextnLayers],
     ),
     // 9–10: GPT-OSS.
-    row("gpt-oss-120b", "GptOssForCausalLM", (36, 18, 18, 0), Some(128), Mha, HybridSwa, &[AttentionSinks]),
-    row("gpt-oss-20b", "GptOssForCausalLM", (24, 12, 12, 0), Some(128), Mha, HybridSwa, &[AttentionSinks]),
+    row(
+        "gpt-oss-120b",
+        "GptOssForCausalLM",
+        (36, 18, 18, 0),
+        Some(128),
+        Mha,
+        HybridSwa,
+        &[AttentionSinks, NoNextnLayers],
+    ),
+    row(
+        "gpt-oss-20b",
+        "GptOssForCausalLM",
+        (24, 12, 12, 0),
+        Some(128),
+        Mha,
+        HybridSwa,
+        &[AttentionSinks, NoNextnLayers],
+    ),
     // 11: Llama-4, every 4th layer full, chunked local attention elsewhere.
-    row("llama-4-scout-17b-16e", "Llama4ForConditionalGeneration", (48, 12, 36, 0), Some(8192), Mha, HybridSwa, &[]),
+    row(
+        "llama-4-scout-17b-16e",
+        "Llama4ForConditionalGeneration",
+        (48, 12, 36, 0),
+        Some(8192),
+        Mha,
+        HybridSwa,
+        &[NoNextnLayers],
+    ),
     // 12–13: Qwen2/2.5/3 (use_sliding_window decides).
-    row("qwen2.5-7b-instruct", "Qwen2ForCausalLM", (28, 28, 0, 0), None, Mha, Full, &[]),
-    row("qwen2-sliding-enabled", "Qwen2ForCausalLM", (28, 20, 8, 0), Some(4096), Mha, Full, &[]),
-    row("qwen3-8b", "Qwen3ForCausalLM", (36, 36, 0, 0), None, Mha, Full, &[]),
+    row("qwen2.5-7b-instruct", "Qwen2ForCausalLM", (28, 28, 0, 0), None, Mha, Full, &[NoNextnLayers]),
+    row("qwen2-sliding-enabled", "Qwen2ForCausalLM", (28, 20, 8, 0), Some(4096), Mha, Full, &[NoNextnLayers]),
+    row("qwen3-8b", "Qwen3ForCausalLM", (36, 36, 0, 0), None, Mha, Full, &[NoNextnLayers]),
     // 14–21: SSM / linear hybrids.
     row("qwen3-next-80b-a3b", "Qwen3NextForCausalLM", (48, 12, 0, 36), None, Mha, HybridSsm, &[]),
     row("qwen3.5-27b", "Qwen3_5ForConditionalGeneration", (64, 16, 0, 48), None, Mha, HybridSsm, &[]),
     // No SGLang release serves Jamba, and none counts its Mamba layers as SSM state (parity,
     // 0.5.17–0.5.23): an ordinary pool, with warnings saying both.
-    warning(row("jamba-v0.1", "JambaForCausalLM", (32, 4, 0, 28), None, Mha, Full, &[])),
+    warning(row("jamba-v0.1", "JambaForCausalLM", (32, 4, 0, 28), None, Mha, Full, &[NoNextnLayers])),
     row("nemotron-nano-9b-v2", "NemotronHForCausalLM", (56, 4, 0, 27), None, Mha, HybridSsm, &[]),
     row("nemotron-nano-vl-v2", "NemotronH_Nano_VL_V2", (8, 1, 0, 4), None, Mha, HybridSsm, &[]),
-    row("falcon-h1-7b", "FalconH1ForCausalLM", (44, 0, 0, 44), None, Mha, HybridSsm, &[ParallelHybrid]),
-    row("granite-4.0-h-small", "GraniteMoeHybridForCausalLM", (40, 4, 0, 36), None, Mha, HybridSsm, &[]),
-    row("granite-4.0-micro", "GraniteMoeHybridForCausalLM", (40, 40, 0, 0), None, Mha, Full, &[]),
+    row("falcon-h1-7b", "FalconH1ForCausalLM", (44, 0, 0, 44), None, Mha, HybridSsm, &[ParallelHybrid, NoNextnLayers]),
+    row("granite-4.0-h-small", "GraniteMoeHybridForCausalLM", (40, 4, 0, 36), None, Mha, HybridSsm, &[NoNextnLayers]),
+    row("granite-4.0-micro", "GraniteMoeHybridForCausalLM", (40, 40, 0, 0), None, Mha, Full, &[NoNextnLayers]),
     // No SGLang release serves MiniMax-Text-01 either.
-    warning(row("minimax-text-01", "MiniMaxText01ForCausalLM", (80, 10, 0, 70), None, Mha, HybridSsm, &[])),
-    row("minimax-m2", "MiniMaxM2ForCausalLM", (62, 62, 0, 0), None, Mha, Full, &[]),
+    warning(row(
+        "minimax-text-01",
+        "MiniMaxText01ForCausalLM",
+        (80, 10, 0, 70),
+        None,
+        Mha,
+        HybridSsm,
+        &[NoNextnLayers],
+    )),
+    row("minimax-m2", "MiniMaxM2ForCausalLM", (62, 62, 0, 0), None, Mha, Full, &[NoNextnLayers]),
     // MiniMax-M3 sparse attention: a full pool plus the sparse index state its transfers move.
     warning(row(
         "minimax-m3-sparse",
@@ -103,11 +137,11 @@ const TABLE: &[Expected] = &[
         None,
         Mha,
         Full,
-        &[LayoutFeature::MinimaxSparse],
+        &[MinimaxSparse, NoNextnLayers],
     )),
     // 23–26: MLA / DSA / DeepSeek-V4 / Kimi-Linear.
     row("deepseek-v3", "DeepseekV3ForCausalLM", (61, 61, 0, 0), None, Mla, MlaPool, &[]),
-    row("deepseek-v2-lite", "DeepseekV2ForCausalLM", (27, 27, 0, 0), None, Mla, MlaPool, &[]),
+    row("deepseek-v2-lite", "DeepseekV2ForCausalLM", (27, 27, 0, 0), None, Mla, MlaPool, &[NoNextnLayers]),
     row("deepseek-v3.2-exp", "DeepseekV32ForCausalLM", (61, 61, 0, 0), None, Mla, MlaPool, &[Dsa]),
     row("deepseek-v4", "DeepseekV4ForCausalLM", (8, 6, 2, 0), Some(128), Mha, HybridSwa, &[DeepseekV4]),
     // DeepSeek-V4.1 with a bundled DSpark head: compression-ratio-2 layers.
@@ -143,24 +177,48 @@ const TABLE: &[Expected] = &[
         &[AttentionSinks, SwaCompress],
     ),
     row("custom-pure-swa", "MiMoV2FlashForCausalLM", (8, 0, 8, 0), Some(128), Mha, PureSwa, &[SwaCompress]),
-    row("mimo-v2-mtp", "MiMoV2MTP", (1, 0, 1, 0), Some(128), Mha, PureSwa, &[SwaCompress]),
+    row("mimo-v2-mtp", "MiMoV2MTP", (1, 0, 1, 0), Some(128), Mha, PureSwa, &[SwaCompress, NoNextnLayers]),
     // 28–30: sliding-window models SGLang gives a full pool.
-    row("command-r7b-12-2024", "Cohere2ForCausalLM", (32, 8, 24, 0), Some(4096), Mha, Full, &[]),
-    row("command-a-03-2025", "Cohere2ForCausalLM", (64, 16, 48, 0), Some(4096), Mha, Full, &[]),
-    row("phi-3-mini-4k-instruct", "Phi3ForCausalLM", (32, 0, 32, 0), Some(2047), Mha, Full, &[]),
+    row("command-r7b-12-2024", "Cohere2ForCausalLM", (32, 8, 24, 0), Some(4096), Mha, Full, &[NoNextnLayers]),
+    row("command-a-03-2025", "Cohere2ForCausalLM", (64, 16, 48, 0), Some(4096), Mha, Full, &[NoNextnLayers]),
+    row("phi-3-mini-4k-instruct", "Phi3ForCausalLM", (32, 0, 32, 0), Some(2047), Mha, Full, &[NoNextnLayers]),
     // 31–35.
-    row("mamba2-2.7b", "Mamba2ForCausalLM", (64, 0, 0, 64), None, Mha, HybridSsm, &[]),
-    row("step3", "Step3VLForConditionalGeneration", (61, 61, 0, 0), None, Mha, Full, &[]),
+    row("mamba2-2.7b", "Mamba2ForCausalLM", (64, 0, 0, 64), None, Mha, HybridSsm, &[NoNextnLayers]),
+    row("step3", "Step3VLForConditionalGeneration", (61, 61, 0, 0), None, Mha, Full, &[NoNextnLayers]),
     row("step-3.5-flash", "Step3p5ForCausalLM", (45, 12, 33, 0), Some(512), Mha, HybridSwa, &[]),
     row("glm-4.5", "Glm4MoeForCausalLM", (92, 92, 0, 0), None, Mha, Full, &[]),
-    row("glm-4.7-flash", "Glm4MoeLiteForCausalLM", (47, 47, 0, 0), None, Mla, MlaPool, &[]),
-    row("glm-5", "GlmMoeDsaForCausalLM", (78, 78, 0, 0), None, Mla, MlaPool, &[Dsa]),
-    row("laguna", "LagunaForCausalLM", (24, 8, 16, 0), Some(4096), Mha, HybridSwa, &[]),
+    row("glm-4.7-flash", "Glm4MoeLiteForCausalLM", (47, 47, 0, 0), None, Mla, MlaPool, &[NoNextnLayers]),
+    row("glm-5", "GlmMoeDsaForCausalLM", (78, 78, 0, 0), None, Mla, MlaPool, &[Dsa, NoNextnLayers]),
+    row("laguna", "LagunaForCausalLM", (24, 8, 16, 0), Some(4096), Mha, HybridSwa, &[NoNextnLayers]),
     // Opt-in hybrids and unknown architectures: the generic probe, with a warning.
-    warning(row("custom-opt-in-hybrid-swa", "AcmeHybridForCausalLM", (6, 2, 4, 0), Some(256), Mha, HybridSwa, &[])),
-    warning(row("unknown-gemma-like", "AcmeLocalGlobalForCausalLM", (12, 3, 9, 0), Some(1024), Mha, Full, &[])),
-    warning(row("unknown-mla", "AcmeLatentForCausalLM", (10, 10, 0, 0), None, Mla, MlaPool, &[])),
-    warning(row("unknown-mamba-hybrid", "AcmeMambaHybridForCausalLM", (8, 2, 0, 5), None, Mha, HybridSsm, &[])),
+    warning(row(
+        "custom-opt-in-hybrid-swa",
+        "AcmeHybridForCausalLM",
+        (6, 2, 4, 0),
+        Some(256),
+        Mha,
+        HybridSwa,
+        &[NoNextnLayers],
+    )),
+    warning(row(
+        "unknown-gemma-like",
+        "AcmeLocalGlobalForCausalLM",
+        (12, 3, 9, 0),
+        Some(1024),
+        Mha,
+        Full,
+        &[NoNextnLayers],
+    )),
+    warning(row("unknown-mla", "AcmeLatentForCausalLM", (10, 10, 0, 0), None, Mla, MlaPool, &[NoNextnLayers])),
+    warning(row(
+        "unknown-mamba-hybrid",
+        "AcmeMambaHybridForCausalLM",
+        (8, 2, 0, 5),
+        None,
+        Mha,
+        HybridSsm,
+        &[NoNextnLayers],
+    )),
 ];
 
 #[test]

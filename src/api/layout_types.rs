@@ -142,6 +142,11 @@ pub enum LayoutFeature {
     /// MiniMax-M3 sparse attention (SGLang's `is_minimax_sparse`): a MiniMax sparse KV pool whose
     /// index (and, from 0.5.21, dense KV) state moves with every PD transfer.
     MinimaxSparse,
+    /// An EAGLE draft SGLang builds from this config has no NextN layers
+    /// (`num_nextn_predict_layers` after the release's draft-config rewrites), so its KV backs up
+    /// through a sidecar pool rather than with the target's (rules N6 and X4). Absent where the
+    /// config has NextN layers or its config class may supply them.
+    NoNextnLayers,
 }
 
 /// Sizes the runtime's pools are computed from.

@@ -307,3 +307,81 @@ static SERVED: LazyLock<HashMap<&'static str, Span>> = LazyLock::new(|| {
 pub(crate) fn served(arch: &str, release: Release) -> bool {
     SERVED.get(arch).is_some_and(|span| span.contains(release))
 }
+
+/// Architectures whose draft config `ModelConfig._config_draft_model` gives one NextN layer on
+/// the language model's own config (`hf_text_config`, or `hf_config` after making it the text
+/// config), which an EAGLE draft worker then reads.
+pub(crate) const NEXTN_DRAFT_ON_TEXT_CONFIG: &[Listed] = &[
+    from(18, "Qwen3_5ForConditionalGeneration"),
+    from(18, "Qwen3_5MoeForConditionalGeneration"),
+    from(18, "Qwen3_5ForCausalLM"),
+    from(18, "Qwen3_5MoeForCausalLM"),
+    from(18, "InternS2PreviewForConditionalGeneration"),
+    from(18, "InternS2MobiusForConditionalGeneration"),
+    from(20, "Glm5NextForConditionalGeneration"),
+    from(20, "Qwen4ExpForConditionalGeneration"),
+    from(20, "NemotronH_Omni_Reasoning_V3"),
+];
+
+/// Architectures whose draft config gets one NextN layer on the top-level config
+/// (`hf_config`), which is the language model's config only when nothing is nested under
+/// `text_config` (0.5.17 sets Qwen3.5's there alone).
+pub(crate) const NEXTN_DRAFT_ON_TOP_CONFIG: &[Listed] = &[
+    base("DeepseekV4ForCausalLM"),
+    from(18, "MiMoV2ForCausalLM"),
+    from(18, "MiMoV2FlashForCausalLM"),
+    base("Qwen3NextForCausalLM"),
+    base("Qwen3MoeForCausalLM"),
+    base("Qwen3_5ForConditionalGeneration"),
+    base("Qwen3_5MoeForConditionalGeneration"),
+    base("Qwen3_5ForCausalLM"),
+    base("Qwen3_5MoeForCausalLM"),
+    base("InternS2PreviewForConditionalGeneration"),
+    base("ExaoneMoEForCausalLM"),
+    from(22, "ExaoneMoeForCausalLM"),
+    base("NemotronHForCausalLM"),
+    base("NemotronHPuzzleForCausalLM"),
+    base("HYV3ForCausalLM"),
+    from(20, "HYV4ForCausalLM"),
+];
+
+/// Model types whose config class supplies `num_nextn_predict_layers` when config.json leaves it
+/// out, or reads it under another name (`num_mtp_layers`), and the first release whose pinned
+/// Transformers (or SGLang itself) has such a class: without the key, kvpilot cannot tell how
+/// many NextN layers the release loads. A `*` entry is a prefix (the family's text, vision and
+/// MTP configs). Transformers 5.19.0 (pinned from 0.5.22) gave DeepSeek-V3's class, which
+/// SGLang's `deepseek_v32` and `kimi_k2` configs extend, GLM-4-MoE's and Step-3.7's a default.
+pub(crate) const NEXTN_DEFAULTING_MODEL_TYPES: &[(&str, Release)] = &[
+    ("bailing_hybrid", v0_5(17)),
+    ("bailing_moe_v3_vl", v0_5(17)),
+    ("deepseek_v3", v0_5(22)),
+    ("deepseek_v32", v0_5(22)),
+    ("deepseek_v4*", v0_5(17)),
+    ("dots3_note", v0_5(17)),
+    ("gigachat3_5", v0_5(17)),
+    ("glm4_moe", v0_5(22)),
+    ("glm5_next*", v0_5(17)),
+    ("hy_v4", v0_5(17)),
+    ("inkling*", v0_5(17)),
+    ("iquest_q1*", v0_5(17)),
+    ("kimi_k2", v0_5(22)),
+    ("kimi_linear", v0_5(17)),
+    ("longcat_flash", v0_5(17)),
+    ("minimax_m3_vl", v0_5(17)),
+    ("nemotron_h*", v0_5(17)),
+    ("qwen3_5_moe_text", v0_5(17)),
+    ("step3p5", v0_5(17)),
+    ("step3p7", v0_5(22)),
+];
+
+/// Whether config classes of `model_type` may supply NextN layers config.json does not name in
+/// `release`.
+pub(crate) fn nextn_defaulting_model_type(model_type: &str, release: Release) -> bool {
+    NEXTN_DEFAULTING_MODEL_TYPES.iter().any(|(entry, since)| {
+        *since <= release
+            && match entry.strip_suffix('*') {
+                Some(prefix) => model_type.starts_with(prefix),
+                None => model_type == *entry,
+            }
+    })
+}

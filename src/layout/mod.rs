@@ -196,7 +196,12 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
         KvPool::Full
     };
 
-    let features = features(arch, text, release)?;
+    let mut features = features(arch, text, release)?;
+    let model_types = [root.string("model_type")?, text.string("model_type")?];
+    if eagle_draft_has_no_nextn_layers(arch, text, !text_prefix.is_empty(), model_types, release)? {
+        features.push(LayoutFeature::NoNextnLayers);
+        features.sort();
+    }
     let compress_ratios = if arch::DEEPSEEK_V4.contains(&arch) { compress_ratios(text)? } else { Vec::new() };
     let kv_shape = shape::kv_shape(
         text,
@@ -220,6 +225,29 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
         compress_ratios,
         warnings,
     })
+}
+
+/// Whether the draft an EAGLE worker builds from this config has no NextN layers
+/// (`ModelConfig.num_nextn_predict_layers` after the release's `_config_draft_model`), so its KV
+/// backs up through a sidecar pool rather than packing into the target's (N6, X4). False where
+/// that cannot be told from config.json: a config class that supplies the count when the key is
+/// absent.
+fn eagle_draft_has_no_nextn_layers(
+    arch: &str,
+    text: ConfigView<'_>,
+    nested: bool,
+    model_types: [Option<&str>; 2],
+    release: Release,
+) -> Result<bool, LayoutError> {
+    if listed(arch::NEXTN_DRAFT_ON_TEXT_CONFIG, arch, release)
+        || (!nested && listed(arch::NEXTN_DRAFT_ON_TOP_CONFIG, arch, release))
+    {
+        return Ok(false);
+    }
+    if let Some(layers) = text.uint("num_nextn_predict_layers")? {
+        return Ok(layers == 0);
+    }
+    Ok(!model_types.into_iter().flatten().any(|model_type| arch::nextn_defaulting_model_type(model_type, release)))
 }
 
 /// The distinct non-zero `compress_ratios`, ascending.

@@ -402,3 +402,33 @@ fn the_served_architectures_file_parses_line_by_line() {
         assert!(arch::served(arch, first), "{line}");
     }
 }
+
+/// The NextN layers an EAGLE draft of the config gets: the release's draft-config rewrites (on
+/// the nested text config from 0.5.18 for Qwen3.5), the key itself, or a config class default
+/// kvpilot leaves to SGLang (Transformers 5.19's DeepSeek-V3 class, pinned from 0.5.22).
+#[test]
+fn an_eagle_draft_has_no_nextn_layers_only_where_the_config_decides_it() {
+    let lacks = |config: &Value, patch: u16| {
+        let options = ResolveOptions { release: v0_5(patch), ..ResolveOptions::default() };
+        resolve(config, options).unwrap().has(LayoutFeature::NoNextnLayers)
+    };
+    let llama = json!({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2});
+    assert!(lacks(&llama, 23));
+    let mut with_zero = llama.clone();
+    with_zero["num_nextn_predict_layers"] = json!(0);
+    assert!(lacks(&with_zero, 23));
+    with_zero["num_nextn_predict_layers"] = json!(2);
+    assert!(!lacks(&with_zero, 23));
+    let qwen35 = json!({"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+                        "text_config": {"model_type": "qwen3_5_text", "num_hidden_layers": 4,
+                                        "layer_types": ["linear_attention", "linear_attention", "linear_attention",
+                                                        "full_attention"]}});
+    assert!(lacks(&qwen35, 17), "0.5.17 sets the count on the top-level config only");
+    assert!(!lacks(&qwen35, 18));
+    let qwen3_next = json!({"architectures": ["Qwen3NextForCausalLM"], "num_hidden_layers": 2});
+    assert!(!lacks(&qwen3_next, 17));
+    let v32 = json!({"architectures": ["DeepseekV32ForCausalLM"], "model_type": "deepseek_v32",
+                     "num_hidden_layers": 2, "kv_lora_rank": 512});
+    assert!(lacks(&v32, 21));
+    assert!(!lacks(&v32, 22), "Transformers 5.19 supplies a default");
+}

@@ -1346,6 +1346,43 @@ fn n6_refuses_a_sidecar_draft_where_the_tree_is_not_unified() {
     assert!(prefill_n6(&hicache_flexkv));
 }
 
+/// An EAGLE draft model without NextN layers backs up through a sidecar pool as EAGLE3's does;
+/// one with NextN layers packs, and without a draft model SGLang drafts with the model's own.
+#[test]
+fn n6_and_x4_take_an_eagle_draft_without_nextn_layers_as_a_sidecar() {
+    let eagle = with(|s| {
+        s.retraction_backup = Some(RetractionBackup::CpuTensor);
+        s.hierarchical_cache = true;
+        s.speculative_algorithm = Some("EAGLE".into());
+    });
+    let rules = |settings: &DisaggregationSpec, draft: Option<&AttentionLayout>, patch: u16| {
+        let input = PolicyInput {
+            disaggregation: settings,
+            decode: &FleetSpec::default(),
+            layout: &full(),
+            draft,
+            prefill_fleet: None,
+            release: v0_5(patch),
+        };
+        evaluate(input).violations.into_iter().map(|v| v.rule).filter(|r| *r == "N6" || *r == "X4").collect::<Vec<_>>()
+    };
+    // A Llama draft resolves with no NextN layers; the same config with one NextN layer packs.
+    let head = full();
+    assert!(head.has(LayoutFeature::NoNextnLayers));
+    let mtp = layout_at(json!({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4,
+                               "num_key_value_heads": 8, "head_dim": 128, "num_nextn_predict_layers": 1}));
+    assert_eq!(rules(&eagle, Some(&head), 21), ["N6"]);
+    assert!(rules(&eagle, Some(&head), 18).is_empty(), "no draft plan before 0.5.19");
+    assert!(rules(&eagle, Some(&mtp), 21).is_empty(), "a draft with NextN layers packs");
+    assert!(rules(&eagle, None, 21).is_empty(), "the model's own NextN layers pack");
+    let nextn = with(|s| {
+        s.unified_cache_external_linker = true;
+        s.speculative_algorithm = Some("nextn".into());
+    });
+    assert_eq!(rules(&nextn, Some(&head), 22), ["X4"]);
+    assert!(rules(&nextn, Some(&mtp), 22).is_empty());
+}
+
 #[test]
 fn r8_follows_the_tree_host_pool_retraction_meets() {
     let r8 = "--disaggregation-decode-retraction-backup=host_pool requires UnifiedRadixCache with HiCache attached.";

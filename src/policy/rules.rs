@@ -473,11 +473,10 @@ fn resolved_host_pool(c: &Context<'_>) -> bool {
 /// found on a tree that is not a UnifiedRadixCache. SGLang plans the draft's host backup when the
 /// server has HiCache, the external cache linker (0.5.20 on) or host-pool retraction (a
 /// service's prefill servers have these only through their `extraArgs`); EAGLE3,
-/// STANDALONE and DFLASH drafts always take the sidecar plan (`_build_hicache_draft_plan`: only
-/// NextN EAGLE and DeepSeek-V4 DSpark drafts pack into the target's pools, and fused drafts need
-/// unified memory). EAGLE and DSPARK pack or not by the draft's NextN layers and architecture
-/// after the release's draft-config rewrites, which kvpilot does not model: they are left to
-/// SGLang.
+/// STANDALONE and DFLASH drafts always take the sidecar plan, and EAGLE drafts without NextN
+/// layers do ([`sidecar_draft`]; fused drafts need unified memory). DSPARK drafts pack or not by
+/// the draft's architecture after the release's draft-config rewrites, which kvpilot does not
+/// model: they are left to SGLang.
 fn sidecar_draft_on_other_tree(c: &Context<'_>) -> Option<TreeCache> {
     if !sidecar_draft(c) || c.settings.enable_unified_memory {
         return None;
@@ -495,7 +494,7 @@ fn sidecar_draft_on_other_tree(c: &Context<'_>) -> Option<TreeCache> {
 }
 
 /// X4: a server in scope with the external cache linker whose draft backs its KV up outside the
-/// target's pools (EAGLE3, STANDALONE and DFLASH always do, see [`sidecar_draft_on_other_tree`]).
+/// target's pools ([`sidecar_draft`]).
 /// The linker alone makes SGLang plan the draft's backup, so HiCache and the tree do not matter.
 fn linker_with_sidecar_draft(c: &Context<'_>) -> bool {
     let prefill = c
@@ -505,10 +504,17 @@ fn linker_with_sidecar_draft(c: &Context<'_>) -> bool {
     sidecar_draft(c) && (CacheOptions::of_settings(c).linker || prefill)
 }
 
-/// Whether the speculative algorithm's draft always backs its KV up through a sidecar pool
-/// (`_build_hicache_draft_plan` packs only NextN EAGLE and DeepSeek-V4 DSpark drafts).
+/// Whether the speculative draft backs its KV up through a sidecar pool
+/// (`_build_hicache_draft_plan` packs only NextN EAGLE and DeepSeek-V4 DSpark drafts): always for
+/// EAGLE3, STANDALONE and DFLASH, and for an EAGLE draft model whose config gives it no NextN
+/// layers. Without a draft model, SGLang drafts EAGLE with the model's own NextN layers, which
+/// pack (a model without them gets no draft, which SGLang refuses elsewhere).
 fn sidecar_draft(c: &Context<'_>) -> bool {
-    matches!(speculative_algorithm(c).as_deref(), Some("EAGLE3" | "STANDALONE" | "DFLASH"))
+    match speculative_algorithm(c).as_deref() {
+        Some("EAGLE3" | "STANDALONE" | "DFLASH") => true,
+        Some("EAGLE" | "NEXTN") => c.draft.is_some_and(|draft| draft.has(LayoutFeature::NoNextnLayers)),
+        _ => false,
+    }
 }
 
 /// Whether `option` is among a server's arguments (named in full, before `--`).

@@ -5,7 +5,7 @@ Usage: classify.py SGLANG_SRC CONFIG.json...   (SGLANG_SRC holds sglang/srt of o
 Prints one JSON object per config on stdout:
   {"file", "architecture", "loaded": true, "isHybridSwa", "fullLayers", "swaLayers",
    "usesSsmState", "isMla", "isDsa", "isSwaCompress", "hasRatio2Layers", "disableHybridSwaMemory",
-   "notes"}
+   "draftNextnLayers", "notes"}
 or {"file", "loaded": false, "error"} when the release's own config loader refuses the file
 (the release could not start on that checkpoint either).
 
@@ -19,6 +19,9 @@ What runs is the release's code, unchanged:
   - configs/model_config.py, statement by statement (its top level needs torch): the module
     functions (is_hybrid_swa_model, get_hybrid_layer_ids, is_deepseek_dsa) and the ModelConfig
     methods _derive_model_shapes (MLA) and _derive_hybrid_model (SWA split, SWA-compress);
+  - the draft an EAGLE worker builds from the file: ModelConfig._config_draft_model, then
+    _derive_model_shapes, whose num_nextn_predict_layers `_can_pack_hicache_mtp` reads
+    ("draftNextnLayers"; null where the release cannot build that draft config);
   - mem_cache/kv_cache_builder.py: uses_ssm_state (0.5.19+), or for older releases the inline
     `is_hybrid_ssm` statements of build_kv_cache, run with a stand-in worker holding the config.
 """
@@ -140,7 +143,21 @@ class Release:
 
     def classify(self, path):
         """The release's verdict on one config (see the module doc)."""
-        return self.model_config(path)[0]
+        verdict = self.model_config(path)[0]
+        if verdict["loaded"]:
+            verdict["draftNextnLayers"] = self.draft_nextn_layers(path)
+        return verdict
+
+    def draft_nextn_layers(self, path):
+        """num_nextn_predict_layers of the EAGLE draft ModelConfig built from `path`, or
+        {"error": ...} where the release cannot build it."""
+        try:
+            draft_verdict, mc = self.model_config(path, draft=True)
+        except Exception as e:  # e.g. a draft rewrite importing code this harness cannot load
+            return {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+        if mc is None:
+            return {"error": draft_verdict.get("error")}
+        return mc.num_nextn_predict_layers
 
     def model_config(self, path, draft=False):
         """(verdict, the release's ModelConfig with shapes and hybrid split derived, or None).

@@ -100,6 +100,7 @@ def kvpilot_facts(layout):
         "isDsa": "dsa" in features,
         "isSwaCompress": "swa-compress" in features,
         "hasRatio2Layers": "deepseek-v4.1" in features,
+        "noNextnLayers": "no-nextn-layers" in features,
         "fullLayers": layout["layers"]["fullAttention"],
         "swaLayers": layout["layers"]["slidingWindow"],
     }
@@ -144,7 +145,19 @@ def disagreements(sglang, layout, served):
              "servedBySglang"]
     if sglang["isHybridSwa"] and sglang["fullLayers"] is not None:
         facts += ["fullLayers", "swaLayers"]
-    return [(f, theirs[f], ours[f]) for f in facts if theirs[f] != ours[f]]
+    differences = [(f, theirs[f], ours[f]) for f in facts if theirs[f] != ours[f]]
+    # kvpilot names the feature only where config.json decides it (N6 and X4 then fire for an
+    # EAGLE draft), so it must never name it for a draft SGLang gives NextN layers.
+    if ours["noNextnLayers"] and eagle_draft_lacks_nextn(sglang) is False:
+        differences.append(("noNextnLayers", False, True))
+    return differences
+
+
+def eagle_draft_lacks_nextn(sglang):
+    """Whether the EAGLE draft the release builds from the config has no NextN layers; None
+    where the release could not build it."""
+    layers = sglang.get("draftNextnLayers")
+    return None if isinstance(layers, dict) else not layers
 
 
 def retraction_scenarios():
@@ -719,14 +732,18 @@ TREE_CACHE_RULES = ("H1", "H2", "H5", "H6", "H7", "N5", "N6", "R8", "X4")
 # flags that need the unified tree.
 TREE_CACHE_FLAGS = ((), ("session",), ("tlru",), ("streaming",), ("flexkv",), ("flexkv", "tlru", "streaming"))
 # The speculative algorithms whose draft backs its KV up through a sidecar pool (N6), each with
-# no flags and with FlexKV. EAGLE and DSPARK pack or not by the draft's NextN layers, which kvpilot
-# does not decide (docs/rules.md).
-TREE_CACHE_SPECULATIVE = (("EAGLE3", "STANDALONE", "DFLASH"), ((), ("flexkv",)))
+# no flags and with FlexKV: EAGLE3, STANDALONE and DFLASH always, and EAGLE where its draft (here
+# the model itself, named as the draft model) has no NextN layers. DSPARK packs or not by the
+# draft's architecture, which kvpilot does not decide (docs/rules.md).
+TREE_CACHE_SPECULATIVE = (("EAGLE", "EAGLE3", "STANDALONE", "DFLASH"), ((), ("flexkv",)))
+# The algorithm whose servers name the model itself as the draft model, as an EAGLE server of a
+# model without NextN layers must (SGLang drafts EAGLE with the model only for NextN models).
+SELF_DRAFTED = "EAGLE"
 # --hicache-size (GB) on a DeepSeek-V4 model, whose host-pool stack refuses it (H7), with and
 # without FlexKV's tree, and on models whose stacks take it.
 # The external cache linker (0.5.20 on), which plans the draft's backup by itself and refuses a
 # sidecar draft (X4), with each sidecar algorithm and without one.
-TREE_CACHE_LINKER = (("llama-3.1-8b-instruct", "deepseek-v3"), ("EAGLE3", "STANDALONE", "DFLASH", None))
+TREE_CACHE_LINKER = (("llama-3.1-8b-instruct", "deepseek-v3"), ("EAGLE", "EAGLE3", "STANDALONE", "DFLASH", None))
 LINKER_SINCE = "0.5.20"
 TREE_CACHE_HOST_POOL_SIZES = ((("deepseek-v4",), ((), ("flexkv",)), (0, 8)),
                               (("llama-3.1-8b-instruct", "gpt-oss-20b", "deepseek-v3.2-exp"), ((),), (8,)))
@@ -784,6 +801,8 @@ def tree_cache_argv(scenario):
         argv.append("--enable-flexkv")
     if scenario["speculative"]:
         argv += ["--speculative-algorithm", scenario["speculative"]]
+    if scenario["speculative"] == SELF_DRAFTED:
+        argv += ["--speculative-draft-model-path", "/models/m"]
     if scenario["hicacheSize"]:
         argv += ["--hicache-size", str(scenario["hicacheSize"])]
     if scenario["linker"]:
@@ -802,10 +821,12 @@ def tree_cache_pods(version, scenarios):
                                      "metadata": {"name": name, "namespace": "parity"},
                                      "data": {"config.json": f.read()}}
         env = [{"name": k, "value": v} for k, v in scenario["env"].items()]
+        annotations = {"kvpilot.dev/model-config": f"configmap/{name}"}
+        if scenario["speculative"] == SELF_DRAFTED:
+            annotations["kvpilot.dev/draft-model-config"] = f"configmap/{name}"
         documents.append({
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": scenario["id"], "namespace": "parity",
-                         "annotations": {"kvpilot.dev/model-config": f"configmap/{name}"}},
+            "metadata": {"name": scenario["id"], "namespace": "parity", "annotations": annotations},
             "spec": {"containers": [{"name": "sglang", "image": f"lmsysorg/sglang:v{version}",
                                      "command": ["python3", "-m", "sglang.launch_server"],
                                      "args": tree_cache_argv(scenario), "env": env}]}})
@@ -1337,6 +1358,7 @@ def main():
         if "classification" in parts:
             verdicts = sglang_classification(os.path.join(args.src, version), args.venvs, configs)
             loaded = refused = refused_by_both = harness_errors = agreements = disagreeing = 0
+            nextn_decided, nextn_left = {False: 0, True: 0}, 0
             for config in configs:
                 name = os.path.basename(config)
                 verdict = verdicts.get(name, {"harnessError": "no output from classify.py"})
@@ -1370,13 +1392,19 @@ def main():
                     print(f"  {version} {name}: {diff}")
                 else:
                     agreements += 1
+                    lacks = eagle_draft_lacks_nextn(verdict)
+                    if lacks is not None:
+                        nextn_decided[lacks] += 1
+                        nextn_left += lacks and not kvpilot_facts(layout)["noNextnLayers"]
             summary += (f"; configs {len(configs)}: classified by SGLang {loaded}, "
                         f"refused by SGLang's loader {refused}")
             if compare:
                 summary += f" (refused by kvpilot too {refused_by_both})"
             summary += f", harness errors {harness_errors}"
             if compare:
-                summary += f"; compared {loaded}, agreements {agreements}"
+                summary += (f"; compared {loaded}, agreements {agreements} (EAGLE drafts with NextN "
+                            f"layers {nextn_decided[False]}, without {nextn_decided[True]}, of which "
+                            f"kvpilot leaves {nextn_left} to SGLang)")
             failed += harness_errors + disagreeing
             passed += agreements if compare else loaded
         if "retraction" in parts:

@@ -63,7 +63,8 @@ Stood in, and why:
   - a factory function the factory imports (`_flexkv_factory`): returns the stand-in of the
     cache class that function imports (read from its module's syntax tree);
   - the draft runner's device pool (an object of no pool class, so no draft is a fused one:
-    unified memory is off), `fused_draft_host_allocator` answering None for it, and the
+    unified memory is off), the target's and the draft runner's request pools without Mamba
+    state pools (the packed plan's asserts on separate draft state are not compared), `fused_draft_host_allocator` answering None for it, and the
     sidecar assembly after the UnifiedRadixCache check (`build_hicache_draft_sidecars`: no
     sidecars); 0.5.18's legacy registration on another tree (`_register_legacy_hicache_draft`,
     which builds a host pool from GPU pools and refuses nothing) is a no-op. 0.5.17 registers
@@ -408,7 +409,8 @@ class DraftPlanner:
         # target_worker and draft_worker are abstract properties the concrete workers implement.
         worker = type("Worker", (self.worker_class,), {"target_worker": None, "draft_worker": None})()
         worker.target_worker = types.SimpleNamespace(model_runner=types.SimpleNamespace(
-            spec_algorithm=self.algorithms.from_string(scenario["speculative"])))
+            spec_algorithm=self.algorithms.from_string(scenario["speculative"]),
+            req_to_token_pool=types.SimpleNamespace(mamba_pool=None)))
         worker.draft_worker = types.SimpleNamespace(draft_runners=[runner], model_runner=runner)
         self.namespace.update(get_memory=lambda: arguments, get_disagg=lambda: arguments)
         return sglang_env.quietly(worker._build_hicache_draft_plan)
