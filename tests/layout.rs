@@ -51,7 +51,7 @@ const fn warning(mut e: Expected) -> Expected {
 use AttentionKind::{Mha, Mla};
 use KvPool::{Full, HybridSsm, HybridSwa, Mla as MlaPool, PureSwa};
 use LayoutFeature::{
-    AttentionSinks, DeepseekV4, DeepseekV41, Dsa, MinimaxSparse, NoNextnLayers, ParallelHybrid, SwaCompress,
+    AttentionSinks, DeepseekV4, DeepseekV41, Dsa, DsparkHead, MinimaxSparse, NoNextnLayers, ParallelHybrid, SwaCompress,
 };
 
 const TABLE: &[Expected] = &[
@@ -152,7 +152,7 @@ const TABLE: &[Expected] = &[
         Some(128),
         Mha,
         HybridSwa,
-        &[DeepseekV4, DeepseekV41],
+        &[DeepseekV4, DeepseekV41, DsparkHead],
     ),
     // Draft checkpoints of its NextN layer (compress ratio 0: sliding window only).
     row("deepseek-v4-nextn", "DeepseekV4ForCausalLMNextN", (1, 0, 1, 0), Some(128), Mha, PureSwa, &[DeepseekV4]),

@@ -147,6 +147,11 @@ pub enum LayoutFeature {
     /// through a sidecar pool rather than with the target's (rules N6 and X4). Absent where the
     /// config has NextN layers or its config class may supply them.
     NoNextnLayers,
+    /// A DSPARK draft SGLang builds from this config is DeepSeek-V4's DSpark head
+    /// (`DeepseekV4ForCausalLMDSpark`: the config is one, or a DeepSeek-V4 checkpoint bundling
+    /// one under `dspark_*` keys), whose KV packs with the target's; any other DSPARK draft backs
+    /// up through a sidecar pool (rules N6 and X4).
+    DsparkHead,
 }
 
 /// Sizes the runtime's pools are computed from.

@@ -200,8 +200,11 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
     let model_types = [root.string("model_type")?, text.string("model_type")?];
     if eagle_draft_has_no_nextn_layers(arch, text, !text_prefix.is_empty(), model_types, release)? {
         features.push(LayoutFeature::NoNextnLayers);
-        features.sort();
     }
+    if dspark_draft_is_the_dspark_head(arch, root) {
+        features.push(LayoutFeature::DsparkHead);
+    }
+    features.sort();
     let compress_ratios = if arch::DEEPSEEK_V4.contains(&arch) { compress_ratios(text)? } else { Vec::new() };
     let kv_shape = shape::kv_shape(
         text,
@@ -248,6 +251,17 @@ fn eagle_draft_has_no_nextn_layers(
         return Ok(layers == 0);
     }
     Ok(!model_types.into_iter().flatten().any(|model_type| arch::nextn_defaulting_model_type(model_type, release)))
+}
+
+/// Whether the draft a DSPARK worker builds from this config is DeepSeek-V4's DSpark head: the
+/// config names it, or `_config_draft_model` makes a DeepSeek-V4 checkpoint one because it
+/// bundles a DSpark head (`checkpoint_bundles_dspark_draft`: a `dspark_*` key on the top-level
+/// config), in every release.
+fn dspark_draft_is_the_dspark_head(arch: &str, root: ConfigView<'_>) -> bool {
+    const BUNDLE_KEYS: &[&str] =
+        &["dspark_block_size", "dspark_markov_rank", "dspark_noise_token_id", "dspark_target_layer_ids"];
+    arch == "DeepseekV4ForCausalLMDSpark"
+        || (arch == "DeepseekV4ForCausalLM" && BUNDLE_KEYS.iter().any(|key| root.has(key)))
 }
 
 /// The distinct non-zero `compress_ratios`, ascending.

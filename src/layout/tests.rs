@@ -432,3 +432,19 @@ fn an_eagle_draft_has_no_nextn_layers_only_where_the_config_decides_it() {
     assert!(lacks(&v32, 21));
     assert!(!lacks(&v32, 22), "Transformers 5.19 supplies a default");
 }
+
+/// A DSPARK draft is DeepSeek-V4's DSpark head when the config names it or bundles one.
+#[test]
+fn a_dspark_draft_is_the_head_a_deepseek_v4_checkpoint_bundles() {
+    let head = |config: Value| resolve_default(config).unwrap().has(LayoutFeature::DsparkHead);
+    let v4 = |extra: Value| {
+        let mut config: Value =
+            serde_json::from_str(include_str!("../../tests/fixtures/configs/deepseek-v4.json")).unwrap();
+        config.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        config
+    };
+    assert!(!head(v4(json!({}))));
+    assert!(head(v4(json!({"dspark_block_size": 8}))));
+    assert!(!head(v4(json!({"dspark_block_size": null}))), "a null key bundles nothing");
+    assert!(!head(json!({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "dspark_block_size": 8})));
+}

@@ -1346,8 +1346,9 @@ fn n6_refuses_a_sidecar_draft_where_the_tree_is_not_unified() {
     assert!(prefill_n6(&hicache_flexkv));
 }
 
-/// An EAGLE draft model without NextN layers backs up through a sidecar pool as EAGLE3's does;
-/// one with NextN layers packs, and without a draft model SGLang drafts with the model's own.
+/// An EAGLE draft model without NextN layers, or a DSPARK draft that is not DeepSeek-V4's DSpark
+/// head, backs up through a sidecar pool as EAGLE3's does; the others pack, and without a draft
+/// model SGLang drafts with what the model itself carries.
 #[test]
 fn n6_and_x4_take_an_eagle_draft_without_nextn_layers_as_a_sidecar() {
     let eagle = with(|s| {
@@ -1381,6 +1382,19 @@ fn n6_and_x4_take_an_eagle_draft_without_nextn_layers_as_a_sidecar() {
     });
     assert_eq!(rules(&nextn, Some(&head), 22), ["X4"]);
     assert!(rules(&nextn, Some(&mtp), 22).is_empty());
+    // A DSPARK draft packs only as DeepSeek-V4's DSpark head, which a V4.1 checkpoint bundles.
+    let dspark = with(|s| {
+        s.retraction_backup = Some(RetractionBackup::CpuTensor);
+        s.hierarchical_cache = true;
+        s.speculative_algorithm = Some("DSPARK".into());
+    });
+    let bundled: serde_json::Value =
+        serde_json::from_str(include_str!("../../tests/fixtures/configs/deepseek-v4.1-dspark.json")).unwrap();
+    let dspark_head = layout_at(bundled);
+    assert!(dspark_head.has(LayoutFeature::DsparkHead));
+    assert!(rules(&dspark, Some(&dspark_head), 21).is_empty());
+    assert_eq!(rules(&dspark, Some(&mtp), 21), ["N6"]);
+    assert!(rules(&dspark, None, 21).is_empty(), "the checkpoint's own head");
 }
 
 #[test]

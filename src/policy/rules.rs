@@ -473,10 +473,9 @@ fn resolved_host_pool(c: &Context<'_>) -> bool {
 /// found on a tree that is not a UnifiedRadixCache. SGLang plans the draft's host backup when the
 /// server has HiCache, the external cache linker (0.5.20 on) or host-pool retraction (a
 /// service's prefill servers have these only through their `extraArgs`); EAGLE3,
-/// STANDALONE and DFLASH drafts always take the sidecar plan, and EAGLE drafts without NextN
-/// layers do ([`sidecar_draft`]; fused drafts need unified memory). DSPARK drafts pack or not by
-/// the draft's architecture after the release's draft-config rewrites, which kvpilot does not
-/// model: they are left to SGLang.
+/// STANDALONE and DFLASH drafts always take the sidecar plan, EAGLE drafts without NextN layers
+/// and DSPARK drafts other than DeepSeek-V4's DSpark head do ([`sidecar_draft`]; fused drafts
+/// need unified memory).
 fn sidecar_draft_on_other_tree(c: &Context<'_>) -> Option<TreeCache> {
     if !sidecar_draft(c) || c.settings.enable_unified_memory {
         return None;
@@ -506,13 +505,16 @@ fn linker_with_sidecar_draft(c: &Context<'_>) -> bool {
 
 /// Whether the speculative draft backs its KV up through a sidecar pool
 /// (`_build_hicache_draft_plan` packs only NextN EAGLE and DeepSeek-V4 DSpark drafts): always for
-/// EAGLE3, STANDALONE and DFLASH, and for an EAGLE draft model whose config gives it no NextN
-/// layers. Without a draft model, SGLang drafts EAGLE with the model's own NextN layers, which
-/// pack (a model without them gets no draft, which SGLang refuses elsewhere).
+/// EAGLE3, STANDALONE and DFLASH, for an EAGLE draft model whose config gives it no NextN
+/// layers, and for a DSPARK draft model that is not DeepSeek-V4's DSpark head. Without a draft
+/// model, SGLang drafts EAGLE with the model's own NextN layers and DSPARK with the DSpark head
+/// the checkpoint bundles, which pack (a model without them gets no draft, which SGLang refuses
+/// elsewhere).
 fn sidecar_draft(c: &Context<'_>) -> bool {
     match speculative_algorithm(c).as_deref() {
         Some("EAGLE3" | "STANDALONE" | "DFLASH") => true,
         Some("EAGLE" | "NEXTN") => c.draft.is_some_and(|draft| draft.has(LayoutFeature::NoNextnLayers)),
+        Some("DSPARK") => c.draft.is_some_and(|draft| !draft.has(LayoutFeature::DsparkHead)),
         _ => false,
     }
 }

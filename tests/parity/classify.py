@@ -5,7 +5,7 @@ Usage: classify.py SGLANG_SRC CONFIG.json...   (SGLANG_SRC holds sglang/srt of o
 Prints one JSON object per config on stdout:
   {"file", "architecture", "loaded": true, "isHybridSwa", "fullLayers", "swaLayers",
    "usesSsmState", "isMla", "isDsa", "isSwaCompress", "hasRatio2Layers", "disableHybridSwaMemory",
-   "draftNextnLayers", "notes"}
+   "draftNextnLayers", "draftArchitectureUnderDspark", "notes"}
 or {"file", "loaded": false, "error"} when the release's own config loader refuses the file
 (the release could not start on that checkpoint either).
 
@@ -21,7 +21,10 @@ What runs is the release's code, unchanged:
     methods _derive_model_shapes (MLA) and _derive_hybrid_model (SWA split, SWA-compress);
   - the draft an EAGLE worker builds from the file: ModelConfig._config_draft_model, then
     _derive_model_shapes, whose num_nextn_predict_layers `_can_pack_hicache_mtp` reads
-    ("draftNextnLayers"; null where the release cannot build that draft config);
+    ("draftNextnLayers"), and the architecture of a DSPARK worker's draft, which it compares
+    with DeepSeek-V4's DSpark head ("draftArchitectureUnderDspark"; each an {"error"} object
+    where the release cannot build that draft config). The DSpark config module is the
+    release's statements that run without the scheduler;
   - mem_cache/kv_cache_builder.py: uses_ssm_state (0.5.19+), or for older releases the inline
     `is_hybrid_ssm` statements of build_kv_cache, run with a stand-in worker holding the config.
 """
@@ -34,6 +37,7 @@ import shutil
 import sys
 import tempfile
 import traceback
+import types
 
 import sglang_env
 
@@ -66,6 +70,9 @@ class _StandInWorker:
         self.model_config = model_config
 
 
+DSPARK_CONFIG = ("speculative", "dspark_components", "dspark_config.py")
+
+
 class Release:
     def __init__(self, src):
         sglang_env.install(src)
@@ -86,6 +93,22 @@ class Release:
         for name in ("is_hybrid_swa_model", "is_deepseek_dsa", "AttentionArch", "ModelConfig"):
             if name not in self.mc:
                 raise SystemExit(f"{src}: model_config.py did not define {name}")
+        self._stand_in_dspark_config(srt)
+
+    @staticmethod
+    def _stand_in_dspark_config(srt):
+        """_config_draft_model imports checkpoint_bundles_dspark_draft from the DSpark config
+        module, whose top level imports the scheduler (its request schemas cannot be built
+        here): the module is the release's own statements that run without it."""
+        name = "sglang.srt.speculative.dspark_components.dspark_config"
+        path = os.path.join(srt, *DSPARK_CONFIG)
+        if not os.path.exists(path):
+            return
+        module = types.ModuleType(name)
+        module.__dict__.update(sglang_env.exec_subset(path, name))
+        if not hasattr(module, "checkpoint_bundles_dspark_draft"):
+            raise SystemExit(f"{path}: checkpoint_bundles_dspark_draft did not define")
+        sys.modules[name] = module
 
     def _inline_ssm_test(self, kvb_path):
         """0.5.17/0.5.18 compute `is_hybrid_ssm` inside build_kv_cache: run those statements."""
@@ -145,27 +168,30 @@ class Release:
         """The release's verdict on one config (see the module doc)."""
         verdict = self.model_config(path)[0]
         if verdict["loaded"]:
-            verdict["draftNextnLayers"] = self.draft_nextn_layers(path)
+            verdict["draftNextnLayers"] = self.draft_fact(
+                path, "EAGLE", lambda mc: mc.num_nextn_predict_layers)
+            verdict["draftArchitectureUnderDspark"] = self.draft_fact(
+                path, "DSPARK", lambda mc: mc.hf_config.architectures[0])
         return verdict
 
-    def draft_nextn_layers(self, path):
-        """num_nextn_predict_layers of the EAGLE draft ModelConfig built from `path`, or
+    def draft_fact(self, path, algorithm, fact):
+        """`fact` of the draft ModelConfig an `algorithm` worker builds from `path`, or
         {"error": ...} where the release cannot build it."""
         try:
-            draft_verdict, mc = self.model_config(path, draft=True)
-        except Exception as e:  # e.g. a draft rewrite importing code this harness cannot load
+            draft_verdict, mc = self.model_config(path, draft=True, algorithm=algorithm)
+        except Exception as e:  # a draft rewrite needing code this harness cannot load
             return {"error": f"{type(e).__name__}: {str(e)[:200]}"}
         if mc is None:
             return {"error": draft_verdict.get("error")}
-        return mc.num_nextn_predict_layers
+        return fact(mc)
 
-    def model_config(self, path, draft=False):
+    def model_config(self, path, draft=False, algorithm="EAGLE"):
         """(verdict, the release's ModelConfig with shapes and hybrid split derived, or None).
 
-        `draft`: the ModelConfig a speculative draft worker builds from `path` (is_draft_model,
-        EAGLE): the release's own `_config_draft_model` runs before the shapes are derived, as
-        ModelConfig.__init__ orders them, so e.g. DeepseekV4ForCausalLM becomes its NextN
-        architecture."""
+        `draft`: the ModelConfig a speculative draft worker of `algorithm` builds from `path`
+        (is_draft_model): the release's own `_config_draft_model` runs before the shapes are
+        derived, as ModelConfig.__init__ orders them, so e.g. DeepseekV4ForCausalLM becomes its
+        NextN architecture under EAGLE and its DSpark head under DSPARK when it bundles one."""
         name = os.path.basename(path)
         try:
             hf_config = self.load(path)
@@ -185,7 +211,7 @@ class Release:
         for attr, value in {
             "model_path": os.path.dirname(os.path.abspath(path)), "revision": None,
             "quantization": None, "is_draft_model": draft,
-            "speculative_algorithm": "EAGLE" if draft else None,
+            "speculative_algorithm": algorithm if draft else None,
             "is_draft_quantization_explicit": False, "model_impl": "auto",
             "sampling_defaults": "model", "quantize_and_serve": False,
             "is_multi_layer_eagle": False, "disable_hybrid_swa_memory": disable,

@@ -35,9 +35,9 @@ What runs, unchanged:
   - the pool's `_unified_kv`: the release's `is_unified_kv_triton` (HIP only, so False here)
     where it lies in sglang/srt (0.5.23); see unified_kv for the releases before;
   - `checkpoint_bundles_dspark_draft` (speculative/dspark_components/dspark_config.py), which
-    `_config_draft_model` asks before naming DeepseekV4ForCausalLMNextN: its module is run by
-    exec_subset (its top level imports the scheduler, whose pydantic request schemas cannot be
-    built without the real packages) and put in sys.modules under its own name.
+    `_config_draft_model` asks before naming DeepseekV4ForCausalLMNextN: classify.Release runs
+    its module's statements that need no scheduler (whose pydantic request schemas cannot be
+    built without the real packages) and puts it in sys.modules under its own name.
 
 Stood in, and why:
   - the configurator is made with `__new__` (its constructor profiles GPU memory): it holds
@@ -79,7 +79,6 @@ UTILS = os.path.join("disaggregation", "utils.py")
 CONFIGURATOR = os.path.join("mem_cache", "kv_cache_configurator.py")
 LAYER_SETUP = os.path.join("model_executor", "model_runner_components", "layer_setup.py")
 NEXTN = os.path.join("models", "deepseek_v4_nextn.py")
-DSPARK_CONFIG = os.path.join("speculative", "dspark_components", "dspark_config.py")
 DSV4_POOL = os.path.join("mem_cache", "deepseek_v4_memory_pool.py")
 
 
@@ -332,14 +331,6 @@ def main(argv):
             _fail(nextn_path, "the NextN model now sets its own layer range; the stand-in "
                               "model must carry it")
     sys.modules["sglang.srt.models.deepseek_v4_nextn"] = nextn
-    # _config_draft_model (0.5.17 on) imports checkpoint_bundles_dspark_draft from here; the
-    # module's top level imports the scheduler, whose request schemas cannot be built here.
-    dspark_path = os.path.join(srt, DSPARK_CONFIG)
-    if os.path.exists(dspark_path):
-        dspark = _module_from(dspark_path, "sglang.srt.speculative.dspark_components.dspark_config")
-        if not hasattr(dspark, "checkpoint_bundles_dspark_draft"):
-            _fail(dspark_path, "checkpoint_bundles_dspark_draft did not define")
-        sys.modules[dspark.__name__] = dspark
     unified, unified_note = unified_kv(srt)
 
     results = []

@@ -101,6 +101,7 @@ def kvpilot_facts(layout):
         "isSwaCompress": "swa-compress" in features,
         "hasRatio2Layers": "deepseek-v4.1" in features,
         "noNextnLayers": "no-nextn-layers" in features,
+        "dsparkHead": "dspark-head" in features,
         "fullLayers": layout["layers"]["fullAttention"],
         "swaLayers": layout["layers"]["slidingWindow"],
     }
@@ -150,7 +151,20 @@ def disagreements(sglang, layout, served):
     # EAGLE draft), so it must never name it for a draft SGLang gives NextN layers.
     if ours["noNextnLayers"] and eagle_draft_lacks_nextn(sglang) is False:
         differences.append(("noNextnLayers", False, True))
+    head = dspark_draft_is_the_head(sglang)
+    if head is not None and head != ours["dsparkHead"]:
+        differences.append(("dsparkHead", head, ours["dsparkHead"]))
     return differences
+
+
+DSPARK_HEAD = "DeepseekV4ForCausalLMDSpark"
+
+
+def dspark_draft_is_the_head(sglang):
+    """Whether the DSPARK draft the release builds from the config is DeepSeek-V4's DSpark head,
+    which `_can_pack_hicache_mtp` packs; None where the release could not build it."""
+    architecture = sglang.get("draftArchitectureUnderDspark")
+    return None if architecture is None or isinstance(architecture, dict) else architecture == DSPARK_HEAD
 
 
 def eagle_draft_lacks_nextn(sglang):
@@ -735,15 +749,20 @@ TREE_CACHE_FLAGS = ((), ("session",), ("tlru",), ("streaming",), ("flexkv",), ("
 # no flags and with FlexKV: EAGLE3, STANDALONE and DFLASH always, and EAGLE where its draft (here
 # the model itself, named as the draft model) has no NextN layers. DSPARK packs or not by the
 # draft's architecture, which kvpilot does not decide (docs/rules.md).
-TREE_CACHE_SPECULATIVE = (("EAGLE", "EAGLE3", "STANDALONE", "DFLASH"), ((), ("flexkv",)))
-# The algorithm whose servers name the model itself as the draft model, as an EAGLE server of a
-# model without NextN layers must (SGLang drafts EAGLE with the model only for NextN models).
-SELF_DRAFTED = "EAGLE"
+TREE_CACHE_SPECULATIVE = (("EAGLE", "EAGLE3", "STANDALONE", "DFLASH", "DSPARK"), ((), ("flexkv",)))
+# DeepSeek-V4 checkpoints without and with a bundled DSpark head (the latter loads from 0.5.21),
+# whose EAGLE draft has a NextN layer and whose DSPARK draft is the head only when bundled.
+TREE_CACHE_DSPARK = ((("deepseek-v4", None), ("deepseek-v4.1-dspark", "0.5.21")), ("EAGLE", "DSPARK"))
+# The algorithms whose servers name the model itself as the draft model, as an EAGLE server of a
+# model without NextN layers, or a DSPARK server of one that bundles no DSpark head, must
+# (SGLang drafts with the model itself only where it has those layers).
+SELF_DRAFTED = ("EAGLE", "DSPARK")
 # --hicache-size (GB) on a DeepSeek-V4 model, whose host-pool stack refuses it (H7), with and
 # without FlexKV's tree, and on models whose stacks take it.
 # The external cache linker (0.5.20 on), which plans the draft's backup by itself and refuses a
 # sidecar draft (X4), with each sidecar algorithm and without one.
-TREE_CACHE_LINKER = (("llama-3.1-8b-instruct", "deepseek-v3"), ("EAGLE", "EAGLE3", "STANDALONE", "DFLASH", None))
+TREE_CACHE_LINKER = (("llama-3.1-8b-instruct", "deepseek-v3", "deepseek-v4.1-dspark"),
+                     ("EAGLE", "EAGLE3", "STANDALONE", "DFLASH", "DSPARK", None))
 LINKER_SINCE = "0.5.20"
 TREE_CACHE_HOST_POOL_SIZES = ((("deepseek-v4",), ((), ("flexkv",)), (0, 8)),
                               (("llama-3.1-8b-instruct", "gpt-oss-20b", "deepseek-v3.2-exp"), ((),), (8,)))
@@ -755,7 +774,8 @@ def tree_cache_scenarios():
     with HiCache off, on, or on with buffer-only host memory, each set of TREE_CACHE_FLAGS, and
     neither, the unified-tree or the C++-tree environment variable; and the same servers with
     each speculative algorithm of TREE_CACHE_SPECULATIVE; the same servers with the host pool
-    sizes of TREE_CACHE_HOST_POOL_SIZES; and with the external cache linker of TREE_CACHE_LINKER."""
+    sizes of TREE_CACHE_HOST_POOL_SIZES; with the external cache linker of TREE_CACHE_LINKER; and
+    DeepSeek-V4 checkpoints without and with a DSpark head under TREE_CACHE_DSPARK's algorithms."""
     servers = [("decode", radix, backup) for radix in (False, True)
                for backup in (None, "cpu_tensor", "host_pool")] + [("prefill", None, None)]
     hicache = (("off", False, False), ("cache", True, False), ("buffer_only", True, True))
@@ -767,6 +787,10 @@ def tree_cache_scenarios():
                for configs, flags, sizes in TREE_CACHE_HOST_POOL_SIZES]
     linker_configs, linker_algorithms = TREE_CACHE_LINKER
     matrix.append(itertools.product(linker_configs, servers, hicache, (("linker",),), ({},), linker_algorithms, (0,)))
+    dspark_configs, dspark_algorithms = TREE_CACHE_DSPARK
+    matrix.append(itertools.product([config for config, _ in dspark_configs], servers, hicache, speculative_flags,
+                                    envs, dspark_algorithms, (0,)))
+    since = dict(dspark_configs)
     scenarios = []
     for config, server, (mode, hierarchical, buffer_only), flags, env, speculative, size in itertools.chain(*matrix):
         role, radix, backup = server
@@ -777,7 +801,7 @@ def tree_cache_scenarios():
             "hierarchical": hierarchical, "bufferOnly": buffer_only, "session": "session" in flags,
             "evictionPolicy": "tlru" if "tlru" in flags else "lru", "streaming": "streaming" in flags,
             "flexkv": "flexkv" in flags, "speculative": speculative, "env": env, "hicacheSize": size,
-            "linker": "linker" in flags,
+            "linker": "linker" in flags, "since": since.get(config),
         })
     return scenarios
 
@@ -801,7 +825,7 @@ def tree_cache_argv(scenario):
         argv.append("--enable-flexkv")
     if scenario["speculative"]:
         argv += ["--speculative-algorithm", scenario["speculative"]]
-    if scenario["speculative"] == SELF_DRAFTED:
+    if scenario["speculative"] in SELF_DRAFTED:
         argv += ["--speculative-draft-model-path", "/models/m"]
     if scenario["hicacheSize"]:
         argv += ["--hicache-size", str(scenario["hicacheSize"])]
@@ -822,7 +846,7 @@ def tree_cache_pods(version, scenarios):
                                      "data": {"config.json": f.read()}}
         env = [{"name": k, "value": v} for k, v in scenario["env"].items()]
         annotations = {"kvpilot.dev/model-config": f"configmap/{name}"}
-        if scenario["speculative"] == SELF_DRAFTED:
+        if scenario["speculative"] in SELF_DRAFTED:
             annotations["kvpilot.dev/draft-model-config"] = f"configmap/{name}"
         documents.append({
             "apiVersion": "v1", "kind": "Pod",
@@ -839,7 +863,8 @@ def check_tree_cache(kvpilot, src, venvs, version, compare):
     (the linker's scenarios from the release that has it). Returns
     (passed, failed, summary)."""
     scenarios = [s for s in tree_cache_scenarios()
-                 if not s["linker"] or version_key(version) >= version_key(LINKER_SINCE)]
+                 if (not s["linker"] or version_key(version) >= version_key(LINKER_SINCE))
+                 and (s["since"] is None or version_key(version) >= version_key(s["since"]))]
     stand_in = [dict(s, radixDisabled=s["role"] == "decode" and not s["radix"],
                      hostPool=s["role"] == "decode" and s["backup"] == "host_pool") for s in scenarios]
     # The automatic backup is host_pool where SGLang's resolution picks it (the retraction part
@@ -1358,7 +1383,7 @@ def main():
         if "classification" in parts:
             verdicts = sglang_classification(os.path.join(args.src, version), args.venvs, configs)
             loaded = refused = refused_by_both = harness_errors = agreements = disagreeing = 0
-            nextn_decided, nextn_left = {False: 0, True: 0}, 0
+            nextn_decided, nextn_left, dspark_heads = {False: 0, True: 0}, 0, 0
             for config in configs:
                 name = os.path.basename(config)
                 verdict = verdicts.get(name, {"harnessError": "no output from classify.py"})
@@ -1396,6 +1421,7 @@ def main():
                     if lacks is not None:
                         nextn_decided[lacks] += 1
                         nextn_left += lacks and not kvpilot_facts(layout)["noNextnLayers"]
+                    dspark_heads += dspark_draft_is_the_head(verdict) is True
             summary += (f"; configs {len(configs)}: classified by SGLang {loaded}, "
                         f"refused by SGLang's loader {refused}")
             if compare:
@@ -1404,7 +1430,8 @@ def main():
             if compare:
                 summary += (f"; compared {loaded}, agreements {agreements} (EAGLE drafts with NextN "
                             f"layers {nextn_decided[False]}, without {nextn_decided[True]}, of which "
-                            f"kvpilot leaves {nextn_left} to SGLang)")
+                            f"kvpilot leaves {nextn_left} to SGLang; DSPARK drafts that are the DSpark head "
+                            f"{dspark_heads})")
             failed += harness_errors + disagreeing
             passed += agreements if compare else loaded
         if "retraction" in parts:

@@ -35,8 +35,8 @@ What runs, unchanged:
   - the draft plan: BaseSpecWorker._build_hicache_draft_plan (speculative/base_spec_worker.py,
     its methods as written, with _draft_model_runners and _can_pack_hicache_mtp), the
     scenario's algorithm read by the release's SpeculativeAlgorithm, and the draft runner's
-    ModelConfig the release's draft worker builds from the model's config (the model drafts
-    for itself);
+    ModelConfig the release's draft worker of that algorithm builds from the model's config
+    (the model drafts for itself);
   - what the unified cache's `init_hicache` does that H7 reads: the release's stack strategies
     (`_STRATEGIES` of mem_cache/hybrid_cache/hybrid_pool_assembler.py; the DeepSeek-V4 one must
     come first, so it is the one chosen whenever it matches), its `matches` on the tree's
@@ -397,14 +397,14 @@ class DraftPlanner:
     def plan(self, scenario, arguments):
         if not scenario.get("speculative") or not self.planned:
             return None
-        config = scenario["config"]
-        if config not in self.draft_configs:
-            verdict, mc = self.release.model_config(config, draft=True)
+        key = (scenario["config"], scenario["speculative"])
+        if key not in self.draft_configs:
+            verdict, mc = self.release.model_config(key[0], draft=True, algorithm=key[1])
             if mc is None:
                 raise SystemExit(f"{scenario['id']}: the release's draft ModelConfig did not build: "
                                  f"{verdict.get('error')}")
-            self.draft_configs[config] = mc
-        runner = types.SimpleNamespace(model_config=self.draft_configs[config], token_to_kv_pool=object(),
+            self.draft_configs[key] = mc
+        runner = types.SimpleNamespace(model_config=self.draft_configs[key], token_to_kv_pool=object(),
                                        req_to_token_pool=types.SimpleNamespace(mamba_pool=None))
         # target_worker and draft_worker are abstract properties the concrete workers implement.
         worker = type("Worker", (self.worker_class,), {"target_worker": None, "draft_worker": None})()
