@@ -114,7 +114,7 @@ const TABLE: &[Expected] = &[
     // 0.5.17–0.5.23): an ordinary pool, with warnings saying both.
     warning(row("jamba-v0.1", "JambaForCausalLM", (32, 4, 0, 28), None, Mha, Full, &[NoNextnLayers])),
     row("nemotron-nano-9b-v2", "NemotronHForCausalLM", (56, 4, 0, 27), None, Mha, HybridSsm, &[]),
-    row("nemotron-nano-vl-v2", "NemotronH_Nano_VL_V2", (8, 1, 0, 4), None, Mha, HybridSsm, &[]),
+    row("nemotron-nano-vl-v2", "NemotronH_Nano_VL_V2", (8, 1, 0, 4), None, Mha, HybridSsm, &[NoNextnLayers]),
     row("falcon-h1-7b", "FalconH1ForCausalLM", (44, 0, 0, 44), None, Mha, HybridSsm, &[ParallelHybrid, NoNextnLayers]),
     row("granite-4.0-h-small", "GraniteMoeHybridForCausalLM", (40, 4, 0, 36), None, Mha, HybridSsm, &[NoNextnLayers]),
     row("granite-4.0-micro", "GraniteMoeHybridForCausalLM", (40, 40, 0, 0), None, Mha, Full, &[NoNextnLayers]),
@@ -165,7 +165,7 @@ const TABLE: &[Expected] = &[
         PureSwa,
         &[DeepseekV4],
     ),
-    row("kimi-linear-48b-a3b", "KimiLinearForCausalLM", (27, 7, 0, 20), None, Mla, HybridSsm, &[]),
+    row("kimi-linear-48b-a3b", "KimiLinearForCausalLM", (27, 7, 0, 20), None, Mla, HybridSsm, &[NoNextnLayers]),
     // 27: MiMo-V2 and its pure-SWA variants.
     row(
         "mimo-v2-flash",
@@ -185,7 +185,7 @@ const TABLE: &[Expected] = &[
     // 31–35.
     row("mamba2-2.7b", "Mamba2ForCausalLM", (64, 0, 0, 64), None, Mha, HybridSsm, &[NoNextnLayers]),
     row("step3", "Step3VLForConditionalGeneration", (61, 61, 0, 0), None, Mha, Full, &[NoNextnLayers]),
-    row("step-3.5-flash", "Step3p5ForCausalLM", (45, 12, 33, 0), Some(512), Mha, HybridSwa, &[]),
+    row("step-3.5-flash", "Step3p5ForCausalLM", (45, 12, 33, 0), Some(512), Mha, HybridSwa, &[NoNextnLayers]),
     row("glm-4.5", "Glm4MoeForCausalLM", (92, 92, 0, 0), None, Mha, Full, &[]),
     row("glm-4.7-flash", "Glm4MoeLiteForCausalLM", (47, 47, 0, 0), None, Mla, MlaPool, &[NoNextnLayers]),
     row("glm-5", "GlmMoeDsaForCausalLM", (78, 78, 0, 0), None, Mla, MlaPool, &[Dsa, NoNextnLayers]),

@@ -345,32 +345,30 @@ pub(crate) const NEXTN_DRAFT_ON_TOP_CONFIG: &[Listed] = &[
     from(20, "HYV4ForCausalLM"),
 ];
 
-/// Model types whose config class supplies `num_nextn_predict_layers` when config.json leaves it
-/// out, or reads it under another name (`num_mtp_layers`), and the first release whose pinned
-/// Transformers (or SGLang itself) has such a class: without the key, kvpilot cannot tell how
-/// many NextN layers the release loads. A `*` entry is a prefix (the family's text, vision and
-/// MTP configs). Transformers 5.19.0 (pinned from 0.5.22) gave DeepSeek-V3's class, which
-/// SGLang's `deepseek_v32` and `kimi_k2` configs extend, GLM-4-MoE's and Step-3.7's a default.
+/// Model types whose config class may supply a non-zero `num_nextn_predict_layers` when
+/// config.json leaves it out, or read it under another name (`num_mtp_layers`), and the first
+/// release whose pinned Transformers (or SGLang itself) has such a class: without the key,
+/// kvpilot cannot tell how many NextN layers the release loads. Classes that default it to 0
+/// (Bailing-hybrid, Kimi-Linear, Nemotron-H, GigaChat-3.5) or read none (Step-3.5) are not
+/// listed: without the key their drafts have none. A `*` entry is a prefix (the family's text,
+/// vision and MTP configs). Transformers 5.19.0 (pinned from 0.5.22) gave DeepSeek-V3's class
+/// (which SGLang's `deepseek_v32` and `kimi_k2` configs extend) and GLM-4-MoE's a default of 1,
+/// and Step-3.7's reads `num_mtp_layers`.
 pub(crate) const NEXTN_DEFAULTING_MODEL_TYPES: &[(&str, Release)] = &[
-    ("bailing_hybrid", v0_5(17)),
     ("bailing_moe_v3_vl", v0_5(17)),
     ("deepseek_v3", v0_5(22)),
     ("deepseek_v32", v0_5(22)),
     ("deepseek_v4*", v0_5(17)),
     ("dots3_note", v0_5(17)),
-    ("gigachat3_5", v0_5(17)),
     ("glm4_moe", v0_5(22)),
     ("glm5_next*", v0_5(17)),
     ("hy_v4", v0_5(17)),
     ("inkling*", v0_5(17)),
     ("iquest_q1*", v0_5(17)),
     ("kimi_k2", v0_5(22)),
-    ("kimi_linear", v0_5(17)),
     ("longcat_flash", v0_5(17)),
     ("minimax_m3_vl", v0_5(17)),
-    ("nemotron_h*", v0_5(17)),
     ("qwen3_5_moe_text", v0_5(17)),
-    ("step3p5", v0_5(17)),
     ("step3p7", v0_5(22)),
 ];
 
