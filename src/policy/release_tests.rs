@@ -1373,6 +1373,23 @@ fn n6_and_x4_take_an_eagle_draft_without_nextn_layers_as_a_sidecar() {
     let mtp = layout_at(json!({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4,
                                "num_key_value_heads": 8, "head_dim": 128, "num_nextn_predict_layers": 1}));
     assert_eq!(rules(&eagle, Some(&head), 21), ["N6"]);
+    let input = PolicyInput {
+        disaggregation: &eagle,
+        decode: &FleetSpec::default(),
+        layout: &full(),
+        draft: Some(&head),
+        prefill_fleet: None,
+        release: v0_5(21),
+    };
+    let n6 = evaluate(input).violations.into_iter().find(|v| v.rule == "N6").unwrap();
+    assert!(
+        n6.fix.starts_with(
+            "the draft backs its KV up through a HiCache sidecar pool (the EAGLE draft model has no NextN layers), \
+             and the tree cache is a ChunkCache; "
+        ),
+        "{}",
+        n6.fix
+    );
     assert!(rules(&eagle, Some(&head), 18).is_empty(), "no draft plan before 0.5.19");
     assert!(rules(&eagle, Some(&mtp), 21).is_empty(), "a draft with NextN layers packs");
     assert!(rules(&eagle, None, 21).is_empty(), "the model's own NextN layers pack");

@@ -519,6 +519,17 @@ fn sidecar_draft(c: &Context<'_>) -> bool {
     }
 }
 
+/// Why the draft backs its KV up through a sidecar pool ([`sidecar_draft`]), for the fix.
+fn sidecar_draft_reason(c: &Context<'_>) -> String {
+    let algorithm = speculative_algorithm(c).unwrap_or_default();
+    let why = match algorithm.as_str() {
+        "EAGLE" | "NEXTN" => "the EAGLE draft model has no NextN layers".to_string(),
+        "DSPARK" => "the DSPARK draft model is not DeepSeek-V4's DSpark head".to_string(),
+        _ => format!("{algorithm} drafts always do"),
+    };
+    format!("the draft backs its KV up through a HiCache sidecar pool ({why})")
+}
+
 /// Whether `option` is among a server's arguments (named in full, before `--`).
 fn given(args: &[String], option: &str) -> bool {
     args.iter().take_while(|arg| *arg != "--").any(|arg| arg == option)
@@ -1513,7 +1524,13 @@ pub(crate) const RULES: &[Rule] = &[
         phase: Phase::PoolBuild,
         messages: &[text("HiCache draft pools require UnifiedRadixCache.")],
         changes: &[],
-        check: |c| when(sidecar_draft_on_other_tree(c).is_some()),
+        check: |c| {
+            let cache = sidecar_draft_on_other_tree(c)?;
+            Some(Finding {
+                args: Vec::new(),
+                detail: Some(format!("{}, and the tree cache is a {}", sidecar_draft_reason(c), cache.class())),
+            })
+        },
         fix: Fix::Manual {
             hint: "give the servers the unified tree cache (decode radix cache on a PD decode server, no --enable-flexkv \
                    or SGLANG_EXPERIMENTAL_CPP_RADIX_TREE), or turn HiCache and host-pool retraction off, or use a draft \
@@ -1718,7 +1735,9 @@ pub(crate) const RULES: &[Rule] = &[
         phase: Phase::PoolBuild,
         messages: &[text("The external linker only supports packed draft KV caches.")],
         changes: &[],
-        check: |c| when(linker_with_sidecar_draft(c)),
+        check: |c| {
+            linker_with_sidecar_draft(c).then(|| Finding { args: Vec::new(), detail: Some(sidecar_draft_reason(c)) })
+        },
         fix: Fix::Manual {
             hint: "turn unifiedCacheExternalLinker off (on prefill servers: drop --enable-unified-cache-external-linker \
                    from their extraArgs), or use a draft that packs into the target's pools (EAGLE with the model's \
