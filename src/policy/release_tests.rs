@@ -68,6 +68,23 @@ fn at(patch: u16, settings: &DisaggregationSpec, decode: &FleetSpec, layout: &At
     })
 }
 
+/// The verdict on a default decode fleet of `layout` whose speculative draft model is `draft`.
+fn at_with_draft(
+    patch: u16,
+    settings: &DisaggregationSpec,
+    layout: &AttentionLayout,
+    draft: Option<&AttentionLayout>,
+) -> Verdict {
+    evaluate(PolicyInput {
+        disaggregation: settings,
+        decode: &FleetSpec::default(),
+        layout,
+        draft,
+        prefill_fleet: None,
+        release: v0_5(patch),
+    })
+}
+
 /// The messages of `rule` on each release 0.5.17…0.5.23 (None where it does not fire).
 fn messages(
     rule: &str,
@@ -858,15 +875,12 @@ fn dsv4_draft(window: u64) -> AttentionLayout {
 fn draft_messages(settings: &DisaggregationSpec, draft: Option<&AttentionLayout>) -> Vec<Vec<String>> {
     (17..=23)
         .map(|patch| {
-            let input = PolicyInput {
-                disaggregation: settings,
-                decode: &FleetSpec::default(),
-                layout: &dsv4(),
-                draft,
-                prefill_fleet: None,
-                release: v0_5(patch),
-            };
-            evaluate(input).violations.into_iter().filter(|v| v.rule == "T11").map(|v| v.message).collect()
+            at_with_draft(patch, settings, &dsv4(), draft)
+                .violations
+                .into_iter()
+                .filter(|v| v.rule == "T11")
+                .map(|v| v.message)
+                .collect()
         })
         .collect()
 }
@@ -894,14 +908,7 @@ fn t11_a_deepseek_v4_draft_needs_the_target_window_and_pages() {
     let dcp = DisaggregationSpec { decode_context_parallel: 2, ..eagle.clone() };
     let expected: Vec<Vec<String>> = (17..=23).map(|r| vec![paged(r, "256, 128", "512, 128")]).collect();
     assert_eq!(draft_messages(&dcp, None), expected);
-    let verdict = evaluate(PolicyInput {
-        disaggregation: &dcp,
-        decode: &FleetSpec::default(),
-        layout: &dsv4(),
-        draft: Some(&narrower),
-        prefill_fleet: None,
-        release: v0_5(22),
-    });
+    let verdict = at_with_draft(22, &dcp, &dsv4(), Some(&narrower));
     let fields: Vec<_> = verdict.violations.iter().filter(|v| v.rule == "T11").map(|v| v.field).collect();
     assert_eq!(fields, ["spec.disaggregation.speculativeDraftModel", "spec.disaggregation.decodeContextParallel"]);
 }
@@ -917,15 +924,10 @@ fn t11_needs_a_deepseek_v4_draft_pool_on_both_sides() {
     // A draft whose pool is no DeepSeek-V4 pool is not compared.
     let eagle = with(|s| s.speculative_algorithm = Some("EAGLE3".into()));
     assert!(draft_messages(&eagle, Some(&full())).iter().all(Vec::is_empty));
-    let input = PolicyInput {
-        disaggregation: &eagle,
-        decode: &FleetSpec::default(),
-        layout: &mla(),
-        draft: Some(&narrower),
-        prefill_fleet: None,
-        release: v0_5(23),
-    };
-    assert!(evaluate(input).violations.iter().all(|v| v.rule != "T11"), "the target is no DeepSeek-V4 model");
+    assert!(
+        at_with_draft(23, &eagle, &mla(), Some(&narrower)).violations.iter().all(|v| v.rule != "T11"),
+        "the target is no DeepSeek-V4 model"
+    );
 }
 
 fn minimax_m3() -> AttentionLayout {
@@ -1357,15 +1359,8 @@ fn n6_and_x4_take_an_eagle_draft_without_nextn_layers_as_a_sidecar() {
         s.speculative_algorithm = Some("EAGLE".into());
     });
     let rules = |settings: &DisaggregationSpec, draft: Option<&AttentionLayout>, patch: u16| {
-        let input = PolicyInput {
-            disaggregation: settings,
-            decode: &FleetSpec::default(),
-            layout: &full(),
-            draft,
-            prefill_fleet: None,
-            release: v0_5(patch),
-        };
-        evaluate(input).violations.into_iter().map(|v| v.rule).filter(|r| *r == "N6" || *r == "X4").collect::<Vec<_>>()
+        let violations = at_with_draft(patch, settings, &full(), draft).violations;
+        violations.into_iter().map(|v| v.rule).filter(|r| *r == "N6" || *r == "X4").collect::<Vec<_>>()
     };
     // A Llama draft resolves with no NextN layers; the same config with one NextN layer packs.
     let head = full();
@@ -1373,15 +1368,7 @@ fn n6_and_x4_take_an_eagle_draft_without_nextn_layers_as_a_sidecar() {
     let mtp = layout_at(json!({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4,
                                "num_key_value_heads": 8, "head_dim": 128, "num_nextn_predict_layers": 1}));
     assert_eq!(rules(&eagle, Some(&head), 21), ["N6"]);
-    let input = PolicyInput {
-        disaggregation: &eagle,
-        decode: &FleetSpec::default(),
-        layout: &full(),
-        draft: Some(&head),
-        prefill_fleet: None,
-        release: v0_5(21),
-    };
-    let n6 = evaluate(input).violations.into_iter().find(|v| v.rule == "N6").unwrap();
+    let n6 = at_with_draft(21, &eagle, &full(), Some(&head)).violations.into_iter().find(|v| v.rule == "N6").unwrap();
     assert!(
         n6.fix.starts_with(
             "the draft backs its KV up through a HiCache sidecar pool (the EAGLE draft model has no NextN layers), \

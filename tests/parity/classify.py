@@ -37,7 +37,6 @@ import shutil
 import sys
 import tempfile
 import traceback
-import types
 
 import sglang_env
 
@@ -104,8 +103,7 @@ class Release:
         path = os.path.join(srt, *DSPARK_CONFIG)
         if not os.path.exists(path):
             return
-        module = types.ModuleType(name)
-        module.__dict__.update(sglang_env.exec_subset(path, name))
+        module = sglang_env.module_from_subset(path, name)
         if not hasattr(module, "checkpoint_bundles_dspark_draft"):
             raise SystemExit(f"{path}: checkpoint_bundles_dspark_draft did not define")
         sys.modules[name] = module

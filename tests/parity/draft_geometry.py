@@ -260,13 +260,6 @@ def server_page_size(release, srt, hf_config, notes):
     return page
 
 
-def _module_from(path, name):
-    namespace = sglang_env.exec_subset(path, name)
-    module = types.ModuleType(name)
-    module.__dict__.update(namespace)
-    return module
-
-
 def unified_kv(srt):
     """(the pool's `_unified_kv`, a note): the release's `is_unified_kv_triton()`, found through
     the pool module's import of it. 0.5.17-0.5.22 import it from sglang/kernels, which is not
@@ -323,7 +316,7 @@ def main(argv):
         if name not in layer_ns:
             _fail(os.path.join(srt, LAYER_SETUP), f"{name} did not define")
     nextn_path = os.path.join(srt, NEXTN)
-    nextn = _module_from(nextn_path, "sglang.srt.models.deepseek_v4_nextn")
+    nextn = sglang_env.module_from_subset(nextn_path, "sglang.srt.models.deepseek_v4_nextn")
     if not hasattr(nextn, "COMPRESS_RATIO_NEXTN_LAYER"):
         _fail(nextn_path, "no COMPRESS_RATIO_NEXTN_LAYER")
     with open(nextn_path, encoding="utf-8") as f:

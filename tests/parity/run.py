@@ -745,10 +745,10 @@ TREE_CACHE_RULES = ("H1", "H2", "H5", "H6", "H7", "N5", "N6", "R8", "X4")
 # FlexKV (the factory's last choice, a tree without sessions or Mamba state) alone and with the
 # flags that need the unified tree.
 TREE_CACHE_FLAGS = ((), ("session",), ("tlru",), ("streaming",), ("flexkv",), ("flexkv", "tlru", "streaming"))
-# The speculative algorithms whose draft backs its KV up through a sidecar pool (N6), each with
-# no flags and with FlexKV: EAGLE3, STANDALONE and DFLASH always, and EAGLE where its draft (here
-# the model itself, named as the draft model) has no NextN layers. DSPARK packs or not by the
-# draft's architecture, which kvpilot does not decide (docs/rules.md).
+# The speculative algorithms whose draft may back its KV up through a sidecar pool (N6), each
+# with no flags and with FlexKV: EAGLE3, STANDALONE and DFLASH always, EAGLE where its draft (here
+# the model itself, named as the draft model) has no NextN layers, DSPARK where it is not
+# DeepSeek-V4's DSpark head.
 TREE_CACHE_SPECULATIVE = (("EAGLE", "EAGLE3", "STANDALONE", "DFLASH", "DSPARK"), ((), ("flexkv",)))
 # DeepSeek-V4 checkpoints without and with a bundled DSpark head (the latter loads from 0.5.21),
 # whose EAGLE draft has a NextN layer and whose DSPARK draft is the head only when bundled.

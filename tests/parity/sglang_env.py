@@ -248,6 +248,14 @@ def _drop_annotations(fn):
             arg.annotation = None
 
 
+def module_from_subset(path, modname):
+    """A module named `modname` holding what exec_subset runs of `path` (not put in
+    sys.modules)."""
+    module = types.ModuleType(modname)
+    module.__dict__.update(exec_subset(path, modname))
+    return module
+
+
 def exec_subset(path, modname, keep_classes=()):
     """Run `path` statement by statement in a fresh namespace; failing statements are skipped.
 
