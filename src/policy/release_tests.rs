@@ -1292,6 +1292,64 @@ fn x4_refuses_the_external_linker_with_a_sidecar_draft_up_to_0_5_22() {
     assert!(evaluate(input).violations.iter().any(|v| v.rule == "X4" && v.message == x4));
 }
 
+/// From 0.5.23 the linker takes one sidecar draft pool: multi-layer EAGLE, which builds a draft
+/// runner per step, is refused with more than one step.
+#[test]
+fn x5_refuses_the_external_linker_with_a_multi_layer_sidecar_draft_from_0_5_23() {
+    let x5 = "The external linker supports one non-packed draft KV pool.";
+    let linker = |algorithm: &str| {
+        let algorithm = algorithm.to_string();
+        with(move |s| {
+            s.unified_cache_external_linker = true;
+            s.speculative_algorithm = Some(algorithm);
+        })
+    };
+    let fleet =
+        |args: &[&str]| FleetSpec { extra_args: args.iter().map(|a| a.to_string()).collect(), ..FleetSpec::default() };
+    let multi_layer = fleet(&["--enable-multi-layer-eagle"]);
+    // SGLang's own step count (5 for Llama) or the one given.
+    assert_eq!(messages("X5", &linker("EAGLE3"), &multi_layer, &full()), on(23..=23, x5));
+    let two = fleet(&["--enable-multi-layer-eagle", "--speculative-num-steps=2"]);
+    assert_eq!(messages("X5", &linker("EAGLE3"), &two, &full()), on(23..=23, x5));
+    let one = fleet(&["--enable-multi-layer-eagle", "--speculative-num-steps", "1"]);
+    assert_eq!(messages("X5", &linker("EAGLE3"), &one, &full()), vec![None; 7]);
+    // Single-layer EAGLE3 builds one runner; STANDALONE and DFLASH are never multi-layer.
+    assert_eq!(messages("X5", &linker("EAGLE3"), &FleetSpec::default(), &full()), vec![None; 7]);
+    for algorithm in ["STANDALONE", "DFLASH"] {
+        assert_eq!(messages("X5", &linker(algorithm), &multi_layer, &full()), vec![None; 7], "{algorithm}");
+    }
+    // MiMo-V2's overrides turn multi-layer EAGLE on for EAGLE as given, before NEXTN or a lower-case
+    // name is resolved; the model's own NextN layers pack, a draft without them does not.
+    let mimo: serde_json::Value =
+        serde_json::from_str(include_str!("../../tests/fixtures/configs/mimo-v2-flash.json")).unwrap();
+    let mimo = layout_at(mimo);
+    let x5_rules = |algorithm: &str, draft: Option<&AttentionLayout>| {
+        at_with_draft(23, &linker(algorithm), &mimo, draft).violations.into_iter().filter(|v| v.rule == "X5").count()
+    };
+    assert_eq!(x5_rules("EAGLE", Some(&full())), 1);
+    assert_eq!(x5_rules("NEXTN", Some(&full())), 0);
+    assert_eq!(x5_rules("eagle", Some(&full())), 0);
+    assert_eq!(x5_rules("EAGLE", None), 0);
+    let finding = at_with_draft(23, &linker("EAGLE"), &mimo, Some(&full()))
+        .violations
+        .into_iter()
+        .find(|v| v.rule == "X5")
+        .unwrap();
+    assert!(finding.fix.contains("multi-layer EAGLE builds 3 draft runners, one per draft step"), "{}", finding.fix);
+    // A service's prefill servers with the linker and multi-layer EAGLE in their own extraArgs.
+    let prefill = fleet(&["--enable-unified-cache-external-linker", "--enable-multi-layer-eagle"]);
+    let eagle3 = with(|s| s.speculative_algorithm = Some("EAGLE3".into()));
+    let input = PolicyInput {
+        disaggregation: &eagle3,
+        decode: &FleetSpec::default(),
+        layout: &full(),
+        draft: None,
+        prefill_fleet: Some(&prefill),
+        release: v0_5(23),
+    };
+    assert!(evaluate(input).violations.iter().any(|v| v.rule == "X5" && v.message == x5));
+}
+
 #[test]
 fn n6_refuses_a_sidecar_draft_where_the_tree_is_not_unified() {
     let n6 = "HiCache draft pools require UnifiedRadixCache.";

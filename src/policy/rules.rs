@@ -503,6 +503,51 @@ fn linker_with_sidecar_draft(c: &Context<'_>) -> bool {
     sidecar_draft(c) && (CacheOptions::of_settings(c).linker || prefill)
 }
 
+/// X5 (0.5.23 on): a server in scope with the external cache linker whose sidecar draft has more
+/// than one draft runner ([`draft_runners`]); SGLang 0.5.23 takes one non-packed draft pool.
+/// Returns the runner count of the first such server.
+fn linker_with_many_sidecar_draft_runners(c: &Context<'_>) -> Option<i64> {
+    if !sidecar_draft(c) {
+        return None;
+    }
+    let decode = CacheOptions::of_settings(c).linker.then_some(&c.decode.extra_args);
+    let prefill = c
+        .prefill_fleet
+        .filter(|fleet| c.scope == Scope::Service && CacheOptions::of_prefill(c, fleet).linker)
+        .map(|fleet| &fleet.extra_args);
+    decode.into_iter().chain(prefill).map(|args| draft_runners(c, args)).find(|runners| *runners > 1)
+}
+
+/// Target architectures whose model overrides turn multi-layer EAGLE on for
+/// `--speculative-algorithm EAGLE` (0.5.23: MiMo-V2, Step-3.5/3.7, GigaChat-3.5). The overrides
+/// run before the speculative hook resolves the name, so they see it as given: `NEXTN` or
+/// `eagle` do not turn it on.
+const MULTI_LAYER_EAGLE_ARCHITECTURES: &[&str] = &[
+    "MiMoV2ForCausalLM",
+    "MiMoV2FlashForCausalLM",
+    "Step3p5ForCausalLM",
+    "Step3p7ForConditionalGeneration",
+    "GigaChat35ForCausalLM",
+    "GigaChat35ForCausalLMNextN",
+];
+
+/// How many draft runners a server's speculative worker builds: one per draft step for
+/// multi-layer EAGLE (EAGLE, NEXTN and EAGLE3 with `--enable-multi-layer-eagle`, or EAGLE on an
+/// architecture of [`MULTI_LAYER_EAGLE_ARCHITECTURES`]), one otherwise. Without
+/// `--speculative-num-steps` SGLang chooses 3 steps, 5 for Llama (adaptive decoding is turned off
+/// for multi-layer EAGLE first).
+fn draft_runners(c: &Context<'_>, args: &[String]) -> i64 {
+    let algorithm = c.settings.speculative_algorithm.as_deref().unwrap_or_default();
+    let eagle = matches!(algorithm.to_uppercase().as_str(), "EAGLE" | "NEXTN" | "EAGLE3");
+    let overridden = algorithm == "EAGLE" && MULTI_LAYER_EAGLE_ARCHITECTURES.contains(&c.layout.architecture.as_str());
+    if !eagle || !(given(args, "--enable-multi-layer-eagle") || overridden) {
+        return 1;
+    }
+    let chosen = if c.layout.architecture == "LlamaForCausalLM" { 5 } else { 3 };
+    let steps = option_value(args, "--speculative-num-steps").map_or(Some(chosen), |steps| steps.parse::<i64>().ok());
+    steps.unwrap_or(1).max(1)
+}
+
 /// Whether the speculative draft backs its KV up through a sidecar pool
 /// (`_build_hicache_draft_plan` packs only NextN EAGLE and DeepSeek-V4 DSpark drafts): always for
 /// EAGLE3, STANDALONE and DFLASH, for an EAGLE draft model whose config gives it no NextN
@@ -1742,6 +1787,30 @@ pub(crate) const RULES: &[Rule] = &[
             hint: "turn unifiedCacheExternalLinker off (on prefill servers: drop --enable-unified-cache-external-linker \
                    from their extraArgs), or use a draft that packs into the target's pools (EAGLE with the model's \
                    NextN layers); SGLang 0.5.23 takes one draft KV pool outside the target's",
+        },
+    },
+    Rule {
+        id: "X5",
+        about: "external cache linker × multi-layer sidecar draft",
+        field: LINKER,
+        span: Span::since(v0_5(23)),
+        backends: &[],
+        phase: Phase::PoolBuild,
+        messages: &[text("The external linker supports one non-packed draft KV pool.")],
+        changes: &[],
+        check: |c| {
+            linker_with_many_sidecar_draft_runners(c).map(|runners| Finding {
+                args: Vec::new(),
+                detail: Some(format!(
+                    "{}, and multi-layer EAGLE builds {runners} draft runners, one per draft step",
+                    sidecar_draft_reason(c)
+                )),
+            })
+        },
+        fix: Fix::Manual {
+            hint: "turn unifiedCacheExternalLinker off (on prefill servers: drop --enable-unified-cache-external-linker \
+                   from their extraArgs), run one draft step (--speculative-num-steps 1 in the extraArgs), or use a draft \
+                   that packs into the target's pools (EAGLE with the model's NextN layers)",
         },
     },
     Rule {

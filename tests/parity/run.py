@@ -740,7 +740,7 @@ def compare_first_refusal(scenarios, theirs, reports, compared_rule, describe):
 
 TREE_CACHE_CONFIGS = ("llama-3.1-8b-instruct", "deepseek-v3", "deepseek-v3.2-exp", "gpt-oss-20b",
                       "parity/unlimited-ocr", "qwen3-next-80b-a3b")
-TREE_CACHE_RULES = ("H1", "H2", "H5", "H6", "H7", "N5", "N6", "R8", "X4")
+TREE_CACHE_RULES = ("H1", "H2", "H5", "H6", "H7", "N5", "N6", "R8", "X4", "X5")
 # Flags each tree-cache scenario adds: none, each flag a check of create_tree_cache reads alone,
 # FlexKV (the factory's last choice, a tree without sessions or Mamba state) alone and with the
 # flags that need the unified tree.
@@ -756,7 +756,7 @@ TREE_CACHE_DSPARK = ((("deepseek-v4", None), ("deepseek-v4.1-dspark", "0.5.21"))
 # The algorithms whose servers name the model itself as the draft model, as an EAGLE server of a
 # model without NextN layers, or a DSPARK server of one that bundles no DSpark head, must
 # (SGLang drafts with the model itself only where it has those layers).
-SELF_DRAFTED = ("EAGLE", "DSPARK")
+SELF_DRAFTED = ("EAGLE", "NEXTN", "DSPARK")
 # --hicache-size (GB) on a DeepSeek-V4 model, whose host-pool stack refuses it (H7), with and
 # without FlexKV's tree, and on models whose stacks take it.
 # The external cache linker (0.5.20 on), which plans the draft's backup by itself and refuses a
@@ -764,6 +764,15 @@ SELF_DRAFTED = ("EAGLE", "DSPARK")
 TREE_CACHE_LINKER = (("llama-3.1-8b-instruct", "deepseek-v3", "deepseek-v4.1-dspark"),
                      ("EAGLE", "EAGLE3", "STANDALONE", "DFLASH", "DSPARK", None))
 LINKER_SINCE = "0.5.20"
+# Multi-layer EAGLE with the linker, which builds a draft runner per step (0.5.23 takes one
+# sidecar draft pool, X5): the flag given or not, the step count SGLang's or given, on Llama and
+# on the models whose overrides turn multi-layer EAGLE on for `EAGLE` as given (not for NEXTN or
+# `eagle`); the algorithms whose worker may be multi-layer (EAGLE, EAGLE3) and one never is.
+TREE_CACHE_MULTI_LAYER = (("llama-3.1-8b-instruct", "mimo-v2-flash", "step-3.5-flash", "parity/gigachat3.5"),
+                          ("EAGLE", "NEXTN", "eagle", "EAGLE3", "STANDALONE"), (False, True), (None, 1, 2))
+# The first release whose pinned Transformers loads each of those configs (the classification
+# part counts the others as refused by SGLang's loader).
+TREE_CACHE_MULTI_LAYER_SINCE = {"mimo-v2-flash": "0.5.22", "parity/gigachat3.5": "0.5.21"}
 TREE_CACHE_HOST_POOL_SIZES = ((("deepseek-v4",), ((), ("flexkv",)), (0, 8)),
                               (("llama-3.1-8b-instruct", "gpt-oss-20b", "deepseek-v3.2-exp"), ((),), (8,)))
 
@@ -774,8 +783,10 @@ def tree_cache_scenarios():
     with HiCache off, on, or on with buffer-only host memory, each set of TREE_CACHE_FLAGS, and
     neither, the unified-tree or the C++-tree environment variable; and the same servers with
     each speculative algorithm of TREE_CACHE_SPECULATIVE; the same servers with the host pool
-    sizes of TREE_CACHE_HOST_POOL_SIZES; with the external cache linker of TREE_CACHE_LINKER; and
-    DeepSeek-V4 checkpoints without and with a DSpark head under TREE_CACHE_DSPARK's algorithms."""
+    sizes of TREE_CACHE_HOST_POOL_SIZES; with the external cache linker of TREE_CACHE_LINKER, and
+    with multi-layer EAGLE of TREE_CACHE_MULTI_LAYER (without HiCache, which the linker
+    excludes); and DeepSeek-V4 checkpoints without and with a DSpark head under
+    TREE_CACHE_DSPARK's algorithms."""
     servers = [("decode", radix, backup) for radix in (False, True)
                for backup in (None, "cpu_tensor", "host_pool")] + [("prefill", None, None)]
     hicache = (("off", False, False), ("cache", True, False), ("buffer_only", True, True))
@@ -790,10 +801,15 @@ def tree_cache_scenarios():
     dspark_configs, dspark_algorithms = TREE_CACHE_DSPARK
     matrix.append(itertools.product([config for config, _ in dspark_configs], servers, hicache, speculative_flags,
                                     envs, dspark_algorithms, (0,)))
-    since = dict(dspark_configs)
+    since = dict(dspark_configs, **TREE_CACHE_MULTI_LAYER_SINCE)
+    multi_layer_configs, multi_layer_algorithms, multi_layer_flags, multi_layer_steps = TREE_CACHE_MULTI_LAYER
+    matrix.append(itertools.product(multi_layer_configs, servers, hicache[:1], (("linker",),), ({},),
+                                    multi_layer_algorithms, (0,), multi_layer_flags, multi_layer_steps))
     scenarios = []
-    for config, server, (mode, hierarchical, buffer_only), flags, env, speculative, size in itertools.chain(*matrix):
+    for config, server, (mode, hierarchical, buffer_only), flags, env, speculative, size, *draft_steps \
+            in itertools.chain(*matrix):
         role, radix, backup = server
+        multi_layer, steps = draft_steps or (False, None)
         scenarios.append({
             "id": f"t{len(scenarios)}",
             "config": os.path.join(ROOT, "tests/fixtures/configs", f"{config}.json"),
@@ -801,7 +817,8 @@ def tree_cache_scenarios():
             "hierarchical": hierarchical, "bufferOnly": buffer_only, "session": "session" in flags,
             "evictionPolicy": "tlru" if "tlru" in flags else "lru", "streaming": "streaming" in flags,
             "flexkv": "flexkv" in flags, "speculative": speculative, "env": env, "hicacheSize": size,
-            "linker": "linker" in flags, "since": since.get(config),
+            "linker": "linker" in flags, "since": since.get(config), "multiLayerFlag": multi_layer,
+            "numSteps": steps,
         })
     return scenarios
 
@@ -825,8 +842,12 @@ def tree_cache_argv(scenario):
         argv.append("--enable-flexkv")
     if scenario["speculative"]:
         argv += ["--speculative-algorithm", scenario["speculative"]]
-    if scenario["speculative"] in SELF_DRAFTED:
+    if (scenario["speculative"] or "").upper() in SELF_DRAFTED:
         argv += ["--speculative-draft-model-path", "/models/m"]
+    if scenario["multiLayerFlag"]:
+        argv.append("--enable-multi-layer-eagle")
+    if scenario["numSteps"] is not None:
+        argv += ["--speculative-num-steps", str(scenario["numSteps"])]
     if scenario["hicacheSize"]:
         argv += ["--hicache-size", str(scenario["hicacheSize"])]
     if scenario["linker"]:
@@ -846,7 +867,7 @@ def tree_cache_pods(version, scenarios):
                                      "data": {"config.json": f.read()}}
         env = [{"name": k, "value": v} for k, v in scenario["env"].items()]
         annotations = {"kvpilot.dev/model-config": f"configmap/{name}"}
-        if scenario["speculative"] in SELF_DRAFTED:
+        if (scenario["speculative"] or "").upper() in SELF_DRAFTED:
             annotations["kvpilot.dev/draft-model-config"] = f"configmap/{name}"
         documents.append({
             "apiVersion": "v1", "kind": "Pod",
@@ -859,7 +880,7 @@ def tree_cache_pods(version, scenarios):
 
 def check_tree_cache(kvpilot, src, venvs, version, compare):
     """SGLang's tree-cache choice, its checks of it and the builder's after it (tree_cache.py)
-    against the guard's H1, H2, H5, H6, H7, N5, N6, R8 and X4 on the same servers' command lines
+    against the guard's H1, H2, H5, H6, H7, N5, N6, R8, X4 and X5 on the same servers' command lines
     (the linker's scenarios from the release that has it). Returns
     (passed, failed, summary)."""
     scenarios = [s for s in tree_cache_scenarios()

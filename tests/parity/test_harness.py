@@ -435,6 +435,52 @@ class HostPoolsTest(unittest.TestCase):
             self.host_pools("_PlainStrategy(), _DeepSeekV4Strategy()")
 
 
+class DraftRunnersTest(unittest.TestCase):
+    TP_WORKER = """\
+        class TpModelWorker:
+            def _init_multi_layer_eagle_model_runners(self):
+                from sglang.srt.model_executor.model_runner import ModelRunner
+
+                self.model_runner_list.append(self.model_runner)
+                for i in range(1, get_spec().speculative_num_steps):
+                    self.model_runner_list.append(ModelRunner(draft_model_idx=i))
+
+            @property
+            def model_runner(self):
+                return self._model_runner
+        """
+    HOOK = """\
+        def _auto_choose_speculative_params(server_args, model_arch):
+            cfg = resolving_view(server_args)
+            if model_arch == "LlamaForCausalLM":
+                return (5, 4, 8)
+            return (3, 1, 4)
+        """
+
+    def draft_runners(self, tp_worker):
+        srt = os.path.join(tempfile.mkdtemp(prefix="parity-test-"), "sglang", "srt")
+        self.addCleanup(lambda: __import__("shutil").rmtree(os.path.dirname(os.path.dirname(srt)),
+                                                            ignore_errors=True))
+        for path, text in ((tree_cache.TP_WORKER, tp_worker), (tree_cache.SPECULATIVE_HOOK, self.HOOK)):
+            os.makedirs(os.path.dirname(os.path.join(srt, path)), exist_ok=True)
+            with open(os.path.join(srt, path), "w", encoding="utf-8") as f:
+                f.write(textwrap.dedent(text))
+        return tree_cache.DraftRunners(srt, release=None)
+
+    def test_the_release_s_worker_builds_one_runner_per_step_and_its_own_step_count(self):
+        runners = self.draft_runners(self.TP_WORKER)
+        self.assertEqual([len(runners.built_runners(steps)) for steps in (0, 1, 2, 5)], [1, 1, 2, 5])
+        self.assertEqual(runners.auto_steps("EAGLE", "LlamaForCausalLM"), 5)
+        self.assertEqual(runners.auto_steps("EAGLE3", "MiMoV2FlashForCausalLM"), 3)
+        # The stand-in ModelRunner module is gone after the count.
+        self.assertNotIn(tree_cache.MODEL_RUNNER_MODULE, sys.modules)
+
+    def test_a_release_without_the_multi_layer_runners_is_refused(self):
+        runners = self.draft_runners("class TpModelWorker:\n    pass\n")
+        with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
+            runners.built_runners(2)
+
+
 class AfterBuildTest(unittest.TestCase):
     BUILDER = """\
         def build(enable_hierarchical_cache, retraction_backup, hicache_draft_plan):

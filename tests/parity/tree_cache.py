@@ -5,7 +5,8 @@ Usage: tree_cache.py SGLANG_SRC < scenarios.json
   scenarios: [{"id", "config": CONFIG.json, "radixDisabled": bool, "hostPool": bool,
   "hierarchical": bool, "bufferOnly": bool, "session": bool, "evictionPolicy": str,
   "streaming": bool, "flexkv": bool, "speculative": ALGORITHM or null, "env": {NAME: "1"},
-  "hicacheSize": GB (0: sized from the ratio), "linker": bool}]
+  "hicacheSize": GB (0: sized from the ratio), "linker": bool, "multiLayerFlag": bool,
+  "numSteps": int or null}]
 Prints [{"id", "raised", "message", "cache", "factoryRefused", "notes"}] on stdout
 (`factoryRefused`: the unified cache's own refusal of host-pool retraction, R1/R2, which comes
 before these checks). Exits non-zero, naming the
@@ -22,7 +23,8 @@ with Mamba state on a tree without Mamba support (N5, 0.5.22 on). The KV cache b
 registers the speculative draft's host backup, which refuses a sidecar draft plan on a tree that
 is not a UnifiedRadixCache (N6, 0.5.19 on; the plan is made before the tree), and refuses
 host-pool retraction on such a tree (R8). The plan itself refuses a sidecar draft with the
-external cache linker (X4, 0.5.20-0.5.22; 0.5.23 only more than one draft runner).
+external cache linker (X4, 0.5.20-0.5.22), from 0.5.23 only one with more than one draft runner
+(X5: multi-layer EAGLE builds one per draft step).
 
 What runs, unchanged:
   - the release's `default_radix_cache_factory` and the unified-cache constructor it calls, on
@@ -36,7 +38,13 @@ What runs, unchanged:
     its methods as written, with _draft_model_runners and _can_pack_hicache_mtp), the
     scenario's algorithm read by the release's SpeculativeAlgorithm, and the draft runner's
     ModelConfig the release's draft worker of that algorithm builds from the model's config
-    (the model drafts for itself);
+    (the model drafts for itself); as many draft runners as the release builds (DraftRunners:
+    multi-layer EAGLE from the scenario's --enable-multi-layer-eagle or the release's
+    model-override providers for the target architecture, given `--speculative-algorithm` as
+    the scenario names it; the scenario's --speculative-num-steps or the release's
+    `_auto_choose_speculative_params`; TpModelWorker._init_multi_layer_eagle_model_runners with
+    a ModelRunner stand-in counting them), each with the draft's ModelConfig, as the worker
+    gives every runner;
   - what the unified cache's `init_hicache` does that H7 reads: the release's stack strategies
     (`_STRATEGIES` of mem_cache/hybrid_cache/hybrid_pool_assembler.py; the DeepSeek-V4 one must
     come first, so it is the one chosen whenever it matches), its `matches` on the tree's
@@ -90,6 +98,7 @@ import types
 
 import sglang_env
 from classify import Release
+from draft_geometry import _CudaServerArgs
 from pd_args import field_defaults
 
 REGISTRY = os.path.join("mem_cache", "registry.py")
@@ -370,6 +379,112 @@ class HostPools:
             raise HostPoolRefusal(str(e)) from e
 
 
+TP_WORKER = os.path.join("managers", "tp_worker.py")
+SPECULATIVE_HOOK = os.path.join("arg_groups", "speculative_hook.py")
+MODEL_RUNNER_MODULE = "sglang.srt.model_executor.model_runner"
+
+
+class _SpeculativeServerArgs(_CudaServerArgs):
+    """Server args as the override providers see them on an NVIDIA server given only
+    `--speculative-algorithm` (the model overrides run before the speculative hook resolves the
+    name, so they see it as given)."""
+
+    def __init__(self, algorithm):
+        self.speculative_algorithm = algorithm
+
+
+class DraftRunners:
+    """How many draft runners the release's speculative worker builds for a server.
+
+    Multi-layer EAGLE (the worker spec_info picks for an `is_eagle()` algorithm with
+    enable_multi_layer_eagle) builds one per draft step: the release's own
+    TpModelWorker._init_multi_layer_eagle_model_runners runs with a stand-in ModelRunner class.
+    enable_multi_layer_eagle is the scenario's flag or what the release's model-override
+    providers for the target architecture declare; the step count is the scenario's or the
+    release's `_auto_choose_speculative_params` for the target architecture."""
+
+    def __init__(self, srt, release):
+        self.srt = srt
+        self.release = release
+        self.worker_class = None
+        self.auto_params = None
+        self.hf_configs = {}
+
+    def hf_config(self, path):
+        if path not in self.hf_configs:
+            self.hf_configs[path] = self.release.load(path)
+        return self.hf_configs[path]
+
+    def count(self, scenario, algorithm, notes):
+        if not algorithm.is_eagle() or not self.multi_layer(scenario, notes):
+            return 1
+        arch = self.hf_config(scenario["config"]).architectures[0]
+        steps = scenario.get("numSteps")
+        if steps is None:
+            steps = self.auto_steps(scenario["speculative"], arch)
+        return len(self.built_runners(steps))
+
+    def multi_layer(self, scenario, notes):
+        if scenario.get("multiLayerFlag"):
+            return True
+        hf_config = self.hf_config(scenario["config"])
+        arch = hf_config.architectures[0]
+        base = getattr(self.release.overrides, "model_override_base", self.release.overrides)
+        enabled = bool(base.MODEL_OVERRIDES.get(arch, {}).get("enable_multi_layer_eagle", False))
+        providers = list(base._MODEL_OVERRIDE_FNS.get(arch, ()))
+        providers += [fn for predicate, fn in base._PREDICATE_OVERRIDE_FNS if predicate(arch)]
+        for fn in providers:
+            if "enable_multi_layer_eagle" not in inspect.getsource(fn):
+                continue
+            try:
+                declared = sglang_env.quietly(base._invoke_provider, fn,
+                                              _SpeculativeServerArgs(scenario["speculative"]), hf_config)
+            except Exception as e:
+                raise SystemExit(f"override {fn.__qualname__} cannot run here: {type(e).__name__}: {e}") from e
+            if declared and "enable_multi_layer_eagle" in declared:
+                enabled = bool(declared["enable_multi_layer_eagle"])
+                notes.add(f"{fn.__qualname__}: enable_multi_layer_eagle={enabled} under {scenario['speculative']}")
+        return enabled
+
+    def auto_steps(self, algorithm, arch):
+        if self.auto_params is None:
+            path = os.path.join(self.srt, SPECULATIVE_HOOK)
+            namespace = sglang_env.exec_subset(path, "sglang.srt.arg_groups.speculative_hook")
+            self.auto_params = namespace.get("_auto_choose_speculative_params")
+            if self.auto_params is None:
+                _fail(path, "_auto_choose_speculative_params did not define")
+            namespace["resolving_view"] = lambda args: args
+        steps, _topk, _draft_tokens = self.auto_params(types.SimpleNamespace(speculative_algorithm=algorithm), arch)
+        return steps
+
+    def built_runners(self, steps):
+        path = os.path.join(self.srt, TP_WORKER)
+        if self.worker_class is None:
+            namespace = sglang_env.exec_subset(path, "sglang.srt.managers.tp_worker",
+                                               keep_classes=("TpModelWorker",))
+            self.worker_class = namespace.get("TpModelWorker")
+            if self.worker_class is None or not hasattr(self.worker_class, "_init_multi_layer_eagle_model_runners"):
+                _fail(path, "TpModelWorker._init_multi_layer_eagle_model_runners did not define")
+            namespace.update(get_spec=lambda: self.spec, get_schedule=lambda: types.SimpleNamespace(
+                mem_fraction_static=0.8))
+        self.spec = types.SimpleNamespace(speculative_num_steps=steps)
+        # What the method hands each ModelRunner (the worker's config, ports, pools) does not
+        # change the count: any attribute it reads but the list and the first runner is None.
+        worker_class = type("Worker", (self.worker_class,), {"__getattr__": lambda worker, name: None})
+        worker = worker_class.__new__(worker_class)
+        worker.__dict__.update(model_runner_list=[], _model_runner=object())
+        saved = sys.modules.get(MODEL_RUNNER_MODULE)
+        _stand_in_module(MODEL_RUNNER_MODULE, ModelRunner=lambda **kwargs: object())
+        try:
+            worker._init_multi_layer_eagle_model_runners()
+        finally:
+            if saved is None:
+                sys.modules.pop(MODEL_RUNNER_MODULE, None)
+            else:
+                sys.modules[MODEL_RUNNER_MODULE] = saved
+        return worker.model_runner_list
+
+
 class DraftPlanner:
     """The release's BaseSpecWorker._build_hicache_draft_plan on a worker whose draft runner
     serves the scenario's model; None where the release has no plan (0.5.17)."""
@@ -393,11 +508,15 @@ class DraftPlanner:
         self.algorithms = sglang_env.quietly(__import__, "sglang.srt.speculative.spec_info",
                                              fromlist=["SpeculativeAlgorithm"]).SpeculativeAlgorithm
         self.draft_configs = {}
+        self.draft_runners = DraftRunners(srt, release)
+        self.notes = set()
 
     def plan(self, scenario, arguments):
         if not scenario.get("speculative") or not self.planned:
             return None
-        key = (scenario["config"], scenario["speculative"])
+        algorithm = self.algorithms.from_string(scenario["speculative"])
+        # The draft worker builds its ModelConfig under the resolved name (NEXTN is EAGLE).
+        key = (scenario["config"], algorithm.name)
         if key not in self.draft_configs:
             verdict, mc = self.release.model_config(key[0], draft=True, algorithm=key[1])
             if mc is None:
@@ -406,12 +525,12 @@ class DraftPlanner:
             self.draft_configs[key] = mc
         runner = types.SimpleNamespace(model_config=self.draft_configs[key], token_to_kv_pool=object(),
                                        req_to_token_pool=types.SimpleNamespace(mamba_pool=None))
+        runners = [runner] * self.draft_runners.count(scenario, algorithm, self.notes)
         # target_worker and draft_worker are abstract properties the concrete workers implement.
         worker = type("Worker", (self.worker_class,), {"target_worker": None, "draft_worker": None})()
         worker.target_worker = types.SimpleNamespace(model_runner=types.SimpleNamespace(
-            spec_algorithm=self.algorithms.from_string(scenario["speculative"]),
-            req_to_token_pool=types.SimpleNamespace(mamba_pool=None)))
-        worker.draft_worker = types.SimpleNamespace(draft_runners=[runner], model_runner=runner)
+            spec_algorithm=algorithm, req_to_token_pool=types.SimpleNamespace(mamba_pool=None)))
+        worker.draft_worker = types.SimpleNamespace(draft_runners=runners, model_runner=runner)
         self.namespace.update(get_memory=lambda: arguments, get_disagg=lambda: arguments)
         return sglang_env.quietly(worker._build_hicache_draft_plan)
 
@@ -512,6 +631,8 @@ def main(argv):
             raised, message = True, str(e)
         results.append({"id": scenario["id"], "raised": raised, "message": message,
                         "cache": type(cache).__name__, "factoryRefused": None, "notes": notes})
+    # The override providers' declarations, shared by every result as the other notes are.
+    notes.extend(sorted(planner.notes))
     print(json.dumps(results))
     return 0
 
