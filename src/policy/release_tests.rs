@@ -1292,6 +1292,50 @@ fn x4_refuses_the_external_linker_with_a_sidecar_draft_up_to_0_5_22() {
     assert!(evaluate(input).violations.iter().any(|v| v.rule == "X4" && v.message == x4));
 }
 
+/// SGLang's speculative hook runs EAGLE and NEXTN with a Gemma-4 assistant draft as FROZEN_KV_MTP,
+/// whose worker has no draft runners to back up, and refuses EAGLE3 with it, in every release.
+#[test]
+fn a_gemma4_assistant_draft_runs_as_frozen_kv_mtp_and_refuses_eagle3() {
+    let assistant: serde_json::Value =
+        serde_json::from_str(include_str!("../../tests/fixtures/configs/parity/gemma-4-assistant.json")).unwrap();
+    let assistant = layout_at(assistant);
+    assert!(assistant.has(LayoutFeature::NoNextnLayers));
+    let settings = |algorithm: &str| {
+        let algorithm = algorithm.to_string();
+        with(move |s| {
+            s.retraction_backup = Some(RetractionBackup::CpuTensor);
+            s.hierarchical_cache = true;
+            s.unified_cache_external_linker = true;
+            s.speculative_algorithm = Some(algorithm);
+        })
+    };
+    let rules = |algorithm: &str, draft: &AttentionLayout, patch: u16| {
+        let violations = at_with_draft(patch, &settings(algorithm), &full(), Some(draft)).violations;
+        let mut rules: Vec<_> =
+            violations.into_iter().map(|v| v.rule).filter(|r| ["N6", "X4", "X5", "SD5"].contains(r)).collect();
+        rules.sort_unstable();
+        rules
+    };
+    for patch in 17..=23 {
+        for algorithm in ["EAGLE", "nextn"] {
+            assert!(rules(algorithm, &assistant, patch).is_empty(), "{algorithm} 0.5.{patch}");
+        }
+        assert!(rules("EAGLE3", &assistant, patch).contains(&"SD5"), "0.5.{patch}");
+    }
+    // A Llama draft without NextN layers backs up through a sidecar under the same settings.
+    assert_eq!(rules("EAGLE", &full(), 21), ["N6", "X4"]);
+    let sd5 = at_with_draft(23, &settings("eagle3"), &full(), Some(&assistant))
+        .violations
+        .into_iter()
+        .find(|v| v.rule == "SD5")
+        .unwrap();
+    assert_eq!(
+        sd5.message,
+        "Gemma4AssistantForCausalLM draft requires --speculative-algorithm NEXTN or EAGLE; EAGLE3 is not supported \
+         for this draft architecture."
+    );
+}
+
 /// From 0.5.23 the linker takes one sidecar draft pool: multi-layer EAGLE, which builds a draft
 /// runner per step, is refused with more than one step.
 #[test]

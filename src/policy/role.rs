@@ -10,12 +10,12 @@ use crate::api::{OnInvalid, RetractionBackup, TransferBackend};
 /// draft pools too, and T1hnd: it registers its pool's buffers too), or on any server (M3, S8,
 /// HiCache × DCP, the unified-memory pool's other exclusions, the LMCache and linker rules that
 /// do not depend on the decode side's radix cache, the tree cache's checks H1, H2, H5, H6, N5 and
-/// N6, DeepSeek-V4's host pool size H7, and the speculative hook's SD1-SD4).
+/// N6, DeepSeek-V4's host pool size H7, and the speculative hook's SD1-SD5).
 const ON_EVERY_PD_SERVER: &[&str] = &["R20", "M1", "U1", "U2", "U3", "U4c", "U9", "L7", "T11", "T1hnd"];
 const ON_EVERY_SERVER: &[&str] = &[
     "M2", "M3", "M4", "M5", "S8", "F3", "F5", "L1", "L2", "L4", "L5", "L6", "L8", "X2", "X3", "X4", "X5", "D1", "D2",
     "D3", "D4", "D5", "D6", "U4", "U8", "U10", "U11", "U13", "U15", "H1", "H2", "H5", "H6", "H7", "N5", "N6", "SD1",
-    "SD2", "SD3", "SD4",
+    "SD2", "SD3", "SD4", "SD5",
 ];
 
 /// Checks a prefill server (`prefill`) or a server without disaggregation. Nothing is

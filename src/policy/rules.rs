@@ -558,7 +558,10 @@ fn draft_runners(c: &Context<'_>, args: &[String]) -> i64 {
 fn sidecar_draft(c: &Context<'_>) -> bool {
     match speculative_algorithm(c).as_deref() {
         Some("EAGLE3" | "STANDALONE" | "DFLASH") => true,
-        Some("EAGLE" | "NEXTN") => c.draft.is_some_and(|draft| draft.has(LayoutFeature::NoNextnLayers)),
+        // A Gemma-4 assistant draft runs as FROZEN_KV_MTP, whose worker has no draft runners.
+        Some("EAGLE" | "NEXTN") => {
+            !gemma4_assistant_draft(c) && c.draft.is_some_and(|draft| draft.has(LayoutFeature::NoNextnLayers))
+        }
         Some("DSPARK") => c.draft.is_some_and(|draft| !draft.has(LayoutFeature::DsparkHead)),
         _ => false,
     }
@@ -630,6 +633,15 @@ fn known_speculative_algorithm(name: &str, release: Release) -> bool {
         &["DFLASH", "DSPARK", "EAGLE", "EAGLE3", "FROZEN_KV_MTP", "STANDALONE", "NGRAM", "NONE", "NEXTN"];
     let name = name.to_uppercase();
     ALWAYS.contains(&name.as_str()) || (name == "UNO" && release >= v0_5(20))
+}
+
+/// The draft architectures for which SGLang's speculative hook turns EAGLE and NEXTN into
+/// FROZEN_KV_MTP and refuses EAGLE3 (every release).
+const GEMMA4_ASSISTANT_DRAFTS: &[&str] = &["Gemma4AssistantForCausalLM", "Gemma4UnifiedAssistantForCausalLM"];
+
+/// Whether the speculative draft model is a Gemma-4 assistant ([`GEMMA4_ASSISTANT_DRAFTS`]).
+fn gemma4_assistant_draft(c: &Context<'_>) -> bool {
+    c.draft.is_some_and(|draft| GEMMA4_ASSISTANT_DRAFTS.contains(&draft.architecture.as_str()))
 }
 
 /// The speculative algorithm, upper-cased as SGLang's hook reads it.
@@ -1436,6 +1448,24 @@ pub(crate) const RULES: &[Rule] = &[
         changes: &[],
         check: |c| when(speculative_algorithm(c)? == "UNO" && c.settings.speculative_draft_model.is_some()),
         fix: Fix::Manual { hint: "unset spec.disaggregation.speculativeDraftModel: UNO drafts with the model itself" },
+    },
+    Rule {
+        id: "SD5",
+        about: "EAGLE3 with a Gemma-4 assistant draft",
+        field: SPECULATIVE_ALGORITHM,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "Gemma4AssistantForCausalLM draft requires --speculative-algorithm NEXTN or EAGLE; EAGLE3 is not \
+             supported for this draft architecture.",
+        )],
+        changes: &[],
+        check: |c| when(speculative_algorithm(c)? == "EAGLE3" && gemma4_assistant_draft(c)),
+        fix: Fix::Manual {
+            hint: "set speculativeAlgorithm to EAGLE or NEXTN for a Gemma-4 assistant draft (SGLang runs it as \
+                   FROZEN_KV_MTP), or use an EAGLE3 draft model",
+        },
     },
     Rule {
         id: "H1",

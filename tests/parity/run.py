@@ -740,7 +740,7 @@ def compare_first_refusal(scenarios, theirs, reports, compared_rule, describe):
 
 TREE_CACHE_CONFIGS = ("llama-3.1-8b-instruct", "deepseek-v3", "deepseek-v3.2-exp", "gpt-oss-20b",
                       "parity/unlimited-ocr", "qwen3-next-80b-a3b")
-TREE_CACHE_RULES = ("H1", "H2", "H5", "H6", "H7", "N5", "N6", "R8", "X4", "X5")
+TREE_CACHE_RULES = ("H1", "H2", "H5", "H6", "H7", "N5", "N6", "R8", "X4", "X5", "SD5")
 # Flags each tree-cache scenario adds: none, each flag a check of create_tree_cache reads alone,
 # FlexKV (the factory's last choice, a tree without sessions or Mamba state) alone and with the
 # flags that need the unified tree.
@@ -757,6 +757,10 @@ TREE_CACHE_DSPARK = ((("deepseek-v4", None), ("deepseek-v4.1-dspark", "0.5.21"))
 # model without NextN layers, or a DSPARK server of one that bundles no DSpark head, must
 # (SGLang drafts with the model itself only where it has those layers).
 SELF_DRAFTED = ("EAGLE", "NEXTN", "DSPARK")
+# Gemma-4 assistant drafts, which SGLang's speculative hook runs as FROZEN_KV_MTP under EAGLE and
+# NEXTN (no draft runners, so no draft plan) and refuses under EAGLE3 (SD5), with and without
+# HiCache and the linker; every server names the model itself as its draft model.
+TREE_CACHE_ASSISTANT_DRAFTS = (("parity/gemma-4-assistant",), ("EAGLE", "NEXTN", "EAGLE3"), ((), ("linker",)))
 # --hicache-size (GB) on a DeepSeek-V4 model, whose host-pool stack refuses it (H7), with and
 # without FlexKV's tree, and on models whose stacks take it.
 # The external cache linker (0.5.20 on), which plans the draft's backup by itself and refuses a
@@ -785,7 +789,7 @@ def tree_cache_scenarios():
     each speculative algorithm of TREE_CACHE_SPECULATIVE; the same servers with the host pool
     sizes of TREE_CACHE_HOST_POOL_SIZES; with the external cache linker of TREE_CACHE_LINKER, and
     with multi-layer EAGLE of TREE_CACHE_MULTI_LAYER (without HiCache, which the linker
-    excludes); and DeepSeek-V4 checkpoints without and with a DSpark head under
+    excludes); Gemma-4 assistant drafts of TREE_CACHE_ASSISTANT_DRAFTS; and DeepSeek-V4 checkpoints without and with a DSpark head under
     TREE_CACHE_DSPARK's algorithms."""
     servers = [("decode", radix, backup) for radix in (False, True)
                for backup in (None, "cpu_tensor", "host_pool")] + [("prefill", None, None)]
@@ -805,6 +809,9 @@ def tree_cache_scenarios():
     multi_layer_configs, multi_layer_algorithms, multi_layer_flags, multi_layer_steps = TREE_CACHE_MULTI_LAYER
     matrix.append(itertools.product(multi_layer_configs, servers, hicache[:1], (("linker",),), ({},),
                                     multi_layer_algorithms, (0,), multi_layer_flags, multi_layer_steps))
+    assistant_configs, assistant_algorithms, assistant_flags = TREE_CACHE_ASSISTANT_DRAFTS
+    matrix.append(itertools.product(assistant_configs, servers, hicache, assistant_flags, ({},),
+                                    assistant_algorithms, (0,)))
     scenarios = []
     for config, server, (mode, hierarchical, buffer_only), flags, env, speculative, size, *draft_steps \
             in itertools.chain(*matrix):
@@ -819,6 +826,7 @@ def tree_cache_scenarios():
             "flexkv": "flexkv" in flags, "speculative": speculative, "env": env, "hicacheSize": size,
             "linker": "linker" in flags, "since": since.get(config), "multiLayerFlag": multi_layer,
             "numSteps": steps,
+            "selfDrafted": (speculative or "").upper() in SELF_DRAFTED or config in assistant_configs,
         })
     return scenarios
 
@@ -842,7 +850,7 @@ def tree_cache_argv(scenario):
         argv.append("--enable-flexkv")
     if scenario["speculative"]:
         argv += ["--speculative-algorithm", scenario["speculative"]]
-    if (scenario["speculative"] or "").upper() in SELF_DRAFTED:
+    if scenario["selfDrafted"]:
         argv += ["--speculative-draft-model-path", "/models/m"]
     if scenario["multiLayerFlag"]:
         argv.append("--enable-multi-layer-eagle")
@@ -867,7 +875,7 @@ def tree_cache_pods(version, scenarios):
                                      "data": {"config.json": f.read()}}
         env = [{"name": k, "value": v} for k, v in scenario["env"].items()]
         annotations = {"kvpilot.dev/model-config": f"configmap/{name}"}
-        if (scenario["speculative"] or "").upper() in SELF_DRAFTED:
+        if scenario["selfDrafted"]:
             annotations["kvpilot.dev/draft-model-config"] = f"configmap/{name}"
         documents.append({
             "apiVersion": "v1", "kind": "Pod",
@@ -880,7 +888,7 @@ def tree_cache_pods(version, scenarios):
 
 def check_tree_cache(kvpilot, src, venvs, version, compare):
     """SGLang's tree-cache choice, its checks of it and the builder's after it (tree_cache.py)
-    against the guard's H1, H2, H5, H6, H7, N5, N6, R8, X4 and X5 on the same servers' command lines
+    against the guard's H1, H2, H5, H6, H7, N5, N6, R8, X4, X5 and SD5 on the same servers' command lines
     (the linker's scenarios from the release that has it). Returns
     (passed, failed, summary)."""
     scenarios = [s for s in tree_cache_scenarios()

@@ -6,7 +6,7 @@ Usage: tree_cache.py SGLANG_SRC < scenarios.json
   "hierarchical": bool, "bufferOnly": bool, "session": bool, "evictionPolicy": str,
   "streaming": bool, "flexkv": bool, "speculative": ALGORITHM or null, "env": {NAME: "1"},
   "hicacheSize": GB (0: sized from the ratio), "linker": bool, "multiLayerFlag": bool,
-  "numSteps": int or null}]
+  "numSteps": int or null, "selfDrafted": bool (the server names the model as its draft model)}]
 Prints [{"id", "raised", "message", "cache", "factoryRefused", "notes"}] on stdout
 (`factoryRefused`: the unified cache's own refusal of host-pool retraction, R1/R2, which comes
 before these checks). Exits non-zero, naming the
@@ -36,7 +36,9 @@ What runs, unchanged:
     release's ModelConfig (classify.Release);
   - the draft plan: BaseSpecWorker._build_hicache_draft_plan (speculative/base_spec_worker.py,
     its methods as written, with _draft_model_runners and _can_pack_hicache_mtp), the
-    scenario's algorithm read by the release's SpeculativeAlgorithm, and the draft runner's
+    scenario's algorithm as the release's `_resolve_speculative_algorithm_alias` resolves it (a
+    self-drafted server's draft model path is the model's directory; EAGLE3 with a Gemma-4
+    assistant draft is refused there, SD5), read by the release's SpeculativeAlgorithm, and the draft runner's
     ModelConfig the release's draft worker of that algorithm builds from the model's config
     (the model drafts for itself); as many draft runners as the release builds (DraftRunners:
     multi-layer EAGLE from the scenario's --enable-multi-layer-eagle or the release's
@@ -93,7 +95,9 @@ import ast
 import inspect
 import json
 import os
+import shutil
 import sys
+import tempfile
 import types
 
 import sglang_env
@@ -510,11 +514,37 @@ class DraftPlanner:
         self.draft_configs = {}
         self.draft_runners = DraftRunners(srt, release)
         self.notes = set()
+        self.srt = srt
+        self.resolve_alias = None
+
+    def resolved_name(self, scenario):
+        """The release's `_resolve_speculative_algorithm_alias` on the upper-cased name (as its
+        speculative hook calls it), with the model's own directory as the draft model path where
+        the server names the model itself as its draft: EAGLE and NEXTN become FROZEN_KV_MTP for a
+        Gemma-4 assistant draft, whose EAGLE3 it refuses."""
+        if self.resolve_alias is None:
+            path = os.path.join(self.srt, SPECULATIVE_HOOK)
+            namespace = sglang_env.exec_subset(path, "sglang.srt.arg_groups.speculative_hook")
+            self.resolve_alias = namespace.get("_resolve_speculative_algorithm_alias")
+            if self.resolve_alias is None:
+                _fail(path, "_resolve_speculative_algorithm_alias did not define")
+        name = scenario["speculative"].upper()
+        if not scenario.get("selfDrafted"):
+            return sglang_env.quietly(self.resolve_alias, name, None)
+        model_dir = tempfile.mkdtemp(prefix="kvpilot-parity-")
+        try:
+            shutil.copy(scenario["config"], os.path.join(model_dir, "config.json"))
+            return sglang_env.quietly(self.resolve_alias, name, model_dir)
+        finally:
+            shutil.rmtree(model_dir, ignore_errors=True)
 
     def plan(self, scenario, arguments):
-        if not scenario.get("speculative") or not self.planned:
+        if not scenario.get("speculative"):
             return None
-        algorithm = self.algorithms.from_string(scenario["speculative"])
+        # The speculative hook resolves the name at start-up, before any plan (and in 0.5.17).
+        algorithm = self.algorithms.from_string(self.resolved_name(scenario))
+        if not self.planned:
+            return None
         # The draft worker builds its ModelConfig under the resolved name (NEXTN is EAGLE).
         key = (scenario["config"], algorithm.name)
         if key not in self.draft_configs:
