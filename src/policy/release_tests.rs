@@ -209,6 +209,31 @@ fn r18_speculative_algorithms_decode_radix_cache_allows_per_release() {
     assert_eq!(fires("EAGLE"), [true, true, true, true, true, true, false]);
     assert_eq!(fires("DSPARK"), [true, true, true, true, false, false, false]);
     assert_eq!(fires("NGRAM"), [true; 7]);
+    // Up to 0.5.22 the PD hook compares the name as given; 0.5.23 the resolved, upper-cased one.
+    assert_eq!(fires("dspark"), [true, true, true, true, true, true, false]);
+    assert_eq!(fires("nextn"), [true, true, true, true, true, true, false]);
+    let r18c = |algorithm: &str, patch: u16| {
+        at(patch, &with_algorithm(algorithm), &FleetSpec::default(), &full())
+            .violations
+            .into_iter()
+            .find(|v| v.rule == "R18c")
+            .map(|v| v.message)
+    };
+    let message = |name: &str| {
+        format!(
+            "--disaggregation-decode-enable-radix-cache is incompatible with speculative decoding \
+             (--speculative-algorithm {name})"
+        )
+    };
+    assert_eq!(r18c("ngram", 22), Some(message("ngram")));
+    assert_eq!(r18c("ngram", 23), Some(message("NGRAM")));
+    // EAGLE with a Gemma-4 assistant draft runs as FROZEN_KV_MTP, which 0.5.23 refuses.
+    let assistant: serde_json::Value =
+        serde_json::from_str(include_str!("../../tests/fixtures/configs/parity/gemma-4-assistant.json")).unwrap();
+    let assistant = layout_at(assistant);
+    let verdict = at_with_draft(23, &with_algorithm("EAGLE"), &full(), Some(&assistant));
+    let refused = verdict.violations.into_iter().find(|v| v.rule == "R18c").map(|v| v.message);
+    assert_eq!(refused, Some(message("FROZEN_KV_MTP")));
 }
 
 #[test]

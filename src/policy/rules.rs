@@ -649,6 +649,17 @@ fn speculative_algorithm(c: &Context<'_>) -> Option<String> {
     c.settings.speculative_algorithm.as_deref().map(str::to_uppercase)
 }
 
+/// The speculative algorithm as SGLang's speculative hook resolves it: upper-cased, NEXTN as
+/// EAGLE, and EAGLE or NEXTN with a Gemma-4 assistant draft as FROZEN_KV_MTP.
+fn resolved_speculative_algorithm(c: &Context<'_>) -> Option<String> {
+    let algorithm = speculative_algorithm(c)?;
+    Some(match algorithm.as_str() {
+        "EAGLE" | "NEXTN" if gemma4_assistant_draft(c) => "FROZEN_KV_MTP".to_string(),
+        "NEXTN" => "EAGLE".to_string(),
+        _ => algorithm,
+    })
+}
+
 /// The pipeline stages of every server that runs the speculative settings: the decode servers,
 /// and a service's prefill fleet.
 fn speculating_pipeline_stages(c: &Context<'_>) -> i32 {
@@ -2153,19 +2164,18 @@ pub(crate) const RULES: &[Rule] = &[
             text_from(23, "DSPARK, EAGLE, EAGLE3 and NEXTN allowed"),
         ],
         check: |c| {
-            let algorithm = c.settings.speculative_algorithm.as_deref().filter(|_| radix(c))?;
-            // Algorithms that keep decode radix cache: DSPARK from 0.5.21, EAGLE/EAGLE3/NEXTN from 0.5.23.
-            let allowed: &[&str] = if c.release >= v0_5(23) {
-                &["DSPARK", "EAGLE", "EAGLE3", "NEXTN"]
+            let given = c.settings.speculative_algorithm.as_deref().filter(|_| radix(c))?;
+            // Up to 0.5.22 the PD hook checks the name as given, before the speculative hook
+            // upper-cases it; 0.5.23's speculative hook checks the resolved name (NEXTN is EAGLE).
+            // Algorithms that keep decode radix cache: DSPARK from 0.5.21, EAGLE/EAGLE3 from 0.5.23.
+            let (algorithm, allowed): (String, &[&str]) = if c.release >= v0_5(23) {
+                (resolved_speculative_algorithm(c)?, &["DSPARK", "EAGLE", "EAGLE3"])
             } else if c.release >= v0_5(21) {
-                &["DSPARK"]
+                (given.to_string(), &["DSPARK"])
             } else {
-                &[]
+                (given.to_string(), &[])
             };
-            when_with(
-                !allowed.contains(&algorithm.to_ascii_uppercase().as_str()),
-                vec![("algorithm", algorithm.into())],
-            )
+            when_with(!allowed.contains(&algorithm.as_str()), vec![("algorithm", algorithm)])
         },
         fix: Fix::Rewrite { apply: radix_off, hint: "turn decodeRadixCache off, or drop speculativeAlgorithm" },
     },

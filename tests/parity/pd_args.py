@@ -7,7 +7,11 @@ release raises for the decode server's arguments; `prefixes` are the fixed leadi
 every ValueError/assert message the function can raise (read from its syntax tree), which lets
 the caller tell whether kvpilot reports one of these rules where the release raises nothing.
 
-What runs is the release's arg_groups/pd_disaggregation_hook.py, unchanged. What stands in:
+What runs is the release's arg_groups/pd_disaggregation_hook.py, unchanged, then, where the
+release's speculative hook checks decode radix cache against the algorithm itself (0.5.23: R18c
+moved there), that `if` statement of handle_speculative_decoding (taken from its syntax tree) on
+the name the hook has by then: upper-cased and resolved by the release's
+`_resolve_speculative_algorithm_alias` (no draft model). What stands in:
 the server args are a plain object holding the release's own field defaults (the annotated
 defaults of ServerArgs and arg_groups/fields/*.py, read with ast) overlaid with the scenario;
 `resolving_view`/`resolved_view` hand that object back, `declare_resolution` sets fields on it
@@ -72,6 +76,28 @@ def raised_prefixes(function_node):
     return sorted(prefixes)
 
 
+SPECULATIVE_HOOK = os.path.join("arg_groups", "speculative_hook.py")
+
+
+def speculative_radix_check(srt):
+    """(code, globals, raised prefixes) of the `if` statements of the release's
+    handle_speculative_decoding that read decode radix cache and raise, or None where it has none."""
+    path = os.path.join(srt, SPECULATIVE_HOOK)
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    hook = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "handle_speculative_decoding")
+    checks = [n for n in hook.body if isinstance(n, ast.If)
+              and "disaggregation_decode_enable_radix_cache" in ast.unparse(n.test)
+              and any(isinstance(inner, ast.Raise) for inner in ast.walk(n))]
+    if not checks:
+        return None
+    scope = sglang_env.exec_subset(path, "sglang.srt.arg_groups.speculative_hook")
+    if "_resolve_speculative_algorithm_alias" not in scope:
+        sys.exit(f"{path}: _resolve_speculative_algorithm_alias did not define")
+    code = compile(ast.Module(body=checks, type_ignores=[]), path, "exec")
+    return code, scope, [p for check in checks for p in raised_prefixes(check)]
+
+
 def main(argv):
     if len(argv) != 2:
         sys.exit(__doc__)
@@ -86,6 +112,9 @@ def main(argv):
         tree = ast.parse(f.read())
     prefixes = raised_prefixes(next(n for n in tree.body if isinstance(n, ast.FunctionDef)
                                     and n.name == "handle_pd_disaggregation"))
+    speculative = speculative_radix_check(srt)
+    if speculative is not None:
+        prefixes = sorted(set(prefixes) | set(speculative[2]))
     defaults = field_defaults(srt)
 
     def declare_resolution(args, _source, **fields):
@@ -102,6 +131,11 @@ def main(argv):
         args = types.SimpleNamespace(**dict(defaults, **scenario["args"]))
         try:
             sglang_env.quietly(bound, args)
+            if speculative is not None and args.speculative_algorithm is not None:
+                code, hook_scope, _ = speculative
+                args.speculative_algorithm = hook_scope["_resolve_speculative_algorithm_alias"](
+                    args.speculative_algorithm.upper(), None)
+                exec(code, dict(hook_scope, cfg=args))
             error = None
         except (ValueError, AssertionError) as e:
             error = str(e)

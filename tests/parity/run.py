@@ -270,7 +270,18 @@ def pd_args_scenarios():
         scenarios.append({"id": f"p{len(scenarios)}", "args": {
             "disaggregation_mode": "decode", "disaggregation_transfer_backend": backend,
             "disaggregation_decode_enable_radix_cache": radix, "dcp_size": dcp}})
+    # Decode radix cache against each speculative algorithm, named as SGLang spells it and not
+    # (R18c: the PD hook compares the name as given up to 0.5.22, the speculative hook the
+    # resolved one from 0.5.23).
+    for radix, algorithm in itertools.product((False, True), PD_ARGS_SPECULATIVE):
+        scenarios.append({"id": f"p{len(scenarios)}", "args": {
+            "disaggregation_mode": "decode", "disaggregation_transfer_backend": "mooncake",
+            "disaggregation_decode_enable_radix_cache": radix, "dcp_size": 1,
+            "speculative_algorithm": algorithm}})
     return scenarios
+
+
+PD_ARGS_SPECULATIVE = ("EAGLE", "eagle", "NEXTN", "nextn", "EAGLE3", "DSPARK", "dspark", "NGRAM", "STANDALONE")
 
 
 def pd_args_manifest(scenario):
@@ -283,6 +294,8 @@ def pd_args_manifest(scenario):
         "enableUnifiedMemory": False}})
     disaggregation = document["spec"]["disaggregation"]
     disaggregation["transferBackend"] = args["disaggregation_transfer_backend"]
+    if args.get("speculative_algorithm"):
+        disaggregation["speculativeAlgorithm"] = args["speculative_algorithm"]
     return document
 
 
