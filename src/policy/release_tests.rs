@@ -466,6 +466,37 @@ fn unified_memory_rules_per_release() {
     );
 }
 
+/// The unified-memory pool hook runs after the speculative hook, so it reads the algorithm
+/// upper-cased and resolved: NEXTN and `eagle` are EAGLE there.
+#[test]
+fn the_unified_memory_pool_hook_reads_the_resolved_speculative_algorithm() {
+    let unified = |algorithm: &str| {
+        let algorithm = algorithm.to_string();
+        with(move |s| {
+            s.enable_unified_memory = true;
+            s.speculative_algorithm = Some(algorithm);
+        })
+    };
+    let u8_message = |algorithm: &str, patch: u16| {
+        at(patch, &unified(algorithm), &FleetSpec::default(), &full())
+            .violations
+            .into_iter()
+            .find(|v| v.rule == "U8")
+            .map(|v| v.message)
+    };
+    let refused = u8_message("nextn", 20).unwrap();
+    assert!(refused.ends_with("Got --speculative-algorithm='EAGLE'."), "{refused}");
+    assert_eq!(u8_message("dspark", 20), None);
+    assert_eq!(u8_message("nextn", 23), None);
+    // EAGLE under unified memory needs a unified target: NEXTN and `eagle` are EAGLE.
+    for algorithm in ["EAGLE", "NEXTN", "eagle", "eagle3"] {
+        let rules = at(23, &unified(algorithm), &FleetSpec::default(), &full()).violations;
+        assert!(rules.iter().any(|v| v.rule == "U13"), "{algorithm}");
+    }
+    let rules = at(23, &unified("ngram"), &FleetSpec::default(), &full()).violations;
+    assert!(!rules.iter().any(|v| v.rule == "U13"));
+}
+
 #[test]
 fn r8_on_0_5_18_needs_the_unified_tree_env_for_decode_radix_cache() {
     let settings = with(|s| {

@@ -889,10 +889,10 @@ fn unified_memory(c: &Context<'_>) -> bool {
     c.settings.enable_unified_memory
 }
 
-/// Unified memory with EAGLE or EAGLE3, as the unified-memory hook names them (before the
-/// speculative hook resolves aliases).
+/// Unified memory with EAGLE or EAGLE3, as the unified-memory pool hook reads the name: after
+/// the speculative hook has resolved it (so NEXTN and `eagle` are EAGLE).
 fn unified_eagle(c: &Context<'_>) -> bool {
-    unified_memory(c) && matches!(c.settings.speculative_algorithm.as_deref(), Some("EAGLE" | "EAGLE3"))
+    unified_memory(c) && matches!(resolved_speculative_algorithm(c).as_deref(), Some("EAGLE" | "EAGLE3"))
 }
 
 fn unified_offload(c: &Context<'_>) -> bool {
@@ -3040,13 +3040,14 @@ pub(crate) const RULES: &[Rule] = &[
             text_from(22, "DSPARK, DFLASH, EAGLE and EAGLE3 allowed"),
         ],
         check: |c| {
-            let algorithm = c.settings.speculative_algorithm.as_deref().filter(|_| unified_memory(c))?;
+            // The pool hook runs after the speculative hook: it reads the resolved name.
+            let algorithm = resolved_speculative_algorithm(c).filter(|_| unified_memory(c))?;
             let allowed: &[&str] = match c.release {
                 r if r < v0_5(18) => &[],
                 r if r < v0_5(22) => &["DSPARK"],
                 _ => &["DSPARK", "DFLASH", "EAGLE", "EAGLE3"],
             };
-            when_with(!allowed.contains(&algorithm), vec![("algorithm", algorithm.into())])
+            when_with(!allowed.contains(&algorithm.as_str()), vec![("algorithm", algorithm)])
         },
         fix: Fix::Rewrite {
             apply: unified_memory_off,

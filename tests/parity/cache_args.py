@@ -11,8 +11,10 @@ arg_groups/pipeline.py, or ServerArgs.__post_init__ before it existed): `handle_
 (`ServerArgs._handle_cache_compatibility` in 0.5.17-0.5.18, `handle_cache_compatibility` of
 arg_groups/kv_cache_hook.py from 0.5.19; LMCache's exclusions, L1-L7); and the HiCache hook
 (`ServerArgs._handle_hicache` / `handle_hicache` of arg_groups/hicache_hook.py; the external
-cache linker's exclusions, X1-X3). The other hooks of the real pipeline (speculative, platform)
-do not run: the scenarios set none of the flags they refuse. Stand-ins as in pd_args.py: a plain
+cache linker's exclusions, X1-X3). The speculative hook's renaming of the algorithm runs where
+the release's pipeline calls that hook (upper-cased, resolved by its
+`_resolve_speculative_algorithm_alias`), not its checks; the other hooks of the real pipeline
+(platform) do not run: the scenarios set none of the flags they refuse. Stand-ins as in pd_args.py: a plain
 object holding the release's field defaults overlaid with the scenario, views that hand it back,
 declarations that set fields on it, DP attention off, and `use_mla_backend` answering False
 (run.py's manifests name the MHA Llama fixture). A scenario setting a field the release
@@ -155,7 +157,7 @@ def _pd_backends_method(srt):
 
 # How each pipeline calls a step: `run_hook(handle_x, server_args)`, `handle_x(server_args)` or
 # `self._handle_x()`.
-_STEP_CALL = r"(?:run_hook\(\s*{name}\s*,|\b{name}\(\s*server_args\s*\)|self\._{name}\(\))"
+_STEP_CALL = r"(?:run_hook\(\s*{name}\s*,|\b{name}\(\s*(?:server_args|self)\s*\)|self\._{name}\(\))"
 
 
 def pipeline_order(srt, steps):
@@ -171,6 +173,23 @@ def pipeline_order(srt, steps):
             raise SystemExit(f"{path}: no call of {step}")
         positions[step] = match.start()
     return sorted(steps, key=positions.get)
+
+
+def speculative_name_step(srt):
+    """What the release's speculative hook does to `--speculative-algorithm` before the hooks
+    after it read it: upper-case it and resolve it with `_resolve_speculative_algorithm_alias`
+    (NEXTN is EAGLE; no draft model here). The hook's own checks do not run."""
+    path = os.path.join(srt, "arg_groups", "speculative_hook.py")
+    alias = sglang_env.exec_subset(path, "sglang.srt.arg_groups.speculative_hook").get(
+        "_resolve_speculative_algorithm_alias")
+    if alias is None:
+        raise SystemExit(f"{path}: _resolve_speculative_algorithm_alias did not define")
+
+    def resolve_name(args):
+        if args.speculative_algorithm is not None:
+            args.speculative_algorithm = alias(args.speculative_algorithm.upper(), None)
+
+    return resolve_name
 
 
 def main(argv):
@@ -202,6 +221,7 @@ def main(argv):
     bound = {name: bind_views(function, fallbacks) for name, function in (
         ("handle_pd_disaggregation", pd_handle), ("handle_cache_compatibility", cache_handle),
         ("handle_unified_memory_pool", unified_handle), ("handle_hicache", hicache_handle))}
+    bound["handle_speculative_decoding"] = speculative_name_step(srt)
     steps = [bound[name] for name in pipeline_order(srt, list(bound))]
     pd_backends = _pd_backends_method(srt)
     results = []

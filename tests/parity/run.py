@@ -330,7 +330,7 @@ def cache_args_scenarios():
             "hicache_storage_backend": None, "dcp_size": 1, "swa_full_tokens_ratio": ratio}})
     for lmcache, linker, hisparse, hierarchical, radix, backend, speculative, dcp in itertools.product(
             (False, True), (False, True), (False, True), (False, True), (False, True), (None, "file"),
-            (None, "EAGLE", "DSPARK"), (1, 2)):
+            (None, "EAGLE", "DSPARK", "dspark"), (1, 2)):
         args = {"disaggregation_mode": "decode", "disaggregation_transfer_backend": "mooncake",
                 "enable_hierarchical_cache": hierarchical,
                 "disaggregation_decode_enable_radix_cache": radix,
@@ -384,7 +384,21 @@ def cache_args_scenarios():
         if linker:
             args["enable_unified_cache_external_linker"] = True
         scenarios.append({"id": f"c{len(scenarios)}", "args": args})
+    # The pool hook reads the algorithm as the speculative hook, which runs before it, resolved it.
+    for speculative, backup in itertools.product(UNIFIED_SPECULATIVE_NAMES, (None, "host_pool")):
+        args = {"disaggregation_mode": "decode", "disaggregation_transfer_backend": "mooncake",
+                "enable_unified_memory": True, "enable_hierarchical_cache": False,
+                "disaggregation_decode_enable_radix_cache": False,
+                "disaggregation_decode_enable_offload_kvcache": False,
+                "hicache_storage_backend": None, "dcp_size": 1, "speculative_algorithm": speculative}
+        if backup is not None:
+            args["disaggregation_decode_retraction_backup"] = backup
+        scenarios.append({"id": f"c{len(scenarios)}", "args": args})
     return scenarios
+
+
+# (DSPARK and DFLASH go on to check attention backends, which follow the GPU.)
+UNIFIED_SPECULATIVE_NAMES = ("nextn", "NEXTN", "eagle", "eagle3", "ngram")
 
 
 def cache_args_manifest(scenario):
