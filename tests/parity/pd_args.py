@@ -7,11 +7,13 @@ release raises for the decode server's arguments; `prefixes` are the fixed leadi
 every ValueError/assert message the function can raise (read from its syntax tree), which lets
 the caller tell whether kvpilot reports one of these rules where the release raises nothing.
 
-What runs is the release's arg_groups/pd_disaggregation_hook.py, unchanged, then, where the
-release's speculative hook checks decode radix cache against the algorithm itself (0.5.23: R18c
-moved there), that `if` statement of handle_speculative_decoding (taken from its syntax tree) on
-the name the hook has by then: upper-cased and resolved by the release's
-`_resolve_speculative_algorithm_alias` (no draft model). What stands in:
+What runs is the release's arg_groups/pd_disaggregation_hook.py, unchanged, then what the
+speculative hook, which the pipeline calls after it, does first: upper-case the algorithm and
+resolve it with the release's `_resolve_speculative_algorithm_alias` (given the scenario's draft
+config in a directory of its own as the draft model path; it refuses EAGLE3 with a Gemma-4
+assistant draft, SD5), and, where that hook checks decode radix cache against the algorithm
+itself (0.5.23: R18c moved there), that `if` statement of handle_speculative_decoding (taken from
+its syntax tree). What stands in:
 the server args are a plain object holding the release's own field defaults (the annotated
 defaults of ServerArgs and arg_groups/fields/*.py, read with ast) overlaid with the scenario;
 `resolving_view`/`resolved_view` hand that object back, `declare_resolution` sets fields on it
@@ -22,7 +24,9 @@ import ast
 import glob
 import json
 import os
+import shutil
 import sys
+import tempfile
 import types
 
 import sglang_env
@@ -80,8 +84,9 @@ SPECULATIVE_HOOK = os.path.join("arg_groups", "speculative_hook.py")
 
 
 def speculative_radix_check(srt):
-    """(code, globals, raised prefixes) of the `if` statements of the release's
-    handle_speculative_decoding that read decode radix cache and raise, or None where it has none."""
+    """(code or None, globals, raised prefixes): the `if` statements of the release's
+    handle_speculative_decoding that read decode radix cache and raise (None where it has none),
+    and the hook module's namespace, which holds `_resolve_speculative_algorithm_alias`."""
     path = os.path.join(srt, SPECULATIVE_HOOK)
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read(), path)
@@ -89,13 +94,24 @@ def speculative_radix_check(srt):
     checks = [n for n in hook.body if isinstance(n, ast.If)
               and "disaggregation_decode_enable_radix_cache" in ast.unparse(n.test)
               and any(isinstance(inner, ast.Raise) for inner in ast.walk(n))]
-    if not checks:
-        return None
     scope = sglang_env.exec_subset(path, "sglang.srt.arg_groups.speculative_hook")
     if "_resolve_speculative_algorithm_alias" not in scope:
         sys.exit(f"{path}: _resolve_speculative_algorithm_alias did not define")
-    code = compile(ast.Module(body=checks, type_ignores=[]), path, "exec")
+    code = compile(ast.Module(body=checks, type_ignores=[]), path, "exec") if checks else None
     return code, scope, [p for check in checks for p in raised_prefixes(check)]
+
+
+def resolved_name(alias, algorithm, draft_config):
+    """The release's alias resolution of the upper-cased name, with `draft_config` (a config.json
+    path or None) in a directory of its own as the draft model path."""
+    if draft_config is None:
+        return alias(algorithm.upper(), None)
+    model_dir = tempfile.mkdtemp(prefix="kvpilot-parity-")
+    try:
+        shutil.copy(draft_config, os.path.join(model_dir, "config.json"))
+        return sglang_env.quietly(alias, algorithm.upper(), model_dir)
+    finally:
+        shutil.rmtree(model_dir, ignore_errors=True)
 
 
 def main(argv):
@@ -112,9 +128,8 @@ def main(argv):
         tree = ast.parse(f.read())
     prefixes = raised_prefixes(next(n for n in tree.body if isinstance(n, ast.FunctionDef)
                                     and n.name == "handle_pd_disaggregation"))
-    speculative = speculative_radix_check(srt)
-    if speculative is not None:
-        prefixes = sorted(set(prefixes) | set(speculative[2]))
+    radix_check, hook_scope, radix_prefixes = speculative_radix_check(srt)
+    prefixes = sorted(set(prefixes) | set(radix_prefixes))
     defaults = field_defaults(srt)
 
     def declare_resolution(args, _source, **fields):
@@ -131,11 +146,12 @@ def main(argv):
         args = types.SimpleNamespace(**dict(defaults, **scenario["args"]))
         try:
             sglang_env.quietly(bound, args)
-            if speculative is not None and args.speculative_algorithm is not None:
-                code, hook_scope, _ = speculative
-                args.speculative_algorithm = hook_scope["_resolve_speculative_algorithm_alias"](
-                    args.speculative_algorithm.upper(), None)
-                exec(code, dict(hook_scope, cfg=args))
+            if args.speculative_algorithm is not None:
+                args.speculative_algorithm = resolved_name(
+                    hook_scope["_resolve_speculative_algorithm_alias"], args.speculative_algorithm,
+                    scenario.get("draftConfig"))
+                if radix_check is not None:
+                    exec(radix_check, dict(hook_scope, cfg=args))
             error = None
         except (ValueError, AssertionError) as e:
             error = str(e)

@@ -278,7 +278,17 @@ def pd_args_scenarios():
             "disaggregation_mode": "decode", "disaggregation_transfer_backend": "mooncake",
             "disaggregation_decode_enable_radix_cache": radix, "dcp_size": 1,
             "speculative_algorithm": algorithm}})
+    # A Gemma-4 assistant draft: EAGLE and NEXTN run as FROZEN_KV_MTP, EAGLE3 is refused (SD5).
+    for radix, algorithm in itertools.product((False, True), ("EAGLE", "nextn", "EAGLE3")):
+        scenarios.append({"id": f"p{len(scenarios)}", "args": {
+            "disaggregation_mode": "decode", "disaggregation_transfer_backend": "mooncake",
+            "disaggregation_decode_enable_radix_cache": radix, "dcp_size": 1,
+            "speculative_algorithm": algorithm}, "draftConfig": os.path.join(
+                ROOT, "tests/fixtures/configs", f"{PD_ARGS_ASSISTANT_DRAFT}.json")})
     return scenarios
+
+
+PD_ARGS_ASSISTANT_DRAFT = "parity/gemma-4-assistant"
 
 
 PD_ARGS_SPECULATIVE = ("EAGLE", "eagle", "NEXTN", "nextn", "EAGLE3", "DSPARK", "dspark", "NGRAM", "STANDALONE")
@@ -296,6 +306,10 @@ def pd_args_manifest(scenario):
     disaggregation["transferBackend"] = args["disaggregation_transfer_backend"]
     if args.get("speculative_algorithm"):
         disaggregation["speculativeAlgorithm"] = args["speculative_algorithm"]
+    if scenario.get("draftConfig"):
+        with open(scenario["draftConfig"], encoding="utf-8") as f:
+            disaggregation["speculativeDraftModel"] = {"name": f"parity/{os.path.basename(scenario['draftConfig'])}",
+                                                       "config": {"inline": json.load(f)}}
     return document
 
 
