@@ -31,7 +31,7 @@ import json
 import types
 
 import sglang_env
-from pd_args import field_defaults, raised_prefixes
+from pd_args import field_defaults, raised_prefixes, resolved_name, speculative_hook_function
 
 CACHE_HOOK = os.path.join("arg_groups", "kv_cache_hook.py")
 
@@ -179,15 +179,11 @@ def speculative_name_step(srt):
     """What the release's speculative hook does to `--speculative-algorithm` before the hooks
     after it read it: upper-case it and resolve it with `_resolve_speculative_algorithm_alias`
     (NEXTN is EAGLE; no draft model here). The hook's own checks do not run."""
-    path = os.path.join(srt, "arg_groups", "speculative_hook.py")
-    alias = sglang_env.exec_subset(path, "sglang.srt.arg_groups.speculative_hook").get(
-        "_resolve_speculative_algorithm_alias")
-    if alias is None:
-        raise SystemExit(f"{path}: _resolve_speculative_algorithm_alias did not define")
+    alias = speculative_hook_function(srt, "_resolve_speculative_algorithm_alias")
 
     def resolve_name(args):
         if args.speculative_algorithm is not None:
-            args.speculative_algorithm = alias(args.speculative_algorithm.upper(), None)
+            args.speculative_algorithm = resolved_name(alias, args.speculative_algorithm, None)
 
     return resolve_name
 

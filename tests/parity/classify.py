@@ -130,15 +130,21 @@ class Release:
 
         return uses_ssm_state
 
+    def override_providers(self, arch):
+        """(the module of the override registry, the providers for `arch` in the order
+        collect_model_override_declarations calls them: exact-keyed, then predicate ones)."""
+        base = getattr(self.overrides, "model_override_base", self.overrides)
+        providers = list(base._MODEL_OVERRIDE_FNS.get(arch, ()))
+        providers += [fn for predicate, fn in base._PREDICATE_OVERRIDE_FNS if predicate(arch)]
+        return base, providers
+
     def _disables_hybrid_swa_memory(self, arch, hf_config, notes):
         """The release's per-model override declarations for `arch`, as
         collect_model_override_declarations applies them (constant entry, then exact-keyed
         providers, then predicate providers; the last writer wins). Providers are called one by
         one: some build a whole ModelConfig from a checkpoint path, which cannot run here, and
         that is harmless only for a provider that never declares disable_hybrid_swa_memory."""
-        base = getattr(self.overrides, "model_override_base", self.overrides)
-        providers = list(base._MODEL_OVERRIDE_FNS.get(arch, ()))
-        providers += [fn for predicate, fn in base._PREDICATE_OVERRIDE_FNS if predicate(arch)]
+        base, providers = self.override_providers(arch)
         disable = bool(base.MODEL_OVERRIDES.get(arch, {}).get("disable_hybrid_swa_memory", False))
         for fn in providers:
             try:

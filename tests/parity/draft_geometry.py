@@ -220,11 +220,9 @@ def server_page_size(release, srt, hf_config, notes):
     """The page size the release's override providers declare for the target architecture
     (the last writer wins, as in collect_model_override_declarations); the field default if none
     does."""
-    base = getattr(release.overrides, "model_override_base", release.overrides)
     arch = hf_config.architectures[0]
+    base, providers = release.override_providers(arch)
     page = base.MODEL_OVERRIDES.get(arch, {}).get("page_size", field_defaults(srt).get("page_size"))
-    providers = list(base._MODEL_OVERRIDE_FNS.get(arch, ()))
-    providers += [fn for predicate, fn in base._PREDICATE_OVERRIDE_FNS if predicate(arch)]
     for fn in providers:
         if "page_size" not in inspect.getsource(fn):
             continue

@@ -83,6 +83,16 @@ def raised_prefixes(function_node):
 SPECULATIVE_HOOK = os.path.join("arg_groups", "speculative_hook.py")
 
 
+def speculative_hook_function(srt, name):
+    """The function `name` of the release's arg_groups/speculative_hook.py, with the module's
+    namespace as its globals; exits naming the file where the release does not define it."""
+    path = os.path.join(srt, SPECULATIVE_HOOK)
+    function = sglang_env.exec_subset(path, "sglang.srt.arg_groups.speculative_hook").get(name)
+    if function is None:
+        sys.exit(f"{path}: {name} did not define")
+    return function
+
+
 def speculative_radix_check(srt):
     """(code or None, globals, raised prefixes): the `if` statements of the release's
     handle_speculative_decoding that read decode radix cache and raise (None where it has none),
@@ -94,9 +104,7 @@ def speculative_radix_check(srt):
     checks = [n for n in hook.body if isinstance(n, ast.If)
               and "disaggregation_decode_enable_radix_cache" in ast.unparse(n.test)
               and any(isinstance(inner, ast.Raise) for inner in ast.walk(n))]
-    scope = sglang_env.exec_subset(path, "sglang.srt.arg_groups.speculative_hook")
-    if "_resolve_speculative_algorithm_alias" not in scope:
-        sys.exit(f"{path}: _resolve_speculative_algorithm_alias did not define")
+    scope = speculative_hook_function(srt, "_resolve_speculative_algorithm_alias").__globals__
     code = compile(ast.Module(body=checks, type_ignores=[]), path, "exec") if checks else None
     return code, scope, [p for check in checks for p in raised_prefixes(check)]
 

@@ -461,7 +461,7 @@ class DraftRunnersTest(unittest.TestCase):
         srt = os.path.join(tempfile.mkdtemp(prefix="parity-test-"), "sglang", "srt")
         self.addCleanup(lambda: __import__("shutil").rmtree(os.path.dirname(os.path.dirname(srt)),
                                                             ignore_errors=True))
-        for path, text in ((tree_cache.TP_WORKER, tp_worker), (tree_cache.SPECULATIVE_HOOK, self.HOOK)):
+        for path, text in ((tree_cache.TP_WORKER, tp_worker), (pd_args.SPECULATIVE_HOOK, self.HOOK)):
             os.makedirs(os.path.dirname(os.path.join(srt, path)), exist_ok=True)
             with open(os.path.join(srt, path), "w", encoding="utf-8") as f:
                 f.write(textwrap.dedent(text))

@@ -95,15 +95,13 @@ import ast
 import inspect
 import json
 import os
-import shutil
 import sys
-import tempfile
 import types
 
 import sglang_env
 from classify import Release
 from draft_geometry import _CudaServerArgs
-from pd_args import field_defaults
+from pd_args import field_defaults, resolved_name, speculative_hook_function
 
 REGISTRY = os.path.join("mem_cache", "registry.py")
 CACHE_CLASS_ROOT = "UnifiedRadixCache"
@@ -384,7 +382,6 @@ class HostPools:
 
 
 TP_WORKER = os.path.join("managers", "tp_worker.py")
-SPECULATIVE_HOOK = os.path.join("arg_groups", "speculative_hook.py")
 MODEL_RUNNER_MODULE = "sglang.srt.model_executor.model_runner"
 
 
@@ -433,10 +430,8 @@ class DraftRunners:
             return True
         hf_config = self.hf_config(scenario["config"])
         arch = hf_config.architectures[0]
-        base = getattr(self.release.overrides, "model_override_base", self.release.overrides)
+        base, providers = self.release.override_providers(arch)
         enabled = bool(base.MODEL_OVERRIDES.get(arch, {}).get("enable_multi_layer_eagle", False))
-        providers = list(base._MODEL_OVERRIDE_FNS.get(arch, ()))
-        providers += [fn for predicate, fn in base._PREDICATE_OVERRIDE_FNS if predicate(arch)]
         for fn in providers:
             if "enable_multi_layer_eagle" not in inspect.getsource(fn):
                 continue
@@ -452,12 +447,8 @@ class DraftRunners:
 
     def auto_steps(self, algorithm, arch):
         if self.auto_params is None:
-            path = os.path.join(self.srt, SPECULATIVE_HOOK)
-            namespace = sglang_env.exec_subset(path, "sglang.srt.arg_groups.speculative_hook")
-            self.auto_params = namespace.get("_auto_choose_speculative_params")
-            if self.auto_params is None:
-                _fail(path, "_auto_choose_speculative_params did not define")
-            namespace["resolving_view"] = lambda args: args
+            self.auto_params = speculative_hook_function(self.srt, "_auto_choose_speculative_params")
+            self.auto_params.__globals__["resolving_view"] = lambda args: args
         steps, _topk, _draft_tokens = self.auto_params(types.SimpleNamespace(speculative_algorithm=algorithm), arch)
         return steps
 
@@ -523,20 +514,9 @@ class DraftPlanner:
         the server names the model itself as its draft: EAGLE and NEXTN become FROZEN_KV_MTP for a
         Gemma-4 assistant draft, whose EAGLE3 it refuses."""
         if self.resolve_alias is None:
-            path = os.path.join(self.srt, SPECULATIVE_HOOK)
-            namespace = sglang_env.exec_subset(path, "sglang.srt.arg_groups.speculative_hook")
-            self.resolve_alias = namespace.get("_resolve_speculative_algorithm_alias")
-            if self.resolve_alias is None:
-                _fail(path, "_resolve_speculative_algorithm_alias did not define")
-        name = scenario["speculative"].upper()
-        if not scenario.get("selfDrafted"):
-            return sglang_env.quietly(self.resolve_alias, name, None)
-        model_dir = tempfile.mkdtemp(prefix="kvpilot-parity-")
-        try:
-            shutil.copy(scenario["config"], os.path.join(model_dir, "config.json"))
-            return sglang_env.quietly(self.resolve_alias, name, model_dir)
-        finally:
-            shutil.rmtree(model_dir, ignore_errors=True)
+            self.resolve_alias = speculative_hook_function(self.srt, "_resolve_speculative_algorithm_alias")
+        draft = scenario["config"] if scenario.get("selfDrafted") else None
+        return resolved_name(self.resolve_alias, scenario["speculative"], draft)
 
     def plan(self, scenario, arguments):
         if not scenario.get("speculative"):
