@@ -496,11 +496,7 @@ fn sidecar_draft_on_other_tree(c: &Context<'_>) -> Option<TreeCache> {
 /// target's pools ([`sidecar_draft`]).
 /// The linker alone makes SGLang plan the draft's backup, so HiCache and the tree do not matter.
 fn linker_with_sidecar_draft(c: &Context<'_>) -> bool {
-    let prefill = c
-        .prefill_fleet
-        .filter(|_| c.scope == Scope::Service)
-        .is_some_and(|fleet| CacheOptions::of_prefill(c, fleet).linker);
-    sidecar_draft(c) && (CacheOptions::of_settings(c).linker || prefill)
+    sidecar_draft(c) && linker_server_args(c).next().is_some()
 }
 
 /// X5 (0.5.23 on): a server in scope with the external cache linker whose sidecar draft has more
@@ -510,12 +506,18 @@ fn linker_with_many_sidecar_draft_runners(c: &Context<'_>) -> Option<i64> {
     if !sidecar_draft(c) {
         return None;
     }
-    let decode = CacheOptions::of_settings(c).linker.then_some(&c.decode.extra_args);
+    linker_server_args(c).map(|args| draft_runners(c, args)).find(|runners| *runners > 1)
+}
+
+/// The arguments of the servers in scope that run the external cache linker: the decode servers
+/// (the guard's one server), and a service's prefill servers, through their own `extraArgs`.
+fn linker_server_args<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a [String]> {
+    let decode = CacheOptions::of_settings(c).linker.then_some(c.decode.extra_args.as_slice());
     let prefill = c
         .prefill_fleet
         .filter(|fleet| c.scope == Scope::Service && CacheOptions::of_prefill(c, fleet).linker)
-        .map(|fleet| &fleet.extra_args);
-    decode.into_iter().chain(prefill).map(|args| draft_runners(c, args)).find(|runners| *runners > 1)
+        .map(|fleet| fleet.extra_args.as_slice());
+    decode.into_iter().chain(prefill)
 }
 
 /// Target architectures whose model overrides turn multi-layer EAGLE on for
@@ -537,9 +539,9 @@ const MULTI_LAYER_EAGLE_ARCHITECTURES: &[&str] = &[
 /// `--speculative-num-steps` SGLang chooses 3 steps, 5 for Llama (adaptive decoding is turned off
 /// for multi-layer EAGLE first).
 fn draft_runners(c: &Context<'_>, args: &[String]) -> i64 {
-    let algorithm = c.settings.speculative_algorithm.as_deref().unwrap_or_default();
-    let eagle = matches!(algorithm.to_uppercase().as_str(), "EAGLE" | "NEXTN" | "EAGLE3");
-    let overridden = algorithm == "EAGLE" && MULTI_LAYER_EAGLE_ARCHITECTURES.contains(&c.layout.architecture.as_str());
+    let eagle = matches!(speculative_algorithm(c).as_deref(), Some("EAGLE" | "NEXTN" | "EAGLE3"));
+    let overridden = c.settings.speculative_algorithm.as_deref() == Some("EAGLE")
+        && MULTI_LAYER_EAGLE_ARCHITECTURES.contains(&c.layout.architecture.as_str());
     if !eagle || !(given(args, "--enable-multi-layer-eagle") || overridden) {
         return 1;
     }
