@@ -346,31 +346,36 @@ pub(crate) const NEXTN_DRAFT_ON_TOP_CONFIG: &[Listed] = &[
 ];
 
 /// Model types whose config class may supply a non-zero `num_nextn_predict_layers` when
-/// config.json leaves it out, or read it under another name (`num_mtp_layers`), and the first
-/// release whose pinned Transformers (or SGLang itself) has such a class: without the key,
+/// config.json leaves it out, and the first release that has such a class: without the key,
 /// kvpilot cannot tell how many NextN layers the release loads. Classes that default it to 0
-/// (Bailing-hybrid, Kimi-Linear, Nemotron-H, GigaChat-3.5) or read none (Step-3.5) are not
-/// listed: without the key their drafts have none. A `*` entry is a prefix (the family's text,
-/// vision and MTP configs). Transformers 5.19.0 (pinned from 0.5.22) gave DeepSeek-V3's class
-/// (which SGLang's `deepseek_v32` and `kimi_k2` configs extend) and GLM-4-MoE's a default of 1,
-/// and Step-3.7's reads `num_mtp_layers`.
+/// (Bailing-hybrid, Kimi-Linear, Nemotron-H, GigaChat-3.5) or read none (Step-3.5, and Step-3.7,
+/// whose text config is SGLang's Step-3.5 class in every release) are not listed: without the key
+/// their drafts have none. Neither are the classes of [`NEXTN_ALIASED_MODEL_TYPES`] and
+/// [`NEXTN_DRAFT_MODEL_TYPES`], which decide the count. A `*` entry is a prefix (the family's
+/// text, vision and MTP configs).
 pub(crate) const NEXTN_DEFAULTING_MODEL_TYPES: &[(&str, Release)] = &[
     ("bailing_moe_v3_vl", v0_5(17)),
-    ("deepseek_v3", v0_5(22)),
-    ("deepseek_v32", v0_5(22)),
     ("deepseek_v4*", v0_5(17)),
-    ("dots3_note", v0_5(17)),
-    ("glm4_moe", v0_5(22)),
     ("glm5_next*", v0_5(17)),
     ("hy_v4", v0_5(17)),
     ("inkling*", v0_5(17)),
     ("iquest_q1*", v0_5(17)),
-    ("kimi_k2", v0_5(22)),
     ("longcat_flash", v0_5(17)),
     ("minimax_m3_vl", v0_5(17)),
     ("qwen3_5_moe_text", v0_5(17)),
-    ("step3p7", v0_5(22)),
 ];
+
+/// Text-config model types whose class, from the release that pins Transformers 5.19.0 (0.5.22),
+/// reads the NextN count under `num_nextn_predict_layers` or its alias `num_mtp_layers` and
+/// defaults it to 1 (SGLang's `deepseek_v32` and `kimi_k2` classes extend DeepSeek-V3's). Earlier
+/// releases' classes read the first key only, with no default.
+pub(crate) const NEXTN_ALIASED_MODEL_TYPES: &[&str] = &["deepseek_v3", "deepseek_v32", "glm4_moe", "kimi_k2"];
+pub(crate) const NEXTN_ALIASED_SINCE: Release = v0_5(22);
+
+/// Text-config model types whose draft config SGLang rewrites to one NextN layer, whatever
+/// config.json says (`_config_draft_model` calls Dots3's `configure_draft_model`), and the first
+/// release that does.
+pub(crate) const NEXTN_DRAFT_MODEL_TYPES: &[(&str, Release)] = &[("dots3_note", v0_5(19))];
 
 /// Whether config classes of `model_type` may supply NextN layers config.json does not name in
 /// `release`.

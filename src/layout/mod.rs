@@ -242,10 +242,20 @@ fn eagle_draft_has_no_nextn_layers(
     model_types: [Option<&str>; 2],
     release: Release,
 ) -> Result<bool, LayoutError> {
-    if listed(arch::NEXTN_DRAFT_ON_TEXT_CONFIG, arch, release)
+    let [_, text_model_type] = model_types;
+    let draft_rewritten = text_model_type.is_some_and(|model_type| {
+        arch::NEXTN_DRAFT_MODEL_TYPES.iter().any(|(entry, since)| *entry == model_type && *since <= release)
+    });
+    if draft_rewritten
+        || listed(arch::NEXTN_DRAFT_ON_TEXT_CONFIG, arch, release)
         || (!nested && listed(arch::NEXTN_DRAFT_ON_TOP_CONFIG, arch, release))
     {
         return Ok(false);
+    }
+    let aliased = release >= arch::NEXTN_ALIASED_SINCE
+        && text_model_type.is_some_and(|model_type| arch::NEXTN_ALIASED_MODEL_TYPES.contains(&model_type));
+    if aliased {
+        return Ok(text.uint_any(&["num_nextn_predict_layers", "num_mtp_layers"])?.unwrap_or(1) == 0);
     }
     if let Some(layers) = text.uint("num_nextn_predict_layers")? {
         return Ok(layers == 0);

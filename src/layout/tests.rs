@@ -404,8 +404,9 @@ fn the_served_architectures_file_parses_line_by_line() {
 }
 
 /// The NextN layers an EAGLE draft of the config gets: the release's draft-config rewrites (on
-/// the nested text config from 0.5.18 for Qwen3.5), the key itself, or a config class default
-/// kvpilot leaves to SGLang (Transformers 5.19's DeepSeek-V3 class, pinned from 0.5.22).
+/// the nested text config from 0.5.18 for Qwen3.5, Dots3's from 0.5.19), the key itself, its
+/// alias and default in Transformers 5.19's DeepSeek-V3 class (pinned from 0.5.22), or a config
+/// class default kvpilot leaves to SGLang.
 #[test]
 fn an_eagle_draft_has_no_nextn_layers_only_where_the_config_decides_it() {
     let lacks = |config: &Value, patch: u16| {
@@ -431,6 +432,23 @@ fn an_eagle_draft_has_no_nextn_layers_only_where_the_config_decides_it() {
                      "num_hidden_layers": 2, "kv_lora_rank": 512});
     assert!(lacks(&v32, 21));
     assert!(!lacks(&v32, 22), "Transformers 5.19 supplies a default");
+    let mut v32_mtp = v32.clone();
+    v32_mtp["num_mtp_layers"] = json!(0);
+    assert!(lacks(&v32_mtp, 22), "num_mtp_layers is the class's alias");
+    v32_mtp["num_mtp_layers"] = json!(2);
+    assert!(!lacks(&v32_mtp, 22));
+    assert!(lacks(&v32_mtp, 21), "0.5.21's Transformers reads num_nextn_predict_layers only");
+    v32_mtp["num_nextn_predict_layers"] = json!(0);
+    assert!(lacks(&v32_mtp, 22), "num_nextn_predict_layers wins over the alias");
+    let dots3 = json!({"architectures": ["Dots3NoteForCausalLM"], "model_type": "dots3_note",
+                       "num_hidden_layers": 2, "kv_lora_rank": 512, "num_nextn_predict_layers": 0});
+    assert!(!lacks(&dots3, 19), "the draft config is rewritten to one shared MTP layer");
+    assert!(lacks(&dots3, 18));
+    let step37 = json!({"architectures": ["Step3p7ForConditionalGeneration"], "model_type": "step3p7",
+                        "text_config": {"model_type": "step3p5", "num_hidden_layers": 2, "num_mtp_layers": 2,
+                                        "sliding_window": 512,
+                                        "layer_types": ["full_attention", "sliding_attention"]}});
+    assert!(lacks(&step37, 22), "SGLang's Step-3.5 text class reads no num_mtp_layers");
 }
 
 /// A DSPARK draft is DeepSeek-V4's DSpark head when the config names it or bundles one.

@@ -147,10 +147,13 @@ def disagreements(sglang, layout, served):
     if sglang["isHybridSwa"] and sglang["fullLayers"] is not None:
         facts += ["fullLayers", "swaLayers"]
     differences = [(f, theirs[f], ours[f]) for f in facts if theirs[f] != ours[f]]
-    # kvpilot names the feature only where config.json decides it (N6 and X4 then fire for an
-    # EAGLE draft), so it must never name it for a draft SGLang gives NextN layers.
-    if ours["noNextnLayers"] and eagle_draft_lacks_nextn(sglang) is False:
-        differences.append(("noNextnLayers", False, True))
+    # N6 and X4 fire for an EAGLE draft kvpilot names the feature for. kvpilot leaves the count
+    # to SGLang only for config classes that may supply one config.json does not name
+    # (src/layout/arch.rs, NEXTN_DEFAULTING_MODEL_TYPES); no fixture is such a draft without
+    # NextN layers, so the comparison is exact.
+    lacks = eagle_draft_lacks_nextn(sglang)
+    if lacks is not None and lacks != ours["noNextnLayers"]:
+        differences.append(("noNextnLayers", lacks, ours["noNextnLayers"]))
     head = dspark_draft_is_the_head(sglang)
     if head is not None and head != ours["dsparkHead"]:
         differences.append(("dsparkHead", head, ours["dsparkHead"]))
@@ -802,6 +805,13 @@ SELF_DRAFTED = ("EAGLE", "NEXTN", "DSPARK")
 # NEXTN (no draft runners, so no draft plan) and refuses under EAGLE3 (SD5), with and without
 # HiCache and the linker; every server names the model itself as its draft model.
 TREE_CACHE_ASSISTANT_DRAFTS = (("parity/gemma-4-assistant",), ("EAGLE", "NEXTN", "EAGLE3"), ((), ("linker",)))
+# EAGLE drafts whose NextN count the config class takes from a key other than
+# num_nextn_predict_layers (Transformers 5.19's alias num_mtp_layers, pinned from 0.5.22: none on
+# DeepSeek-V3, two on GLM-4.5) or rewrites to one layer (Dots3, whose loader runs from 0.5.19),
+# with and without the linker; every server names the model itself as its draft model.
+TREE_CACHE_NEXTN_COUNTS = (("parity/deepseek-v3-mtp-layers-0", "parity/glm-4.5-mtp-layers-2", "parity/dots3-note-nextn-0"),
+                           ((), ("linker",)))
+TREE_CACHE_NEXTN_COUNTS_SINCE = {"parity/dots3-note-nextn-0": "0.5.19"}
 # --hicache-size (GB) on a DeepSeek-V4 model, whose host-pool stack refuses it (H7), with and
 # without FlexKV's tree, and on models whose stacks take it.
 # The external cache linker (0.5.20 on), which plans the draft's backup by itself and refuses a
@@ -830,7 +840,8 @@ def tree_cache_scenarios():
     each speculative algorithm of TREE_CACHE_SPECULATIVE; the same servers with the host pool
     sizes of TREE_CACHE_HOST_POOL_SIZES; with the external cache linker of TREE_CACHE_LINKER, and
     with multi-layer EAGLE of TREE_CACHE_MULTI_LAYER (without HiCache, which the linker
-    excludes); Gemma-4 assistant drafts of TREE_CACHE_ASSISTANT_DRAFTS; and DeepSeek-V4 checkpoints without and with a DSpark head under
+    excludes); Gemma-4 assistant drafts of TREE_CACHE_ASSISTANT_DRAFTS; EAGLE drafts of
+    TREE_CACHE_NEXTN_COUNTS; and DeepSeek-V4 checkpoints without and with a DSpark head under
     TREE_CACHE_DSPARK's algorithms."""
     servers = [("decode", radix, backup) for radix in (False, True)
                for backup in (None, "cpu_tensor", "host_pool")] + [("prefill", None, None)]
@@ -846,13 +857,15 @@ def tree_cache_scenarios():
     dspark_configs, dspark_algorithms = TREE_CACHE_DSPARK
     matrix.append(itertools.product([config for config, _ in dspark_configs], servers, hicache, speculative_flags,
                                     envs, dspark_algorithms, (0,)))
-    since = dict(dspark_configs, **TREE_CACHE_MULTI_LAYER_SINCE)
+    since = dict(dspark_configs, **TREE_CACHE_MULTI_LAYER_SINCE, **TREE_CACHE_NEXTN_COUNTS_SINCE)
     multi_layer_configs, multi_layer_algorithms, multi_layer_flags, multi_layer_steps = TREE_CACHE_MULTI_LAYER
     matrix.append(itertools.product(multi_layer_configs, servers, hicache[:1], (("linker",),), ({},),
                                     multi_layer_algorithms, (0,), multi_layer_flags, multi_layer_steps))
     assistant_configs, assistant_algorithms, assistant_flags = TREE_CACHE_ASSISTANT_DRAFTS
     matrix.append(itertools.product(assistant_configs, servers, hicache, assistant_flags, ({},),
                                     assistant_algorithms, (0,)))
+    nextn_count_configs, nextn_count_flags = TREE_CACHE_NEXTN_COUNTS
+    matrix.append(itertools.product(nextn_count_configs, servers, hicache, nextn_count_flags, ({},), ("EAGLE",), (0,)))
     scenarios = []
     for config, server, (mode, hierarchical, buffer_only), flags, env, speculative, size, *draft_steps \
             in itertools.chain(*matrix):
@@ -1453,7 +1466,7 @@ def main():
         if "classification" in parts:
             verdicts = sglang_classification(os.path.join(args.src, version), args.venvs, configs)
             loaded = refused = refused_by_both = harness_errors = agreements = disagreeing = 0
-            nextn_decided, nextn_left, dspark_heads = {False: 0, True: 0}, 0, 0
+            nextn_decided, dspark_heads = {False: 0, True: 0}, 0
             for config in configs:
                 name = os.path.basename(config)
                 verdict = verdicts.get(name, {"harnessError": "no output from classify.py"})
@@ -1490,7 +1503,6 @@ def main():
                     lacks = eagle_draft_lacks_nextn(verdict)
                     if lacks is not None:
                         nextn_decided[lacks] += 1
-                        nextn_left += lacks and not kvpilot_facts(layout)["noNextnLayers"]
                     dspark_heads += dspark_draft_is_the_head(verdict) is True
             summary += (f"; configs {len(configs)}: classified by SGLang {loaded}, "
                         f"refused by SGLang's loader {refused}")
@@ -1499,8 +1511,8 @@ def main():
             summary += f", harness errors {harness_errors}"
             if compare:
                 summary += (f"; compared {loaded}, agreements {agreements} (EAGLE drafts with NextN "
-                            f"layers {nextn_decided[False]}, without {nextn_decided[True]}, of which "
-                            f"kvpilot leaves {nextn_left} to SGLang; DSPARK drafts that are the DSpark head "
+                            f"layers {nextn_decided[False]}, without {nextn_decided[True]}; DSPARK drafts "
+                            f"that are the DSpark head "
                             f"{dspark_heads})")
             failed += harness_errors + disagreeing
             passed += agreements if compare else loaded
