@@ -486,8 +486,9 @@ fn demo_runs_the_controller_on_the_bundled_examples() {
     assert!(text.contains("M1: extra_buffer_lazy unsupported under PD disaggregation"), "{text}");
 }
 
-/// A DeepSeek-V4 InferenceDeployment with EAGLE and a draft model whose config.json is the
-/// ConfigMap `draft` of the same file set.
+/// A DeepSeek-V4 InferenceDeployment with EAGLE (one draft token per step, which DeepSeek-V4
+/// needs: rule V2) and a draft model whose config.json is the ConfigMap `draft` of the same file
+/// set.
 fn deepseek_v4_with_draft(draft_fixture: &str, dcp: i32) -> String {
     let config = |name: &str| std::fs::read_to_string(repo(&format!("tests/fixtures/configs/{name}.json"))).unwrap();
     let indent = |text: String| text.lines().map(|l| format!("    {l}")).collect::<Vec<_>>().join("\n");
@@ -496,7 +497,8 @@ fn deepseek_v4_with_draft(draft_fixture: &str, dcp: i32) -> String {
          name: deepseek-ai/DeepSeek-V4\n    config:\n      inline: {target}\n  disaggregation:\n    \
          retractionBackup: cpu_tensor\n    speculativeAlgorithm: EAGLE\n    decodeContextParallel: {dcp}\n    \
          speculativeDraftModel:\n      name: acme/dsv4-nextn\n      revision: v2\n      config:\n        \
-         configMapRef: {{name: draft}}\n  decode:\n    tensorParallel: 4\n---\napiVersion: v1\nkind: ConfigMap\n\
+         configMapRef: {{name: draft}}\n  decode:\n    tensorParallel: 4\n    \
+         extraArgs: [--speculative-eagle-topk, \"1\"]\n---\napiVersion: v1\nkind: ConfigMap\n\
          metadata:\n  name: draft\ndata:\n  config.json: |\n{draft}\n",
         target = config("deepseek-v4").replace('\n', " "),
         draft = indent(config(draft_fixture)),

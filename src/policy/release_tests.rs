@@ -1818,3 +1818,124 @@ fn sd1_to_sd4_read_the_speculative_algorithm_as_the_hook_does() {
     let sd4 = "UNO reuses the target model and does not accept --speculative-draft-model-path.";
     assert_eq!(messages("SD4", &uno, &FleetSpec::default(), &full()), on(20..=23, sd4));
 }
+
+/// DeepSeek-V4's model hook runs before the speculative hook: it takes EAGLE and DSPARK only as
+/// written (V1), EAGLE only with `--speculative-eagle-topk 1` on every server that speculates
+/// (V2), and from 0.5.21 refuses DeepSeek-V4.1 with another algorithm, HiSparse, two-batch
+/// overlap or pipeline stages (V3).
+#[test]
+fn deepseek_v4_s_model_hook_reads_the_algorithm_as_given_and_eagle_s_top_k() {
+    let v1 = "Only EAGLE and DSPARK speculative algorithms are supported for DeepseekV4ForCausalLM";
+    let v2 = "Only EAGLE speculative algorithm with topk == 1 is supported for DeepseekV4ForCausalLM";
+    let speculating = |algorithm: &str| {
+        let algorithm = algorithm.to_string();
+        with(move |s| s.speculative_algorithm = Some(algorithm))
+    };
+    let top_k =
+        |k: &str| FleetSpec { extra_args: vec!["--speculative-eagle-topk".into(), k.into()], ..FleetSpec::default() };
+    let fired = |verdict: Verdict| {
+        verdict.violations.into_iter().filter(|v| v.rule.starts_with('V')).map(|v| v.message).collect::<Vec<_>>()
+    };
+    for patch in 17..=23 {
+        for algorithm in ["nextn", "NEXTN", "eagle", "dspark", "EAGLE3"] {
+            assert_eq!(
+                fired(at(patch, &speculating(algorithm), &top_k("1"), &dsv4())),
+                [v1],
+                "{algorithm} 0.5.{patch}"
+            );
+        }
+        assert!(fired(at(patch, &speculating("DSPARK"), &FleetSpec::default(), &dsv4())).is_empty());
+        assert!(fired(at(patch, &speculating("EAGLE"), &top_k("1"), &dsv4())).is_empty());
+        assert_eq!(fired(at(patch, &speculating("EAGLE"), &FleetSpec::default(), &dsv4())), [v2], "unset is not 1");
+        assert_eq!(fired(at(patch, &speculating("EAGLE"), &top_k("2"), &dsv4())), [v2]);
+        assert!(fired(at(patch, &speculating("nextn"), &FleetSpec::default(), &mla())).is_empty(), "DeepSeek-V3");
+    }
+    // A service's prefill servers run the same algorithm and need the top-k too.
+    let prefill = FleetSpec::default();
+    let service = evaluate(PolicyInput {
+        disaggregation: &speculating("EAGLE"),
+        decode: &top_k("1"),
+        layout: &dsv4(),
+        draft: None,
+        prefill_fleet: Some(&prefill),
+        release: v0_5(23),
+    });
+    assert_eq!(fired(service), [v2]);
+
+    let v41 = layout_at(json!({
+        "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v41", "num_hidden_layers": 4,
+        "sliding_window": 128, "head_dim": 512, "compress_ratios": [0, 2, 4, 128]
+    }));
+    let v3 = |feature: &str| format!("DeepSeek-V4.1 does not support {feature} yet; disable it to serve this model.");
+    assert!(fired(at(20, &speculating("EAGLE"), &top_k("1"), &v41)).is_empty(), "0.5.20 has no V4.1 check");
+    assert_eq!(fired(at(21, &speculating("EAGLE"), &top_k("1"), &v41)), [v3("speculative decoding other than DSpark")]);
+    assert!(
+        !fired(at(21, &speculating("dspark"), &top_k("1"), &v41))
+            .contains(&v3("speculative decoding other than DSpark"))
+    );
+    let hisparse = with(|s| s.hisparse = true);
+    assert!(fired(at(22, &hisparse, &FleetSpec::default(), &v41)).contains(&v3("HiSparse")));
+    let overlap = FleetSpec { extra_args: vec!["--enable-two-batch-overlap".into()], ..FleetSpec::default() };
+    assert_eq!(fired(at(23, &DisaggregationSpec::default(), &overlap, &v41)), [v3("two-batch overlap")]);
+    let stages = FleetSpec { pipeline_parallel: 2, ..FleetSpec::default() };
+    assert_eq!(fired(at(23, &DisaggregationSpec::default(), &stages, &v41)), [v3("pipeline parallelism")]);
+    assert!(fired(at(23, &DisaggregationSpec::default(), &stages, &dsv4())).is_empty(), "DeepSeek-V4 runs PP");
+}
+
+/// DeepSeek-V4.1 DSpark under PD (0.5.21 on) needs static ragged verify, Mooncake (0.5.22 on: or
+/// NIXL), no DCP and no attention CP; 0.5.21 refuses DP too, 0.5.22 lets a prefill server run
+/// prefill CP with the interleave strategy (V4).
+#[test]
+fn deepseek_v41_dspark_pd_needs_mooncake_or_nixl_and_no_context_parallelism() {
+    let v41 = layout_at(json!({
+        "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v41", "num_hidden_layers": 4,
+        "sliding_window": 128, "head_dim": 512, "compress_ratios": [0, 2, 4, 128]
+    }));
+    let dspark = |edit: fn(&mut DisaggregationSpec)| {
+        with(|s| {
+            s.speculative_algorithm = Some("DSPARK".into());
+            edit(s);
+        })
+    };
+    let v4 = |patch: u16, settings: &DisaggregationSpec, decode: &FleetSpec| {
+        at(patch, settings, decode, &v41).violations.into_iter().any(|v| v.rule == "V4")
+    };
+    let plain = FleetSpec::default();
+    for patch in 21..=23 {
+        assert!(!v4(patch, &dspark(|_| ()), &plain), "0.5.{patch}");
+        assert!(v4(patch, &dspark(|s| s.transfer_backend = TransferBackend::Mori), &plain));
+        assert!(v4(patch, &dspark(|s| s.decode_context_parallel = 2), &plain));
+        assert!(v4(patch, &dspark(|_| ()), &env("SGLANG_RAGGED_VERIFY_MODE", "compact")));
+        assert!(!v4(patch, &dspark(|_| ()), &env("SGLANG_RAGGED_VERIFY_MODE", "static")));
+        let cp = FleetSpec { extra_args: vec!["--attn-cp-size".into(), "2".into()], ..FleetSpec::default() };
+        assert!(v4(patch, &dspark(|_| ()), &cp), "decode attention CP");
+    }
+    let nixl = dspark(|s| s.transfer_backend = TransferBackend::Nixl);
+    assert!(v4(21, &nixl, &plain) && !v4(22, &nixl, &plain));
+    let dp = FleetSpec { data_parallel: 2, enable_dp_attention: true, ..FleetSpec::default() };
+    assert!(v4(21, &dspark(|_| ()), &dp) && !v4(22, &dspark(|_| ()), &dp));
+    assert!(!v4(20, &dspark(|s| s.transfer_backend = TransferBackend::Mori), &plain), "0.5.20 has no V4.1 check");
+    assert!(!v4(23, &with(|s| s.transfer_backend = TransferBackend::Mori), &plain), "without speculative decoding");
+
+    // A service's prefill servers: prefill CP with the interleave strategy passes from 0.5.22.
+    let service = |patch: u16, prefill_args: &[&str]| {
+        let prefill =
+            FleetSpec { extra_args: prefill_args.iter().map(|a| a.to_string()).collect(), ..FleetSpec::default() };
+        evaluate(PolicyInput {
+            disaggregation: &dspark(|_| ()),
+            decode: &plain,
+            layout: &v41,
+            draft: None,
+            prefill_fleet: Some(&prefill),
+            release: v0_5(patch),
+        })
+        .violations
+        .into_iter()
+        .any(|v| v.rule == "V4")
+    };
+    let interleave = ["--enable-prefill-cp", "--cp-strategy", "interleave", "--attn-cp-size", "2"];
+    assert!(!service(22, &interleave));
+    assert!(service(21, &interleave));
+    assert!(service(22, &["--enable-prefill-cp", "--cp-strategy", "zigzag"]));
+    assert!(service(23, &["--dcp-size", "2"]));
+}

@@ -651,6 +651,79 @@ fn speculative_algorithm(c: &Context<'_>) -> Option<String> {
     c.settings.speculative_algorithm.as_deref().map(str::to_uppercase)
 }
 
+const DEEPSEEK_V4: &str = "DeepseekV4ForCausalLM";
+const EAGLE_TOPK: &str = "--speculative-eagle-topk";
+const EAGLE_TOPK_FIELD: &str = "spec.decode.extraArgs[--speculative-eagle-topk]";
+const TWO_BATCH_OVERLAP: &str = "--enable-two-batch-overlap";
+const TWO_BATCH_OVERLAP_FIELD: &str = "spec.decode.extraArgs[--enable-two-batch-overlap]";
+const HISPARSE: &str = "spec.disaggregation.hisparse";
+const RAGGED_VERIFY_ENV: &str = "SGLANG_RAGGED_VERIFY_MODE";
+
+/// The speculative algorithm of a DeepSeek-V4 model as its model hook reads it
+/// (`apply_deepseek_v4_defaults`, in the model-specific adjustments, which run before the
+/// speculative hook upper-cases and resolves the name): as given.
+fn deepseek_v4_speculative_algorithm<'a>(c: &'a Context<'_>) -> Option<&'a str> {
+    (c.layout.architecture == DEEPSEEK_V4).then_some(())?;
+    c.settings.speculative_algorithm.as_deref()
+}
+
+/// Whether the model is DeepSeek-V4.1, whose feature check (`validate_deepseek_v41_features`,
+/// 0.5.21 on) reads the config's `model_type`.
+fn deepseek_v41(c: &Context<'_>) -> bool {
+    c.layout.architecture == DEEPSEEK_V4 && c.layout.model_type.as_deref() == Some("deepseek_v41")
+}
+
+/// The fleets of every server that runs the service's speculative settings: the decode servers
+/// (the guard's one server) and a service's prefill servers.
+fn speculating_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a FleetSpec> {
+    std::iter::once(c.decode).chain(c.prefill_fleet.filter(|_| c.scope == Scope::Service))
+}
+
+/// Whether one PD server of a DeepSeek-V4.1 model that speculates fails the DSpark PD check of
+/// `validate_deepseek_v41_features` (0.5.21 on): a ragged verify mode other than static, a
+/// transfer backend other than Mooncake (0.5.22 on: or NIXL), decode context parallelism, and
+/// attention context parallelism (0.5.22 on: prefill CP too, except on a prefill server that runs
+/// it with the interleave strategy); 0.5.21 also refuses data parallelism. `fleet` is the
+/// server's, `dcp` its `--dcp-size`; the CP flags are read from its arguments as given (SGLang
+/// makes the CP size implicit only later).
+fn deepseek_v41_dspark_pd_refused(c: &Context<'_>, fleet: &FleetSpec, prefill: bool, dcp: i32) -> bool {
+    let args = &fleet.extra_args;
+    let attention_cp = ["--attn-cp-size", "--attention-context-parallel-size"]
+        .iter()
+        .find_map(|option| option_value(args, option))
+        .map_or(Some(1), |size| size.trim().parse::<i64>().ok());
+    let ragged = fleet.env_value(RAGGED_VERIFY_ENV).is_some_and(|mode| mode != "static");
+    let backend = c.settings.transfer_backend;
+    if c.release < v0_5(22) {
+        return ragged
+            || backend != TransferBackend::Mooncake
+            || fleet.data_parallel != 1
+            || fleet.enable_dp_attention
+            || attention_cp != Some(1)
+            || dcp != 1;
+    }
+    let prefill_cp = given(args, "--enable-prefill-cp");
+    let supported_prefill_cp = prefill && prefill_cp && option_value(args, "--cp-strategy") == Some("interleave");
+    ragged || !mooncake_or_nixl(c) || ((prefill_cp || attention_cp != Some(1)) && !supported_prefill_cp) || dcp != 1
+}
+
+/// The PD servers in scope as (fleet, is a prefill server, `--dcp-size`): the decode servers
+/// (the guard's one server: a decode server, or a prefill one outside a service), and a
+/// service's prefill servers, whose DCP only their `extraArgs` set.
+fn pd_servers<'a>(c: &'a Context<'_>) -> impl Iterator<Item = (&'a FleetSpec, bool, i32)> {
+    let own = (c.decode, c.scope == Scope::OtherServer, c.settings.decode_context_parallel);
+    let prefill = c.prefill_fleet.filter(|_| c.scope == Scope::Service).map(|fleet| {
+        let dcp = option_value(&fleet.extra_args, "--dcp-size").and_then(|v| v.trim().parse().ok()).unwrap_or(1);
+        (fleet, true, dcp)
+    });
+    std::iter::once(own).chain(prefill)
+}
+
+/// Whether a server's `--speculative-eagle-topk` is 1 (unset is None in SGLang, not 1).
+fn eagle_topk_is_one(args: &[String]) -> bool {
+    option_value(args, EAGLE_TOPK).and_then(|topk| topk.trim().parse::<i64>().ok()) == Some(1)
+}
+
 /// The speculative algorithm as SGLang's speculative hook resolves it: upper-cased, NEXTN as
 /// EAGLE, and EAGLE or NEXTN with a Gemma-4 assistant draft as FROZEN_KV_MTP.
 fn resolved_speculative_algorithm(c: &Context<'_>) -> Option<String> {
@@ -1478,6 +1551,142 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Manual {
             hint: "set speculativeAlgorithm to EAGLE or NEXTN for a Gemma-4 assistant draft (SGLang runs it as \
                    FROZEN_KV_MTP), or use an EAGLE3 draft model",
+        },
+    },
+    Rule {
+        id: "V1",
+        about: "DeepSeek-V4 speculative algorithm",
+        field: SPECULATIVE_ALGORITHM,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("Only EAGLE and DSPARK speculative algorithms are supported for DeepseekV4ForCausalLM")],
+        changes: &[],
+        check: |c| when(!matches!(deepseek_v4_speculative_algorithm(c)?, "EAGLE" | "DSPARK")),
+        fix: Fix::Manual {
+            hint: "write speculativeAlgorithm as EAGLE or DSPARK, in capitals: DeepSeek-V4's model hook reads the name \
+                   as given, before SGLang resolves nextn or NEXTN to EAGLE",
+        },
+    },
+    Rule {
+        id: "V2",
+        about: "DeepSeek-V4 EAGLE needs one draft token per step",
+        field: EAGLE_TOPK_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("Only EAGLE speculative algorithm with topk == 1 is supported for DeepseekV4ForCausalLM")],
+        changes: &[],
+        check: |c| {
+            when(
+                deepseek_v4_speculative_algorithm(c)? == "EAGLE"
+                    && speculating_fleets(c).any(|fleet| !eagle_topk_is_one(&fleet.extra_args)),
+            )
+        },
+        fix: Fix::Manual {
+            hint: "add --speculative-eagle-topk 1 to spec.decode.extraArgs (and a service's spec.prefill.extraArgs): \
+                   SGLang leaves the top-k unset, which DeepSeek-V4 refuses",
+        },
+    },
+    Rule {
+        id: "V3",
+        about: "DeepSeek-V4.1 × speculative decoding other than DSpark",
+        field: SPECULATIVE_ALGORITHM,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "DeepSeek-V4.1 does not support speculative decoding other than DSpark yet; disable it to serve this \
+             model.",
+        )],
+        changes: &[],
+        check: |c| when(deepseek_v41(c) && speculative_algorithm(c)? != "DSPARK"),
+        fix: Fix::Manual { hint: "set speculativeAlgorithm to DSPARK, or unset it" },
+    },
+    Rule {
+        id: "V3",
+        about: "DeepSeek-V4.1 × HiSparse",
+        field: HISPARSE,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("DeepSeek-V4.1 does not support HiSparse yet; disable it to serve this model.")],
+        changes: &[],
+        check: |c| {
+            let prefill = c.prefill_fleet.filter(|_| c.scope == Scope::Service);
+            when(
+                deepseek_v41(c)
+                    && (c.settings.hisparse
+                        || prefill.is_some_and(|fleet| given(&fleet.extra_args, "--enable-hisparse"))),
+            )
+        },
+        fix: Fix::Manual {
+            hint: "turn hisparse off (and drop --enable-hisparse from a service's spec.prefill.extraArgs)",
+        },
+    },
+    Rule {
+        id: "V3",
+        about: "DeepSeek-V4.1 × two-batch overlap",
+        field: TWO_BATCH_OVERLAP_FIELD,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("DeepSeek-V4.1 does not support two-batch overlap yet; disable it to serve this model.")],
+        changes: &[],
+        check: |c| {
+            when(deepseek_v41(c) && speculating_fleets(c).any(|fleet| given(&fleet.extra_args, TWO_BATCH_OVERLAP)))
+        },
+        fix: Fix::Manual { hint: "remove --enable-two-batch-overlap from extraArgs" },
+    },
+    Rule {
+        id: "V3",
+        about: "DeepSeek-V4.1 × pipeline parallelism",
+        field: DECODE_PIPELINE,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("DeepSeek-V4.1 does not support pipeline parallelism yet; disable it to serve this model.")],
+        changes: &[],
+        check: |c| when(deepseek_v41(c) && speculating_pipeline_stages(c) > 1),
+        fix: Fix::Manual { hint: "set pipelineParallel to 1 on both fleets" },
+    },
+    Rule {
+        id: "V4",
+        about: "DeepSeek-V4.1 DSpark PD needs Mooncake or NIXL and no context or data parallelism",
+        field: SPECULATIVE_ALGORITHM,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text_from(
+                21,
+                "DeepSeek-V4.1 DSpark PD requires static verify, Mooncake, DP=1 and CP=1. Both servers must enable \
+                 DSpark with the same block size and TP size.",
+            ),
+            text_from(
+                22,
+                "DeepSeek-V4.1 DSpark PD requires static verify, Mooncake or NIXL, DCP=1, and CP=1 on decode. Prefill \
+                 CP requires --enable-prefill-cp with the interleave strategy. DP attention is supported when both \
+                 servers use the same block size and target/draft KV layout.",
+            ),
+        ],
+        changes: &[
+            text_from(21, "any DP, attention CP or DCP, or a backend other than mooncake"),
+            text_from(22, "NIXL and DP allowed; prefill CP with the interleave strategy allowed on prefill"),
+        ],
+        check: |c| {
+            when(
+                deepseek_v41(c)
+                    && c.settings.speculative_algorithm.is_some()
+                    && pd_servers(c)
+                        .any(|(fleet, prefill, dcp)| deepseek_v41_dspark_pd_refused(c, fleet, prefill, dcp)),
+            )
+        },
+        fix: Fix::Manual {
+            hint: "run DeepSeek-V4.1 DSpark under PD with transferBackend mooncake (0.5.22 and later: or nixl), \
+                   decodeContextParallel 1, SGLANG_RAGGED_VERIFY_MODE unset or static, no attention context \
+                   parallelism (a prefill server may run --enable-prefill-cp --cp-strategy interleave from 0.5.22) \
+                   and, in 0.5.21, no data parallelism; or unset speculativeAlgorithm",
         },
     },
     Rule {

@@ -975,6 +975,106 @@ def check_tree_cache(kvpilot, src, venvs, version, compare):
     return agreements, failed, summary + f"; by rule: {rules}), agreements {agreements}"
 
 
+# DeepSeek-V4's model hook (V1-V3) on DeepSeek-V4, DeepSeek-V4.1 (its loader runs from 0.5.21)
+# and, as the control, DeepSeek-V3 servers, decode and prefill: the algorithm as given, EAGLE's
+# top-k unset, 1 or 2, and HiSparse, two-batch overlap and pipeline stages on or off.
+DSV4_HOOK_CONFIGS = (("deepseek-v4", None), ("deepseek-v4.1-dspark", "0.5.21"), ("deepseek-v3", None))
+DSV4_HOOK_ALGORITHMS = (None, "EAGLE", "eagle", "NEXTN", "nextn", "DSPARK", "dspark", "EAGLE3", "NGRAM", "STANDALONE")
+# DeepSeek-V4.1 DSpark PD servers (V4, 0.5.21 on): each transfer backend kvpilot knows, data
+# parallelism with DP attention or none, attention CP, prefill CP with each strategy, DCP, and
+# SGLANG_RAGGED_VERIFY_MODE unset, static or compact.
+DSV4_PD_SETTINGS = (("mooncake", "nixl", "mori"), (1, 2), (1, 2), (False, True), (None, "interleave", "zigzag"),
+                    (1, 2), (None, "static", "compact"))
+DSV4_PD_SINCE = "0.5.21"
+DSV4_SERVER_DEFAULTS = {"backend": "mooncake", "dp": 1, "attnCp": 1, "prefillCp": False, "cpStrategy": None,
+                        "dcp": 1, "raggedVerify": None}
+
+
+def dsv4_hook_scenarios(version):
+    scenarios = []
+    for (config, since), role, algorithm, topk, hisparse, overlap, pp in itertools.product(
+            DSV4_HOOK_CONFIGS, ("decode", "prefill"), DSV4_HOOK_ALGORITHMS, (None, 1, 2), (False, True),
+            (False, True), (1, 2)):
+        if since is not None and version_key(version) < version_key(since):
+            continue
+        scenarios.append(dict(DSV4_SERVER_DEFAULTS, config=os.path.join(ROOT, "tests/fixtures/configs", f"{config}.json"),
+                              role=role, algorithm=algorithm, topk=topk, hisparse=hisparse, twoBatchOverlap=overlap,
+                              pp=pp))
+    if version_key(version) >= version_key(DSV4_PD_SINCE):
+        for role, (backend, dp, attn_cp, prefill_cp, strategy, dcp, ragged) in itertools.product(
+                ("decode", "prefill"), itertools.product(*DSV4_PD_SETTINGS)):
+            scenarios.append({"config": os.path.join(ROOT, "tests/fixtures/configs", "deepseek-v4.1-dspark.json"),
+                              "role": role, "algorithm": "DSPARK", "topk": None, "hisparse": False,
+                              "twoBatchOverlap": False, "pp": 1, "backend": backend, "dp": dp, "attnCp": attn_cp,
+                              "prefillCp": prefill_cp, "cpStrategy": strategy, "dcp": dcp, "raggedVerify": ragged})
+    return [dict(scenario, id=f"v{i}") for i, scenario in enumerate(scenarios)]
+
+
+def dsv4_hook_argv(scenario):
+    argv = ["--model-path", "/models/m", "--disaggregation-mode", scenario["role"],
+            "--disaggregation-transfer-backend", scenario["backend"]]
+    if scenario["dp"] != 1:
+        argv += ["--dp-size", str(scenario["dp"]), "--enable-dp-attention"]
+    if scenario["attnCp"] != 1:
+        argv += ["--attn-cp-size", str(scenario["attnCp"])]
+    if scenario["prefillCp"]:
+        argv.append("--enable-prefill-cp")
+    if scenario["cpStrategy"]:
+        argv += ["--cp-strategy", scenario["cpStrategy"]]
+    if scenario["dcp"] != 1:
+        argv += ["--dcp-size", str(scenario["dcp"])]
+    if scenario["algorithm"]:
+        argv += ["--speculative-algorithm", scenario["algorithm"]]
+    if scenario["topk"] is not None:
+        argv += ["--speculative-eagle-topk", str(scenario["topk"])]
+    if scenario["hisparse"]:
+        argv.append("--enable-hisparse")
+    if scenario["twoBatchOverlap"]:
+        argv.append("--enable-two-batch-overlap")
+    if scenario["pp"] != 1:
+        argv += ["--pp-size", str(scenario["pp"])]
+    return argv
+
+
+def dsv4_hook_pods(version, scenarios):
+    """One Pod per scenario, its config inline through a ConfigMap, for `kvpilot check`."""
+    documents, config_maps = [], {}
+    for scenario in scenarios:
+        name = os.path.basename(scenario["config"]).removesuffix(".json")
+        if name not in config_maps:
+            with open(scenario["config"], encoding="utf-8") as f:
+                config_maps[name] = {"apiVersion": "v1", "kind": "ConfigMap",
+                                     "metadata": {"name": name, "namespace": "parity"},
+                                     "data": {"config.json": f.read()}}
+        env = [{"name": "SGLANG_RAGGED_VERIFY_MODE", "value": scenario["raggedVerify"]}] \
+            if scenario["raggedVerify"] else []
+        documents.append({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": scenario["id"], "namespace": "parity",
+                         "annotations": {"kvpilot.dev/model-config": f"configmap/{name}"}},
+            "spec": {"containers": [{"name": "sglang", "image": f"lmsysorg/sglang:v{version}",
+                                     "command": ["python3", "-m", "sglang.launch_server"],
+                                     "args": dsv4_hook_argv(scenario), "env": env}]}})
+    return list(config_maps.values()) + documents
+
+
+def check_dsv4_hook(kvpilot, src, venvs, version, compare):
+    """DeepSeek-V4's model hook (dsv4_hook.py) against the guard's V1-V4 on the same servers'
+    command lines and env. Returns (passed, failed, summary)."""
+    scenarios = dsv4_hook_scenarios(version)
+    theirs = {r["id"]: r for r in run_release_script("dsv4_hook.py", src, venvs, scenarios)}
+    summary = (f"DeepSeek-V4 hook scenarios {len(scenarios)} (refused by SGLang "
+               f"{sum(r['raised'] for r in theirs.values())}")
+    if not compare:
+        return len(scenarios), 0, summary + ")"
+    reports = {r["name"].split("/")[-1]: r for r in kvpilot_check_json(kvpilot, dsv4_hook_pods(version, scenarios))}
+    agreements, failed, rules = compare_first_refusal(
+        scenarios, theirs, reports, lambda v: v["rule"] in ("V1", "V2", "V3", "V4"),
+        lambda s: (f"{version} DeepSeek-V4 hook {os.path.basename(s['config'])} {' '.join(dsv4_hook_argv(s)[2:])} "
+                   f"SGLANG_RAGGED_VERIFY_MODE={s['raggedVerify']}"))
+    return agreements, failed, summary + f"; by rule: {rules}), agreements {agreements}"
+
+
 SPECULATIVE_NAMES = ("EAGLE", "eagle", "Eagle3", "NEXTN", "nextn", "STANDALONE", "ngram", "DFLASH",
                      "dspark", "FROZEN_KV_MTP", "UNO", "uno", "NONE", "none", "FOO", "MTP", "EAGLE-3",
                      "medusa", "lookahead", " EAGLE", "EAGLE ")
@@ -1398,14 +1498,15 @@ def check_served_architectures(src):
 
 
 PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "mamba-args", "draft", "handshake",
-         "tree-cache", "speculative", "messages",
+         "tree-cache", "speculative", "dsv4-hook", "messages",
          "argv", "cli")
 
 
 # The parts that run one release's code on their own scenarios and compare with kvpilot, each
 # returning (passed, failed, summary), in the order their summaries are printed.
 PER_RELEASE_CHECKS = (("mamba-args", check_mamba_args), ("draft", check_draft_geometry),
-                      ("speculative", check_speculative_names), ("tree-cache", check_tree_cache),
+                      ("speculative", check_speculative_names), ("dsv4-hook", check_dsv4_hook),
+                      ("tree-cache", check_tree_cache),
                       ("handshake", check_handshake))
 
 
