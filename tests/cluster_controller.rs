@@ -269,6 +269,10 @@ async fn an_edit_of_the_speculative_draft_s_config_map_is_checked_against_the_mo
         o["spec"]["disaggregation"]["speculativeAlgorithm"] = json!("EAGLE");
         o["spec"]["disaggregation"]["speculativeDraftModel"] =
             json!({"name": "acme/dsv4-nextn", "config": {"configMapRef": {"name": "draft-config"}}});
+        // DeepSeek-V4 runs EAGLE with one draft token per step only, on both fleets (V2).
+        for fleet in ["decode", "prefill"] {
+            o["spec"][fleet]["extraArgs"] = json!(["--speculative-eagle-topk", "1"]);
+        }
     }));
     fleet.converged(&name, 2).await;
     let resource = fleet.deployments().get(&name).await.unwrap();

@@ -376,6 +376,9 @@ fn check_reads_the_speculative_draft_model_s_config_for_t11() {
         "EAGLE",
         "--speculative-draft-model-path",
         "/models/dsv4-nextn",
+        // DeepSeek-V4 runs EAGLE with one draft token per step only (V2).
+        "--speculative-eagle-topk",
+        "1",
     ];
     let mut deployment = deployment_running("lmsysorg/sglang:v0.5.22", &args);
     deployment["metadata"]["annotations"] = json!({
@@ -660,6 +663,9 @@ async fn a_draft_config_that_cannot_be_read_is_spoken_of_only_where_the_check_re
         "EAGLE",
         "--speculative-draft-model-path",
         "/models/draft",
+        // DeepSeek-V4 runs EAGLE with one draft token per step only (V2).
+        "--speculative-eagle-topk",
+        "1",
     ];
     let mut deployment = deployment_running("lmsysorg/sglang:v0.5.22", &args);
     let warnings_for = |model: &str| {

@@ -1939,3 +1939,61 @@ fn deepseek_v41_dspark_pd_needs_mooncake_or_nixl_and_no_context_parallelism() {
     assert!(service(22, &["--enable-prefill-cp", "--cp-strategy", "zigzag"]));
     assert!(service(23, &["--dcp-size", "2"]));
 }
+
+/// The DeepSeek family's model overrides: from 0.5.20 HYV4 refuses DCP and prefill CP (K4, K5);
+/// from 0.5.22 a DSA model with DCP refuses HiSparse and HiCache (K1), PD disaggregation (K2)
+/// and an EAGLE top-k other than 1 (K3).
+#[test]
+fn dsa_decode_context_parallelism_runs_without_pd_from_0_5_22() {
+    let dsa = layout_at(json!({
+        "architectures": ["DeepseekV32ForCausalLM"], "num_hidden_layers": 4, "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64, "index_topk": 2048
+    }));
+    assert!(dsa.has(LayoutFeature::Dsa));
+    let dcp = |edit: fn(&mut DisaggregationSpec)| {
+        with(|s| {
+            s.decode_context_parallel = 2;
+            edit(s);
+        })
+    };
+    let fired = |patch: u16, settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout| {
+        let mut rules: Vec<_> = at(patch, settings, decode, layout)
+            .violations
+            .into_iter()
+            .map(|v| v.rule)
+            .filter(|r| r.starts_with('K'))
+            .collect();
+        rules.sort_unstable();
+        rules
+    };
+    let plain = FleetSpec::default();
+    assert!(fired(21, &dcp(|_| ()), &plain, &dsa).is_empty(), "0.5.21 runs DSA DCP under PD");
+    assert_eq!(fired(22, &dcp(|_| ()), &plain, &dsa), ["K2"]);
+    assert_eq!(fired(23, &dcp(|s| s.hierarchical_cache = true), &plain, &dsa), ["K1", "K2"]);
+    let top_k_2 = FleetSpec { extra_args: vec!["--speculative-eagle-topk".into(), "2".into()], ..FleetSpec::default() };
+    assert_eq!(fired(23, &dcp(|_| ()), &top_k_2, &dsa), ["K2", "K3"]);
+    assert!(fired(23, &DisaggregationSpec::default(), &top_k_2, &dsa).is_empty(), "without DCP");
+    assert!(fired(23, &dcp(|_| ()), &plain, &mla()).is_empty(), "DeepSeek-V3 has no DSA");
+
+    // A server without PD runs DSA DCP (K2 is a PD server's rule).
+    let input = PolicyInput {
+        disaggregation: &dcp(|_| ()),
+        decode: &plain,
+        layout: &dsa,
+        draft: None,
+        prefill_fleet: None,
+        release: v0_5(23),
+    };
+    let colocated: Vec<_> =
+        super::role::evaluate_non_decode(input, false).violations.into_iter().map(|v| v.rule).collect();
+    assert!(!colocated.contains(&"K2"), "{colocated:?}");
+
+    let hyv4 = layout_at(json!({
+        "architectures": ["HYV4ForCausalLM"], "num_hidden_layers": 4, "kv_lora_rank": 512, "qk_rope_head_dim": 64
+    }));
+    assert!(fired(19, &dcp(|_| ()), &plain, &hyv4).is_empty());
+    let k4 = at(20, &dcp(|_| ()), &plain, &hyv4).violations.into_iter().find(|v| v.rule == "K4").unwrap();
+    assert!(k4.message.ends_with("Got architecture='HYV4ForCausalLM' and dcp_size=2."), "{}", k4.message);
+    let prefill_cp = FleetSpec { extra_args: vec!["--enable-prefill-cp".into()], ..FleetSpec::default() };
+    assert_eq!(fired(23, &DisaggregationSpec::default(), &prefill_cp, &hyv4), ["K5"]);
+}

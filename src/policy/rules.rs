@@ -712,11 +712,60 @@ fn deepseek_v41_dspark_pd_refused(c: &Context<'_>, fleet: &FleetSpec, prefill: b
 /// service's prefill servers, whose DCP only their `extraArgs` set.
 fn pd_servers<'a>(c: &'a Context<'_>) -> impl Iterator<Item = (&'a FleetSpec, bool, i32)> {
     let own = (c.decode, c.scope == Scope::OtherServer, c.settings.decode_context_parallel);
-    let prefill = c.prefill_fleet.filter(|_| c.scope == Scope::Service).map(|fleet| {
-        let dcp = option_value(&fleet.extra_args, "--dcp-size").and_then(|v| v.trim().parse().ok()).unwrap_or(1);
-        (fleet, true, dcp)
-    });
+    let prefill =
+        c.prefill_fleet.filter(|_| c.scope == Scope::Service).map(|fleet| (fleet, true, dcp_of(&fleet.extra_args)));
     std::iter::once(own).chain(prefill)
+}
+
+/// Architectures SGLang's DeepSeek-family override provider is registered for
+/// (`_deepseek_family_overrides` in `arg_groups/model_overrides/deepseek_v2.py`, the same list in
+/// 0.5.20-0.5.23): HYV4's context-parallel checks (K4, K5) and, for a DSA model, DSA DCP's (K1-K3,
+/// 0.5.22 on) run there. Earlier releases have neither.
+const DEEPSEEK_FAMILY_OVERRIDES: &[&str] = &[
+    "DeepseekV3ForCausalLM",
+    "DeepseekV32ForCausalLM",
+    "KimiK25ForConditionalGeneration",
+    "MistralLarge3ForCausalLM",
+    "PixtralForConditionalGeneration",
+    "GlmMoeDsaForCausalLM",
+    "Glm5NextForConditionalGeneration",
+    "HYV4ForCausalLM",
+    "HYV4ForCausalLMNextN",
+    "LongcatFlashForCausalLM",
+    "LongcatFlashForCausalLMNextN",
+    "Dots3NoteForCausalLM",
+];
+const HYV4: &[&str] = &["HYV4ForCausalLM", "HYV4ForCausalLMNextN"];
+const PREFILL_CP: &str = "--enable-prefill-cp";
+const PREFILL_CP_FIELD: &str = "spec.prefill.extraArgs[--enable-prefill-cp]";
+
+/// The servers in scope with decode context parallelism, for DSA DCP's checks (0.5.22 on) on a
+/// DSA model of the DeepSeek family: each as (fleet, whether it runs HiSparse or HiCache).
+fn dsa_dcp_servers<'a>(c: &'a Context<'_>) -> impl Iterator<Item = (&'a FleetSpec, bool)> {
+    let dsa = c.release >= v0_5(22)
+        && c.layout.has(LayoutFeature::Dsa)
+        && DEEPSEEK_FAMILY_OVERRIDES.contains(&c.layout.architecture.as_str());
+    let own = (c.decode, c.settings.decode_context_parallel, c.settings.hisparse || c.settings.hierarchical_cache);
+    let prefill = c.prefill_fleet.filter(|_| c.scope == Scope::Service).map(|fleet| {
+        let args = &fleet.extra_args;
+        (fleet, dcp_of(args), given(args, "--enable-hisparse") || given(args, "--enable-hierarchical-cache"))
+    });
+    std::iter::once(own)
+        .chain(prefill)
+        .filter(move |(_, dcp, _)| dsa && *dcp > 1)
+        .map(|(fleet, _, hierarchical)| (fleet, hierarchical))
+}
+
+/// A server's `--dcp-size` among its arguments (a service's prefill servers: kvpilot writes none).
+fn dcp_of(args: &[String]) -> i32 {
+    option_value(args, "--dcp-size").and_then(|v| v.trim().parse().ok()).unwrap_or(1)
+}
+
+/// HYV4's first server in scope with decode context parallelism, as (its architecture, its DCP)
+/// (0.5.20 on).
+fn hyv4_dcp(c: &Context<'_>) -> Option<(String, i32)> {
+    (c.release >= v0_5(20) && HYV4.contains(&c.layout.architecture.as_str())).then_some(())?;
+    pd_servers(c).find(|(_, _, dcp)| *dcp > 1).map(|(_, _, dcp)| (c.layout.architecture.clone(), dcp))
 }
 
 /// Whether a server's `--speculative-eagle-topk` is 1 (unset is None in SGLang, not 1).
@@ -1688,6 +1737,91 @@ pub(crate) const RULES: &[Rule] = &[
                    parallelism (a prefill server may run --enable-prefill-cp --cp-strategy interleave from 0.5.22) \
                    and, in 0.5.21, no data parallelism; or unset speculativeAlgorithm",
         },
+    },
+    Rule {
+        id: "K1",
+        about: "DSA decode context parallelism × HiSparse or HiCache",
+        field: DECODE_CONTEXT_PARALLEL,
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("DSA DCP does not support HiSparse or HiCache.")],
+        changes: &[],
+        check: |c| when(dsa_dcp_servers(c).any(|(_, hierarchical)| hierarchical)),
+        fix: Fix::Manual { hint: "set decodeContextParallel to 1, or turn hierarchicalCache and hisparse off" },
+    },
+    Rule {
+        id: "K2",
+        about: "DSA decode context parallelism under PD",
+        field: DECODE_CONTEXT_PARALLEL,
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("DSA DCP does not support PD disaggregation.")],
+        changes: &[],
+        check: |c| when(dsa_dcp_servers(c).next().is_some()),
+        fix: Fix::Manual {
+            hint: "set decodeContextParallel to 1: from SGLang 0.5.22 a DSA model (DeepSeek-V3.2, GLM-5) runs \
+                   decode context parallelism only without PD disaggregation",
+        },
+    },
+    Rule {
+        id: "K3",
+        about: "DSA decode context parallelism needs one draft token per step",
+        field: EAGLE_TOPK_FIELD,
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("DSA DCP requires --speculative-eagle-topk 1.")],
+        changes: &[],
+        check: |c| {
+            when(dsa_dcp_servers(c).any(|(fleet, _)| {
+                option_value(&fleet.extra_args, EAGLE_TOPK).is_some() && !eagle_topk_is_one(&fleet.extra_args)
+            }))
+        },
+        fix: Fix::Manual { hint: "set --speculative-eagle-topk 1 in extraArgs, or decodeContextParallel to 1" },
+    },
+    Rule {
+        id: "K4",
+        about: "HYV4 × decode context parallelism",
+        field: DECODE_CONTEXT_PARALLEL,
+        span: Span::since(v0_5(20)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--dcp-size > 1 is not supported for HYV4 because decode context parallelism gathers query heads across \
+             DCP ranks but does not provide single-owner semantics for learnable attention sinks. Got \
+             architecture='{arch}' and dcp_size={dcp}.",
+        )],
+        changes: &[],
+        check: |c| {
+            let (arch, dcp) = hyv4_dcp(c)?;
+            when_with(true, vec![("arch", arch), ("dcp", dcp.to_string())])
+        },
+        fix: Fix::Manual { hint: "set decodeContextParallel to 1 (and drop --dcp-size from extraArgs)" },
+    },
+    Rule {
+        id: "K5",
+        about: "HYV4 × prefill context parallelism",
+        field: PREFILL_CP_FIELD,
+        span: Span::since(v0_5(20)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-prefill-cp is not supported for HYV4 because its attention path does not implement DSA \
+             context-parallel metadata and sharding. Got architecture='{arch}' and enable_prefill_cp=True.",
+        )],
+        changes: &[],
+        check: |c| {
+            let arch = c.layout.architecture.as_str();
+            when_with(
+                c.release >= v0_5(20)
+                    && HYV4.contains(&arch)
+                    && pd_servers(c).any(|(fleet, _, _)| given(&fleet.extra_args, PREFILL_CP)),
+                vec![("arch", arch.to_string())],
+            )
+        },
+        fix: Fix::Manual { hint: "remove --enable-prefill-cp from extraArgs" },
     },
     Rule {
         id: "H1",

@@ -1036,8 +1036,9 @@ def dsv4_hook_argv(scenario):
     return argv
 
 
-def dsv4_hook_pods(version, scenarios):
-    """One Pod per scenario, its config inline through a ConfigMap, for `kvpilot check`."""
+def guard_pods(version, scenarios, argv_of):
+    """One Pod per scenario running `argv_of(scenario)` (with SGLANG_RAGGED_VERIFY_MODE where the
+    scenario sets `raggedVerify`), its config inline through a ConfigMap, for `kvpilot check`."""
     documents, config_maps = [], {}
     for scenario in scenarios:
         name = os.path.basename(scenario["config"]).removesuffix(".json")
@@ -1047,14 +1048,14 @@ def dsv4_hook_pods(version, scenarios):
                                      "metadata": {"name": name, "namespace": "parity"},
                                      "data": {"config.json": f.read()}}
         env = [{"name": "SGLANG_RAGGED_VERIFY_MODE", "value": scenario["raggedVerify"]}] \
-            if scenario["raggedVerify"] else []
+            if scenario.get("raggedVerify") else []
         documents.append({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": scenario["id"], "namespace": "parity",
                          "annotations": {"kvpilot.dev/model-config": f"configmap/{name}"}},
             "spec": {"containers": [{"name": "sglang", "image": f"lmsysorg/sglang:v{version}",
                                      "command": ["python3", "-m", "sglang.launch_server"],
-                                     "args": dsv4_hook_argv(scenario), "env": env}]}})
+                                     "args": argv_of(scenario), "env": env}]}})
     return list(config_maps.values()) + documents
 
 
@@ -1067,13 +1068,67 @@ def check_dsv4_hook(kvpilot, src, venvs, version, compare):
                f"{sum(r['raised'] for r in theirs.values())}")
     if not compare:
         return len(scenarios), 0, summary + ")"
-    reports = {r["name"].split("/")[-1]: r for r in kvpilot_check_json(kvpilot, dsv4_hook_pods(version, scenarios))}
+    reports = {r["name"].split("/")[-1]: r for r in kvpilot_check_json(kvpilot, guard_pods(version, scenarios, dsv4_hook_argv))}
     agreements, failed, rules = compare_first_refusal(
         scenarios, theirs, reports, lambda v: v["rule"] in ("V1", "V2", "V3", "V4"),
         lambda s: (f"{version} DeepSeek-V4 hook {os.path.basename(s['config'])} {' '.join(dsv4_hook_argv(s)[2:])} "
                    f"SGLANG_RAGGED_VERIFY_MODE={s['raggedVerify']}"))
     return agreements, failed, summary + f"; by rule: {rules}), agreements {agreements}"
 
+
+# The DeepSeek family's model override provider (K1-K5): DSA models (DeepSeek-V3.2, GLM-5), HYV4
+# (its loader runs from 0.5.20) and, as controls, DeepSeek-V3 (MLA without DSA) and Llama; PD
+# decode, PD prefill and servers without PD, with DCP, prefill CP, HiCache, HiSparse and EAGLE's
+# top-k unset, 1 or 2.
+MODEL_OVERRIDE_CONFIGS = (("deepseek-v3.2-exp", None), ("glm-5", None), ("parity/hy-v4", "0.5.20"),
+                          ("deepseek-v3", None), ("llama-3.1-8b-instruct", None))
+MODEL_OVERRIDE_RULES = ("K1", "K2", "K3", "K4", "K5")
+
+
+def model_override_scenarios(version):
+    scenarios = []
+    for (config, since), role, dcp, prefill_cp, hicache, hisparse, topk in itertools.product(
+            MODEL_OVERRIDE_CONFIGS, ("decode", "prefill", "null"), (1, 2), (False, True), (False, True),
+            (False, True), (None, 1, 2)):
+        if since is None or version_key(version) >= version_key(since):
+            scenarios.append({"id": f"o{len(scenarios)}", "config": os.path.join(
+                ROOT, "tests/fixtures/configs", f"{config}.json"), "role": role, "dcp": dcp,
+                "prefillCp": prefill_cp, "hicache": hicache, "hisparse": hisparse, "topk": topk})
+    return scenarios
+
+
+def model_override_argv(scenario):
+    argv = ["--model-path", "/models/m"]
+    if scenario["role"] != "null":
+        argv += ["--disaggregation-mode", scenario["role"], "--disaggregation-transfer-backend", "mooncake"]
+    if scenario["dcp"] != 1:
+        argv += ["--dcp-size", str(scenario["dcp"])]
+    if scenario["prefillCp"]:
+        argv.append("--enable-prefill-cp")
+    if scenario["hicache"]:
+        argv.append("--enable-hierarchical-cache")
+    if scenario["hisparse"]:
+        argv.append("--enable-hisparse")
+    if scenario["topk"] is not None:
+        argv += ["--speculative-eagle-topk", str(scenario["topk"])]
+    return argv
+
+
+def check_model_overrides(kvpilot, src, venvs, version, compare):
+    """The DeepSeek family's override provider (deepseek_overrides.py) against the guard's K1-K5
+    on the same servers' command lines. Returns (passed, failed, summary)."""
+    scenarios = model_override_scenarios(version)
+    theirs = {r["id"]: r for r in run_release_script("deepseek_overrides.py", src, venvs, scenarios)}
+    summary = (f"model override scenarios {len(scenarios)} (refused by SGLang "
+               f"{sum(r['raised'] for r in theirs.values())}")
+    if not compare:
+        return len(scenarios), 0, summary + ")"
+    reports = {r["name"].split("/")[-1]: r
+               for r in kvpilot_check_json(kvpilot, guard_pods(version, scenarios, model_override_argv))}
+    agreements, failed, rules = compare_first_refusal(
+        scenarios, theirs, reports, lambda v: v["rule"] in MODEL_OVERRIDE_RULES,
+        lambda s: f"{version} model overrides {os.path.basename(s['config'])} {' '.join(model_override_argv(s)[2:])}")
+    return agreements, failed, summary + f"; by rule: {rules}), agreements {agreements}"
 
 SPECULATIVE_NAMES = ("EAGLE", "eagle", "Eagle3", "NEXTN", "nextn", "STANDALONE", "ngram", "DFLASH",
                      "dspark", "FROZEN_KV_MTP", "UNO", "uno", "NONE", "none", "FOO", "MTP", "EAGLE-3",
@@ -1498,7 +1553,7 @@ def check_served_architectures(src):
 
 
 PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "mamba-args", "draft", "handshake",
-         "tree-cache", "speculative", "dsv4-hook", "messages",
+         "tree-cache", "speculative", "dsv4-hook", "model-overrides", "messages",
          "argv", "cli")
 
 
@@ -1506,6 +1561,7 @@ PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "mam
 # returning (passed, failed, summary), in the order their summaries are printed.
 PER_RELEASE_CHECKS = (("mamba-args", check_mamba_args), ("draft", check_draft_geometry),
                       ("speculative", check_speculative_names), ("dsv4-hook", check_dsv4_hook),
+                      ("model-overrides", check_model_overrides),
                       ("tree-cache", check_tree_cache),
                       ("handshake", check_handshake))
 
