@@ -809,8 +809,8 @@ TREE_CACHE_ASSISTANT_DRAFTS = (("parity/gemma-4-assistant",), ("EAGLE", "NEXTN",
 # num_nextn_predict_layers (Transformers 5.19's alias num_mtp_layers, pinned from 0.5.22: none on
 # DeepSeek-V3, two on GLM-4.5) or rewrites to one layer (Dots3, whose loader runs from 0.5.19),
 # with and without the linker; every server names the model itself as its draft model.
-TREE_CACHE_NEXTN_COUNTS = (("parity/deepseek-v3-mtp-layers-0", "parity/glm-4.5-mtp-layers-2", "parity/dots3-note-nextn-0"),
-                           ((), ("linker",)))
+TREE_CACHE_NEXTN_COUNTS = (("parity/deepseek-v3-mtp-layers-0", "parity/glm-4.5-mtp-layers-2",
+                            "parity/dots3-note-nextn-0"), ((), ("linker",)))
 TREE_CACHE_NEXTN_COUNTS_SINCE = {"parity/dots3-note-nextn-0": "0.5.19"}
 # --hicache-size (GB) on a DeepSeek-V4 model, whose host-pool stack refuses it (H7), with and
 # without FlexKV's tree, and on models whose stacks take it.
@@ -917,8 +917,10 @@ def tree_cache_argv(scenario):
     return argv
 
 
-def tree_cache_pods(version, scenarios):
-    """One Pod per scenario, its config inline through a ConfigMap, for `kvpilot check`."""
+def guard_pods(version, scenarios, argv_of, env_of=lambda _: {}, self_drafted=lambda _: False):
+    """One Pod per scenario running `argv_of(scenario)` with the env `env_of(scenario)`, its config
+    inline through a ConfigMap (also as the draft model's where `self_drafted(scenario)`), for
+    `kvpilot check`."""
     documents, config_maps = [], {}
     for scenario in scenarios:
         name = os.path.basename(scenario["config"]).removesuffix(".json")
@@ -927,17 +929,23 @@ def tree_cache_pods(version, scenarios):
                 config_maps[name] = {"apiVersion": "v1", "kind": "ConfigMap",
                                      "metadata": {"name": name, "namespace": "parity"},
                                      "data": {"config.json": f.read()}}
-        env = [{"name": k, "value": v} for k, v in scenario["env"].items()]
+        env = [{"name": k, "value": v} for k, v in env_of(scenario).items()]
         annotations = {"kvpilot.dev/model-config": f"configmap/{name}"}
-        if scenario["selfDrafted"]:
+        if self_drafted(scenario):
             annotations["kvpilot.dev/draft-model-config"] = f"configmap/{name}"
         documents.append({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": scenario["id"], "namespace": "parity", "annotations": annotations},
             "spec": {"containers": [{"name": "sglang", "image": f"lmsysorg/sglang:v{version}",
                                      "command": ["python3", "-m", "sglang.launch_server"],
-                                     "args": tree_cache_argv(scenario), "env": env}]}})
+                                     "args": argv_of(scenario), "env": env}]}})
     return list(config_maps.values()) + documents
+
+
+def tree_cache_pods(version, scenarios):
+    """One Pod per scenario for `kvpilot check`, naming the model itself as the draft model's
+    config where the scenario drafts with it."""
+    return guard_pods(version, scenarios, tree_cache_argv, lambda s: s["env"], lambda s: s["selfDrafted"])
 
 
 def check_tree_cache(kvpilot, src, venvs, version, compare):
@@ -997,9 +1005,9 @@ def dsv4_hook_scenarios(version):
             (False, True), (1, 2)):
         if since is not None and version_key(version) < version_key(since):
             continue
-        scenarios.append(dict(DSV4_SERVER_DEFAULTS, config=os.path.join(ROOT, "tests/fixtures/configs", f"{config}.json"),
-                              role=role, algorithm=algorithm, topk=topk, hisparse=hisparse, twoBatchOverlap=overlap,
-                              pp=pp))
+        scenarios.append(dict(DSV4_SERVER_DEFAULTS,
+                              config=os.path.join(ROOT, "tests/fixtures/configs", f"{config}.json"), role=role,
+                              algorithm=algorithm, topk=topk, hisparse=hisparse, twoBatchOverlap=overlap, pp=pp))
     if version_key(version) >= version_key(DSV4_PD_SINCE):
         for role, (backend, dp, attn_cp, prefill_cp, strategy, dcp, ragged) in itertools.product(
                 ("decode", "prefill"), itertools.product(*DSV4_PD_SETTINGS)):
@@ -1036,27 +1044,8 @@ def dsv4_hook_argv(scenario):
     return argv
 
 
-def guard_pods(version, scenarios, argv_of):
-    """One Pod per scenario running `argv_of(scenario)` (with SGLANG_RAGGED_VERIFY_MODE where the
-    scenario sets `raggedVerify`), its config inline through a ConfigMap, for `kvpilot check`."""
-    documents, config_maps = [], {}
-    for scenario in scenarios:
-        name = os.path.basename(scenario["config"]).removesuffix(".json")
-        if name not in config_maps:
-            with open(scenario["config"], encoding="utf-8") as f:
-                config_maps[name] = {"apiVersion": "v1", "kind": "ConfigMap",
-                                     "metadata": {"name": name, "namespace": "parity"},
-                                     "data": {"config.json": f.read()}}
-        env = [{"name": "SGLANG_RAGGED_VERIFY_MODE", "value": scenario["raggedVerify"]}] \
-            if scenario.get("raggedVerify") else []
-        documents.append({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": scenario["id"], "namespace": "parity",
-                         "annotations": {"kvpilot.dev/model-config": f"configmap/{name}"}},
-            "spec": {"containers": [{"name": "sglang", "image": f"lmsysorg/sglang:v{version}",
-                                     "command": ["python3", "-m", "sglang.launch_server"],
-                                     "args": argv_of(scenario), "env": env}]}})
-    return list(config_maps.values()) + documents
+def dsv4_hook_env(scenario):
+    return {"SGLANG_RAGGED_VERIFY_MODE": scenario["raggedVerify"]} if scenario["raggedVerify"] else {}
 
 
 def check_dsv4_hook(kvpilot, src, venvs, version, compare):
@@ -1068,7 +1057,8 @@ def check_dsv4_hook(kvpilot, src, venvs, version, compare):
                f"{sum(r['raised'] for r in theirs.values())}")
     if not compare:
         return len(scenarios), 0, summary + ")"
-    reports = {r["name"].split("/")[-1]: r for r in kvpilot_check_json(kvpilot, guard_pods(version, scenarios, dsv4_hook_argv))}
+    pods = guard_pods(version, scenarios, dsv4_hook_argv, dsv4_hook_env)
+    reports = {r["name"].split("/")[-1]: r for r in kvpilot_check_json(kvpilot, pods)}
     agreements, failed, rules = compare_first_refusal(
         scenarios, theirs, reports, lambda v: v["rule"] in ("V1", "V2", "V3", "V4"),
         lambda s: (f"{version} DeepSeek-V4 hook {os.path.basename(s['config'])} {' '.join(dsv4_hook_argv(s)[2:])} "
