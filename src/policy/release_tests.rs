@@ -1997,3 +1997,52 @@ fn dsa_decode_context_parallelism_runs_without_pd_from_0_5_22() {
     let prefill_cp = FleetSpec { extra_args: vec!["--enable-prefill-cp".into()], ..FleetSpec::default() };
     assert_eq!(fired(23, &DisaggregationSpec::default(), &prefill_cp, &hyv4), ["K5"]);
 }
+
+/// The speculative hook's parallelism checks: DSPARK runs pipeline stages on PD prefill servers
+/// only (SD6, 0.5.21 on); STANDALONE and NGRAM drafts refuse DP attention (SD7, SD8), which from
+/// 0.5.22 needs more than one attention-DP group.
+#[test]
+fn the_speculative_hook_refuses_dspark_stages_on_decode_and_dp_attention_for_standalone_and_ngram() {
+    let speculating = |algorithm: &str| {
+        let algorithm = algorithm.to_string();
+        with(move |s| s.speculative_algorithm = Some(algorithm))
+    };
+    let fired = |patch: u16, algorithm: &str, decode: &FleetSpec| {
+        let mut rules: Vec<_> = at(patch, &speculating(algorithm), decode, &full())
+            .violations
+            .into_iter()
+            .map(|v| v.rule)
+            .filter(|r| ["SD6", "SD7", "SD8"].contains(r))
+            .collect();
+        rules.sort_unstable();
+        rules
+    };
+    let stages = FleetSpec { pipeline_parallel: 2, ..FleetSpec::default() };
+    assert!(fired(20, "dspark", &stages).is_empty());
+    assert_eq!(fired(21, "dspark", &stages), ["SD6"]);
+    assert!(fired(23, "EAGLE", &stages).is_empty());
+    let dp_attention =
+        |groups: i32| FleetSpec { data_parallel: groups, enable_dp_attention: true, ..FleetSpec::default() };
+    for patch in 17..=23 {
+        assert_eq!(fired(patch, "standalone", &dp_attention(2)), ["SD7"], "0.5.{patch}");
+        assert_eq!(fired(patch, "ngram", &dp_attention(2)), ["SD8"], "0.5.{patch}");
+        assert!(fired(patch, "EAGLE", &dp_attention(2)).is_empty());
+    }
+    assert_eq!(fired(21, "NGRAM", &dp_attention(1)), ["SD8"], "the flag alone up to 0.5.21");
+    assert!(fired(22, "NGRAM", &dp_attention(1)).is_empty(), "one attention-DP group from 0.5.22");
+
+    // A PD prefill server runs DSPARK's pipeline stages; one without PD does not.
+    let input = PolicyInput {
+        disaggregation: &speculating("DSPARK"),
+        decode: &stages,
+        layout: &full(),
+        draft: None,
+        prefill_fleet: None,
+        release: v0_5(23),
+    };
+    let rules = |prefill| {
+        super::role::evaluate_non_decode(input, prefill).violations.into_iter().map(|v| v.rule).collect::<Vec<_>>()
+    };
+    assert!(!rules(true).contains(&"SD6"));
+    assert!(rules(false).contains(&"SD6"));
+}

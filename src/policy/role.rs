@@ -17,8 +17,11 @@ const ON_EVERY_PD_SERVER: &[&str] = &["R20", "M1", "U1", "U2", "U3", "U4c", "U9"
 const ON_EVERY_SERVER: &[&str] = &[
     "M2", "M3", "M4", "M5", "S8", "F3", "F5", "L1", "L2", "L4", "L5", "L6", "L8", "X2", "X3", "X4", "X5", "D1", "D2",
     "D3", "D4", "D5", "D6", "U4", "U8", "U10", "U11", "U13", "U15", "H1", "H2", "H5", "H6", "H7", "N5", "N6", "SD1",
-    "SD2", "SD3", "SD4", "SD5", "V1", "V2", "V3", "K1", "K3", "K4", "K5",
+    "SD2", "SD3", "SD4", "SD5", "SD7", "SD8", "V1", "V2", "V3", "K1", "K3", "K4", "K5",
 ];
+/// Rules SGLang applies on servers without PD but not on prefill ones (DSPARK's pipeline stages,
+/// SD6).
+const WITHOUT_PD: &[&str] = &["SD6"];
 
 /// Checks a prefill server (`prefill`) or a server without disaggregation. Nothing is
 /// rewritten: each finding here asks for a flag to be dropped or changed by hand.
@@ -56,12 +59,11 @@ pub fn evaluate_non_decode(input: PolicyInput<'_>, prefill: bool) -> Verdict {
             phase: Phase::Args.as_str(),
         });
     }
-    violations.extend(
-        verdict
-            .violations
-            .into_iter()
-            .filter(|v| ON_EVERY_SERVER.contains(&v.rule) || (prefill && ON_EVERY_PD_SERVER.contains(&v.rule))),
-    );
+    violations.extend(verdict.violations.into_iter().filter(|v| {
+        ON_EVERY_SERVER.contains(&v.rule)
+            || (prefill && ON_EVERY_PD_SERVER.contains(&v.rule))
+            || (!prefill && WITHOUT_PD.contains(&v.rule))
+    }));
     verdict.outcome = if violations.is_empty() { super::Outcome::Valid } else { super::Outcome::Rejected };
     verdict.violations = violations;
     // The remaining warnings are about the decode side's pool and pairing.

@@ -165,6 +165,7 @@ const MAMBA_STRATEGY: &str = "spec.disaggregation.mambaRadixCacheStrategy";
 const UNIFIED_MEMORY: &str = "spec.disaggregation.enableUnifiedMemory";
 const DECODE_TP: &str = "spec.decode.tensorParallel";
 const DECODE_PIPELINE: &str = "spec.decode.pipelineParallel";
+const DECODE_DP_ATTENTION: &str = "spec.decode.enableDpAttention";
 const DECODE_PAGE_SIZE: &str = "spec.decode.pageSize";
 const DECODE_ENV: &str = "spec.decode.env";
 const DECODE_OFFLOAD: &str = "spec.disaggregation.decodeOffloadKvCache";
@@ -766,6 +767,13 @@ fn dcp_of(args: &[String]) -> i32 {
 fn hyv4_dcp(c: &Context<'_>) -> Option<(String, i32)> {
     (c.release >= v0_5(20) && HYV4.contains(&c.layout.architecture.as_str())).then_some(())?;
     pd_servers(c).find(|(_, _, dcp)| *dcp > 1).map(|(_, _, dcp)| (c.layout.architecture.clone(), dcp))
+}
+
+/// Whether a fleet's servers run DP attention as the speculative hook reads it: the flag as given
+/// up to 0.5.21; from 0.5.22 the deprecated `--dp-size N --enable-dp-attention` becomes
+/// `--attn-dp-size N`, and attention DP runs with more than one group.
+fn runs_dp_attention(c: &Context<'_>, fleet: &FleetSpec) -> bool {
+    fleet.enable_dp_attention && (c.release < v0_5(22) || fleet.data_parallel > 1)
 }
 
 /// Whether a server's `--speculative-eagle-topk` is 1 (unset is None in SGLang, not 1).
@@ -1480,10 +1488,7 @@ pub(crate) const RULES: &[Rule] = &[
             text_from(21, "--enable-dp-attention"),
             text_from(22, "DP attention with more than one attention-DP group (dataParallel > 1)"),
         ],
-        check: |c| {
-            let dp_attention = c.decode.enable_dp_attention && (c.release < v0_5(22) || c.decode.data_parallel > 1);
-            when(c.settings.lmcache && dp_attention)
-        },
+        check: |c| when(c.settings.lmcache && runs_dp_attention(c, c.decode)),
         fix: Fix::Rewrite { apply: lmcache_off, hint: LMCACHE_HINT },
     },
     Rule {
@@ -1601,6 +1606,58 @@ pub(crate) const RULES: &[Rule] = &[
             hint: "set speculativeAlgorithm to EAGLE or NEXTN for a Gemma-4 assistant draft (SGLang runs it as \
                    FROZEN_KV_MTP), or use an EAGLE3 draft model",
         },
+    },
+    Rule {
+        id: "SD6",
+        about: "DSPARK with pipeline stages off a PD prefill server",
+        field: DECODE_PIPELINE,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "DSpark pipeline parallelism requires PD prefill; decode and non-disaggregated serving require pp_size \
+             == 1.",
+        )],
+        changes: &[],
+        check: |c| when(resolved_speculative_algorithm(c)? == "DSPARK" && c.decode.pipeline_parallel > 1),
+        fix: Fix::Manual {
+            hint: "set the decode pipelineParallel to 1 (DSPARK runs pipeline stages on PD prefill servers only), or \
+                   use another speculativeAlgorithm",
+        },
+    },
+    Rule {
+        id: "SD7",
+        about: "STANDALONE with DP attention",
+        field: DECODE_DP_ATTENTION,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("Currently standalone speculative decoding does not support dp attention.")],
+        changes: &[],
+        check: |c| {
+            when(
+                resolved_speculative_algorithm(c)? == "STANDALONE"
+                    && speculating_fleets(c).any(|fleet| runs_dp_attention(c, fleet)),
+            )
+        },
+        fix: Fix::Manual { hint: "turn enableDpAttention off on both fleets, or use another speculativeAlgorithm" },
+    },
+    Rule {
+        id: "SD8",
+        about: "NGRAM with DP attention",
+        field: DECODE_DP_ATTENTION,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("Currently ngram speculative decoding does not support dp attention.")],
+        changes: &[],
+        check: |c| {
+            when(
+                resolved_speculative_algorithm(c)? == "NGRAM"
+                    && speculating_fleets(c).any(|fleet| runs_dp_attention(c, fleet)),
+            )
+        },
+        fix: Fix::Manual { hint: "turn enableDpAttention off on both fleets, or use another speculativeAlgorithm" },
     },
     Rule {
         id: "V1",

@@ -1120,6 +1120,49 @@ def check_model_overrides(kvpilot, src, venvs, version, compare):
         lambda s: f"{version} model overrides {os.path.basename(s['config'])} {' '.join(model_override_argv(s)[2:])}")
     return agreements, failed, summary + f"; by rule: {rules}), agreements {agreements}"
 
+# The speculative hook's checks of a server's parallelism (SD6-SD8): each algorithm spelling on PD
+# decode, PD prefill and servers without PD, with pipeline stages, DP and DP attention.
+SPECULATIVE_PARALLEL_ALGORITHMS = ("EAGLE", "nextn", "EAGLE3", "STANDALONE", "standalone", "NGRAM", "ngram",
+                                   "DSPARK", "dspark")
+SPECULATIVE_PARALLEL_RULES = ("SD6", "SD7", "SD8")
+
+
+def speculative_parallel_scenarios():
+    return [{"id": f"p{i}", "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json"),
+             "algorithm": algorithm, "role": role, "pp": pp, "dp": dp, "dpAttention": dp_attention}
+            for i, (algorithm, role, pp, dp, dp_attention) in enumerate(itertools.product(
+                SPECULATIVE_PARALLEL_ALGORITHMS, ("decode", "prefill", "null"), (1, 2), (1, 2), (False, True)))]
+
+
+def speculative_parallel_argv(scenario):
+    argv = ["--model-path", "/models/m", "--speculative-algorithm", scenario["algorithm"]]
+    if scenario["role"] != "null":
+        argv += ["--disaggregation-mode", scenario["role"], "--disaggregation-transfer-backend", "mooncake"]
+    if scenario["pp"] != 1:
+        argv += ["--pp-size", str(scenario["pp"])]
+    if scenario["dp"] != 1:
+        argv += ["--dp-size", str(scenario["dp"])]
+    if scenario["dpAttention"]:
+        argv.append("--enable-dp-attention")
+    return argv
+
+
+def check_speculative_parallel(kvpilot, src, venvs, version, compare):
+    """The speculative hook's parallelism checks (speculative_checks.py) against the guard's
+    SD6-SD8 on the same servers' command lines. Returns (passed, failed, summary)."""
+    scenarios = speculative_parallel_scenarios()
+    theirs = {r["id"]: r for r in run_release_script("speculative_checks.py", src, venvs, scenarios)}
+    summary = (f"speculative parallelism scenarios {len(scenarios)} (refused by SGLang "
+               f"{sum(r['raised'] for r in theirs.values())}")
+    if not compare:
+        return len(scenarios), 0, summary + ")"
+    pods = guard_pods(version, scenarios, speculative_parallel_argv)
+    reports = {r["name"].split("/")[-1]: r for r in kvpilot_check_json(kvpilot, pods)}
+    agreements, failed, rules = compare_first_refusal(
+        scenarios, theirs, reports, lambda v: v["rule"] in SPECULATIVE_PARALLEL_RULES,
+        lambda s: f"{version} speculative parallelism {' '.join(speculative_parallel_argv(s)[2:])}")
+    return agreements, failed, summary + f"; by rule: {rules}), agreements {agreements}"
+
 SPECULATIVE_NAMES = ("EAGLE", "eagle", "Eagle3", "NEXTN", "nextn", "STANDALONE", "ngram", "DFLASH",
                      "dspark", "FROZEN_KV_MTP", "UNO", "uno", "NONE", "none", "FOO", "MTP", "EAGLE-3",
                      "medusa", "lookahead", " EAGLE", "EAGLE ")
@@ -1543,14 +1586,15 @@ def check_served_architectures(src):
 
 
 PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "mamba-args", "draft", "handshake",
-         "tree-cache", "speculative", "dsv4-hook", "model-overrides", "messages",
+         "tree-cache", "speculative", "speculative-parallel", "dsv4-hook", "model-overrides", "messages",
          "argv", "cli")
 
 
 # The parts that run one release's code on their own scenarios and compare with kvpilot, each
 # returning (passed, failed, summary), in the order their summaries are printed.
 PER_RELEASE_CHECKS = (("mamba-args", check_mamba_args), ("draft", check_draft_geometry),
-                      ("speculative", check_speculative_names), ("dsv4-hook", check_dsv4_hook),
+                      ("speculative", check_speculative_names),
+                      ("speculative-parallel", check_speculative_parallel), ("dsv4-hook", check_dsv4_hook),
                       ("model-overrides", check_model_overrides),
                       ("tree-cache", check_tree_cache),
                       ("handshake", check_handshake))
