@@ -942,6 +942,26 @@ def guard_pods(version, scenarios, argv_of, env_of=lambda _: {}, self_drafted=la
     return list(config_maps.values()) + documents
 
 
+def check_with_guard(kvpilot, src, venvs, version, compare, part):
+    """One release's script on a part's scenarios against the guard's `part["rules"]` on the same
+    servers' command lines (`part`: label, scenarios, script, argv, env). Returns (passed,
+    failed, summary)."""
+    scenarios = part["scenarios"]
+    env_of = part.get("env", lambda _: {})
+    theirs = {r["id"]: r for r in run_release_script(part["script"], src, venvs, scenarios)}
+    summary = (f"{part['label']} scenarios {len(scenarios)} (refused by SGLang "
+               f"{sum(r['raised'] for r in theirs.values())}")
+    if not compare:
+        return len(scenarios), 0, summary + ")"
+    pods = guard_pods(version, scenarios, part["argv"], env_of)
+    reports = {r["name"].split("/")[-1]: r for r in kvpilot_check_json(kvpilot, pods)}
+    agreements, failed, rules = compare_first_refusal(
+        scenarios, theirs, reports, lambda v: v["rule"] in part["rules"],
+        lambda s: (f"{version} {part['label']} {os.path.basename(s['config'])} {' '.join(part['argv'](s)[2:])} "
+                   f"env {env_of(s)}"))
+    return agreements, failed, summary + f"; by rule: {rules}), agreements {agreements}"
+
+
 def tree_cache_pods(version, scenarios):
     """One Pod per scenario for `kvpilot check`, naming the model itself as the draft model's
     config where the scenario drafts with it."""
@@ -1049,21 +1069,10 @@ def dsv4_hook_env(scenario):
 
 
 def check_dsv4_hook(kvpilot, src, venvs, version, compare):
-    """DeepSeek-V4's model hook (dsv4_hook.py) against the guard's V1-V4 on the same servers'
-    command lines and env. Returns (passed, failed, summary)."""
-    scenarios = dsv4_hook_scenarios(version)
-    theirs = {r["id"]: r for r in run_release_script("dsv4_hook.py", src, venvs, scenarios)}
-    summary = (f"DeepSeek-V4 hook scenarios {len(scenarios)} (refused by SGLang "
-               f"{sum(r['raised'] for r in theirs.values())}")
-    if not compare:
-        return len(scenarios), 0, summary + ")"
-    pods = guard_pods(version, scenarios, dsv4_hook_argv, dsv4_hook_env)
-    reports = {r["name"].split("/")[-1]: r for r in kvpilot_check_json(kvpilot, pods)}
-    agreements, failed, rules = compare_first_refusal(
-        scenarios, theirs, reports, lambda v: v["rule"] in ("V1", "V2", "V3", "V4"),
-        lambda s: (f"{version} DeepSeek-V4 hook {os.path.basename(s['config'])} {' '.join(dsv4_hook_argv(s)[2:])} "
-                   f"SGLANG_RAGGED_VERIFY_MODE={s['raggedVerify']}"))
-    return agreements, failed, summary + f"; by rule: {rules}), agreements {agreements}"
+    """DeepSeek-V4's model hook (dsv4_hook.py) against the guard's V1-V4."""
+    return check_with_guard(kvpilot, src, venvs, version, compare, {
+        "label": "DeepSeek-V4 hook", "scenarios": dsv4_hook_scenarios(version), "script": "dsv4_hook.py",
+        "argv": dsv4_hook_argv, "env": dsv4_hook_env, "rules": ("V1", "V2", "V3", "V4")})
 
 
 # The DeepSeek family's model override provider (K1-K5): DSA models (DeepSeek-V3.2, GLM-5), HYV4
@@ -1105,20 +1114,10 @@ def model_override_argv(scenario):
 
 
 def check_model_overrides(kvpilot, src, venvs, version, compare):
-    """The DeepSeek family's override provider (deepseek_overrides.py) against the guard's K1-K5
-    on the same servers' command lines. Returns (passed, failed, summary)."""
-    scenarios = model_override_scenarios(version)
-    theirs = {r["id"]: r for r in run_release_script("deepseek_overrides.py", src, venvs, scenarios)}
-    summary = (f"model override scenarios {len(scenarios)} (refused by SGLang "
-               f"{sum(r['raised'] for r in theirs.values())}")
-    if not compare:
-        return len(scenarios), 0, summary + ")"
-    reports = {r["name"].split("/")[-1]: r
-               for r in kvpilot_check_json(kvpilot, guard_pods(version, scenarios, model_override_argv))}
-    agreements, failed, rules = compare_first_refusal(
-        scenarios, theirs, reports, lambda v: v["rule"] in MODEL_OVERRIDE_RULES,
-        lambda s: f"{version} model overrides {os.path.basename(s['config'])} {' '.join(model_override_argv(s)[2:])}")
-    return agreements, failed, summary + f"; by rule: {rules}), agreements {agreements}"
+    """The DeepSeek family's override provider (deepseek_overrides.py) against the guard's K1-K5."""
+    return check_with_guard(kvpilot, src, venvs, version, compare, {
+        "label": "model override", "scenarios": model_override_scenarios(version),
+        "script": "deepseek_overrides.py", "argv": model_override_argv, "rules": MODEL_OVERRIDE_RULES})
 
 # The speculative hook's checks of a server's parallelism (SD6-SD8): each algorithm spelling on PD
 # decode, PD prefill and servers without PD, with pipeline stages, DP and DP attention.
@@ -1149,19 +1148,10 @@ def speculative_parallel_argv(scenario):
 
 def check_speculative_parallel(kvpilot, src, venvs, version, compare):
     """The speculative hook's parallelism checks (speculative_checks.py) against the guard's
-    SD6-SD8 on the same servers' command lines. Returns (passed, failed, summary)."""
-    scenarios = speculative_parallel_scenarios()
-    theirs = {r["id"]: r for r in run_release_script("speculative_checks.py", src, venvs, scenarios)}
-    summary = (f"speculative parallelism scenarios {len(scenarios)} (refused by SGLang "
-               f"{sum(r['raised'] for r in theirs.values())}")
-    if not compare:
-        return len(scenarios), 0, summary + ")"
-    pods = guard_pods(version, scenarios, speculative_parallel_argv)
-    reports = {r["name"].split("/")[-1]: r for r in kvpilot_check_json(kvpilot, pods)}
-    agreements, failed, rules = compare_first_refusal(
-        scenarios, theirs, reports, lambda v: v["rule"] in SPECULATIVE_PARALLEL_RULES,
-        lambda s: f"{version} speculative parallelism {' '.join(speculative_parallel_argv(s)[2:])}")
-    return agreements, failed, summary + f"; by rule: {rules}), agreements {agreements}"
+    SD6-SD8."""
+    return check_with_guard(kvpilot, src, venvs, version, compare, {
+        "label": "speculative parallelism", "scenarios": speculative_parallel_scenarios(),
+        "script": "speculative_checks.py", "argv": speculative_parallel_argv, "rules": SPECULATIVE_PARALLEL_RULES})
 
 SPECULATIVE_NAMES = ("EAGLE", "eagle", "Eagle3", "NEXTN", "nextn", "STANDALONE", "ngram", "DFLASH",
                      "dspark", "FROZEN_KV_MTP", "UNO", "uno", "NONE", "none", "FOO", "MTP", "EAGLE-3",

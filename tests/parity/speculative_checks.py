@@ -30,6 +30,7 @@ import os
 import sys
 import types
 
+import pd_args
 import sglang_env
 
 HOOK = os.path.join("arg_groups", "speculative_hook.py")
@@ -85,10 +86,8 @@ def main(argv):
     srt = os.path.join(src, "sglang", "srt")
     sglang_env.install(src)
     hook_path = os.path.join(srt, HOOK)
-    hook = sglang_env.exec_subset(hook_path, HOOK_MODULE)
-    resolve_alias = hook.get("_resolve_speculative_algorithm_alias")
-    if resolve_alias is None:
-        _fail(hook_path, "_resolve_speculative_algorithm_alias did not define")
+    resolve_alias = pd_args.speculative_hook_function(srt, "_resolve_speculative_algorithm_alias")
+    hook = resolve_alias.__globals__
     checks = _check_statements(hook_path)
     handlers = sorted(name for name in hook if name.startswith("_handle_"))
     parallel_path = os.path.join(srt, PARALLEL_HOOK)
@@ -104,7 +103,7 @@ def main(argv):
                  "declare_resolution": _declare}
     results = []
     for scenario in scenarios:
-        resolved = resolve_alias(scenario["algorithm"].upper(), None)
+        resolved = pd_args.resolved_name(resolve_alias, scenario["algorithm"], None)
         algorithm = spec_info.SpeculativeAlgorithm.from_string(resolved)
         server = Server(speculative_algorithm=resolved, disaggregation_mode=scenario["role"],
                         pp_size=scenario["pp"], dp_size=scenario["dp"],
