@@ -11,8 +11,8 @@ use crate::api::{OnInvalid, RetractionBackup, TransferBackend};
 /// V4 and DSA DCP's K2), or on any server (M3, S8,
 /// HiCache × DCP, the unified-memory pool's other exclusions, the LMCache and linker rules that
 /// do not depend on the decode side's radix cache, the tree cache's checks H1, H2, H5, H6, N5 and
-/// N6, DeepSeek-V4's host pool size H7, the speculative hook's SD1-SD5, DeepSeek-V4's model hook's V1-V3,
-/// and the DeepSeek family's model overrides K1, K3-K5).
+/// N6, DeepSeek-V4's host pool size H7, the speculative hook's SD1-SD5, SD7 and SD8, DeepSeek-V4's
+/// model hook's V1-V3, and the DeepSeek family's model overrides K1, K3-K5).
 const ON_EVERY_PD_SERVER: &[&str] = &["R20", "M1", "U1", "U2", "U3", "U4c", "U9", "L7", "T11", "T1hnd", "V4", "K2"];
 const ON_EVERY_SERVER: &[&str] = &[
     "M2", "M3", "M4", "M5", "S8", "F3", "F5", "L1", "L2", "L4", "L5", "L6", "L8", "X2", "X3", "X4", "X5", "D1", "D2",

@@ -486,7 +486,7 @@ fn sidecar_draft_on_other_tree(c: &Context<'_>) -> Option<TreeCache> {
         Scope::Service | Scope::DecodeServer => planned(CacheOptions::of_settings(c)) || resolved_host_pool(c),
         Scope::OtherServer => planned(CacheOptions::of_settings(c)),
     };
-    let prefill = c.prefill_fleet.filter(|_| c.scope == Scope::Service).and_then(|fleet| {
+    let prefill = service_prefill(c).and_then(|fleet| {
         let options = CacheOptions::of_prefill(c, fleet);
         planned(options).then(|| tree_cache(c, fleet, options, false, false))
     });
@@ -514,9 +514,8 @@ fn linker_with_many_sidecar_draft_runners(c: &Context<'_>) -> Option<i64> {
 /// (the guard's one server), and a service's prefill servers, through their own `extraArgs`.
 fn linker_server_args<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a [String]> {
     let decode = CacheOptions::of_settings(c).linker.then_some(c.decode.extra_args.as_slice());
-    let prefill = c
-        .prefill_fleet
-        .filter(|fleet| c.scope == Scope::Service && CacheOptions::of_prefill(c, fleet).linker)
+    let prefill = service_prefill(c)
+        .filter(|fleet| CacheOptions::of_prefill(c, fleet).linker)
         .map(|fleet| fleet.extra_args.as_slice());
     decode.into_iter().chain(prefill)
 }
@@ -591,9 +590,8 @@ fn given(args: &[String], option: &str) -> bool {
 /// prefill servers, which keep their radix cache and retract nothing.
 fn non_unified_tree_among(c: &Context<'_>, wants_unified: impl Fn(&[String]) -> bool) -> Option<TreeCache> {
     let decode = wants_unified(&c.decode.extra_args).then(|| server_tree_cache(c));
-    let prefill = c
-        .prefill_fleet
-        .filter(|fleet| c.scope == Scope::Service && wants_unified(&fleet.extra_args))
+    let prefill = service_prefill(c)
+        .filter(|fleet| wants_unified(&fleet.extra_args))
         .map(|fleet| tree_cache(c, fleet, CacheOptions::of_prefill(c, fleet), false, false));
     decode.into_iter().chain(prefill).find(|cache| !cache.is_unified())
 }
@@ -612,11 +610,10 @@ fn sized_host_pool_on_unified_tree(c: &Context<'_>) -> bool {
     };
     let host_pool = matches!(c.scope, Scope::Service | Scope::DecodeServer) && resolved_host_pool(c);
     let decode = sized(&c.decode.extra_args) && attached(server_tree_cache(c), CacheOptions::of_settings(c), host_pool);
-    let prefill =
-        c.prefill_fleet.filter(|fleet| c.scope == Scope::Service && sized(&fleet.extra_args)).is_some_and(|fleet| {
-            let options = CacheOptions::of_prefill(c, fleet);
-            attached(tree_cache(c, fleet, options, false, false), options, false)
-        });
+    let prefill = service_prefill(c).filter(|fleet| sized(&fleet.extra_args)).is_some_and(|fleet| {
+        let options = CacheOptions::of_prefill(c, fleet);
+        attached(tree_cache(c, fleet, options, false, false), options, false)
+    });
     decode || prefill
 }
 
@@ -674,10 +671,16 @@ fn deepseek_v41(c: &Context<'_>) -> bool {
     c.layout.architecture == DEEPSEEK_V4 && c.layout.model_type.as_deref() == Some("deepseek_v41")
 }
 
-/// The fleets of every server that runs the service's speculative settings: the decode servers
-/// (the guard's one server) and a service's prefill servers.
-fn speculating_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a FleetSpec> {
-    std::iter::once(c.decode).chain(c.prefill_fleet.filter(|_| c.scope == Scope::Service))
+/// The prefill fleet a service runs with the settings both sides share; none for a server the
+/// guard reads, whose paired prefill server has its own command line.
+fn service_prefill<'a>(c: &'a Context<'_>) -> Option<&'a FleetSpec> {
+    c.prefill_fleet.filter(|_| c.scope == Scope::Service)
+}
+
+/// The fleets of every server in scope, which all run the settings (the speculative ones among
+/// them): the decode servers (the guard's one server) and a service's prefill servers.
+fn fleets_in_scope<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a FleetSpec> {
+    std::iter::once(c.decode).chain(service_prefill(c))
 }
 
 /// Whether one PD server of a DeepSeek-V4.1 model that speculates fails the DSpark PD check of
@@ -713,8 +716,7 @@ fn deepseek_v41_dspark_pd_refused(c: &Context<'_>, fleet: &FleetSpec, prefill: b
 /// service's prefill servers, whose DCP only their `extraArgs` set.
 fn pd_servers<'a>(c: &'a Context<'_>) -> impl Iterator<Item = (&'a FleetSpec, bool, i32)> {
     let own = (c.decode, c.scope == Scope::OtherServer, c.settings.decode_context_parallel);
-    let prefill =
-        c.prefill_fleet.filter(|_| c.scope == Scope::Service).map(|fleet| (fleet, true, dcp_of(&fleet.extra_args)));
+    let prefill = service_prefill(c).map(|fleet| (fleet, true, dcp_of(&fleet.extra_args)));
     std::iter::once(own).chain(prefill)
 }
 
@@ -747,7 +749,7 @@ fn dsa_dcp_servers<'a>(c: &'a Context<'_>) -> impl Iterator<Item = (&'a FleetSpe
         && c.layout.has(LayoutFeature::Dsa)
         && DEEPSEEK_FAMILY_OVERRIDES.contains(&c.layout.architecture.as_str());
     let own = (c.decode, c.settings.decode_context_parallel, c.settings.hisparse || c.settings.hierarchical_cache);
-    let prefill = c.prefill_fleet.filter(|_| c.scope == Scope::Service).map(|fleet| {
+    let prefill = service_prefill(c).map(|fleet| {
         let args = &fleet.extra_args;
         (fleet, dcp_of(args), given(args, "--enable-hisparse") || given(args, "--enable-hierarchical-cache"))
     });
@@ -795,8 +797,7 @@ fn resolved_speculative_algorithm(c: &Context<'_>) -> Option<String> {
 /// The pipeline stages of every server that runs the speculative settings: the decode servers,
 /// and a service's prefill fleet.
 fn speculating_pipeline_stages(c: &Context<'_>) -> i32 {
-    let prefill = c.prefill_fleet.filter(|_| c.scope == Scope::Service).map_or(1, |fleet| fleet.pipeline_parallel);
-    c.decode.pipeline_parallel.max(prefill)
+    fleets_in_scope(c).map(|fleet| fleet.pipeline_parallel).max().unwrap_or(1)
 }
 
 /// HiCache with decode context parallelism, which the HiCache hook checks further (D1–D5).
@@ -1637,7 +1638,7 @@ pub(crate) const RULES: &[Rule] = &[
         check: |c| {
             when(
                 resolved_speculative_algorithm(c)? == "STANDALONE"
-                    && speculating_fleets(c).any(|fleet| runs_dp_attention(c, fleet)),
+                    && fleets_in_scope(c).any(|fleet| runs_dp_attention(c, fleet)),
             )
         },
         fix: Fix::Manual { hint: "turn enableDpAttention off on both fleets, or use another speculativeAlgorithm" },
@@ -1654,7 +1655,7 @@ pub(crate) const RULES: &[Rule] = &[
         check: |c| {
             when(
                 resolved_speculative_algorithm(c)? == "NGRAM"
-                    && speculating_fleets(c).any(|fleet| runs_dp_attention(c, fleet)),
+                    && fleets_in_scope(c).any(|fleet| runs_dp_attention(c, fleet)),
             )
         },
         fix: Fix::Manual { hint: "turn enableDpAttention off on both fleets, or use another speculativeAlgorithm" },
@@ -1686,7 +1687,7 @@ pub(crate) const RULES: &[Rule] = &[
         check: |c| {
             when(
                 deepseek_v4_speculative_algorithm(c)? == "EAGLE"
-                    && speculating_fleets(c).any(|fleet| !eagle_topk_is_one(&fleet.extra_args)),
+                    && fleets_in_scope(c).any(|fleet| !eagle_topk_is_one(&fleet.extra_args)),
             )
         },
         fix: Fix::Manual {
@@ -1719,11 +1720,10 @@ pub(crate) const RULES: &[Rule] = &[
         messages: &[text("DeepSeek-V4.1 does not support HiSparse yet; disable it to serve this model.")],
         changes: &[],
         check: |c| {
-            let prefill = c.prefill_fleet.filter(|_| c.scope == Scope::Service);
             when(
                 deepseek_v41(c)
                     && (c.settings.hisparse
-                        || prefill.is_some_and(|fleet| given(&fleet.extra_args, "--enable-hisparse"))),
+                        || service_prefill(c).is_some_and(|fleet| given(&fleet.extra_args, "--enable-hisparse"))),
             )
         },
         fix: Fix::Manual {
@@ -1739,9 +1739,7 @@ pub(crate) const RULES: &[Rule] = &[
         phase: Phase::Args,
         messages: &[text("DeepSeek-V4.1 does not support two-batch overlap yet; disable it to serve this model.")],
         changes: &[],
-        check: |c| {
-            when(deepseek_v41(c) && speculating_fleets(c).any(|fleet| given(&fleet.extra_args, TWO_BATCH_OVERLAP)))
-        },
+        check: |c| when(deepseek_v41(c) && fleets_in_scope(c).any(|fleet| given(&fleet.extra_args, TWO_BATCH_OVERLAP))),
         fix: Fix::Manual { hint: "remove --enable-two-batch-overlap from extraArgs" },
     },
     Rule {
@@ -1874,7 +1872,7 @@ pub(crate) const RULES: &[Rule] = &[
             when_with(
                 c.release >= v0_5(20)
                     && HYV4.contains(&arch)
-                    && pd_servers(c).any(|(fleet, _, _)| given(&fleet.extra_args, PREFILL_CP)),
+                    && fleets_in_scope(c).any(|fleet| given(&fleet.extra_args, PREFILL_CP)),
                 vec![("arch", arch.to_string())],
             )
         },
@@ -2841,8 +2839,7 @@ pub(crate) const RULES: &[Rule] = &[
                 KvPool::HybridSsm => layout.attention != AttentionKind::Mla,
                 KvPool::Mla => false,
             };
-            let prefill = c.prefill_fleet.filter(|_| c.scope == Scope::Service);
-            let hnd = std::iter::once(c.decode).chain(prefill).any(|fleet| env_truthy(fleet, HND_KV_CACHE_ENV));
+            let hnd = fleets_in_scope(c).any(|fleet| env_truthy(fleet, HND_KV_CACHE_ENV));
             when(mha_pool && !c.settings.enable_unified_memory && hnd)
         },
         fix: Fix::Manual {
