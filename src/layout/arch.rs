@@ -97,8 +97,9 @@ pub(crate) fn config_class_opt_in(model_type: &str, release: Release) -> Option<
 }
 
 /// Window defaults of SGLang's config classes, applied when config.json has no window key
-/// (`configs/laguna.py`: `sliding_window: int = 512`, every release).
-const CONFIG_CLASS_WINDOW_DEFAULTS: &[(&str, u64)] = &[("LagunaForCausalLM", 512)];
+/// (`configs/laguna.py`: `sliding_window: int = 512`, every release; `configs/iquest_q1.py`:
+/// `sliding_window: int = 4096`, 0.5.21 on, the first release that serves it).
+const CONFIG_CLASS_WINDOW_DEFAULTS: &[(&str, u64)] = &[("LagunaForCausalLM", 512), ("IQuestQ1ForCausalLM", 4096)];
 
 /// The window `arch`'s config class sets when config.json names none.
 pub(crate) fn config_class_window_default(arch: &str) -> Option<u64> {
@@ -242,6 +243,7 @@ pub(crate) const SSM: &[Listed] = &[
     from(20, "Mamba2ForCausalLM"),
     from(20, "MambaForCausalLM"),
     from(20, "FalconMambaForCausalLM"),
+    from(19, "MiniCPMSALAForCausalLM"),
 ];
 
 /// Config classes (by text-config `model_type`) whose models SGLang's `uses_ssm_state` counts as
@@ -348,8 +350,9 @@ pub(crate) const NEXTN_DRAFT_ON_TOP_CONFIG: &[Listed] = &[
 /// Model types whose config class may supply a non-zero `num_nextn_predict_layers` when
 /// config.json leaves it out, and the first release that has such a class: without the key,
 /// kvpilot cannot tell how many NextN layers the release loads. Classes that default it to 0
-/// (Bailing-hybrid, Kimi-Linear, Nemotron-H, GigaChat-3.5) or read none (Step-3.5, and Step-3.7,
-/// whose text config is SGLang's Step-3.5 class in every release) are not listed: without the key
+/// (Bailing-hybrid, Kimi-Linear, Nemotron-H, GigaChat-3.5) or read none (Step-3.5, Step-3.7,
+/// whose text config is SGLang's Step-3.5 class in every release, and IQuest Q1, whose class keeps
+/// its own `num_mtp_layers`) are not listed: without the key
 /// their drafts have none. Neither are the classes of [`NEXTN_ALIASED_MODEL_TYPES`] and
 /// [`NEXTN_DRAFT_MODEL_TYPES`], which decide the count. A `*` entry is a prefix (the family's
 /// text, vision and MTP configs).
@@ -359,7 +362,6 @@ pub(crate) const NEXTN_DEFAULTING_MODEL_TYPES: &[(&str, Release)] = &[
     ("glm5_next*", v0_5(17)),
     ("hy_v4", v0_5(17)),
     ("inkling*", v0_5(17)),
-    ("iquest_q1*", v0_5(17)),
     ("longcat_flash", v0_5(17)),
     ("minimax_m3_vl", v0_5(17)),
     ("qwen3_5_moe_text", v0_5(17)),

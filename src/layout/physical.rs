@@ -244,6 +244,96 @@ fn has_ssm_hints(v: ConfigView<'_>) -> bool {
     v.map.keys().any(|k| k.starts_with("mamba_") || k.starts_with("ssm_") || k == "state_size" || k == "ssm_cfg")
 }
 
+/// MiniCPM-SALA (`MiniCPMHybridConfig`): `mixer_types` (default one `minicpm4` entry) names
+/// each layer's mixer through the class's aliases and repeats to cover every layer; lightning
+/// layers keep a linear-attention state, the rest are full attention. The class refuses a longer
+/// list, an unknown mixer, and lightning layers whose query and KV head counts differ.
+fn from_minicpm_mixer_types(v: ConfigView<'_>, n: usize) -> Result<Physical, LayoutError> {
+    let given = v.strings("mixer_types")?.filter(|types| !types.is_empty()).unwrap_or_else(|| vec!["minicpm4"]);
+    if given.len() > n {
+        return Err(v.error(
+            "mixer_types",
+            format!("has {} entries but num_hidden_layers is {n}; give at most one mixer per layer", given.len()),
+        ));
+    }
+    let mixers = given
+        .iter()
+        .enumerate()
+        .map(|(i, mixer)| match *mixer {
+            "minicpm4" | "minicpm" | "standard" | "attention" | "attn" => Ok(LayerKind::Full),
+            "lightning" | "lightning_attn" | "lightning-attn" => Ok(LayerKind::Ssm),
+            other => Err(v.error(
+                &format!("mixer_types[{i}]"),
+                format!("is {other:?}; SGLang's MiniCPM-SALA takes minicpm4 (or attention) and lightning layers"),
+            )),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let kinds: Vec<_> = mixers.iter().copied().cycle().take(n).collect();
+    if kinds.contains(&LayerKind::Ssm) {
+        let query = v.uint("lightning_nh")?.or(v.uint("num_attention_heads")?);
+        let kv = v.uint("lightning_nkv")?.or(v.uint("num_key_value_heads")?);
+        if query != kv {
+            let show = |count: Option<u64>| count.map_or("unset".to_string(), |c| c.to_string());
+            return Err(v.error(
+                "lightning_nkv",
+                format!(
+                    "is {} but lightning_nh is {}: MiniCPM lightning attention needs equal query and KV head \
+                     counts (its seg_la backend has no GQA)",
+                    show(kv),
+                    show(query)
+                ),
+            ));
+        }
+    }
+    Ok(Physical::new(kinds, "mixer_types"))
+}
+
+/// IQuest Q1 (`IQuestQ1Config`): `first_layers_types`, `num_hybrid_layers_block` repeats of
+/// `hybrid_layers_types_block`, then `last_layers_types`, each with the class's default; all
+/// full without `use_hybrid_layers` or `use_sliding_window`. The class ignores `layer_types`.
+fn from_iquest_q1(v: ConfigView<'_>, n: usize) -> Result<Physical, LayoutError> {
+    use LayerKind::{Full, Sliding};
+    if !v.boolean("use_hybrid_layers")?.unwrap_or(true) {
+        return Ok(Physical::uniform(Full, n, "use_hybrid_layers"));
+    }
+    let part = |key: &str, default: &[&'static str]| -> Result<Vec<(String, String)>, LayoutError> {
+        let types = v.strings(key)?.unwrap_or_else(|| default.to_vec());
+        Ok(types.iter().enumerate().map(|(i, t)| (format!("{key}[{i}]"), t.to_string())).collect())
+    };
+    let blocks = v.uint("num_hybrid_layers_block")?.unwrap_or(21);
+    let block = part(
+        "hybrid_layers_types_block",
+        &["full_attention", "sliding_attention", "sliding_attention", "sliding_attention"],
+    )?;
+    let first = part("first_layers_types", &["full_attention"])?;
+    let last = part("last_layers_types", &["full_attention"; 3])?;
+    let length = (block.len() as u64).saturating_mul(blocks).saturating_add((first.len() + last.len()) as u64);
+    if length != n as u64 {
+        return Err(v.error(
+            "num_hybrid_layers_block",
+            format!(
+                "gives a layer pattern of {length} layers (first_layers_types, num_hybrid_layers_block × \
+                 hybrid_layers_types_block, last_layers_types) but num_hidden_layers is {n}; make them add up"
+            ),
+        ));
+    }
+    let repeated = std::iter::repeat_n(block.iter(), blocks as usize).flatten();
+    let kinds = first
+        .iter()
+        .chain(repeated)
+        .chain(last.iter())
+        .map(|(key, name)| match name.as_str() {
+            "full_attention" => Ok(Full),
+            "sliding_attention" => Ok(Sliding),
+            other => Err(v.error(key, format!("is {other:?}; IQuest Q1 takes full_attention and sliding_attention"))),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if !v.boolean("use_sliding_window")?.unwrap_or(true) {
+        return Ok(Physical::uniform(Full, n, "use_sliding_window"));
+    }
+    Ok(Physical::new(kinds, "hybrid_layers_types_block"))
+}
+
 /// GLM-5-Next (`Glm5NextTextConfig`): 0-based `linear_attn_config.kda_layers`, else the
 /// `linear_attention` entries of `layer_types`, else every fourth layer full and the rest KDA.
 fn from_glm5_next(v: ConfigView<'_>, n: usize) -> Result<Physical, LayoutError> {
@@ -297,6 +387,8 @@ pub(crate) fn classify(
         Some("kimi_linear") => return from_kimi_linear(v, n),
         Some("glm5_next") => return from_glm5_next(v, n),
         Some("gigachat3_5") => return from_gigachat35(v, n),
+        Some("minicpm_sala") => return from_minicpm_mixer_types(v, n),
+        Some("iquest_q1") => return from_iquest_q1(v, n),
         _ => {}
     }
     Ok(match arch {

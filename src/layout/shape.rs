@@ -174,6 +174,18 @@ fn ssm_state_bytes(
         let conv = v.uint("linear_conv_kernel_dim")?.unwrap_or(4);
         return Ok(kda_state_bytes(heads, head_dim, conv, dtype));
     }
+    // MiniCPM-SALA lightning attention: an fp32 head_dim × head_dim state per KV head
+    // (`lightning_nkv`, `lightning_head_dim`, defaulting to the attention's), no conv.
+    if model_type == Some("minicpm_sala") {
+        let heads = v.uint("lightning_nkv")?.or(v.uint("num_key_value_heads")?).unwrap_or(8);
+        let attention_head_dim = match (v.uint("head_dim")?, v.uint("hidden_size")?, v.uint("num_attention_heads")?) {
+            (Some(dim), _, _) => dim,
+            (None, Some(hidden), Some(heads)) if heads > 0 => hidden / heads,
+            _ => 128,
+        };
+        let head_dim = v.uint("lightning_head_dim")?.unwrap_or(attention_head_dim);
+        return Ok(heads.saturating_mul(head_dim).saturating_mul(head_dim).saturating_mul(4));
+    }
     // MiniMax lightning attention: an fp32 head_dim × head_dim state per head, no conv.
     if v.has("attn_type_list")
         && let (Some(heads), Some(head_dim)) = (v.uint("num_attention_heads")?, v.uint("head_dim")?)

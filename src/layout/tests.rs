@@ -466,3 +466,69 @@ fn a_dspark_draft_is_the_head_a_deepseek_v4_checkpoint_bundles() {
     assert!(!head(v4(json!({"dspark_block_size": null}))), "a null key bundles nothing");
     assert!(!head(json!({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "dspark_block_size": 8})));
 }
+
+fn minicpm_sala(extra: Value) -> Value {
+    let mut config = json!({
+        "architectures": ["MiniCPMSALAForCausalLM"], "model_type": "minicpm_sala", "num_hidden_layers": 6,
+        "hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 16
+    });
+    config.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    config
+}
+
+#[test]
+fn minicpm_sala_layers_follow_its_mixer_types() {
+    use LayerKind::{Full, Ssm};
+    let layout =
+        resolve_default(minicpm_sala(json!({"mixer_types": ["attn", "lightning_attn", "lightning"]}))).unwrap();
+    assert_eq!(layout.layer_kinds, [Full, Ssm, Ssm, Full, Ssm, Ssm], "the list repeats over the layers");
+    assert_eq!(layout.kv_pool, KvPool::HybridSsm);
+    // 16 KV heads × a 64 × 64 fp32 state.
+    assert_eq!(layout.kv_shape.ssm_state_bytes_per_layer, Some(16 * 64 * 64 * 4));
+    let dense = resolve_default(minicpm_sala(json!({"mixer_types": [], "sparse_config": {}}))).unwrap();
+    assert_eq!((dense.kv_pool, dense.layers.ssm), (KvPool::Full, 0), "no mixer_types is one minicpm4 layer");
+    // SGLang 0.5.18 has no MiniCPM-SALA model: its pool is not SGLang's hybrid one there.
+    let options = ResolveOptions { release: v0_5(18), ..ResolveOptions::default() };
+    let old = resolve(&minicpm_sala(json!({"mixer_types": ["minicpm4", "lightning"]})), options).unwrap();
+    assert_eq!(old.kv_pool, KvPool::Full);
+}
+
+#[test]
+fn minicpm_sala_refuses_what_its_config_class_refuses() {
+    assert_eq!(error_field(minicpm_sala(json!({"mixer_types": vec!["minicpm4"; 7]}))), "mixer_types");
+    assert_eq!(error_field(minicpm_sala(json!({"mixer_types": ["minicpm4", "mamba"]}))), "mixer_types[1]");
+    assert_eq!(error_field(minicpm_sala(json!({"mixer_types": ["lightning"], "lightning_nkv": 4}))), "lightning_nkv");
+    // Without lightning layers the head counts need not match.
+    assert!(resolve_default(minicpm_sala(json!({"lightning_nkv": 4}))).is_ok());
+}
+
+fn iquest_q1(extra: Value) -> Value {
+    let mut config = json!({
+        "architectures": ["IQuestQ1ForCausalLM"], "model_type": "iquest_q1", "num_hidden_layers": 88,
+        "layer_types": vec!["full_attention"; 88]
+    });
+    config.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    config
+}
+
+#[test]
+fn iquest_q1_layers_follow_its_config_class_pattern() {
+    let options = ResolveOptions { release: v0_5(21), ..ResolveOptions::default() };
+    // One full layer, 21 blocks of one full and three sliding ones, three full: layer_types is ignored.
+    let layout = resolve(&iquest_q1(json!({})), options).unwrap();
+    assert_eq!((layout.layers.full_attention, layout.layers.sliding_window), (25, 63));
+    assert_eq!((layout.kv_pool, layout.sliding_window), (KvPool::HybridSwa, Some(4096)));
+    // SGLang lists the architecture as hybrid SWA: without sliding layers its pool is still the
+    // hybrid one, all of it full.
+    let full = resolve(&iquest_q1(json!({"use_sliding_window": false})), options).unwrap();
+    assert_eq!((full.kv_pool, full.layers.full_attention), (KvPool::HybridSwa, 88));
+    let custom = json!({"num_hidden_layers": 6, "num_hybrid_layers_block": 2, "hybrid_layers_types_block":
+        ["sliding_attention", "full_attention"], "last_layers_types": ["full_attention"]});
+    let layout = resolve(&iquest_q1(custom), options).unwrap();
+    assert_eq!(layout.layers.sliding_window, 2);
+    assert_eq!(error_field(iquest_q1(json!({"num_hybrid_layers_block": 20}))), "num_hybrid_layers_block");
+    assert_eq!(
+        error_field(iquest_q1(json!({"last_layers_types": ["full_attention", "full_attention", "mla"]}))),
+        "last_layers_types[2]"
+    );
+}
