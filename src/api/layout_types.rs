@@ -152,6 +152,10 @@ pub enum LayoutFeature {
     /// one under `dspark_*` keys), whose KV packs with the target's; any other DSPARK draft backs
     /// up through a sidecar pool (rules N6 and X4).
     DsparkHead,
+    /// MiniCPM-SALA's sparse attention (SGLang's `has_minicpm_sparse_attention`: a
+    /// `sparse_config` and some minicpm4 layer), which SGLang runs without HiCache and, on its
+    /// sparse attention backends, without PD disaggregation (rules MC2, MC3).
+    MinicpmSparseAttention,
 }
 
 /// Sizes the runtime's pools are computed from.

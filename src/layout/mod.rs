@@ -204,6 +204,10 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
     if dspark_draft_is_the_dspark_head(arch, root) {
         features.push(LayoutFeature::DsparkHead);
     }
+    // `MiniCPMHybridConfig.has_minicpm_sparse_attention`: a sparse config and a minicpm4 layer.
+    if text_model_type == Some("minicpm_sala") && text.object("sparse_config")?.is_some() && layers.full_attention > 0 {
+        features.push(LayoutFeature::MinicpmSparseAttention);
+    }
     features.sort();
     let compress_ratios = if arch::DEEPSEEK_V4.contains(&arch) { compress_ratios(text)? } else { Vec::new() };
     let kv_shape = shape::kv_shape(

@@ -692,10 +692,7 @@ fn fleets_in_scope<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a FleetSpec
 /// makes the CP size implicit only later).
 fn deepseek_v41_dspark_pd_refused(c: &Context<'_>, fleet: &FleetSpec, prefill: bool, dcp: i32) -> bool {
     let args = &fleet.extra_args;
-    let attention_cp = ["--attn-cp-size", "--attention-context-parallel-size"]
-        .iter()
-        .find_map(|option| option_value(args, option))
-        .map_or(Some(1), |size| size.trim().parse::<i64>().ok());
+    let attention_cp = attention_cp_size(args);
     let ragged = fleet.env_value(RAGGED_VERIFY_ENV).is_some_and(|mode| mode != "static");
     let backend = c.settings.transfer_backend;
     if c.release < v0_5(22) {
@@ -769,6 +766,65 @@ fn dcp_of(args: &[String]) -> i32 {
 fn hyv4_dcp(c: &Context<'_>) -> Option<(String, i32)> {
     (c.release >= v0_5(20) && HYV4.contains(&c.layout.architecture.as_str())).then_some(())?;
     pd_servers(c).find(|(_, _, dcp)| *dcp > 1).map(|(_, _, dcp)| (c.layout.architecture.clone(), dcp))
+}
+
+/// The attention context-parallel size among a server's arguments as given (`--attn-cp-size`, or
+/// its older spelling); None when the value is not a number, 1 when unset.
+fn attention_cp_size(args: &[String]) -> Option<i64> {
+    ["--attn-cp-size", "--attention-context-parallel-size"]
+        .iter()
+        .find_map(|option| option_value(args, option))
+        .map_or(Some(1), |size| size.trim().parse::<i64>().ok())
+}
+
+/// Whether a fleet's servers run DP attention as a model override provider reads it: the flag as
+/// given where the provider tests `enable_dp_attention` (up to `last_flag_release`), and from then
+/// on `attn_dp_enabled_of`, which [`runs_dp_attention`] reads.
+fn provider_dp_attention(c: &Context<'_>, fleet: &FleetSpec, last_flag_release: Release) -> bool {
+    if c.release <= last_flag_release { fleet.enable_dp_attention } else { runs_dp_attention(c, fleet) }
+}
+
+/// The architectures SGLang's MiniCPM override provider is registered for
+/// (`arg_groups/model_overrides/minicpm.py`, 0.5.19 on).
+const MINICPM: &[&str] = &["MiniCPMForCausalLM", "MiniCPMSALAForCausalLM"];
+const MINICPM_FORCE_DENSE_ENV: &str = "SGLANG_MINICPM_FORCE_DENSE";
+const ATTENTION_BACKENDS: [&str; 3] =
+    ["--attention-backend", "--prefill-attention-backend", "--decode-attention-backend"];
+
+/// Whether MiniCPM-SALA has hybrid attention (`has_minicpm_sparse_attention` or
+/// `has_lightning_layers`), which its provider runs without the radix cache or HiCache.
+fn minicpm_hybrid_attention(c: &Context<'_>) -> bool {
+    c.layout.has(LayoutFeature::MinicpmSparseAttention)
+        || (c.layout.model_type.as_deref() == Some("minicpm_sala") && c.layout.layers.ssm > 0)
+}
+
+/// Whether a MiniCPM server runs its sparse attention backend, as the provider decides it: no
+/// `SGLANG_MINICPM_FORCE_DENSE`, and either no attention backend given (the provider then picks
+/// a sparse one) or one of the three a sparse one.
+fn minicpm_sparse_backend(fleet: &FleetSpec) -> bool {
+    let backends = ATTENTION_BACKENDS.map(|option| option_value(&fleet.extra_args, option));
+    !env_truthy(fleet, MINICPM_FORCE_DENSE_ENV)
+        && (backends.iter().all(Option::is_none)
+            || backends.iter().flatten().any(|b| matches!(*b, "minicpm_flashattn" | "minicpm_flashinfer")))
+}
+
+const ERNIE45_VL_MOE: &str = "Ernie4_5_VLMoeForConditionalGeneration";
+const QWEN4_EXP: &str = "Qwen4ExpForConditionalGeneration";
+/// The architectures SGLang's IQuest Q1 override provider is registered for
+/// (`arg_groups/model_overrides/iquest_q1.py`, 0.5.21 on).
+const IQUEST_Q1: &[&str] = &["IQuestQ1ForCausalLM", "IQuestQ1MTP"];
+const IQUEST_FA3_HINT: &str = "drop --attention-backend, --prefill-attention-backend and --decode-attention-backend \
+                               from extraArgs, or set them to fa3";
+
+/// Whether the model is IQuest Q1.
+fn iquest_q1(c: &Context<'_>) -> bool {
+    IQUEST_Q1.contains(&c.layout.architecture.as_str())
+}
+
+/// Whether an attention backend option among a server's arguments is given as something other
+/// than FA3 (the IQuest Q1 provider takes unset or `fa3`).
+fn not_fa3(args: &[String], option: &str) -> bool {
+    option_value(args, option).is_some_and(|backend| backend != "fa3")
 }
 
 /// Whether a fleet's servers run DP attention as the speculative hook reads it: the flag as given
@@ -1877,6 +1933,246 @@ pub(crate) const RULES: &[Rule] = &[
             )
         },
         fix: Fix::Manual { hint: "remove --enable-prefill-cp from extraArgs" },
+    },
+    Rule {
+        id: "MC1",
+        about: "MiniCPM × DP attention",
+        field: DECODE_DP_ATTENTION,
+        span: Span::since(v0_5(19)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("MiniCPM does not support DP attention")],
+        changes: &[text_from(22, "DP attention counts from more than one attention-DP group")],
+        check: |c| {
+            when(
+                MINICPM.contains(&c.layout.architecture.as_str())
+                    && fleets_in_scope(c).any(|fleet| provider_dp_attention(c, fleet, v0_5(21))),
+            )
+        },
+        fix: Fix::Manual {
+            hint: "turn enableDpAttention off on both fleets (and drop --enable-dp-attention from extraArgs)",
+        },
+    },
+    Rule {
+        id: "MC2",
+        about: "MiniCPM-SALA hybrid attention × HiCache",
+        field: HIERARCHICAL_CACHE,
+        span: Span::since(v0_5(19)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("MiniCPM SALA does not support hierarchical cache")],
+        changes: &[],
+        check: |c| {
+            let prefill_hicache =
+                service_prefill(c).is_some_and(|fleet| given(&fleet.extra_args, "--enable-hierarchical-cache"));
+            when(
+                MINICPM.contains(&c.layout.architecture.as_str())
+                    && minicpm_hybrid_attention(c)
+                    && (c.settings.hierarchical_cache || prefill_hicache),
+            )
+        },
+        fix: Fix::Manual {
+            hint: "turn hierarchicalCache off: MiniCPM-SALA's sparse and lightning layers run without it",
+        },
+    },
+    Rule {
+        id: "MC3",
+        about: "MiniCPM sparse attention under PD",
+        field: "spec.decode.extraArgs[--attention-backend]",
+        span: Span::since(v0_5(19)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("MiniCPM sparse attention does not support PD disaggregation")],
+        changes: &[],
+        check: |c| {
+            when(
+                MINICPM.contains(&c.layout.architecture.as_str())
+                    && c.layout.has(LayoutFeature::MinicpmSparseAttention)
+                    && fleets_in_scope(c).any(minicpm_sparse_backend),
+            )
+        },
+        fix: Fix::Manual {
+            hint: "serve MiniCPM-SALA's sparse attention without PD disaggregation, or run its dense attention under PD \
+                   (env SGLANG_MINICPM_FORCE_DENSE=1, or --attention-backend fa3 or flashinfer in extraArgs)",
+        },
+    },
+    Rule {
+        id: "E1",
+        about: "ERNIE 4.5 VL MoE × DP attention",
+        field: DECODE_DP_ATTENTION,
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "ERNIE 4.5 VL MoE does not support DP attention: its attention heads are split over the full TP group.",
+        )],
+        changes: &[],
+        check: |c| {
+            when(c.layout.architecture == ERNIE45_VL_MOE && fleets_in_scope(c).any(|fleet| runs_dp_attention(c, fleet)))
+        },
+        fix: Fix::Manual { hint: "turn enableDpAttention off on both fleets" },
+    },
+    Rule {
+        id: "QX1",
+        about: "Qwen4-Exp PD over MORI × pipeline stages",
+        field: DECODE_PIPELINE,
+        span: Span::since(v0_5(20)),
+        backends: &[TransferBackend::Mori],
+        phase: Phase::Args,
+        messages: &[text(
+            "Qwen4-Exp PD with MORI requires --pp-size 1; MORI does not yet exchange the global QSA layer metadata \
+             needed to pair compact state descriptors across pipeline stages.",
+        )],
+        changes: &[],
+        check: |c| {
+            when(c.layout.architecture == QWEN4_EXP && fleets_in_scope(c).any(|fleet| fleet.pipeline_parallel > 1))
+        },
+        fix: Fix::Manual { hint: "set pipelineParallel to 1 on both fleets, or use transferBackend mooncake or nixl" },
+    },
+    Rule {
+        id: "QX2",
+        about: "Qwen4-Exp × unified memory",
+        field: UNIFIED_MEMORY,
+        span: Span::since(v0_5(20)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("Qwen4-Exp does not support --enable-unified-memory yet")],
+        changes: &[],
+        check: |c| when(c.layout.architecture == QWEN4_EXP && c.settings.enable_unified_memory),
+        fix: Fix::Rewrite { apply: unified_memory_off, hint: "turn enableUnifiedMemory off" },
+    },
+    Rule {
+        id: "IQ1",
+        about: "IQuest Q1 needs FA3 attention",
+        field: "spec.decode.extraArgs[--attention-backend]",
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "IQuestQ1 applies its attention sink from the softmax LSE and requires FA3 attention for both prefill and \
+             decode.",
+        )],
+        changes: &[],
+        check: |c| {
+            when(
+                iquest_q1(c)
+                    && fleets_in_scope(c)
+                        .any(|fleet| ATTENTION_BACKENDS.iter().any(|option| not_fa3(&fleet.extra_args, option))),
+            )
+        },
+        fix: Fix::Manual { hint: IQUEST_FA3_HINT },
+    },
+    Rule {
+        id: "IQ2",
+        about: "IQuest Q1 drafts with EAGLE or NEXTN only",
+        field: SPECULATIVE_ALGORITHM,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("IQuest Q1 MTP requires serial EAGLE or NEXTN drafting.")],
+        changes: &[],
+        check: |c| when(iquest_q1(c) && !matches!(speculative_algorithm(c)?.as_str(), "EAGLE" | "NEXTN")),
+        fix: Fix::Manual { hint: "set speculativeAlgorithm to EAGLE (or NEXTN), or unset it" },
+    },
+    Rule {
+        id: "IQ3",
+        about: "IQuest Q1's MTP draft needs FA3 attention",
+        field: "spec.decode.extraArgs[--speculative-draft-attention-backend]",
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("IQuestQ1 requires FA3 attention for the MTP draft.")],
+        changes: &[],
+        check: |c| {
+            when(
+                iquest_q1(c)
+                    && c.settings.speculative_algorithm.is_some()
+                    && fleets_in_scope(c)
+                        .any(|fleet| not_fa3(&fleet.extra_args, "--speculative-draft-attention-backend")),
+            )
+        },
+        fix: Fix::Manual { hint: "drop --speculative-draft-attention-backend from extraArgs, or set it to fa3" },
+    },
+    Rule {
+        id: "IQ4",
+        about: "IQuest Q1 × context parallelism",
+        field: DECODE_CONTEXT_PARALLEL,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("IQuestQ1 does not support context parallelism.")],
+        changes: &[],
+        check: |c| {
+            when(
+                iquest_q1(c)
+                    && pd_servers(c).any(|(fleet, _, dcp)| {
+                        let args = &fleet.extra_args;
+                        dcp > 1 || attention_cp_size(args).is_some_and(|size| size > 1) || given(args, PREFILL_CP)
+                    }),
+            )
+        },
+        fix: Fix::Manual {
+            hint: "set decodeContextParallel to 1 and drop --attn-cp-size and --enable-prefill-cp from extraArgs",
+        },
+    },
+    Rule {
+        id: "IQ5",
+        about: "IQuest Q1 drafts one token per step",
+        field: EAGLE_TOPK_FIELD,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("IQuestQ1 speculative decoding requires --speculative-eagle-topk 1.")],
+        changes: &[],
+        check: |c| {
+            when(
+                iquest_q1(c)
+                    && fleets_in_scope(c).any(|fleet| {
+                        option_value(&fleet.extra_args, EAGLE_TOPK)
+                            .and_then(|topk| topk.trim().parse::<i64>().ok())
+                            .is_some_and(|topk| topk > 1)
+                    }),
+            )
+        },
+        fix: Fix::Manual { hint: "set --speculative-eagle-topk 1 in extraArgs" },
+    },
+    Rule {
+        id: "IQ6",
+        about: "IQuest Q1 × multi-layer EAGLE",
+        field: "spec.decode.extraArgs[--enable-multi-layer-eagle]",
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("IQuest Q1 MTP drafting does not support multi-layer EAGLE.")],
+        changes: &[],
+        check: |c| {
+            when(iquest_q1(c) && fleets_in_scope(c).any(|fleet| given(&fleet.extra_args, "--enable-multi-layer-eagle")))
+        },
+        fix: Fix::Manual { hint: "drop --enable-multi-layer-eagle from extraArgs" },
+    },
+    Rule {
+        id: "IQ7",
+        about: "IQuest Q1 × DP attention",
+        field: DECODE_DP_ATTENTION,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("IQuest Q1 does not support DP attention.")],
+        changes: &[text_from(22, "DP attention counts from more than one attention-DP group")],
+        check: |c| when(iquest_q1(c) && fleets_in_scope(c).any(|fleet| provider_dp_attention(c, fleet, v0_5(21)))),
+        fix: Fix::Manual { hint: "turn enableDpAttention off on both fleets" },
+    },
+    Rule {
+        id: "IQ8",
+        about: "IQuest Q1 × pipeline stages",
+        field: DECODE_PIPELINE,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("IQuest Q1 does not support pipeline parallelism.")],
+        changes: &[],
+        check: |c| when(iquest_q1(c) && fleets_in_scope(c).any(|fleet| fleet.pipeline_parallel > 1)),
+        fix: Fix::Manual { hint: "set pipelineParallel to 1 on both fleets" },
     },
     Rule {
         id: "H1",

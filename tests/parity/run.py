@@ -1119,6 +1119,67 @@ def check_model_overrides(kvpilot, src, venvs, version, compare):
         "label": "model override", "scenarios": model_override_scenarios(version),
         "script": "deepseek_overrides.py", "argv": model_override_argv, "rules": MODEL_OVERRIDE_RULES})
 
+# Other families' model override providers (MC1-MC3, E1, QX1, QX2, IQ1-IQ8) on PD decode, PD
+# prefill and servers without PD, each from the first release whose loader takes its config:
+# MiniCPM-SALA with and without lightning layers under DP attention, HiCache, each kind of
+# attention backend and SGLANG_MINICPM_FORCE_DENSE; ERNIE 4.5 VL MoE under DP attention;
+# Qwen4-Exp over MORI or Mooncake with pipeline stages and unified memory; IQuest Q1 with each
+# attention backend, speculative algorithm and draft backend, and with context parallelism,
+# EAGLE's top-k, multi-layer EAGLE, DP attention and pipeline stages; Llama as the control.
+FAMILY_OVERRIDE_RULES = ("MC1", "MC2", "MC3", "E1", "QX1", "QX2", "IQ1", "IQ2", "IQ3", "IQ4", "IQ5", "IQ6",
+                         "IQ7", "IQ8")
+FAMILY_ROLES = ("decode", "prefill", "null")
+FAMILY_DP_ATTENTION = ((), ("--enable-dp-attention",), ("--enable-dp-attention", "--dp-size", "2"))
+FAMILY_MATRICES = (
+    (("parity/minicpm-sala", "parity/minicpm-sala-sparse"), "0.5.19", "mooncake", (
+        FAMILY_DP_ATTENTION, ((), ("--enable-hierarchical-cache",)),
+        ((), ("--attention-backend", "minicpm_flashattn"), ("--attention-backend", "fa3"),
+         ("--prefill-attention-backend", "minicpm_flashinfer"))),
+     ({}, {"SGLANG_MINICPM_FORCE_DENSE": "1"})),
+    (("parity/ernie-4.5-vl-moe",), None, "mooncake", (FAMILY_DP_ATTENTION,), ({},)),
+    (("parity/qwen4-exp",), "0.5.20", ("mooncake", "mori"), (
+        ((), ("--pp-size", "2")), ((), ("--enable-unified-memory",))), ({},)),
+    (("parity/iquest-q1",), "0.5.21", "mooncake", (
+        ((), ("--attention-backend", "fa3"), ("--decode-attention-backend", "triton")),
+        ((), ("--speculative-algorithm", "EAGLE"), ("--speculative-algorithm", "nextn"),
+         ("--speculative-algorithm", "STANDALONE")),
+        ((), ("--speculative-draft-attention-backend", "triton"))), ({},)),
+    (("parity/iquest-q1",), "0.5.21", "mooncake", (
+        ((), ("--dcp-size", "2"), ("--attn-cp-size", "2"), ("--enable-prefill-cp",)),
+        ((), ("--speculative-eagle-topk", "1"), ("--speculative-eagle-topk", "2")),
+        ((), ("--enable-multi-layer-eagle",)), FAMILY_DP_ATTENTION, ((), ("--pp-size", "2"))), ({},)),
+    (("llama-3.1-8b-instruct",), None, "mooncake", (
+        FAMILY_DP_ATTENTION, ((), ("--enable-hierarchical-cache",)), ((), ("--pp-size", "2"))), ({},)),
+)
+
+
+def family_override_scenarios(version):
+    scenarios = []
+    for configs, since, backends, flag_sets, envs in FAMILY_MATRICES:
+        if since is not None and version_key(version) < version_key(since):
+            continue
+        backends = backends if isinstance(backends, tuple) else (backends,)
+        for config, role, backend, flags, env in itertools.product(
+                configs, FAMILY_ROLES, backends, itertools.product(*flag_sets), envs):
+            if role == "null" and backend != backends[0]:
+                continue
+            argv = ["--model-path", "/models/m"]
+            if role != "null":
+                argv += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", backend]
+            scenarios.append({"id": f"f{len(scenarios)}", "config": os.path.join(
+                ROOT, "tests/fixtures/configs", f"{config}.json"), "argv": argv + [a for f in flags for a in f],
+                "env": env})
+    return scenarios
+
+
+def check_family_overrides(kvpilot, src, venvs, version, compare):
+    """MiniCPM's, ERNIE 4.5 VL MoE's, Qwen4-Exp's and IQuest Q1's override providers
+    (family_overrides.py) against the guard's MC1-MC3, E1, QX1, QX2 and IQ1-IQ8."""
+    return check_with_guard(kvpilot, src, venvs, version, compare, {
+        "label": "family override", "scenarios": family_override_scenarios(version),
+        "script": "family_overrides.py", "argv": lambda s: s["argv"], "env": lambda s: s["env"],
+        "rules": FAMILY_OVERRIDE_RULES})
+
 # The speculative hook's checks of a server's parallelism (SD6-SD8): each algorithm spelling on PD
 # decode, PD prefill and servers without PD, with pipeline stages, DP and DP attention.
 SPECULATIVE_PARALLEL_ALGORITHMS = ("EAGLE", "nextn", "EAGLE3", "STANDALONE", "standalone", "NGRAM", "ngram",
@@ -1576,8 +1637,8 @@ def check_served_architectures(src):
 
 
 PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "mamba-args", "draft", "handshake",
-         "tree-cache", "speculative", "speculative-parallel", "dsv4-hook", "model-overrides", "messages",
-         "argv", "cli")
+         "tree-cache", "speculative", "speculative-parallel", "dsv4-hook", "model-overrides", "family-overrides",
+         "messages", "argv", "cli")
 
 
 # The parts that run one release's code on their own scenarios and compare with kvpilot, each
@@ -1586,6 +1647,7 @@ PER_RELEASE_CHECKS = (("mamba-args", check_mamba_args), ("draft", check_draft_ge
                       ("speculative", check_speculative_names),
                       ("speculative-parallel", check_speculative_parallel), ("dsv4-hook", check_dsv4_hook),
                       ("model-overrides", check_model_overrides),
+                      ("family-overrides", check_family_overrides),
                       ("tree-cache", check_tree_cache),
                       ("handshake", check_handshake))
 

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""One SGLang release's model override providers for MiniCPM, ERNIE 4.5 VL MoE, Qwen4-Exp and
+IQuest Q1 on a server's command line.
+
+Usage: family_overrides.py SGLANG_SRC < scenarios.json
+  scenario: {"id", "config", "argv", "env"}
+Prints [{"id", "raised", "message", "providers"}] on stdout: the message of the first provider
+check that refuses the server (or None), and the providers that ran. Exits non-zero, naming the
+provider, when one fails on anything but a refusal: a scenario is never silently skipped.
+
+What runs, unchanged:
+  - the release's config loader on config.json (`classify.Release.load`), whose first
+    architecture SGLang's model hook hands to the override registry;
+  - the release's argument parser (`ServerArgs.add_cli_args`, as server_argv.py builds it) on the
+    scenario's argv, which gives every field its parsed or default value;
+  - `handle_deprecated_dp_attention` (arg_groups/parallel_hook.py) where the release's
+    resolution pipeline (arg_groups/pipeline.py) runs it before any handler reads the DP layout
+    (0.5.22 on);
+  - each provider the registry gives the architecture (`classify.Release.override_providers`)
+    whose module is one of FAMILIES, whole, through the registry's `_invoke_provider`, with the
+    scenario's env in `os.environ` (SGLang's `envs` read it when asked).
+
+Stood in: `resolving_view` reads the parsed namespace, on which `declare_resolution` sets the
+fields the deprecated-DP handler declares. Qwen4-Exp's provider sizes its embedding offload from
+the model's dtype after its checks, which needs the whole ModelConfig: the namespace sets
+`ple_offload_embedding` False, as `--ple-offload-embedding` unset on a machine without CUDA
+would resolve.
+"""
+
+import contextlib
+import io
+import json
+import os
+import sys
+
+import classify
+import server_argv
+import sglang_env
+
+FAMILIES = ("minicpm", "ernie45_vl", "qwen4_exp", "iquest_q1")
+PACKAGE = "sglang.srt.arg_groups.model_overrides."
+PARALLEL_HOOK = os.path.join("arg_groups", "parallel_hook.py")
+PIPELINE = os.path.join("arg_groups", "pipeline.py")
+
+
+def _declare(server, _source, **fields):
+    for name, value in fields.items():
+        setattr(server, name, value)
+
+
+@contextlib.contextmanager
+def _environment(env):
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def main(argv):
+    if len(argv) != 2:
+        sys.exit(__doc__)
+    src = argv[1]
+    scenarios = json.load(sys.stdin)
+    sglang_env.Inert.__get_pydantic_core_schema__ = server_argv._any_schema
+    release = classify.Release(src)
+    server_args_cls, _unloaded = server_argv.load_server_args()
+    parser = server_argv.Parser(prog="sglang serve")
+    server_args_cls.add_cli_args(parser)
+    deprecated_dp = None
+    pipeline_path = os.path.join(src, "sglang", "srt", PIPELINE)
+    if os.path.exists(pipeline_path):
+        with open(pipeline_path, encoding="utf-8") as f:
+            runs_deprecated_dp = "run_hook(handle_deprecated_dp_attention" in f.read()
+        if runs_deprecated_dp:
+            parallel_path = os.path.join(src, "sglang", "srt", PARALLEL_HOOK)
+            parallel = sglang_env.exec_subset(parallel_path, "sglang.srt.arg_groups.parallel_hook")
+            deprecated_dp = parallel.get("handle_deprecated_dp_attention")
+            if deprecated_dp is None:
+                raise SystemExit(f"{parallel_path}: handle_deprecated_dp_attention did not define")
+            deprecated_dp.__globals__.update(resolving_view=lambda view: view, declare_resolution=_declare)
+    results = []
+    for scenario in scenarios:
+        hf_config = release.load(scenario["config"])
+        arch = hf_config.architectures[0]
+        with contextlib.redirect_stderr(io.StringIO()):
+            server = parser.parse_args(scenario["argv"])
+        server.ple_offload_embedding = False
+        if deprecated_dp is not None:
+            deprecated_dp(server)
+        base, providers = release.override_providers(arch)
+        ours = [fn for fn in providers if fn.__module__ in {PACKAGE + family for family in FAMILIES}]
+        message = None
+        with _environment(scenario["env"]):
+            for fn in ours:
+                try:
+                    sglang_env.quietly(base._invoke_provider, fn, server, hf_config)
+                except ValueError as e:
+                    message = str(e)
+                    break
+                except Exception as e:
+                    raise SystemExit(f"{fn.__module__}.{fn.__qualname__} failed on {scenario['id']} "
+                                     f"({' '.join(scenario['argv'])}): {type(e).__name__}: {e}") from e
+        results.append({"id": scenario["id"], "raised": message is not None, "message": message,
+                        "providers": [fn.__qualname__ for fn in ours]})
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
