@@ -14,6 +14,10 @@ pub struct AttentionLayout {
     pub architecture: String,
     /// `model_type` of the config, if present.
     pub model_type: Option<String>,
+    /// `model_type` of the text config (`text_config`, `llm_config`, …) where it differs from
+    /// `modelType`: what SGLang's checks that read `hf_text_config.model_type` see.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_model_type: Option<String>,
     /// Layer counts by physical kind.
     pub layers: LayerCounts,
     /// Physical kind of each layer, one entry per layer.
@@ -41,6 +45,11 @@ impl AttentionLayout {
     /// Whether the layout has the given feature.
     pub fn has(&self, feature: LayoutFeature) -> bool {
         self.features.contains(&feature)
+    }
+
+    /// The text config's `model_type` (the config's own where it has no separate text config).
+    pub fn text_model_type(&self) -> Option<&str> {
+        self.text_model_type.as_deref().or(self.model_type.as_deref())
     }
 
     /// SGLang's `is_hybrid_swa`: the pool has a sliding-window component.

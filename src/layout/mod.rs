@@ -219,9 +219,11 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
         &mut warnings,
     )?;
 
+    let text_model_type = text_model_type.filter(|t| model_type.as_deref() != Some(*t)).map(str::to_string);
     Ok(AttentionLayout {
         architecture,
         model_type,
+        text_model_type,
         layers,
         layer_kinds: kinds,
         sliding_window,

@@ -2118,3 +2118,48 @@ fn other_families_override_providers_refuse_their_settings() {
     let standalone = with(|s| s.speculative_algorithm = Some("standalone".into()));
     assert!(fired(23, &standalone, &FleetSpec::default(), &iquest).contains(&"IQ2"));
 }
+
+/// The context-parallel hook: prefill CP needs a strategy (CP1, every release); Nemotron-H,
+/// read by its text config's model type, refuses attention CP (CP2, 0.5.21 on); MiMo-V2's prefill
+/// CP needs zigzag (CP5), up to 0.5.19 only under CP-v2, which the hook turns on for MiMo-V2
+/// unless `SGLANG_ENABLE_CP_V2` says otherwise.
+#[test]
+fn the_context_parallel_hook_checks_strategies_and_models() {
+    let fired = |patch: u16, decode: &FleetSpec, layout: &AttentionLayout| {
+        let verdict = at(patch, &DisaggregationSpec::default(), decode, layout);
+        verdict.violations.into_iter().map(|v| (v.rule, v.message)).collect::<Vec<_>>()
+    };
+    let args = |words: &[&str], env: &[(&str, &str)]| FleetSpec {
+        extra_args: words.iter().map(|w| w.to_string()).collect(),
+        env: env
+            .iter()
+            .map(|(name, value)| EnvVar { name: name.to_string(), value: Some(value.to_string()), value_from: None })
+            .collect(),
+        ..FleetSpec::default()
+    };
+    let rules = |found: Vec<(&'static str, String)>| found.into_iter().map(|(rule, _)| rule).collect::<Vec<_>>();
+    assert_eq!(rules(fired(17, &args(&["--enable-prefill-cp"], &[]), &full())), ["CP1"]);
+    assert!(fired(17, &args(&["--enable-prefill-cp", "--cp-strategy", "zigzag"], &[]), &full()).is_empty());
+
+    let nemotron_vl =
+        layout_at(serde_json::from_str(include_str!("../../tests/fixtures/configs/nemotron-nano-vl-v2.json")).unwrap());
+    assert_eq!(nemotron_vl.text_model_type(), Some("nemotron_h"));
+    assert!(fired(20, &args(&["--attn-cp-size", "2"], &[]), &nemotron_vl).is_empty());
+    assert_eq!(rules(fired(21, &args(&["--attn-cp-size", "2"], &[]), &nemotron_vl)), ["CP2"]);
+
+    let mimo =
+        layout_at(serde_json::from_str(include_str!("../../tests/fixtures/configs/mimo-v2-flash.json")).unwrap());
+    let interleave = ["--enable-prefill-cp", "--cp-strategy", "interleave"];
+    let old = fired(19, &args(&interleave, &[]), &mimo);
+    assert_eq!(
+        old.iter().map(|(rule, message)| (*rule, message.as_str())).collect::<Vec<_>>(),
+        [("CP5", "MiMo V2 CP-v2 only supports --cp-strategy zigzag.")]
+    );
+    assert!(fired(19, &args(&interleave, &[("SGLANG_ENABLE_CP_V2", "0")]), &mimo).is_empty(), "CP-v2 off");
+    assert_eq!(rules(fired(19, &args(&interleave, &[("SGLANG_ENABLE_CP_V2", "yes")]), &mimo)), ["CP5"]);
+    assert_eq!(
+        rules(fired(20, &args(&interleave, &[("SGLANG_ENABLE_CP_V2", "0")]), &mimo)),
+        ["CP5"],
+        "always from 0.5.20"
+    );
+}

@@ -827,6 +827,29 @@ fn not_fa3(args: &[String], option: &str) -> bool {
     option_value(args, option).is_some_and(|backend| backend != "fa3")
 }
 
+const CP_STRATEGY: &str = "--cp-strategy";
+const CP_STRATEGY_FIELD: &str = "spec.decode.extraArgs[--cp-strategy]";
+const ATTENTION_CP_FIELD: &str = "spec.decode.extraArgs[--attn-cp-size]";
+const CP_V2_ENV: &str = "SGLANG_ENABLE_CP_V2";
+const MIMO_V2: &[&str] = &["MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM"];
+
+/// The fleets in scope whose servers run prefill context parallelism (`--enable-prefill-cp`).
+fn prefill_cp_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a FleetSpec> {
+    fleets_in_scope(c).filter(|fleet| given(&fleet.extra_args, PREFILL_CP))
+}
+
+/// Whether a fleet's servers run attention context parallelism (`--attn-cp-size` above 1).
+fn runs_attention_cp(fleet: &FleetSpec) -> bool {
+    attention_cp_size(&fleet.extra_args).is_some_and(|size| size > 1)
+}
+
+/// Whether the context-parallel hook's MiMo V2 check runs on a prefill-CP server: from 0.5.20
+/// always; before, only with CP-v2, which the hook turns on for MiMo V2 (a CP-v2 default class)
+/// when `SGLANG_ENABLE_CP_V2` is unset, and which is otherwise what that variable says.
+fn mimo_v2_prefill_cp_checked(c: &Context<'_>, fleet: &FleetSpec) -> bool {
+    c.release >= v0_5(20) || fleet.env_value(CP_V2_ENV).is_none() || env_truthy(fleet, CP_V2_ENV)
+}
+
 /// Whether a fleet's servers run DP attention as the speculative hook reads it: the flag as given
 /// up to 0.5.21; from 0.5.22 the deprecated `--dp-size N --enable-dp-attention` becomes
 /// `--attn-dp-size N`, and attention DP runs with more than one group.
@@ -2173,6 +2196,89 @@ pub(crate) const RULES: &[Rule] = &[
         changes: &[],
         check: |c| when(iquest_q1(c) && fleets_in_scope(c).any(|fleet| fleet.pipeline_parallel > 1)),
         fix: Fix::Manual { hint: "set pipelineParallel to 1 on both fleets" },
+    },
+    Rule {
+        id: "CP2",
+        about: "Nemotron-H × attention context parallelism",
+        field: ATTENTION_CP_FIELD,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("Nemotron-H does not support --attn-cp-size > 1")],
+        changes: &[],
+        check: |c| {
+            when(
+                matches!(c.layout.text_model_type(), Some("nemotron_h" | "nemotron_h_puzzle"))
+                    && fleets_in_scope(c).any(runs_attention_cp),
+            )
+        },
+        fix: Fix::Manual { hint: "drop --attn-cp-size from extraArgs (or set it to 1)" },
+    },
+    Rule {
+        id: "CP3",
+        about: "LongCat-Flash prefill CP × attention CP",
+        field: ATTENTION_CP_FIELD,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("LongCat-Flash does not support --enable-prefill-cp with --attn-cp-size > 1")],
+        changes: &[],
+        check: |c| {
+            when(c.layout.text_model_type() == Some("longcat_flash") && prefill_cp_fleets(c).any(runs_attention_cp))
+        },
+        fix: Fix::Manual { hint: "drop --enable-prefill-cp or --attn-cp-size from extraArgs" },
+    },
+    Rule {
+        id: "CP4",
+        about: "DeepSeek-V3.2 prefill CP × the zigzag strategy",
+        field: CP_STRATEGY_FIELD,
+        span: Span::since(v0_5(20)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("DeepSeek V3.2 prefill CP does not support --cp-strategy zigzag; use interleave.")],
+        changes: &[],
+        check: |c| {
+            when(
+                c.layout.architecture == "DeepseekV32ForCausalLM"
+                    && prefill_cp_fleets(c).any(|fleet| option_value(&fleet.extra_args, CP_STRATEGY) == Some("zigzag")),
+            )
+        },
+        fix: Fix::Manual { hint: "set --cp-strategy interleave in extraArgs" },
+    },
+    Rule {
+        id: "CP5",
+        about: "MiMo-V2 prefill CP needs the zigzag strategy",
+        field: CP_STRATEGY_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text("MiMo V2 CP-v2 only supports --cp-strategy zigzag."),
+            text_from(20, "MiMo V2 prefill CP only supports --cp-strategy zigzag."),
+        ],
+        changes: &[text_from(20, "checked on every prefill-CP server, not only with CP-v2 (SGLANG_ENABLE_CP_V2)")],
+        check: |c| {
+            when(
+                MIMO_V2.contains(&c.layout.architecture.as_str())
+                    && prefill_cp_fleets(c).any(|fleet| {
+                        mimo_v2_prefill_cp_checked(c, fleet)
+                            && option_value(&fleet.extra_args, CP_STRATEGY) != Some("zigzag")
+                    }),
+            )
+        },
+        fix: Fix::Manual { hint: "set --cp-strategy zigzag in extraArgs" },
+    },
+    Rule {
+        id: "CP1",
+        about: "prefill CP needs a strategy",
+        field: CP_STRATEGY_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--cp-strategy must be set when --enable-prefill-cp is enabled.")],
+        changes: &[],
+        check: |c| when(prefill_cp_fleets(c).any(|fleet| option_value(&fleet.extra_args, CP_STRATEGY).is_none())),
+        fix: Fix::Manual { hint: "add --cp-strategy interleave (or zigzag) to extraArgs next to --enable-prefill-cp" },
     },
     Rule {
         id: "H1",

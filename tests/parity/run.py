@@ -1180,6 +1180,46 @@ def check_family_overrides(kvpilot, src, venvs, version, compare):
         "script": "family_overrides.py", "argv": lambda s: s["argv"], "env": lambda s: s["env"],
         "rules": FAMILY_OVERRIDE_RULES})
 
+# The context-parallel hook (CP1-CP5) on PD decode, PD prefill and servers without PD, with and
+# without prefill CP, each strategy and attention CP: Nemotron-H (its own config and the one a VL
+# model nests), LongCat-Flash, DeepSeek-V3.2, MiMo-V2 (its loader runs from 0.5.22) with and
+# without SGLANG_ENABLE_CP_V2=0, and Llama as the control.
+CONTEXT_PARALLEL_CONFIGS = (("llama-3.1-8b-instruct", None, ({},)), ("nemotron-nano-9b-v2", None, ({},)),
+                            ("nemotron-nano-vl-v2", None, ({},)), ("parity/longcat-flash", None, ({},)),
+                            ("deepseek-v3.2-exp", None, ({},)),
+                            ("mimo-v2-flash", "0.5.22", ({}, {"SGLANG_ENABLE_CP_V2": "0"})))
+CONTEXT_PARALLEL_RULES = ("CP1", "CP2", "CP3", "CP4", "CP5")
+
+
+def context_parallel_scenarios(version):
+    scenarios = []
+    for config, since, envs in CONTEXT_PARALLEL_CONFIGS:
+        if since is not None and version_key(version) < version_key(since):
+            continue
+        for role, prefill_cp, strategy, attention_cp, env in itertools.product(
+                ("decode", "prefill", "null"), (False, True), (None, "interleave", "zigzag"), (1, 2), envs):
+            argv = ["--model-path", "/models/m"]
+            if role != "null":
+                argv += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "mooncake"]
+            if prefill_cp:
+                argv.append("--enable-prefill-cp")
+            if strategy is not None:
+                argv += ["--cp-strategy", strategy]
+            if attention_cp != 1:
+                argv += ["--attn-cp-size", str(attention_cp)]
+            scenarios.append({"id": f"c{len(scenarios)}", "config": os.path.join(
+                ROOT, "tests/fixtures/configs", f"{config}.json"), "argv": argv, "env": env})
+    return scenarios
+
+
+def check_context_parallel(kvpilot, src, venvs, version, compare):
+    """The context-parallel hook's model and strategy checks (context_parallel.py) against the
+    guard's CP1-CP5."""
+    return check_with_guard(kvpilot, src, venvs, version, compare, {
+        "label": "context parallel", "scenarios": context_parallel_scenarios(version),
+        "script": "context_parallel.py", "argv": lambda s: s["argv"], "env": lambda s: s["env"],
+        "rules": CONTEXT_PARALLEL_RULES})
+
 # The speculative hook's checks of a server's parallelism (SD6-SD8): each algorithm spelling on PD
 # decode, PD prefill and servers without PD, with pipeline stages, DP and DP attention.
 SPECULATIVE_PARALLEL_ALGORITHMS = ("EAGLE", "nextn", "EAGLE3", "STANDALONE", "standalone", "NGRAM", "ngram",
@@ -1638,7 +1678,7 @@ def check_served_architectures(src):
 
 PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "mamba-args", "draft", "handshake",
          "tree-cache", "speculative", "speculative-parallel", "dsv4-hook", "model-overrides", "family-overrides",
-         "messages", "argv", "cli")
+         "context-parallel", "messages", "argv", "cli")
 
 
 # The parts that run one release's code on their own scenarios and compare with kvpilot, each
@@ -1648,6 +1688,7 @@ PER_RELEASE_CHECKS = (("mamba-args", check_mamba_args), ("draft", check_draft_ge
                       ("speculative-parallel", check_speculative_parallel), ("dsv4-hook", check_dsv4_hook),
                       ("model-overrides", check_model_overrides),
                       ("family-overrides", check_family_overrides),
+                      ("context-parallel", check_context_parallel),
                       ("tree-cache", check_tree_cache),
                       ("handshake", check_handshake))
 

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""One SGLang release's context-parallel hook on a server's command line: the model checks of
+prefill and attention CP (Nemotron-H, LongCat-Flash, DeepSeek-V3.2, MiMo-V2) and the strategy
+prefill CP needs.
+
+Usage: context_parallel.py SGLANG_SRC < scenarios.json
+  scenario: {"id", "config", "argv", "env"}
+Prints [{"id", "raised", "message"}] on stdout: the message of the first check that refuses the
+server, or None. Exits non-zero, naming the file, when a piece of the release's code this needs
+is missing or fails on anything but a refusal.
+
+What runs, unchanged:
+  - the release's config loader on config.json (`classify.Release.load`) and its text config
+    (`get_hf_text_config`), which the hook reads through the model config;
+  - the release's argument parser (as server_argv.py builds it) on the scenario's argv;
+  - the hook's statements, from its first up to the one that refuses prefill CP without a
+    strategy: `handle_context_parallelism` (arg_groups/parallel_hook.py, 0.5.19 on) or
+    `ServerArgs._handle_context_parallelism` (server_args.py, before), with the module's own
+    globals: `_boundary_parallelism_overrides` (0.5.21 on), `validate_prefill_cp_platform`,
+    `resolve_cp_tp_group_sharing` (0.5.22 on), the release's `is_deepseek_dsa` and, where the
+    hook reads it (up to 0.5.19), `CP_V2_DEFAULT_MODEL_CLASSES` (layers/cp/utils.py, statement by
+    statement), and `envs` reading the scenario's env.
+
+Stood in: the model config is the loaded config, its text config and the release's
+`is_multimodal_model` of its architectures; `resolving_view` and `resolved_view` read the parsed
+namespace, on which `declare_resolution` sets fields; `run_hook` calls the hook; `get_platform()`
+is a CUDA GPU's (kvpilot's servers run on NVIDIA GPUs), so the platform checks for HIP, NPU and
+MUSA pass.
+"""
+
+import ast
+import json
+import os
+import sys
+import types
+
+import classify
+import server_argv
+import sglang_env
+
+HOOKS = (
+    (os.path.join("arg_groups", "parallel_hook.py"), "sglang.srt.arg_groups.parallel_hook", None,
+     "handle_context_parallelism"),
+    ("server_args.py", "sglang.srt.server_args", "ServerArgs", "_handle_context_parallelism"),
+)
+LAST_CHECK = "--cp-strategy must be set when --enable-prefill-cp is enabled."
+CP_UTILS = os.path.join("layers", "cp", "utils.py")
+
+
+class CudaPlatform:
+    """A CUDA GPU's platform as `get_platform()` describes it: `is_cuda`, and no other `is_*`."""
+
+    def __getattr__(self, name):
+        if name.startswith("is_"):
+            return name == "is_cuda"
+        raise AttributeError(name)
+
+
+def _declare(server, _source, **fields):
+    for name, value in fields.items():
+        setattr(server, name, value)
+
+
+def _hook_statements(srt):
+    """(the hook's file, its module name, its statements up to LAST_CHECK as source and compiled)
+    of the release."""
+    for relative, module, cls, name in HOOKS:
+        path = os.path.join(srt, relative)
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        scope = tree.body
+        if cls is not None:
+            scope = next((n.body for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), [])
+        fn = next((n for n in scope if isinstance(n, ast.FunctionDef) and n.name == name), None)
+        if fn is None:
+            continue
+        last = next((i for i, n in enumerate(fn.body) if LAST_CHECK in ast.unparse(n)), None)
+        if last is None:
+            raise SystemExit(f"{path}: {name} no longer refuses prefill CP without a strategy")
+        body = ast.Module(body=fn.body[:last + 1], type_ignores=[])
+        return path, module, ast.unparse(body), compile(ast.fix_missing_locations(body), path, "exec")
+    raise SystemExit(f"{srt}: no context-parallel hook in {[h[0] for h in HOOKS]}")
+
+
+def _module_globals(path, module):
+    if module == "sglang.srt.server_args":
+        server_argv.load_server_args()
+        return vars(sys.modules[module])
+    return sglang_env.exec_subset(path, module)
+
+
+def main(argv):
+    if len(argv) != 2:
+        sys.exit(__doc__)
+    src = argv[1]
+    srt = os.path.join(src, "sglang", "srt")
+    scenarios = json.load(sys.stdin)
+    sglang_env.Inert.__get_pydantic_core_schema__ = server_argv._any_schema
+    release = classify.Release(src)
+    server_args_cls, _unloaded = server_argv.load_server_args()
+    parser = server_argv.Parser(prog="sglang serve")
+    server_args_cls.add_cli_args(parser)
+
+    model_config_module = types.ModuleType("sglang.srt.configs.model_config")
+    vars(model_config_module).update(release.mc)
+    sys.modules["sglang.srt.configs.model_config"] = model_config_module
+    is_multimodal = release.mc.get("is_multimodal_model")
+    if is_multimodal is None:
+        raise SystemExit(f"{srt}: configs/model_config.py did not define is_multimodal_model")
+
+    path, module, source, statements = _hook_statements(srt)
+    if "CP_V2_DEFAULT_MODEL_CLASSES" in source:
+        # The CP-v2 defaults (up to 0.5.19): the layers package is stubbed, so the constant comes
+        # from the release's module, statement by statement.
+        cp_utils = sglang_env.module_from_subset(os.path.join(srt, CP_UTILS), "sglang.srt.layers.cp.utils")
+        if not isinstance(getattr(cp_utils, "CP_V2_DEFAULT_MODEL_CLASSES", None), frozenset):
+            raise SystemExit(f"{os.path.join(srt, CP_UTILS)}: CP_V2_DEFAULT_MODEL_CLASSES did not define")
+        sys.modules["sglang.srt.layers.cp.utils"] = cp_utils
+    hook_globals = _module_globals(path, module)
+    identity = {"resolving_view": lambda view: view, "resolved_view": lambda view: view,
+                "declare_resolution": _declare, "get_platform": CudaPlatform}
+    sharing = hook_globals.get("resolve_cp_tp_group_sharing")
+    if sharing is not None:
+        sharing.__globals__.update(identity)
+    platform_check = hook_globals.get("validate_prefill_cp_platform")
+    if platform_check is not None:
+        platform_check.__globals__.update(identity)
+
+    results = []
+    for scenario in scenarios:
+        hf_config = release.load(scenario["config"])
+        model_config = types.SimpleNamespace(
+            hf_config=hf_config, hf_text_config=release.get_hf_text_config(hf_config),
+            is_multimodal=bool(is_multimodal(hf_config.architectures)))
+        server = parser.parse_args(scenario["argv"])
+        server.get_model_config = lambda model_config=model_config: model_config
+        namespace = dict(hook_globals, **identity, cfg=server, server_args=server, self=server,
+                         model_config_of=lambda _args, model_config=model_config: model_config,
+                         run_hook=lambda hook, args: hook(args))
+        saved = dict(os.environ)
+        os.environ.update(scenario["env"])
+        message = None
+        try:
+            exec(statements, namespace)
+        except ValueError as e:
+            message = str(e)
+        except Exception as e:
+            raise SystemExit(f"{path} failed on {scenario['id']} ({' '.join(scenario['argv'])}): "
+                             f"{type(e).__name__}: {e}") from e
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        results.append({"id": scenario["id"], "raised": message is not None, "message": message})
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
