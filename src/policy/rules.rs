@@ -850,6 +850,28 @@ fn mimo_v2_prefill_cp_checked(c: &Context<'_>, fleet: &FleetSpec) -> bool {
     c.release >= v0_5(20) || fleet.env_value(CP_V2_ENV).is_none() || env_truthy(fleet, CP_V2_ENV)
 }
 
+/// The architectures of the model hook's DeepSeek-family branch (`handle_model_specific_adjustments`)
+/// with the first release of each, whose DSA branch refuses prefill CP on a PD decode server (CP6).
+const MODEL_HOOK_DEEPSEEK_FAMILY: &[(&str, Release)] = &[
+    ("DeepseekV3ForCausalLM", v0_5(17)),
+    ("DeepseekV32ForCausalLM", v0_5(17)),
+    ("KimiK25ForConditionalGeneration", v0_5(17)),
+    ("MistralLarge3ForCausalLM", v0_5(17)),
+    ("PixtralForConditionalGeneration", v0_5(17)),
+    ("GlmMoeDsaForCausalLM", v0_5(17)),
+    ("LongcatFlashForCausalLM", v0_5(17)),
+    ("Dots3NoteForCausalLM", v0_5(19)),
+    ("Glm5NextForConditionalGeneration", v0_5(20)),
+    ("HYV4ForCausalLM", v0_5(20)),
+    ("HYV4ForCausalLMNextN", v0_5(20)),
+];
+
+/// Whether the model takes the model hook's DSA branch: a DSA model of its DeepSeek family.
+fn model_hook_dsa(c: &Context<'_>) -> bool {
+    c.layout.has(LayoutFeature::Dsa)
+        && MODEL_HOOK_DEEPSEEK_FAMILY.iter().any(|(arch, since)| *arch == c.layout.architecture && *since <= c.release)
+}
+
 /// Whether a fleet's servers run DP attention as the speculative hook reads it: the flag as given
 /// up to 0.5.21; from 0.5.22 the deprecated `--dp-size N --enable-dp-attention` becomes
 /// `--attn-dp-size N`, and attention DP runs with more than one group.
@@ -2196,6 +2218,22 @@ pub(crate) const RULES: &[Rule] = &[
         changes: &[],
         check: |c| when(iquest_q1(c) && fleets_in_scope(c).any(|fleet| fleet.pipeline_parallel > 1)),
         fix: Fix::Manual { hint: "set pipelineParallel to 1 on both fleets" },
+    },
+    Rule {
+        id: "CP6",
+        about: "DSA prefill CP on a PD decode server",
+        field: "spec.decode.extraArgs[--enable-prefill-cp]",
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "CP is only supported for prefill when PD disaggregation, please remove --enable-prefill-cp.",
+        )],
+        changes: &[],
+        check: |c| when(c.scope != Scope::OtherServer && model_hook_dsa(c) && given(&c.decode.extra_args, PREFILL_CP)),
+        fix: Fix::Manual {
+            hint: "remove --enable-prefill-cp from the decode servers' extraArgs (prefill servers keep it)",
+        },
     },
     Rule {
         id: "CP2",

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""One SGLang release's context-parallel hook on a server's command line: the model checks of
-prefill and attention CP (Nemotron-H, LongCat-Flash, DeepSeek-V3.2, MiMo-V2) and the strategy
-prefill CP needs.
+"""One SGLang release's context-parallel checks on a server's command line: the model checks of
+prefill and attention CP (DSA models, Nemotron-H, LongCat-Flash, DeepSeek-V3.2, MiMo-V2) and the
+strategy prefill CP needs.
 
 Usage: context_parallel.py SGLANG_SRC < scenarios.json
   scenario: {"id", "config", "argv", "env"}
@@ -10,6 +10,12 @@ server, or None. Exits non-zero, naming the file, when a piece of the release's 
 is missing or fails on anything but a refusal.
 
 What runs, unchanged:
+  - first, the model hook's refusal of a DSA model's prefill CP on a PD decode server (the
+    statement of `handle_model_specific_adjustments`, or `ServerArgs._handle_model_specific_
+    adjustments` before 0.5.19, inside its `if is_deepseek_dsa(hf_config):` branch, taken from the
+    syntax tree), where the config's architecture is in the list of the branch around it and the
+    release's `is_deepseek_dsa` says it is a DSA model; the hook runs before the CP hook in every
+    release, and its statements before that one need the GPU;
   - the release's config loader on config.json (`classify.Release.load`) and its text config
     (`get_hf_text_config`), which the hook reads through the model config;
   - the release's argument parser (as server_argv.py builds it) on the scenario's argv;
@@ -43,7 +49,13 @@ HOOKS = (
      "handle_context_parallelism"),
     ("server_args.py", "sglang.srt.server_args", "ServerArgs", "_handle_context_parallelism"),
 )
+MODEL_HOOKS = (
+    (os.path.join("arg_groups", "model_hook.py"), "sglang.srt.arg_groups.model_hook", None,
+     "handle_model_specific_adjustments"),
+    ("server_args.py", "sglang.srt.server_args", "ServerArgs", "_handle_model_specific_adjustments"),
+)
 LAST_CHECK = "--cp-strategy must be set when --enable-prefill-cp is enabled."
+DSA_DECODE_CP = "CP is only supported for prefill when PD disaggregation"
 CP_UTILS = os.path.join("layers", "cp", "utils.py")
 
 
@@ -84,6 +96,37 @@ def _hook_statements(srt):
     raise SystemExit(f"{srt}: no context-parallel hook in {[h[0] for h in HOOKS]}")
 
 
+def _dsa_prefill_cp_check(srt):
+    """(the architectures of the model hook's DeepSeek-family branch, its DSA branch's statement
+    refusing prefill CP on a PD decode server, compiled) of the release."""
+    for relative, _module, cls, name in MODEL_HOOKS:
+        path = os.path.join(srt, relative)
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        scope = tree.body
+        if cls is not None:
+            scope = next((n.body for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), [])
+        fn = next((n for n in scope if isinstance(n, ast.FunctionDef) and n.name == name), None)
+        if fn is None:
+            continue
+        for family in ast.walk(fn):
+            if not (isinstance(family, ast.If) and isinstance(family.test, ast.Compare)
+                    and ast.unparse(family.test.left) == "model_arch"
+                    and isinstance(family.test.comparators[0], (ast.List, ast.Tuple))):
+                continue
+            for dsa in ast.walk(family):
+                if isinstance(dsa, ast.If) and ast.unparse(dsa.test) == "is_deepseek_dsa(hf_config)":
+                    check = next((n for n in dsa.body if DSA_DECODE_CP in ast.unparse(n)), None)
+                    if check is not None:
+                        archs = {c.value for c in family.test.comparators[0].elts if isinstance(c, ast.Constant)}
+                        body = ast.Module(body=[check], type_ignores=[])
+                        return archs, compile(ast.fix_missing_locations(body), path, "exec")
+        raise SystemExit(f"{path}: {name} no longer refuses a DSA model's prefill CP on a decode server")
+    raise SystemExit(f"{srt}: no model hook in {[h[0] for h in MODEL_HOOKS]}")
+
+
 def _module_globals(path, module):
     if module == "sglang.srt.server_args":
         server_argv.load_server_args()
@@ -111,6 +154,8 @@ def main(argv):
         raise SystemExit(f"{srt}: configs/model_config.py did not define is_multimodal_model")
 
     path, module, source, statements = _hook_statements(srt)
+    dsa_family, dsa_check = _dsa_prefill_cp_check(srt)
+    is_deepseek_dsa = release.mc["is_deepseek_dsa"]
     if "CP_V2_DEFAULT_MODEL_CLASSES" in source:
         # The CP-v2 defaults (up to 0.5.19): the layers package is stubbed, so the constant comes
         # from the release's module, statement by statement.
@@ -143,8 +188,10 @@ def main(argv):
         os.environ.update(scenario["env"])
         message = None
         try:
+            if hf_config.architectures[0] in dsa_family and is_deepseek_dsa(hf_config):
+                exec(dsa_check, namespace)
             exec(statements, namespace)
-        except ValueError as e:
+        except (ValueError, AssertionError) as e:
             message = str(e)
         except Exception as e:
             raise SystemExit(f"{path} failed on {scenario['id']} ({' '.join(scenario['argv'])}): "

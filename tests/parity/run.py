@@ -1180,15 +1180,16 @@ def check_family_overrides(kvpilot, src, venvs, version, compare):
         "script": "family_overrides.py", "argv": lambda s: s["argv"], "env": lambda s: s["env"],
         "rules": FAMILY_OVERRIDE_RULES})
 
-# The context-parallel hook (CP1-CP5) on PD decode, PD prefill and servers without PD, with and
-# without prefill CP, each strategy and attention CP: Nemotron-H (its own config and the one a VL
-# model nests), LongCat-Flash, DeepSeek-V3.2, MiMo-V2 (its loader runs from 0.5.22) with and
-# without SGLANG_ENABLE_CP_V2=0, and Llama as the control.
+# The model hook's DSA prefill-CP check (CP6) and the context-parallel hook (CP1-CP5) on PD decode,
+# PD prefill and servers without PD, with and without prefill CP, each strategy and attention CP:
+# Nemotron-H (its own config and the one a VL model nests), LongCat-Flash, the DSA models
+# DeepSeek-V3.2 and GLM-5, DeepSeek-V3 (MLA without DSA), MiMo-V2 (its loader runs from 0.5.22)
+# with and without SGLANG_ENABLE_CP_V2=0, and Llama as the control.
 CONTEXT_PARALLEL_CONFIGS = (("llama-3.1-8b-instruct", None, ({},)), ("nemotron-nano-9b-v2", None, ({},)),
                             ("nemotron-nano-vl-v2", None, ({},)), ("parity/longcat-flash", None, ({},)),
-                            ("deepseek-v3.2-exp", None, ({},)),
+                            ("deepseek-v3.2-exp", None, ({},)), ("glm-5", None, ({},)), ("deepseek-v3", None, ({},)),
                             ("mimo-v2-flash", "0.5.22", ({}, {"SGLANG_ENABLE_CP_V2": "0"})))
-CONTEXT_PARALLEL_RULES = ("CP1", "CP2", "CP3", "CP4", "CP5")
+CONTEXT_PARALLEL_RULES = ("CP1", "CP2", "CP3", "CP4", "CP5", "CP6")
 
 
 def context_parallel_scenarios(version):
@@ -1213,8 +1214,8 @@ def context_parallel_scenarios(version):
 
 
 def check_context_parallel(kvpilot, src, venvs, version, compare):
-    """The context-parallel hook's model and strategy checks (context_parallel.py) against the
-    guard's CP1-CP5."""
+    """The model hook's DSA prefill-CP check and the context-parallel hook's model and strategy
+    checks (context_parallel.py) against the guard's CP1-CP6."""
     return check_with_guard(kvpilot, src, venvs, version, compare, {
         "label": "context parallel", "scenarios": context_parallel_scenarios(version),
         "script": "context_parallel.py", "argv": lambda s: s["argv"], "env": lambda s: s["env"],
