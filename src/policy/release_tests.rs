@@ -2117,6 +2117,18 @@ fn other_families_override_providers_refuse_their_settings() {
     assert_eq!(fired(23, &plain, &args(&["--speculative-eagle-topk", "2"]), &iquest), ["IQ5"]);
     let standalone = with(|s| s.speculative_algorithm = Some("standalone".into()));
     assert!(fired(23, &standalone, &FleetSpec::default(), &iquest).contains(&"IQ2"));
+
+    // Nemotron-H (0.5.23): expert remapping needs a runner that takes it.
+    let nemotron =
+        layout_at(serde_json::from_str(include_str!("../../tests/fixtures/configs/nemotron-nano-9b-v2.json")).unwrap());
+    let trtllm = args(&["--ep-num-redundant-experts", "2", "--moe-runner-backend", "flashinfer_trtllm"]);
+    assert!(fired(22, &plain, &trtllm, &nemotron).is_empty());
+    assert_eq!(fired(23, &plain, &trtllm, &nemotron), ["NH1"]);
+    let cutedsl = args(&["--enable-eplb", "--moe-runner-backend", "flashinfer_cutedsl"]);
+    assert_eq!(fired(23, &plain, &cutedsl, &nemotron), ["NH2"]);
+    let with_a2a =
+        args(&["--enable-eplb", "--moe-runner-backend", "flashinfer_cutedsl", "--moe-a2a-backend", "deepep"]);
+    assert!(fired(23, &plain, &with_a2a, &nemotron).is_empty());
 }
 
 /// The context-parallel hook: prefill CP needs a strategy (CP1, every release); Nemotron-H,

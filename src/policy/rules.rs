@@ -872,6 +872,20 @@ fn model_hook_dsa(c: &Context<'_>) -> bool {
         && MODEL_HOOK_DEEPSEEK_FAMILY.iter().any(|(arch, since)| *arch == c.layout.architecture && *since <= c.release)
 }
 
+/// The architectures SGLang's Nemotron-H override provider is registered for
+/// (`arg_groups/model_overrides/nemotron_h.py`).
+const NEMOTRON_H: &[&str] = &["NemotronHForCausalLM", "NemotronHPuzzleForCausalLM", "NemotronH_Omni_Reasoning_V3"];
+const MOE_RUNNER_BACKEND: &str = "--moe-runner-backend";
+const MOE_RUNNER_FIELD: &str = "spec.decode.extraArgs[--moe-runner-backend]";
+
+/// Whether a server remaps experts as the Nemotron-H provider reads it (0.5.23): EPLB, redundant
+/// experts, or an expert placement other than `trivial`.
+fn remaps_experts(args: &[String]) -> bool {
+    given(args, "--enable-eplb")
+        || option_value(args, "--ep-num-redundant-experts").and_then(|n| n.trim().parse::<i64>().ok()) > Some(0)
+        || option_value(args, "--init-expert-location").is_some_and(|location| location != "trivial")
+}
+
 /// Whether a fleet's servers run DP attention as the speculative hook reads it: the flag as given
 /// up to 0.5.21; from 0.5.22 the deprecated `--dp-size N --enable-dp-attention` becomes
 /// `--attn-dp-size N`, and attention DP runs with more than one group.
@@ -2218,6 +2232,56 @@ pub(crate) const RULES: &[Rule] = &[
         changes: &[],
         check: |c| when(iquest_q1(c) && fleets_in_scope(c).any(|fleet| fleet.pipeline_parallel > 1)),
         fix: Fix::Manual { hint: "set pipelineParallel to 1 on both fleets" },
+    },
+    Rule {
+        id: "NH1",
+        about: "Nemotron-H expert remapping × the flashinfer_trtllm MoE runner",
+        field: MOE_RUNNER_FIELD,
+        span: Span::since(v0_5(23)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "flashinfer_trtllm routes inside the kernel and does not support EPLB or redundant experts on \
+             Nemotron-H; use --moe-runner-backend flashinfer_trtllm_routed.",
+        )],
+        changes: &[],
+        check: |c| {
+            when(
+                NEMOTRON_H.contains(&c.layout.architecture.as_str())
+                    && fleets_in_scope(c).any(|fleet| {
+                        remaps_experts(&fleet.extra_args)
+                            && option_value(&fleet.extra_args, MOE_RUNNER_BACKEND) == Some("flashinfer_trtllm")
+                    }),
+            )
+        },
+        fix: Fix::Manual { hint: "set --moe-runner-backend flashinfer_trtllm_routed in extraArgs" },
+    },
+    Rule {
+        id: "NH2",
+        about: "Nemotron-H EPLB × flashinfer_cutedsl without an all-to-all backend",
+        field: MOE_RUNNER_FIELD,
+        span: Span::since(v0_5(23)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "flashinfer_cutedsl without an a2a backend does not migrate its expert scales on EPLB rebalance; use \
+             --moe-runner-backend flashinfer_trtllm_routed or set --moe-a2a-backend.",
+        )],
+        changes: &[],
+        check: |c| {
+            when(
+                NEMOTRON_H.contains(&c.layout.architecture.as_str())
+                    && fleets_in_scope(c).any(|fleet| {
+                        let args = &fleet.extra_args;
+                        given(args, "--enable-eplb")
+                            && option_value(args, MOE_RUNNER_BACKEND) == Some("flashinfer_cutedsl")
+                            && option_value(args, "--moe-a2a-backend").is_none_or(|backend| backend == "none")
+                    }),
+            )
+        },
+        fix: Fix::Manual {
+            hint: "set --moe-runner-backend flashinfer_trtllm_routed, or an all-to-all backend with --moe-a2a-backend",
+        },
     },
     Rule {
         id: "CP6",

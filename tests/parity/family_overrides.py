@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""One SGLang release's model override providers for MiniCPM, ERNIE 4.5 VL MoE, Qwen4-Exp and
-IQuest Q1 on a server's command line.
+"""One SGLang release's model override providers for MiniCPM, ERNIE 4.5 VL MoE, Qwen4-Exp,
+IQuest Q1 and Nemotron-H on a server's command line.
 
 Usage: family_overrides.py SGLANG_SRC < scenarios.json
   scenario: {"id", "config", "argv", "env"}
@@ -24,7 +24,10 @@ Stood in: `resolving_view` reads the parsed namespace, on which `declare_resolut
 fields the deprecated-DP handler declares. Qwen4-Exp's provider sizes its embedding offload from
 the model's dtype after its checks, which needs the whole ModelConfig: the namespace sets
 `ple_offload_embedding` False, as `--ple-offload-embedding` unset on a machine without CUDA
-would resolve.
+would resolve. The providers' `model_config_of` is the loaded config, its text config and the
+parsed `--quantization` (the fixtures carry no quantization config), and `get_platform()` is a
+Hopper GPU's (CUDA, compute capability 9.0): the platform picks backends, never a refusal
+checked here.
 """
 
 import contextlib
@@ -32,15 +35,27 @@ import io
 import json
 import os
 import sys
+import types
 
 import classify
 import server_argv
 import sglang_env
 
-FAMILIES = ("minicpm", "ernie45_vl", "qwen4_exp", "iquest_q1")
+FAMILIES = ("minicpm", "ernie45_vl", "qwen4_exp", "iquest_q1", "nemotron_h")
 PACKAGE = "sglang.srt.arg_groups.model_overrides."
 PARALLEL_HOOK = os.path.join("arg_groups", "parallel_hook.py")
 PIPELINE = os.path.join("arg_groups", "pipeline.py")
+
+
+class HopperPlatform:
+    """A Hopper GPU's platform as `get_platform()` describes it."""
+
+    device_capability = (9, 0)
+
+    def __getattr__(self, name):
+        if name.startswith("is_"):
+            return name in ("is_cuda", "is_sm90")
+        raise AttributeError(name)
 
 
 def _declare(server, _source, **fields):
@@ -95,6 +110,12 @@ def main(argv):
             deprecated_dp(server)
         base, providers = release.override_providers(arch)
         ours = [fn for fn in providers if fn.__module__ in {PACKAGE + family for family in FAMILIES}]
+        model_config = types.SimpleNamespace(
+            hf_config=hf_config, hf_text_config=release.get_hf_text_config(hf_config),
+            quantization=server.quantization)
+        for fn in ours:
+            fn.__globals__.update(model_config_of=lambda _args, model_config=model_config: model_config,
+                                  get_platform=HopperPlatform)
         message = None
         with _environment(scenario["env"]):
             for fn in ours:

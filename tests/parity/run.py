@@ -1125,9 +1125,10 @@ def check_model_overrides(kvpilot, src, venvs, version, compare):
 # attention backend and SGLANG_MINICPM_FORCE_DENSE; ERNIE 4.5 VL MoE under DP attention;
 # Qwen4-Exp over MORI or Mooncake with pipeline stages and unified memory; IQuest Q1 with each
 # attention backend, speculative algorithm and draft backend, and with context parallelism,
-# EAGLE's top-k, multi-layer EAGLE, DP attention and pipeline stages; Llama as the control.
+# EAGLE's top-k, multi-layer EAGLE, DP attention and pipeline stages; Nemotron-H with expert
+# remapping, MoE runners and all-to-all backends; Llama as the control.
 FAMILY_OVERRIDE_RULES = ("MC1", "MC2", "MC3", "E1", "QX1", "QX2", "IQ1", "IQ2", "IQ3", "IQ4", "IQ5", "IQ6",
-                         "IQ7", "IQ8")
+                         "IQ7", "IQ8", "NH1", "NH2")
 FAMILY_ROLES = ("decode", "prefill", "null")
 FAMILY_DP_ATTENTION = ((), ("--enable-dp-attention",), ("--enable-dp-attention", "--dp-size", "2"))
 FAMILY_MATRICES = (
@@ -1148,8 +1149,14 @@ FAMILY_MATRICES = (
         ((), ("--dcp-size", "2"), ("--attn-cp-size", "2"), ("--enable-prefill-cp",)),
         ((), ("--speculative-eagle-topk", "1"), ("--speculative-eagle-topk", "2")),
         ((), ("--enable-multi-layer-eagle",)), FAMILY_DP_ATTENTION, ((), ("--pp-size", "2"))), ({},)),
+    (("nemotron-nano-9b-v2",), None, "mooncake", (
+        ((), ("--enable-eplb",), ("--ep-num-redundant-experts", "1"), ("--init-expert-location", "/expert-map.json")),
+        ((), ("--moe-runner-backend", "flashinfer_trtllm"), ("--moe-runner-backend", "flashinfer_cutedsl"),
+         ("--moe-runner-backend", "flashinfer_trtllm_routed")),
+        ((), ("--moe-a2a-backend", "deepep"))), ({},)),
     (("llama-3.1-8b-instruct",), None, "mooncake", (
-        FAMILY_DP_ATTENTION, ((), ("--enable-hierarchical-cache",)), ((), ("--pp-size", "2"))), ({},)),
+        FAMILY_DP_ATTENTION, ((), ("--enable-hierarchical-cache",)), ((), ("--pp-size", "2")),
+        ((), ("--enable-eplb", "--moe-runner-backend", "flashinfer_trtllm"))), ({},)),
 )
 
 
@@ -1173,8 +1180,8 @@ def family_override_scenarios(version):
 
 
 def check_family_overrides(kvpilot, src, venvs, version, compare):
-    """MiniCPM's, ERNIE 4.5 VL MoE's, Qwen4-Exp's and IQuest Q1's override providers
-    (family_overrides.py) against the guard's MC1-MC3, E1, QX1, QX2 and IQ1-IQ8."""
+    """MiniCPM's, ERNIE 4.5 VL MoE's, Qwen4-Exp's, IQuest Q1's and Nemotron-H's override providers
+    (family_overrides.py) against the guard's MC1-MC3, E1, QX1, QX2, IQ1-IQ8, NH1 and NH2."""
     return check_with_guard(kvpilot, src, venvs, version, compare, {
         "label": "family override", "scenarios": family_override_scenarios(version),
         "script": "family_overrides.py", "argv": lambda s: s["argv"], "env": lambda s: s["env"],
