@@ -73,10 +73,10 @@ def _declare(server, _source, **fields):
         setattr(server, name, value)
 
 
-def _hook_statements(srt):
-    """(the hook's file, its module name, its statements up to LAST_CHECK as source and compiled)
-    of the release."""
-    for relative, module, cls, name in HOOKS:
+def _function(srt, candidates, what):
+    """(file, module, name, syntax tree) of the first of `candidates` ((file, module, class or
+    None, function)) the release defines."""
+    for relative, module, cls, name in candidates:
         path = os.path.join(srt, relative)
         if not os.path.exists(path):
             continue
@@ -86,45 +86,39 @@ def _hook_statements(srt):
         if cls is not None:
             scope = next((n.body for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), [])
         fn = next((n for n in scope if isinstance(n, ast.FunctionDef) and n.name == name), None)
-        if fn is None:
-            continue
-        last = next((i for i, n in enumerate(fn.body) if LAST_CHECK in ast.unparse(n)), None)
-        if last is None:
-            raise SystemExit(f"{path}: {name} no longer refuses prefill CP without a strategy")
-        body = ast.Module(body=fn.body[:last + 1], type_ignores=[])
-        return path, module, ast.unparse(body), compile(ast.fix_missing_locations(body), path, "exec")
-    raise SystemExit(f"{srt}: no context-parallel hook in {[h[0] for h in HOOKS]}")
+        if fn is not None:
+            return path, module, name, fn
+    raise SystemExit(f"{srt}: no {what} in {[c[0] for c in candidates]}")
+
+
+def _hook_statements(srt):
+    """(the hook's file, its module name, its statements up to LAST_CHECK as source and compiled)
+    of the release."""
+    path, module, name, fn = _function(srt, HOOKS, "context-parallel hook")
+    last = next((i for i, n in enumerate(fn.body) if LAST_CHECK in ast.unparse(n)), None)
+    if last is None:
+        raise SystemExit(f"{path}: {name} no longer refuses prefill CP without a strategy")
+    body = ast.Module(body=fn.body[:last + 1], type_ignores=[])
+    return path, module, ast.unparse(body), compile(ast.fix_missing_locations(body), path, "exec")
 
 
 def _dsa_prefill_cp_check(srt):
     """(the architectures of the model hook's DeepSeek-family branch, its DSA branch's statement
     refusing prefill CP on a PD decode server, compiled) of the release."""
-    for relative, _module, cls, name in MODEL_HOOKS:
-        path = os.path.join(srt, relative)
-        if not os.path.exists(path):
+    path, _module, name, fn = _function(srt, MODEL_HOOKS, "model hook")
+    for family in ast.walk(fn):
+        if not (isinstance(family, ast.If) and isinstance(family.test, ast.Compare)
+                and ast.unparse(family.test.left) == "model_arch"
+                and isinstance(family.test.comparators[0], (ast.List, ast.Tuple))):
             continue
-        with open(path, encoding="utf-8") as f:
-            tree = ast.parse(f.read(), path)
-        scope = tree.body
-        if cls is not None:
-            scope = next((n.body for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), [])
-        fn = next((n for n in scope if isinstance(n, ast.FunctionDef) and n.name == name), None)
-        if fn is None:
-            continue
-        for family in ast.walk(fn):
-            if not (isinstance(family, ast.If) and isinstance(family.test, ast.Compare)
-                    and ast.unparse(family.test.left) == "model_arch"
-                    and isinstance(family.test.comparators[0], (ast.List, ast.Tuple))):
-                continue
-            for dsa in ast.walk(family):
-                if isinstance(dsa, ast.If) and ast.unparse(dsa.test) == "is_deepseek_dsa(hf_config)":
-                    check = next((n for n in dsa.body if DSA_DECODE_CP in ast.unparse(n)), None)
-                    if check is not None:
-                        archs = {c.value for c in family.test.comparators[0].elts if isinstance(c, ast.Constant)}
-                        body = ast.Module(body=[check], type_ignores=[])
-                        return archs, compile(ast.fix_missing_locations(body), path, "exec")
-        raise SystemExit(f"{path}: {name} no longer refuses a DSA model's prefill CP on a decode server")
-    raise SystemExit(f"{srt}: no model hook in {[h[0] for h in MODEL_HOOKS]}")
+        for dsa in ast.walk(family):
+            if isinstance(dsa, ast.If) and ast.unparse(dsa.test) == "is_deepseek_dsa(hf_config)":
+                check = next((n for n in dsa.body if DSA_DECODE_CP in ast.unparse(n)), None)
+                if check is not None:
+                    archs = {c.value for c in family.test.comparators[0].elts if isinstance(c, ast.Constant)}
+                    body = ast.Module(body=[check], type_ignores=[])
+                    return archs, compile(ast.fix_missing_locations(body), path, "exec")
+    raise SystemExit(f"{path}: {name} no longer refuses a DSA model's prefill CP on a decode server")
 
 
 def _module_globals(path, module):
@@ -142,9 +136,7 @@ def main(argv):
     scenarios = json.load(sys.stdin)
     sglang_env.Inert.__get_pydantic_core_schema__ = server_argv._any_schema
     release = classify.Release(src)
-    server_args_cls, _unloaded = server_argv.load_server_args()
-    parser = server_argv.Parser(prog="sglang serve")
-    server_args_cls.add_cli_args(parser)
+    parser = server_argv.argument_parser()
 
     model_config_module = types.ModuleType("sglang.srt.configs.model_config")
     vars(model_config_module).update(release.mc)

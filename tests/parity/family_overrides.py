@@ -84,9 +84,7 @@ def main(argv):
     scenarios = json.load(sys.stdin)
     sglang_env.Inert.__get_pydantic_core_schema__ = server_argv._any_schema
     release = classify.Release(src)
-    server_args_cls, _unloaded = server_argv.load_server_args()
-    parser = server_argv.Parser(prog="sglang serve")
-    server_args_cls.add_cli_args(parser)
+    parser = server_argv.argument_parser()
     deprecated_dp = None
     pipeline_path = os.path.join(src, "sglang", "srt", PIPELINE)
     if os.path.exists(pipeline_path):

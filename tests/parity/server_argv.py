@@ -97,6 +97,15 @@ def load_server_args():
     return ServerArgs, reason
 
 
+def argument_parser():
+    """The release's `sglang serve` parser (`ServerArgs.add_cli_args`), raising instead of exiting;
+    for scripts that read what it parses, after `sglang_env.install`."""
+    server_args_cls, _unloaded = load_server_args()
+    parser = Parser(prog="sglang serve")
+    server_args_cls.add_cli_args(parser)
+    return parser
+
+
 def _any_schema(_self, _source, _handler):
     from pydantic_core import core_schema
     return core_schema.any_schema()
