@@ -777,11 +777,11 @@ fn attention_cp_size(args: &[String]) -> Option<i64> {
         .map_or(Some(1), |size| size.trim().parse::<i64>().ok())
 }
 
-/// Whether a fleet's servers run DP attention as a model override provider reads it: the flag as
-/// given where the provider tests `enable_dp_attention` (up to `last_flag_release`), and from then
-/// on `attn_dp_enabled_of`, which [`runs_dp_attention`] reads.
-fn provider_dp_attention(c: &Context<'_>, fleet: &FleetSpec, last_flag_release: Release) -> bool {
-    if c.release <= last_flag_release { fleet.enable_dp_attention } else { runs_dp_attention(c, fleet) }
+/// Whether a fleet's servers run DP attention as the MiniCPM and IQuest Q1 override providers
+/// read it: the flag as given up to 0.5.21, where they test `enable_dp_attention`, and from 0.5.22
+/// `attn_dp_enabled_of`, which [`runs_dp_attention`] reads.
+fn provider_dp_attention(c: &Context<'_>, fleet: &FleetSpec) -> bool {
+    if c.release <= v0_5(21) { fleet.enable_dp_attention } else { runs_dp_attention(c, fleet) }
 }
 
 /// The architectures SGLang's MiniCPM override provider is registered for
@@ -893,9 +893,14 @@ fn runs_dp_attention(c: &Context<'_>, fleet: &FleetSpec) -> bool {
     fleet.enable_dp_attention && (c.release < v0_5(22) || fleet.data_parallel > 1)
 }
 
+/// A server's `--speculative-eagle-topk`, None when unset (as in SGLang) or not a number.
+fn eagle_topk(args: &[String]) -> Option<i64> {
+    option_value(args, EAGLE_TOPK).and_then(|topk| topk.trim().parse().ok())
+}
+
 /// Whether a server's `--speculative-eagle-topk` is 1 (unset is None in SGLang, not 1).
 fn eagle_topk_is_one(args: &[String]) -> bool {
-    option_value(args, EAGLE_TOPK).and_then(|topk| topk.trim().parse::<i64>().ok()) == Some(1)
+    eagle_topk(args) == Some(1)
 }
 
 /// The speculative algorithm as SGLang's speculative hook resolves it: upper-cased, NEXTN as
@@ -2005,7 +2010,7 @@ pub(crate) const RULES: &[Rule] = &[
         check: |c| {
             when(
                 MINICPM.contains(&c.layout.architecture.as_str())
-                    && fleets_in_scope(c).any(|fleet| provider_dp_attention(c, fleet, v0_5(21))),
+                    && fleets_in_scope(c).any(|fleet| provider_dp_attention(c, fleet)),
             )
         },
         fix: Fix::Manual {
@@ -2166,7 +2171,7 @@ pub(crate) const RULES: &[Rule] = &[
                 iquest_q1(c)
                     && pd_servers(c).any(|(fleet, _, dcp)| {
                         let args = &fleet.extra_args;
-                        dcp > 1 || attention_cp_size(args).is_some_and(|size| size > 1) || given(args, PREFILL_CP)
+                        dcp > 1 || runs_attention_cp(fleet) || given(args, PREFILL_CP)
                     }),
             )
         },
@@ -2186,11 +2191,7 @@ pub(crate) const RULES: &[Rule] = &[
         check: |c| {
             when(
                 iquest_q1(c)
-                    && fleets_in_scope(c).any(|fleet| {
-                        option_value(&fleet.extra_args, EAGLE_TOPK)
-                            .and_then(|topk| topk.trim().parse::<i64>().ok())
-                            .is_some_and(|topk| topk > 1)
-                    }),
+                    && fleets_in_scope(c).any(|fleet| eagle_topk(&fleet.extra_args).is_some_and(|topk| topk > 1)),
             )
         },
         fix: Fix::Manual { hint: "set --speculative-eagle-topk 1 in extraArgs" },
@@ -2218,7 +2219,7 @@ pub(crate) const RULES: &[Rule] = &[
         phase: Phase::Args,
         messages: &[text("IQuest Q1 does not support DP attention.")],
         changes: &[text_from(22, "DP attention counts from more than one attention-DP group")],
-        check: |c| when(iquest_q1(c) && fleets_in_scope(c).any(|fleet| provider_dp_attention(c, fleet, v0_5(21)))),
+        check: |c| when(iquest_q1(c) && fleets_in_scope(c).any(|fleet| provider_dp_attention(c, fleet))),
         fix: Fix::Manual { hint: "turn enableDpAttention off on both fleets" },
     },
     Rule {
