@@ -74,6 +74,7 @@ DSPARK_CONFIG = ("speculative", "dspark_components", "dspark_config.py")
 
 class Release:
     def __init__(self, src):
+        self._loaded = {}
         sglang_env.install(src)
         srt = os.path.join(src, "sglang", "srt")
         _NoServerArgs.methods = _server_args_methods(srt)
@@ -159,6 +160,13 @@ class Release:
                 disable = bool(declared["disable_hybrid_swa_memory"])
                 notes.append(f"{fn.__qualname__}: disable_hybrid_swa_memory={disable}")
         return disable
+
+    def loaded(self, path):
+        """`load(path)` once per path, for callers that only read the config (the override
+        providers, the hooks' checks)."""
+        if path not in self._loaded:
+            self._loaded[path] = self.load(path)
+        return self._loaded[path]
 
     def load(self, path):
         model_dir = tempfile.mkdtemp(prefix="kvpilot-parity-")

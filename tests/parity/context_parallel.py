@@ -167,7 +167,7 @@ def main(argv):
 
     results = []
     for scenario in scenarios:
-        hf_config = release.load(scenario["config"])
+        hf_config = release.loaded(scenario["config"])
         model_config = types.SimpleNamespace(
             hf_config=hf_config, hf_text_config=release.get_hf_text_config(hf_config),
             is_multimodal=bool(is_multimodal(hf_config.architectures)))

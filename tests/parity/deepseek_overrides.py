@@ -76,7 +76,7 @@ def main(argv):
             _fail(path, "_dsa_dcp_overrides did not define")
     results = []
     for scenario in scenarios:
-        hf_config = release.load(scenario["config"])
+        hf_config = release.loaded(scenario["config"])
         arch = hf_config.architectures[0]
         cfg = types.SimpleNamespace(
             dcp_size=scenario["dcp"], enable_prefill_cp=scenario["prefillCp"],

@@ -99,7 +99,7 @@ def main(argv):
             deprecated_dp.__globals__.update(resolving_view=lambda view: view, declare_resolution=_declare)
     results = []
     for scenario in scenarios:
-        hf_config = release.load(scenario["config"])
+        hf_config = release.loaded(scenario["config"])
         arch = hf_config.architectures[0]
         with contextlib.redirect_stderr(io.StringIO()):
             server = parser.parse_args(scenario["argv"])

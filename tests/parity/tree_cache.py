@@ -409,17 +409,11 @@ class DraftRunners:
         self.release = release
         self.worker_class = None
         self.auto_params = None
-        self.hf_configs = {}
-
-    def hf_config(self, path):
-        if path not in self.hf_configs:
-            self.hf_configs[path] = self.release.load(path)
-        return self.hf_configs[path]
 
     def count(self, scenario, algorithm, notes):
         if not algorithm.is_eagle() or not self.multi_layer(scenario, notes):
             return 1
-        arch = self.hf_config(scenario["config"]).architectures[0]
+        arch = self.release.loaded(scenario["config"]).architectures[0]
         steps = scenario.get("numSteps")
         if steps is None:
             steps = self.auto_steps(scenario["speculative"], arch)
@@ -428,7 +422,7 @@ class DraftRunners:
     def multi_layer(self, scenario, notes):
         if scenario.get("multiLayerFlag"):
             return True
-        hf_config = self.hf_config(scenario["config"])
+        hf_config = self.release.loaded(scenario["config"])
         arch = hf_config.architectures[0]
         base, providers = self.release.override_providers(arch)
         enabled = bool(base.MODEL_OVERRIDES.get(arch, {}).get("enable_multi_layer_eagle", False))
