@@ -165,6 +165,10 @@ pub enum LayoutFeature {
     /// `sparse_config` and some minicpm4 layer), which SGLang runs without HiCache and, on its
     /// sparse attention backends, without PD disaggregation (rules MC2, MC3).
     MinicpmSparseAttention,
+    /// Learnable attention sinks (`learnable_sink`, which HunYuan V4's config class turns on by
+    /// default from 0.5.20): SGLang runs such a DSA model with a bfloat16 KV cache only (rule
+    /// DT2).
+    LearnableAttentionSinks,
 }
 
 /// Sizes the runtime's pools are computed from.

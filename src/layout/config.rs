@@ -38,6 +38,20 @@ impl<'a> ConfigView<'a> {
         self.map.get(key).filter(|v| !v.is_null())
     }
 
+    /// Python's truth value of the field as a config class keeps it (`bool(getattr(...))`: a
+    /// `null` is false, as are zero and empty values); None when the key is absent, where the
+    /// class default applies.
+    pub(crate) fn truthy(&self, key: &str) -> Option<bool> {
+        self.map.get(key).map(|value| match value {
+            Value::Null => false,
+            Value::Bool(b) => *b,
+            Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+            Value::String(s) => !s.is_empty(),
+            Value::Array(a) => !a.is_empty(),
+            Value::Object(o) => !o.is_empty(),
+        })
+    }
+
     pub(crate) fn has(&self, key: &str) -> bool {
         self.get(key).is_some()
     }

@@ -2,7 +2,7 @@
 //! before SGLang classifies it: layers it rewrites, and configs it refuses outright.
 
 use crate::api::LayerKind;
-use crate::release::{Release, Transformers};
+use crate::release::{Release, Transformers, v0_5};
 
 use super::LayoutError;
 use super::config::ConfigView;
@@ -45,6 +45,7 @@ pub(crate) fn force_gemma4_last_layer_full(
 /// `get_config` reads every text-config attribute off the top-level config. A multimodal
 /// config (text config nested) is not affected: its top level has no per-layer attributes.
 pub(crate) fn check_loads(arch: &str, v: ConfigView<'_>, nested: bool, release: Release) -> Result<(), LayoutError> {
+    check_hy_v4_sinks(v, release)?;
     if !GEMMA4.contains(&arch) || nested || release.transformers() < Transformers::V5_19_0 {
         return Ok(());
     }
@@ -85,6 +86,20 @@ pub(crate) fn check_loads(arch: &str, v: ConfigView<'_>, nested: bool, release: 
                 ),
             ));
         }
+    }
+    Ok(())
+}
+
+/// SGLang's `HYV4Config` (0.5.20 on) refuses a config whose learnable attention sinks are off.
+fn check_hy_v4_sinks(v: ConfigView<'_>, release: Release) -> Result<(), LayoutError> {
+    if release >= v0_5(20) && v.string("model_type")? == Some("hy_v4") && v.truthy("learnable_sink") == Some(false) {
+        return Err(v.error(
+            "learnable_sink",
+            format!(
+                "SGLang {release}'s HYV4 config class refuses this config (\"HYV4 requires learnable attention sinks\"); \
+                 set it to true or drop it"
+            ),
+        ));
     }
     Ok(())
 }

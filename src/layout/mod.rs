@@ -12,7 +12,7 @@ mod tests;
 use serde_json::Value;
 
 use crate::api::{AttentionKind, AttentionLayout, KvPool, LayerCounts, LayerKind, LayoutFeature};
-use crate::release::Release;
+use crate::release::{Release, v0_5};
 use arch::{OptIn, listed};
 use config::ConfigView;
 
@@ -207,6 +207,11 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
     // `MiniCPMHybridConfig.has_minicpm_sparse_attention`: a sparse config and a minicpm4 layer.
     if text_model_type == Some("minicpm_sala") && text.object("sparse_config")?.is_some() && layers.full_attention > 0 {
         features.push(LayoutFeature::MinicpmSparseAttention);
+    }
+    // HunYuan V4's config class (registered from 0.5.20) turns learnable sinks on by default.
+    let class_sinks = root.string("model_type")? == Some("hy_v4") && release >= v0_5(20);
+    if root.truthy("learnable_sink").unwrap_or(class_sinks) {
+        features.push(LayoutFeature::LearnableAttentionSinks);
     }
     features.sort();
     let compress_ratios = if arch::DEEPSEEK_V4.contains(&arch) { compress_ratios(text)? } else { Vec::new() };

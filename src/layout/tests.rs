@@ -532,3 +532,26 @@ fn iquest_q1_layers_follow_its_config_class_pattern() {
         "last_layers_types[2]"
     );
 }
+
+#[test]
+fn hy_v4_has_learnable_sinks_its_config_class_refuses_off() {
+    let hy_v4 = |extra: Value| {
+        let mut config = json!({
+            "architectures": ["HYV4ForCausalLM"], "model_type": "hy_v4", "num_hidden_layers": 4, "index_topk": 2048,
+            "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64
+        });
+        config.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        config
+    };
+    let layout = resolve_default(hy_v4(json!({}))).unwrap();
+    assert!(layout.has(LayoutFeature::LearnableAttentionSinks), "the class default");
+    assert_eq!(error_field(hy_v4(json!({"learnable_sink": false}))), "learnable_sink");
+    assert_eq!(error_field(hy_v4(json!({"learnable_sink": null}))), "learnable_sink");
+    let old = ResolveOptions { release: v0_5(19), ..ResolveOptions::default() };
+    assert!(resolve(&hy_v4(json!({"learnable_sink": false})), old).is_ok(), "no HYV4 config class before 0.5.20");
+    let deepseek = json!({
+        "architectures": ["DeepseekV32ForCausalLM"], "num_hidden_layers": 4, "index_topk": 2048, "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64, "learnable_sink": 1
+    });
+    assert!(resolve_default(deepseek).unwrap().has(LayoutFeature::LearnableAttentionSinks), "Python's truth value");
+}

@@ -2175,3 +2175,45 @@ fn the_context_parallel_hook_checks_strategies_and_models() {
         "always from 0.5.20"
     );
 }
+
+/// The model hook's DSA branch on a GPU: a DSA model runs a bfloat16 or fp8_e4m3 KV cache only
+/// (DT1, every release), and one with learnable attention sinks a bfloat16 one only (DT2, 0.5.20
+/// on; HunYuan V4's config class turns the sinks on by default and refuses them off). `auto` is
+/// always allowed: SGLang
+/// picks an allowed dtype from the GPU.
+#[test]
+fn dsa_models_refuse_other_kv_cache_dtypes_and_learnable_sinks_need_bfloat16() {
+    let fired = |patch: u16, dtype: Option<&str>, layout: &AttentionLayout| {
+        let decode = FleetSpec { kv_cache_dtype: dtype.map(str::to_string), ..FleetSpec::default() };
+        let verdict = at(patch, &DisaggregationSpec::default(), &decode, layout);
+        verdict.violations.into_iter().map(|v| (v.rule, v.message)).collect::<Vec<_>>()
+    };
+    let fixture = |name: &str| {
+        let path = format!("{}/tests/fixtures/configs/{name}.json", env!("CARGO_MANIFEST_DIR"));
+        layout_at(serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap())
+    };
+    let dsa = fixture("deepseek-v3.2-exp");
+    for dtype in [None, Some("auto"), Some("bf16"), Some("bfloat16"), Some("fp8_e4m3")] {
+        assert!(fired(17, dtype, &dsa).is_empty(), "{dtype:?}");
+    }
+    let refused = [("DT1", "DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype".to_string())];
+    assert_eq!(fired(17, Some("fp8_e5m2"), &dsa), refused);
+    assert_eq!(fired(23, Some("mxfp8"), &dsa), refused);
+    assert!(fired(23, Some("fp8_e5m2"), &mla()).is_empty(), "MLA without a DSA indexer");
+
+    let hyv4 = fixture("parity/hy-v4");
+    assert!(hyv4.has(LayoutFeature::LearnableAttentionSinks), "the config class's default");
+    assert_eq!(
+        fired(20, Some("fp8_e4m3"), &hyv4),
+        [(
+            "DT2",
+            "Learnable DSA attention sinks require a bfloat16 KV cache; got kv_cache_dtype=fp8_e4m3.".to_string()
+        )]
+    );
+    assert_eq!(fired(23, Some("fp8_e5m2"), &hyv4).iter().map(|(rule, _)| *rule).collect::<Vec<_>>(), ["DT2", "DT1"]);
+    assert!(fired(23, Some("bf16"), &hyv4).is_empty());
+    let sinks = fixture("parity/deepseek-v3.2-learnable-sink");
+    assert!(sinks.has(LayoutFeature::LearnableAttentionSinks));
+    assert!(fired(19, Some("fp8_e4m3"), &sinks).is_empty(), "no sink check before 0.5.20");
+    assert_eq!(fired(20, Some("fp8_e4m3"), &sinks).iter().map(|(rule, _)| *rule).collect::<Vec<_>>(), ["DT2"]);
+}

@@ -872,6 +872,19 @@ fn model_hook_dsa(c: &Context<'_>) -> bool {
         && MODEL_HOOK_DEEPSEEK_FAMILY.iter().any(|(arch, since)| *arch == c.layout.architecture && *since <= c.release)
 }
 
+/// The KV cache dtype of the first server in scope whose dtype the model hook's DSA branch
+/// refuses (`_dsa_kv_cache_dtype_default`, run on CUDA and ROCm GPUs): one other than `allowed`,
+/// as given. SGLang decides `auto` from the GPU (fp8_e4m3 from Blackwell, bfloat16 before, and
+/// bfloat16 with learnable sinks), always an allowed one.
+fn dsa_kv_cache_dtype_refused<'a>(c: &'a Context<'_>, allowed: &[&str]) -> Option<&'a str> {
+    if !model_hook_dsa(c) {
+        return None;
+    }
+    fleets_in_scope(c)
+        .map(|fleet| kv_cache_dtype(fleet.kv_cache_dtype.as_deref()))
+        .find(|dtype| !allowed.contains(dtype))
+}
+
 /// The architectures SGLang's Nemotron-H override provider is registered for
 /// (`arg_groups/model_overrides/nemotron_h.py`).
 const NEMOTRON_H: &[&str] = &["NemotronHForCausalLM", "NemotronHPuzzleForCausalLM", "NemotronH_Omni_Reasoning_V3"];
@@ -2298,6 +2311,38 @@ pub(crate) const RULES: &[Rule] = &[
         check: |c| when(c.scope != Scope::OtherServer && model_hook_dsa(c) && given(&c.decode.extra_args, PREFILL_CP)),
         fix: Fix::Manual {
             hint: "remove --enable-prefill-cp from the decode servers' extraArgs (prefill servers keep it)",
+        },
+    },
+    Rule {
+        id: "DT2",
+        about: "DSA learnable attention sinks × a KV cache dtype other than bfloat16",
+        field: DECODE_KV_CACHE_DTYPE,
+        span: Span::since(v0_5(20)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("Learnable DSA attention sinks require a bfloat16 KV cache; got kv_cache_dtype={dtype}.")],
+        changes: &[],
+        check: |c| {
+            let dtype = dsa_kv_cache_dtype_refused(c, &["auto", "bf16", "bfloat16"])?;
+            when_with(c.layout.has(LayoutFeature::LearnableAttentionSinks), vec![("dtype", dtype.to_string())])
+        },
+        fix: Fix::Manual {
+            hint: "set the KV cache dtype (kvCacheDtype, --kv-cache-dtype) to bfloat16, or leave it unset",
+        },
+    },
+    Rule {
+        id: "DT1",
+        about: "DSA KV cache dtype other than bfloat16 or fp8_e4m3",
+        field: DECODE_KV_CACHE_DTYPE,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype")],
+        changes: &[],
+        check: |c| when(dsa_kv_cache_dtype_refused(c, &["auto", "bf16", "bfloat16", "fp8_e4m3"]).is_some()),
+        fix: Fix::Manual {
+            hint: "set the KV cache dtype (kvCacheDtype, --kv-cache-dtype) to fp8_e4m3 or bfloat16, or leave it unset \
+                   (SGLang then picks fp8_e4m3 on Blackwell and bfloat16 before)",
         },
     },
     Rule {

@@ -4,7 +4,8 @@
 Usage: classify.py SGLANG_SRC CONFIG.json...   (SGLANG_SRC holds sglang/srt of one release)
 Prints one JSON object per config on stdout:
   {"file", "architecture", "loaded": true, "isHybridSwa", "fullLayers", "swaLayers",
-   "usesSsmState", "isMla", "isDsa", "isSwaCompress", "hasRatio2Layers", "disableHybridSwaMemory",
+   "usesSsmState", "isMla", "isDsa", "isSwaCompress", "hasRatio2Layers", "hasLearnableSinks",
+   "disableHybridSwaMemory",
    "draftNextnLayers", "draftArchitectureUnderDspark", "notes"}
 or {"file", "loaded": false, "error"} when the release's own config loader refuses the file
 (the release could not start on that checkpoint either).
@@ -255,6 +256,8 @@ class Release:
             # The DeepSeek-V4 pool takes ModelConfig.compress_ratios; ratio 2 makes a DSpark
             # transfer layout (P4).
             "hasRatio2Layers": 2 in (getattr(mc, "compress_ratios", None) or []),
+            # Learnable attention sinks, as the DSA KV cache dtype check reads them (DT2).
+            "hasLearnableSinks": bool(getattr(hf_config, "learnable_sink", False)),
             "disableHybridSwaMemory": disable,
             "notes": notes,
         }, mc

@@ -102,6 +102,7 @@ def kvpilot_facts(layout):
         "hasRatio2Layers": "deepseek-v4.1" in features,
         "noNextnLayers": "no-nextn-layers" in features,
         "dsparkHead": "dspark-head" in features,
+        "hasLearnableSinks": "learnable-attention-sinks" in features,
         "fullLayers": layout["layers"]["fullAttention"],
         "swaLayers": layout["layers"]["slidingWindow"],
     }
@@ -143,7 +144,7 @@ def disagreements(sglang, layout, served):
         NO_MODEL_WARNING in w for w in layout.get("warnings", [])))
     theirs = dict(sglang, servedBySglang=served)
     facts = ["isHybridSwa", "usesSsmState", "isMla", "isDsa", "isSwaCompress", "hasRatio2Layers",
-             "servedBySglang"]
+             "hasLearnableSinks", "servedBySglang"]
     if sglang["isHybridSwa"] and sglang["fullLayers"] is not None:
         facts += ["fullLayers", "swaLayers"]
     differences = [(f, theirs[f], ours[f]) for f in facts if theirs[f] != ours[f]]
@@ -1228,6 +1229,42 @@ def check_context_parallel(kvpilot, src, venvs, version, compare):
         "script": "context_parallel.py", "argv": lambda s: s["argv"], "env": lambda s: s["env"],
         "rules": CONTEXT_PARALLEL_RULES})
 
+# The model hook's DSA KV cache dtype checks (DT1, DT2) on PD decode, PD prefill and servers
+# without PD, with each KV cache dtype every release's parser takes, unset, and with DSA backends
+# given: the DSA models DeepSeek-V3.2 (also with learnable sinks) and GLM-5, HunYuan V4 (its loader
+# runs from 0.5.20, and its config class always has learnable sinks), and DeepSeek-V3 (MLA without
+# DSA) and Llama as the controls.
+DSA_KV_CACHE_CONFIGS = (("deepseek-v3.2-exp", None), ("parity/deepseek-v3.2-learnable-sink", None), ("glm-5", None),
+                        ("parity/hy-v4", "0.5.20"), ("deepseek-v3", None), ("llama-3.1-8b-instruct", None))
+DSA_KV_CACHE_DTYPES = (None, "auto", "bf16", "bfloat16", "fp8_e4m3", "fp8_e5m2", "mxfp8", "nvfp4", "fp4_mx_block16")
+DSA_KV_CACHE_RULES = ("DT1", "DT2")
+
+
+def dsa_kv_cache_scenarios(version):
+    scenarios = []
+    for (config, since), role, dtype, backends in itertools.product(
+            DSA_KV_CACHE_CONFIGS, ("decode", "prefill", "null"), DSA_KV_CACHE_DTYPES, (False, True)):
+        if since is not None and version_key(version) < version_key(since):
+            continue
+        argv = ["--model-path", "/models/m"]
+        if role != "null":
+            argv += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "mooncake"]
+        if dtype is not None:
+            argv += ["--kv-cache-dtype", dtype]
+        if backends:
+            argv += ["--dsa-prefill-backend", "flashmla_sparse", "--dsa-decode-backend", "flashmla_kv"]
+        scenarios.append({"id": f"k{len(scenarios)}", "config": os.path.join(
+            ROOT, "tests/fixtures/configs", f"{config}.json"), "argv": argv})
+    return scenarios
+
+
+def check_dsa_kv_cache(kvpilot, src, venvs, version, compare):
+    """The model hook's DSA KV cache dtype checks (dsa_kv_cache.py) against the guard's DT1 and
+    DT2."""
+    return check_with_guard(kvpilot, src, venvs, version, compare, {
+        "label": "DSA KV cache", "scenarios": dsa_kv_cache_scenarios(version),
+        "script": "dsa_kv_cache.py", "argv": lambda s: s["argv"], "rules": DSA_KV_CACHE_RULES})
+
 # The speculative hook's checks of a server's parallelism (SD6-SD8): each algorithm spelling on PD
 # decode, PD prefill and servers without PD, with pipeline stages, DP and DP attention.
 SPECULATIVE_PARALLEL_ALGORITHMS = ("EAGLE", "nextn", "EAGLE3", "STANDALONE", "standalone", "NGRAM", "ngram",
@@ -1686,7 +1723,7 @@ def check_served_architectures(src):
 
 PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "mamba-args", "draft", "handshake",
          "tree-cache", "speculative", "speculative-parallel", "dsv4-hook", "model-overrides", "family-overrides",
-         "context-parallel", "messages", "argv", "cli")
+         "context-parallel", "dsa-kv-cache", "messages", "argv", "cli")
 
 
 # The parts that run one release's code on their own scenarios and compare with kvpilot, each
@@ -1697,6 +1734,7 @@ PER_RELEASE_CHECKS = (("mamba-args", check_mamba_args), ("draft", check_draft_ge
                       ("model-overrides", check_model_overrides),
                       ("family-overrides", check_family_overrides),
                       ("context-parallel", check_context_parallel),
+                      ("dsa-kv-cache", check_dsa_kv_cache),
                       ("tree-cache", check_tree_cache),
                       ("handshake", check_handshake))
 
