@@ -37,8 +37,28 @@ pub struct AttentionLayout {
     /// pool keeps one cache per ratio, whose layout PD peers compare).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub compress_ratios: Vec<u32>,
+    /// The hidden size (`hidden_size`, or its config class's default), where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hidden_size: Option<u64>,
+    /// The vocabulary size (`vocab_size`, or its config class's default), where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vocab_size: Option<u64>,
+    /// An MTP draft checkpoint's own facts (IQuest Q1's `iquest_q1_mtp`), which SGLang compares
+    /// with the target's when it drafts for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtp_draft: Option<MtpDraft>,
     /// What was assumed where the config did not say.
     pub warnings: Vec<String>,
+}
+
+/// What an MTP draft checkpoint says about the model it drafts for.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct MtpDraft {
+    /// The target's layer count it was trained for (`num_target_layers`).
+    pub target_layers: u64,
+    /// The draft steps the checkpoint has slots for (`num_draft_slots`).
+    pub draft_slots: u64,
 }
 
 impl AttentionLayout {

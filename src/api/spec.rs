@@ -285,10 +285,41 @@ impl VolumeSource {
     }
 }
 
+/// Where the model's weights volume is mounted in the SGLang containers.
+pub const MODELS_DIR: &str = "/models";
+
 impl ModelSpec {
     /// The volume the weights are in, if they are not downloaded from the hub.
     pub fn weights_volume(&self) -> Option<&VolumeWeights> {
         self.source.as_ref().and_then(|s| s.volume.as_ref())
+    }
+
+    /// The `--model-path` of its servers: the weights' directory in the mounted volume, or the
+    /// hub id SGLang downloads.
+    pub fn served_path(&self) -> String {
+        match self.weights_volume() {
+            Some(volume) => volume_path(&volume.path),
+            None => self.name.clone(),
+        }
+    }
+}
+
+/// A directory of the weights volume as its servers see it, under [`MODELS_DIR`].
+fn volume_path(relative: &str) -> String {
+    match relative.trim_matches('/') {
+        "" => MODELS_DIR.to_string(),
+        relative => format!("{MODELS_DIR}/{relative}"),
+    }
+}
+
+impl DraftModelSpec {
+    /// The `--speculative-draft-model-path` of the servers of `model`: the draft's directory in
+    /// the model's weights volume, or its hub id.
+    pub fn served_path(&self, model: &ModelSpec) -> String {
+        match (&self.path, model.weights_volume()) {
+            (Some(path), Some(_)) => volume_path(path),
+            _ => self.name.clone(),
+        }
     }
 }
 

@@ -22,13 +22,14 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::json;
 
 use crate::api::{
-    ConfigSourceRef, EffectiveSettings, FleetSpec, ImagePullPolicy, InferenceDeployment, RouterSpec, quantity_bytes,
+    ConfigSourceRef, EffectiveSettings, FleetSpec, ImagePullPolicy, InferenceDeployment, MODELS_DIR, RouterSpec,
+    quantity_bytes,
 };
 use crate::policy::Assessment;
 use crate::release::ReleaseChoice;
 use crate::sglang::guard::MODEL_CONFIG_ANNOTATION;
 pub use crate::sglang::server::FleetRole;
-use crate::sglang::server::{self, MODELS_DIR, ROUTER_METRICS_PORT};
+use crate::sglang::server::{self, ROUTER_METRICS_PORT};
 
 /// Label: what the pods are.
 pub const LABEL_NAME: &str = "app.kubernetes.io/name";

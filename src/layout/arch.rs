@@ -96,6 +96,15 @@ pub(crate) fn config_class_opt_in(model_type: &str, release: Release) -> Option<
         .map(|(_, opt_in, _)| *opt_in)
 }
 
+/// (hidden size, vocabulary size) defaults of SGLang's config classes by `model_type`
+/// (`configs/iquest_q1.py`: 3072 and 160000, which its MTP draft class inherits).
+const CONFIG_CLASS_SIZES: &[(&str, (u64, u64))] = &[("iquest_q1", (3072, 160_000)), ("iquest_q1_mtp", (3072, 160_000))];
+
+/// The (hidden size, vocabulary size) defaults of `model_type`'s config class, where known.
+pub(crate) fn config_class_sizes(model_type: &str) -> Option<(u64, u64)> {
+    CONFIG_CLASS_SIZES.iter().find(|(name, _)| *name == model_type).map(|(_, sizes)| *sizes)
+}
+
 /// Window defaults of SGLang's config classes, applied when config.json has no window key
 /// (`configs/laguna.py`: `sliding_window: int = 512`, every release; `configs/iquest_q1.py`:
 /// `sliding_window: int = 4096`, 0.5.21 on, the first release that serves it).

@@ -1,7 +1,9 @@
 //! What a release's config loader (its pinned transformers config classes) does to a config
 //! before SGLang classifies it: layers it rewrites, and configs it refuses outright.
 
-use crate::api::LayerKind;
+use serde_json::{Value, json};
+
+use crate::api::{LayerKind, MtpDraft};
 use crate::release::{Release, Transformers, v0_5};
 
 use super::LayoutError;
@@ -131,4 +133,97 @@ fn check_stated_overrides(
         }
     }
     Ok(())
+}
+
+/// The keys `IQuestQ1MTPConfig.__init__` takes as its own parameters; every other key of the
+/// checkpoint's config.json overlays the target's config.
+const IQUEST_MTP_PARAMETERS: &[&str] = &[
+    "target_config",
+    "num_draft_slots",
+    "num_target_layers",
+    "sliding_window",
+    "swa_rope_theta",
+    "fp32_residual_connection",
+];
+/// `IQuestQ1MTPConfig`'s defaults: draft slots, draft window, and the target's layers when
+/// neither the checkpoint nor its `target_config` says.
+const IQUEST_MTP_DRAFT_SLOTS: u64 = 7;
+const IQUEST_MTP_WINDOW: u64 = 512;
+const IQUEST_TARGET_LAYERS: u64 = 88;
+
+/// `IQuestQ1MTPConfig` (`configs/iquest_q1.py`, 0.5.21 on), the class of an IQuest Q1 MTP draft
+/// checkpoint (`model_type: iquest_q1_mtp`): its target's config (`target_config`, less the
+/// target's identity) overlaid with the checkpoint's own keys, made one IQuest Q1 layer that
+/// slides over `sliding_window` (512 unless set; null or 0: a full layer). Returns that config
+/// and the draft's own facts, None for any other config; refuses what the class refuses, naming
+/// the checkpoint's field.
+pub(crate) fn iquest_q1_mtp(v: ConfigView<'_>, release: Release) -> Result<Option<(Value, MtpDraft)>, LayoutError> {
+    if release < v0_5(21) || v.string("model_type")? != Some("iquest_q1_mtp") {
+        return Ok(None);
+    }
+    if v.map.contains_key("num_hidden_layers") && v.uint("num_hidden_layers")? != Some(1) {
+        return Err(v.error(
+            "num_hidden_layers",
+            "must be 1 or absent: an IQuest Q1 MTP checkpoint has one physical draft layer (\"MTP supports one \
+             physical draft layer.\")",
+        ));
+    }
+    let draft_slots = v.uint("num_draft_slots")?.unwrap_or(IQUEST_MTP_DRAFT_SLOTS);
+    if draft_slots < 1 {
+        return Err(v.error("num_draft_slots", "must be at least 1 (\"num_draft_slots must be positive.\")"));
+    }
+    let window = if v.map.contains_key("sliding_window") { v.uint("sliding_window")? } else { Some(IQUEST_MTP_WINDOW) };
+    let window = window.filter(|w| *w > 0);
+    let theta = v.truthy("swa_rope_theta").unwrap_or(true);
+    if window.is_some() && !theta {
+        return Err(v.error(
+            "swa_rope_theta",
+            "must be set and non-zero for a sliding draft layer (\"A positive draft window requires \
+             swa_rope_theta.\"); set it, or sliding_window to null for a full-attention draft layer",
+        ));
+    }
+    let target = v.object("target_config")?.cloned().unwrap_or_default();
+    let target_view = ConfigView { map: &target, prefix: "target_config." };
+    let target_layers = match v.uint("num_target_layers")? {
+        Some(layers) => layers,
+        None => target_view.uint("num_hidden_layers")?.unwrap_or(IQUEST_TARGET_LAYERS),
+    };
+    if target_layers < 1 {
+        return Err(v.error("num_target_layers", "must be at least 1 (\"num_target_layers must be positive.\")"));
+    }
+    if let Some(stated) = target_view.uint("num_hidden_layers")?
+        && stated != target_layers
+    {
+        return Err(v.error(
+            "num_target_layers",
+            format!(
+                "is {target_layers} but target_config.num_hidden_layers is {stated} (\"num_target_layers must \
+                 match target_config.\"); make them equal"
+            ),
+        ));
+    }
+    let mut config = target;
+    for key in ["model_type", "architectures", "auto_map", "_name_or_path"] {
+        config.remove(key);
+    }
+    config.extend(
+        v.map
+            .iter()
+            .filter(|(key, _)| !IQUEST_MTP_PARAMETERS.contains(&key.as_str()))
+            .map(|(k, x)| (k.clone(), x.clone())),
+    );
+    let kind = if window.is_some() { "sliding_attention" } else { "full_attention" };
+    config.extend([
+        ("model_type".to_string(), json!("iquest_q1_mtp")),
+        ("architectures".to_string(), json!(["IQuestQ1MTP"])),
+        ("num_hidden_layers".to_string(), json!(1)),
+        ("use_hybrid_layers".to_string(), json!(true)),
+        ("use_sliding_window".to_string(), json!(window.is_some())),
+        ("sliding_window".to_string(), json!(window)),
+        ("first_layers_types".to_string(), json!([kind])),
+        ("hybrid_layers_types_block".to_string(), json!([])),
+        ("num_hybrid_layers_block".to_string(), json!(0)),
+        ("last_layers_types".to_string(), json!([])),
+    ]);
+    Ok(Some((Value::Object(config), MtpDraft { target_layers, draft_slots })))
 }

@@ -51,6 +51,19 @@ const NESTED_TEXT_CONFIG: &[&str] = &["text_config", "llm_config", "language_con
 
 /// Resolves a model's attention layout from its Hugging Face `config.json`.
 pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayout, LayoutError> {
+    if let Value::Object(map) = config
+        && let Some((built, draft)) = loader::iquest_q1_mtp(ConfigView { map, prefix: "" }, options.release)?
+    {
+        let mut layout = resolve_built(&built, options)?;
+        layout.mtp_draft = Some(draft);
+        return Ok(layout);
+    }
+    resolve_built(config, options)
+}
+
+/// The layout of a config as its config class builds it (an MTP checkpoint's after
+/// [`loader::iquest_q1_mtp`]).
+fn resolve_built(config: &Value, options: ResolveOptions) -> Result<AttentionLayout, LayoutError> {
     let Value::Object(root) = config else {
         return Err(LayoutError { field: "$".into(), message: "a model config.json must be a JSON object".into() });
     };
@@ -225,6 +238,7 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
     )?;
 
     let text_model_type = text_model_type.filter(|t| model_type.as_deref() != Some(*t)).map(str::to_string);
+    let (hidden_size, vocab_size) = model_sizes(text, text_model_type.as_deref().or(model_type.as_deref()))?;
     Ok(AttentionLayout {
         architecture,
         model_type,
@@ -237,8 +251,21 @@ pub fn resolve(config: &Value, options: ResolveOptions) -> Result<AttentionLayou
         features,
         kv_shape,
         compress_ratios,
+        hidden_size,
+        vocab_size,
+        mtp_draft: None,
         warnings,
     })
+}
+
+/// The hidden and vocabulary sizes: config.json's, else the config class's defaults where
+/// kvpilot knows them.
+fn model_sizes(v: ConfigView<'_>, model_type: Option<&str>) -> Result<(Option<u64>, Option<u64>), LayoutError> {
+    let defaults = model_type.and_then(arch::config_class_sizes);
+    Ok((
+        v.uint("hidden_size")?.or(defaults.map(|(hidden, _)| hidden)),
+        v.uint("vocab_size")?.or(defaults.map(|(_, vocab)| vocab)),
+    ))
 }
 
 /// Whether the draft an EAGLE worker builds from this config has no NextN layers

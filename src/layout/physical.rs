@@ -388,7 +388,7 @@ pub(crate) fn classify(
         Some("glm5_next") => return from_glm5_next(v, n),
         Some("gigachat3_5") => return from_gigachat35(v, n),
         Some("minicpm_sala") => return from_minicpm_mixer_types(v, n),
-        Some("iquest_q1") => return from_iquest_q1(v, n),
+        Some("iquest_q1" | "iquest_q1_mtp") => return from_iquest_q1(v, n),
         _ => {}
     }
     Ok(match arch {

@@ -4,6 +4,7 @@ use proptest::prelude::*;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::api::MtpDraft;
 use crate::release::v0_5;
 
 fn resolve_default(config: Value) -> Result<AttentionLayout, LayoutError> {
@@ -554,4 +555,35 @@ fn hy_v4_has_learnable_sinks_its_config_class_refuses_off() {
         "qk_rope_head_dim": 64, "learnable_sink": 1
     });
     assert!(resolve_default(deepseek).unwrap().has(LayoutFeature::LearnableAttentionSinks), "Python's truth value");
+}
+
+#[test]
+fn an_iquest_q1_mtp_checkpoint_is_one_layer_of_its_target_as_its_config_class_builds_it() {
+    let mtp = |extra: Value| {
+        let mut config = json!({
+            "model_type": "iquest_q1_mtp", "architectures": ["IQuestQ1MTP"],
+            "target_config": {"model_type": "iquest_q1", "num_hidden_layers": 88, "hidden_size": 2048}
+        });
+        config.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        config
+    };
+    let layout = resolve_default(mtp(json!({}))).unwrap();
+    assert_eq!((layout.layers.total, layout.layers.sliding_window, layout.sliding_window), (1, 1, Some(512)));
+    assert_eq!((layout.hidden_size, layout.vocab_size), (Some(2048), Some(160_000)), "target's, then class default");
+    assert_eq!(layout.mtp_draft, Some(MtpDraft { target_layers: 88, draft_slots: 7 }));
+    let full = resolve_default(mtp(json!({"sliding_window": null, "num_draft_slots": 2}))).unwrap();
+    assert_eq!((full.layers.full_attention, full.sliding_window), (1, None));
+    assert_eq!(full.mtp_draft, Some(MtpDraft { target_layers: 88, draft_slots: 2 }));
+    assert_eq!(resolve_default(mtp(json!({"hidden_size": 4096}))).unwrap().hidden_size, Some(4096), "its own keys win");
+    for (extra, field) in [
+        (json!({"num_hidden_layers": 2}), "num_hidden_layers"),
+        (json!({"num_draft_slots": 0}), "num_draft_slots"),
+        (json!({"swa_rope_theta": null}), "swa_rope_theta"),
+        (json!({"num_target_layers": 0}), "num_target_layers"),
+        (json!({"num_target_layers": 64}), "num_target_layers"),
+    ] {
+        assert_eq!(error_field(mtp(extra.clone())), field, "{extra}");
+    }
+    let old = ResolveOptions { release: v0_5(20), ..ResolveOptions::default() };
+    assert!(resolve(&mtp(json!({})), old).is_err(), "no such class before 0.5.21: num_hidden_layers is required");
 }

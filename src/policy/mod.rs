@@ -52,6 +52,10 @@ pub struct PolicyInput<'a> {
     /// The resolved layout of `spec.disaggregation.speculativeDraftModel`; None when the model's
     /// own NextN/MTP layers draft (or nothing does).
     pub draft: Option<&'a AttentionLayout>,
+    /// Whether the draft model's `--speculative-draft-model-path` is the model's own
+    /// `--model-path` ([`draft_is_the_model`]): SGLang then drafts from the target's checkpoint,
+    /// which IQuest Q1 refuses like no draft model at all.
+    pub draft_is_the_model: bool,
     /// `spec.prefill`, the prefill fleet kvpilot runs with the service's settings: the rules that
     /// read flags kvpilot keeps no setting for (M2, M5, the tree cache's) read its `extraArgs`
     /// too. For a decode server the guard reads, the prefill server it is paired with, whose KV
@@ -153,6 +157,7 @@ fn evaluate_on(input: PolicyInput<'_>, scope: Scope) -> Verdict {
                         decode: input.decode,
                         layout: input.layout,
                         draft: input.draft,
+                        draft_is_the_model: input.draft_is_the_model,
                         prefill_fleet: input.prefill_fleet,
                         release: input.release,
                         scope,
@@ -205,6 +210,7 @@ fn findings(settings: &DisaggregationSpec, input: PolicyInput<'_>, scope: Scope)
         decode: input.decode,
         layout: input.layout,
         draft: input.draft,
+        draft_is_the_model: input.draft_is_the_model,
         prefill_fleet: input.prefill_fleet,
         release: input.release,
         scope,
@@ -499,6 +505,7 @@ pub fn assess(
         decode: &spec.decode,
         layout: &layout,
         draft: draft_layout.as_ref(),
+        draft_is_the_model: draft_is_the_model(spec),
         prefill_fleet: spec.prefill.as_deref(),
         release: release.release,
     });
@@ -507,6 +514,15 @@ pub fn assess(
         verdict.warnings.extend(draft.warnings.iter().map(|w| format!("speculative draft model: {w}")));
     }
     Ok(Assessment { layout, draft_layout, verdict, release: release.clone() })
+}
+
+/// Whether `spec` names a speculative draft model whose servers load it from the model's own
+/// path (the same hub id, or the same directory of the weights volume).
+pub fn draft_is_the_model(spec: &InferenceDeploymentSpec) -> bool {
+    spec.disaggregation
+        .speculative_draft_model
+        .as_ref()
+        .is_some_and(|draft| draft.served_path(&spec.model) == spec.model.served_path())
 }
 
 /// The draft model's layout, resolved as the target's is; an error names the draft's config.

@@ -63,6 +63,7 @@ fn at(patch: u16, settings: &DisaggregationSpec, decode: &FleetSpec, layout: &At
         decode,
         layout,
         draft: None,
+        draft_is_the_model: false,
         prefill_fleet: None,
         release: v0_5(patch),
     })
@@ -80,6 +81,7 @@ fn at_with_draft(
         decode: &FleetSpec::default(),
         layout,
         draft,
+        draft_is_the_model: false,
         prefill_fleet: None,
         release: v0_5(patch),
     })
@@ -1141,6 +1143,7 @@ fn r12_says_which_settings_a_decode_server_without_radix_cache_ignores() {
             decode,
             layout,
             draft: None,
+            draft_is_the_model: false,
             prefill_fleet: None,
             release: v0_5(patch),
         };
@@ -1269,6 +1272,7 @@ fn h5_h6_n5_follow_the_tree_cache_flexkv_and_pure_swa_included() {
         decode: &FleetSpec::default(),
         layout: &ssm(),
         draft: None,
+        draft_is_the_model: false,
         prefill_fleet: Some(&flexkv),
         release: v0_5(23),
     };
@@ -1309,6 +1313,7 @@ fn h7_refuses_a_sized_deepseek_v4_host_pool_where_the_unified_tree_attaches_one(
         decode: &FleetSpec::default(),
         layout: &dsv4(),
         draft: None,
+        draft_is_the_model: false,
         prefill_fleet: Some(&prefill),
         release: v0_5(23),
     };
@@ -1342,6 +1347,7 @@ fn x4_refuses_the_external_linker_with_a_sidecar_draft_up_to_0_5_22() {
         decode: &FleetSpec::default(),
         layout: &full(),
         draft: None,
+        draft_is_the_model: false,
         prefill_fleet: Some(&prefill),
         release: v0_5(22),
     };
@@ -1444,6 +1450,7 @@ fn x5_refuses_the_external_linker_with_a_multi_layer_sidecar_draft_from_0_5_23()
         decode: &FleetSpec::default(),
         layout: &full(),
         draft: None,
+        draft_is_the_model: false,
         prefill_fleet: Some(&prefill),
         release: v0_5(23),
     };
@@ -1493,6 +1500,7 @@ fn n6_refuses_a_sidecar_draft_where_the_tree_is_not_unified() {
             decode: &FleetSpec::default(),
             layout: &full(),
             draft: None,
+            draft_is_the_model: false,
             prefill_fleet: Some(prefill),
             release: v0_5(23),
         };
@@ -1647,6 +1655,7 @@ fn p4b_refuses_a_paired_prefill_server_that_runs_dspark_where_the_decode_server_
                     decode: &FleetSpec::default(),
                     layout,
                     draft: None,
+                    draft_is_the_model: false,
                     prefill_fleet: Some(prefill),
                     release: v0_5(patch),
                 };
@@ -1679,6 +1688,7 @@ fn p4b_refuses_a_paired_prefill_server_that_runs_dspark_where_the_decode_server_
         decode: &FleetSpec::default(),
         layout: &dsv41,
         draft: None,
+        draft_is_the_model: false,
         prefill_fleet: Some(&dspark_prefill),
         release: v0_5(23),
     };
@@ -1696,6 +1706,7 @@ fn p3_compares_the_deepseek_v4_kv_layouts_both_fleets_decide() {
             decode,
             layout,
             draft: None,
+            draft_is_the_model: false,
             prefill_fleet: Some(prefill),
             release: v0_5(23),
         };
@@ -1761,6 +1772,7 @@ fn t1hnd_refuses_the_hnd_layout_on_the_mha_pools_of_pd_servers() {
         decode: &FleetSpec::default(),
         layout: &full(),
         draft: None,
+        draft_is_the_model: false,
         prefill_fleet: Some(&hnd),
         release: v0_5(23),
     };
@@ -1778,6 +1790,7 @@ fn h2_reads_a_service_s_prefill_fleet_with_its_own_env() {
             decode: &FleetSpec::default(),
             layout: &full(),
             draft: None,
+            draft_is_the_model: false,
             prefill_fleet: Some(prefill),
             release: v0_5(patch),
         };
@@ -1857,6 +1870,7 @@ fn deepseek_v4_s_model_hook_reads_the_algorithm_as_given_and_eagle_s_top_k() {
         decode: &top_k("1"),
         layout: &dsv4(),
         draft: None,
+        draft_is_the_model: false,
         prefill_fleet: Some(&prefill),
         release: v0_5(23),
     });
@@ -1926,6 +1940,7 @@ fn deepseek_v41_dspark_pd_needs_mooncake_or_nixl_and_no_context_parallelism() {
             decode: &plain,
             layout: &v41,
             draft: None,
+            draft_is_the_model: false,
             prefill_fleet: Some(&prefill),
             release: v0_5(patch),
         })
@@ -1981,6 +1996,7 @@ fn dsa_decode_context_parallelism_runs_without_pd_from_0_5_22() {
         decode: &plain,
         layout: &dsa,
         draft: None,
+        draft_is_the_model: false,
         prefill_fleet: None,
         release: v0_5(23),
     };
@@ -2037,6 +2053,7 @@ fn the_speculative_hook_refuses_dspark_stages_on_decode_and_dp_attention_for_sta
         decode: &stages,
         layout: &full(),
         draft: None,
+        draft_is_the_model: false,
         prefill_fleet: None,
         release: v0_5(23),
     };
@@ -2216,4 +2233,61 @@ fn dsa_models_refuse_other_kv_cache_dtypes_and_learnable_sinks_need_bfloat16() {
     assert!(sinks.has(LayoutFeature::LearnableAttentionSinks));
     assert!(fired(19, Some("fp8_e4m3"), &sinks).is_empty(), "no sink check before 0.5.20");
     assert_eq!(fired(20, Some("fp8_e4m3"), &sinks).iter().map(|(rule, _)| *rule).collect::<Vec<_>>(), ["DT2"]);
+}
+
+/// IQuest Q1's MTP draft checks in the speculative hook (0.5.21 on): an EAGLE or NEXTN draft
+/// needs a draft model of its own (IQ9), an MTP checkpoint (IQ10) trained for the model (IQ11,
+/// IQ12), no token map (IQ13), at least one step (IQ14), a top-k of 1 (IQ15) and a verify width
+/// of the steps plus one, the steps defaulting to the checkpoint's draft slots (IQ16).
+#[test]
+fn iquest_q1_drafts_with_an_mtp_checkpoint_trained_for_it() {
+    let fixture = |name: &str| {
+        let path = format!("{}/tests/fixtures/configs/{name}.json", env!("CARGO_MANIFEST_DIR"));
+        layout_at(serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap())
+    };
+    let target = fixture("parity/iquest-q1");
+    let mtp = fixture("parity/iquest-q1-mtp");
+    let eagle = |draft_named: bool| {
+        with(|s| {
+            s.speculative_algorithm = Some("nextn".into());
+            s.speculative_draft_model = draft_named.then(|| crate::api::DraftModelSpec {
+                name: "iquest/q1-mtp".into(),
+                revision: None,
+                path: None,
+                config: crate::api::ModelConfigSource::default(),
+            });
+        })
+    };
+    let fired =
+        |patch: u16, settings: &DisaggregationSpec, draft: Option<&AttentionLayout>, args: &[&str], own: bool| {
+            let decode = FleetSpec { extra_args: args.iter().map(|a| a.to_string()).collect(), ..FleetSpec::default() };
+            let verdict = evaluate(PolicyInput {
+                disaggregation: settings,
+                decode: &decode,
+                layout: &target,
+                draft,
+                draft_is_the_model: own,
+                prefill_fleet: None,
+                release: v0_5(patch),
+            });
+            verdict.violations.into_iter().map(|v| v.rule).filter(|rule| rule.starts_with("IQ")).collect::<Vec<_>>()
+        };
+    assert!(fired(20, &eagle(false), None, &[], false).is_empty(), "before 0.5.21");
+    assert_eq!(fired(21, &eagle(false), None, &[], false), ["IQ9"]);
+    assert_eq!(fired(23, &eagle(true), Some(&target), &[], true), ["IQ9"], "the model's own path");
+    assert!(fired(23, &eagle(true), Some(&mtp), &[], false).is_empty());
+    assert!(fired(23, &eagle(true), None, &[], false).is_empty(), "a draft config not read decides nothing");
+    assert_eq!(fired(23, &eagle(true), Some(&target), &[], false), ["IQ10"]);
+    assert_eq!(fired(23, &eagle(true), Some(&fixture("parity/iquest-q1-mtp-other-width")), &[], false), ["IQ11"]);
+    assert_eq!(fired(23, &eagle(true), Some(&fixture("parity/iquest-q1-mtp-other-target")), &[], false), ["IQ12"]);
+    let with_mtp = |args: &[&str]| fired(23, &eagle(true), Some(&mtp), args, false);
+    assert_eq!(with_mtp(&["--speculative-token-map", "/maps/t.pt"]), ["IQ13"]);
+    assert_eq!(with_mtp(&["--speculative-num-steps", "0"]), ["IQ14"]);
+    assert_eq!(with_mtp(&["--speculative-eagle-topk", "0"]), ["IQ15"]);
+    assert_eq!(with_mtp(&["--speculative-eagle-topk", "2"]), ["IQ5"], "the provider refuses it first");
+    assert!(with_mtp(&["--speculative-num-draft-tokens", "8"]).is_empty(), "7 draft slots and one");
+    assert_eq!(with_mtp(&["--speculative-num-draft-tokens", "3"]), ["IQ16"]);
+    assert!(with_mtp(&["--speculative-num-steps", "2", "--speculative-num-draft-tokens", "3"]).is_empty());
+    let standalone = with(|s| s.speculative_algorithm = Some("STANDALONE".into()));
+    assert_eq!(fired(23, &standalone, None, &[], false), ["IQ2"], "the provider refuses it first");
 }

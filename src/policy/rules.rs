@@ -7,7 +7,7 @@
 use crate::api::AttentionLayout;
 use crate::api::{
     AttentionKind, DisaggregationSpec, FleetSpec, HicacheHostMemoryMode, KvPool, LayerKind, LayoutFeature,
-    MambaRadixCacheStrategy, PrefillSpec, RetractionBackup, TransferBackend,
+    MambaRadixCacheStrategy, MtpDraft, PrefillSpec, RetractionBackup, TransferBackend,
 };
 use crate::release::{Release, Span, v0_5};
 
@@ -19,6 +19,8 @@ pub(crate) struct Context<'a> {
     pub(crate) layout: &'a AttentionLayout,
     /// The speculative draft model's layout; None when the model's own NextN/MTP layers draft.
     pub(crate) draft: Option<&'a AttentionLayout>,
+    /// Whether the draft model named is the model itself (`PolicyInput::draft_is_the_model`).
+    pub(crate) draft_is_the_model: bool,
     /// The prefill fleet kvpilot runs (`spec.prefill`), whose `extraArgs` and env the rules read
     /// for a service; for the guard's decode server, the prefill server it is paired with, which
     /// only P3 reads (its KV layout settings).
@@ -546,7 +548,7 @@ fn draft_runners(c: &Context<'_>, args: &[String]) -> i64 {
         return 1;
     }
     let chosen = if c.layout.architecture == "LlamaForCausalLM" { 5 } else { 3 };
-    let steps = option_value(args, "--speculative-num-steps").map_or(Some(chosen), |steps| steps.parse::<i64>().ok());
+    let steps = option_value(args, NUM_STEPS).map_or(Some(chosen), |steps| steps.parse::<i64>().ok());
     steps.unwrap_or(1).max(1)
 }
 
@@ -819,6 +821,33 @@ const IQUEST_FA3_HINT: &str = "drop --attention-backend, --prefill-attention-bac
 /// Whether the model is IQuest Q1.
 fn iquest_q1(c: &Context<'_>) -> bool {
     IQUEST_Q1.contains(&c.layout.architecture.as_str())
+}
+
+const IQUEST_MTP_MODEL_TYPE: &str = "iquest_q1_mtp";
+const IQUEST_MTP_DRAFT_HINT: &str = "name IQuest Q1's MTP draft checkpoint (an iquest_q1_mtp config) as \
+                                     speculativeDraftModel (--speculative-draft-model-path), apart from the model";
+const NUM_STEPS: &str = "--speculative-num-steps";
+const NUM_STEPS_FIELD: &str = "spec.decode.extraArgs[--speculative-num-steps]";
+const TOKEN_MAP: &str = "--speculative-token-map";
+
+/// Whether IQuest Q1's MTP draft checks run (`_handle_iquest_q1_mtp_draft` in the speculative
+/// hook's EAGLE family, 0.5.21 on): an IQuest Q1 target drafting with EAGLE or NEXTN, the
+/// algorithms its override provider lets through (IQ2).
+fn iquest_q1_mtp_drafting(c: &Context<'_>) -> bool {
+    c.layout.architecture == "IQuestQ1ForCausalLM"
+        && matches!(speculative_algorithm(c).as_deref(), Some("EAGLE" | "NEXTN"))
+}
+
+/// IQuest Q1's MTP draft and its facts, where its config.json was read and is an MTP
+/// checkpoint's (IQ9 and IQ10 pass).
+fn iquest_q1_mtp_draft<'a>(c: &'a Context<'_>) -> Option<(&'a AttentionLayout, MtpDraft)> {
+    let draft = c.draft.filter(|_| iquest_q1_mtp_drafting(c) && !c.draft_is_the_model)?;
+    Some((draft, draft.mtp_draft?))
+}
+
+/// A server's `--speculative-num-steps`, None when unset or not a number.
+fn speculative_num_steps(args: &[String]) -> Option<i64> {
+    option_value(args, NUM_STEPS).and_then(|steps| steps.trim().parse().ok())
 }
 
 /// Whether an attention backend option among a server's arguments is given as something other
@@ -2246,6 +2275,159 @@ pub(crate) const RULES: &[Rule] = &[
         changes: &[],
         check: |c| when(iquest_q1(c) && fleets_in_scope(c).any(|fleet| fleet.pipeline_parallel > 1)),
         fix: Fix::Manual { hint: "set pipelineParallel to 1 on both fleets" },
+    },
+    Rule {
+        id: "IQ9",
+        about: "IQuest Q1 drafts with an MTP checkpoint of its own",
+        field: SPECULATIVE_DRAFT_MODEL,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("IQuest Q1 requires an independent draft model path.")],
+        changes: &[],
+        check: |c| {
+            when(iquest_q1_mtp_drafting(c) && (c.settings.speculative_draft_model.is_none() || c.draft_is_the_model))
+        },
+        fix: Fix::Manual { hint: IQUEST_MTP_DRAFT_HINT },
+    },
+    Rule {
+        id: "IQ10",
+        about: "IQuest Q1's draft is an IQuest Q1 MTP checkpoint",
+        field: SPECULATIVE_DRAFT_MODEL,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("IQuest Q1 requires an independent MTP draft checkpoint.")],
+        changes: &[],
+        check: |c| {
+            when(
+                iquest_q1_mtp_drafting(c)
+                    && !c.draft_is_the_model
+                    && c.draft.is_some_and(|draft| draft.model_type.as_deref() != Some(IQUEST_MTP_MODEL_TYPE)),
+            )
+        },
+        fix: Fix::Manual { hint: IQUEST_MTP_DRAFT_HINT },
+    },
+    Rule {
+        id: "IQ11",
+        about: "IQuest Q1's MTP draft has the target's hidden and vocabulary sizes",
+        field: SPECULATIVE_DRAFT_MODEL,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("MTP draft hidden size and vocabulary must match the target.")],
+        changes: &[],
+        check: |c| {
+            let (draft, _) = iquest_q1_mtp_draft(c)?;
+            let differs = |ours: Option<u64>, theirs: Option<u64>| ours.zip(theirs).is_some_and(|(a, b)| a != b);
+            when(differs(draft.hidden_size, c.layout.hidden_size) || differs(draft.vocab_size, c.layout.vocab_size))
+        },
+        fix: Fix::Manual {
+            hint: "use the MTP draft checkpoint trained for this model (same hidden_size and vocab_size)",
+        },
+    },
+    Rule {
+        id: "IQ12",
+        about: "IQuest Q1's MTP draft was trained for the target's layer count",
+        field: SPECULATIVE_DRAFT_MODEL,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("MTP draft target layer count must match the target.")],
+        changes: &[],
+        check: |c| {
+            let (_, mtp) = iquest_q1_mtp_draft(c)?;
+            when(mtp.target_layers != u64::from(c.layout.layers.total))
+        },
+        fix: Fix::Manual {
+            hint: "use the MTP draft checkpoint trained for this model (its num_target_layers is the model's \
+                   num_hidden_layers)",
+        },
+    },
+    Rule {
+        id: "IQ13",
+        about: "IQuest Q1's MTP draft × a speculative token map",
+        field: "spec.decode.extraArgs[--speculative-token-map]",
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("MTP uses its own full-vocabulary embedding and head.")],
+        changes: &[],
+        check: |c| {
+            when(
+                iquest_q1_mtp_drafting(c)
+                    && fleets_in_scope(c).any(|fleet| option_value(&fleet.extra_args, TOKEN_MAP).is_some()),
+            )
+        },
+        fix: Fix::Manual { hint: "drop --speculative-token-map from extraArgs" },
+    },
+    Rule {
+        id: "IQ14",
+        about: "IQuest Q1's MTP draft runs at least one step",
+        field: NUM_STEPS_FIELD,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("MTP requires positive speculative_num_steps.")],
+        changes: &[],
+        check: |c| {
+            when(
+                iquest_q1_mtp_drafting(c)
+                    && fleets_in_scope(c).any(|fleet| speculative_num_steps(&fleet.extra_args).is_some_and(|s| s < 1)),
+            )
+        },
+        fix: Fix::Manual {
+            hint: "set --speculative-num-steps to 1 or more in extraArgs, or drop it (the checkpoint's \
+                   num_draft_slots)",
+        },
+    },
+    Rule {
+        id: "IQ15",
+        about: "IQuest Q1's MTP draft × a top-k below 1",
+        field: EAGLE_TOPK_FIELD,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("MTP requires --speculative-eagle-topk 1.")],
+        changes: &[],
+        // A top-k above 1 is refused before, by the override provider (IQ5).
+        check: |c| {
+            when(
+                iquest_q1_mtp_drafting(c)
+                    && fleets_in_scope(c).any(|fleet| eagle_topk(&fleet.extra_args).is_some_and(|topk| topk < 1)),
+            )
+        },
+        fix: Fix::Manual { hint: "set --speculative-eagle-topk 1 in extraArgs, or drop it" },
+    },
+    Rule {
+        id: "IQ16",
+        about: "IQuest Q1's MTP draft verifies its steps and one token",
+        field: "spec.decode.extraArgs[--speculative-num-draft-tokens]",
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("MTP verification width must equal draft steps + 1.")],
+        changes: &[],
+        check: |c| {
+            if !iquest_q1_mtp_drafting(c) {
+                return None;
+            }
+            let slots = iquest_q1_mtp_draft(c).map(|(_, mtp)| mtp.draft_slots);
+            when(fleets_in_scope(c).any(|fleet| {
+                let args = &fleet.extra_args;
+                let steps = match option_value(args, NUM_STEPS) {
+                    Some(_) => speculative_num_steps(args),
+                    None => slots.and_then(|slots| i64::try_from(slots).ok()),
+                };
+                let tokens =
+                    option_value(args, "--speculative-num-draft-tokens").and_then(|t| t.trim().parse::<i64>().ok());
+                matches!((steps, tokens), (Some(steps), Some(tokens)) if tokens != steps + 1)
+            }))
+        },
+        fix: Fix::Manual {
+            hint: "set --speculative-num-draft-tokens to --speculative-num-steps + 1 in extraArgs (the steps default \
+                   to the checkpoint's num_draft_slots), or drop it",
+        },
     },
     Rule {
         id: "NH1",

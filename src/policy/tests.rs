@@ -85,7 +85,15 @@ fn run(settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayo
 }
 
 fn run_at(release: Release, settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout) -> Verdict {
-    evaluate(PolicyInput { disaggregation: settings, decode, layout, draft: None, prefill_fleet: None, release })
+    evaluate(PolicyInput {
+        disaggregation: settings,
+        decode,
+        layout,
+        draft: None,
+        draft_is_the_model: false,
+        prefill_fleet: None,
+        release,
+    })
 }
 
 fn both_modes(settings: DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout) -> (Verdict, Verdict) {
@@ -568,6 +576,7 @@ fn m1_to_m5_mamba_strategies_where_the_radix_cache_runs() {
                 decode,
                 layout,
                 draft: None,
+                draft_is_the_model: false,
                 prefill_fleet: None,
                 release: v0_5(patch),
             };
@@ -866,6 +875,7 @@ fn m2_and_m5_read_the_extra_args_of_every_fleet_that_keeps_a_radix_cache() {
             decode,
             layout: &qwen_next,
             draft: None,
+            draft_is_the_model: false,
             prefill_fleet: prefill,
             release: v0_5(23),
         };
@@ -914,4 +924,28 @@ fn boolean_env_values_are_read_as_sglang_s_env_bool_reads_them() {
     for off in ["0", "false", "no", "n", "on", " 1", "1 ", ""] {
         assert!(!r20(off), "{off:?} is off (or invalid, so the default) for SGLang");
     }
+}
+
+#[test]
+fn a_draft_model_is_the_model_where_its_servers_load_it_from_the_same_path() {
+    let spec = |model: serde_json::Value, draft: serde_json::Value| -> InferenceDeploymentSpec {
+        serde_json::from_value(json!({
+            "model": model,
+            "disaggregation": {"speculativeDraftModel": draft},
+            "decode": {}
+        }))
+        .unwrap()
+    };
+    let hub = json!({"name": "iquest/q1", "config": {"inline": {}}});
+    let volume = json!({"name": "iquest/q1", "config": {"inline": {}}, "source": {"volume": {"source": {"persistentVolumeClaim": {"claimName": "w"}}, "path": "q1/"}}});
+    let same_hub = spec(hub.clone(), json!({"name": "iquest/q1", "config": {"inline": {}}}));
+    assert!(draft_is_the_model(&same_hub));
+    assert!(!draft_is_the_model(&spec(hub, json!({"name": "iquest/q1-mtp", "config": {"inline": {}}}))));
+    let same_directory = json!({"name": "draft", "path": "q1", "config": {"inline": {}}});
+    assert!(draft_is_the_model(&spec(volume.clone(), same_directory)), "/models/q1 both");
+    let other_directory = json!({"name": "iquest/q1", "path": "q1-mtp", "config": {"inline": {}}});
+    assert!(!draft_is_the_model(&spec(volume, other_directory)));
+    let mut none = same_hub;
+    none.disaggregation.speculative_draft_model = None;
+    assert!(!draft_is_the_model(&none), "no draft model named");
 }

@@ -26,13 +26,10 @@ pub fn sglang_args(spec: &InferenceDeploymentSpec, verdict: &Verdict, release: R
     let settled = &verdict.settings;
     let decode = ServerSettings {
         mode: Mode::Decode,
-        model_path: Some(super::server::model_path(&spec.model)),
+        model_path: Some(spec.model.served_path()),
         // A revision picks a hub commit; weights in a volume are what they are.
         revision: spec.model.revision.clone().filter(|_| spec.model.weights_volume().is_none()),
-        draft_model_path: settled
-            .speculative_draft_model
-            .as_ref()
-            .map(|draft| super::server::draft_model_path(draft, &spec.model)),
+        draft_model_path: settled.speculative_draft_model.as_ref().map(|draft| draft.served_path(&spec.model)),
         // A revision picks a hub commit; a draft in the weights volume is what it is.
         draft_revision: settled
             .speculative_draft_model

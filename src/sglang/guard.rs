@@ -471,15 +471,25 @@ pub struct ServerVerdict {
 
 impl ServerVerdict {
     /// Whether the check read the speculative draft's config.json: only a DeepSeek-V4 model's
-    /// does (T11 compares the two sliding windows), so a draft that could not be read is worth
-    /// a word only then.
+    /// (T11 compares the two sliding windows) and IQuest Q1's (its MTP draft checks) do, so a
+    /// draft that could not be read is worth a word only then.
     pub fn reads_draft_config(&self) -> bool {
-        reads_draft_config(&self.layout)
+        unread_draft_config(&self.layout).is_some()
     }
 }
 
-fn reads_draft_config(layout: &AttentionLayout) -> bool {
-    layout.has(crate::api::LayoutFeature::DeepseekV4)
+/// What the check assumes or skips when the draft's config.json of a model with `layout` was
+/// not read; None where no rule reads it.
+fn unread_draft_config(layout: &AttentionLayout) -> Option<&'static str> {
+    if layout.has(crate::api::LayoutFeature::DeepseekV4) {
+        Some("T11 took the draft's sliding window to be the model's")
+    } else if layout.architecture == "IQuestQ1ForCausalLM" {
+        Some(
+            "IQuest Q1's MTP draft checks that read it (IQ10-IQ12, and IQ16 without --speculative-num-steps) were not made",
+        )
+    } else {
+        None
+    }
 }
 
 /// Runs the policy for one server at the SGLang release chosen for it.
@@ -500,6 +510,7 @@ fn assess_server(
         decode: &spec.decode,
         layout: &layout,
         draft: draft.as_ref(),
+        draft_is_the_model: policy::draft_is_the_model(spec),
         prefill_fleet: spec.prefill.as_deref(),
         release,
     };
@@ -658,11 +669,9 @@ pub fn check(server: &Server, configs: &ModelConfigs, rewrite: bool) -> Result<S
     warnings.extend(layout.warnings.iter().cloned());
     warnings.extend(fixed.warnings.iter().map(|w| translate(w)));
     warnings.extend(server.parsed.warnings.iter().cloned());
-    if let (Some(path), None, true) = (&settings.draft_model_path, &configs.draft, reads_draft_config(&layout)) {
-        warnings.push(format!(
-            "the config.json of the draft model {path} was not read: T11 took the draft's sliding window to be \
-             the model's"
-        ));
+    if let (Some(path), None, Some(unread)) = (&settings.draft_model_path, &configs.draft, unread_draft_config(&layout))
+    {
+        warnings.push(format!("the config.json of the draft model {path} was not read: {unread}"));
     }
     // What rewrite mode changes, by the field it changes: applied with `rewrite`, named in each
     // violation's fix without.

@@ -3,10 +3,7 @@
 //! and the router's, from tables that also tell which flags `extraArgs` may not set, and the
 //! spec checks that come with running the pods.
 
-use crate::api::{
-    DraftModelSpec, FleetSpec, HICACHE_GIGABYTE, InferenceDeploymentSpec, ModelSpec, PrefillSpec, RouterSpec,
-    quantity_bytes,
-};
+use crate::api::{FleetSpec, HICACHE_GIGABYTE, InferenceDeploymentSpec, PrefillSpec, RouterSpec, quantity_bytes};
 use crate::layout::LayoutError;
 use crate::policy::{self, Assessment, ModelConfigs, Outcome, Violation};
 use crate::release::{Release, ReleaseChoice};
@@ -16,8 +13,6 @@ use super::cmdline::{Arg, ArgList, ArgSite};
 use super::flags::FLAGS;
 use super::server_cli::{self, Reading, Word};
 
-/// Where a volume with the weights is mounted in the SGLang container.
-pub const MODELS_DIR: &str = "/models";
 /// The port rank 0 of a multi-node replica listens on for the other ranks (`--dist-init-addr`).
 pub const DIST_INIT_PORT: i32 = 5000;
 
@@ -212,30 +207,6 @@ fn host_pool_size_args(spec: &InferenceDeploymentSpec) -> Vec<String> {
     match spec.cache.as_ref().and_then(|c| c.host_pool_gigabytes()) {
         Some(Ok(gigabytes)) => vec![HOST_POOL_SIZE.names[0].to_string(), gigabytes.to_string()],
         _ => Vec::new(),
-    }
-}
-
-/// The `--model-path` of the decode servers: the weights' directory in the mounted volume, or
-/// the hub id SGLang downloads.
-pub fn model_path(model: &ModelSpec) -> String {
-    match model.weights_volume() {
-        Some(volume) if !volume.path.trim_matches('/').is_empty() => {
-            format!("{MODELS_DIR}/{}", volume.path.trim_matches('/'))
-        }
-        Some(_) => MODELS_DIR.to_string(),
-        None => model.name.clone(),
-    }
-}
-
-/// `--speculative-draft-model-path` of `draft`: its directory in the model's weights volume, or
-/// its hub id.
-pub fn draft_model_path(draft: &DraftModelSpec, model: &ModelSpec) -> String {
-    match (&draft.path, model.weights_volume()) {
-        (Some(path), Some(_)) if !path.trim_matches('/').is_empty() => {
-            format!("{MODELS_DIR}/{}", path.trim_matches('/'))
-        }
-        (Some(_), Some(_)) => MODELS_DIR.to_string(),
-        _ => draft.name.clone(),
     }
 }
 
@@ -637,6 +608,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::api::DraftModelSpec;
     use crate::release::{KNOWN, v0_5};
 
     const NEWEST: Release = v0_5(23);
@@ -1133,13 +1105,13 @@ mod tests {
     #[test]
     fn the_model_path_is_the_volume_directory_or_the_hub_id() {
         let hub = spec(json!({}), json!(null));
-        assert_eq!(model_path(&hub.model), "m/x");
+        assert_eq!(hub.model.served_path(), "m/x");
         let volume = spec(
             json!({}),
             json!({"volume": {"source": {"persistentVolumeClaim": {"claimName": "w"}}, "path": "llama/8b/"}}),
         );
-        assert_eq!(model_path(&volume.model), "/models/llama/8b");
+        assert_eq!(volume.model.served_path(), "/models/llama/8b");
         let root = spec(json!({}), json!({"volume": {"source": {"persistentVolumeClaim": {"claimName": "w"}}}}));
-        assert_eq!(model_path(&root.model), "/models");
+        assert_eq!(root.model.served_path(), "/models");
     }
 }

@@ -5,7 +5,7 @@ Usage: classify.py SGLANG_SRC CONFIG.json...   (SGLANG_SRC holds sglang/srt of o
 Prints one JSON object per config on stdout:
   {"file", "architecture", "loaded": true, "isHybridSwa", "fullLayers", "swaLayers",
    "usesSsmState", "isMla", "isDsa", "isSwaCompress", "hasRatio2Layers", "hasLearnableSinks",
-   "disableHybridSwaMemory",
+   "hiddenSize", "vocabSize", "mtpDraft", "disableHybridSwaMemory",
    "draftNextnLayers", "draftArchitectureUnderDspark", "notes"}
 or {"file", "loaded": false, "error"} when the release's own config loader refuses the file
 (the release could not start on that checkpoint either).
@@ -258,6 +258,11 @@ class Release:
             "hasRatio2Layers": 2 in (getattr(mc, "compress_ratios", None) or []),
             # Learnable attention sinks, as the DSA KV cache dtype check reads them (DT2).
             "hasLearnableSinks": bool(getattr(hf_config, "learnable_sink", False)),
+            # The sizes and MTP draft facts IQuest Q1's MTP draft checks compare (IQ11, IQ12, IQ16).
+            "hiddenSize": getattr(mc.hf_text_config, "hidden_size", None),
+            "vocabSize": getattr(mc.hf_text_config, "vocab_size", None),
+            "mtpDraft": ({"targetLayers": hf_config.num_target_layers, "draftSlots": hf_config.num_draft_slots}
+                         if hasattr(hf_config, "num_draft_slots") else None),
             "disableHybridSwaMemory": disable,
             "notes": notes,
         }, mc

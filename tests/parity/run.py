@@ -103,6 +103,9 @@ def kvpilot_facts(layout):
         "noNextnLayers": "no-nextn-layers" in features,
         "dsparkHead": "dspark-head" in features,
         "hasLearnableSinks": "learnable-attention-sinks" in features,
+        "hiddenSize": layout.get("hiddenSize"),
+        "vocabSize": layout.get("vocabSize"),
+        "mtpDraft": layout.get("mtpDraft"),
         "fullLayers": layout["layers"]["fullAttention"],
         "swaLayers": layout["layers"]["slidingWindow"],
     }
@@ -147,6 +150,9 @@ def disagreements(sglang, layout, served):
              "hasLearnableSinks", "servedBySglang"]
     if sglang["isHybridSwa"] and sglang["fullLayers"] is not None:
         facts += ["fullLayers", "swaLayers"]
+    # The sizes where kvpilot states them (it leaves those of config classes it does not know
+    # to the release), and the MTP draft facts always.
+    facts += [f for f in ("hiddenSize", "vocabSize") if ours[f] is not None] + ["mtpDraft"]
     differences = [(f, theirs[f], ours[f]) for f in facts if theirs[f] != ours[f]]
     # N6 and X4 fire for an EAGLE draft kvpilot names the feature for. kvpilot leaves the count
     # to SGLang only for config classes that may supply one config.json does not name
@@ -918,22 +924,26 @@ def tree_cache_argv(scenario):
     return argv
 
 
-def guard_pods(version, scenarios, argv_of, env_of=lambda _: {}, self_drafted=lambda _: False):
+def guard_pods(version, scenarios, argv_of, env_of=lambda _: {}, draft_of=lambda _: None):
     """One Pod per scenario running `argv_of(scenario)` with the env `env_of(scenario)`, its config
-    inline through a ConfigMap (also as the draft model's where `self_drafted(scenario)`), for
-    `kvpilot check`."""
+    inline through a ConfigMap, and the draft model's config `draft_of(scenario)` (a fixture path,
+    or None for none) the same way, for `kvpilot check`."""
     documents, config_maps = [], {}
-    for scenario in scenarios:
-        name = os.path.basename(scenario["config"]).removesuffix(".json")
+
+    def config_map(path):
+        name = os.path.basename(path).removesuffix(".json")
         if name not in config_maps:
-            with open(scenario["config"], encoding="utf-8") as f:
+            with open(path, encoding="utf-8") as f:
                 config_maps[name] = {"apiVersion": "v1", "kind": "ConfigMap",
                                      "metadata": {"name": name, "namespace": "parity"},
                                      "data": {"config.json": f.read()}}
+        return f"configmap/{name}"
+
+    for scenario in scenarios:
         env = [{"name": k, "value": v} for k, v in env_of(scenario).items()]
-        annotations = {"kvpilot.dev/model-config": f"configmap/{name}"}
-        if self_drafted(scenario):
-            annotations["kvpilot.dev/draft-model-config"] = f"configmap/{name}"
+        annotations = {"kvpilot.dev/model-config": config_map(scenario["config"])}
+        if draft_of(scenario) is not None:
+            annotations["kvpilot.dev/draft-model-config"] = config_map(draft_of(scenario))
         documents.append({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": scenario["id"], "namespace": "parity", "annotations": annotations},
@@ -945,8 +955,8 @@ def guard_pods(version, scenarios, argv_of, env_of=lambda _: {}, self_drafted=la
 
 def check_with_guard(kvpilot, src, venvs, version, compare, part):
     """One release's script on a part's scenarios against the guard's `part["rules"]` on the same
-    servers' command lines (`part`: label, scenarios, script, argv, env). Returns (passed,
-    failed, summary)."""
+    servers' command lines (`part`: label, scenarios, script, argv, env, and draft: the draft
+    model's config of a scenario). Returns (passed, failed, summary)."""
     scenarios = part["scenarios"]
     env_of = part.get("env", lambda _: {})
     theirs = {r["id"]: r for r in run_release_script(part["script"], src, venvs, scenarios)}
@@ -954,7 +964,7 @@ def check_with_guard(kvpilot, src, venvs, version, compare, part):
                f"{sum(r['raised'] for r in theirs.values())}")
     if not compare:
         return len(scenarios), 0, summary + ")"
-    pods = guard_pods(version, scenarios, part["argv"], env_of)
+    pods = guard_pods(version, scenarios, part["argv"], env_of, part.get("draft", lambda _: None))
     reports = {r["name"].split("/")[-1]: r for r in kvpilot_check_json(kvpilot, pods)}
     agreements, failed, rules = compare_first_refusal(
         scenarios, theirs, reports, lambda v: v["rule"] in part["rules"],
@@ -966,7 +976,8 @@ def check_with_guard(kvpilot, src, venvs, version, compare, part):
 def tree_cache_pods(version, scenarios):
     """One Pod per scenario for `kvpilot check`, naming the model itself as the draft model's
     config where the scenario drafts with it."""
-    return guard_pods(version, scenarios, tree_cache_argv, lambda s: s["env"], lambda s: s["selfDrafted"])
+    return guard_pods(version, scenarios, tree_cache_argv, lambda s: s["env"],
+                      lambda s: s["config"] if s["selfDrafted"] else None)
 
 
 def check_tree_cache(kvpilot, src, venvs, version, compare):
@@ -1228,6 +1239,62 @@ def check_context_parallel(kvpilot, src, venvs, version, compare):
         "label": "context parallel", "scenarios": context_parallel_scenarios(version),
         "script": "context_parallel.py", "argv": lambda s: s["argv"], "env": lambda s: s["env"],
         "rules": CONTEXT_PARALLEL_RULES})
+
+# IQuest Q1's override provider and the speculative hook's MTP draft checks (IQ1-IQ16; the hook
+# and the model's loader from 0.5.21) on PD decode servers and servers without PD: EAGLE, nextn
+# and STANDALONE; no draft model, the model's own path, and a draft model at another path that is
+# an MTP checkpoint (sliding, full attention, trained for another layer count or hidden size),
+# the model itself, or
+# Llama; the steps, EAGLE's top-k and the verify width unset, matching or not; a token map or
+# none. Llama drafting with the MTP checkpoint is the control.
+IQUEST_MTP_SINCE = "0.5.21"
+IQUEST_MTP_DRAFTS = (None, "self", "parity/iquest-q1-mtp", "parity/iquest-q1-mtp-full-attention",
+                     "parity/iquest-q1-mtp-other-target", "parity/iquest-q1-mtp-other-width", "parity/iquest-q1",
+                     "llama-3.1-8b-instruct")
+IQUEST_MTP_FLAGS = (((), ("--speculative-num-steps", "0"), ("--speculative-num-steps", "2")),
+                    ((), ("--speculative-eagle-topk", "0"), ("--speculative-eagle-topk", "2")),
+                    ((), ("--speculative-num-draft-tokens", "3"), ("--speculative-num-draft-tokens", "8")),
+                    ((), ("--speculative-token-map", "/maps/tokens.pt")))
+IQUEST_MTP_RULES = ("IQ1", "IQ2", "IQ3", "IQ4", "IQ5", "IQ6", "IQ7", "IQ8", "IQ9", "IQ10", "IQ11", "IQ12", "IQ13",
+                    "IQ14", "IQ15", "IQ16")
+
+
+def fixture(name):
+    return os.path.join(ROOT, "tests/fixtures/configs", f"{name}.json")
+
+
+def iquest_mtp_scenarios(version):
+    if version_key(version) < version_key(IQUEST_MTP_SINCE):
+        return []
+    scenarios = []
+    matrix = itertools.product(("parity/iquest-q1",), ("decode", "null"), ("EAGLE", "nextn", "STANDALONE"),
+                               IQUEST_MTP_DRAFTS, itertools.product(*IQUEST_MTP_FLAGS))
+    control = itertools.product(("llama-3.1-8b-instruct",), ("decode",), ("EAGLE",),
+                                ("parity/iquest-q1-mtp",), (((), (), (), ()),))
+    for config, role, algorithm, draft, flags in itertools.chain(matrix, control):
+        argv = ["--model-path", "/models/m", "--speculative-algorithm", algorithm]
+        if role != "null":
+            argv += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "mooncake"]
+        if draft == "self":
+            argv += ["--speculative-draft-model-path", "/models/m"]
+        elif draft is not None:
+            argv += ["--speculative-draft-model-path", "/models/draft"]
+        scenarios.append({"id": f"q{len(scenarios)}", "config": fixture(config),
+                          "draftConfig": None if draft in (None, "self") else fixture(draft),
+                          "argv": argv + [a for f in flags for a in f]})
+    return scenarios
+
+
+def check_iquest_mtp(kvpilot, src, venvs, version, compare):
+    """IQuest Q1's override provider and the speculative hook's MTP draft checks (iquest_mtp.py)
+    against the guard's IQ1-IQ16, with each draft model's config.json given to both."""
+    if version_key(version) < version_key(IQUEST_MTP_SINCE):
+        return 0, 0, f"IQuest MTP scenarios 0 (IQuest Q1 loads from {IQUEST_MTP_SINCE})"
+    return check_with_guard(kvpilot, src, venvs, version, compare, {
+        "label": "IQuest MTP", "scenarios": iquest_mtp_scenarios(version),
+        "script": "iquest_mtp.py", "argv": lambda s: s["argv"], "draft": lambda s: s["draftConfig"],
+        "rules": IQUEST_MTP_RULES})
+
 
 # The model hook's DSA KV cache dtype checks (DT1, DT2) on PD decode, PD prefill and servers
 # without PD, with each KV cache dtype every release's parser takes, unset, and with DSA backends
@@ -1723,7 +1790,7 @@ def check_served_architectures(src):
 
 PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "mamba-args", "draft", "handshake",
          "tree-cache", "speculative", "speculative-parallel", "dsv4-hook", "model-overrides", "family-overrides",
-         "context-parallel", "dsa-kv-cache", "messages", "argv", "cli")
+         "context-parallel", "dsa-kv-cache", "iquest-mtp", "messages", "argv", "cli")
 
 
 # The parts that run one release's code on their own scenarios and compare with kvpilot, each
@@ -1735,6 +1802,7 @@ PER_RELEASE_CHECKS = (("mamba-args", check_mamba_args), ("draft", check_draft_ge
                       ("family-overrides", check_family_overrides),
                       ("context-parallel", check_context_parallel),
                       ("dsa-kv-cache", check_dsa_kv_cache),
+                      ("iquest-mtp", check_iquest_mtp),
                       ("tree-cache", check_tree_cache),
                       ("handshake", check_handshake))
 
