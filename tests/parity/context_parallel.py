@@ -40,7 +40,6 @@ import os
 import sys
 import types
 
-import classify
 import server_argv
 import sglang_env
 
@@ -134,9 +133,7 @@ def main(argv):
     src = argv[1]
     srt = os.path.join(src, "sglang", "srt")
     scenarios = json.load(sys.stdin)
-    sglang_env.Inert.__get_pydantic_core_schema__ = server_argv._any_schema
-    release = classify.Release(src)
-    parser = server_argv.argument_parser()
+    release, parser = server_argv.release_and_parser(src)
 
     model_config_module = types.ModuleType("sglang.srt.configs.model_config")
     vars(model_config_module).update(release.mc)

@@ -32,7 +32,6 @@ import os
 import sys
 import types
 
-import classify
 import context_parallel
 import server_argv
 import sglang_env
@@ -78,9 +77,7 @@ def main(argv):
     src = argv[1]
     srt = os.path.join(src, "sglang", "srt")
     scenarios = json.load(sys.stdin)
-    sglang_env.Inert.__get_pydantic_core_schema__ = server_argv._any_schema
-    release = classify.Release(src)
-    parser = server_argv.argument_parser()
+    release, parser = server_argv.release_and_parser(src)
     family = _hook_family(srt)
     # The check imports is_deepseek_dsa from here; the release's own, as classify loaded it.
     model_config_module = types.ModuleType("sglang.srt.configs.model_config")

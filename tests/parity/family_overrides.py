@@ -37,7 +37,6 @@ import os
 import sys
 import types
 
-import classify
 import server_argv
 import sglang_env
 
@@ -82,9 +81,7 @@ def main(argv):
         sys.exit(__doc__)
     src = argv[1]
     scenarios = json.load(sys.stdin)
-    sglang_env.Inert.__get_pydantic_core_schema__ = server_argv._any_schema
-    release = classify.Release(src)
-    parser = server_argv.argument_parser()
+    release, parser = server_argv.release_and_parser(src)
     deprecated_dp = None
     pipeline_path = os.path.join(src, "sglang", "srt", PIPELINE)
     if os.path.exists(pipeline_path):

@@ -33,7 +33,6 @@ import sys
 import tempfile
 import types
 
-import classify
 import family_overrides
 import pd_args
 import server_argv
@@ -50,9 +49,7 @@ def main(argv):
     src = argv[1]
     srt = os.path.join(src, "sglang", "srt")
     scenarios = json.load(sys.stdin)
-    sglang_env.Inert.__get_pydantic_core_schema__ = server_argv._any_schema
-    release = classify.Release(src)
-    parser = server_argv.argument_parser()
+    release, parser = server_argv.release_and_parser(src)
     hook = pd_args.speculative_hook_function(srt, HOOK)
     drafts = tempfile.mkdtemp(prefix="kvpilot-parity-drafts-")
     draft_dirs = {}

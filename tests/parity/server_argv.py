@@ -24,6 +24,7 @@ import json
 import sys
 import traceback
 
+import classify
 import sglang_env
 
 
@@ -104,6 +105,15 @@ def argument_parser():
     parser = Parser(prog="sglang serve")
     server_args_cls.add_cli_args(parser)
     return parser
+
+
+def release_and_parser(src):
+    """(the release in `src` as `classify.Release` loads it, its argument parser): for the scripts
+    that run a release's hooks on the namespace its parser makes of an argv. The parser's
+    pydantic-typed fields accept the harness's inert stand-ins."""
+    sglang_env.Inert.__get_pydantic_core_schema__ = _any_schema
+    release = classify.Release(src)
+    return release, argument_parser()
 
 
 def _any_schema(_self, _source, _handler):
