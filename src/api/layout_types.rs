@@ -43,6 +43,10 @@ pub struct AttentionLayout {
     /// The vocabulary size (`vocab_size`, or its config class's default), where known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vocab_size: Option<u64>,
+    /// The `mamba_chunk_size` SGLang's extra-buffer Mamba cache reads off the config (config.json's,
+    /// or its config class's); None where the class has none, and SGLang takes 64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mamba_chunk_size: Option<u64>,
     /// An MTP draft checkpoint's own facts (IQuest Q1's `iquest_q1_mtp`), which SGLang compares
     /// with the target's when it drafts for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

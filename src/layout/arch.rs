@@ -96,6 +96,43 @@ pub(crate) fn config_class_opt_in(model_type: &str, release: Release) -> Option<
         .map(|(_, opt_in, _)| *opt_in)
 }
 
+/// How SGLang's config classes set `mamba_chunk_size`, by the root config's `model_type`, with
+/// the first release whose class does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ChunkSize {
+    /// A property or constant: config.json cannot change it.
+    Fixed(u64),
+    /// The first of `keys` config.json sets, else the class default.
+    Keyed { keys: &'static [&'static str], default: u64 },
+}
+
+const CONFIG_CLASS_CHUNK_SIZES: &[(&str, ChunkSize, Release)] = &[
+    // configs/nemotron_h.py: `_resolve_mamba_chunk_size` takes the legacy `chunk_size` too.
+    ("nemotron_h", ChunkSize::Keyed { keys: &["mamba_chunk_size", "chunk_size"], default: 256 }, v0_5(17)),
+    ("falcon_h1", ChunkSize::Keyed { keys: &["mamba_chunk_size"], default: 256 }, v0_5(17)),
+    ("granitemoehybrid", ChunkSize::Keyed { keys: &["mamba_chunk_size"], default: 256 }, v0_5(17)),
+    // LFM2 and ZAYA do not chunk; Inkling floors at 64.
+    ("lfm2", ChunkSize::Fixed(1), v0_5(17)),
+    ("lfm2_moe", ChunkSize::Fixed(1), v0_5(17)),
+    ("lfm2_vl", ChunkSize::Fixed(1), v0_5(17)),
+    ("zaya", ChunkSize::Fixed(1), v0_5(17)),
+    ("inkling_model", ChunkSize::Fixed(64), v0_5(17)),
+    ("inkling_mm_model", ChunkSize::Fixed(64), v0_5(17)),
+    // configs/mamba.py (0.5.20 on): Mamba-1 has no chunk; a constant sizes its cache chunks.
+    ("mamba", ChunkSize::Fixed(256), v0_5(20)),
+    ("falcon_mamba", ChunkSize::Fixed(256), v0_5(20)),
+    // configs/mamba2.py (0.5.20 on): an alias of transformers' `chunk_size` (256 by default).
+    ("mamba2", ChunkSize::Keyed { keys: &["chunk_size"], default: 256 }, v0_5(20)),
+];
+
+/// How `model_type`'s config class sets `mamba_chunk_size` in `release`, where it does.
+pub(crate) fn config_class_chunk_size(model_type: &str, release: Release) -> Option<ChunkSize> {
+    CONFIG_CLASS_CHUNK_SIZES
+        .iter()
+        .find(|(name, _, since)| *name == model_type && *since <= release)
+        .map(|(_, chunk, _)| *chunk)
+}
+
 /// (hidden size, vocabulary size) defaults of SGLang's config classes by `model_type`
 /// (`configs/iquest_q1.py`: 3072 and 160000, which its MTP draft class inherits).
 const CONFIG_CLASS_SIZES: &[(&str, (u64, u64))] = &[("iquest_q1", (3072, 160_000)), ("iquest_q1_mtp", (3072, 160_000))];

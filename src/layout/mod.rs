@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::api::{AttentionKind, AttentionLayout, KvPool, LayerCounts, LayerKind, LayoutFeature};
 use crate::release::{Release, v0_5};
-use arch::{OptIn, listed};
+use arch::{ChunkSize, OptIn, listed};
 use config::ConfigView;
 
 /// More layers than any real model has; a larger count is refused before anything is
@@ -238,6 +238,7 @@ fn resolve_built(config: &Value, options: ResolveOptions) -> Result<AttentionLay
     )?;
 
     let text_model_type = text_model_type.filter(|t| model_type.as_deref() != Some(*t)).map(str::to_string);
+    let mamba_chunk_size = mamba_chunk_size(root, release)?;
     let (hidden_size, vocab_size) = model_sizes(text, text_model_type.as_deref().or(model_type.as_deref()))?;
     Ok(AttentionLayout {
         architecture,
@@ -253,9 +254,20 @@ fn resolve_built(config: &Value, options: ResolveOptions) -> Result<AttentionLay
         compress_ratios,
         hidden_size,
         vocab_size,
+        mamba_chunk_size,
         mtp_draft: None,
         warnings,
     })
+}
+
+/// `getattr(hf_config, "mamba_chunk_size", None)` on the root config as the release's class
+/// builds it: the class's own way where it has one, else the key config.json sets.
+fn mamba_chunk_size(root: ConfigView<'_>, release: Release) -> Result<Option<u64>, LayoutError> {
+    match root.string("model_type")?.and_then(|t| arch::config_class_chunk_size(t, release)) {
+        Some(ChunkSize::Fixed(size)) => Ok(Some(size)),
+        Some(ChunkSize::Keyed { keys, default }) => Ok(Some(root.uint_any(keys)?.unwrap_or(default))),
+        None => root.uint("mamba_chunk_size"),
+    }
 }
 
 /// The hidden and vocabulary sizes: config.json's, else the config class's defaults where

@@ -18,11 +18,11 @@ use crate::api::{OnInvalid, RetractionBackup, TransferBackend};
 const ON_EVERY_PD_SERVER: &[&str] =
     &["R20", "M1", "U1", "U2", "U3", "U4c", "U9", "L7", "T11", "T1hnd", "V4", "K2", "MC3", "QX1"];
 const ON_EVERY_SERVER: &[&str] = &[
-    "M2", "M3", "M4", "M5", "S8", "F3", "F5", "L1", "L2", "L4", "L5", "L6", "L8", "X2", "X3", "X4", "X5", "D1", "D2",
-    "D3", "D4", "D5", "D6", "U4", "U8", "U10", "U11", "U13", "U15", "H1", "H2", "H5", "H6", "H7", "N5", "N6", "SD1",
-    "SD2", "SD3", "SD4", "SD5", "SD7", "SD8", "V1", "V2", "V3", "K1", "K3", "K4", "K5", "MC1", "MC2", "E1", "QX2",
-    "IQ1", "IQ2", "IQ3", "IQ4", "IQ5", "IQ6", "IQ7", "IQ8", "IQ9", "IQ10", "IQ11", "IQ12", "IQ13", "IQ14", "IQ15",
-    "IQ16", "CP1", "CP2", "CP3", "CP4", "CP5", "NH1", "NH2", "DT1", "DT2",
+    "M2", "M3", "M4", "M5", "M6", "M7", "S8", "F3", "F5", "L1", "L2", "L4", "L5", "L6", "L8", "X2", "X3", "X4", "X5",
+    "D1", "D2", "D3", "D4", "D5", "D6", "U4", "U8", "U10", "U11", "U13", "U15", "H1", "H2", "H5", "H6", "H7", "N5",
+    "N6", "SD1", "SD2", "SD3", "SD4", "SD5", "SD7", "SD8", "V1", "V2", "V3", "K1", "K3", "K4", "K5", "MC1", "MC2",
+    "E1", "QX2", "IQ1", "IQ2", "IQ3", "IQ4", "IQ5", "IQ6", "IQ7", "IQ8", "IQ9", "IQ10", "IQ11", "IQ12", "IQ13", "IQ14",
+    "IQ15", "IQ16", "CP1", "CP2", "CP3", "CP4", "CP5", "NH1", "NH2", "DT1", "DT2",
 ];
 /// Rules SGLang applies on servers without PD but not on prefill ones (DSPARK's pipeline stages,
 /// SD6).

@@ -242,6 +242,63 @@ fn option_value<'a>(args: &'a [String], option: &str) -> Option<&'a str> {
     })
 }
 
+/// The architectures whose Mamba state SGLang's extra-buffer strategy supports
+/// (`_MAMBA_EXTRA_BUFFER_ARCHS` in arg_groups/overrides.py), with the first release of each. From
+/// 0.5.21 a linear-attention registry spec may opt in too; no release's spec does.
+const MAMBA_EXTRA_BUFFER: &[(&str, Release)] = &[
+    ("BailingMoeV2_5ForCausalLM", v0_5(17)),
+    ("FalconH1ForCausalLM", v0_5(17)),
+    ("GraniteMoeHybridForCausalLM", v0_5(17)),
+    ("InternS2PreviewForConditionalGeneration", v0_5(17)),
+    ("KimiK3ForConditionalGeneration", v0_5(17)),
+    ("KimiLinearForCausalLM", v0_5(17)),
+    ("MiniCPMV4_6ForConditionalGeneration", v0_5(17)),
+    ("NemotronHForCausalLM", v0_5(17)),
+    ("NemotronHPuzzleForCausalLM", v0_5(17)),
+    ("Qwen3NextForCausalLM", v0_5(17)),
+    ("Qwen3_5ForConditionalGeneration", v0_5(17)),
+    ("Qwen3_5MoeForConditionalGeneration", v0_5(17)),
+    ("BailingMoeV3ForCausalLM", v0_5(19)),
+    ("Qwen3_5ForCausalLM", v0_5(19)),
+    ("Qwen3_5MoeForCausalLM", v0_5(19)),
+    ("Glm5NextForConditionalGeneration", v0_5(20)),
+    ("NemotronH_Omni_Reasoning_V3", v0_5(20)),
+    ("Qwen4ExpForConditionalGeneration", v0_5(20)),
+    ("BailingMoeV3VLForConditionalGeneration", v0_5(21)),
+    ("InklingForConditionalGeneration", v0_5(21)),
+    ("InklingForConditionalGenerationMTP", v0_5(21)),
+    ("MiniCPMV4_7ForConditionalGeneration", v0_5(23)),
+];
+
+/// SGLang's `supports_mamba_cache_extra_buffer` on a server of `fleet`: a listed architecture on
+/// the triton linear-attention backend (`--linear-attn-backend`, triton unless given).
+fn extra_buffer_supported(c: &Context<'_>, fleet: &FleetSpec) -> bool {
+    MAMBA_EXTRA_BUFFER.iter().any(|(arch, since)| *arch == c.layout.architecture && *since <= c.release)
+        && option_value(&fleet.extra_args, "--linear-attn-backend").is_none_or(|backend| backend == "triton")
+}
+
+/// Whether a server of `fleet` runs the extra-buffer strategy: as set, or, unset, SGLang's
+/// automatic choice: extra_buffer where it is supported and the overlap schedule is on (its
+/// default) or pages are longer than 1 token; else no_buffer, with the overlap schedule off.
+fn runs_extra_buffer(c: &Context<'_>, fleet: &FleetSpec) -> bool {
+    match c.settings.mamba_radix_cache_strategy {
+        Some(strategy) => strategy != MambaRadixCacheStrategy::NoBuffer,
+        None => {
+            extra_buffer_supported(c, fleet)
+                && (!overlap_schedule_off(&fleet.extra_args) || fleet.effective_page_size() > 1)
+        }
+    }
+}
+
+/// The fleets in scope that keep a radix cache and run the extra-buffer strategy.
+fn extra_buffer_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a FleetSpec> {
+    radix_cache_fleets(c).into_iter().filter(|fleet| runs_extra_buffer(c, fleet))
+}
+
+/// The chunk size SGLang's extra-buffer Mamba cache takes where the config has none (the FLA
+/// kernels' `CHUNK_SIZE`).
+const FLA_CHUNK_SIZE: u64 = 64;
+
 /// `--mamba-track-interval` among a server's arguments (kvpilot keeps no setting for it), else
 /// SGLang's default, 256 in every release.
 fn mamba_track_interval(args: &[String]) -> i64 {
@@ -3919,15 +3976,10 @@ pub(crate) const RULES: &[Rule] = &[
         )],
         changes: &[],
         check: |c| {
-            // Unset, SGLang's automatic choice is extra_buffer on every SSM model it supports it
-            // for when the overlap schedule is on (its default) or pages are longer than 1 token:
-            // the parity run finds it on every hybrid-SSM fixture.
-            let extra_buffer =
-                !matches!(c.settings.mamba_radix_cache_strategy, Some(MambaRadixCacheStrategy::NoBuffer));
-            if !(c.layout.uses_ssm_state() && extra_buffer) {
+            if !c.layout.uses_ssm_state() {
                 return None;
             }
-            radix_cache_fleets(c).into_iter().find_map(|fleet| {
+            extra_buffer_fleets(c).find_map(|fleet| {
                 let interval = mamba_track_interval(&fleet.extra_args);
                 let page = i64::from(fleet.effective_page_size().max(1));
                 when_with(interval % page != 0, vec![("interval", interval.to_string()), ("page", page.to_string())])
@@ -3937,6 +3989,63 @@ pub(crate) const RULES: &[Rule] = &[
             hint: "make the page size (spec.decode.pageSize, and spec.prefill.pageSize) divide the Mamba track \
                    interval (256 unless extraArgs pass --mamba-track-interval), or pass --mamba-track-interval \
                    with a multiple of the page size in each fleet's extraArgs",
+        },
+    },
+    Rule {
+        id: "M6",
+        about: "extra_buffer chunk size × page size",
+        field: DECODE_PAGE_SIZE,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "For SSM models, either chunk_size or page_size must be divisible by the other, got chunk_size={chunk}, \
+             page_size={page}",
+        )],
+        changes: &[],
+        check: |c| {
+            // The extra-buffer validation sizes its cache chunks from the model's chunk size
+            // (64 where its config class has none) and a page size given on the command line.
+            if !c.layout.uses_ssm_state() {
+                return None;
+            }
+            let chunk = c.layout.mamba_chunk_size.unwrap_or(FLA_CHUNK_SIZE);
+            extra_buffer_fleets(c).find_map(|fleet| {
+                let page = u64::try_from(fleet.page_size?).ok().filter(|page| *page > 0)?;
+                let (small, large) = (chunk.min(page), chunk.max(page));
+                when_with(
+                    small == 0 || large % small != 0,
+                    vec![("chunk", chunk.to_string()), ("page", page.to_string())],
+                )
+            })
+        },
+        fix: Fix::Manual {
+            hint: "use a page size (spec.decode.pageSize, and spec.prefill.pageSize) that divides the model's Mamba \
+                   chunk size or is a multiple of it (powers of two do for every default chunk size)",
+        },
+    },
+    Rule {
+        id: "M7",
+        about: "extra_buffer on a model or backend without it",
+        field: MAMBA_STRATEGY,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("extra_buffer is not supported for {architecture}; use no_buffer.")],
+        changes: &[],
+        check: |c| {
+            let strategy = c.settings.mamba_radix_cache_strategy?;
+            when_with(
+                strategy != MambaRadixCacheStrategy::NoBuffer
+                    && c.layout.uses_ssm_state()
+                    && radix_cache_fleets(c).into_iter().any(|fleet| !extra_buffer_supported(c, fleet)),
+                vec![("architecture", c.layout.architecture.clone())],
+            )
+        },
+        fix: Fix::Rewrite {
+            apply: strategy_unset,
+            hint: "unset mambaRadixCacheStrategy (SGLang then picks no_buffer), and drop --linear-attn-backend from \
+                   extraArgs where it is not triton",
         },
     },
     Rule {
@@ -3996,14 +4105,19 @@ pub(crate) const RULES: &[Rule] = &[
         phase: Phase::Args,
         messages: &[text("no_buffer only supports page_size=1.")],
         changes: &[],
+        // Unset, SGLang picks no_buffer where the model does not support extra_buffer (M7).
         check: |c| {
             when(
-                mamba_radix_cache(c)
-                    && c.settings.mamba_radix_cache_strategy == Some(MambaRadixCacheStrategy::NoBuffer)
-                    && c.decode.effective_page_size() != 1,
+                c.layout.uses_ssm_state()
+                    && radix_cache_fleets(c)
+                        .into_iter()
+                        .any(|fleet| !runs_extra_buffer(c, fleet) && fleet.effective_page_size() != 1),
             )
         },
-        fix: Fix::Manual { hint: "set spec.decode.pageSize to 1, or mambaRadixCacheStrategy to extra_buffer" },
+        fix: Fix::Manual {
+            hint: "set spec.decode.pageSize (and spec.prefill.pageSize) to 1, or mambaRadixCacheStrategy to \
+                   extra_buffer where the model supports it",
+        },
     },
     Rule {
         id: "U1",

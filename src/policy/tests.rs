@@ -611,16 +611,27 @@ fn m1_to_m5_mamba_strategies_where_the_radix_cache_runs() {
     // The Mamba track interval (256, or --mamba-track-interval in extraArgs) must be a multiple of the
     // page size under extra_buffer, which is also SGLang's automatic choice (M2, a bare assert).
     let m2 = "AssertionError (assert view.mamba_track_interval % view.page_size == 0): --mamba-track-interval 256 \
-              is not a multiple of --page-size 48";
-    let pages_48 = FleetSpec { page_size: Some(48), ..FleetSpec::default() };
+              is not a multiple of --page-size 192";
+    let pages_192 = FleetSpec { page_size: Some(192), ..FleetSpec::default() };
     for chosen in [None, Some(MambaRadixCacheStrategy::ExtraBuffer)] {
         let settings = with(|s| s.mamba_radix_cache_strategy = chosen);
-        assert_eq!(rules_on(true, 23, &settings, &pages_48, &ssm()), [("M2", m2.to_string())], "{chosen:?}");
-        assert!(rules_on(false, 23, &settings, &pages_48, &ssm()).is_empty(), "no radix cache on this decode server");
+        assert_eq!(rules_on(true, 23, &settings, &pages_192, &ssm()), [("M2", m2.to_string())], "{chosen:?}");
+        assert!(rules_on(false, 23, &settings, &pages_192, &ssm()).is_empty(), "no radix cache on this decode server");
     }
-    let interval_96 = FleetSpec { extra_args: vec!["--mamba-track-interval".into(), "96".into()], ..pages_48.clone() };
-    assert!(rules_on(true, 23, &DisaggregationSpec::default(), &interval_96, &ssm()).is_empty());
-    assert!(rules_on(true, 23, &DisaggregationSpec::default(), &pages_48, &full()).is_empty(), "no Mamba state");
+    let interval_384 =
+        FleetSpec { extra_args: vec!["--mamba-track-interval".into(), "384".into()], ..pages_192.clone() };
+    assert!(rules_on(true, 23, &DisaggregationSpec::default(), &interval_384, &ssm()).is_empty());
+    assert!(rules_on(true, 23, &DisaggregationSpec::default(), &pages_192, &full()).is_empty(), "no Mamba state");
+    // The model's chunk size (64 where its config class has none) and the page size must divide one
+    // another (M6): 48 divides the interval 96 but not 64.
+    let m6 = "For SSM models, either chunk_size or page_size must be divisible by the other, got chunk_size=64, \
+              page_size=48";
+    let interval_96 = FleetSpec {
+        page_size: Some(48),
+        extra_args: vec!["--mamba-track-interval".into(), "96".into()],
+        ..FleetSpec::default()
+    };
+    assert_eq!(rules_on(true, 23, &DisaggregationSpec::default(), &interval_96, &ssm()), [("M6", m6.to_string())]);
     // An extra-buffer strategy on a model without Mamba state: refused from 0.5.21, ignored before.
     let extra = strategy(MambaRadixCacheStrategy::ExtraBuffer, false);
     let m4 = "--mamba-radix-cache-strategy extra_buffer needs mamba state, got LlamaForCausalLM.";
@@ -896,11 +907,11 @@ fn m2_and_m5_read_the_extra_args_of_every_fleet_that_keeps_a_radix_cache() {
         ..FleetSpec::default()
     };
     let auto = DisaggregationSpec::default();
-    assert!(rules(&auto, &paged(48, None), Some(&paged(48, Some("96")))).is_empty(), "decode keeps no radix cache");
-    assert_eq!(rules(&auto, &paged(48, Some("96")), Some(&paged(48, None))), ["M2"]);
+    assert!(rules(&auto, &paged(192, None), Some(&paged(192, Some("384")))).is_empty(), "decode keeps no radix cache");
+    assert_eq!(rules(&auto, &paged(192, Some("384")), Some(&paged(192, None))), ["M2"]);
     let radix = with(|s| s.decode_radix_cache = true);
-    assert_eq!(rules(&radix, &paged(48, None), Some(&paged(48, Some("96")))), ["M2"]);
-    assert!(rules(&radix, &paged(48, Some("96")), Some(&paged(48, Some("96")))).is_empty());
+    assert_eq!(rules(&radix, &paged(192, None), Some(&paged(192, Some("384")))), ["M2"]);
+    assert!(rules(&radix, &paged(192, Some("384")), Some(&paged(192, Some("384")))).is_empty());
 }
 
 #[test]
@@ -948,4 +959,56 @@ fn a_draft_model_is_the_model_where_its_servers_load_it_from_the_same_path() {
     let mut none = same_hub;
     none.disaggregation.speculative_draft_model = None;
     assert!(!draft_is_the_model(&none), "no draft model named");
+}
+
+/// The extra-buffer strategy runs only on the architectures SGLang lists for it, on the triton
+/// linear-attention backend: set on another it is refused (M7), and unset SGLang picks no_buffer
+/// there, which takes pages of one token only (M3). Its cache chunks are the model's chunk size,
+/// which the page size must divide or be a multiple of (M6).
+#[test]
+fn m3_m6_m7_follow_where_sglang_runs_the_extra_buffer_and_the_model_s_chunk_size() {
+    let fixture = |name: &str| {
+        let path = format!("{}/tests/fixtures/configs/{name}.json", env!("CARGO_MANIFEST_DIR"));
+        layout(serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap())
+    };
+    let lfm2 = fixture("parity/lfm2-1.2b");
+    let nemotron = fixture("nemotron-nano-9b-v2");
+    let legacy_chunk = fixture("parity/nemotron-h-legacy-chunk-size");
+    assert_eq!(
+        (nemotron.mamba_chunk_size, legacy_chunk.mamba_chunk_size, lfm2.mamba_chunk_size),
+        (Some(256), Some(96), Some(1))
+    );
+    let rules = |settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout| {
+        run_at(v0_5(23), settings, decode, layout)
+            .violations
+            .into_iter()
+            .map(|v| (v.rule, v.message))
+            .collect::<Vec<_>>()
+    };
+    let extra = with(|s| s.mamba_radix_cache_strategy = Some(MambaRadixCacheStrategy::ExtraBuffer));
+    let auto = DisaggregationSpec::default();
+    let one_token = FleetSpec::default();
+    assert_eq!(
+        rules(&extra, &one_token, &lfm2),
+        [("M7", "extra_buffer is not supported for Lfm2ForCausalLM; use no_buffer.".to_string())]
+    );
+    assert!(rules(&auto, &one_token, &lfm2).is_empty(), "unset: no_buffer, with the overlap schedule turned off");
+    let paged = |page: i32, args: &[&str]| FleetSpec {
+        page_size: Some(page),
+        extra_args: args.iter().map(|a| a.to_string()).collect(),
+        ..FleetSpec::default()
+    };
+    assert_eq!(rules(&auto, &paged(16, &[]), &lfm2), [("M3", "no_buffer only supports page_size=1.".to_string())]);
+    assert!(rules(&auto, &paged(16, &[]), &nemotron).is_empty(), "extra_buffer where it is supported");
+    let triton_off = paged(1, &["--linear-attn-backend", "cutedsl"]);
+    assert_eq!(rules(&extra, &triton_off, &nemotron).iter().map(|(rule, _)| *rule).collect::<Vec<_>>(), ["M7"]);
+    let chunk = |size: u64, page: i32| {
+        format!(
+            "For SSM models, either chunk_size or page_size must be divisible by the other, got chunk_size={size}, page_size={page}"
+        )
+    };
+    let interval_96 = paged(48, &["--mamba-track-interval", "96"]);
+    assert_eq!(rules(&auto, &interval_96, &nemotron), [("M6", chunk(256, 48))]);
+    assert!(rules(&auto, &interval_96, &legacy_chunk).is_empty(), "96 is a multiple of 48");
+    assert_eq!(rules(&auto, &paged(128, &[]), &legacy_chunk), [("M6", chunk(96, 128))]);
 }

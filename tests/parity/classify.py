@@ -5,7 +5,7 @@ Usage: classify.py SGLANG_SRC CONFIG.json...   (SGLANG_SRC holds sglang/srt of o
 Prints one JSON object per config on stdout:
   {"file", "architecture", "loaded": true, "isHybridSwa", "fullLayers", "swaLayers",
    "usesSsmState", "isMla", "isDsa", "isSwaCompress", "hasRatio2Layers", "hasLearnableSinks",
-   "hiddenSize", "vocabSize", "mtpDraft", "disableHybridSwaMemory",
+   "hiddenSize", "vocabSize", "mambaChunkSize", "mtpDraft", "disableHybridSwaMemory",
    "draftNextnLayers", "draftArchitectureUnderDspark", "notes"}
 or {"file", "loaded": false, "error"} when the release's own config loader refuses the file
 (the release could not start on that checkpoint either).
@@ -261,6 +261,8 @@ class Release:
             # The sizes and MTP draft facts IQuest Q1's MTP draft checks compare (IQ11, IQ12, IQ16).
             "hiddenSize": getattr(mc.hf_text_config, "hidden_size", None),
             "vocabSize": getattr(mc.hf_text_config, "vocab_size", None),
+            # What the extra-buffer Mamba cache checks the page size against (M6).
+            "mambaChunkSize": getattr(hf_config, "mamba_chunk_size", None),
             "mtpDraft": ({"targetLayers": hf_config.num_target_layers, "draftSlots": hf_config.num_draft_slots}
                          if hasattr(hf_config, "num_draft_slots") else None),
             "disableHybridSwaMemory": disable,

@@ -19,10 +19,14 @@ Stood in, as in pd_args.py and cache_args.py: the server args are a plain object
 release's field defaults overlaid with the scenario; the views hand it back and declarations set
 fields on it (`run_post_process_pass` applies what a pass declares); the model config is the
 release's own loading of the config file (classify.py), handed out where the code asks for the
-model config; the platform is an NVIDIA one (CUDA, not out of tree); DP attention is off; and the
-Mamba cache chunk size is a value (it is only asserted to be set).
+model config; the platform is an NVIDIA one (CUDA, not out of tree); and DP attention is off. The
+Mamba cache chunk size is the release's own (`mamba_cache_chunk_size` of arg_groups/overrides.py,
+or the ServerArgs property before 0.5.19, which checks the model's chunk size against the page
+size); the FLA kernel module it imports `CHUNK_SIZE` from is not in the wheel, so that constant
+is read from the release's own copy of the kernel (hardware_backend/xpu/kernels/fla/).
 """
 
+import ast
 import json
 import os
 import sys
@@ -32,6 +36,21 @@ import sglang_env
 from classify import Release
 from pd_args import field_defaults
 from cache_args import _server_args_method, bind_views, field_fallbacks
+
+FLA_KERNEL = "sglang.kernels.ops.attention.fla.chunk_delta_h"
+FLA_KERNEL_COPY = os.path.join("hardware_backend", "xpu", "kernels", "fla", "chunk_delta_h.py")
+
+
+def _fla_chunk_size(srt):
+    """`CHUNK_SIZE` of the release's copy of the FLA chunk kernel."""
+    path = os.path.join(srt, FLA_KERNEL_COPY)
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["CHUNK_SIZE"]:
+            return ast.literal_eval(node.value)
+    raise SystemExit(f"{path}: no CHUNK_SIZE")
+
 
 _CUDA = types.SimpleNamespace(is_cuda=True, is_hip=False, is_npu=False, is_musa=False, is_xpu=False,
                               is_out_of_tree=lambda: False)
@@ -48,8 +67,7 @@ def _stand_ins(module_globals, model_config):
         resolving_view=lambda args: args, resolved_view=lambda args: args,
         model_config_of=lambda _view: model_config, get_platform=lambda: _CUDA,
         current_platform=_CUDA, run_post_process_pass=_apply_pass,
-        is_cuda=lambda: True, is_musa=lambda: False, is_npu=lambda: False, is_hip=lambda: False,
-        mamba_cache_chunk_size=lambda _args: 64)
+        is_cuda=lambda: True, is_musa=lambda: False, is_npu=lambda: False, is_hip=lambda: False)
 
 
 def main(argv):
@@ -77,6 +95,15 @@ def main(argv):
         mamba_hook = sglang_env.quietly(__import__, "sglang.srt.arg_groups.mamba_hook",
                                         fromlist=["validate_mamba_extra_buffer"])
     defaults = field_defaults(srt)
+    fla_chunk_size = _fla_chunk_size(srt)
+    sys.modules[FLA_KERNEL] = types.SimpleNamespace(CHUNK_SIZE=fla_chunk_size)
+    args_type = types.SimpleNamespace
+    if legacy:
+        # The args object has the ServerArgs property, with its module's FLA_CHUNK_SIZE (0.5.17
+        # imports it at the top of server_args.py).
+        chunk_property = _server_args_method(srt, "mamba_cache_chunk_size")[0]
+        chunk_property.fget.__globals__.update(resolved_view=lambda args: args, FLA_CHUNK_SIZE=fla_chunk_size)
+        args_type = type("LegacyServerArgs", (types.SimpleNamespace,), {"mamba_cache_chunk_size": chunk_property})
     results = []
     for scenario in scenarios:
         verdict, model_config = release.model_config(scenario["config"])
@@ -88,9 +115,8 @@ def main(argv):
             _stand_ins(module_globals, model)
         if not legacy:
             _stand_ins(vars(mamba_hook), model)
-        args = types.SimpleNamespace(**dict(defaults, **scenario["args"]))
+        args = args_type(**dict(defaults, **scenario["args"]))
         args.get_model_config = lambda model=model: model
-        args.mamba_cache_chunk_size = 64
         for name, method in ({} if not legacy else validators).items():
             setattr(args, name, types.MethodType(method, args))
         try:

@@ -106,6 +106,7 @@ def kvpilot_facts(layout):
         "hiddenSize": layout.get("hiddenSize"),
         "vocabSize": layout.get("vocabSize"),
         "mtpDraft": layout.get("mtpDraft"),
+        "mambaChunkSize": layout.get("mambaChunkSize"),
         "fullLayers": layout["layers"]["fullAttention"],
         "swaLayers": layout["layers"]["slidingWindow"],
     }
@@ -151,8 +152,8 @@ def disagreements(sglang, layout, served):
     if sglang["isHybridSwa"] and sglang["fullLayers"] is not None:
         facts += ["fullLayers", "swaLayers"]
     # The sizes where kvpilot states them (it leaves those of config classes it does not know
-    # to the release), and the MTP draft facts always.
-    facts += [f for f in ("hiddenSize", "vocabSize") if ours[f] is not None] + ["mtpDraft"]
+    # to the release), the MTP draft facts and the Mamba chunk size always.
+    facts += [f for f in ("hiddenSize", "vocabSize") if ours[f] is not None] + ["mtpDraft", "mambaChunkSize"]
     differences = [(f, theirs[f], ours[f]) for f in facts if theirs[f] != ours[f]]
     # N6 and X4 fire for an EAGLE draft kvpilot names the feature for. kvpilot leaves the count
     # to SGLang only for config classes that may supply one config.json does not name
@@ -1405,19 +1406,21 @@ def check_speculative_names(kvpilot, src, venvs, version, compare):
 
 
 MAMBA_CONFIGS = ("qwen3-next-80b-a3b", "nemotron-nano-9b-v2", "falcon-h1-7b", "granite-4.0-h-small",
-                 "kimi-linear-48b-a3b", "qwen3.5-27b", "llama-3.1-8b-instruct")
-MAMBA_RULES = ("M1", "M2", "M3", "M4", "M5")
+                 "kimi-linear-48b-a3b", "qwen3.5-27b", "parity/nemotron-h-legacy-chunk-size", "parity/lfm2-1.2b",
+                 "llama-3.1-8b-instruct")
+MAMBA_RULES = ("M1", "M2", "M3", "M4", "M5", "M6", "M7")
 
 
 def mamba_scenarios():
     """A PD decode server with and without decode radix cache, and a prefill server, on the
-    hybrid-SSM fixtures and one model without Mamba state, with each strategy (or none), page size 1, 16 or 48
-    (48 does not divide the default Mamba track interval, 256; extra_buffer also with 96), and for
-    no_buffer the overlap schedule on or off."""
+    hybrid-SSM fixtures (chunk sizes 64, 256, 96 and 1) and one model without Mamba state, with
+    each strategy (or none), page size 1, 16, 48 or 128 (48 does not divide the default Mamba
+    track interval, 256; extra_buffer also with 96; 128 and 48 do not divide a chunk size of 96 and
+    256), and for no_buffer the overlap schedule on or off."""
     scenarios = []
     for config, mode, radix, strategy, page, overlap_off, interval in itertools.product(
             MAMBA_CONFIGS, ("decode", "prefill"), (False, True),
-            (None, "no_buffer", "extra_buffer", "extra_buffer_lazy"), (1, 16, 48), (False, True), (None, 96)):
+            (None, "no_buffer", "extra_buffer", "extra_buffer_lazy"), (1, 16, 48, 128), (False, True), (None, 96)):
         if ((mode == "prefill" and radix) or (overlap_off and strategy != "no_buffer")
                 or (interval and (strategy != "extra_buffer" or page != 48))):
             continue
@@ -1451,30 +1454,8 @@ def mamba_argv(scenario):
     return argv
 
 
-def mamba_manifests(version, scenarios):
-    """One Pod per scenario running the release's image, each model's config in a ConfigMap (the
-    guard reads each server on its own, as SGLang's arguments are)."""
-    documents = []
-    for config in MAMBA_CONFIGS:
-        with open(os.path.join(ROOT, "tests/fixtures/configs", f"{config}.json"), encoding="utf-8") as f:
-            documents.append({"apiVersion": "v1", "kind": "ConfigMap",
-                              "metadata": {"name": config.replace(".", "-"), "namespace": "parity"},
-                              "data": {"config.json": f.read()}})
-    for scenario in scenarios:
-        config = os.path.basename(scenario["config"]).removesuffix(".json").replace(".", "-")
-        documents.append({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": scenario["id"], "namespace": "parity",
-                         "annotations": {"kvpilot.dev/model-config": f"configmap/{config}"}},
-            "spec": {"containers": [{"name": "sglang", "image": f"lmsysorg/sglang:v{version}",
-                                     "command": ["python3", "-m", "sglang.launch_server"],
-                                     "args": mamba_argv(scenario)}]},
-        })
-    return documents
-
-
 def check_mamba_args(kvpilot, src, venvs, version, compare):
-    """SGLang's own Mamba radix-cache handling (mamba_args.py) against the guard's M1/M3/M4 on the
+    """SGLang's own Mamba radix-cache handling (mamba_args.py) against the guard's M1-M6 on the
     same server command lines. Returns (passed, failed, summary)."""
     scenarios = mamba_scenarios()
     theirs = {r["id"]: r["error"] for r in run_release_script("mamba_args.py", src, venvs, scenarios)}
@@ -1483,7 +1464,7 @@ def check_mamba_args(kvpilot, src, venvs, version, compare):
     if not compare:
         return len(scenarios), 0, summary
     reports = {r["name"].split("/")[-1]: r
-               for r in kvpilot_check_json(kvpilot, mamba_manifests(version, scenarios))}
+               for r in kvpilot_check_json(kvpilot, guard_pods(version, scenarios, mamba_argv))}
     agreements = failed = 0
     by_rule = collections.Counter()
     for scenario in scenarios:
