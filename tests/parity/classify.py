@@ -38,6 +38,7 @@ import shutil
 import sys
 import tempfile
 import traceback
+import types
 
 import sglang_env
 
@@ -131,6 +132,13 @@ class Release:
             return scope["is_hybrid_ssm"]
 
         return uses_ssm_state
+
+    def expose_model_config(self):
+        """Makes `sglang.srt.configs.model_config` the release's module as loaded here, for code
+        that imports its functions (`is_deepseek_dsa`, ...) at call time."""
+        module = types.ModuleType("sglang.srt.configs.model_config")
+        vars(module).update(self.mc)
+        sys.modules["sglang.srt.configs.model_config"] = module
 
     def override_providers(self, arch):
         """(the module of the override registry, the providers for `arch` in the order

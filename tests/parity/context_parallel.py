@@ -128,16 +128,9 @@ def _module_globals(path, module):
 
 
 def main(argv):
-    if len(argv) != 2:
-        sys.exit(__doc__)
-    src = argv[1]
-    srt = os.path.join(src, "sglang", "srt")
-    scenarios = json.load(sys.stdin)
-    release, parser = server_argv.release_and_parser(src)
+    srt, scenarios, release, parser = server_argv.release_script(argv, __doc__)
 
-    model_config_module = types.ModuleType("sglang.srt.configs.model_config")
-    vars(model_config_module).update(release.mc)
-    sys.modules["sglang.srt.configs.model_config"] = model_config_module
+    release.expose_model_config()
     is_multimodal = release.mc.get("is_multimodal_model")
     if is_multimodal is None:
         raise SystemExit(f"{srt}: configs/model_config.py did not define is_multimodal_model")

@@ -72,17 +72,10 @@ def _torch_cuda():
 
 
 def main(argv):
-    if len(argv) != 2:
-        sys.exit(__doc__)
-    src = argv[1]
-    srt = os.path.join(src, "sglang", "srt")
-    scenarios = json.load(sys.stdin)
-    release, parser = server_argv.release_and_parser(src)
+    srt, scenarios, release, parser = server_argv.release_script(argv, __doc__)
     family = _hook_family(srt)
     # The check imports is_deepseek_dsa from here; the release's own, as classify loaded it.
-    model_config_module = types.ModuleType("sglang.srt.configs.model_config")
-    vars(model_config_module).update(release.mc)
-    sys.modules["sglang.srt.configs.model_config"] = model_config_module
+    release.expose_model_config()
     path = os.path.join(srt, OVERRIDES)
     module = __import__("sglang.srt.arg_groups.overrides", fromlist=[CHECK])
     check = getattr(module, CHECK, None)

@@ -77,18 +77,14 @@ def _environment(env):
 
 
 def main(argv):
-    if len(argv) != 2:
-        sys.exit(__doc__)
-    src = argv[1]
-    scenarios = json.load(sys.stdin)
-    release, parser = server_argv.release_and_parser(src)
+    srt, scenarios, release, parser = server_argv.release_script(argv, __doc__)
     deprecated_dp = None
-    pipeline_path = os.path.join(src, "sglang", "srt", PIPELINE)
+    pipeline_path = os.path.join(srt, PIPELINE)
     if os.path.exists(pipeline_path):
         with open(pipeline_path, encoding="utf-8") as f:
             runs_deprecated_dp = "run_hook(handle_deprecated_dp_attention" in f.read()
         if runs_deprecated_dp:
-            parallel_path = os.path.join(src, "sglang", "srt", PARALLEL_HOOK)
+            parallel_path = os.path.join(srt, PARALLEL_HOOK)
             parallel = sglang_env.exec_subset(parallel_path, "sglang.srt.arg_groups.parallel_hook")
             deprecated_dp = parallel.get("handle_deprecated_dp_attention")
             if deprecated_dp is None:

@@ -44,12 +44,7 @@ DRAFT_PATH = "/models/draft"
 
 
 def main(argv):
-    if len(argv) != 2:
-        sys.exit(__doc__)
-    src = argv[1]
-    srt = os.path.join(src, "sglang", "srt")
-    scenarios = json.load(sys.stdin)
-    release, parser = server_argv.release_and_parser(src)
+    srt, scenarios, release, parser = server_argv.release_script(argv, __doc__)
     hook = pd_args.speculative_hook_function(srt, HOOK)
     drafts = tempfile.mkdtemp(prefix="kvpilot-parity-drafts-")
     draft_dirs = {}

@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import sys
 import traceback
 
@@ -107,13 +108,18 @@ def argument_parser():
     return parser
 
 
-def release_and_parser(src):
-    """(the release in `src` as `classify.Release` loads it, its argument parser): for the scripts
-    that run a release's hooks on the namespace its parser makes of an argv. The parser's
+def release_script(argv, usage):
+    """What a script that runs one release's hooks on parsed argvs starts from: (the release's
+    `sglang/srt` folder, the scenarios on stdin, the release as `classify.Release` loads it, its
+    argument parser). Exits with `usage` unless `argv` names the release's sources. The parser's
     pydantic-typed fields accept the harness's inert stand-ins."""
+    if len(argv) != 2:
+        sys.exit(usage)
+    src = argv[1]
+    scenarios = json.load(sys.stdin)
     sglang_env.Inert.__get_pydantic_core_schema__ = _any_schema
     release = classify.Release(src)
-    return release, argument_parser()
+    return os.path.join(src, "sglang", "srt"), scenarios, release, argument_parser()
 
 
 def _any_schema(_self, _source, _handler):
