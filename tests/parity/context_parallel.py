@@ -101,22 +101,31 @@ def _hook_statements(srt):
     return path, module, ast.unparse(body), compile(ast.fix_missing_locations(body), path, "exec")
 
 
-def _dsa_prefill_cp_check(srt):
-    """(the architectures of the model hook's DeepSeek-family branch, its DSA branch's statement
-    refusing prefill CP on a PD decode server, compiled) of the release."""
+def model_hook_dsa_branches(srt):
+    """(the model hook's file and name, then (the architectures of each of its DeepSeek-family
+    branches, each `if is_deepseek_dsa(hf_config):` statement inside it)) of the release."""
     path, _module, name, fn = _function(srt, MODEL_HOOKS, "model hook")
+    branches = []
     for family in ast.walk(fn):
         if not (isinstance(family, ast.If) and isinstance(family.test, ast.Compare)
                 and ast.unparse(family.test.left) == "model_arch"
                 and isinstance(family.test.comparators[0], (ast.List, ast.Tuple))):
             continue
-        for dsa in ast.walk(family):
-            if isinstance(dsa, ast.If) and ast.unparse(dsa.test) == "is_deepseek_dsa(hf_config)":
-                check = next((n for n in dsa.body if DSA_DECODE_CP in ast.unparse(n)), None)
-                if check is not None:
-                    archs = {c.value for c in family.test.comparators[0].elts if isinstance(c, ast.Constant)}
-                    body = ast.Module(body=[check], type_ignores=[])
-                    return archs, compile(ast.fix_missing_locations(body), path, "exec")
+        archs = {c.value for c in family.test.comparators[0].elts if isinstance(c, ast.Constant)}
+        branches += [(archs, dsa) for dsa in ast.walk(family)
+                     if isinstance(dsa, ast.If) and ast.unparse(dsa.test) == "is_deepseek_dsa(hf_config)"]
+    return (path, name), branches
+
+
+def _dsa_prefill_cp_check(srt):
+    """(the architectures of the model hook's DeepSeek-family branch, its DSA branch's statement
+    refusing prefill CP on a PD decode server, compiled) of the release."""
+    (path, name), branches = model_hook_dsa_branches(srt)
+    for archs, dsa in branches:
+        check = next((n for n in dsa.body if DSA_DECODE_CP in ast.unparse(n)), None)
+        if check is not None:
+            body = ast.Module(body=[check], type_ignores=[])
+            return archs, compile(ast.fix_missing_locations(body), path, "exec")
     raise SystemExit(f"{path}: {name} no longer refuses a DSA model's prefill CP on a decode server")
 
 

@@ -46,16 +46,10 @@ GPUS = ((9, 0), (10, 0))
 def _hook_family(srt):
     """The architectures of the model hook's DeepSeek-family branch whose DSA branch calls the
     check."""
-    path, _module, name, fn = context_parallel._function(srt, context_parallel.MODEL_HOOKS, "model hook")
-    for family in ast.walk(fn):
-        if not (isinstance(family, ast.If) and isinstance(family.test, ast.Compare)
-                and ast.unparse(family.test.left) == "model_arch"
-                and isinstance(family.test.comparators[0], (ast.List, ast.Tuple))):
-            continue
-        for dsa in ast.walk(family):
-            if (isinstance(dsa, ast.If) and ast.unparse(dsa.test) == "is_deepseek_dsa(hf_config)"
-                    and any(word in ast.unparse(dsa) for word in (CHECK, LEGACY_CALL))):
-                return {c.value for c in family.test.comparators[0].elts if isinstance(c, ast.Constant)}
+    (path, name), branches = context_parallel.model_hook_dsa_branches(srt)
+    for archs, dsa in branches:
+        if any(word in ast.unparse(dsa) for word in (CHECK, LEGACY_CALL)):
+            return archs
     raise SystemExit(f"{path}: {name} no longer calls {CHECK} in its DSA branch")
 
 
