@@ -65,6 +65,19 @@ pub struct PolicyInput<'a> {
     pub release: Release,
 }
 
+#[cfg(test)]
+impl<'a> PolicyInput<'a> {
+    /// The input for a decode fleet of `layout` alone: no draft model, no prefill fleet.
+    pub(crate) fn alone(
+        disaggregation: &'a DisaggregationSpec,
+        decode: &'a FleetSpec,
+        layout: &'a AttentionLayout,
+        release: Release,
+    ) -> Self {
+        Self { disaggregation, decode, layout, draft: None, draft_is_the_model: false, prefill_fleet: None, release }
+    }
+}
+
 /// The three possible verdicts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

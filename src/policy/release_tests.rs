@@ -4,6 +4,7 @@
 use k8s_openapi::api::core::v1::EnvVar;
 use serde_json::json;
 
+use super::tests::fixture;
 use super::*;
 use crate::api::{HicacheHostMemoryMode, MambaRadixCacheStrategy, PrefillSpec, TransferBackend};
 
@@ -58,15 +59,7 @@ fn env(name: &str, value: &str) -> FleetSpec {
 }
 
 fn at(patch: u16, settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout) -> Verdict {
-    evaluate(PolicyInput {
-        disaggregation: settings,
-        decode,
-        layout,
-        draft: None,
-        draft_is_the_model: false,
-        prefill_fleet: None,
-        release: v0_5(patch),
-    })
+    evaluate(PolicyInput::alone(settings, decode, layout, v0_5(patch)))
 }
 
 /// The verdict on a default decode fleet of `layout` whose speculative draft model is `draft`.
@@ -2205,10 +2198,6 @@ fn dsa_models_refuse_other_kv_cache_dtypes_and_learnable_sinks_need_bfloat16() {
         let verdict = at(patch, &DisaggregationSpec::default(), &decode, layout);
         verdict.violations.into_iter().map(|v| (v.rule, v.message)).collect::<Vec<_>>()
     };
-    let fixture = |name: &str| {
-        let path = format!("{}/tests/fixtures/configs/{name}.json", env!("CARGO_MANIFEST_DIR"));
-        layout_at(serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap())
-    };
     let dsa = fixture("deepseek-v3.2-exp");
     for dtype in [None, Some("auto"), Some("bf16"), Some("bfloat16"), Some("fp8_e4m3")] {
         assert!(fired(17, dtype, &dsa).is_empty(), "{dtype:?}");
@@ -2241,10 +2230,6 @@ fn dsa_models_refuse_other_kv_cache_dtypes_and_learnable_sinks_need_bfloat16() {
 /// of the steps plus one, the steps defaulting to the checkpoint's draft slots (IQ16).
 #[test]
 fn iquest_q1_drafts_with_an_mtp_checkpoint_trained_for_it() {
-    let fixture = |name: &str| {
-        let path = format!("{}/tests/fixtures/configs/{name}.json", env!("CARGO_MANIFEST_DIR"));
-        layout_at(serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap())
-    };
     let target = fixture("parity/iquest-q1");
     let mtp = fixture("parity/iquest-q1-mtp");
     let eagle = |draft_named: bool| {

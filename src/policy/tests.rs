@@ -12,6 +12,12 @@ fn layout(config: serde_json::Value) -> AttentionLayout {
     layout::resolve(&config, ResolveOptions::default()).expect("test layout")
 }
 
+/// The layout of `tests/fixtures/configs/<name>.json`, as the newest release resolves it.
+pub(super) fn fixture(name: &str) -> AttentionLayout {
+    let path = format!("{}/tests/fixtures/configs/{name}.json", env!("CARGO_MANIFEST_DIR"));
+    layout(serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap())
+}
+
 fn full() -> AttentionLayout {
     layout(
         json!({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4, "num_key_value_heads": 8, "head_dim": 128}),
@@ -85,15 +91,7 @@ fn run(settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayo
 }
 
 fn run_at(release: Release, settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout) -> Verdict {
-    evaluate(PolicyInput {
-        disaggregation: settings,
-        decode,
-        layout,
-        draft: None,
-        draft_is_the_model: false,
-        prefill_fleet: None,
-        release,
-    })
+    evaluate(PolicyInput::alone(settings, decode, layout, release))
 }
 
 fn both_modes(settings: DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout) -> (Verdict, Verdict) {
@@ -571,15 +569,7 @@ fn m1_to_m5_mamba_strategies_where_the_radix_cache_runs() {
     };
     let rules_on =
         |service: bool, patch, settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout| {
-            let input = PolicyInput {
-                disaggregation: settings,
-                decode,
-                layout,
-                draft: None,
-                draft_is_the_model: false,
-                prefill_fleet: None,
-                release: v0_5(patch),
-            };
+            let input = PolicyInput::alone(settings, decode, layout, v0_5(patch));
             let verdict = if service { evaluate(input) } else { evaluate_decode_server(input) };
             verdict.violations.into_iter().map(|v| (v.rule, v.message)).collect::<Vec<_>>()
         };
@@ -967,10 +957,6 @@ fn a_draft_model_is_the_model_where_its_servers_load_it_from_the_same_path() {
 /// which the page size must divide or be a multiple of (M6).
 #[test]
 fn m3_m6_m7_follow_where_sglang_runs_the_extra_buffer_and_the_model_s_chunk_size() {
-    let fixture = |name: &str| {
-        let path = format!("{}/tests/fixtures/configs/{name}.json", env!("CARGO_MANIFEST_DIR"));
-        layout(serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap())
-    };
     let lfm2 = fixture("parity/lfm2-1.2b");
     let nemotron = fixture("nemotron-nano-9b-v2");
     let legacy_chunk = fixture("parity/nemotron-h-legacy-chunk-size");
