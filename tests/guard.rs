@@ -754,3 +754,50 @@ async fn kinds_without_containers_are_allowed_and_non_reviews_refused() {
     let response = webhook::router(state.clone()).oneshot(request).await.unwrap();
     assert_eq!(response.status(), 400);
 }
+
+#[test]
+fn check_reads_iquest_q1_s_mtp_draft_config_for_its_draft_checks() {
+    let fixture = |name: &str| std::fs::read_to_string(repo(&format!("tests/fixtures/configs/{name}.json"))).unwrap();
+    let config_map = |name: &str, fixture_name: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"},
+            "data": {"config.json": fixture(fixture_name)}})
+    };
+    let check = |draft_path: &str, draft_config: Option<&str>| {
+        let args = [
+            "--model-path",
+            "/models/q1",
+            "--speculative-algorithm",
+            "NEXTN",
+            "--speculative-draft-model-path",
+            draft_path,
+        ];
+        let mut deployment = deployment_running("lmsysorg/sglang:v0.5.23", &args);
+        let mut annotations = json!({guard::MODEL_CONFIG_ANNOTATION: "configmap/q1"});
+        let mut items = vec![config_map("q1", "parity/iquest-q1")];
+        if let Some(draft) = draft_config {
+            annotations[guard::DRAFT_MODEL_CONFIG_ANNOTATION] = json!("configmap/draft");
+            items.push(config_map("draft", draft));
+        }
+        deployment["metadata"]["annotations"] = annotations;
+        items.push(deployment);
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string();
+        let out = kvpilot(&["check", "-o", "json", "-f", "-"], Some(&list));
+        let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+        let rules: Vec<String> = reports[0]["violations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["rule"].as_str().unwrap().to_string())
+            .collect();
+        (out.status.code(), rules, reports[0]["warnings"].to_string())
+    };
+    assert_eq!(check("/models/q1-mtp", Some("parity/iquest-q1-mtp")).0, Some(0));
+    let (code, rules, _) = check("/models/q1-mtp", Some("parity/iquest-q1-mtp-other-target"));
+    assert_eq!((code, rules), (Some(1), vec!["IQ12".to_string()]));
+    let (code, rules, _) = check("/models/q1", Some("parity/iquest-q1"));
+    assert_eq!((code, rules), (Some(1), vec!["IQ9".to_string()]), "the model's own path");
+    // A draft whose config.json cannot be found: the checks that read it are not made, and said so.
+    let (code, _, warnings) = check("/models/q1-mtp", None);
+    assert_eq!(code, Some(0));
+    assert!(warnings.contains("IQuest Q1's MTP draft checks that read it"), "{warnings}");
+}
