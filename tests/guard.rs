@@ -360,13 +360,15 @@ fn check_reads_the_paired_prefill_s_attention_cp_and_kv_sharding_for_the_handsha
     );
 }
 
+/// A ConfigMap `name` holding `tests/fixtures/configs/<fixture>.json` as its config.json.
+fn fixture_config_map(name: &str, fixture: &str) -> Value {
+    let config = std::fs::read_to_string(repo(&format!("tests/fixtures/configs/{fixture}.json"))).unwrap();
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"},
+        "data": {"config.json": config}})
+}
+
 #[test]
 fn check_reads_the_speculative_draft_model_s_config_for_t11() {
-    let fixture = |name: &str| std::fs::read_to_string(repo(&format!("tests/fixtures/configs/{name}.json"))).unwrap();
-    let config_map = |name: &str, fixture_name: &str| {
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"},
-            "data": {"config.json": fixture(fixture_name)}})
-    };
     let args = [
         "--model-path",
         "/models/dsv4",
@@ -385,7 +387,7 @@ fn check_reads_the_speculative_draft_model_s_config_for_t11() {
         guard::MODEL_CONFIG_ANNOTATION: "configmap/dsv4", guard::DRAFT_MODEL_CONFIG_ANNOTATION: "configmap/draft"});
     let list = |draft: &str, deployment: &Value| {
         json!({"apiVersion": "v1", "kind": "List", "items": [
-            config_map("dsv4", "deepseek-v4"), config_map("draft", draft), deployment]})
+            fixture_config_map("dsv4", "deepseek-v4"), fixture_config_map("draft", draft), deployment]})
         .to_string()
     };
     let out = kvpilot(&["check", "-o", "json", "-f", "-"], Some(&list("deepseek-v4-nextn-window-64", &deployment)));
@@ -757,11 +759,6 @@ async fn kinds_without_containers_are_allowed_and_non_reviews_refused() {
 
 #[test]
 fn check_reads_iquest_q1_s_mtp_draft_config_for_its_draft_checks() {
-    let fixture = |name: &str| std::fs::read_to_string(repo(&format!("tests/fixtures/configs/{name}.json"))).unwrap();
-    let config_map = |name: &str, fixture_name: &str| {
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"},
-            "data": {"config.json": fixture(fixture_name)}})
-    };
     let check = |draft_path: &str, draft_config: Option<&str>| {
         let args = [
             "--model-path",
@@ -773,10 +770,10 @@ fn check_reads_iquest_q1_s_mtp_draft_config_for_its_draft_checks() {
         ];
         let mut deployment = deployment_running("lmsysorg/sglang:v0.5.23", &args);
         let mut annotations = json!({guard::MODEL_CONFIG_ANNOTATION: "configmap/q1"});
-        let mut items = vec![config_map("q1", "parity/iquest-q1")];
+        let mut items = vec![fixture_config_map("q1", "parity/iquest-q1")];
         if let Some(draft) = draft_config {
             annotations[guard::DRAFT_MODEL_CONFIG_ANNOTATION] = json!("configmap/draft");
-            items.push(config_map("draft", draft));
+            items.push(fixture_config_map("draft", draft));
         }
         deployment["metadata"]["annotations"] = annotations;
         items.push(deployment);
