@@ -823,7 +823,8 @@ pub struct FleetSpec {
     /// `--swa-full-tokens-ratio`, in (0, 1]); unset: SGLang's default (0.8, or the model's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub swa_full_tokens_ratio: Option<f64>,
-    /// GPUs per pod; defaults to tensorParallel × pipelineParallel / nodesPerReplica.
+    /// GPUs per pod; defaults to tensorParallel × pipelineParallel (× dataParallel for
+    /// data-parallel replicas without DP attention) / nodesPerReplica.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 1").message("gpusPerPod must be at least 1"))]
     pub gpus_per_pod: Option<i32>,
@@ -955,11 +956,18 @@ impl FleetSpec {
         self.page_size.unwrap_or(1)
     }
 
-    /// GPUs each pod requests: `gpusPerPod`, or tensorParallel × pipelineParallel spread
-    /// over nodesPerReplica pods.
+    /// GPUs each pod requests: `gpusPerPod`, or one server's GPUs spread over nodesPerReplica
+    /// pods.
     pub fn effective_gpus_per_pod(&self) -> i32 {
-        self.gpus_per_pod
-            .unwrap_or(self.tensor_parallel.saturating_mul(self.pipeline_parallel) / self.nodes_per_replica.max(1))
+        self.gpus_per_pod.unwrap_or(self.gpus_per_server() / self.nodes_per_replica.max(1))
+    }
+
+    /// GPUs one SGLang server of this fleet runs on: tensorParallel × pipelineParallel, times
+    /// dataParallel for data-parallel replicas (without DP attention SGLang starts each replica
+    /// on GPUs of its own; DP attention splits the TP ranks instead).
+    pub fn gpus_per_server(&self) -> i32 {
+        let replicas = if self.enable_dp_attention { 1 } else { self.data_parallel.max(1) };
+        self.tensor_parallel.saturating_mul(self.pipeline_parallel).saturating_mul(replicas)
     }
 
     /// The value of an environment variable set literally in `env`, if any.

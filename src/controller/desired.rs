@@ -937,6 +937,20 @@ mod tests {
     }
 
     #[test]
+    fn data_parallel_replicas_get_gpus_of_their_own_and_dp_attention_splits_tp() {
+        let gpus = |decode: serde_json::Value| {
+            let pod = render(&resource(decode)).decode.pod(0, 0);
+            container(&pod).resources.as_ref().unwrap().limits.as_ref().unwrap()[GPU_RESOURCE].clone()
+        };
+        // SGLang starts each of the two replicas on TP × PP GPUs of its own.
+        assert_eq!(gpus(json!({"tensorParallel": 2, "pipelineParallel": 2, "dataParallel": 2})), Quantity("8".into()));
+        assert_eq!(
+            gpus(json!({"tensorParallel": 8, "dataParallel": 4, "enableDpAttention": true})),
+            Quantity("8".into())
+        );
+    }
+
+    #[test]
     fn a_multi_node_replica_is_a_group_that_finds_rank_zero_by_name() {
         let desired = render(&resource(
             json!({"tensorParallel": 16, "nodesPerReplica": 2, "extraArgs": ["--mem-fraction-static", "0.8"]}),
