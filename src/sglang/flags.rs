@@ -461,10 +461,15 @@ fn apply(target: Target, value: &str, s: &mut ServerSettings) -> Result<(), Stri
         Target::DataParallel => s.decode.data_parallel = positive_int(value)?,
         Target::PipelineParallel => s.decode.pipeline_parallel = positive_int(value)?,
         Target::EnableDpAttention => s.decode.enable_dp_attention = true,
+        // One group is SGLang's default, no attention DP: it leaves `--dp-size`'s replicas (or the
+        // deprecated `--dp-size N --enable-dp-attention`, which SGLang turns into N groups) as
+        // they are.
         Target::AttentionDataParallel => {
             let groups = positive_int(value)?;
-            s.decode.data_parallel = groups;
-            s.decode.enable_dp_attention = groups > 1;
+            if groups > 1 {
+                s.decode.data_parallel = groups;
+                s.decode.enable_dp_attention = true;
+            }
         }
         Target::PageSize => s.decode.page_size = Some(positive_int(value)?),
         Target::DisableHybridSwaMemory => s.hybrid_swa_memory = HybridSwaMemory::Disabled,
@@ -889,5 +894,18 @@ mod tests {
         let old = crate::sglang::server_cli::for_release(v0_5(21));
         let read_old = read(&args(&["--tensor-parallel-size", "8", "--dp-size", "4", "--enable-dp-attention"]), old);
         assert_eq!(read_old.settings, settings);
+    }
+
+    #[test]
+    fn one_attention_dp_group_leaves_the_replicas() {
+        // SGLang's default `--attn-dp-size 1` names no attention DP; `--dp-size 2` stays two
+        // replicas, and the deprecated pair stays two attention-DP groups, in either order.
+        for line in [["--dp-size", "2", "--attn-dp-size", "1"].as_slice(), &["--attn-dp-size", "1", "--dp-size", "2"]] {
+            let settings = read_newest(&args(line)).settings;
+            assert_eq!((settings.decode.data_parallel, settings.decode.enable_dp_attention), (2, false), "{line:?}");
+        }
+        let deprecated =
+            read_newest(&args(&["--dp-size", "2", "--enable-dp-attention", "--attn-dp-size", "1"])).settings;
+        assert_eq!((deprecated.decode.data_parallel, deprecated.decode.enable_dp_attention), (2, true));
     }
 }
