@@ -67,33 +67,10 @@ class CudaPlatform:
         raise AttributeError(name)
 
 
-def _declare(server, _source, **fields):
-    for name, value in fields.items():
-        setattr(server, name, value)
-
-
-def _function(srt, candidates, what):
-    """(file, module, name, syntax tree) of the first of `candidates` ((file, module, class or
-    None, function)) the release defines."""
-    for relative, module, cls, name in candidates:
-        path = os.path.join(srt, relative)
-        if not os.path.exists(path):
-            continue
-        with open(path, encoding="utf-8") as f:
-            tree = ast.parse(f.read(), path)
-        scope = tree.body
-        if cls is not None:
-            scope = next((n.body for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), [])
-        fn = next((n for n in scope if isinstance(n, ast.FunctionDef) and n.name == name), None)
-        if fn is not None:
-            return path, module, name, fn
-    raise SystemExit(f"{srt}: no {what} in {[c[0] for c in candidates]}")
-
-
 def _hook_statements(srt):
     """(the hook's file, its module name, its statements up to LAST_CHECK as source and compiled)
     of the release."""
-    path, module, name, fn = _function(srt, HOOKS, "context-parallel hook")
+    path, module, name, fn = server_argv.hook_function(srt, HOOKS, "context-parallel hook")
     last = next((i for i, n in enumerate(fn.body) if LAST_CHECK in ast.unparse(n)), None)
     if last is None:
         raise SystemExit(f"{path}: {name} no longer refuses prefill CP without a strategy")
@@ -104,7 +81,7 @@ def _hook_statements(srt):
 def model_hook_dsa_branches(srt):
     """(the model hook's file and name, then (the architectures of each of its DeepSeek-family
     branches, each `if is_deepseek_dsa(hf_config):` statement inside it)) of the release."""
-    path, _module, name, fn = _function(srt, MODEL_HOOKS, "model hook")
+    path, _module, name, fn = server_argv.hook_function(srt, MODEL_HOOKS, "model hook")
     branches = []
     for family in ast.walk(fn):
         if not (isinstance(family, ast.If) and isinstance(family.test, ast.Compare)
@@ -129,13 +106,6 @@ def _dsa_prefill_cp_check(srt):
     raise SystemExit(f"{path}: {name} no longer refuses a DSA model's prefill CP on a decode server")
 
 
-def _module_globals(path, module):
-    if module == "sglang.srt.server_args":
-        server_argv.load_server_args()
-        return vars(sys.modules[module])
-    return sglang_env.exec_subset(path, module)
-
-
 def main(argv):
     srt, scenarios, release, parser = server_argv.release_script(argv, __doc__)
 
@@ -154,9 +124,8 @@ def main(argv):
         if not isinstance(getattr(cp_utils, "CP_V2_DEFAULT_MODEL_CLASSES", None), frozenset):
             raise SystemExit(f"{os.path.join(srt, CP_UTILS)}: CP_V2_DEFAULT_MODEL_CLASSES did not define")
         sys.modules["sglang.srt.layers.cp.utils"] = cp_utils
-    hook_globals = _module_globals(path, module)
-    identity = {"resolving_view": lambda view: view, "resolved_view": lambda view: view,
-                "declare_resolution": _declare, "get_platform": CudaPlatform}
+    hook_globals = server_argv.hook_globals(path, module)
+    identity = dict(server_argv.VIEWS, get_platform=CudaPlatform)
     sharing = hook_globals.get("resolve_cp_tp_group_sharing")
     if sharing is not None:
         sharing.__globals__.update(identity)

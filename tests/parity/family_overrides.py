@@ -42,8 +42,6 @@ import sglang_env
 
 FAMILIES = ("minicpm", "ernie45_vl", "qwen4_exp", "iquest_q1", "nemotron_h")
 PACKAGE = "sglang.srt.arg_groups.model_overrides."
-PARALLEL_HOOK = os.path.join("arg_groups", "parallel_hook.py")
-PIPELINE = os.path.join("arg_groups", "pipeline.py")
 
 
 class HopperPlatform:
@@ -55,11 +53,6 @@ class HopperPlatform:
         if name.startswith("is_"):
             return name in ("is_cuda", "is_sm90")
         raise AttributeError(name)
-
-
-def _declare(server, _source, **fields):
-    for name, value in fields.items():
-        setattr(server, name, value)
 
 
 @contextlib.contextmanager
@@ -78,18 +71,7 @@ def _environment(env):
 
 def main(argv):
     srt, scenarios, release, parser = server_argv.release_script(argv, __doc__)
-    deprecated_dp = None
-    pipeline_path = os.path.join(srt, PIPELINE)
-    if os.path.exists(pipeline_path):
-        with open(pipeline_path, encoding="utf-8") as f:
-            runs_deprecated_dp = "run_hook(handle_deprecated_dp_attention" in f.read()
-        if runs_deprecated_dp:
-            parallel_path = os.path.join(srt, PARALLEL_HOOK)
-            parallel = sglang_env.exec_subset(parallel_path, "sglang.srt.arg_groups.parallel_hook")
-            deprecated_dp = parallel.get("handle_deprecated_dp_attention")
-            if deprecated_dp is None:
-                raise SystemExit(f"{parallel_path}: handle_deprecated_dp_attention did not define")
-            deprecated_dp.__globals__.update(resolving_view=lambda view: view, declare_resolution=_declare)
+    deprecated_dp = server_argv.deprecated_dp_attention(srt)
     results = []
     for scenario in scenarios:
         hf_config = release.loaded(scenario["config"])

@@ -66,9 +66,8 @@ def main(argv):
             model_config = types.SimpleNamespace(
                 hf_config=hf_config, hf_text_config=release.get_hf_text_config(hf_config),
                 quantization=server.quantization)
-            stand_ins = dict(model_config_of=lambda _args, model_config=model_config: model_config,
-                             get_platform=family_overrides.HopperPlatform, resolving_view=lambda view: view,
-                             declare_resolution=family_overrides._declare)
+            stand_ins = dict(server_argv.VIEWS, model_config_of=lambda _args, model_config=model_config: model_config,
+                             get_platform=family_overrides.HopperPlatform)
             base, providers = release.override_providers(arch)
             ours = [fn for fn in providers if fn.__module__ == PROVIDER_MODULE]
             for fn in ours:

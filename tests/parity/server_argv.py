@@ -18,6 +18,7 @@ is reported as `postInit: {"skipped": ...}` and not judged.
 """
 
 import argparse
+import ast
 import contextlib
 import io
 import json
@@ -120,6 +121,62 @@ def release_script(argv, usage):
     sglang_env.Inert.__get_pydantic_core_schema__ = _any_schema
     release = classify.Release(src)
     return os.path.join(src, "sglang", "srt"), scenarios, release, argument_parser()
+
+
+def declare(server, _source, **fields):
+    """`declare_resolution` on a parsed namespace: sets the fields a hook declares."""
+    for name, value in fields.items():
+        setattr(server, name, value)
+
+
+# The resolution machinery a release's argument hooks read and write through, on a parsed
+# namespace: both views hand it back, and declarations set its fields.
+VIEWS = {"resolving_view": lambda view: view, "resolved_view": lambda view: view, "declare_resolution": declare}
+
+
+def hook_function(srt, candidates, what):
+    """(file, module, name, syntax tree) of the first of `candidates` ((file under sglang/srt,
+    module, class or None, function)) the release defines; exits naming `what` when none is."""
+    for relative, module, cls, name in candidates:
+        path = os.path.join(srt, relative)
+        if not os.path.exists(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        scope = tree.body
+        if cls is not None:
+            scope = next((n.body for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls), [])
+        fn = next((n for n in scope if isinstance(n, ast.FunctionDef) and n.name == name), None)
+        if fn is not None:
+            return path, module, name, fn
+    raise SystemExit(f"{srt}: no {what} in {[c[0] for c in candidates]}")
+
+
+def hook_globals(path, module):
+    """The globals of the release's module `module` (file `path`): server_args.py's as imported,
+    an argument-hook module's as `sglang_env.exec_subset` runs it."""
+    if module == "sglang.srt.server_args":
+        load_server_args()
+        return vars(sys.modules[module])
+    return sglang_env.exec_subset(path, module)
+
+
+def deprecated_dp_attention(srt):
+    """The release's `handle_deprecated_dp_attention` (arg_groups/parallel_hook.py), which turns
+    `--dp-size N --enable-dp-attention` into `--attn-dp-size N` before any hook reads the DP
+    layout, on the VIEWS stand-ins, where the release's pipeline runs it (0.5.22 on); else None."""
+    pipeline = os.path.join(srt, "arg_groups", "pipeline.py")
+    if not os.path.exists(pipeline):
+        return None
+    with open(pipeline, encoding="utf-8") as f:
+        if "run_hook(handle_deprecated_dp_attention" not in f.read():
+            return None
+    path = os.path.join(srt, "arg_groups", "parallel_hook.py")
+    hook = hook_globals(path, "sglang.srt.arg_groups.parallel_hook").get("handle_deprecated_dp_attention")
+    if hook is None:
+        raise SystemExit(f"{path}: handle_deprecated_dp_attention did not define")
+    hook.__globals__.update(VIEWS)
+    return hook
 
 
 def _any_schema(_self, _source, _handler):
