@@ -2070,8 +2070,13 @@ fn other_families_override_providers_refuse_their_settings() {
         "architectures": ["MiniCPMForCausalLM"], "model_type": "minicpm", "num_hidden_layers": 4,
         "hidden_size": 1024, "num_attention_heads": 16
     }));
-    let dp_attention =
-        |groups: i32| FleetSpec { data_parallel: groups, enable_dp_attention: true, ..FleetSpec::default() };
+    // TP 2, which both DP sizes divide (DP1).
+    let dp_attention = |groups: i32| FleetSpec {
+        tensor_parallel: 2,
+        data_parallel: groups,
+        enable_dp_attention: true,
+        ..FleetSpec::default()
+    };
     let plain = DisaggregationSpec::default();
     assert!(fired(18, &plain, &dp_attention(2), &minicpm).is_empty(), "no MiniCPM provider before 0.5.19");
     assert_eq!(fired(19, &plain, &dp_attention(2), &minicpm), ["MC1"]);
@@ -2275,4 +2280,196 @@ fn iquest_q1_drafts_with_an_mtp_checkpoint_trained_for_it() {
     assert!(with_mtp(&["--speculative-num-steps", "2", "--speculative-num-draft-tokens", "3"]).is_empty());
     let standalone = with(|s| s.speculative_algorithm = Some("STANDALONE".into()));
     assert_eq!(fired(23, &standalone, None, &[], false), ["IQ2"], "the provider refuses it first");
+}
+
+/// The data-parallel shape, on every server: attention DP divides TP (DP1, SGLang's bare assert
+/// as its traceback ends, per release), data-parallel replicas stay on one node (DP2; DP
+/// attention may span nodes), from 0.5.22 replicas and attention DP do not combine (DP3), and
+/// the nodes split the TP × PP ranks (DP4).
+#[test]
+fn the_data_parallel_shape_divides_tp_and_keeps_replicas_on_one_node() {
+    let fired = |patch: u16, decode: &FleetSpec| {
+        let verdict = at(patch, &DisaggregationSpec::default(), decode, &full());
+        verdict.violations.into_iter().map(|v| (v.rule, v.message)).collect::<Vec<_>>()
+    };
+    let fleet = |tp: i32, dp: i32, dp_attention: bool, nodes: i32| FleetSpec {
+        tensor_parallel: tp,
+        data_parallel: dp,
+        enable_dp_attention: dp_attention,
+        nodes_per_replica: nodes,
+        ..FleetSpec::default()
+    };
+    for (patch, text) in [
+        (17, "AssertionError (assert self.tp_size % self.dp_size == 0)"),
+        (19, "AssertionError (assert cfg.tp_size % cfg.dp_size == 0)"),
+        (22, "AssertionError (assert cfg.tp_size % cfg.attn_dp_size == 0)"),
+    ] {
+        assert_eq!(fired(patch, &fleet(4, 3, true, 1)), [("DP1", text.to_string())]);
+        assert_eq!(fired(patch, &fleet(2, 4, true, 1)), [("DP1", text.to_string())], "more groups than TP ranks");
+    }
+    assert!(fired(23, &fleet(8, 4, true, 2)).is_empty(), "attention DP across two nodes");
+    assert!(fired(23, &fleet(4, 3, false, 1)).is_empty(), "three replicas of TP 4 on one node");
+    assert_eq!(
+        fired(21, &fleet(4, 2, false, 2)),
+        [("DP2", "multi-node data parallel is not supported unless dp attention!".to_string())]
+    );
+    let replicas_on_nodes = FleetSpec { extra_args: vec!["--nnodes".into(), "2".into()], ..fleet(4, 2, false, 1) };
+    assert_eq!(fired(22, &replicas_on_nodes).into_iter().map(|(rule, _)| rule).collect::<Vec<_>>(), ["DP2"]);
+
+    // TP × PP ranks that do not split over the guard's nodes (DP4; a service's pods are K2's).
+    let on_nodes = |tp: i32, pp: i32, words: &[&str]| FleetSpec {
+        pipeline_parallel: pp,
+        extra_args: words.iter().map(|w| w.to_string()).collect(),
+        ..fleet(tp, 1, false, 1)
+    };
+    let server = |patch: u16, fleet: &FleetSpec| {
+        let (settings, layout) = (DisaggregationSpec::default(), full());
+        let input = PolicyInput::alone(&settings, fleet, &layout, v0_5(patch));
+        super::role::evaluate_non_decode(input, false).violations.into_iter().map(|v| v.rule).collect::<Vec<_>>()
+    };
+    assert_eq!(server(17, &on_nodes(3, 1, &["--nnodes", "2"])), ["DP4"]);
+    assert!(server(23, &on_nodes(3, 2, &["--nnodes", "2"])).is_empty(), "six ranks on two nodes");
+    assert!(server(23, &on_nodes(3, 1, &["--nnodes", "2", "--ep-join-mode", "scale"])).is_empty(), "an EP joiner");
+    assert!(server(23, &on_nodes(3, 1, &["--nnodes", "0"])).is_empty(), "no nodes: the parser's to refuse");
+    assert!(!fired(23, &FleetSpec { nodes_per_replica: 2, ..fleet(3, 1, false, 1) }).iter().any(|(r, _)| *r == "DP4"));
+
+    let both = FleetSpec {
+        extra_args: vec!["--dp-size=2".into(), "--attn-dp-size".into(), "4".into()],
+        ..fleet(8, 4, true, 1)
+    };
+    assert!(fired(21, &both).is_empty(), "no --attn-dp-size before 0.5.22 (its parser refuses it)");
+    assert_eq!(
+        fired(22, &both),
+        [(
+            "DP3",
+            "--dp-size 2 with --attn-dp-size 4: data-parallel replicas combined with attention data parallelism are \
+             not supported."
+                .to_string()
+        )]
+    );
+}
+
+/// The validation hook's pipeline checks: up to 0.5.20 pipeline stages refuse every speculative
+/// algorithm (PP1); from 0.5.21 they run EAGLE without multi-layer EAGLE (NEXTN included) on PD
+/// prefill servers only (PP2) and DSPARK as SD6 says, and SGLANG_ENABLE_PP_SPEC moves EAGLE's
+/// stages to servers without PD (PP4; there PP5 and PP6), refusing DSPARK (PP3).
+#[test]
+fn pipeline_stages_run_eagle_on_pd_prefill_servers_only() {
+    let speculating = |algorithm: &str| {
+        let algorithm = algorithm.to_string();
+        with(move |s| s.speculative_algorithm = Some(algorithm))
+    };
+    let pp_rules = |violations: Vec<Violation>| {
+        let mut rules: Vec<_> = violations.into_iter().map(|v| v.rule).filter(|r| r.starts_with("PP")).collect();
+        rules.sort_unstable();
+        rules
+    };
+    let fired = |patch: u16, algorithm: &str, decode: &FleetSpec| {
+        pp_rules(at(patch, &speculating(algorithm), decode, &full()).violations)
+    };
+    let on_server = |patch: u16, algorithm: &str, server: &FleetSpec, prefill: bool| {
+        let settings = speculating(algorithm);
+        let input = PolicyInput {
+            disaggregation: &settings,
+            decode: server,
+            layout: &full(),
+            draft: None,
+            draft_is_the_model: false,
+            prefill_fleet: None,
+            release: v0_5(patch),
+        };
+        pp_rules(super::role::evaluate_non_decode(input, prefill).violations)
+    };
+    let stages = |args: &[&str], pp_spec: bool| FleetSpec {
+        pipeline_parallel: 2,
+        extra_args: args.iter().map(|a| a.to_string()).collect(),
+        env: if pp_spec { env("SGLANG_ENABLE_PP_SPEC", "1").env } else { Vec::new() },
+        ..FleetSpec::default()
+    };
+    let plain = stages(&[], false);
+    for algorithm in ["EAGLE", "NEXTN", "EAGLE3", "STANDALONE", "NGRAM"] {
+        assert_eq!(fired(20, algorithm, &plain), ["PP1"], "{algorithm}");
+        assert_eq!(on_server(20, algorithm, &plain, true), ["PP1"], "{algorithm} on a prefill server");
+    }
+    assert!(fired(20, "EAGLE", &FleetSpec::default()).is_empty(), "one stage");
+    assert_eq!(
+        at(20, &speculating("EAGLE"), &plain, &full()).violations.iter().find(|v| v.rule == "PP1").unwrap().message,
+        "Pipeline parallelism is not compatible with overlap schedule, speculative decoding"
+    );
+
+    assert_eq!(fired(21, "EAGLE3", &plain), ["PP1"]);
+    assert_eq!(fired(21, "EAGLE", &stages(&["--enable-multi-layer-eagle"], false)), ["PP1"]);
+    for algorithm in ["EAGLE", "nextn"] {
+        assert_eq!(fired(21, algorithm, &plain), ["PP2"], "{algorithm} on a decode server");
+        assert!(on_server(23, algorithm, &plain, true).is_empty(), "{algorithm} on a prefill server");
+        assert_eq!(on_server(23, algorithm, &plain, false), ["PP2"], "{algorithm} without PD");
+    }
+    assert!(fired(21, "DSPARK", &plain).is_empty(), "SD6 refuses it on a decode server");
+
+    let pp_spec = stages(&[], true);
+    assert_eq!(fired(22, "EAGLE", &pp_spec), ["PP4"]);
+    assert_eq!(on_server(22, "EAGLE", &pp_spec, true), ["PP4"]);
+    assert_eq!(on_server(22, "DSPARK", &pp_spec, true), ["PP3"]);
+    assert!(on_server(22, "EAGLE", &pp_spec, false).is_empty(), "the env's own place");
+    assert_eq!(on_server(22, "EAGLE", &stages(&["--speculative-adaptive"], true), false), ["PP5"]);
+    let dp_attention = FleetSpec { tensor_parallel: 2, data_parallel: 2, enable_dp_attention: true, ..pp_spec };
+    assert_eq!(on_server(22, "EAGLE", &dp_attention, false), ["PP6"]);
+}
+
+/// The DFLASH and DSPARK handlers' checks of DP attention and pipeline stages: DSPARK ran one
+/// stage only up to 0.5.20 (SD9); DFLASH refused DP attention up to 0.5.22 and from 0.5.23 needs
+/// the DP LM head, no attention CP and no DP speculative prefill coordination (SD10-SD12); DSPARK
+/// with DP attention needs the DP LM head and no attention CP (SD13, SD14), from 0.5.18 only with
+/// more than one DP group.
+#[test]
+fn dflash_and_dspark_with_dp_attention_need_the_dp_lm_head() {
+    let speculating = |algorithm: &str| {
+        let algorithm = algorithm.to_string();
+        with(move |s| s.speculative_algorithm = Some(algorithm))
+    };
+    let fired = |patch: u16, algorithm: &str, decode: &FleetSpec| {
+        at(patch, &speculating(algorithm), decode, &full())
+            .violations
+            .into_iter()
+            .filter(|v| ["SD9", "SD10", "SD11", "SD12", "SD13", "SD14", "PP1"].contains(&v.rule))
+            .map(|v| (v.rule, v.message))
+            .collect::<Vec<_>>()
+    };
+    let rules = |found: Vec<(&'static str, String)>| found.into_iter().map(|(rule, _)| rule).collect::<Vec<_>>();
+    let stages = FleetSpec { pipeline_parallel: 2, ..FleetSpec::default() };
+    assert_eq!(rules(fired(20, "DSPARK", &stages)), ["SD9"], "the handler's own check, not the validation's");
+    assert!(rules(fired(21, "DSPARK", &stages)).is_empty(), "SD6 from 0.5.21");
+
+    let dp_attention = |groups: i32, args: &[&str]| FleetSpec {
+        tensor_parallel: 2,
+        data_parallel: groups,
+        enable_dp_attention: true,
+        extra_args: args.iter().map(|a| a.to_string()).collect(),
+        ..FleetSpec::default()
+    };
+    let text = |found: Vec<(&'static str, String)>| found.into_iter().map(|(_, message)| message).collect::<Vec<_>>();
+    assert_eq!(
+        text(fired(19, "DFLASH", &dp_attention(2, &["--enable-dp-lm-head"]))),
+        ["Currently DFLASH speculative decoding does not support dp attention."]
+    );
+    assert_eq!(
+        text(fired(22, "DFLASH", &dp_attention(2, &[]))),
+        ["Currently DFLASH speculative decoding does not support dp attention on non-NPU devices."]
+    );
+    assert_eq!(rules(fired(23, "DFLASH", &dp_attention(2, &[]))), ["SD10"]);
+    assert!(fired(23, "DFLASH", &dp_attention(2, &["--enable-dp-lm-head"])).is_empty());
+    assert_eq!(rules(fired(23, "DFLASH", &dp_attention(2, &["--enable-dp-lm-head", "--attn-cp-size", "2"]))), ["SD11"]);
+    let coordinated = FleetSpec {
+        env: env("SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION", "true").env,
+        ..dp_attention(2, &["--enable-dp-lm-head"])
+    };
+    assert_eq!(rules(fired(23, "DFLASH", &coordinated)), ["SD12"]);
+
+    assert_eq!(rules(fired(17, "DSPARK", &dp_attention(1, &[]))), ["SD13"], "the flag alone in 0.5.17");
+    assert!(fired(18, "DSPARK", &dp_attention(1, &[])).is_empty(), "one DP group from 0.5.18");
+    assert_eq!(rules(fired(23, "dspark", &dp_attention(2, &[]))), ["SD13"]);
+    assert_eq!(
+        text(fired(23, "DSPARK", &dp_attention(2, &["--enable-dp-lm-head", "--attn-cp-size=2"]))),
+        ["DSpark with dp attention does not support context parallel (attn_cp_size=2)."]
+    );
 }

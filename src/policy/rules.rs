@@ -916,6 +916,37 @@ fn not_fa3(args: &[String], option: &str) -> bool {
 const CP_STRATEGY: &str = "--cp-strategy";
 const CP_STRATEGY_FIELD: &str = "spec.decode.extraArgs[--cp-strategy]";
 const ATTENTION_CP_FIELD: &str = "spec.decode.extraArgs[--attn-cp-size]";
+const DATA_PARALLEL_FIELD: &str = "spec.decode.dataParallel";
+
+/// The nodes one server of `fleet` spans: the guard's `--nnodes`, else the fleet's
+/// nodesPerReplica (which kvpilot renders as `--nnodes`).
+fn nodes_per_server(fleet: &FleetSpec) -> i64 {
+    option_value(&fleet.extra_args, "--nnodes")
+        .and_then(|nodes| nodes.trim().parse().ok())
+        .unwrap_or(i64::from(fleet.nodes_per_replica))
+}
+
+const NODES_FIELD: &str = "spec.decode.nodesPerReplica";
+
+/// Whether a server's TP × PP ranks do not split evenly over its nodes, which SGLang checks
+/// except on an elastic-EP joiner (`--ep-join-mode scale`).
+fn nodes_split_tp_unevenly(fleet: &FleetSpec) -> bool {
+    let ranks = i64::from(fleet.tensor_parallel) * i64::from(fleet.pipeline_parallel);
+    option_value(&fleet.extra_args, "--ep-join-mode") != Some("scale")
+        && ranks.checked_rem(nodes_per_server(fleet)).is_some_and(|rest| rest != 0)
+}
+
+/// (replicas, attention DP groups) where a server's arguments give both above 1 (`--dp-size` and
+/// `--attn-dp-size`, each in either spelling): kvpilot's settings keep one DP size, so this reads
+/// the arguments as given (only the guard's servers can have both; K1 refuses them in extraArgs).
+fn replicas_and_attention_dp(fleet: &FleetSpec) -> Option<(i64, i64)> {
+    let size = |options: [&str; 2]| -> Option<i64> {
+        options.iter().find_map(|option| option_value(&fleet.extra_args, option)).and_then(|v| v.trim().parse().ok())
+    };
+    let replicas = size(["--dp-size", "--data-parallel-size"]).filter(|&n| n > 1)?;
+    let groups = size(["--attn-dp-size", "--attention-data-parallel-size"]).filter(|&n| n > 1)?;
+    Some((replicas, groups))
+}
 const CP_V2_ENV: &str = "SGLANG_ENABLE_CP_V2";
 const MIMO_V2: &[&str] = &["MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM"];
 
@@ -1011,6 +1042,51 @@ fn resolved_speculative_algorithm(c: &Context<'_>) -> Option<String> {
         "NEXTN" => "EAGLE".to_string(),
         _ => algorithm,
     })
+}
+
+const DP_LM_HEAD: &str = "--enable-dp-lm-head";
+const DP_LM_HEAD_FIELD: &str = "spec.decode.extraArgs[--enable-dp-lm-head]";
+const DP_SPEC_PREFILL_COORDINATION: &str = "SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION";
+
+/// The fleets in scope whose DFLASH servers run DP attention with the DP LM head, which 0.5.23's
+/// DFLASH handler checks further (SD11, SD12).
+fn dp_lm_head_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a FleetSpec> {
+    fleets_in_scope(c).filter(|fleet| runs_dp_attention(c, fleet) && given(&fleet.extra_args, DP_LM_HEAD))
+}
+
+/// Whether the DSPARK handler takes a fleet's servers to run DP attention: the flag as given in
+/// 0.5.17; from 0.5.18 with more than one DP group (which `--dp-size N --enable-dp-attention`
+/// becomes from 0.5.22).
+fn dspark_dp_attention(c: &Context<'_>, fleet: &FleetSpec) -> bool {
+    fleet.enable_dp_attention && (c.release < v0_5(18) || fleet.data_parallel > 1)
+}
+
+const PP_SPEC_ENV: &str = "SGLANG_ENABLE_PP_SPEC";
+const PP_SPEC_ENV_FIELD: &str = "spec.decode.env[SGLANG_ENABLE_PP_SPEC]";
+const ADAPTIVE: &str = "--speculative-adaptive";
+const ADAPTIVE_FIELD: &str = "spec.decode.extraArgs[--speculative-adaptive]";
+
+/// Whether a fleet's servers run multi-layer EAGLE as the validation hook reads it:
+/// `--enable-multi-layer-eagle`, or `EAGLE` as given on an architecture whose model overrides turn
+/// it on.
+fn multi_layer_eagle(c: &Context<'_>, fleet: &FleetSpec) -> bool {
+    given(&fleet.extra_args, "--enable-multi-layer-eagle")
+        || (c.settings.speculative_algorithm.as_deref() == Some("EAGLE")
+            && MULTI_LAYER_EAGLE_ARCHITECTURES.contains(&c.layout.architecture.as_str()))
+}
+
+/// Whether a fleet's servers run pipeline stages with the one speculative algorithm SGLang lets
+/// them (from 0.5.21): EAGLE (`NEXTN` included) without multi-layer EAGLE.
+fn pipelined_eagle(c: &Context<'_>, fleet: &FleetSpec) -> bool {
+    fleet.pipeline_parallel > 1
+        && resolved_speculative_algorithm(c).as_deref() == Some("EAGLE")
+        && !multi_layer_eagle(c, fleet)
+}
+
+/// The guard's server without PD running EAGLE's pipeline stages under `SGLANG_ENABLE_PP_SPEC`,
+/// which the validation hook checks further (PP5, PP6).
+fn pipeline_speculation_without_pd(c: &Context<'_>) -> bool {
+    c.scope == Scope::OtherServer && pipelined_eagle(c, c.decode) && env_truthy(c.decode, PP_SPEC_ENV)
 }
 
 /// The pipeline stages of every server that runs the speculative settings: the decode servers,
@@ -1880,6 +1956,235 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Manual { hint: "turn enableDpAttention off on both fleets, or use another speculativeAlgorithm" },
     },
     Rule {
+        id: "SD9",
+        about: "DSPARK with pipeline stages",
+        field: DECODE_PIPELINE,
+        span: Span::between(v0_5(17), v0_5(20)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("Currently DSpark speculative decoding only supports pp_size == 1.")],
+        changes: &[],
+        check: |c| when(resolved_speculative_algorithm(c)? == "DSPARK" && speculating_pipeline_stages(c) != 1),
+        fix: Fix::Manual {
+            hint: "set pipelineParallel to 1 on both fleets (from SGLang 0.5.21 DSPARK runs pipeline stages on PD \
+                   prefill servers), or use another speculativeAlgorithm",
+        },
+    },
+    Rule {
+        id: "SD10",
+        about: "DFLASH with DP attention",
+        field: DECODE_DP_ATTENTION,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text("Currently DFLASH speculative decoding does not support dp attention."),
+            text_from(20, "Currently DFLASH speculative decoding does not support dp attention on non-NPU devices."),
+            text_from(23, "DFLASH with dp attention requires --enable-dp-lm-head."),
+        ],
+        changes: &[text_from(23, "allowed with --enable-dp-lm-head (SD11, SD12 check further)")],
+        check: |c| {
+            when(
+                resolved_speculative_algorithm(c)? == "DFLASH"
+                    && fleets_in_scope(c).any(|fleet| {
+                        runs_dp_attention(c, fleet) && (c.release < v0_5(23) || !given(&fleet.extra_args, DP_LM_HEAD))
+                    }),
+            )
+        },
+        fix: Fix::Manual {
+            hint: "turn DP attention off on the fleets that speculate, or use another speculativeAlgorithm (from \
+                   SGLang 0.5.23: or add --enable-dp-lm-head to their extraArgs)",
+        },
+    },
+    Rule {
+        id: "SD11",
+        about: "DFLASH with DP attention × attention CP",
+        field: ATTENTION_CP_FIELD,
+        span: Span::since(v0_5(23)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("DFLASH with dp attention does not support context parallel.")],
+        changes: &[],
+        check: |c| {
+            when(
+                resolved_speculative_algorithm(c)? == "DFLASH"
+                    && dp_lm_head_fleets(c).any(|f| attention_cp_size(&f.extra_args) != Some(1)),
+            )
+        },
+        fix: Fix::Manual { hint: "drop --attn-cp-size from extraArgs, or turn DP attention off" },
+    },
+    Rule {
+        id: "SD12",
+        about: "DFLASH with DP attention × DP speculative prefill coordination",
+        field: "spec.decode.env[SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION]",
+        span: Span::since(v0_5(23)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("DFLASH with dp attention requires SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION=0.")],
+        changes: &[],
+        check: |c| {
+            when(
+                resolved_speculative_algorithm(c)? == "DFLASH"
+                    && dp_lm_head_fleets(c).any(|fleet| {
+                        attention_cp_size(&fleet.extra_args) == Some(1)
+                            && env_truthy(fleet, DP_SPEC_PREFILL_COORDINATION)
+                    }),
+            )
+        },
+        fix: Fix::Manual { hint: "unset SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION (or set it to 0)" },
+    },
+    Rule {
+        id: "SD13",
+        about: "DSPARK with DP attention needs the DP LM head",
+        field: DP_LM_HEAD_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("DSpark with dp attention requires --enable-dp-lm-head.")],
+        changes: &[text_from(18, "DP attention with one DP group passes")],
+        check: |c| {
+            when(
+                resolved_speculative_algorithm(c)? == "DSPARK"
+                    && fleets_in_scope(c)
+                        .any(|fleet| dspark_dp_attention(c, fleet) && !given(&fleet.extra_args, DP_LM_HEAD)),
+            )
+        },
+        fix: Fix::Manual {
+            hint: "add --enable-dp-lm-head to the extraArgs of the fleets that run DP attention, or turn DP attention off",
+        },
+    },
+    Rule {
+        id: "SD14",
+        about: "DSPARK with DP attention × attention CP",
+        field: ATTENTION_CP_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("DSpark with dp attention does not support context parallel (attn_cp_size={size}).")],
+        changes: &[],
+        check: |c| {
+            (resolved_speculative_algorithm(c)? == "DSPARK").then_some(())?;
+            let size = fleets_in_scope(c)
+                .filter(|fleet| dspark_dp_attention(c, fleet) && given(&fleet.extra_args, DP_LM_HEAD))
+                .find_map(|fleet| attention_cp_size(&fleet.extra_args).filter(|&size| size > 1))?;
+            when_with(true, vec![("size", size.to_string())])
+        },
+        fix: Fix::Manual { hint: "drop --attn-cp-size from extraArgs, or turn DP attention off" },
+    },
+    Rule {
+        id: "PP1",
+        about: "pipeline stages × speculative decoding",
+        field: DECODE_PIPELINE,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text("Pipeline parallelism is not compatible with overlap schedule, speculative decoding"),
+            text_from(21, "Pipeline parallelism currently only supports EAGLE (non-multi-layer) speculative decoding"),
+        ],
+        changes: &[text_from(21, "EAGLE without multi-layer EAGLE and DSPARK pass (PP2-PP6 and SD6 check them)")],
+        check: |c| {
+            let algorithm = resolved_speculative_algorithm(c)?;
+            // DFLASH's own pipeline check (SD3), and DSPARK's up to 0.5.20 (SD9), run first, in the
+            // speculative hook.
+            let refused = |fleet: &FleetSpec| {
+                c.release < v0_5(21)
+                    || !matches!(algorithm.as_str(), "EAGLE" | "DSPARK")
+                    || (algorithm == "EAGLE" && multi_layer_eagle(c, fleet))
+            };
+            let own_check = algorithm == "DFLASH" || (algorithm == "DSPARK" && c.release < v0_5(21));
+            when(!own_check && fleets_in_scope(c).any(|fleet| fleet.pipeline_parallel > 1 && refused(fleet)))
+        },
+        fix: Fix::Manual {
+            hint: "set pipelineParallel to 1 on the fleets that speculate, or turn speculative decoding off (from \
+                   SGLang 0.5.21 EAGLE without multi-layer EAGLE runs pipeline stages on PD prefill servers)",
+        },
+    },
+    Rule {
+        id: "PP2",
+        about: "pipeline stages × EAGLE off a PD prefill server",
+        field: DECODE_PIPELINE,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "PP + speculative decoding (MTP) is only supported on prefill nodes (disaggregation-mode=prefill)",
+        )],
+        changes: &[],
+        check: |c| when(pipelined_eagle(c, c.decode) && !env_truthy(c.decode, PP_SPEC_ENV)),
+        fix: Fix::Manual {
+            hint: "set the decode pipelineParallel to 1 (EAGLE runs pipeline stages on PD prefill servers only), or \
+                   turn speculative decoding off",
+        },
+    },
+    Rule {
+        id: "PP3",
+        about: "SGLANG_ENABLE_PP_SPEC × DSPARK on a PD prefill server",
+        field: PP_SPEC_ENV_FIELD,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("SGLANG_ENABLE_PP_SPEC does not support DSPARK PD prefill")],
+        changes: &[],
+        check: |c| {
+            let prefill = service_prefill(c).or((c.scope == Scope::OtherServer).then_some(c.decode));
+            when(
+                resolved_speculative_algorithm(c)? == "DSPARK"
+                    && prefill.is_some_and(|fleet| fleet.pipeline_parallel > 1 && env_truthy(fleet, PP_SPEC_ENV)),
+            )
+        },
+        fix: Fix::Manual { hint: "unset SGLANG_ENABLE_PP_SPEC in the prefill fleet's env" },
+    },
+    Rule {
+        id: "PP4",
+        about: "SGLANG_ENABLE_PP_SPEC under PD",
+        field: PP_SPEC_ENV_FIELD,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("SGLANG_ENABLE_PP_SPEC is not compatible with --disaggregation-mode")],
+        changes: &[],
+        check: |c| when(fleets_in_scope(c).any(|fleet| pipelined_eagle(c, fleet) && env_truthy(fleet, PP_SPEC_ENV))),
+        fix: Fix::Manual {
+            hint: "unset SGLANG_ENABLE_PP_SPEC in the env of the PD servers (it runs EAGLE's pipeline stages on \
+                   servers without PD only)",
+        },
+    },
+    Rule {
+        id: "PP5",
+        about: "SGLANG_ENABLE_PP_SPEC × adaptive speculative decoding",
+        field: ADAPTIVE_FIELD,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("SGLANG_ENABLE_PP_SPEC is not compatible with --speculative-adaptive")],
+        changes: &[],
+        check: |c| when(pipeline_speculation_without_pd(c) && given(&c.decode.extra_args, ADAPTIVE)),
+        fix: Fix::Manual { hint: "drop --speculative-adaptive, or unset SGLANG_ENABLE_PP_SPEC" },
+    },
+    Rule {
+        id: "PP6",
+        about: "SGLANG_ENABLE_PP_SPEC × DP attention",
+        field: DECODE_DP_ATTENTION,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text("SGLANG_ENABLE_PP_SPEC is not compatible with --enable-dp-attention"),
+            text_from(22, "SGLANG_ENABLE_PP_SPEC is not compatible with attention DP (--attn-dp-size)"),
+        ],
+        changes: &[],
+        check: |c| {
+            when(
+                pipeline_speculation_without_pd(c)
+                    && !given(&c.decode.extra_args, ADAPTIVE)
+                    && c.decode.enable_dp_attention
+                    && c.decode.data_parallel > 1,
+            )
+        },
+        fix: Fix::Manual { hint: "turn DP attention off, or unset SGLANG_ENABLE_PP_SPEC" },
+    },
+    Rule {
         id: "V1",
         about: "DeepSeek-V4 speculative algorithm",
         field: SPECULATIVE_ALGORITHM,
@@ -2666,6 +2971,88 @@ pub(crate) const RULES: &[Rule] = &[
         changes: &[],
         check: |c| when(prefill_cp_fleets(c).any(|fleet| option_value(&fleet.extra_args, CP_STRATEGY).is_none())),
         fix: Fix::Manual { hint: "add --cp-strategy interleave (or zigzag) to extraArgs next to --enable-prefill-cp" },
+    },
+    Rule {
+        id: "DP3",
+        about: "data-parallel replicas × attention DP",
+        field: DATA_PARALLEL_FIELD,
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--dp-size {replicas} with --attn-dp-size {groups}: data-parallel replicas combined with attention data \
+             parallelism are not supported.",
+        )],
+        changes: &[],
+        check: |c| {
+            let (replicas, groups) = fleets_in_scope(c).find_map(replicas_and_attention_dp)?;
+            when_with(true, vec![("replicas", replicas.to_string()), ("groups", groups.to_string())])
+        },
+        fix: Fix::Manual {
+            hint: "give either --dp-size (data-parallel replicas) or --attn-dp-size (attention DP groups), not both",
+        },
+    },
+    Rule {
+        id: "DP1",
+        about: "attention DP must divide TP",
+        field: DATA_PARALLEL_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text("AssertionError (assert self.tp_size % self.dp_size == 0)"),
+            text_from(19, "AssertionError (assert cfg.tp_size % cfg.dp_size == 0)"),
+            text_from(22, "AssertionError (assert cfg.tp_size % cfg.attn_dp_size == 0)"),
+        ],
+        changes: &[],
+        check: |c| {
+            when(fleets_in_scope(c).any(|fleet| {
+                fleet.enable_dp_attention && fleet.data_parallel > 1 && fleet.tensor_parallel % fleet.data_parallel != 0
+            }))
+        },
+        fix: Fix::Manual {
+            hint: "set dataParallel to a divisor of tensorParallel: DP attention splits the TP ranks into that many equal \
+                   groups (SGLang's bare assert names no field)",
+        },
+    },
+    Rule {
+        id: "DP4",
+        about: "TP × PP over the nodes",
+        field: NODES_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("tp_size must be divisible by number of nodes")],
+        changes: &[],
+        // A service's fleets are checked as pods (K2) before SGLang sees them.
+        check: |c| when(c.scope != Scope::Service && fleets_in_scope(c).any(nodes_split_tp_unevenly)),
+        fix: Fix::Manual { hint: "run the server on a number of nodes (--nnodes) that divides --tp-size × --pp-size" },
+    },
+    Rule {
+        id: "DP2",
+        about: "data-parallel replicas across nodes",
+        field: DATA_PARALLEL_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text("multi-node data parallel is not supported unless dp attention!"),
+            text_from(
+                22,
+                "multi-node data-parallel replicas are not supported; use attention DP (--attn-dp-size) across nodes",
+            ),
+        ],
+        changes: &[],
+        check: |c| {
+            when(
+                fleets_in_scope(c)
+                    .any(|fleet| fleet.data_parallel > 1 && !fleet.enable_dp_attention && nodes_per_server(fleet) != 1),
+            )
+        },
+        fix: Fix::Manual {
+            hint: "run data-parallel replicas on one node (nodesPerReplica 1, or more replicas instead), or turn on \
+                   enableDpAttention to spread attention DP across the nodes",
+        },
     },
     Rule {
         id: "H1",

@@ -33,7 +33,6 @@ checked here.
 import contextlib
 import io
 import json
-import os
 import sys
 import types
 
@@ -53,20 +52,6 @@ class HopperPlatform:
         if name.startswith("is_"):
             return name in ("is_cuda", "is_sm90")
         raise AttributeError(name)
-
-
-@contextlib.contextmanager
-def _environment(env):
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def main(argv):
@@ -90,7 +75,7 @@ def main(argv):
             fn.__globals__.update(model_config_of=lambda _args, model_config=model_config: model_config,
                                   get_platform=HopperPlatform)
         message = None
-        with _environment(scenario["env"]):
+        with server_argv.environment(scenario["env"]):
             for fn in ours:
                 try:
                     sglang_env.quietly(base._invoke_provider, fn, server, hf_config)

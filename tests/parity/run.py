@@ -1297,6 +1297,45 @@ def check_iquest_mtp(kvpilot, src, venvs, version, compare):
         "rules": IQUEST_MTP_RULES})
 
 
+# The data-parallel shape (DP1-DP4) on PD decode, PD prefill and servers without PD: TP 1 to 8,
+# replicas, attention DP in each release's spellings (the deprecated pair, and from 0.5.22
+# --attn-dp-size, one group included, alone and beside --dp-size) and one or two nodes.
+PARALLEL_SHAPE_TP = (1, 2, 3, 4, 6, 8)
+PARALLEL_SHAPE_DP = ((), ("--dp-size", "2"), ("--dp-size", "3"), ("--dp-size", "4"),
+                     ("--dp-size", "2", "--enable-dp-attention"), ("--dp-size", "3", "--enable-dp-attention"),
+                     ("--dp-size", "4", "--enable-dp-attention"))
+PARALLEL_SHAPE_ATTN_DP_SINCE = "0.5.22"
+PARALLEL_SHAPE_ATTN_DP = (("--attn-dp-size", "1"), ("--attn-dp-size", "2"), ("--attn-dp-size", "3"),
+                          ("--attn-dp-size", "4"), ("--dp-size", "2", "--attn-dp-size", "1"),
+                          ("--attn-dp-size", "3", "--dp-size", "2"), ("--dp-size", "2", "--attn-dp-size", "4"),
+                          ("--dp-size", "2", "--enable-dp-attention", "--attn-dp-size", "1"))
+PARALLEL_SHAPE_RULES = ("DP1", "DP2", "DP3", "DP4")
+
+
+def parallel_shape_scenarios(version):
+    shapes = PARALLEL_SHAPE_DP
+    if version_key(version) >= version_key(PARALLEL_SHAPE_ATTN_DP_SINCE):
+        shapes += PARALLEL_SHAPE_ATTN_DP
+    scenarios = []
+    for role, tp, shape, nodes in itertools.product(("decode", "prefill", "null"), PARALLEL_SHAPE_TP, shapes, (1, 2)):
+        argv = ["--model-path", "/models/m", "--tp-size", str(tp), *shape]
+        if role != "null":
+            argv += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "mooncake"]
+        if nodes != 1:
+            argv += ["--nnodes", str(nodes)]
+        scenarios.append({"id": f"s{len(scenarios)}", "argv": argv,
+                          "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
+    return scenarios
+
+
+def check_parallel_shape(kvpilot, src, venvs, version, compare):
+    """The data-parallel hook's and the validation hook's shape checks (parallel_shape.py) against
+    the guard's DP1-DP4."""
+    return check_with_guard(kvpilot, src, venvs, version, compare, {
+        "label": "parallel shape", "scenarios": parallel_shape_scenarios(version),
+        "script": "parallel_shape.py", "argv": lambda s: s["argv"], "rules": PARALLEL_SHAPE_RULES})
+
+
 # The model hook's DSA KV cache dtype checks (DT1, DT2) on PD decode, PD prefill and servers
 # without PD, with each KV cache dtype every release's parser takes, unset, and with DSA backends
 # given: the DSA models DeepSeek-V3.2 (also with learnable sinks) and GLM-5, HunYuan V4 (its loader
@@ -1336,15 +1375,35 @@ def check_dsa_kv_cache(kvpilot, src, venvs, version, compare):
 # The speculative hook's checks of a server's parallelism (SD6-SD8): each algorithm spelling on PD
 # decode, PD prefill and servers without PD, with pipeline stages, DP and DP attention.
 SPECULATIVE_PARALLEL_ALGORITHMS = ("EAGLE", "nextn", "EAGLE3", "STANDALONE", "standalone", "NGRAM", "ngram",
-                                   "DSPARK", "dspark")
-SPECULATIVE_PARALLEL_RULES = ("SD6", "SD7", "SD8")
+                                   "DSPARK", "dspark", "DFLASH")
+SPECULATIVE_PARALLEL_RULES = ("SD3", "SD6", "SD7", "SD8", "SD9", "SD10", "SD11", "SD12", "SD13", "SD14", "PP1", "PP2", "PP3",
+                              "PP4", "PP5", "PP6")
+# With pipeline stages, the validation hook's checks also read multi-layer EAGLE, adaptive
+# speculative decoding and SGLANG_ENABLE_PP_SPEC: each combination.
+SPECULATIVE_PIPELINE_VARIANTS = tuple(itertools.product((False, True), (False, True),
+                                                        ({}, {"SGLANG_ENABLE_PP_SPEC": "1"})))
+# With DP attention, the DFLASH and DSPARK handlers also read the DP LM head, attention CP and
+# SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION: each combination.
+SPECULATIVE_DP_ATTENTION_ALGORITHMS = ("DFLASH", "DSPARK", "dspark")
+SPECULATIVE_DP_ATTENTION_VARIANTS = tuple(itertools.product(
+    (False, True), (1, 2), ({}, {"SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION": "1"})))
 
 
 def speculative_parallel_scenarios():
-    return [{"id": f"p{i}", "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json"),
-             "algorithm": algorithm, "role": role, "pp": pp, "dp": dp, "dpAttention": dp_attention}
-            for i, (algorithm, role, pp, dp, dp_attention) in enumerate(itertools.product(
-                SPECULATIVE_PARALLEL_ALGORITHMS, ("decode", "prefill", "null"), (1, 2), (1, 2), (False, True)))]
+    scenarios = []
+    for algorithm, role, pp, dp, dp_attention in itertools.product(
+            SPECULATIVE_PARALLEL_ALGORITHMS, ("decode", "prefill", "null"), (1, 2), (1, 2), (False, True)):
+        pipeline = SPECULATIVE_PIPELINE_VARIANTS if pp != 1 else ((False, False, {}),)
+        attention = SPECULATIVE_DP_ATTENTION_VARIANTS \
+            if dp_attention and algorithm in SPECULATIVE_DP_ATTENTION_ALGORITHMS else ((False, 1, {}),)
+        for (multi_layer, adaptive, pp_env), (lm_head, attn_cp, dp_env) in itertools.product(pipeline, attention):
+            scenarios.append({
+                "id": f"p{len(scenarios)}",
+                "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json"),
+                "algorithm": algorithm, "role": role, "pp": pp, "dp": dp, "dpAttention": dp_attention,
+                "dpLmHead": lm_head, "attnCp": attn_cp, "multiLayer": multi_layer, "adaptive": adaptive,
+                "env": dict(pp_env, **dp_env)})
+    return scenarios
 
 
 def speculative_parallel_argv(scenario):
@@ -1357,15 +1416,24 @@ def speculative_parallel_argv(scenario):
         argv += ["--dp-size", str(scenario["dp"])]
     if scenario["dpAttention"]:
         argv.append("--enable-dp-attention")
+    if scenario["multiLayer"]:
+        argv.append("--enable-multi-layer-eagle")
+    if scenario["adaptive"]:
+        argv.append("--speculative-adaptive")
+    if scenario["dpLmHead"]:
+        argv.append("--enable-dp-lm-head")
+    if scenario["attnCp"] != 1:
+        argv += ["--attn-cp-size", str(scenario["attnCp"])]
     return argv
 
 
 def check_speculative_parallel(kvpilot, src, venvs, version, compare):
-    """The speculative hook's parallelism checks (speculative_checks.py) against the guard's
-    SD6-SD8."""
+    """The speculative hook's parallelism checks and the validation hook's pipeline checks
+    (speculative_checks.py) against the guard's SD3, SD6-SD14 and PP1-PP6."""
     return check_with_guard(kvpilot, src, venvs, version, compare, {
         "label": "speculative parallelism", "scenarios": speculative_parallel_scenarios(),
-        "script": "speculative_checks.py", "argv": speculative_parallel_argv, "rules": SPECULATIVE_PARALLEL_RULES})
+        "script": "speculative_checks.py", "argv": speculative_parallel_argv, "env": lambda s: s["env"],
+        "rules": SPECULATIVE_PARALLEL_RULES})
 
 SPECULATIVE_NAMES = ("EAGLE", "eagle", "Eagle3", "NEXTN", "nextn", "STANDALONE", "ngram", "DFLASH",
                      "dspark", "FROZEN_KV_MTP", "UNO", "uno", "NONE", "none", "FOO", "MTP", "EAGLE-3",
@@ -1771,7 +1839,7 @@ def check_served_architectures(src):
 
 PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "mamba-args", "draft", "handshake",
          "tree-cache", "speculative", "speculative-parallel", "dsv4-hook", "model-overrides", "family-overrides",
-         "context-parallel", "dsa-kv-cache", "iquest-mtp", "messages", "argv", "cli")
+         "context-parallel", "dsa-kv-cache", "iquest-mtp", "parallel-shape", "messages", "argv", "cli")
 
 
 # The parts that run one release's code on their own scenarios and compare with kvpilot, each
@@ -1784,6 +1852,7 @@ PER_RELEASE_CHECKS = (("mamba-args", check_mamba_args), ("draft", check_draft_ge
                       ("context-parallel", check_context_parallel),
                       ("dsa-kv-cache", check_dsa_kv_cache),
                       ("iquest-mtp", check_iquest_mtp),
+                      ("parallel-shape", check_parallel_shape),
                       ("tree-cache", check_tree_cache),
                       ("handshake", check_handshake))
 

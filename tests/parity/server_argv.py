@@ -134,6 +134,21 @@ def declare(server, _source, **fields):
 VIEWS = {"resolving_view": lambda view: view, "resolved_view": lambda view: view, "declare_resolution": declare}
 
 
+@contextlib.contextmanager
+def environment(env):
+    """The process environment with `env` set, as the release's `envs` reads it, then restored."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def hook_function(srt, candidates, what):
     """(file, module, name, syntax tree) of the first of `candidates` ((file under sglang/srt,
     module, class or None, function)) the release defines; exits naming `what` when none is."""

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""One SGLang release's speculative-hook checks of a server's parallelism: DSpark's pipeline
-stages (SD6) and the DP attention of STANDALONE and NGRAM drafts (SD7, SD8).
+"""One SGLang release's checks of a speculating server's parallelism: the speculative hook's
+(DFLASH's and DSpark's pipeline stages SD3, SD6 and SD9, the DP attention of STANDALONE and NGRAM drafts SD7 and SD8,
+of DFLASH drafts SD10-SD12 and of DSpark drafts SD13 and SD14), then the validation hook's of
+pipeline stages with speculative decoding (PP1-PP6).
 
 Usage: speculative_checks.py SGLANG_SRC < scenarios.json
-  scenario: {"id", "algorithm", "role", "pp", "dp", "dpAttention"}
+  scenario: {"id", "algorithm", "role", "pp", "dp", "dpAttention", "dpLmHead", "attnCp", "multiLayer",
+             "adaptive", "env"}
 Prints [{"id", "raised", "message", "handler"}] on stdout: the message of the first of those
 checks that refuses the server (or None), and the handler the release dispatches the algorithm
 to. Exits non-zero, naming the file, when a piece of the release's code this needs is missing.
@@ -18,10 +21,17 @@ What runs, unchanged:
   - the algorithm's own `handle_server_args` (speculative/spec_info.py), with the speculative
     hook's `_handle_*` functions recording which one it calls;
   - in that handler, each statement of its body (from the hook's syntax tree) that holds one of
-    the three checks, with the hook module's own globals (`attn_dp_enabled_of` from 0.5.22).
+    those checks, and the plain assignments of names they read, with the hook module's own
+    globals (`attn_dp_enabled_of` from 0.5.22) and `envs` reading the scenario's env;
+  - then, as at the end of start-up, the post-process passes `_pipeline_parallel_overlap_disable`
+    and `_data_parallelism_defaults` (arg_groups/overrides.py) and the validation hook's
+    `if <pp_size> > 1:` statement (from `check_server_args`'s syntax tree: its asserts up to
+    0.5.20, `check_pipeline_parallel_compat` from 0.5.21), with the module's own globals and
+    `envs` reading the scenario's env.
 
 Stood in: the server is a namespace of the scenario's settings whose other fields read None;
-`resolving_view` and `resolved_view` hand it back, and `declare_resolution` sets its fields.
+`resolving_view` and `resolved_view` hand it back, and `declare_resolution` sets its fields;
+`get_platform()` is a CUDA GPU's.
 """
 
 import ast
@@ -30,15 +40,22 @@ import os
 import sys
 import types
 
+import context_parallel
+import parallel_shape
 import pd_args
+import server_argv
 import sglang_env
 
 HOOK = os.path.join("arg_groups", "speculative_hook.py")
-PARALLEL_HOOK = os.path.join("arg_groups", "parallel_hook.py")
 HOOK_MODULE = "sglang.srt.arg_groups.speculative_hook"
 CHECKS = ("DSpark pipeline parallelism requires PD prefill",
+          "Currently DFLASH speculative decoding only supports pp_size",
+          "Currently DSpark speculative decoding only supports pp_size",
           "standalone speculative decoding does not support dp attention",
-          "ngram speculative decoding does not support dp attention")
+          "ngram speculative decoding does not support dp attention",
+          "DFLASH speculative decoding does not support dp",
+          "DFLASH with dp attention",
+          "DSpark with dp attention")
 
 
 class Server(types.SimpleNamespace):
@@ -65,6 +82,11 @@ def _check_statements(path):
         wanted = [statement for statement in fn.body
                   if any(isinstance(n, ast.Raise) and any(check in ast.unparse(n) for check in CHECKS)
                          for n in ast.walk(statement))]
+        # The handler's plain names those statements read (`_is_npu = cfg.device...`).
+        read = {n.id for statement in wanted for n in ast.walk(statement) if isinstance(n, ast.Name)}
+        wanted = [statement for statement in fn.body
+                  if statement in wanted or (isinstance(statement, ast.Assign) and all(
+                      isinstance(t, ast.Name) and t.id in read for t in statement.targets))]
         if wanted:
             found[fn.name] = compile(ast.fix_missing_locations(ast.Module(body=wanted, type_ignores=[])),
                                      path, "exec")
@@ -73,9 +95,35 @@ def _check_statements(path):
     return found
 
 
-def _declare(server, _source, **fields):
-    for name, value in fields.items():
-        setattr(server, name, value)
+def _pipeline_statement(srt):
+    """(file, module globals, the validation hook's `if <pp_size> > 1:` statement, compiled)."""
+    path, module, name, fn = server_argv.hook_function(srt, parallel_shape.VALIDATION_HOOKS, "validation hook")
+    check = next((n for n in fn.body if isinstance(n, ast.If) and ast.unparse(n.test).endswith("pp_size > 1")), None)
+    if check is None:
+        _fail(path, f"{name} no longer checks pipeline parallelism")
+    module_globals = server_argv.hook_globals(path, module)
+    return path, module_globals, compile(ast.fix_missing_locations(ast.Module(body=[check], type_ignores=[])),
+                                         path, "exec")
+
+
+def _post_process(overrides, server, name):
+    """Applies the release's post-process pass `name` (arg_groups/overrides.py) to `server`."""
+    for field, value in getattr(overrides, name)(server).items():
+        setattr(server, field, value)
+
+
+def _validate_pipeline(overrides, server, pipeline, module_globals, scenario, path):
+    """The validation hook's pipeline checks on `server` after the passes before them: the
+    message of the first that refuses it, or None."""
+    for name in ("_pipeline_parallel_overlap_disable", "_data_parallelism_defaults"):
+        _post_process(overrides, server, name)
+    try:
+        exec(pipeline, dict(module_globals, cfg=server, server_args=server, self=server))
+    except AssertionError as e:
+        return str(e)
+    except Exception as e:
+        _fail(path, f"the pipeline checks failed on {scenario['id']}: {type(e).__name__}: {e}")
+    return None
 
 
 def main(argv):
@@ -90,17 +138,12 @@ def main(argv):
     hook = resolve_alias.__globals__
     checks = _check_statements(hook_path)
     handlers = sorted(name for name in hook if name.startswith("_handle_"))
-    parallel_path = os.path.join(srt, PARALLEL_HOOK)
-    deprecated_dp = None
-    if os.path.exists(parallel_path):
-        parallel = sglang_env.exec_subset(parallel_path, "sglang.srt.arg_groups.parallel_hook")
-        deprecated_dp = parallel.get("handle_deprecated_dp_attention")
-        if deprecated_dp is not None:
-            deprecated_dp.__globals__.update(resolving_view=lambda view: view, declare_resolution=_declare)
+    deprecated_dp = server_argv.deprecated_dp_attention(srt)
+    pipeline_path, pipeline_globals, pipeline = _pipeline_statement(srt)
+    pipeline_globals.update(server_argv.VIEWS, get_platform=context_parallel.CudaPlatform)
+    overrides = sglang_env.quietly(__import__, "sglang.srt.arg_groups.overrides", fromlist=["overrides"])
     spec_info = sglang_env.quietly(__import__, "sglang.srt.speculative.spec_info",
                                    fromlist=["SpeculativeAlgorithm"])
-    stand_ins = {"resolving_view": lambda view: view, "resolved_view": lambda view: view,
-                 "declare_resolution": _declare}
     results = []
     for scenario in scenarios:
         resolved = pd_args.resolved_name(resolve_alias, scenario["algorithm"], None)
@@ -108,7 +151,11 @@ def main(argv):
         server = Server(speculative_algorithm=resolved, disaggregation_mode=scenario["role"],
                         pp_size=scenario["pp"], dp_size=scenario["dp"],
                         enable_dp_attention=scenario["dpAttention"], attn_dp_size=1, attn_cp_size=1,
-                        device="cuda")
+                        device="cuda", enable_multi_layer_eagle=scenario["multiLayer"],
+                        speculative_adaptive=scenario["adaptive"], disable_overlap_schedule=False,
+                        enable_dp_lm_head=scenario["dpLmHead"], moe_a2a_backend="none")
+        if scenario["attnCp"] != 1:
+            server.attn_cp_size = scenario["attnCp"]
         if deprecated_dp is not None:
             deprecated_dp(server)
         called = []
@@ -125,13 +172,17 @@ def main(argv):
             else:
                 sys.modules[HOOK_MODULE] = real
         message = None
-        for handler in called:
-            if handler in checks:
-                namespace = dict(hook, **stand_ins, cfg=server, server_args=server, view=server, self=server)
-                try:
-                    exec(checks[handler], namespace)
-                except ValueError as e:
-                    message = str(e)
+        with server_argv.environment(scenario["env"]):
+            for handler in called:
+                if handler in checks:
+                    namespace = dict(hook, **server_argv.VIEWS, cfg=server, server_args=server, view=server,
+                                     self=server)
+                    try:
+                        exec(checks[handler], namespace)
+                    except ValueError as e:
+                        message = str(e)
+            if message is None:
+                message = _validate_pipeline(overrides, server, pipeline, pipeline_globals, scenario, pipeline_path)
         results.append({"id": scenario["id"], "raised": message is not None, "message": message,
                         "handler": called[0] if called else None})
     print(json.dumps(results))
