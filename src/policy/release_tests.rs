@@ -51,6 +51,11 @@ fn with(edit: impl FnOnce(&mut DisaggregationSpec)) -> DisaggregationSpec {
     settings
 }
 
+/// Settings that speculate with `algorithm`, spelled as given.
+fn speculating(algorithm: &str) -> DisaggregationSpec {
+    with(|s| s.speculative_algorithm = Some(algorithm.to_string()))
+}
+
 fn env(name: &str, value: &str) -> FleetSpec {
     FleetSpec {
         env: vec![EnvVar { name: name.into(), value: Some(value.into()), value_from: None }],
@@ -1833,10 +1838,6 @@ fn sd1_to_sd4_read_the_speculative_algorithm_as_the_hook_does() {
 fn deepseek_v4_s_model_hook_reads_the_algorithm_as_given_and_eagle_s_top_k() {
     let v1 = "Only EAGLE and DSPARK speculative algorithms are supported for DeepseekV4ForCausalLM";
     let v2 = "Only EAGLE speculative algorithm with topk == 1 is supported for DeepseekV4ForCausalLM";
-    let speculating = |algorithm: &str| {
-        let algorithm = algorithm.to_string();
-        with(move |s| s.speculative_algorithm = Some(algorithm))
-    };
     let top_k =
         |k: &str| FleetSpec { extra_args: vec!["--speculative-eagle-topk".into(), k.into()], ..FleetSpec::default() };
     let fired = |verdict: Verdict| {
@@ -2012,10 +2013,6 @@ fn dsa_decode_context_parallelism_runs_without_pd_from_0_5_22() {
 /// 0.5.22 needs more than one attention-DP group.
 #[test]
 fn the_speculative_hook_refuses_dspark_stages_on_decode_and_dp_attention_for_standalone_and_ngram() {
-    let speculating = |algorithm: &str| {
-        let algorithm = algorithm.to_string();
-        with(move |s| s.speculative_algorithm = Some(algorithm))
-    };
     let fired = |patch: u16, algorithm: &str, decode: &FleetSpec| {
         let mut rules: Vec<_> = at(patch, &speculating(algorithm), decode, &full())
             .violations
@@ -2355,10 +2352,6 @@ fn the_data_parallel_shape_divides_tp_and_keeps_replicas_on_one_node() {
 /// stages to servers without PD (PP4; there PP5 and PP6), refusing DSPARK (PP3).
 #[test]
 fn pipeline_stages_run_eagle_on_pd_prefill_servers_only() {
-    let speculating = |algorithm: &str| {
-        let algorithm = algorithm.to_string();
-        with(move |s| s.speculative_algorithm = Some(algorithm))
-    };
     let pp_rules = |violations: Vec<Violation>| {
         let mut rules: Vec<_> = violations.into_iter().map(|v| v.rule).filter(|r| r.starts_with("PP")).collect();
         rules.sort_unstable();
@@ -2368,16 +2361,8 @@ fn pipeline_stages_run_eagle_on_pd_prefill_servers_only() {
         pp_rules(at(patch, &speculating(algorithm), decode, &full()).violations)
     };
     let on_server = |patch: u16, algorithm: &str, server: &FleetSpec, prefill: bool| {
-        let settings = speculating(algorithm);
-        let input = PolicyInput {
-            disaggregation: &settings,
-            decode: server,
-            layout: &full(),
-            draft: None,
-            draft_is_the_model: false,
-            prefill_fleet: None,
-            release: v0_5(patch),
-        };
+        let (settings, layout) = (speculating(algorithm), full());
+        let input = PolicyInput::alone(&settings, server, &layout, v0_5(patch));
         pp_rules(super::role::evaluate_non_decode(input, prefill).violations)
     };
     let stages = |args: &[&str], pp_spec: bool| FleetSpec {
@@ -2423,10 +2408,6 @@ fn pipeline_stages_run_eagle_on_pd_prefill_servers_only() {
 /// more than one DP group.
 #[test]
 fn dflash_and_dspark_with_dp_attention_need_the_dp_lm_head() {
-    let speculating = |algorithm: &str| {
-        let algorithm = algorithm.to_string();
-        with(move |s| s.speculative_algorithm = Some(algorithm))
-    };
     let fired = |patch: u16, algorithm: &str, decode: &FleetSpec| {
         at(patch, &speculating(algorithm), decode, &full())
             .violations

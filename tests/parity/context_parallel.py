@@ -144,17 +144,14 @@ def main(argv):
         namespace = dict(hook_globals, **identity, cfg=server, server_args=server, self=server,
                          model_config_of=lambda _args, model_config=model_config: model_config,
                          run_hook=lambda hook, args: hook(args))
-        message = None
-        try:
-            with server_argv.environment(scenario["env"]):
-                if hf_config.architectures[0] in dsa_family and is_deepseek_dsa(hf_config):
-                    exec(dsa_check, namespace)
-                exec(statements, namespace)
-        except (ValueError, AssertionError) as e:
-            message = str(e)
-        except Exception as e:
-            raise SystemExit(f"{path} failed on {scenario['id']} ({' '.join(scenario['argv'])}): "
-                             f"{type(e).__name__}: {e}") from e
+        def run(namespace=namespace, dsa=hf_config.architectures[0] in dsa_family and is_deepseek_dsa(hf_config)):
+            if dsa:
+                exec(dsa_check, namespace)
+            exec(statements, namespace)
+
+        with server_argv.environment(scenario["env"]):
+            error = server_argv.refusal(path, scenario, run)
+        message = None if error is None else str(error)
         results.append({"id": scenario["id"], "raised": message is not None, "message": message})
     print(json.dumps(results))
     return 0

@@ -117,14 +117,10 @@ def main(argv):
         server._resolved = lambda server=server: server
         message = None
         for path, step in steps:
-            try:
-                step(server)
-            except (ValueError, AssertionError) as e:
-                message = str(e) or _bare_assert(e, path)
+            error = server_argv.refusal(path, scenario, lambda step=step: step(server))
+            if error is not None:
+                message = str(error) or _bare_assert(error, path)
                 break
-            except Exception as e:
-                raise SystemExit(f"{path} failed on {scenario['id']} ({' '.join(scenario['argv'])}): "
-                                 f"{type(e).__name__}: {e}") from e
         results.append({"id": scenario["id"], "raised": message is not None, "message": message})
     print(json.dumps(results))
     return 0

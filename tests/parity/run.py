@@ -925,6 +925,23 @@ def tree_cache_argv(scenario):
     return argv
 
 
+def role_argv(role):
+    """The flags of a PD server of `role` (decode or prefill, over Mooncake); none for "null", a
+    server without PD."""
+    return [] if role == "null" else ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "mooncake"]
+
+
+def settings_argv(scenario, options):
+    """The flags of a scenario's settings, for each (key, flag, unset) of `options`: none where
+    the setting is `unset`, the flag alone where it is True, else the flag and the value."""
+    argv = []
+    for key, flag, unset in options:
+        value = scenario[key]
+        if value != unset:
+            argv += [flag] if value is True else [flag, str(value)]
+    return argv
+
+
 def guard_pods(version, scenarios, argv_of, env_of=lambda _: {}, draft_of=lambda _: None):
     """One Pod per scenario running `argv_of(scenario)` with the env `env_of(scenario)`, its config
     inline through a ConfigMap, and the draft model's config `draft_of(scenario)` (a fixture path,
@@ -1109,21 +1126,14 @@ def model_override_scenarios(version):
     return scenarios
 
 
+MODEL_OVERRIDE_OPTIONS = (("dcp", "--dcp-size", 1), ("prefillCp", "--enable-prefill-cp", False),
+                          ("hicache", "--enable-hierarchical-cache", False), ("hisparse", "--enable-hisparse", False),
+                          ("topk", "--speculative-eagle-topk", None))
+
+
 def model_override_argv(scenario):
-    argv = ["--model-path", "/models/m"]
-    if scenario["role"] != "null":
-        argv += ["--disaggregation-mode", scenario["role"], "--disaggregation-transfer-backend", "mooncake"]
-    if scenario["dcp"] != 1:
-        argv += ["--dcp-size", str(scenario["dcp"])]
-    if scenario["prefillCp"]:
-        argv.append("--enable-prefill-cp")
-    if scenario["hicache"]:
-        argv.append("--enable-hierarchical-cache")
-    if scenario["hisparse"]:
-        argv.append("--enable-hisparse")
-    if scenario["topk"] is not None:
-        argv += ["--speculative-eagle-topk", str(scenario["topk"])]
-    return argv
+    return ["--model-path", "/models/m", *role_argv(scenario["role"]),
+            *settings_argv(scenario, MODEL_OVERRIDE_OPTIONS)]
 
 
 def check_model_overrides(kvpilot, src, venvs, version, compare):
@@ -1220,8 +1230,7 @@ def context_parallel_scenarios(version):
         for role, prefill_cp, strategy, attention_cp, env in itertools.product(
                 ("decode", "prefill", "null"), (False, True), (None, "interleave", "zigzag"), (1, 2), envs):
             argv = ["--model-path", "/models/m"]
-            if role != "null":
-                argv += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "mooncake"]
+            argv += role_argv(role)
             if prefill_cp:
                 argv.append("--enable-prefill-cp")
             if strategy is not None:
@@ -1274,8 +1283,7 @@ def iquest_mtp_scenarios(version):
                                 ("parity/iquest-q1-mtp",), (((), (), (), ()),))
     for config, role, algorithm, draft, flags in itertools.chain(matrix, control):
         argv = ["--model-path", "/models/m", "--speculative-algorithm", algorithm]
-        if role != "null":
-            argv += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "mooncake"]
+        argv += role_argv(role)
         if draft == "self":
             argv += ["--speculative-draft-model-path", "/models/m"]
         elif draft is not None:
@@ -1319,8 +1327,7 @@ def parallel_shape_scenarios(version):
     scenarios = []
     for role, tp, shape, nodes in itertools.product(("decode", "prefill", "null"), PARALLEL_SHAPE_TP, shapes, (1, 2)):
         argv = ["--model-path", "/models/m", "--tp-size", str(tp), *shape]
-        if role != "null":
-            argv += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "mooncake"]
+        argv += role_argv(role)
         if nodes != 1:
             argv += ["--nnodes", str(nodes)]
         scenarios.append({"id": f"s{len(scenarios)}", "argv": argv,
@@ -1354,8 +1361,7 @@ def dsa_kv_cache_scenarios(version):
         if since is not None and version_key(version) < version_key(since):
             continue
         argv = ["--model-path", "/models/m"]
-        if role != "null":
-            argv += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "mooncake"]
+        argv += role_argv(role)
         if dtype is not None:
             argv += ["--kv-cache-dtype", dtype]
         if backends:
@@ -1406,25 +1412,16 @@ def speculative_parallel_scenarios():
     return scenarios
 
 
+SPECULATIVE_PARALLEL_OPTIONS = (("pp", "--pp-size", 1), ("dp", "--dp-size", 1),
+                                ("dpAttention", "--enable-dp-attention", False),
+                                ("multiLayer", "--enable-multi-layer-eagle", False),
+                                ("adaptive", "--speculative-adaptive", False), ("dpLmHead", "--enable-dp-lm-head", False),
+                                ("attnCp", "--attn-cp-size", 1))
+
+
 def speculative_parallel_argv(scenario):
-    argv = ["--model-path", "/models/m", "--speculative-algorithm", scenario["algorithm"]]
-    if scenario["role"] != "null":
-        argv += ["--disaggregation-mode", scenario["role"], "--disaggregation-transfer-backend", "mooncake"]
-    if scenario["pp"] != 1:
-        argv += ["--pp-size", str(scenario["pp"])]
-    if scenario["dp"] != 1:
-        argv += ["--dp-size", str(scenario["dp"])]
-    if scenario["dpAttention"]:
-        argv.append("--enable-dp-attention")
-    if scenario["multiLayer"]:
-        argv.append("--enable-multi-layer-eagle")
-    if scenario["adaptive"]:
-        argv.append("--speculative-adaptive")
-    if scenario["dpLmHead"]:
-        argv.append("--enable-dp-lm-head")
-    if scenario["attnCp"] != 1:
-        argv += ["--attn-cp-size", str(scenario["attnCp"])]
-    return argv
+    return ["--model-path", "/models/m", "--speculative-algorithm", scenario["algorithm"],
+            *role_argv(scenario["role"]), *settings_argv(scenario, SPECULATIVE_PARALLEL_OPTIONS)]
 
 
 def check_speculative_parallel(kvpilot, src, venvs, version, compare):

@@ -149,6 +149,20 @@ def environment(env):
                 os.environ[name] = value
 
 
+def refusal(path, scenario, run):
+    """The ValueError or AssertionError `run()` refuses the scenario's server with, or None; exits
+    naming `path` and the scenario when it fails any other way (a piece of the release's code the
+    harness cannot run is never taken for a verdict)."""
+    try:
+        run()
+    except (ValueError, AssertionError) as e:
+        return e
+    except Exception as e:
+        raise SystemExit(f"{path} failed on {scenario['id']} ({' '.join(scenario['argv'])}): "
+                         f"{type(e).__name__}: {e}") from e
+    return None
+
+
 def hook_function(srt, candidates, what):
     """(file, module, name, syntax tree) of the first of `candidates` ((file under sglang/srt,
     module, class or None, function)) the release defines; exits naming `what` when none is."""
