@@ -2404,15 +2404,15 @@ fn pipeline_stages_run_eagle_on_pd_prefill_servers_only() {
 /// The DFLASH and DSPARK handlers' checks of DP attention and pipeline stages: DSPARK ran one
 /// stage only up to 0.5.20 (SD9); DFLASH refused DP attention up to 0.5.22 and from 0.5.23 needs
 /// the DP LM head, no attention CP and no DP speculative prefill coordination (SD10-SD12); DSPARK
-/// with DP attention needs the DP LM head and no attention CP (SD13, SD14), from 0.5.18 only with
-/// more than one DP group.
+/// with DP attention needs the DP LM head, no attention CP, an all-to-all backend it takes and,
+/// with one, static ragged verification (SD13-SD16), from 0.5.18 only with more than one DP group.
 #[test]
 fn dflash_and_dspark_with_dp_attention_need_the_dp_lm_head() {
     let fired = |patch: u16, algorithm: &str, decode: &FleetSpec| {
         at(patch, &speculating(algorithm), decode, &full())
             .violations
             .into_iter()
-            .filter(|v| ["SD9", "SD10", "SD11", "SD12", "SD13", "SD14", "PP1"].contains(&v.rule))
+            .filter(|v| ["SD9", "SD10", "SD11", "SD12", "SD13", "SD14", "SD15", "SD16", "PP1"].contains(&v.rule))
             .map(|v| (v.rule, v.message))
             .collect::<Vec<_>>()
     };
@@ -2452,5 +2452,30 @@ fn dflash_and_dspark_with_dp_attention_need_the_dp_lm_head() {
     assert_eq!(
         text(fired(23, "DSPARK", &dp_attention(2, &["--enable-dp-lm-head", "--attn-cp-size=2"]))),
         ["DSpark with dp attention does not support context parallel (attn_cp_size=2)."]
+    );
+
+    // Its MoE all-to-all backends, per release, and the ragged verification they need.
+    let mori = dp_attention(2, &["--enable-dp-lm-head", "--moe-a2a-backend", "mori"]);
+    assert_eq!(
+        text(fired(20, "DSPARK", &mori)),
+        ["DSpark with dp attention supports moe_a2a_backend 'none' (built-in TP MoE) or 'megamoe', got 'mori'."]
+    );
+    assert!(fired(21, "DSPARK", &mori).is_empty());
+    let compact = |fleet: FleetSpec| FleetSpec { env: env("SGLANG_RAGGED_VERIFY_MODE", "compact").env, ..fleet };
+    assert_eq!(
+        text(fired(21, "DSPARK", &compact(mori.clone()))),
+        ["DSpark with dp attention + moe_a2a_backend='mori' requires SGLANG_RAGGED_VERIFY_MODE=static."]
+    );
+    assert!(fired(22, "DSPARK", &compact(dp_attention(2, &["--enable-dp-lm-head"]))).is_empty(), "the built-in MoE");
+    let coordinated_dspark = FleetSpec {
+        env: [("SGLANG_RAGGED_VERIFY_MODE", "compact"), ("SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION", "1")]
+            .map(|(name, value)| EnvVar { name: name.into(), value: Some(value.into()), value_from: None })
+            .to_vec(),
+        ..dp_attention(2, &["--enable-dp-lm-head"])
+    };
+    assert_eq!(rules(fired(22, "DSPARK", &coordinated_dspark)), ["SD16"]);
+    assert_eq!(
+        rules(fired(17, "DSPARK", &dp_attention(2, &["--enable-dp-lm-head", "--moe-a2a-backend=megamoe"]))),
+        ["SD15"]
     );
 }

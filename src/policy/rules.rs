@@ -1054,6 +1054,31 @@ fn dp_lm_head_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a FleetSp
     fleets_in_scope(c).filter(|fleet| runs_dp_attention(c, fleet) && given(&fleet.extra_args, DP_LM_HEAD))
 }
 
+const MOE_A2A: &str = "--moe-a2a-backend";
+const MOE_A2A_FIELD: &str = "spec.decode.extraArgs[--moe-a2a-backend]";
+
+/// A server's MoE all-to-all backend as given (`none`, SGLang's default, when unset).
+fn moe_a2a_backend(args: &[String]) -> &str {
+    option_value(args, MOE_A2A).unwrap_or("none")
+}
+
+/// The MoE all-to-all backends the DSPARK handler takes with DP attention in `release`.
+fn dspark_dp_moe_backends(release: Release) -> &'static [&'static str] {
+    if release < v0_5(18) {
+        &["none"]
+    } else if release < v0_5(21) {
+        &["none", "megamoe"]
+    } else {
+        &["none", "megamoe", "mori"]
+    }
+}
+
+/// The fleets in scope whose DSPARK servers run DP attention with the DP LM head, which the
+/// handler checks further (SD14-SD16).
+fn dspark_dp_lm_head_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a FleetSpec> {
+    fleets_in_scope(c).filter(|fleet| dspark_dp_attention(c, fleet) && given(&fleet.extra_args, DP_LM_HEAD))
+}
+
 /// Whether the DSPARK handler takes a fleet's servers to run DP attention: the flag as given in
 /// 0.5.17; from 0.5.18 with more than one DP group (which `--dp-size N --enable-dp-attention`
 /// becomes from 0.5.22).
@@ -2054,6 +2079,64 @@ pub(crate) const RULES: &[Rule] = &[
         },
     },
     Rule {
+        id: "SD15",
+        about: "DSPARK with DP attention × the MoE all-to-all backend",
+        field: MOE_A2A_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text("DSpark with dp attention only supports the built-in TP MoE (moe_a2a_backend='none'), got {backend}."),
+            text_from(
+                18,
+                "DSpark with dp attention supports moe_a2a_backend 'none' (built-in TP MoE) or 'megamoe', got {backend}.",
+            ),
+            text_from(
+                21,
+                "DSpark with dp attention supports moe_a2a_backend 'none' (built-in TP MoE), 'megamoe', or 'mori', got \
+                 {backend}.",
+            ),
+        ],
+        changes: &[],
+        check: |c| {
+            (resolved_speculative_algorithm(c)? == "DSPARK").then_some(())?;
+            let allowed = dspark_dp_moe_backends(c.release);
+            let backend = dspark_dp_lm_head_fleets(c)
+                .map(|fleet| moe_a2a_backend(&fleet.extra_args))
+                .find(|backend| !allowed.contains(backend))?;
+            when_with(true, vec![("backend", format!("'{backend}'"))])
+        },
+        fix: Fix::Manual {
+            hint: "drop --moe-a2a-backend from extraArgs (the built-in TP MoE), or pass one DSpark takes with DP \
+                   attention (megamoe from SGLang 0.5.18, mori from 0.5.21)",
+        },
+    },
+    Rule {
+        id: "SD16",
+        about: "DSPARK with DP attention × ragged verification",
+        field: "spec.decode.env[SGLANG_RAGGED_VERIFY_MODE]",
+        span: Span::since(v0_5(18)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text("DSpark with dp attention + moe_a2a_backend={backend} requires SGLANG_RAGGED_VERIFY_MODE=static."),
+            text_from(22, "DSpark DP MoE or prefill coordination requires SGLANG_RAGGED_VERIFY_MODE=static."),
+        ],
+        changes: &[text_from(22, "also with SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION on")],
+        check: |c| {
+            (resolved_speculative_algorithm(c)? == "DSPARK").then_some(())?;
+            let allowed = dspark_dp_moe_backends(c.release);
+            let backend = dspark_dp_lm_head_fleets(c).find_map(|fleet| {
+                let backend = moe_a2a_backend(&fleet.extra_args);
+                let coordinated = c.release >= v0_5(22) && env_truthy(fleet, DP_SPEC_PREFILL_COORDINATION);
+                let ragged = matches!(fleet.env_value(RAGGED_VERIFY_ENV), Some("compact" | "cap-accept"));
+                (allowed.contains(&backend) && (backend != "none" || coordinated) && ragged).then_some(backend)
+            })?;
+            when_with(true, vec![("backend", format!("'{backend}'"))])
+        },
+        fix: Fix::Manual { hint: "set SGLANG_RAGGED_VERIFY_MODE to static (the default) in the fleet's env" },
+    },
+    Rule {
         id: "SD14",
         about: "DSPARK with DP attention × attention CP",
         field: ATTENTION_CP_FIELD,
@@ -2064,8 +2147,7 @@ pub(crate) const RULES: &[Rule] = &[
         changes: &[],
         check: |c| {
             (resolved_speculative_algorithm(c)? == "DSPARK").then_some(())?;
-            let size = fleets_in_scope(c)
-                .filter(|fleet| dspark_dp_attention(c, fleet) && given(&fleet.extra_args, DP_LM_HEAD))
+            let size = dspark_dp_lm_head_fleets(c)
                 .find_map(|fleet| attention_cp_size(&fleet.extra_args).filter(|&size| size > 1))?;
             when_with(true, vec![("size", size.to_string())])
         },
@@ -2833,7 +2915,7 @@ pub(crate) const RULES: &[Rule] = &[
                         let args = &fleet.extra_args;
                         given(args, "--enable-eplb")
                             && option_value(args, MOE_RUNNER_BACKEND) == Some("flashinfer_cutedsl")
-                            && option_value(args, "--moe-a2a-backend").is_none_or(|backend| backend == "none")
+                            && moe_a2a_backend(args) == "none"
                     }),
             )
         },

@@ -1382,8 +1382,8 @@ def check_dsa_kv_cache(kvpilot, src, venvs, version, compare):
 # decode, PD prefill and servers without PD, with pipeline stages, DP and DP attention.
 SPECULATIVE_PARALLEL_ALGORITHMS = ("EAGLE", "nextn", "EAGLE3", "STANDALONE", "standalone", "NGRAM", "ngram",
                                    "DSPARK", "dspark", "DFLASH")
-SPECULATIVE_PARALLEL_RULES = ("SD3", "SD6", "SD7", "SD8", "SD9", "SD10", "SD11", "SD12", "SD13", "SD14", "PP1", "PP2", "PP3",
-                              "PP4", "PP5", "PP6")
+SPECULATIVE_PARALLEL_RULES = ("SD3", "SD6", "SD7", "SD8", "SD9", "SD10", "SD11", "SD12", "SD13", "SD14", "SD15", "SD16",
+                              "PP1", "PP2", "PP3", "PP4", "PP5", "PP6")
 # With pipeline stages, the validation hook's checks also read multi-layer EAGLE, adaptive
 # speculative decoding and SGLANG_ENABLE_PP_SPEC: each combination.
 SPECULATIVE_PIPELINE_VARIANTS = tuple(itertools.product((False, True), (False, True),
@@ -1393,6 +1393,10 @@ SPECULATIVE_PIPELINE_VARIANTS = tuple(itertools.product((False, True), (False, T
 SPECULATIVE_DP_ATTENTION_ALGORITHMS = ("DFLASH", "DSPARK", "dspark")
 SPECULATIVE_DP_ATTENTION_VARIANTS = tuple(itertools.product(
     (False, True), (1, 2), ({}, {"SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION": "1"})))
+# With the DP LM head and one pipeline stage, DSPARK's handler also reads the MoE all-to-all
+# backend and SGLANG_RAGGED_VERIFY_MODE: each backend every release's parser takes, by ragged mode.
+SPECULATIVE_DSPARK_MOE = tuple(itertools.product((None, "deepep", "megamoe", "mori"),
+                                                 ({}, {"SGLANG_RAGGED_VERIFY_MODE": "compact"})))
 
 
 def speculative_parallel_scenarios():
@@ -1403,12 +1407,14 @@ def speculative_parallel_scenarios():
         attention = SPECULATIVE_DP_ATTENTION_VARIANTS \
             if dp_attention and algorithm in SPECULATIVE_DP_ATTENTION_ALGORITHMS else ((False, 1, {}),)
         for (multi_layer, adaptive, pp_env), (lm_head, attn_cp, dp_env) in itertools.product(pipeline, attention):
-            scenarios.append({
-                "id": f"p{len(scenarios)}",
-                "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json"),
-                "algorithm": algorithm, "role": role, "pp": pp, "dp": dp, "dpAttention": dp_attention,
-                "dpLmHead": lm_head, "attnCp": attn_cp, "multiLayer": multi_layer, "adaptive": adaptive,
-                "env": dict(pp_env, **dp_env)})
+            moe = SPECULATIVE_DSPARK_MOE if lm_head and pp == 1 and algorithm.upper() == "DSPARK" else ((None, {}),)
+            for moe_a2a, ragged_env in moe:
+                scenarios.append({
+                    "id": f"p{len(scenarios)}",
+                    "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json"),
+                    "algorithm": algorithm, "role": role, "pp": pp, "dp": dp, "dpAttention": dp_attention,
+                    "dpLmHead": lm_head, "attnCp": attn_cp, "moeA2a": moe_a2a, "multiLayer": multi_layer,
+                    "adaptive": adaptive, "env": dict(pp_env, **dp_env, **ragged_env)})
     return scenarios
 
 
@@ -1416,7 +1422,7 @@ SPECULATIVE_PARALLEL_OPTIONS = (("pp", "--pp-size", 1), ("dp", "--dp-size", 1),
                                 ("dpAttention", "--enable-dp-attention", False),
                                 ("multiLayer", "--enable-multi-layer-eagle", False),
                                 ("adaptive", "--speculative-adaptive", False), ("dpLmHead", "--enable-dp-lm-head", False),
-                                ("attnCp", "--attn-cp-size", 1))
+                                ("attnCp", "--attn-cp-size", 1), ("moeA2a", "--moe-a2a-backend", None))
 
 
 def speculative_parallel_argv(scenario):
@@ -1426,7 +1432,7 @@ def speculative_parallel_argv(scenario):
 
 def check_speculative_parallel(kvpilot, src, venvs, version, compare):
     """The speculative hook's parallelism checks and the validation hook's pipeline checks
-    (speculative_checks.py) against the guard's SD3, SD6-SD14 and PP1-PP6."""
+    (speculative_checks.py) against the guard's SD3, SD6-SD16 and PP1-PP6."""
     return check_with_guard(kvpilot, src, venvs, version, compare, {
         "label": "speculative parallelism", "scenarios": speculative_parallel_scenarios(),
         "script": "speculative_checks.py", "argv": speculative_parallel_argv, "env": lambda s: s["env"],

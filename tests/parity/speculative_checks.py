@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """One SGLang release's checks of a speculating server's parallelism: the speculative hook's
 (DFLASH's and DSpark's pipeline stages SD3, SD6 and SD9, the DP attention of STANDALONE and NGRAM drafts SD7 and SD8,
-of DFLASH drafts SD10-SD12 and of DSpark drafts SD13 and SD14), then the validation hook's of
+of DFLASH drafts SD10-SD12 and of DSpark drafts SD13-SD16), then the validation hook's of
 pipeline stages with speculative decoding (PP1-PP6).
 
 Usage: speculative_checks.py SGLANG_SRC < scenarios.json
-  scenario: {"id", "algorithm", "role", "pp", "dp", "dpAttention", "dpLmHead", "attnCp", "multiLayer",
-             "adaptive", "env"}
+  scenario: {"id", "algorithm", "role", "pp", "dp", "dpAttention", "dpLmHead", "attnCp", "moeA2a",
+             "multiLayer", "adaptive", "env"}
 Prints [{"id", "raised", "message", "handler"}] on stdout: the message of the first of those
 checks that refuses the server (or None), and the handler the release dispatches the algorithm
 to. Exits non-zero, naming the file, when a piece of the release's code this needs is missing.
@@ -153,7 +153,7 @@ def main(argv):
                         enable_dp_attention=scenario["dpAttention"], attn_dp_size=1, attn_cp_size=1,
                         device="cuda", enable_multi_layer_eagle=scenario["multiLayer"],
                         speculative_adaptive=scenario["adaptive"], disable_overlap_schedule=False,
-                        enable_dp_lm_head=scenario["dpLmHead"], moe_a2a_backend="none")
+                        enable_dp_lm_head=scenario["dpLmHead"], moe_a2a_backend=scenario["moeA2a"] or "none")
         if scenario["attnCp"] != 1:
             server.attn_cp_size = scenario["attnCp"]
         if deprecated_dp is not None:
