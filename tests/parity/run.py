@@ -1408,13 +1408,15 @@ def speculative_parallel_scenarios():
             if dp_attention and algorithm in SPECULATIVE_DP_ATTENTION_ALGORITHMS else ((False, 1, {}),)
         for (multi_layer, adaptive, pp_env), (lm_head, attn_cp, dp_env) in itertools.product(pipeline, attention):
             moe = SPECULATIVE_DSPARK_MOE if lm_head and pp == 1 and algorithm.upper() == "DSPARK" else ((None, {}),)
-            for moe_a2a, ragged_env in moe:
+            # Mixed chunked prefill, which the validation hook checks last, on the plain servers.
+            mixed = (False, True) if pp == 1 and not lm_head and attn_cp == 1 and not dp_env else (False,)
+            for (moe_a2a, ragged_env), mixed_chunk in itertools.product(moe, mixed):
                 scenarios.append({
                     "id": f"p{len(scenarios)}",
                     "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json"),
                     "algorithm": algorithm, "role": role, "pp": pp, "dp": dp, "dpAttention": dp_attention,
-                    "dpLmHead": lm_head, "attnCp": attn_cp, "moeA2a": moe_a2a, "multiLayer": multi_layer,
-                    "adaptive": adaptive, "env": dict(pp_env, **dp_env, **ragged_env)})
+                    "dpLmHead": lm_head, "attnCp": attn_cp, "moeA2a": moe_a2a, "mixedChunk": mixed_chunk,
+                    "multiLayer": multi_layer, "adaptive": adaptive, "env": dict(pp_env, **dp_env, **ragged_env)})
     return scenarios
 
 
@@ -1422,7 +1424,8 @@ SPECULATIVE_PARALLEL_OPTIONS = (("pp", "--pp-size", 1), ("dp", "--dp-size", 1),
                                 ("dpAttention", "--enable-dp-attention", False),
                                 ("multiLayer", "--enable-multi-layer-eagle", False),
                                 ("adaptive", "--speculative-adaptive", False), ("dpLmHead", "--enable-dp-lm-head", False),
-                                ("attnCp", "--attn-cp-size", 1), ("moeA2a", "--moe-a2a-backend", None))
+                                ("attnCp", "--attn-cp-size", 1), ("moeA2a", "--moe-a2a-backend", None),
+                                ("mixedChunk", "--enable-mixed-chunk", False))
 
 
 def speculative_parallel_argv(scenario):

@@ -2,7 +2,8 @@
 """One SGLang release's checks of a speculating server's parallelism: the speculative hook's
 (DFLASH's and DSpark's pipeline stages SD3, SD6 and SD9, the DP attention of STANDALONE and NGRAM drafts SD7 and SD8,
 of DFLASH drafts SD10-SD12 and of DSpark drafts SD13-SD16), then the validation hook's of
-pipeline stages with speculative decoding (PP1-PP6).
+pipeline stages with speculative decoding (PP1-PP6) and of mixed chunked prefill with it (which
+no server reaches: each handler turns mixed chunked prefill off where its algorithm cannot run it).
 
 Usage: speculative_checks.py SGLANG_SRC < scenarios.json
   scenario: {"id", "algorithm", "role", "pp", "dp", "dpAttention", "dpLmHead", "attnCp", "moeA2a",
@@ -21,13 +22,14 @@ What runs, unchanged:
   - the algorithm's own `handle_server_args` (speculative/spec_info.py), with the speculative
     hook's `_handle_*` functions recording which one it calls;
   - in that handler, each statement of its body (from the hook's syntax tree) that holds one of
-    those checks, and the plain assignments of names they read, with the hook module's own
-    globals (`attn_dp_enabled_of` from 0.5.22) and `envs` reading the scenario's env;
+    those checks or turns mixed chunked prefill off, and the plain assignments and imports of the
+    names they read, with the hook module's own globals (`attn_dp_enabled_of` from 0.5.22) and
+    `envs` reading the scenario's env;
   - then, as at the end of start-up, the post-process passes `_pipeline_parallel_overlap_disable`
     and `_data_parallelism_defaults` (arg_groups/overrides.py) and the validation hook's
     `if <pp_size> > 1:` statement (from `check_server_args`'s syntax tree: its asserts up to
-    0.5.20, `check_pipeline_parallel_compat` from 0.5.21), with the module's own globals and
-    `envs` reading the scenario's env.
+    0.5.20, `check_pipeline_parallel_compat` from 0.5.21) and its mixed-chunk assert, with the
+    module's own globals and `envs` reading the scenario's env.
 
 Stood in: the server is a namespace of the scenario's settings whose other fields read None;
 `resolving_view` and `resolved_view` hand it back, and `declare_resolution` sets its fields;
@@ -71,6 +73,15 @@ def _fail(path, what):
     raise SystemExit(f"{path}: {what}")
 
 
+def _defined(statement):
+    """The names a plain assignment or an import statement defines (none for other statements)."""
+    if isinstance(statement, ast.Assign):
+        return {t.id for t in statement.targets if isinstance(t, ast.Name)}
+    if isinstance(statement, (ast.Import, ast.ImportFrom)):
+        return {(alias.asname or alias.name).split(".")[0] for alias in statement.names}
+    return set()
+
+
 def _check_statements(path):
     """{handler name: compiled statements of its body that raise one of CHECKS}."""
     with open(path, encoding="utf-8-sig") as f:
@@ -82,11 +93,19 @@ def _check_statements(path):
         wanted = [statement for statement in fn.body
                   if any(isinstance(n, ast.Raise) and any(check in ast.unparse(n) for check in CHECKS)
                          for n in ast.walk(statement))]
-        # The handler's plain names those statements read (`_is_npu = cfg.device...`).
-        read = {n.id for statement in wanted for n in ast.walk(statement) if isinstance(n, ast.Name)}
-        wanted = [statement for statement in fn.body
-                  if statement in wanted or (isinstance(statement, ast.Assign) and all(
-                      isinstance(t, ast.Name) and t.id in read for t in statement.targets))]
+        # Its statements that turn mixed chunked prefill off, which the validation hook reads,
+        # then the plain assignments and imports of the names those statements read
+        # (`_is_npu = cfg.device...`, `algo = SpeculativeAlgorithm.from_string(...)`).
+        wanted += [statement for statement in fn.body
+                   if "enable_mixed_chunk" in ast.unparse(statement)
+                   and not any(isinstance(n, ast.Raise) for n in ast.walk(statement))]
+        while True:
+            read = {n.id for statement in wanted for n in ast.walk(statement) if isinstance(n, ast.Name)}
+            defining = [statement for statement in fn.body if statement not in wanted and read & _defined(statement)]
+            if not defining:
+                break
+            wanted += defining
+        wanted.sort(key=lambda statement: statement.lineno)
         if wanted:
             found[fn.name] = compile(ast.fix_missing_locations(ast.Module(body=wanted, type_ignores=[])),
                                      path, "exec")
@@ -95,15 +114,20 @@ def _check_statements(path):
     return found
 
 
-def _pipeline_statement(srt):
-    """(file, module globals, the validation hook's `if <pp_size> > 1:` statement, compiled)."""
+def _validation_statements(srt):
+    """(file, module globals, the validation hook's `if <pp_size> > 1:` statement and its
+    `if <speculative_algorithm> is not None:` one about mixed chunked prefill, compiled in source
+    order)."""
     path, module, name, fn = server_argv.hook_function(srt, parallel_shape.VALIDATION_HOOKS, "validation hook")
-    check = next((n for n in fn.body if isinstance(n, ast.If) and ast.unparse(n.test).endswith("pp_size > 1")), None)
-    if check is None:
-        _fail(path, f"{name} no longer checks pipeline parallelism")
+    pipeline = [n for n in fn.body if isinstance(n, ast.If) and ast.unparse(n.test).endswith("pp_size > 1")]
+    mixed = [n for n in fn.body if isinstance(n, ast.If) and ast.unparse(n.test).endswith("speculative_algorithm is not None")
+             and "enable_mixed_chunk" in ast.unparse(n)]
+    if len(pipeline) != 1 or len(mixed) != 1:
+        _fail(path, f"{name} no longer checks pipeline parallelism and mixed chunked prefill with speculative decoding")
     module_globals = server_argv.hook_globals(path, module)
-    return path, module_globals, compile(ast.fix_missing_locations(ast.Module(body=[check], type_ignores=[])),
-                                         path, "exec")
+    body = sorted(pipeline + mixed, key=lambda n: n.lineno)
+    return path, module_globals, compile(ast.fix_missing_locations(ast.Module(body=body, type_ignores=[])), path,
+                                         "exec")
 
 
 def _post_process(overrides, server, name):
@@ -139,7 +163,7 @@ def main(argv):
     checks = _check_statements(hook_path)
     handlers = sorted(name for name in hook if name.startswith("_handle_"))
     deprecated_dp = server_argv.deprecated_dp_attention(srt)
-    pipeline_path, pipeline_globals, pipeline = _pipeline_statement(srt)
+    pipeline_path, pipeline_globals, pipeline = _validation_statements(srt)
     pipeline_globals.update(server_argv.VIEWS, get_platform=context_parallel.CudaPlatform)
     overrides = sglang_env.quietly(__import__, "sglang.srt.arg_groups.overrides", fromlist=["overrides"])
     spec_info = sglang_env.quietly(__import__, "sglang.srt.speculative.spec_info",
@@ -153,7 +177,8 @@ def main(argv):
                         enable_dp_attention=scenario["dpAttention"], attn_dp_size=1, attn_cp_size=1,
                         device="cuda", enable_multi_layer_eagle=scenario["multiLayer"],
                         speculative_adaptive=scenario["adaptive"], disable_overlap_schedule=False,
-                        enable_dp_lm_head=scenario["dpLmHead"], moe_a2a_backend=scenario["moeA2a"] or "none")
+                        enable_dp_lm_head=scenario["dpLmHead"], moe_a2a_backend=scenario["moeA2a"] or "none",
+                        enable_mixed_chunk=scenario["mixedChunk"])
         if scenario["attnCp"] != 1:
             server.attn_cp_size = scenario["attnCp"]
         if deprecated_dp is not None:
