@@ -2479,3 +2479,44 @@ fn dflash_and_dspark_with_dp_attention_need_the_dp_lm_head() {
         ["SD15"]
     );
 }
+
+/// HiSparse's validation pass: a DSA or DeepSeek-V4 model only (MiniMax-M3 sparse too from
+/// 0.5.21, HS1), and no radix cache: a PD decode server has none unless decode radix cache (which
+/// the PD hook refuses first, R18a), other servers need --disable-radix-cache (HS2).
+#[test]
+fn hisparse_needs_sparse_attention_and_no_radix_cache() {
+    let hisparse = with(|s| s.hisparse = true);
+    let fired = |patch: u16, settings: &DisaggregationSpec, layout: &AttentionLayout| {
+        at(patch, settings, &FleetSpec::default(), layout)
+            .violations
+            .into_iter()
+            .map(|v| v.rule)
+            .filter(|r| ["HS1", "HS2", "R18a"].contains(r))
+            .collect::<Vec<_>>()
+    };
+    let dsa = fixture("deepseek-v3.2-exp");
+    let m3 = fixture("minimax-m3-sparse");
+    assert_eq!(fired(23, &hisparse, &full()), ["HS1"]);
+    assert_eq!(fired(23, &hisparse, &mla()), ["HS1"], "MLA without DSA");
+    assert!(fired(23, &hisparse, &dsa).is_empty());
+    assert!(fired(23, &hisparse, &dsv4()).is_empty());
+    assert_eq!(fired(20, &hisparse, &m3), ["HS1"]);
+    assert!(fired(21, &hisparse, &m3).is_empty());
+    let radix = with(|s| {
+        s.hisparse = true;
+        s.decode_radix_cache = true;
+    });
+    let mut both = fired(23, &radix, &dsa);
+    both.sort_unstable();
+    assert_eq!(both, ["HS2", "R18a"]);
+
+    // A prefill server keeps its radix cache unless told otherwise.
+    let server = |args: &[&str]| {
+        let fleet = FleetSpec { extra_args: args.iter().map(|a| a.to_string()).collect(), ..FleetSpec::default() };
+        let input = PolicyInput::alone(&hisparse, &fleet, &dsa, v0_5(23));
+        let rules = super::role::evaluate_non_decode(input, true).violations.into_iter().map(|v| v.rule);
+        rules.filter(|r| r.starts_with("HS")).collect::<Vec<_>>()
+    };
+    assert_eq!(server(&[]), ["HS2"]);
+    assert!(server(&["--disable-radix-cache"]).is_empty());
+}

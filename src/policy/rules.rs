@@ -1044,6 +1044,21 @@ fn resolved_speculative_algorithm(c: &Context<'_>) -> Option<String> {
     })
 }
 
+/// The servers in scope that run HiSparse, each with whether it is a PD decode server: the decode
+/// servers with `hisparse` (the guard's one server: its own flag), and a service's prefill
+/// servers with `--enable-hisparse` in their `extraArgs`.
+fn hisparse_servers<'a>(c: &'a Context<'_>) -> impl Iterator<Item = (&'a FleetSpec, bool)> {
+    let own = c.settings.hisparse.then_some((c.decode, c.scope != Scope::OtherServer));
+    let prefill = service_prefill(c).filter(|fleet| given(&fleet.extra_args, "--enable-hisparse"));
+    own.into_iter().chain(prefill.map(|fleet| (fleet, false)))
+}
+
+/// Whether a server keeps its radix cache: a PD decode server only with decode radix cache (the
+/// PD hook turns it off otherwise), any other server unless `--disable-radix-cache`.
+fn keeps_radix_cache(c: &Context<'_>, fleet: &FleetSpec, decode: bool) -> bool {
+    if decode { radix(c) } else { !given(&fleet.extra_args, "--disable-radix-cache") }
+}
+
 const DP_LM_HEAD: &str = "--enable-dp-lm-head";
 const DP_LM_HEAD_FIELD: &str = "spec.decode.extraArgs[--enable-dp-lm-head]";
 const DP_SPEC_PREFILL_COORDINATION: &str = "SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION";
@@ -2152,6 +2167,51 @@ pub(crate) const RULES: &[Rule] = &[
             when_with(true, vec![("size", size.to_string())])
         },
         fix: Fix::Manual { hint: "drop --attn-cp-size from extraArgs, or turn DP attention off" },
+    },
+    Rule {
+        id: "HS1",
+        about: "HiSparse on a model without sparse attention",
+        field: HISPARSE,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text(
+                "--enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models (e.g., DeepSeek V3.2, \
+                 GLM-5) and DeepSeek V4 now. ",
+            ),
+            text_from(
+                21,
+                "--enable-hisparse is only supported for DSA (DeepSeek Sparse Attention) models (e.g., DeepSeek V3.2, \
+                 GLM-5), DeepSeek V4, and MiniMax M3 now. ",
+            ),
+        ],
+        changes: &[text_from(21, "MiniMax-M3 sparse models pass")],
+        check: |c| {
+            let sparse = c.layout.has(LayoutFeature::Dsa)
+                || c.layout.has(LayoutFeature::DeepseekV4)
+                || (c.release >= v0_5(21) && c.layout.has(LayoutFeature::MinimaxSparse));
+            when(!sparse && hisparse_servers(c).next().is_some())
+        },
+        fix: Fix::Manual {
+            hint: "turn hisparse off (and drop --enable-hisparse from a service's spec.prefill.extraArgs): HiSparse \
+                   needs a DSA, DeepSeek-V4 or (from SGLang 0.5.21) MiniMax-M3 sparse model",
+        },
+    },
+    Rule {
+        id: "HS2",
+        about: "HiSparse with a radix cache",
+        field: HISPARSE,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("Hierarchical sparse attention currently requires --disable-radix-cache.")],
+        changes: &[],
+        check: |c| when(hisparse_servers(c).any(|(fleet, decode)| keeps_radix_cache(c, fleet, decode))),
+        fix: Fix::Manual {
+            hint: "turn decodeRadixCache off on HiSparse decode servers, and add --disable-radix-cache to the \
+                   extraArgs of HiSparse servers that are not PD decode servers",
+        },
     },
     Rule {
         id: "PP1",

@@ -1343,6 +1343,37 @@ def check_parallel_shape(kvpilot, src, venvs, version, compare):
         "script": "parallel_shape.py", "argv": lambda s: s["argv"], "rules": PARALLEL_SHAPE_RULES})
 
 
+# HiSparse (HS1, HS2, and the PD hook's R18a) on PD decode, PD prefill and servers without PD:
+# DSA models (DeepSeek-V3.2, GLM-5), DeepSeek-V4, MiniMax-M3 sparse, and DeepSeek-V3 (MLA without
+# DSA) and Llama as models without sparse attention; with --disable-radix-cache or not, decode
+# radix cache or not, and HiSparse off as the control.
+HISPARSE_CONFIGS = ("deepseek-v3.2-exp", "glm-5", "deepseek-v4", "minimax-m3-sparse", "deepseek-v3",
+                    "llama-3.1-8b-instruct")
+HISPARSE_RULES = ("HS1", "HS2", "R18a")
+
+
+def hisparse_scenarios():
+    scenarios = []
+    for config, role, hisparse, no_radix, decode_radix in itertools.product(
+            HISPARSE_CONFIGS, ("decode", "prefill", "null"), (True, False), (False, True), (False, True)):
+        if decode_radix and role != "decode":
+            continue
+        argv = ["--model-path", "/models/m", *role_argv(role)]
+        argv += ["--enable-hisparse"] * hisparse + ["--disable-radix-cache"] * no_radix
+        argv += ["--disaggregation-decode-enable-radix-cache"] * decode_radix
+        scenarios.append({"id": f"h{len(scenarios)}", "argv": argv,
+                          "config": os.path.join(ROOT, "tests/fixtures/configs", f"{config}.json")})
+    return scenarios
+
+
+def check_hisparse(kvpilot, src, venvs, version, compare):
+    """The PD hook and HiSparse's validation pass (hisparse.py) against the guard's HS1, HS2 and
+    R18a."""
+    return check_with_guard(kvpilot, src, venvs, version, compare, {
+        "label": "HiSparse", "scenarios": hisparse_scenarios(), "script": "hisparse.py",
+        "argv": lambda s: s["argv"], "rules": HISPARSE_RULES})
+
+
 # The model hook's DSA KV cache dtype checks (DT1, DT2) on PD decode, PD prefill and servers
 # without PD, with each KV cache dtype every release's parser takes, unset, and with DSA backends
 # given: the DSA models DeepSeek-V3.2 (also with learnable sinks) and GLM-5, HunYuan V4 (its loader
@@ -1845,7 +1876,8 @@ def check_served_architectures(src):
 
 PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "mamba-args", "draft", "handshake",
          "tree-cache", "speculative", "speculative-parallel", "dsv4-hook", "model-overrides", "family-overrides",
-         "context-parallel", "dsa-kv-cache", "iquest-mtp", "parallel-shape", "messages", "argv", "cli")
+         "context-parallel", "dsa-kv-cache", "iquest-mtp", "parallel-shape", "hisparse", "messages",
+         "argv", "cli")
 
 
 # The parts that run one release's code on their own scenarios and compare with kvpilot, each
@@ -1859,6 +1891,7 @@ PER_RELEASE_CHECKS = (("mamba-args", check_mamba_args), ("draft", check_draft_ge
                       ("dsa-kv-cache", check_dsa_kv_cache),
                       ("iquest-mtp", check_iquest_mtp),
                       ("parallel-shape", check_parallel_shape),
+                      ("hisparse", check_hisparse),
                       ("tree-cache", check_tree_cache),
                       ("handshake", check_handshake))
 
