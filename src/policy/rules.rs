@@ -599,9 +599,7 @@ const MULTI_LAYER_EAGLE_ARCHITECTURES: &[&str] = &[
 /// for multi-layer EAGLE first).
 fn draft_runners(c: &Context<'_>, args: &[String]) -> i64 {
     let eagle = matches!(speculative_algorithm(c).as_deref(), Some("EAGLE" | "NEXTN" | "EAGLE3"));
-    let overridden = c.settings.speculative_algorithm.as_deref() == Some("EAGLE")
-        && MULTI_LAYER_EAGLE_ARCHITECTURES.contains(&c.layout.architecture.as_str());
-    if !eagle || !(given(args, "--enable-multi-layer-eagle") || overridden) {
+    if !eagle || !multi_layer_eagle(c, args) {
         return 1;
     }
     let chosen = if c.layout.architecture == "LlamaForCausalLM" { 5 } else { 3 };
@@ -947,6 +945,7 @@ fn replicas_and_attention_dp(fleet: &FleetSpec) -> Option<(i64, i64)> {
     let groups = size(["--attn-dp-size", "--attention-data-parallel-size"]).filter(|&n| n > 1)?;
     Some((replicas, groups))
 }
+
 const CP_V2_ENV: &str = "SGLANG_ENABLE_CP_V2";
 const MIMO_V2: &[&str] = &["MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM"];
 
@@ -1109,8 +1108,8 @@ const ADAPTIVE_FIELD: &str = "spec.decode.extraArgs[--speculative-adaptive]";
 /// Whether a fleet's servers run multi-layer EAGLE as the validation hook reads it:
 /// `--enable-multi-layer-eagle`, or `EAGLE` as given on an architecture whose model overrides turn
 /// it on.
-fn multi_layer_eagle(c: &Context<'_>, fleet: &FleetSpec) -> bool {
-    given(&fleet.extra_args, "--enable-multi-layer-eagle")
+fn multi_layer_eagle(c: &Context<'_>, args: &[String]) -> bool {
+    given(args, "--enable-multi-layer-eagle")
         || (c.settings.speculative_algorithm.as_deref() == Some("EAGLE")
             && MULTI_LAYER_EAGLE_ARCHITECTURES.contains(&c.layout.architecture.as_str()))
 }
@@ -1120,7 +1119,7 @@ fn multi_layer_eagle(c: &Context<'_>, fleet: &FleetSpec) -> bool {
 fn pipelined_eagle(c: &Context<'_>, fleet: &FleetSpec) -> bool {
     fleet.pipeline_parallel > 1
         && resolved_speculative_algorithm(c).as_deref() == Some("EAGLE")
-        && !multi_layer_eagle(c, fleet)
+        && !multi_layer_eagle(c, &fleet.extra_args)
 }
 
 /// The guard's server without PD running EAGLE's pipeline stages under `SGLANG_ENABLE_PP_SPEC`,
@@ -2232,7 +2231,7 @@ pub(crate) const RULES: &[Rule] = &[
             let refused = |fleet: &FleetSpec| {
                 c.release < v0_5(21)
                     || !matches!(algorithm.as_str(), "EAGLE" | "DSPARK")
-                    || (algorithm == "EAGLE" && multi_layer_eagle(c, fleet))
+                    || (algorithm == "EAGLE" && multi_layer_eagle(c, &fleet.extra_args))
             };
             let own_check = algorithm == "DFLASH" || (algorithm == "DSPARK" && c.release < v0_5(21));
             when(!own_check && fleets_in_scope(c).any(|fleet| fleet.pipeline_parallel > 1 && refused(fleet)))
