@@ -299,10 +299,16 @@ fn extra_buffer_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a Fleet
 /// kernels' `CHUNK_SIZE`).
 const FLA_CHUNK_SIZE: u64 = 64;
 
+/// The whole number a server's arguments give the first of `spellings` they use; None when unset
+/// or not a number.
+fn number_option(args: &[String], spellings: &[&str]) -> Option<i64> {
+    spellings.iter().find_map(|option| option_value(args, option)).and_then(|value| value.trim().parse().ok())
+}
+
 /// `--mamba-track-interval` among a server's arguments (kvpilot keeps no setting for it), else
 /// SGLang's default, 256 in every release.
 fn mamba_track_interval(args: &[String]) -> i64 {
-    option_value(args, "--mamba-track-interval").and_then(|v| v.trim().parse().ok()).unwrap_or(256)
+    number_option(args, &["--mamba-track-interval"]).unwrap_or(256)
 }
 
 /// Whether a server's arguments (as [`mamba_track_interval`] gets them) turn the overlap
@@ -902,7 +908,7 @@ fn iquest_q1_mtp_draft<'a>(c: &'a Context<'_>) -> Option<(&'a AttentionLayout, M
 
 /// A server's `--speculative-num-steps`, None when unset or not a number.
 fn speculative_num_steps(args: &[String]) -> Option<i64> {
-    option_value(args, NUM_STEPS).and_then(|steps| steps.trim().parse().ok())
+    number_option(args, &[NUM_STEPS])
 }
 
 /// Whether an attention backend option among a server's arguments is given as something other
@@ -919,9 +925,7 @@ const DATA_PARALLEL_FIELD: &str = "spec.decode.dataParallel";
 /// The nodes one server of `fleet` spans: the guard's `--nnodes`, else the fleet's
 /// nodesPerReplica (which kvpilot renders as `--nnodes`).
 fn nodes_per_server(fleet: &FleetSpec) -> i64 {
-    option_value(&fleet.extra_args, "--nnodes")
-        .and_then(|nodes| nodes.trim().parse().ok())
-        .unwrap_or(i64::from(fleet.nodes_per_replica))
+    number_option(&fleet.extra_args, &["--nnodes"]).unwrap_or(i64::from(fleet.nodes_per_replica))
 }
 
 const NODES_FIELD: &str = "spec.decode.nodesPerReplica";
@@ -938,11 +942,9 @@ fn nodes_split_tp_unevenly(fleet: &FleetSpec) -> bool {
 /// `--attn-dp-size`, each in either spelling): kvpilot's settings keep one DP size, so this reads
 /// the arguments as given (only the guard's servers can have both; K1 refuses them in extraArgs).
 fn replicas_and_attention_dp(fleet: &FleetSpec) -> Option<(i64, i64)> {
-    let size = |options: [&str; 2]| -> Option<i64> {
-        options.iter().find_map(|option| option_value(&fleet.extra_args, option)).and_then(|v| v.trim().parse().ok())
-    };
-    let replicas = size(["--dp-size", "--data-parallel-size"]).filter(|&n| n > 1)?;
-    let groups = size(["--attn-dp-size", "--attention-data-parallel-size"]).filter(|&n| n > 1)?;
+    let args = &fleet.extra_args;
+    let replicas = number_option(args, &["--dp-size", "--data-parallel-size"]).filter(|&n| n > 1)?;
+    let groups = number_option(args, &["--attn-dp-size", "--attention-data-parallel-size"]).filter(|&n| n > 1)?;
     Some((replicas, groups))
 }
 
@@ -1024,7 +1026,7 @@ fn runs_dp_attention(c: &Context<'_>, fleet: &FleetSpec) -> bool {
 
 /// A server's `--speculative-eagle-topk`, None when unset (as in SGLang) or not a number.
 fn eagle_topk(args: &[String]) -> Option<i64> {
-    option_value(args, EAGLE_TOPK).and_then(|topk| topk.trim().parse().ok())
+    number_option(args, &[EAGLE_TOPK])
 }
 
 /// Whether a server's `--speculative-eagle-topk` is 1 (unset is None in SGLang, not 1).
@@ -1062,10 +1064,13 @@ const DP_LM_HEAD: &str = "--enable-dp-lm-head";
 const DP_LM_HEAD_FIELD: &str = "spec.decode.extraArgs[--enable-dp-lm-head]";
 const DP_SPEC_PREFILL_COORDINATION: &str = "SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION";
 
-/// The fleets in scope whose DFLASH servers run DP attention with the DP LM head, which 0.5.23's
-/// DFLASH handler checks further (SD11, SD12).
-fn dp_lm_head_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a FleetSpec> {
-    fleets_in_scope(c).filter(|fleet| runs_dp_attention(c, fleet) && given(&fleet.extra_args, DP_LM_HEAD))
+/// The fleets in scope that run DP attention, as `dp_attention` says the handler reads it, with
+/// the DP LM head, which the DFLASH (SD11, SD12) and DSPARK (SD14-SD16) handlers check further.
+fn dp_lm_head_fleets<'a>(
+    c: &'a Context<'_>,
+    dp_attention: fn(&Context<'_>, &FleetSpec) -> bool,
+) -> impl Iterator<Item = &'a FleetSpec> {
+    fleets_in_scope(c).filter(move |fleet| dp_attention(c, fleet) && given(&fleet.extra_args, DP_LM_HEAD))
 }
 
 const MOE_A2A: &str = "--moe-a2a-backend";
@@ -1085,12 +1090,6 @@ fn dspark_dp_moe_backends(release: Release) -> &'static [&'static str] {
     } else {
         &["none", "megamoe", "mori"]
     }
-}
-
-/// The fleets in scope whose DSPARK servers run DP attention with the DP LM head, which the
-/// handler checks further (SD14-SD16).
-fn dspark_dp_lm_head_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a FleetSpec> {
-    fleets_in_scope(c).filter(|fleet| dspark_dp_attention(c, fleet) && given(&fleet.extra_args, DP_LM_HEAD))
 }
 
 /// Whether the DSPARK handler takes a fleet's servers to run DP attention: the flag as given in
@@ -2047,7 +2046,7 @@ pub(crate) const RULES: &[Rule] = &[
         check: |c| {
             when(
                 resolved_speculative_algorithm(c)? == "DFLASH"
-                    && dp_lm_head_fleets(c).any(|f| attention_cp_size(&f.extra_args) != Some(1)),
+                    && dp_lm_head_fleets(c, runs_dp_attention).any(|f| attention_cp_size(&f.extra_args) != Some(1)),
             )
         },
         fix: Fix::Manual { hint: "drop --attn-cp-size from extraArgs, or turn DP attention off" },
@@ -2064,7 +2063,7 @@ pub(crate) const RULES: &[Rule] = &[
         check: |c| {
             when(
                 resolved_speculative_algorithm(c)? == "DFLASH"
-                    && dp_lm_head_fleets(c).any(|fleet| {
+                    && dp_lm_head_fleets(c, runs_dp_attention).any(|fleet| {
                         attention_cp_size(&fleet.extra_args) == Some(1)
                             && env_truthy(fleet, DP_SPEC_PREFILL_COORDINATION)
                     }),
@@ -2115,7 +2114,7 @@ pub(crate) const RULES: &[Rule] = &[
         check: |c| {
             (resolved_speculative_algorithm(c)? == "DSPARK").then_some(())?;
             let allowed = dspark_dp_moe_backends(c.release);
-            let backend = dspark_dp_lm_head_fleets(c)
+            let backend = dp_lm_head_fleets(c, dspark_dp_attention)
                 .map(|fleet| moe_a2a_backend(&fleet.extra_args))
                 .find(|backend| !allowed.contains(backend))?;
             when_with(true, vec![("backend", format!("'{backend}'"))])
@@ -2140,7 +2139,7 @@ pub(crate) const RULES: &[Rule] = &[
         check: |c| {
             (resolved_speculative_algorithm(c)? == "DSPARK").then_some(())?;
             let allowed = dspark_dp_moe_backends(c.release);
-            let backend = dspark_dp_lm_head_fleets(c).find_map(|fleet| {
+            let backend = dp_lm_head_fleets(c, dspark_dp_attention).find_map(|fleet| {
                 let backend = moe_a2a_backend(&fleet.extra_args);
                 let coordinated = c.release >= v0_5(22) && env_truthy(fleet, DP_SPEC_PREFILL_COORDINATION);
                 let ragged = matches!(fleet.env_value(RAGGED_VERIFY_ENV), Some("compact" | "cap-accept"));
@@ -2161,7 +2160,7 @@ pub(crate) const RULES: &[Rule] = &[
         changes: &[],
         check: |c| {
             (resolved_speculative_algorithm(c)? == "DSPARK").then_some(())?;
-            let size = dspark_dp_lm_head_fleets(c)
+            let size = dp_lm_head_fleets(c, dspark_dp_attention)
                 .find_map(|fleet| attention_cp_size(&fleet.extra_args).filter(|&size| size > 1))?;
             when_with(true, vec![("size", size.to_string())])
         },
@@ -2226,15 +2225,14 @@ pub(crate) const RULES: &[Rule] = &[
         changes: &[text_from(21, "EAGLE without multi-layer EAGLE and DSPARK pass (PP2-PP6 and SD6 check them)")],
         check: |c| {
             let algorithm = resolved_speculative_algorithm(c)?;
-            // DFLASH's own pipeline check (SD3), and DSPARK's up to 0.5.20 (SD9), run first, in the
-            // speculative hook.
-            let refused = |fleet: &FleetSpec| {
-                c.release < v0_5(21)
-                    || !matches!(algorithm.as_str(), "EAGLE" | "DSPARK")
-                    || (algorithm == "EAGLE" && multi_layer_eagle(c, &fleet.extra_args))
+            let refused = |fleet: &FleetSpec| match algorithm.as_str() {
+                // Their own pipeline checks run first, in the speculative hook: DFLASH's (SD3), and
+                // DSPARK's (SD9 up to 0.5.20, SD6 from 0.5.21, which lets PD prefill servers pass).
+                "DFLASH" | "DSPARK" => false,
+                "EAGLE" => c.release < v0_5(21) || multi_layer_eagle(c, &fleet.extra_args),
+                _ => true,
             };
-            let own_check = algorithm == "DFLASH" || (algorithm == "DSPARK" && c.release < v0_5(21));
-            when(!own_check && fleets_in_scope(c).any(|fleet| fleet.pipeline_parallel > 1 && refused(fleet)))
+            when(fleets_in_scope(c).any(|fleet| fleet.pipeline_parallel > 1 && refused(fleet)))
         },
         fix: Fix::Manual {
             hint: "set pipelineParallel to 1 on the fleets that speculate, or turn speculative decoding off (from \
