@@ -10,6 +10,7 @@
 use std::sync::LazyLock;
 
 use super::cmdline::Arg;
+use crate::python::py_repr;
 use crate::release::{KNOWN, Release};
 
 const TABLE: &str = include_str!("server_cli.tsv");
@@ -708,46 +709,6 @@ fn py_float(text: &str) -> Option<f64> {
     };
     let exponent_ok = exponent.is_none_or(|e| py_digits(e.strip_prefix(['-', '+']).unwrap_or(e)));
     (mantissa_ok && exponent_ok).then(|| text.replace('_', "").parse().unwrap_or(f64::INFINITY))
-}
-
-/// Python's `repr()` of a string, as argparse's messages quote values.
-pub fn py_repr(text: &str) -> String {
-    let quote = if text.contains('\'') && !text.contains('"') { '"' } else { '\'' };
-    let mut out = String::with_capacity(text.len() + 2);
-    out.push(quote);
-    for c in text.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c == quote => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if !py_printable(c) => {
-                let code = u32::from(c);
-                out.push_str(&if code < 0x100 {
-                    format!("\\x{code:02x}")
-                } else if code < 0x10000 {
-                    format!("\\u{code:04x}")
-                } else {
-                    format!("\\U{code:08x}")
-                });
-            }
-            c => out.push(c),
-        }
-    }
-    out.push(quote);
-    out
-}
-
-/// Python's `str.isprintable()` for one character, for the characters a command line holds:
-/// controls, separators other than the space, and the format characters are not.
-fn py_printable(c: char) -> bool {
-    !(c.is_control()
-        || (c.is_whitespace() && c != ' ')
-        || matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2064}' | '\u{feff}'))
 }
 
 #[cfg(test)]
