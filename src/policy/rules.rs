@@ -223,11 +223,9 @@ fn radix(c: &Context<'_>) -> bool {
 }
 
 /// Whether a server in scope keeps a radix cache, where SGLang resolves and validates the Mamba
-/// radix-cache strategy: the PD hook turns it off on decode servers without decode radix cache,
-/// and `_mamba_radix_cache_resolution` then returns early (0.5.17-0.5.23). Prefill servers keep
-/// theirs, and a service's prefill servers run with its strategy.
+/// radix-cache strategy (`_mamba_radix_cache_resolution` returns early without one, 0.5.17-0.5.23).
 fn radix_cache_in_use(c: &Context<'_>) -> bool {
-    c.scope != Scope::DecodeServer || radix(c)
+    !radix_cache_fleets(c).is_empty()
 }
 
 /// The value of `option` among a server's arguments, handed over with each option as its full
@@ -317,18 +315,17 @@ fn overlap_schedule_off(args: &[String]) -> bool {
     args.iter().take_while(|arg| *arg != "--").any(|arg| arg == "--disable-overlap-schedule")
 }
 
-/// The fleets whose servers keep a radix cache and so resolve the Mamba strategy, by the
-/// arguments and page size they run with: a service's decode fleet with decode radix cache and
-/// its prefill servers (the fleet kvpilot runs, or, for prefill servers run elsewhere, the
-/// decode fleet's arguments standing in for theirs); the one server the guard reads.
+/// The fleets whose servers keep a radix cache ([`keeps_radix_cache`]) and so resolve the Mamba
+/// strategy, by the arguments and page size they run with: a service's decode fleet and its
+/// prefill servers (the fleet kvpilot runs, or, for prefill servers run elsewhere, the decode
+/// fleet's arguments standing in for theirs); the one server the guard reads.
 fn radix_cache_fleets<'a>(c: &Context<'a>) -> Vec<&'a FleetSpec> {
-    match c.scope {
-        Scope::Service => {
-            let decode = radix(c).then_some(c.decode);
-            decode.into_iter().chain(Some(c.prefill_fleet.unwrap_or(c.decode))).collect()
-        }
-        Scope::DecodeServer | Scope::OtherServer => radix_cache_in_use(c).then_some(c.decode).into_iter().collect(),
-    }
+    let servers = match c.scope {
+        Scope::Service => vec![(c.decode, true), (c.prefill_fleet.unwrap_or(c.decode), false)],
+        Scope::DecodeServer => vec![(c.decode, true)],
+        Scope::OtherServer => vec![(c.decode, false)],
+    };
+    servers.into_iter().filter(|(fleet, decode)| keeps_radix_cache(c, fleet, *decode)).map(|(fleet, _)| fleet).collect()
 }
 
 /// SGLang's `uses_mamba_radix_cache`: an SSM-hybrid model whose server keeps a radix cache.
@@ -517,12 +514,9 @@ fn tree_cache(c: &Context<'_>, fleet: &FleetSpec, options: CacheOptions, disable
 fn server_tree_cache(c: &Context<'_>) -> TreeCache {
     match c.scope {
         Scope::Service | Scope::DecodeServer => {
-            tree_cache(c, c.decode, CacheOptions::of_settings(c), !radix(c), resolved_host_pool(c))
+            tree_cache(c, c.decode, CacheOptions::of_settings(c), !own_radix_cache(c), resolved_host_pool(c))
         }
-        Scope::OtherServer => {
-            let disabled = given(&c.decode.extra_args, "--disable-radix-cache");
-            tree_cache(c, c.decode, CacheOptions::of_settings(c), disabled, false)
-        }
+        Scope::OtherServer => tree_cache(c, c.decode, CacheOptions::of_settings(c), !own_radix_cache(c), false),
     }
 }
 
@@ -1055,7 +1049,8 @@ fn hisparse_servers<'a>(c: &'a Context<'_>) -> impl Iterator<Item = (&'a FleetSp
 }
 
 /// Whether a server keeps its radix cache: a PD decode server only with decode radix cache (the
-/// PD hook turns it off otherwise), any other server unless `--disable-radix-cache`.
+/// PD hook decides it, over a given `--disable-radix-cache`), any other server unless
+/// `--disable-radix-cache`.
 fn keeps_radix_cache(c: &Context<'_>, fleet: &FleetSpec, decode: bool) -> bool {
     if decode { radix(c) } else { !given(&fleet.extra_args, "--disable-radix-cache") }
 }
@@ -1097,6 +1092,13 @@ fn dspark_dp_moe_backends(release: Release) -> &'static [&'static str] {
 /// becomes from 0.5.22).
 fn dspark_dp_attention(c: &Context<'_>, fleet: &FleetSpec) -> bool {
     fleet.enable_dp_attention && (c.release < v0_5(18) || fleet.data_parallel > 1)
+}
+
+/// Whether the server the verdict is about keeps its radix cache ([`keeps_radix_cache`]): a
+/// service's decode servers and the guard's decode server by decode radix cache, the guard's
+/// other server by its own arguments.
+fn own_radix_cache(c: &Context<'_>) -> bool {
+    keeps_radix_cache(c, c.decode, c.scope != Scope::OtherServer)
 }
 
 const PP_SPEC_ENV: &str = "SGLANG_ENABLE_PP_SPEC";
@@ -1724,11 +1726,12 @@ pub(crate) const RULES: &[Rule] = &[
         )],
         changes: &[],
         // A decode server runs the chunk cache (`disable_radix_cache`) unless decode radix cache
-        // is on (R12), before this check reads it: so HiCache needs decode radix cache.
-        check: |c| when(c.settings.hierarchical_cache && !radix(c)),
+        // is on (R12), before this check reads it: so HiCache needs decode radix cache there.
+        check: |c| when(c.settings.hierarchical_cache && !own_radix_cache(c)),
         fix: Fix::Rewrite {
             apply: hierarchical_off,
-            hint: "turn decodeRadixCache on (HiCache sits under the decode radix cache), or turn hierarchicalCache off",
+            hint: "turn decodeRadixCache on (HiCache sits under the decode radix cache; on a server that is not a PD \
+                   decode server, drop --disable-radix-cache), or turn hierarchicalCache off",
         },
     },
     Rule {
@@ -1795,8 +1798,13 @@ pub(crate) const RULES: &[Rule] = &[
         messages: &[text("--enable-lmcache requires radix cache to be enabled")],
         changes: &[],
         // A decode server runs without the radix cache unless decode radix cache is on (R12).
-        check: |c| when(c.settings.lmcache && !radix(c)),
-        fix: Fix::Rewrite { apply: lmcache_off, hint: LMCACHE_HINT },
+        check: |c| when(c.settings.lmcache && !own_radix_cache(c)),
+        fix: Fix::Rewrite {
+            apply: lmcache_off,
+            hint: "turn lmcache off: SGLang 0.5.21 and later run LMCache only on servers without PD disaggregation \
+                   (spec.cache is kvpilot's KV store for PD servers); on a server without PD, drop \
+                   --disable-radix-cache instead (LMCache sits under the radix cache)",
+        },
     },
     Rule {
         id: "L4",
@@ -3490,11 +3498,11 @@ pub(crate) const RULES: &[Rule] = &[
             "--enable-unified-cache-external-linker requires the default UnifiedRadixCache with radix caching enabled.",
         )],
         changes: &[],
-        check: |c| when(c.settings.unified_cache_external_linker && !radix(c)),
+        check: |c| when(c.settings.unified_cache_external_linker && !own_radix_cache(c)),
         fix: Fix::Rewrite {
             apply: linker_off,
-            hint: "turn decodeRadixCache on (the linker sits under the radix cache), or turn \
-                   unifiedCacheExternalLinker off",
+            hint: "turn decodeRadixCache on (the linker sits under the radix cache; on a server that is not a PD \
+                   decode server, drop --disable-radix-cache), or turn unifiedCacheExternalLinker off",
         },
     },
     Rule {

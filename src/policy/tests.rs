@@ -329,6 +329,34 @@ fn s7_hierarchical_cache_needs_the_decode_radix_cache() {
     assert!(verdict.violations.iter().all(|v| v.rule != "S7"));
 }
 
+/// On a server that is not a PD decode server, HiCache, LMCache and the external cache linker sit
+/// under the server's own radix cache, which `--disable-radix-cache` turns off (S7, L3, X1);
+/// before, the guard left them to SGLang there.
+#[test]
+fn s7_l3_x1_read_the_own_radix_cache_of_a_server_without_pd_decode() {
+    let rules = |settings: &DisaggregationSpec, args: &[&str], prefill: bool| {
+        let server = FleetSpec { extra_args: args.iter().map(|a| a.to_string()).collect(), ..FleetSpec::default() };
+        let verdict = role::evaluate_non_decode(PolicyInput::alone(settings, &server, &full(), v0_5(23)), prefill);
+        verdict.violations.iter().map(|v| v.rule).filter(|rule| ["S7", "L3", "X1"].contains(rule)).collect::<Vec<_>>()
+    };
+    let hierarchical = with(|s| s.hierarchical_cache = true);
+    let lmcache = with(|s| s.lmcache = true);
+    let linker = with(|s| s.unified_cache_external_linker = true);
+    for prefill in [false, true] {
+        for (settings, rule) in [(&hierarchical, "S7"), (&lmcache, "L3"), (&linker, "X1")] {
+            assert!(rules(settings, &[], prefill).is_empty(), "{rule} with the radix cache, prefill {prefill}");
+            assert_eq!(rules(settings, &["--disable-radix-cache"], prefill), [rule], "prefill {prefill}");
+        }
+    }
+    // A decode server's radix cache is decode radix cache's, whatever its arguments say.
+    let decode = FleetSpec { extra_args: vec!["--disable-radix-cache".into()], ..FleetSpec::default() };
+    let under_radix = with(|s| {
+        s.decode_radix_cache = true;
+        s.hierarchical_cache = true;
+    });
+    assert!(run(&under_radix, &decode, &full()).violations.iter().all(|v| v.rule != "S7"));
+}
+
 #[test]
 fn s8_the_swa_full_tokens_ratio_is_above_0_and_at_most_1() {
     let ratio = |value: f64| FleetSpec { swa_full_tokens_ratio: Some(value), ..FleetSpec::default() };
@@ -633,6 +661,46 @@ fn m1_to_m5_mamba_strategies_where_the_radix_cache_runs() {
     let rewritten = run_at(v0_5(23), &DisaggregationSpec { on_invalid: OnInvalid::Rewrite, ..extra }, &decode, &full());
     assert_eq!(rewritten.outcome, Outcome::Rewritten);
     assert_eq!((rewritten.rewrites[0].from.as_str(), rewritten.rewrites[0].to.as_str()), ("extra_buffer", "unset"));
+}
+
+/// A prefill server, or one without PD, given `--disable-radix-cache` keeps no radix cache, so
+/// SGLang resolves no Mamba strategy on it (`_mamba_radix_cache_resolution` returns early); a PD
+/// decode server's radix cache is decided by decode radix cache alone (the PD hook sets it over a
+/// given flag). Before, kvpilot reported the Mamba page-size rules on such a prefill server.
+#[test]
+fn mamba_rules_skip_servers_given_disable_radix_cache() {
+    let no_buffer = with(|s| s.mamba_radix_cache_strategy = Some(MambaRadixCacheStrategy::NoBuffer));
+    let ssm = ssm();
+    let page_size = |extra: &[&str]| FleetSpec {
+        page_size: Some(16),
+        extra_args: ["--disable-overlap-schedule"].iter().chain(extra).map(|a| a.to_string()).collect(),
+        ..FleetSpec::default()
+    };
+    let rule_ids = |verdict: Verdict| verdict.violations.iter().map(|v| v.rule).collect::<Vec<_>>();
+    let prefill = |fleet: &FleetSpec| {
+        rule_ids(role::evaluate_non_decode(PolicyInput::alone(&no_buffer, fleet, &ssm, v0_5(23)), true))
+    };
+    assert_eq!(prefill(&page_size(&[])), ["M3"]);
+    assert!(prefill(&page_size(&["--disable-radix-cache"])).is_empty());
+    // A service without decode radix cache whose prefill fleet turns its radix cache off.
+    let service = |prefill_args: &[&str]| {
+        let prefill_fleet = page_size(prefill_args);
+        let decode = page_size(&[]);
+        let input = PolicyInput {
+            prefill_fleet: Some(&prefill_fleet),
+            ..PolicyInput::alone(&no_buffer, &decode, &ssm, v0_5(23))
+        };
+        rule_ids(evaluate(input))
+    };
+    assert_eq!(service(&[]), ["M3"]);
+    assert!(service(&["--disable-radix-cache"]).is_empty());
+    // On a decode server with decode radix cache the flag changes nothing.
+    let radix = with(|s| {
+        s.mamba_radix_cache_strategy = Some(MambaRadixCacheStrategy::NoBuffer);
+        s.decode_radix_cache = true;
+    });
+    let decode = page_size(&["--disable-radix-cache"]);
+    assert_eq!(rule_ids(evaluate_decode_server(PolicyInput::alone(&radix, &decode, &ssm, v0_5(23)))), ["M3"]);
 }
 
 #[test]

@@ -1521,12 +1521,15 @@ def mamba_scenarios():
     hybrid-SSM fixtures (chunk sizes 64, 256, 96 and 1) and one model without Mamba state, with
     each strategy (or none), page size 1, 16, 48 or 128 (48 does not divide the default Mamba
     track interval, 256; extra_buffer also with 96; 128 and 48 do not divide a chunk size of 96 and
-    256), and for no_buffer the overlap schedule on or off."""
+    256), and for no_buffer the overlap schedule on or off. A prefill server and a decode server
+    with decode radix cache also run given `--disable-radix-cache` (the PD hook decides a decode
+    server's radix cache over it)."""
     scenarios = []
-    for config, mode, radix, strategy, page, overlap_off, interval in itertools.product(
-            MAMBA_CONFIGS, ("decode", "prefill"), (False, True),
+    for config, mode, radix, disabled, strategy, page, overlap_off, interval in itertools.product(
+            MAMBA_CONFIGS, ("decode", "prefill"), (False, True), (False, True),
             (None, "no_buffer", "extra_buffer", "extra_buffer_lazy"), (1, 16, 48, 128), (False, True), (None, 96)):
-        if ((mode == "prefill" and radix) or (overlap_off and strategy != "no_buffer")
+        if ((mode == "prefill" and radix) or (mode == "decode" and disabled and not radix)
+                or (overlap_off and strategy != "no_buffer")
                 or (interval and (strategy != "extra_buffer" or page != 48))):
             continue
         args = {"disaggregation_mode": mode, "page_size": page}
@@ -1575,6 +1578,8 @@ def check_mamba_args(kvpilot, src, venvs, version, compare):
     for scenario in scenarios:
         violations = reports.get(scenario["id"], {}).get("violations", [])
         error = theirs[scenario["id"]]
+        if disabled:
+            args["disable_radix_cache"] = True
         ours = [v for v in violations if v["rule"] in MAMBA_RULES]
         # A bare `assert` says only "AssertionError"; kvpilot's message names the assertion.
         same = [v for v in violations if v["message"] == error
@@ -1589,6 +1594,8 @@ def check_mamba_args(kvpilot, src, venvs, version, compare):
     rules = " ".join(f"{rule} {count}" for rule, count in sorted(by_rule.items()))
     return agreements, failed, summary + f" (by rule: {rules}), agreements {agreements}"
 
+    if args.get("disable_radix_cache"):
+        argv.append("--disable-radix-cache")
 
 def compare_arg_checks(kvpilot, version, scenarios, manifest_of, raised, prefixes, label):
     """(agreements, disagreements, refusals by rule) of kvpilot check with one argument check of
@@ -1628,6 +1635,69 @@ def pd_args_disagreement(error, prefixes, report):
         return None if error in messages else f"SGLang raises {error!r}; kvpilot: {messages}"
     extra = [m for m in messages if any(m.startswith(p) for p in prefixes)]
     return f"SGLang accepts; kvpilot reports {extra}" if extra else None
+
+SERVER_CACHE_RULES = ("S7", "L3", "X1")
+
+
+def server_cache_args_scenarios():
+    """Servers that are not PD decode servers (PD prefill, no PD) with HiCache, LMCache or the
+    external cache linker, each with and without `--disable-radix-cache`, with a storage backend
+    or none: S7, L3 and X1 read the server's own radix cache there, where a decode server's
+    follows decode radix cache (the `cache args` scenarios)."""
+    scenarios = []
+    for mode, hierarchical, lmcache, linker, disabled, backend in itertools.product(
+            ("prefill", "null"), (False, True), (False, True), (False, True), (False, True), (None, "file")):
+        args = {"disaggregation_mode": mode, "enable_hierarchical_cache": hierarchical,
+                "enable_lmcache": lmcache, "enable_unified_cache_external_linker": linker,
+                "disable_radix_cache": disabled, "hicache_storage_backend": backend}
+        if mode == "prefill":
+            args["disaggregation_transfer_backend"] = "mooncake"
+        if hierarchical:
+            # The host pool's size, which an earlier hook defaults and this harness does not run.
+            args["hicache_ratio"] = 2.0
+        # Only what is set: a flag the release lacks is refused by its parser (F3, F-rules).
+        args = {name: value for name, value in args.items() if value not in (False, None, "null")}
+        scenarios.append({"id": f"sc{len(scenarios)}", "args": args,
+                          "config": os.path.join(ROOT, "tests/fixtures/configs", f"{PD_ARGS_CONFIG}.json")})
+    return scenarios
+
+
+def flags_argv(scenario):
+    """The server argv of a scenario's fields: SGLang's flag is the field name with dashes."""
+    argv = ["--model-path", "/models/m"]
+    for field, value in scenario["args"].items():
+        argv.append("--" + field.replace("_", "-"))
+        if value is not True:
+            argv.append(str(value))
+    return argv
+
+
+def check_server_cache_args(kvpilot, src, venvs, version, compare):
+    """The release's cache checks (cache_args.py) on prefill servers and servers without PD
+    against the guard's verdict on the same command lines. Returns (passed, failed, summary)."""
+    scenarios = server_cache_args_scenarios()
+    prefixes, theirs = sglang_cache_args(src, venvs, scenarios)
+    refusing = sum(theirs[s["id"]] is not None for s in scenarios)
+    summary = f"server cache args scenarios {len(scenarios)} (refused by SGLang {refusing}"
+    if not compare:
+        return len(scenarios), 0, summary + ")"
+    reports = {r["name"].split("/")[-1]: r
+               for r in kvpilot_check_json(kvpilot, guard_pods(version, scenarios, flags_argv))}
+    agreements = failed = 0
+    by_rule = collections.Counter()
+    for scenario in scenarios:
+        report = reports.get(scenario["id"], {})
+        why = pd_args_disagreement(theirs[scenario["id"]], prefixes, report)
+        if why is None:
+            agreements += 1
+            by_rule.update(v["rule"] for v in report.get("violations", [])
+                           if v["message"] == theirs[scenario["id"]] and v["rule"] in SERVER_CACHE_RULES)
+        else:
+            failed += 1
+            print(f"  {version} server cache args {' '.join(flags_argv(scenario)[2:])}: {why}")
+    rules = " ".join(f"{rule} {count}" for rule, count in sorted(by_rule.items()))
+    return agreements, failed, summary + f"; by rule: {rules}), agreements {agreements}"
+
 
 
 def rendered_items(kvpilot, path, version):
@@ -1882,7 +1952,7 @@ PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "mam
 
 # The parts that run one release's code on their own scenarios and compare with kvpilot, each
 # returning (passed, failed, summary), in the order their summaries are printed.
-PER_RELEASE_CHECKS = (("mamba-args", check_mamba_args), ("draft", check_draft_geometry),
+PER_RELEASE_CHECKS = (("cache-args", check_server_cache_args), ("mamba-args", check_mamba_args), ("draft", check_draft_geometry),
                       ("speculative", check_speculative_names),
                       ("speculative-parallel", check_speculative_parallel), ("dsv4-hook", check_dsv4_hook),
                       ("model-overrides", check_model_overrides),
