@@ -47,6 +47,15 @@ pub struct AttentionLayout {
     /// or its config class's); None where the class has none, and SGLang takes 64.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mamba_chunk_size: Option<u64>,
+    /// `attention_projection_layout` as config.json sets it (MiMo-V2 checkpoints: `fused_qkv` or
+    /// `split` QKV projection weights).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attention_projection_layout: Option<String>,
+    /// Where the QKV projection weights are fused (`fused_qkv`): the attention TP they are
+    /// interleaved for, `num_key_value_heads` of the config or else of its `text_config`, as
+    /// SGLang's `get_mimo_v2_fused_qkv_expected_tp_size` reads it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fused_qkv_attention_tp: Option<u64>,
     /// An MTP draft checkpoint's own facts (IQuest Q1's `iquest_q1_mtp`), which SGLang compares
     /// with the target's when it drafts for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

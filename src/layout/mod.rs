@@ -239,6 +239,8 @@ fn resolve_built(config: &Value, options: ResolveOptions) -> Result<AttentionLay
 
     let text_model_type = text_model_type.filter(|t| model_type.as_deref() != Some(*t)).map(str::to_string);
     let mamba_chunk_size = mamba_chunk_size(root, release)?;
+    let attention_projection_layout = root.string("attention_projection_layout")?.map(str::to_string);
+    let fused_qkv_attention_tp = fused_qkv_attention_tp(root, attention_projection_layout.as_deref(), &mut warnings)?;
     let (hidden_size, vocab_size) = model_sizes(text, text_model_type.as_deref().or(model_type.as_deref()))?;
     Ok(AttentionLayout {
         architecture,
@@ -255,6 +257,8 @@ fn resolve_built(config: &Value, options: ResolveOptions) -> Result<AttentionLay
         hidden_size,
         vocab_size,
         mamba_chunk_size,
+        attention_projection_layout,
+        fused_qkv_attention_tp,
         mtp_draft: None,
         warnings,
     })
@@ -268,6 +272,33 @@ fn mamba_chunk_size(root: ConfigView<'_>, release: Release) -> Result<Option<u64
         Some(ChunkSize::Keyed { keys, default }) => Ok(Some(root.uint_any(keys)?.unwrap_or(default))),
         None => root.uint("mamba_chunk_size"),
     }
+}
+
+/// SGLang's `get_mimo_v2_fused_qkv_expected_tp_size`: where the QKV projection weights are fused,
+/// the config's `num_key_value_heads`, else its `text_config`'s.
+fn fused_qkv_attention_tp(
+    root: ConfigView<'_>,
+    projection_layout: Option<&str>,
+    warnings: &mut Vec<String>,
+) -> Result<Option<u64>, LayoutError> {
+    if projection_layout != Some("fused_qkv") {
+        return Ok(None);
+    }
+    let heads = match root.uint("num_key_value_heads")? {
+        Some(heads) => Some(heads),
+        None => match root.object("text_config")? {
+            Some(map) => ConfigView { map, prefix: "text_config." }.uint("num_key_value_heads")?,
+            None => None,
+        },
+    };
+    if heads.is_none() {
+        warnings.push(
+            "attention_projection_layout is fused_qkv without num_key_value_heads: SGLang refuses a MiMoV2ForCausalLM \
+             server unless its config class supplies the count, so kvpilot cannot check the attention TP"
+                .to_string(),
+        );
+    }
+    Ok(heads)
 }
 
 /// The hidden and vocabulary sizes: config.json's, else the config class's defaults where

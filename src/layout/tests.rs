@@ -587,3 +587,45 @@ fn an_iquest_q1_mtp_checkpoint_is_one_layer_of_its_target_as_its_config_class_bu
     let old = ResolveOptions { release: v0_5(20), ..ResolveOptions::default() };
     assert!(resolve(&mtp(json!({})), old).is_err(), "no such class before 0.5.21: num_hidden_layers is required");
 }
+
+/// MiMo-V2's QKV projection layout as config.json sets it, and where the weights are fused the
+/// attention TP they are interleaved for: `num_key_value_heads`, else the text config's
+/// (`get_mimo_v2_fused_qkv_expected_tp_size`). Without either, kvpilot warns that it cannot check.
+#[test]
+fn mimo_v2_fused_qkv_weights_are_interleaved_for_the_kv_head_count() {
+    let mimo = |extra: Value| {
+        let mut config = json!({
+            "architectures": ["MiMoV2ForCausalLM"], "num_hidden_layers": 2, "num_attention_heads": 8,
+            "head_dim": 64, "hybrid_layer_pattern": [0, 1], "sliding_window_size": 128
+        });
+        config.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        resolve_default(config).unwrap()
+    };
+    let fused = mimo(json!({"attention_projection_layout": "fused_qkv", "num_key_value_heads": 4}));
+    assert_eq!(
+        (fused.attention_projection_layout.as_deref(), fused.fused_qkv_attention_tp),
+        (Some("fused_qkv"), Some(4))
+    );
+    let nested = resolve_default(json!({
+        "architectures": ["MiMoV2ForCausalLM"], "attention_projection_layout": "fused_qkv",
+        "text_config": {
+            "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64,
+            "hybrid_layer_pattern": [0, 1], "sliding_window_size": 128
+        }
+    }))
+    .unwrap();
+    assert_eq!(nested.fused_qkv_attention_tp, Some(2));
+    let split = mimo(json!({"attention_projection_layout": "split", "num_key_value_heads": 4}));
+    assert_eq!((split.attention_projection_layout.as_deref(), split.fused_qkv_attention_tp), (Some("split"), None));
+    let unset = mimo(json!({"num_key_value_heads": 4}));
+    assert_eq!((unset.attention_projection_layout, unset.fused_qkv_attention_tp), (None, None));
+    let headless = mimo(json!({"attention_projection_layout": "fused_qkv"}));
+    assert_eq!(headless.fused_qkv_attention_tp, None);
+    assert!(headless.warnings.iter().any(|w| w.contains("cannot check the attention TP")), "{:?}", headless.warnings);
+    let mut typed = json!({
+        "architectures": ["MiMoV2ForCausalLM"], "num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": 64,
+        "hybrid_layer_pattern": [0, 1], "sliding_window_size": 128
+    });
+    typed["attention_projection_layout"] = json!(1);
+    assert_eq!(resolve_default(typed).unwrap_err().field, "attention_projection_layout");
+}

@@ -942,6 +942,45 @@ fn replicas_and_attention_dp(fleet: &FleetSpec) -> Option<(i64, i64)> {
     Some((replicas, groups))
 }
 
+const MODEL_CONFIG: &str = "spec.model.config";
+
+/// The fleets in scope whose servers run the model hook's MiMo-V2 fused-QKV check: a
+/// MiMoV2ForCausalLM model (its multimodal and text checkpoints; the Flash architecture is not
+/// checked) on servers that are not `--encoder-only`.
+fn mimo_v2_fused_qkv_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a FleetSpec> {
+    let checked = c.layout.architecture == "MiMoV2ForCausalLM";
+    fleets_in_scope(c).filter(move |fleet| checked && !given(&fleet.extra_args, "--encoder-only"))
+}
+
+/// MV2: the first server whose effective attention TP (TP ÷ attention DP ÷ attention CP, as
+/// SGLang's integer division gives it) does not divide the attention TP a fused-QKV MiMo-V2
+/// checkpoint is interleaved for. Up to 0.5.21 the message names `--dp-size` and
+/// `--enable-dp-attention`, from 0.5.22 the attention DP size.
+fn mimo_v2_attention_tp_mismatch(c: &Context<'_>) -> Option<Finding> {
+    if c.layout.attention_projection_layout.as_deref() != Some("fused_qkv") {
+        return None;
+    }
+    let expected = i64::try_from(c.layout.fused_qkv_attention_tp?).ok()?;
+    mimo_v2_fused_qkv_fleets(c).find_map(|fleet| {
+        let cp = attention_cp_size(&fleet.extra_args)?;
+        let attention_dp = if fleet.enable_dp_attention { i64::from(fleet.data_parallel.max(1)) } else { 1 };
+        let effective = i64::from(fleet.tensor_parallel) / attention_dp / cp.max(1);
+        let dp = if c.release >= v0_5(22) { attention_dp } else { i64::from(fleet.data_parallel) };
+        let dp_attention = if fleet.enable_dp_attention { "True" } else { "False" };
+        when_with(
+            effective > 0 && expected % effective != 0,
+            vec![
+                ("expected", expected.to_string()),
+                ("effective", effective.to_string()),
+                ("tp", fleet.tensor_parallel.to_string()),
+                ("dp", dp.to_string()),
+                ("dp_attention", dp_attention.to_string()),
+                ("cp", cp.to_string()),
+            ],
+        )
+    })
+}
+
 const CP_V2_ENV: &str = "SGLANG_ENABLE_CP_V2";
 const MIMO_V2: &[&str] = &["MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM"];
 
@@ -1055,6 +1094,13 @@ fn keeps_radix_cache(c: &Context<'_>, fleet: &FleetSpec, decode: bool) -> bool {
     if decode { radix(c) } else { !given(&fleet.extra_args, "--disable-radix-cache") }
 }
 
+/// Whether the server the verdict is about keeps its radix cache ([`keeps_radix_cache`]): a
+/// service's decode servers and the guard's decode server by decode radix cache, the guard's
+/// other server by its own arguments.
+fn own_radix_cache(c: &Context<'_>) -> bool {
+    keeps_radix_cache(c, c.decode, c.scope != Scope::OtherServer)
+}
+
 const DP_LM_HEAD: &str = "--enable-dp-lm-head";
 const DP_LM_HEAD_FIELD: &str = "spec.decode.extraArgs[--enable-dp-lm-head]";
 const DP_SPEC_PREFILL_COORDINATION: &str = "SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION";
@@ -1092,13 +1138,6 @@ fn dspark_dp_moe_backends(release: Release) -> &'static [&'static str] {
 /// becomes from 0.5.22).
 fn dspark_dp_attention(c: &Context<'_>, fleet: &FleetSpec) -> bool {
     fleet.enable_dp_attention && (c.release < v0_5(18) || fleet.data_parallel > 1)
-}
-
-/// Whether the server the verdict is about keeps its radix cache ([`keeps_radix_cache`]): a
-/// service's decode servers and the guard's decode server by decode radix cache, the guard's
-/// other server by its own arguments.
-fn own_radix_cache(c: &Context<'_>) -> bool {
-    keeps_radix_cache(c, c.decode, c.scope != Scope::OtherServer)
 }
 
 const PP_SPEC_ENV: &str = "SGLANG_ENABLE_PP_SPEC";
@@ -2936,6 +2975,66 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Manual {
             hint: "set --speculative-num-draft-tokens to --speculative-num-steps + 1 in extraArgs (the steps default \
                    to the checkpoint's num_draft_slots), or drop it",
+        },
+    },
+    Rule {
+        id: "MV1",
+        about: "MiMo-V2 fused QKV projection layout",
+        field: MODEL_CONFIG,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text(
+                "MiMoV2 hf_config has unsupported attention_projection_layout={layout}; expected 'fused_qkv' or unset.",
+            ),
+            text_from(
+                22,
+                "MiMoV2 hf_config has unsupported attention_projection_layout={layout}; expected 'fused_qkv', 'split' \
+                 or unset.",
+            ),
+        ],
+        changes: &[],
+        check: |c| {
+            let layout = c.layout.attention_projection_layout.as_deref()?;
+            let supported = layout == "fused_qkv" || (layout == "split" && c.release >= v0_5(22));
+            when_with(
+                !supported && mimo_v2_fused_qkv_fleets(c).next().is_some(),
+                vec![("layout", crate::python::py_repr(layout))],
+            )
+        },
+        fix: Fix::Manual {
+            hint: "set attention_projection_layout in the model's config.json to fused_qkv or leave it unset (split \
+                   from SGLang 0.5.22), as its checkpoint's QKV weights are stored",
+        },
+    },
+    Rule {
+        id: "MV2",
+        about: "MiMo-V2 fused QKV weights × attention TP",
+        field: DECODE_TP,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text(
+                "MiMoV2ForCausalLM requires effective attention TP size {expected} because its fused qkv_proj weights \
+                 are TP={expected}-interleaved; got {effective} (tp_size={tp}, dp_size={dp}, \
+                 enable_dp_attention={dp_attention}, attn_cp_size={cp}). Set --tp, --dp, --enable-dp-attention, and \
+                 --attention-context-parallel-size so the effective attention TP size is {expected}.",
+            ),
+            text_from(
+                22,
+                "MiMoV2ForCausalLM requires effective attention TP size {expected} because its fused qkv_proj weights \
+                 are TP={expected}-interleaved; got {effective} (tp_size={tp}, attn_dp_size={dp}, attn_cp_size={cp}). \
+                 Set --tp, --attn-dp-size, and --attention-context-parallel-size so the effective attention TP size is \
+                 {expected}.",
+            ),
+        ],
+        changes: &[],
+        check: mimo_v2_attention_tp_mismatch,
+        fix: Fix::Manual {
+            hint: "set tensorParallel, dataParallel with enableDpAttention, and --attn-cp-size in extraArgs so that TP ÷ \
+                   attention DP ÷ attention CP divides the model's num_key_value_heads",
         },
     },
     Rule {

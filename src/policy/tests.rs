@@ -1066,3 +1066,56 @@ fn m3_m6_m7_follow_where_sglang_runs_the_extra_buffer_and_the_model_s_chunk_size
     assert!(rules(&auto, &interval_96, &legacy_chunk).is_empty(), "96 is a multiple of 48");
     assert_eq!(rules(&auto, &paged(128, &[]), &legacy_chunk), [("M6", chunk(96, 128))]);
 }
+
+/// MiMoV2ForCausalLM's model hook refuses a QKV projection layout it does not know (MV1: `split`
+/// only from 0.5.22) and, for fused QKV weights, an effective attention TP (TP ÷ attention DP ÷
+/// attention CP) that does not divide the KV head count they are interleaved for (MV2), on every
+/// server but an encoder-only one; the Flash architecture is not checked.
+#[test]
+fn mv1_mv2_mimo_v2_fused_qkv_weights_fix_the_attention_tp() {
+    let rules = |layout: &AttentionLayout, fleet: &FleetSpec, patch: u16| {
+        run_at(v0_5(patch), &DisaggregationSpec::default(), fleet, layout)
+            .violations
+            .into_iter()
+            .filter(|v| v.rule.starts_with("MV"))
+            .map(|v| (v.rule, v.message))
+            .collect::<Vec<_>>()
+    };
+    let fleet = |tp: i32, dp: i32, dp_attention: bool, args: &[&str]| FleetSpec {
+        tensor_parallel: tp,
+        data_parallel: dp,
+        enable_dp_attention: dp_attention,
+        extra_args: args.iter().map(|a| a.to_string()).collect(),
+        ..FleetSpec::default()
+    };
+    let fused = fixture("parity/mimo-v2-fused-qkv");
+    let tp8 = fleet(8, 1, false, &[]);
+    assert_eq!(
+        rules(&fused, &tp8, 23),
+        [(
+            "MV2",
+            "MiMoV2ForCausalLM requires effective attention TP size 4 because its fused qkv_proj weights are \
+             TP=4-interleaved; got 8 (tp_size=8, attn_dp_size=1, attn_cp_size=1). Set --tp, --attn-dp-size, and \
+             --attention-context-parallel-size so the effective attention TP size is 4."
+                .to_string()
+        )]
+    );
+    let replicas = fleet(8, 2, false, &[]);
+    assert!(
+        rules(&fused, &replicas, 21)[0].1.contains("(tp_size=8, dp_size=2, enable_dp_attention=False, attn_cp_size=1)")
+    );
+    for fits in [fleet(4, 1, false, &[]), fleet(8, 2, true, &[]), fleet(8, 1, false, &["--attn-cp-size", "2"])] {
+        assert!(rules(&fused, &fits, 23).is_empty(), "{fits:?}");
+    }
+    assert!(rules(&fused, &fleet(8, 1, false, &["--encoder-only"]), 23).is_empty());
+    let unknown =
+        "MiMoV2 hf_config has unsupported attention_projection_layout='split'; expected 'fused_qkv' or unset.";
+    let split = fixture("parity/mimo-v2-split-qkv");
+    assert_eq!(rules(&split, &tp8, 21), [("MV1", unknown.to_string())]);
+    assert!(rules(&split, &tp8, 22).is_empty());
+    let packed = fixture("parity/mimo-v2-packed-qkv");
+    assert_eq!(rules(&packed, &tp8, 23)[0].0, "MV1");
+    let mut flash = fused.clone();
+    flash.architecture = "MiMoV2FlashForCausalLM".into();
+    assert!(rules(&flash, &tp8, 23).is_empty());
+}

@@ -5,7 +5,8 @@ Usage: classify.py SGLANG_SRC CONFIG.json...   (SGLANG_SRC holds sglang/srt of o
 Prints one JSON object per config on stdout:
   {"file", "architecture", "loaded": true, "isHybridSwa", "fullLayers", "swaLayers",
    "usesSsmState", "isMla", "isDsa", "isSwaCompress", "hasRatio2Layers", "hasLearnableSinks",
-   "hiddenSize", "vocabSize", "mambaChunkSize", "mtpDraft", "disableHybridSwaMemory",
+   "hiddenSize", "vocabSize", "mambaChunkSize", "attentionProjectionLayout", "fusedQkvAttentionTp",
+   "mtpDraft", "disableHybridSwaMemory",
    "draftNextnLayers", "draftArchitectureUnderDspark", "notes"}
 or {"file", "loaded": false, "error"} when the release's own config loader refuses the file
 (the release could not start on that checkpoint either).
@@ -170,6 +171,17 @@ class Release:
                 notes.append(f"{fn.__qualname__}: disable_hybrid_swa_memory={disable}")
         return disable
 
+    def fused_qkv_attention_tp(self, hf_config):
+        """The release's `get_mimo_v2_fused_qkv_expected_tp_size` where the config fuses its QKV
+        projection weights (`fused_qkv`); None otherwise, or where it refuses the config for a
+        missing `num_key_value_heads`."""
+        if getattr(hf_config, "attention_projection_layout", None) != "fused_qkv":
+            return None
+        try:
+            return self.mc["get_mimo_v2_fused_qkv_expected_tp_size"](hf_config)
+        except ValueError:
+            return None
+
     def loaded(self, path):
         """`load(path)` once per path, for callers that only read the config (the override
         providers, the hooks' checks)."""
@@ -271,6 +283,9 @@ class Release:
             "vocabSize": getattr(mc.hf_text_config, "vocab_size", None),
             # What the extra-buffer Mamba cache checks the page size against (M6).
             "mambaChunkSize": getattr(hf_config, "mamba_chunk_size", None),
+            # MiMo-V2's fused QKV weights and the attention TP they are interleaved for (MV1, MV2).
+            "attentionProjectionLayout": getattr(hf_config, "attention_projection_layout", None),
+            "fusedQkvAttentionTp": self.fused_qkv_attention_tp(hf_config),
             "mtpDraft": ({"targetLayers": hf_config.num_target_layers, "draftSlots": hf_config.num_draft_slots}
                          if hasattr(hf_config, "num_draft_slots") else None),
             "disableHybridSwaMemory": disable,

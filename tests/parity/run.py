@@ -107,6 +107,8 @@ def kvpilot_facts(layout):
         "vocabSize": layout.get("vocabSize"),
         "mtpDraft": layout.get("mtpDraft"),
         "mambaChunkSize": layout.get("mambaChunkSize"),
+        "attentionProjectionLayout": layout.get("attentionProjectionLayout"),
+        "fusedQkvAttentionTp": layout.get("fusedQkvAttentionTp"),
         "fullLayers": layout["layers"]["fullAttention"],
         "swaLayers": layout["layers"]["slidingWindow"],
     }
@@ -152,8 +154,9 @@ def disagreements(sglang, layout, served):
     if sglang["isHybridSwa"] and sglang["fullLayers"] is not None:
         facts += ["fullLayers", "swaLayers"]
     # The sizes where kvpilot states them (it leaves those of config classes it does not know
-    # to the release), the MTP draft facts and the Mamba chunk size always.
-    facts += [f for f in ("hiddenSize", "vocabSize") if ours[f] is not None] + ["mtpDraft", "mambaChunkSize"]
+    # to the release), the MTP draft facts, the Mamba chunk size and the QKV projection layout always.
+    facts += [f for f in ("hiddenSize", "vocabSize") if ours[f] is not None] + [
+        "mtpDraft", "mambaChunkSize", "attentionProjectionLayout", "fusedQkvAttentionTp"]
     differences = [(f, theirs[f], ours[f]) for f in facts if theirs[f] != ours[f]]
     # N6 and X4 fire for an EAGLE draft kvpilot names the feature for. kvpilot leaves the count
     # to SGLang only for config classes that may supply one config.json does not name
@@ -1374,6 +1377,42 @@ def check_hisparse(kvpilot, src, venvs, version, compare):
         "argv": lambda s: s["argv"], "rules": HISPARSE_RULES})
 
 
+# The model hook's MiMo-V2 fused-QKV check (MV1, MV2) on MiMoV2ForCausalLM with fused (for 4 and 2
+# KV heads), split and unknown QKV projection layouts, and as controls MiMo-V2-Flash (not checked) and Llama; PD decode,
+# PD prefill and no PD; TP 1 to 8, replicas and attention DP in each release's spellings, attention
+# CP, and `--encoder-only`, which skips the check.
+MIMO_V2_CONFIGS = ("parity/mimo-v2-fused-qkv", "parity/mimo-v2-fused-qkv-2-kv-heads", "parity/mimo-v2-split-qkv",
+                   "parity/mimo-v2-packed-qkv", "mimo-v2-flash", "llama-3.1-8b-instruct")
+MIMO_V2_RULES = ("MV1", "MV2")
+
+
+def mimo_v2_scenarios(version):
+    # (flags, attention DP size): replicas, the deprecated pair and, from 0.5.22, --attn-dp-size.
+    data_parallel = [([], 1), (["--dp-size", "2"], 1), (["--dp-size", "2", "--enable-dp-attention"], 2)]
+    if version_key(version) >= version_key("0.5.22"):
+        data_parallel.append((["--attn-dp-size", "2"], 2))
+    scenarios = []
+    for config, role, tp, (dp_argv, attention_dp), cp, encoder_only in itertools.product(
+            MIMO_V2_CONFIGS, ("decode", "prefill", "null"), (1, 2, 4, 8), data_parallel, (1, 2), (False, True)):
+        # SGLang divides TP by both (a ZeroDivisionError where nothing is left, as DP1 and the CP
+        # hook refuse first).
+        if tp // attention_dp // cp == 0:
+            continue
+        argv = ["--model-path", "/models/m", *role_argv(role), "--tp", str(tp), *dp_argv]
+        argv += ["--attn-cp-size", str(cp)] if cp > 1 else []
+        argv += ["--encoder-only"] if encoder_only else []
+        scenarios.append({"id": f"v{len(scenarios)}", "argv": argv,
+                          "config": os.path.join(ROOT, "tests/fixtures/configs", f"{config}.json")})
+    return scenarios
+
+
+def check_mimo_v2_hook(kvpilot, src, venvs, version, compare):
+    """The model hook's MiMo-V2 fused-QKV check (mimo_v2_hook.py) against the guard's MV1 and MV2."""
+    return check_with_guard(kvpilot, src, venvs, version, compare, {
+        "label": "MiMo-V2 fused QKV", "scenarios": mimo_v2_scenarios(version), "script": "mimo_v2_hook.py",
+        "argv": lambda s: s["argv"], "rules": MIMO_V2_RULES})
+
+
 # The model hook's DSA KV cache dtype checks (DT1, DT2) on PD decode, PD prefill and servers
 # without PD, with each KV cache dtype every release's parser takes, unset, and with DSA backends
 # given: the DSA models DeepSeek-V3.2 (also with learnable sinks) and GLM-5, HunYuan V4 (its loader
@@ -1539,6 +1578,8 @@ def mamba_scenarios():
             args["mamba_track_interval"] = interval
         if radix:
             args["disaggregation_decode_enable_radix_cache"] = True
+        if disabled:
+            args["disable_radix_cache"] = True
         if strategy:
             args["mamba_radix_cache_strategy"] = strategy
         scenarios.append({"id": f"m{len(scenarios)}",
@@ -1553,6 +1594,8 @@ def mamba_argv(scenario):
             "--page-size", str(args["page_size"])]
     if args.get("disaggregation_decode_enable_radix_cache"):
         argv.append("--disaggregation-decode-enable-radix-cache")
+    if args.get("disable_radix_cache"):
+        argv.append("--disable-radix-cache")
     if "mamba_radix_cache_strategy" in args:
         argv += ["--mamba-radix-cache-strategy", args["mamba_radix_cache_strategy"]]
     if args.get("disable_overlap_schedule"):
@@ -1578,8 +1621,6 @@ def check_mamba_args(kvpilot, src, venvs, version, compare):
     for scenario in scenarios:
         violations = reports.get(scenario["id"], {}).get("violations", [])
         error = theirs[scenario["id"]]
-        if disabled:
-            args["disable_radix_cache"] = True
         ours = [v for v in violations if v["rule"] in MAMBA_RULES]
         # A bare `assert` says only "AssertionError"; kvpilot's message names the assertion.
         same = [v for v in violations if v["message"] == error
@@ -1594,47 +1635,6 @@ def check_mamba_args(kvpilot, src, venvs, version, compare):
     rules = " ".join(f"{rule} {count}" for rule, count in sorted(by_rule.items()))
     return agreements, failed, summary + f" (by rule: {rules}), agreements {agreements}"
 
-    if args.get("disable_radix_cache"):
-        argv.append("--disable-radix-cache")
-
-def compare_arg_checks(kvpilot, version, scenarios, manifest_of, raised, prefixes, label):
-    """(agreements, disagreements, refusals by rule) of kvpilot check with one argument check of
-    the release; a refusal counts under the rule whose kvpilot message is the one SGLang raised."""
-    reports = kvpilot_reports(kvpilot, [manifest_of(s) for s in scenarios], version)
-    agreements = disagreeing = 0
-    by_rule = collections.Counter()
-    for scenario in scenarios:
-        report = reports.get(scenario["id"], {})
-        why = pd_args_disagreement(raised[scenario["id"]], prefixes, report)
-        if why is None:
-            agreements += 1
-            by_rule.update(v["rule"] for v in report.get("violations", [])
-                           if v["message"] == raised[scenario["id"]])
-        else:
-            disagreeing += 1
-            print(f"  {version} {label} {scenario['args']}: {why}")
-    return agreements, disagreeing, by_rule
-
-
-def sglang_pd_args(src, venvs, scenarios):
-    answer = run_release_script("pd_args.py", src, venvs, scenarios)
-    return answer["prefixes"], {r["id"]: r["error"] for r in answer["results"]}
-
-
-def pd_args_disagreement(error, prefixes, report):
-    """Why kvpilot's verdict differs from the release's argument check, or None.
-    The release stops at its first error, so kvpilot must report that exact message; where the
-    release raises nothing, kvpilot must report none of the messages that check can raise."""
-    messages = [v["message"] for v in report.get("violations", [])]
-    if error is not None and error.startswith(UNRECOGNIZED) and error not in messages:
-        # argparse names every unknown flag in one message; kvpilot names each in its own.
-        flags = [f"{UNRECOGNIZED}--{part.strip()}" for part in error[len(UNRECOGNIZED):].split("--") if part.strip()]
-        missing = [f for f in flags if f not in messages]
-        return f"SGLang raises {error!r}; kvpilot lacks {missing}: {messages}" if missing else None
-    if error is not None:
-        return None if error in messages else f"SGLang raises {error!r}; kvpilot: {messages}"
-    extra = [m for m in messages if any(m.startswith(p) for p in prefixes)]
-    return f"SGLang accepts; kvpilot reports {extra}" if extra else None
 
 SERVER_CACHE_RULES = ("S7", "L3", "X1")
 
@@ -1698,6 +1698,45 @@ def check_server_cache_args(kvpilot, src, venvs, version, compare):
     rules = " ".join(f"{rule} {count}" for rule, count in sorted(by_rule.items()))
     return agreements, failed, summary + f"; by rule: {rules}), agreements {agreements}"
 
+
+def compare_arg_checks(kvpilot, version, scenarios, manifest_of, raised, prefixes, label):
+    """(agreements, disagreements, refusals by rule) of kvpilot check with one argument check of
+    the release; a refusal counts under the rule whose kvpilot message is the one SGLang raised."""
+    reports = kvpilot_reports(kvpilot, [manifest_of(s) for s in scenarios], version)
+    agreements = disagreeing = 0
+    by_rule = collections.Counter()
+    for scenario in scenarios:
+        report = reports.get(scenario["id"], {})
+        why = pd_args_disagreement(raised[scenario["id"]], prefixes, report)
+        if why is None:
+            agreements += 1
+            by_rule.update(v["rule"] for v in report.get("violations", [])
+                           if v["message"] == raised[scenario["id"]])
+        else:
+            disagreeing += 1
+            print(f"  {version} {label} {scenario['args']}: {why}")
+    return agreements, disagreeing, by_rule
+
+
+def sglang_pd_args(src, venvs, scenarios):
+    answer = run_release_script("pd_args.py", src, venvs, scenarios)
+    return answer["prefixes"], {r["id"]: r["error"] for r in answer["results"]}
+
+
+def pd_args_disagreement(error, prefixes, report):
+    """Why kvpilot's verdict differs from the release's argument check, or None.
+    The release stops at its first error, so kvpilot must report that exact message; where the
+    release raises nothing, kvpilot must report none of the messages that check can raise."""
+    messages = [v["message"] for v in report.get("violations", [])]
+    if error is not None and error.startswith(UNRECOGNIZED) and error not in messages:
+        # argparse names every unknown flag in one message; kvpilot names each in its own.
+        flags = [f"{UNRECOGNIZED}--{part.strip()}" for part in error[len(UNRECOGNIZED):].split("--") if part.strip()]
+        missing = [f for f in flags if f not in messages]
+        return f"SGLang raises {error!r}; kvpilot lacks {missing}: {messages}" if missing else None
+    if error is not None:
+        return None if error in messages else f"SGLang raises {error!r}; kvpilot: {messages}"
+    extra = [m for m in messages if any(m.startswith(p) for p in prefixes)]
+    return f"SGLang accepts; kvpilot reports {extra}" if extra else None
 
 
 def rendered_items(kvpilot, path, version):
@@ -1946,7 +1985,7 @@ def check_served_architectures(src):
 
 PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "mamba-args", "draft", "handshake",
          "tree-cache", "speculative", "speculative-parallel", "dsv4-hook", "model-overrides", "family-overrides",
-         "context-parallel", "dsa-kv-cache", "iquest-mtp", "parallel-shape", "hisparse", "messages",
+         "context-parallel", "dsa-kv-cache", "iquest-mtp", "parallel-shape", "hisparse", "mimo-v2-hook", "messages",
          "argv", "cli")
 
 
@@ -1962,6 +2001,7 @@ PER_RELEASE_CHECKS = (("cache-args", check_server_cache_args), ("mamba-args", ch
                       ("iquest-mtp", check_iquest_mtp),
                       ("parallel-shape", check_parallel_shape),
                       ("hisparse", check_hisparse),
+                      ("mimo-v2-hook", check_mimo_v2_hook),
                       ("tree-cache", check_tree_cache),
                       ("handshake", check_handshake))
 
