@@ -70,11 +70,9 @@ class CudaPlatform:
 def _hook_statements(srt):
     """(the hook's file, its module name, its statements up to LAST_CHECK as source and compiled)
     of the release."""
-    path, module, name, fn = server_argv.hook_function(srt, HOOKS, "context-parallel hook")
-    last = next((i for i, n in enumerate(fn.body) if LAST_CHECK in ast.unparse(n)), None)
-    if last is None:
-        raise SystemExit(f"{path}: {name} no longer refuses prefill CP without a strategy")
-    body = ast.Module(body=fn.body[:last + 1], type_ignores=[])
+    path, module, _name, fn = server_argv.hook_function(srt, HOOKS, "context-parallel hook")
+    statements = server_argv.statements_through(path, fn, LAST_CHECK, "refuses prefill CP without a strategy")
+    body = ast.Module(body=statements, type_ignores=[])
     return path, module, ast.unparse(body), compile(ast.fix_missing_locations(body), path, "exec")
 
 

@@ -44,14 +44,13 @@ RADIX_CHECK = "requires --disable-radix-cache"
 def _validation(srt):
     """(file, module globals, `validate_hisparse`'s statements up to its radix-cache assert as a
     function `check(server_args)`, compiled)."""
-    path, module, name, fn = server_argv.hook_function(srt, (HISPARSE_HOOK,), "HiSparse validation")
-    last = next((i for i, n in enumerate(fn.body) if RADIX_CHECK in ast.unparse(n)), None)
-    if last is None:
-        raise SystemExit(f"{path}: {name} no longer asserts that HiSparse runs without a radix cache")
+    path, module, _name, fn = server_argv.hook_function(srt, (HISPARSE_HOOK,), "HiSparse validation")
+    statements = server_argv.statements_through(path, fn, RADIX_CHECK,
+                                                "asserts that HiSparse runs without a radix cache")
     # The statements as a function of their own (they return early without HiSparse).
     parameters = ast.arguments(posonlyargs=[], args=[ast.arg(arg=a.arg) for a in fn.args.args], kwonlyargs=[],
                                kw_defaults=[], defaults=[])
-    check = ast.FunctionDef(name="check", args=parameters, body=fn.body[:last + 1], decorator_list=[],
+    check = ast.FunctionDef(name="check", args=parameters, body=statements, decorator_list=[],
                             returns=None, type_params=[])
     body = ast.Module(body=[ast.copy_location(check, fn)], type_ignores=[])
     return path, server_argv.hook_globals(path, module), compile(ast.fix_missing_locations(body), path, "exec")

@@ -181,6 +181,15 @@ def hook_function(srt, candidates, what):
     raise SystemExit(f"{srt}: no {what} in {[c[0] for c in candidates]}")
 
 
+def statements_through(path, fn, marker, what):
+    """The top-level statements of hook `fn` (from `path`) up to the first whose source holds
+    `marker`; exits saying the hook no longer `what` where none does."""
+    last = next((i for i, n in enumerate(fn.body) if marker in ast.unparse(n)), None)
+    if last is None:
+        raise SystemExit(f"{path}: {fn.name} no longer {what}")
+    return fn.body[:last + 1]
+
+
 def hook_globals(path, module):
     """The globals of the release's module `module` (file `path`): server_args.py's as imported,
     an argument-hook module's as `sglang_env.exec_subset` runs it."""
