@@ -2125,7 +2125,9 @@ fn other_families_override_providers_refuse_their_settings() {
     assert!(fired(20, &plain, &args(&["--attention-backend", "triton"]), &iquest).is_empty());
     assert_eq!(fired(21, &plain, &args(&["--decode-attention-backend", "triton"]), &iquest), ["IQ1"]);
     assert!(fired(21, &plain, &args(&["--attention-backend", "fa3"]), &iquest).is_empty());
-    assert_eq!(fired(23, &plain, &args(&["--attn-cp-size", "2"]), &iquest), ["IQ4"]);
+    // Two GPUs, so that attention CP divides TP (CP7).
+    let cp2 = FleetSpec { tensor_parallel: 2, ..args(&["--attn-cp-size", "2"]) };
+    assert_eq!(fired(23, &plain, &cp2, &iquest), ["IQ4"]);
     assert_eq!(fired(23, &plain, &args(&["--speculative-eagle-topk", "2"]), &iquest), ["IQ5"]);
     let standalone = with(|s| s.speculative_algorithm = Some("standalone".into()));
     assert!(fired(23, &standalone, &FleetSpec::default(), &iquest).contains(&"IQ2"));
@@ -2168,8 +2170,10 @@ fn the_context_parallel_hook_checks_strategies_and_models() {
     let nemotron_vl =
         layout_at(serde_json::from_str(include_str!("../../tests/fixtures/configs/nemotron-nano-vl-v2.json")).unwrap());
     assert_eq!(nemotron_vl.text_model_type(), Some("nemotron_h"));
-    assert!(fired(20, &args(&["--attn-cp-size", "2"], &[]), &nemotron_vl).is_empty());
-    assert_eq!(rules(fired(21, &args(&["--attn-cp-size", "2"], &[]), &nemotron_vl)), ["CP2"]);
+    // Two GPUs, so that attention CP divides TP (CP7).
+    let cp2 = FleetSpec { tensor_parallel: 2, ..args(&["--attn-cp-size", "2"], &[]) };
+    assert!(fired(20, &cp2, &nemotron_vl).is_empty());
+    assert_eq!(rules(fired(21, &cp2, &nemotron_vl)), ["CP2"]);
 
     let mimo =
         layout_at(serde_json::from_str(include_str!("../../tests/fixtures/configs/mimo-v2-flash.json")).unwrap());

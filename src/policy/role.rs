@@ -16,7 +16,7 @@ use crate::api::{OnInvalid, RetractionBackup, TransferBackend};
 /// hook's SD1-SD5 and SD7-SD16, IQuest Q1's MTP draft checks IQ9-IQ16, DeepSeek-V4's model hook's
 /// V1-V3, the DeepSeek family's model overrides K1, K3-K5, and the other families' MC1, MC2, E1,
 /// QX2, IQ1-IQ8, NH1 and NH2, MiMo-V2's fused QKV checks MV1 and MV2, the context-parallel hook's
-/// CP1-CP5, the DSA KV cache dtype checks DT1 and DT2, the data-parallel shape checks DP1-DP4,
+/// CP1-CP5, CP7 and CP8, the DSA KV cache dtype checks DT1 and DT2, the data-parallel shape checks DP1-DP4,
 /// pipeline stages with speculative decoding PP1 and HiSparse's model and radix cache checks HS1
 /// and HS2).
 const ON_EVERY_PD_SERVER: &[&str] =
@@ -27,7 +27,8 @@ const ON_EVERY_SERVER: &[&str] = &[
     "H6", "H7", "N5", "N6", "SD1", "SD2", "SD3", "SD4", "SD5", "SD7", "SD8", "SD9", "SD10", "SD11", "SD12", "SD13",
     "SD14", "SD15", "SD16", "V1", "V2", "V3", "K1", "K3", "K4", "K5", "MC1", "MC2", "E1", "QX2", "IQ1", "IQ2", "IQ3",
     "IQ4", "IQ5", "IQ6", "IQ7", "IQ8", "IQ9", "IQ10", "IQ11", "IQ12", "IQ13", "IQ14", "IQ15", "IQ16", "CP1", "CP2",
-    "CP3", "CP4", "CP5", "NH1", "NH2", "MV1", "MV2", "DT1", "DT2", "DP1", "DP2", "DP3", "DP4", "PP1", "HS1", "HS2",
+    "CP3", "CP4", "CP5", "CP7", "CP8", "NH1", "NH2", "MV1", "MV2", "DT1", "DT2", "DP1", "DP2", "DP3", "DP4", "PP1",
+    "HS1", "HS2",
 ];
 /// Rules SGLang applies on servers without PD but not on prefill ones (DSPARK's pipeline stages,
 /// SD6, and EAGLE's, PP2, PP5 and PP6).

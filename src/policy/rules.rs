@@ -981,6 +981,41 @@ fn mimo_v2_attention_tp_mismatch(c: &Context<'_>) -> Option<Finding> {
     })
 }
 
+/// Which of the context-parallel hook's divisibility asserts a server fails (CP7 first, as the
+/// hook asserts them in turn).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CpDivisibility {
+    TpByCp,
+    TpByDpTimesCp,
+}
+
+/// The context-parallel hook's asserts that attention CP, and the DP size times it, divide TP,
+/// on a server's attention CP as given (`--attn-cp-size`). Up to 0.5.21 the DP size is
+/// `--dp-size` (replicas or attention DP), from 0.5.22 the attention DP size. Under prefill CP,
+/// the DeepSeek family's overrides choose the CP size of an MLA or DSA model, and DeepSeek-V4's
+/// hook its own: kvpilot leaves the asserts to SGLang there.
+fn cp_divisibility(c: &Context<'_>, fleet: &FleetSpec) -> Option<CpDivisibility> {
+    let family_resolves_cp = given(&fleet.extra_args, PREFILL_CP)
+        && (c.layout.attention == AttentionKind::Mla || c.layout.has(LayoutFeature::DeepseekV4));
+    let cp = attention_cp_size(&fleet.extra_args)?;
+    if family_resolves_cp || cp <= 1 {
+        return None;
+    }
+    let tp = i64::from(fleet.tensor_parallel);
+    let dp = if c.release >= v0_5(22) {
+        if runs_dp_attention(c, fleet) { i64::from(fleet.data_parallel.max(1)) } else { 1 }
+    } else {
+        i64::from(fleet.data_parallel.max(1))
+    };
+    if tp % cp != 0 {
+        Some(CpDivisibility::TpByCp)
+    } else if tp % (dp * cp) != 0 {
+        Some(CpDivisibility::TpByDpTimesCp)
+    } else {
+        None
+    }
+}
+
 const CP_V2_ENV: &str = "SGLANG_ENABLE_CP_V2";
 const MIMO_V2: &[&str] = &["MiMoV2ForCausalLM", "MiMoV2FlashForCausalLM"];
 
@@ -3217,6 +3252,40 @@ pub(crate) const RULES: &[Rule] = &[
         changes: &[],
         check: |c| when(prefill_cp_fleets(c).any(|fleet| option_value(&fleet.extra_args, CP_STRATEGY).is_none())),
         fix: Fix::Manual { hint: "add --cp-strategy interleave (or zigzag) to extraArgs next to --enable-prefill-cp" },
+    },
+    Rule {
+        id: "CP7",
+        about: "attention CP must divide TP",
+        field: ATTENTION_CP_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("tp_size must be divisible by attn_cp_size")],
+        changes: &[],
+        check: |c| when(fleets_in_scope(c).any(|fleet| cp_divisibility(c, fleet) == Some(CpDivisibility::TpByCp))),
+        fix: Fix::Manual {
+            hint: "set --attn-cp-size in extraArgs to a divisor of tensorParallel (CP ranks split the TP group)",
+        },
+    },
+    Rule {
+        id: "CP8",
+        about: "attention DP × attention CP must divide TP",
+        field: ATTENTION_CP_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text("tp_size must be divisible by dp_size * attn_cp_size"),
+            text_from(22, "tp_size must be divisible by attn_dp_size * attn_cp_size"),
+        ],
+        changes: &[],
+        check: |c| {
+            when(fleets_in_scope(c).any(|fleet| cp_divisibility(c, fleet) == Some(CpDivisibility::TpByDpTimesCp)))
+        },
+        fix: Fix::Manual {
+            hint: "set tensorParallel to a multiple of the DP size (dataParallel; from SGLang 0.5.22 only with DP \
+                   attention) times --attn-cp-size",
+        },
     },
     Rule {
         id: "DP3",

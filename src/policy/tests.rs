@@ -1119,3 +1119,44 @@ fn mv1_mv2_mimo_v2_fused_qkv_weights_fix_the_attention_tp() {
     flash.architecture = "MiMoV2FlashForCausalLM".into();
     assert!(rules(&flash, &tp8, 23).is_empty());
 }
+
+/// The context-parallel hook asserts that attention CP divides TP (CP7), then that the DP size
+/// times it does (CP8: `--dp-size` up to 0.5.21, the attention DP size from 0.5.22). Under prefill
+/// CP the DeepSeek family's overrides choose the CP size of an MLA model, and kvpilot leaves the
+/// asserts to SGLang there. Before, kvpilot called `--attn-cp-size 2` on one GPU valid.
+#[test]
+fn cp7_cp8_attention_cp_divides_tp() {
+    let rules = |layout: &AttentionLayout, fleet: &FleetSpec, patch: u16| {
+        run_at(v0_5(patch), &DisaggregationSpec::default(), fleet, layout)
+            .violations
+            .into_iter()
+            .filter(|v| ["CP7", "CP8"].contains(&v.rule))
+            .map(|v| (v.rule, v.message))
+            .collect::<Vec<_>>()
+    };
+    let fleet = |tp: i32, dp: i32, dp_attention: bool, args: &[&str]| FleetSpec {
+        tensor_parallel: tp,
+        data_parallel: dp,
+        enable_dp_attention: dp_attention,
+        extra_args: args.iter().map(|a| a.to_string()).collect(),
+        ..FleetSpec::default()
+    };
+    let cp2 = ["--attn-cp-size", "2"];
+    let cp7 = ("CP7", "tp_size must be divisible by attn_cp_size".to_string());
+    assert_eq!(rules(&full(), &fleet(1, 1, false, &cp2), 23), std::slice::from_ref(&cp7));
+    assert!(rules(&full(), &fleet(2, 1, false, &cp2), 23).is_empty());
+    // Two replicas count up to 0.5.21; from 0.5.22 only attention DP does.
+    let replicas = fleet(2, 2, false, &cp2);
+    assert_eq!(
+        rules(&full(), &replicas, 21),
+        [("CP8", "tp_size must be divisible by dp_size * attn_cp_size".to_string())]
+    );
+    assert!(rules(&full(), &replicas, 22).is_empty());
+    assert_eq!(
+        rules(&full(), &fleet(2, 2, true, &cp2), 22),
+        [("CP8", "tp_size must be divisible by attn_dp_size * attn_cp_size".to_string())]
+    );
+    let prefill_cp = ["--attn-cp-size", "2", "--enable-prefill-cp", "--cp-strategy", "interleave"];
+    assert!(rules(&mla(), &fleet(1, 1, false, &prefill_cp), 23).is_empty(), "the family chooses the CP size");
+    assert_eq!(rules(&full(), &fleet(1, 1, false, &prefill_cp), 23), [cp7]);
+}

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One SGLang release's context-parallel checks on a server's command line: the model checks of
-prefill and attention CP (DSA models, Nemotron-H, LongCat-Flash, DeepSeek-V3.2, MiMo-V2) and the
-strategy prefill CP needs.
+prefill and attention CP (DSA models, Nemotron-H, LongCat-Flash, DeepSeek-V3.2, MiMo-V2), the
+strategy prefill CP needs, and that attention CP divides TP.
 
 Usage: context_parallel.py SGLANG_SRC < scenarios.json
   scenario: {"id", "config", "argv", "env"}
@@ -18,9 +18,12 @@ What runs, unchanged:
     release, and its statements before that one need the GPU;
   - the release's config loader on config.json (`classify.Release.load`) and its text config
     (`get_hf_text_config`), which the hook reads through the model config;
-  - the release's argument parser (as server_argv.py builds it) on the scenario's argv;
-  - the hook's statements, from its first up to the one that refuses prefill CP without a
-    strategy: `handle_context_parallelism` (arg_groups/parallel_hook.py, 0.5.19 on) or
+  - the release's argument parser (as server_argv.py builds it) on the scenario's argv, then,
+    from 0.5.22, `handle_deprecated_dp_attention` (arg_groups/parallel_hook.py), whole;
+  - the hook's statements, from its first up to the one that asserts that attention CP (and the
+    DP size times it) divides TP, or, under prefill CP on a model one of whose override
+    providers chooses the CP size (the DeepSeek family's, which this harness does not run), up
+    to the one that refuses prefill CP without a strategy: `handle_context_parallelism` (arg_groups/parallel_hook.py, 0.5.19 on) or
     `ServerArgs._handle_context_parallelism` (server_args.py, before), with the module's own
     globals: `_boundary_parallelism_overrides` (0.5.21 on), `validate_prefill_cp_platform`,
     `resolve_cp_tp_group_sharing` (0.5.22 on), the release's `is_deepseek_dsa` and, where the
@@ -29,12 +32,14 @@ What runs, unchanged:
 
 Stood in: the model config is the loaded config, its text config and the release's
 `is_multimodal_model` of its architectures; `resolving_view` and `resolved_view` read the parsed
-namespace, on which `declare_resolution` sets fields; `run_hook` calls the hook; `get_platform()`
+namespace (`self._resolved()` up to 0.5.18), on which `declare_resolution` sets fields; `run_hook`
+calls the hook; `get_platform()`
 is a CUDA GPU's (kvpilot's servers run on NVIDIA GPUs), so the platform checks for HIP, NPU and
 MUSA pass.
 """
 
 import ast
+import inspect
 import json
 import os
 import sys
@@ -54,6 +59,7 @@ MODEL_HOOKS = (
     ("server_args.py", "sglang.srt.server_args", "ServerArgs", "_handle_model_specific_adjustments"),
 )
 LAST_CHECK = "--cp-strategy must be set when --enable-prefill-cp is enabled."
+DIVIDES_CHECK = "tp_size must be divisible by attn_cp_size"
 DSA_DECODE_CP = "CP is only supported for prefill when PD disaggregation"
 CP_UTILS = os.path.join("layers", "cp", "utils.py")
 
@@ -68,12 +74,21 @@ class CudaPlatform:
 
 
 def _hook_statements(srt):
-    """(the hook's file, its module name, its statements up to LAST_CHECK as source and compiled)
-    of the release."""
+    """(the hook's file, its module name, the source of its statements up to DIVIDES_CHECK, and
+    those statements compiled: up to LAST_CHECK, and up to DIVIDES_CHECK) of the release."""
     path, module, _name, fn = server_argv.hook_function(srt, HOOKS, "context-parallel hook")
-    statements = server_argv.statements_through(path, fn, LAST_CHECK, "refuses prefill CP without a strategy")
-    body = ast.Module(body=statements, type_ignores=[])
-    return path, module, ast.unparse(body), compile(ast.fix_missing_locations(body), path, "exec")
+    strategy = server_argv.statements_through(path, fn, LAST_CHECK, "refuses prefill CP without a strategy")
+    divides = server_argv.statements_through(path, fn, DIVIDES_CHECK, "asserts that attention CP divides TP")
+    compiled = [compile(ast.fix_missing_locations(ast.Module(body=body, type_ignores=[])), path, "exec")
+                for body in (strategy, divides)]
+    return path, module, ast.unparse(ast.Module(body=divides, type_ignores=[])), *compiled
+
+
+def _family_resolves_cp(release, arch):
+    """Whether one of the release's model override providers for `arch` chooses the attention CP
+    size (the DeepSeek family's, under prefill CP), which the divisibility asserts then read."""
+    _base, providers = release.override_providers(arch)
+    return any("attn_cp_size" in inspect.getsource(fn) for fn in providers)
 
 
 def model_hook_dsa_branches(srt):
@@ -112,7 +127,8 @@ def main(argv):
     if is_multimodal is None:
         raise SystemExit(f"{srt}: configs/model_config.py did not define is_multimodal_model")
 
-    path, module, source, statements = _hook_statements(srt)
+    path, module, source, through_strategy, through_divides = _hook_statements(srt)
+    deprecated = server_argv.deprecated_dp_attention(srt)
     dsa_family, dsa_check = _dsa_prefill_cp_check(srt)
     is_deepseek_dsa = release.mc["is_deepseek_dsa"]
     if "CP_V2_DEFAULT_MODEL_CLASSES" in source:
@@ -139,10 +155,19 @@ def main(argv):
             is_multimodal=bool(is_multimodal(hf_config.architectures)))
         server = parser.parse_args(scenario["argv"])
         server.get_model_config = lambda model_config=model_config: model_config
+        server._resolved = lambda server=server: server
         namespace = dict(hook_globals, **identity, cfg=server, server_args=server, self=server,
                          model_config_of=lambda _args, model_config=model_config: model_config,
                          run_hook=lambda hook, args: hook(args))
-        def run(namespace=namespace, dsa=hf_config.architectures[0] in dsa_family and is_deepseek_dsa(hf_config)):
+        # Where the family's override chooses the CP size under prefill CP, the asserts would read
+        # a size this harness does not resolve: the hook runs up to the strategy check there.
+        statements = through_strategy if server.enable_prefill_cp and _family_resolves_cp(
+            release, hf_config.architectures[0]) else through_divides
+
+        def run(namespace=namespace, statements=statements, server=server,
+                dsa=hf_config.architectures[0] in dsa_family and is_deepseek_dsa(hf_config)):
+            if deprecated is not None:
+                deprecated(server)
             if dsa:
                 exec(dsa_check, namespace)
             exec(statements, namespace)

@@ -1214,7 +1214,8 @@ def check_family_overrides(kvpilot, src, venvs, version, compare):
         "rules": FAMILY_OVERRIDE_RULES})
 
 # The model hook's DSA prefill-CP check (CP6) and the context-parallel hook (CP1-CP5) on PD decode,
-# PD prefill and servers without PD, with and without prefill CP, each strategy and attention CP:
+# PD prefill and servers without PD, with and without prefill CP, each strategy and attention CP
+# (with TP, replicas and attention DP for the divisibility asserts, CP7 and CP8):
 # Nemotron-H (its own config and the one a VL model nests), LongCat-Flash, the DSA models
 # DeepSeek-V3.2 and GLM-5, DeepSeek-V3 (MLA without DSA), MiMo-V2 (its loader runs from 0.5.22)
 # with and without SGLANG_ENABLE_CP_V2=0, and Llama as the control.
@@ -1222,7 +1223,16 @@ CONTEXT_PARALLEL_CONFIGS = (("llama-3.1-8b-instruct", None, ({},)), ("nemotron-n
                             ("nemotron-nano-vl-v2", None, ({},)), ("parity/longcat-flash", None, ({},)),
                             ("deepseek-v3.2-exp", None, ({},)), ("glm-5", None, ({},)), ("deepseek-v3", None, ({},)),
                             ("mimo-v2-flash", "0.5.22", ({}, {"SGLANG_ENABLE_CP_V2": "0"})))
-CONTEXT_PARALLEL_RULES = ("CP1", "CP2", "CP3", "CP4", "CP5", "CP6")
+CONTEXT_PARALLEL_RULES = ("CP1", "CP2", "CP3", "CP4", "CP5", "CP6", "CP7", "CP8")
+
+
+def context_parallel_shapes(version):
+    """(TP, DP flags) for a server with attention CP: TP 1 (the default), 2, 4 or 6; without DP,
+    with replicas, and with attention DP in each release's spelling (the divisibility asserts)."""
+    data_parallel = [[], ["--dp-size", "2"], ["--dp-size", "2", "--enable-dp-attention"]]
+    if version_key(version) >= version_key("0.5.22"):
+        data_parallel.append(["--attn-dp-size", "2"])
+    return [(tp, dp) for tp in (1, 2, 4, 6) for dp in data_parallel if not dp or tp > 1]
 
 
 def context_parallel_scenarios(version):
@@ -1231,23 +1241,26 @@ def context_parallel_scenarios(version):
         if since is not None and version_key(version) < version_key(since):
             continue
         for role, prefill_cp, strategy, attention_cp, env in itertools.product(
-                ("decode", "prefill", "null"), (False, True), (None, "interleave", "zigzag"), (1, 2), envs):
-            argv = ["--model-path", "/models/m"]
-            argv += role_argv(role)
-            if prefill_cp:
-                argv.append("--enable-prefill-cp")
-            if strategy is not None:
-                argv += ["--cp-strategy", strategy]
-            if attention_cp != 1:
-                argv += ["--attn-cp-size", str(attention_cp)]
-            scenarios.append({"id": f"c{len(scenarios)}", "config": os.path.join(
-                ROOT, "tests/fixtures/configs", f"{config}.json"), "argv": argv, "env": env})
+                ("decode", "prefill", "null"), (False, True), (None, "interleave", "zigzag"), (1, 2, 4), envs):
+            for tp, dp in context_parallel_shapes(version) if attention_cp != 1 else [(1, [])]:
+                argv = ["--model-path", "/models/m"]
+                argv += role_argv(role)
+                if tp != 1:
+                    argv += ["--tp", str(tp), *dp]
+                if prefill_cp:
+                    argv.append("--enable-prefill-cp")
+                if strategy is not None:
+                    argv += ["--cp-strategy", strategy]
+                if attention_cp != 1:
+                    argv += ["--attn-cp-size", str(attention_cp)]
+                scenarios.append({"id": f"c{len(scenarios)}", "config": os.path.join(
+                    ROOT, "tests/fixtures/configs", f"{config}.json"), "argv": argv, "env": env})
     return scenarios
 
 
 def check_context_parallel(kvpilot, src, venvs, version, compare):
-    """The model hook's DSA prefill-CP check and the context-parallel hook's model and strategy
-    checks (context_parallel.py) against the guard's CP1-CP6."""
+    """The model hook's DSA prefill-CP check and the context-parallel hook's model, strategy and
+    divisibility checks (context_parallel.py) against the guard's CP1-CP8."""
     return check_with_guard(kvpilot, src, venvs, version, compare, {
         "label": "context parallel", "scenarios": context_parallel_scenarios(version),
         "script": "context_parallel.py", "argv": lambda s: s["argv"], "env": lambda s: s["env"],
