@@ -963,7 +963,7 @@ fn mimo_v2_attention_tp_mismatch(c: &Context<'_>) -> Option<Finding> {
     let expected = i64::try_from(c.layout.fused_qkv_attention_tp?).ok()?;
     mimo_v2_fused_qkv_fleets(c).find_map(|fleet| {
         let cp = attention_cp_size(&fleet.extra_args)?;
-        let attention_dp = if fleet.enable_dp_attention { i64::from(fleet.data_parallel.max(1)) } else { 1 };
+        let attention_dp = attention_dp_size(fleet);
         let effective = i64::from(fleet.tensor_parallel) / attention_dp / cp.max(1);
         let dp = if c.release >= v0_5(22) { attention_dp } else { i64::from(fleet.data_parallel) };
         let dp_attention = if fleet.enable_dp_attention { "True" } else { "False" };
@@ -979,6 +979,12 @@ fn mimo_v2_attention_tp_mismatch(c: &Context<'_>) -> Option<Finding> {
             ],
         )
     })
+}
+
+/// A server's attention DP size: its DP size under DP attention, else 1 (replicas do not split
+/// attention).
+fn attention_dp_size(fleet: &FleetSpec) -> i64 {
+    if fleet.enable_dp_attention { i64::from(fleet.data_parallel.max(1)) } else { 1 }
 }
 
 /// Which of the context-parallel hook's divisibility asserts a server fails (CP7 first, as the
@@ -1002,11 +1008,7 @@ fn cp_divisibility(c: &Context<'_>, fleet: &FleetSpec) -> Option<CpDivisibility>
         return None;
     }
     let tp = i64::from(fleet.tensor_parallel);
-    let dp = if c.release >= v0_5(22) {
-        if runs_dp_attention(c, fleet) { i64::from(fleet.data_parallel.max(1)) } else { 1 }
-    } else {
-        i64::from(fleet.data_parallel.max(1))
-    };
+    let dp = if c.release >= v0_5(22) { attention_dp_size(fleet) } else { i64::from(fleet.data_parallel.max(1)) };
     if tp % cp != 0 {
         Some(CpDivisibility::TpByCp)
     } else if tp % (dp * cp) != 0 {

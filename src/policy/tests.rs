@@ -1067,29 +1067,43 @@ fn m3_m6_m7_follow_where_sglang_runs_the_extra_buffer_and_the_model_s_chunk_size
     assert_eq!(rules(&auto, &paged(128, &[]), &legacy_chunk), [("M6", chunk(96, 128))]);
 }
 
+/// A fleet of `tp` GPUs with DP `dp` (with or without DP attention) and `args` in its extraArgs.
+fn parallel_fleet(tp: i32, dp: i32, dp_attention: bool, args: &[&str]) -> FleetSpec {
+    FleetSpec {
+        tensor_parallel: tp,
+        data_parallel: dp,
+        enable_dp_attention: dp_attention,
+        extra_args: args.iter().map(|a| a.to_string()).collect(),
+        ..FleetSpec::default()
+    }
+}
+
+/// The violations (rule, message) of the `rules` named, for a service of the default settings at
+/// 0.5.`patch`.
+fn violations_of(
+    rules: &[&str],
+    layout: &AttentionLayout,
+    fleet: &FleetSpec,
+    patch: u16,
+) -> Vec<(&'static str, String)> {
+    run_at(v0_5(patch), &DisaggregationSpec::default(), fleet, layout)
+        .violations
+        .into_iter()
+        .filter(|v| rules.contains(&v.rule))
+        .map(|v| (v.rule, v.message))
+        .collect()
+}
+
 /// MiMoV2ForCausalLM's model hook refuses a QKV projection layout it does not know (MV1: `split`
 /// only from 0.5.22) and, for fused QKV weights, an effective attention TP (TP ÷ attention DP ÷
 /// attention CP) that does not divide the KV head count they are interleaved for (MV2), on every
 /// server but an encoder-only one; the Flash architecture is not checked.
 #[test]
 fn mv1_mv2_mimo_v2_fused_qkv_weights_fix_the_attention_tp() {
-    let rules = |layout: &AttentionLayout, fleet: &FleetSpec, patch: u16| {
-        run_at(v0_5(patch), &DisaggregationSpec::default(), fleet, layout)
-            .violations
-            .into_iter()
-            .filter(|v| v.rule.starts_with("MV"))
-            .map(|v| (v.rule, v.message))
-            .collect::<Vec<_>>()
-    };
-    let fleet = |tp: i32, dp: i32, dp_attention: bool, args: &[&str]| FleetSpec {
-        tensor_parallel: tp,
-        data_parallel: dp,
-        enable_dp_attention: dp_attention,
-        extra_args: args.iter().map(|a| a.to_string()).collect(),
-        ..FleetSpec::default()
-    };
+    let rules =
+        |layout: &AttentionLayout, fleet: &FleetSpec, patch: u16| violations_of(&["MV1", "MV2"], layout, fleet, patch);
     let fused = fixture("parity/mimo-v2-fused-qkv");
-    let tp8 = fleet(8, 1, false, &[]);
+    let tp8 = parallel_fleet(8, 1, false, &[]);
     assert_eq!(
         rules(&fused, &tp8, 23),
         [(
@@ -1100,14 +1114,18 @@ fn mv1_mv2_mimo_v2_fused_qkv_weights_fix_the_attention_tp() {
                 .to_string()
         )]
     );
-    let replicas = fleet(8, 2, false, &[]);
+    let replicas = parallel_fleet(8, 2, false, &[]);
     assert!(
         rules(&fused, &replicas, 21)[0].1.contains("(tp_size=8, dp_size=2, enable_dp_attention=False, attn_cp_size=1)")
     );
-    for fits in [fleet(4, 1, false, &[]), fleet(8, 2, true, &[]), fleet(8, 1, false, &["--attn-cp-size", "2"])] {
+    for fits in [
+        parallel_fleet(4, 1, false, &[]),
+        parallel_fleet(8, 2, true, &[]),
+        parallel_fleet(8, 1, false, &["--attn-cp-size", "2"]),
+    ] {
         assert!(rules(&fused, &fits, 23).is_empty(), "{fits:?}");
     }
-    assert!(rules(&fused, &fleet(8, 1, false, &["--encoder-only"]), 23).is_empty());
+    assert!(rules(&fused, &parallel_fleet(8, 1, false, &["--encoder-only"]), 23).is_empty());
     let unknown =
         "MiMoV2 hf_config has unsupported attention_projection_layout='split'; expected 'fused_qkv' or unset.";
     let split = fixture("parity/mimo-v2-split-qkv");
@@ -1126,37 +1144,24 @@ fn mv1_mv2_mimo_v2_fused_qkv_weights_fix_the_attention_tp() {
 /// asserts to SGLang there. Before, kvpilot called `--attn-cp-size 2` on one GPU valid.
 #[test]
 fn cp7_cp8_attention_cp_divides_tp() {
-    let rules = |layout: &AttentionLayout, fleet: &FleetSpec, patch: u16| {
-        run_at(v0_5(patch), &DisaggregationSpec::default(), fleet, layout)
-            .violations
-            .into_iter()
-            .filter(|v| ["CP7", "CP8"].contains(&v.rule))
-            .map(|v| (v.rule, v.message))
-            .collect::<Vec<_>>()
-    };
-    let fleet = |tp: i32, dp: i32, dp_attention: bool, args: &[&str]| FleetSpec {
-        tensor_parallel: tp,
-        data_parallel: dp,
-        enable_dp_attention: dp_attention,
-        extra_args: args.iter().map(|a| a.to_string()).collect(),
-        ..FleetSpec::default()
-    };
+    let rules =
+        |layout: &AttentionLayout, fleet: &FleetSpec, patch: u16| violations_of(&["CP7", "CP8"], layout, fleet, patch);
     let cp2 = ["--attn-cp-size", "2"];
     let cp7 = ("CP7", "tp_size must be divisible by attn_cp_size".to_string());
-    assert_eq!(rules(&full(), &fleet(1, 1, false, &cp2), 23), std::slice::from_ref(&cp7));
-    assert!(rules(&full(), &fleet(2, 1, false, &cp2), 23).is_empty());
+    assert_eq!(rules(&full(), &parallel_fleet(1, 1, false, &cp2), 23), std::slice::from_ref(&cp7));
+    assert!(rules(&full(), &parallel_fleet(2, 1, false, &cp2), 23).is_empty());
     // Two replicas count up to 0.5.21; from 0.5.22 only attention DP does.
-    let replicas = fleet(2, 2, false, &cp2);
+    let replicas = parallel_fleet(2, 2, false, &cp2);
     assert_eq!(
         rules(&full(), &replicas, 21),
         [("CP8", "tp_size must be divisible by dp_size * attn_cp_size".to_string())]
     );
     assert!(rules(&full(), &replicas, 22).is_empty());
     assert_eq!(
-        rules(&full(), &fleet(2, 2, true, &cp2), 22),
+        rules(&full(), &parallel_fleet(2, 2, true, &cp2), 22),
         [("CP8", "tp_size must be divisible by attn_dp_size * attn_cp_size".to_string())]
     );
     let prefill_cp = ["--attn-cp-size", "2", "--enable-prefill-cp", "--cp-strategy", "interleave"];
-    assert!(rules(&mla(), &fleet(1, 1, false, &prefill_cp), 23).is_empty(), "the family chooses the CP size");
-    assert_eq!(rules(&full(), &fleet(1, 1, false, &prefill_cp), 23), [cp7]);
+    assert!(rules(&mla(), &parallel_fleet(1, 1, false, &prefill_cp), 23).is_empty(), "the family chooses the CP size");
+    assert_eq!(rules(&full(), &parallel_fleet(1, 1, false, &prefill_cp), 23), [cp7]);
 }

@@ -1696,26 +1696,22 @@ def check_server_cache_args(kvpilot, src, venvs, version, compare):
         return len(scenarios), 0, summary + ")"
     reports = {r["name"].split("/")[-1]: r
                for r in kvpilot_check_json(kvpilot, guard_pods(version, scenarios, flags_argv))}
-    agreements = failed = 0
-    by_rule = collections.Counter()
-    for scenario in scenarios:
-        report = reports.get(scenario["id"], {})
-        why = pd_args_disagreement(theirs[scenario["id"]], prefixes, report)
-        if why is None:
-            agreements += 1
-            by_rule.update(v["rule"] for v in report.get("violations", [])
-                           if v["message"] == theirs[scenario["id"]] and v["rule"] in SERVER_CACHE_RULES)
-        else:
-            failed += 1
-            print(f"  {version} server cache args {' '.join(flags_argv(scenario)[2:])}: {why}")
-    rules = " ".join(f"{rule} {count}" for rule, count in sorted(by_rule.items()))
+    agreements, failed, by_rule = compare_reports(
+        version, scenarios, reports, theirs, prefixes, lambda s: "server cache args " + " ".join(flags_argv(s)[2:]))
+    rules = " ".join(f"{rule} {count}" for rule, count in sorted(by_rule.items()) if rule in SERVER_CACHE_RULES)
     return agreements, failed, summary + f"; by rule: {rules}), agreements {agreements}"
 
 
 def compare_arg_checks(kvpilot, version, scenarios, manifest_of, raised, prefixes, label):
-    """(agreements, disagreements, refusals by rule) of kvpilot check with one argument check of
-    the release; a refusal counts under the rule whose kvpilot message is the one SGLang raised."""
+    """compare_reports on kvpilot check's reports of the scenarios' manifests."""
     reports = kvpilot_reports(kvpilot, [manifest_of(s) for s in scenarios], version)
+    return compare_reports(version, scenarios, reports, raised, prefixes, lambda s: f"{label} {s['args']}")
+
+
+def compare_reports(version, scenarios, reports, raised, prefixes, describe):
+    """(agreements, disagreements, refusals by rule) of kvpilot's reports (by scenario id) with one
+    argument check of the release; a refusal counts under the rule whose kvpilot message is the
+    one SGLang raised. Prints each disagreement, `describe` naming its scenario."""
     agreements = disagreeing = 0
     by_rule = collections.Counter()
     for scenario in scenarios:
@@ -1727,7 +1723,7 @@ def compare_arg_checks(kvpilot, version, scenarios, manifest_of, raised, prefixe
                            if v["message"] == raised[scenario["id"]])
         else:
             disagreeing += 1
-            print(f"  {version} {label} {scenario['args']}: {why}")
+            print(f"  {version} {describe(scenario)}: {why}")
     return agreements, disagreeing, by_rule
 
 
