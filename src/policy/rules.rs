@@ -949,7 +949,7 @@ const MODEL_CONFIG: &str = "spec.model.config";
 /// checked) on servers that are not `--encoder-only`.
 fn mimo_v2_fused_qkv_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a FleetSpec> {
     let checked = c.layout.architecture == "MiMoV2ForCausalLM";
-    fleets_in_scope(c).filter(move |fleet| checked && !given(&fleet.extra_args, "--encoder-only"))
+    fleets_in_scope(c).filter(move |fleet| checked && !given(&fleet.extra_args, ENCODER_ONLY))
 }
 
 /// MV2: the first server whose effective attention TP (TP ÷ attention DP ÷ attention CP, as
@@ -1138,6 +1138,8 @@ fn own_radix_cache(c: &Context<'_>) -> bool {
     keeps_radix_cache(c, c.decode, c.scope != Scope::OtherServer)
 }
 
+const ENCODER_ONLY: &str = "--encoder-only";
+const ENCODER_ONLY_FIELD: &str = "spec.decode.extraArgs[--encoder-only]";
 const DP_LM_HEAD: &str = "--enable-dp-lm-head";
 const DP_LM_HEAD_FIELD: &str = "spec.decode.extraArgs[--enable-dp-lm-head]";
 const DP_SPEC_PREFILL_COORDINATION: &str = "SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION";
@@ -3287,6 +3289,56 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Manual {
             hint: "set tensorParallel to a multiple of the DP size (dataParallel; from SGLang 0.5.22 only with DP \
                    attention) times --attn-cp-size",
+        },
+    },
+    Rule {
+        id: "EN1",
+        about: "an encoder-only server under PD",
+        field: ENCODER_ONLY_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("Cannot set --encoder-only and --disaggregation-mode prefill/decode together")],
+        changes: &[],
+        // Every server in scope is a PD server: the guard applies this rule to prefill servers
+        // (ON_EVERY_PD_SERVER) but not to servers without PD.
+        check: |c| when(fleets_in_scope(c).any(|fleet| given(&fleet.extra_args, ENCODER_ONLY))),
+        fix: Fix::Manual {
+            hint: "drop --encoder-only from extraArgs: an encoder-only server runs outside PD disaggregation (its own \
+                   fleet, without --disaggregation-mode)",
+        },
+    },
+    Rule {
+        id: "DC1",
+        about: "decode CP × prefill CP",
+        field: DECODE_CONTEXT_PARALLEL,
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--dcp-size > 1 does not support --enable-prefill-cp.")],
+        changes: &[],
+        // decodeContextParallel runs on the decode servers (the guard's server: its own --dcp-size).
+        check: |c| when(dcp(c) && given(&c.decode.extra_args, PREFILL_CP)),
+        fix: Fix::Manual {
+            hint: "drop --enable-prefill-cp from the extraArgs of servers with decodeContextParallel above 1 (prefill CP \
+                   belongs on prefill servers)",
+        },
+    },
+    Rule {
+        id: "LH1",
+        about: "DP LM head without DP attention",
+        field: DP_LM_HEAD_FIELD,
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--enable-dp-lm-head requires attention DP (--attn-dp-size).")],
+        changes: &[],
+        check: |c| {
+            when(fleets_in_scope(c).any(|fleet| given(&fleet.extra_args, DP_LM_HEAD) && !runs_dp_attention(c, fleet)))
+        },
+        fix: Fix::Manual {
+            hint: "drop --enable-dp-lm-head from extraArgs, or run DP attention (dataParallel above 1 with \
+                   enableDpAttention)",
         },
     },
     Rule {

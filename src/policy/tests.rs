@@ -1165,3 +1165,35 @@ fn cp7_cp8_attention_cp_divides_tp() {
     assert!(rules(&mla(), &parallel_fleet(1, 1, false, &prefill_cp), 23).is_empty(), "the family chooses the CP size");
     assert_eq!(rules(&full(), &parallel_fleet(1, 1, false, &prefill_cp), 23), [cp7]);
 }
+
+/// Flag combinations SGLang refuses on the servers they reach: an encoder-only server under PD
+/// (EN1, every release; a server without PD may be encoder-only), decode CP with prefill CP (DC1,
+/// 0.5.22 on) and the DP LM head without attention DP (LH1, 0.5.22 on).
+#[test]
+fn en1_dc1_lh1_flag_combinations() {
+    let all = ["EN1", "DC1", "LH1"];
+    let encoder_only = parallel_fleet(2, 1, false, &["--encoder-only"]);
+    assert_eq!(violations_of(&all, &full(), &encoder_only, 17)[0].0, "EN1");
+    let alone = |fleet: &FleetSpec, prefill: bool| {
+        let verdict = role::evaluate_non_decode(
+            PolicyInput::alone(&DisaggregationSpec::default(), fleet, &full(), v0_5(23)),
+            prefill,
+        );
+        verdict.violations.iter().map(|v| v.rule).filter(|rule| all.contains(rule)).collect::<Vec<_>>()
+    };
+    assert_eq!(alone(&encoder_only, true), ["EN1"]);
+    assert!(alone(&encoder_only, false).is_empty(), "no PD");
+
+    let dcp = with(|s| s.decode_context_parallel = 2);
+    let prefill_cp = parallel_fleet(2, 1, false, &["--enable-prefill-cp", "--cp-strategy", "interleave"]);
+    let rules = |patch| run_at(v0_5(patch), &dcp, &prefill_cp, &full()).violations.iter().any(|v| v.rule == "DC1");
+    assert!(!rules(21) && rules(22));
+
+    let lm_head = |dp_attention| parallel_fleet(2, 2, dp_attention, &["--enable-dp-lm-head"]);
+    assert_eq!(
+        violations_of(&all, &full(), &lm_head(false), 22),
+        [("LH1", "--enable-dp-lm-head requires attention DP (--attn-dp-size).".to_string())]
+    );
+    assert!(violations_of(&all, &full(), &lm_head(true), 22).is_empty());
+    assert!(violations_of(&all, &full(), &lm_head(false), 21).is_empty());
+}

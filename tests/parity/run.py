@@ -1426,6 +1426,37 @@ def check_mimo_v2_hook(kvpilot, src, venvs, version, compare):
         "argv": lambda s: s["argv"], "rules": MIMO_V2_RULES})
 
 
+# Flag combinations the encoder, decode-CP and DP LM head checks refuse (EN1, DC1, LH1): PD decode,
+# PD prefill and no PD; --encoder-only; --dcp-size 2; prefill CP; the DP LM head; TP 2 without DP,
+# with replicas and with attention DP in each release's spellings.
+FLAG_COMBINATION_RULES = ("EN1", "DC1", "LH1")
+
+
+def flag_combination_scenarios(version):
+    data_parallel = [[], ["--dp-size", "2"], ["--dp-size", "2", "--enable-dp-attention"]]
+    if version_key(version) >= version_key("0.5.22"):
+        data_parallel.append(["--attn-dp-size", "2"])
+    scenarios = []
+    for role, encoder_only, dcp, prefill_cp, lm_head, dp in itertools.product(
+            ("decode", "prefill", "null"), (False, True), (False, True), (False, True), (False, True), data_parallel):
+        argv = ["--model-path", "/models/m", *role_argv(role), "--tp", "2", *dp]
+        argv += ["--encoder-only"] if encoder_only else []
+        argv += ["--dcp-size", "2"] if dcp else []
+        argv += ["--enable-prefill-cp", "--cp-strategy", "interleave"] if prefill_cp else []
+        argv += ["--enable-dp-lm-head"] if lm_head else []
+        scenarios.append({"id": f"f{len(scenarios)}", "argv": argv,
+                          "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
+    return scenarios
+
+
+def check_flag_combinations(kvpilot, src, venvs, version, compare):
+    """The encoder, decode-CP and DP LM head checks (flag_combinations.py) against the guard's EN1,
+    DC1 and LH1."""
+    return check_with_guard(kvpilot, src, venvs, version, compare, {
+        "label": "flag combinations", "scenarios": flag_combination_scenarios(version),
+        "script": "flag_combinations.py", "argv": lambda s: s["argv"], "rules": FLAG_COMBINATION_RULES})
+
+
 # The model hook's DSA KV cache dtype checks (DT1, DT2) on PD decode, PD prefill and servers
 # without PD, with each KV cache dtype every release's parser takes, unset, and with DSA backends
 # given: the DSA models DeepSeek-V3.2 (also with learnable sinks) and GLM-5, HunYuan V4 (its loader
@@ -1994,8 +2025,8 @@ def check_served_architectures(src):
 
 PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "mamba-args", "draft", "handshake",
          "tree-cache", "speculative", "speculative-parallel", "dsv4-hook", "model-overrides", "family-overrides",
-         "context-parallel", "dsa-kv-cache", "iquest-mtp", "parallel-shape", "hisparse", "mimo-v2-hook", "messages",
-         "argv", "cli")
+         "context-parallel", "dsa-kv-cache", "iquest-mtp", "parallel-shape", "hisparse", "mimo-v2-hook",
+         "flag-combinations", "messages", "argv", "cli")
 
 
 # The parts that run one release's code on their own scenarios and compare with kvpilot, each
@@ -2011,6 +2042,7 @@ PER_RELEASE_CHECKS = (("cache-args", check_server_cache_args), ("mamba-args", ch
                       ("parallel-shape", check_parallel_shape),
                       ("hisparse", check_hisparse),
                       ("mimo-v2-hook", check_mimo_v2_hook),
+                      ("flag-combinations", check_flag_combinations),
                       ("tree-cache", check_tree_cache),
                       ("handshake", check_handshake))
 

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""One SGLang release's refusals of flag combinations on a server's command line: an
+encoder-only server under PD, decode context parallelism with prefill context parallelism, and
+the DP LM head without attention DP.
+
+Usage: flag_combinations.py SGLANG_SRC < scenarios.json
+  scenario: {"id", "argv"}
+Prints [{"id", "raised", "message"}] on stdout: the message of the first of those checks that
+refuses the server, or None. Exits non-zero, naming the file, when a piece of the release's code
+this needs is missing or fails on anything but a refusal.
+
+What runs, unchanged, in the release's own order:
+  - from 0.5.22, `handle_deprecated_dp_attention` (arg_groups/parallel_hook.py), whole: it turns
+    `--dp-size N --enable-dp-attention` into `--attn-dp-size N`;
+  - each check's `if` statement, taken from the syntax tree of the release's file that raises its
+    message (CHECKS: the encoder hook's in every release, the decode-CP hook's from 0.5.22, the
+    DP LM head validation pass of arg_groups/overrides.py from 0.5.22), with that module's own
+    globals (`attn_dp_enabled_of`);
+  - the release's argument parser (as server_argv.py builds it) on the scenario's argv.
+
+Stood in: `resolving_view` and `resolved_view` (`self._resolved()` up to 0.5.18) read the parsed
+namespace, which every name the statements read a server by (`cfg`, `view`, `self`,
+`server_args`) is bound to. A check a release does not have is not run (its message is not in
+any of the release's files).
+"""
+
+import ast
+import glob
+import json
+import os
+import sys
+
+import server_argv
+
+# (message, the release a check first appears in): each check's `if` is found by its message.
+CHECKS = (("Cannot set --encoder-only and --disaggregation-mode prefill/decode together", "0.5.17"),
+          ("--dcp-size > 1 does not support --enable-prefill-cp.", "0.5.22"),
+          ("--enable-dp-lm-head requires attention DP (--attn-dp-size).", "0.5.22"))
+
+
+def _module_name(srt, path):
+    relative = os.path.relpath(path, os.path.dirname(os.path.dirname(srt)))
+    return relative.removesuffix(".py").replace(os.sep, ".")
+
+
+def _guarded_check(srt, message):
+    """(file, module, the innermost `if` whose body raises or asserts `message`, compiled), or
+    None where no file of the release has the message."""
+    paths = sorted(glob.glob(os.path.join(srt, "arg_groups", "*.py"))) + [os.path.join(srt, "server_args.py")]
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        if message not in text:
+            continue
+        tree = ast.parse(text, path)
+        checks = [n for n in ast.walk(tree) if isinstance(n, ast.If) and any(
+            isinstance(s, (ast.Raise, ast.Assert)) and message in ast.unparse(s) for s in n.body)]
+        if not checks:
+            raise SystemExit(f"{path}: {message!r} is no longer raised in an `if`")
+        check = min(checks, key=lambda n: n.end_lineno - n.lineno)
+        body = ast.Module(body=[check], type_ignores=[])
+        return path, _module_name(srt, path), compile(ast.fix_missing_locations(body), path, "exec")
+    return None
+
+
+def main(argv):
+    srt, scenarios, _release, parser = server_argv.release_script(argv, __doc__)
+    version = _version_key(os.path.basename(os.path.dirname(os.path.dirname(srt))))
+    steps = []
+    deprecated = server_argv.deprecated_dp_attention(srt)
+    if deprecated is not None:
+        steps.append((deprecated.__code__.co_filename, deprecated))
+    for message, since in CHECKS:
+        found = _guarded_check(srt, message)
+        if found is None:
+            if version >= _version_key(since):
+                raise SystemExit(f"{srt}: no file raises {message!r}")
+            continue
+        path, module, code = found
+        module_globals = server_argv.hook_globals(path, module)
+        steps.append((path, lambda server, code=code, module_globals=module_globals: exec(
+            code, dict(module_globals, **server_argv.VIEWS, cfg=server, view=server, server_args=server,
+                       self=server))))
+
+    results = []
+    for scenario in scenarios:
+        server = parser.parse_args(scenario["argv"])
+        server._resolved = lambda server=server: server
+        message = None
+        for path, step in steps:
+            error = server_argv.refusal(path, scenario, lambda step=step: step(server))
+            if error is not None:
+                message = str(error)
+                break
+        results.append({"id": scenario["id"], "raised": message is not None, "message": message})
+    print(json.dumps(results))
+    return 0
+
+
+def _version_key(version):
+    return tuple(int(part) for part in version.split("."))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
