@@ -3326,15 +3326,22 @@ pub(crate) const RULES: &[Rule] = &[
     },
     Rule {
         id: "LH1",
-        about: "DP LM head without DP attention",
+        about: "DP LM head on data-parallel replicas",
         field: DP_LM_HEAD_FIELD,
-        span: Span::since(v0_5(22)),
+        span: Span::always(),
         backends: &[],
         phase: Phase::Args,
-        messages: &[text("--enable-dp-lm-head requires attention DP (--attn-dp-size).")],
+        messages: &[
+            text("Please enable dp attention when setting enable_dp_lm_head. "),
+            text_from(22, "--enable-dp-lm-head requires attention DP (--attn-dp-size)."),
+        ],
         changes: &[],
+        // With one DP rank SGLang drops the DP LM head first (`_data_parallelism_defaults`), so
+        // only data-parallel replicas without DP attention reach the check.
         check: |c| {
-            when(fleets_in_scope(c).any(|fleet| given(&fleet.extra_args, DP_LM_HEAD) && !runs_dp_attention(c, fleet)))
+            when(fleets_in_scope(c).any(|fleet| {
+                given(&fleet.extra_args, DP_LM_HEAD) && fleet.data_parallel > 1 && !fleet.enable_dp_attention
+            }))
         },
         fix: Fix::Manual {
             hint: "drop --enable-dp-lm-head from extraArgs, or run DP attention (dataParallel above 1 with \

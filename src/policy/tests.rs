@@ -1168,7 +1168,7 @@ fn cp7_cp8_attention_cp_divides_tp() {
 
 /// Flag combinations SGLang refuses on the servers they reach: an encoder-only server under PD
 /// (EN1, every release; a server without PD may be encoder-only), decode CP with prefill CP (DC1,
-/// 0.5.22 on) and the DP LM head without attention DP (LH1, 0.5.22 on).
+/// 0.5.22 on) and the DP LM head on data-parallel replicas without attention DP (LH1).
 #[test]
 fn en1_dc1_lh1_flag_combinations() {
     let all = ["EN1", "DC1", "LH1"];
@@ -1189,11 +1189,16 @@ fn en1_dc1_lh1_flag_combinations() {
     let rules = |patch| run_at(v0_5(patch), &dcp, &prefill_cp, &full()).violations.iter().any(|v| v.rule == "DC1");
     assert!(!rules(21) && rules(22));
 
-    let lm_head = |dp_attention| parallel_fleet(2, 2, dp_attention, &["--enable-dp-lm-head"]);
+    let lm_head = |dp, dp_attention| parallel_fleet(2, dp, dp_attention, &["--enable-dp-lm-head"]);
     assert_eq!(
-        violations_of(&all, &full(), &lm_head(false), 22),
+        violations_of(&all, &full(), &lm_head(2, false), 22),
         [("LH1", "--enable-dp-lm-head requires attention DP (--attn-dp-size).".to_string())]
     );
-    assert!(violations_of(&all, &full(), &lm_head(true), 22).is_empty());
-    assert!(violations_of(&all, &full(), &lm_head(false), 21).is_empty());
+    assert_eq!(
+        violations_of(&all, &full(), &lm_head(2, false), 21),
+        [("LH1", "Please enable dp attention when setting enable_dp_lm_head. ".to_string())]
+    );
+    assert!(violations_of(&all, &full(), &lm_head(2, true), 22).is_empty());
+    // With one DP rank SGLang drops the DP LM head instead.
+    assert!(violations_of(&all, &full(), &lm_head(1, false), 22).is_empty());
 }

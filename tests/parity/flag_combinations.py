@@ -14,8 +14,9 @@ What runs, unchanged, in the release's own order:
     `--dp-size N --enable-dp-attention` into `--attn-dp-size N`;
   - each check's `if` statement, taken from the syntax tree of the release's file that raises its
     message (CHECKS: the encoder hook's in every release, the decode-CP hook's from 0.5.22, the
-    DP LM head validation pass of arg_groups/overrides.py from 0.5.22), with that module's own
-    globals (`attn_dp_enabled_of`);
+    DP LM head validation pass of arg_groups/overrides.py in every release, after the pass before
+    it, `_data_parallelism_defaults`, which drops the DP LM head where there is one DP rank), with
+    that module's own globals (`attn_dp_enabled_of`, `num_dp_ranks_of`);
   - the release's argument parser (as server_argv.py builds it) on the scenario's argv.
 
 Stood in: `resolving_view` and `resolved_view` (`self._resolved()` up to 0.5.18) read the parsed
@@ -32,10 +33,13 @@ import sys
 
 import server_argv
 
-# (message, the release a check first appears in): each check's `if` is found by its message.
-CHECKS = (("Cannot set --encoder-only and --disaggregation-mode prefill/decode together", "0.5.17"),
-          ("--dcp-size > 1 does not support --enable-prefill-cp.", "0.5.22"),
-          ("--enable-dp-lm-head requires attention DP (--attn-dp-size).", "0.5.22"))
+# (its messages in any release, the release it first appears in, the post-process passes of
+# arg_groups/overrides.py that run before it): each check's `if` is found by its message.
+CHECKS = ((("Cannot set --encoder-only and --disaggregation-mode prefill/decode together",), "0.5.17", ()),
+          (("--dcp-size > 1 does not support --enable-prefill-cp.",), "0.5.22", ()),
+          (("Please enable dp attention when setting enable_dp_lm_head. ",
+            "--enable-dp-lm-head requires attention DP (--attn-dp-size)."), "0.5.17", ("_data_parallelism_defaults",)))
+OVERRIDES = (os.path.join("arg_groups", "overrides.py"), "sglang.srt.arg_groups.overrides")
 
 
 def _module_name(srt, path):
@@ -43,14 +47,15 @@ def _module_name(srt, path):
     return relative.removesuffix(".py").replace(os.sep, ".")
 
 
-def _guarded_check(srt, message):
-    """(file, module, the innermost `if` whose body raises or asserts `message`, compiled), or
-    None where no file of the release has the message."""
+def _guarded_check(srt, messages):
+    """(file, module, the innermost `if` whose body raises or asserts one of `messages`, compiled),
+    or None where no file of the release has any of them."""
     paths = sorted(glob.glob(os.path.join(srt, "arg_groups", "*.py"))) + [os.path.join(srt, "server_args.py")]
     for path in paths:
         with open(path, encoding="utf-8") as f:
             text = f.read()
-        if message not in text:
+        message = next((m for m in messages if m in text), None)
+        if message is None:
             continue
         tree = ast.parse(text, path)
         checks = [n for n in ast.walk(tree) if isinstance(n, ast.If) and any(
@@ -70,12 +75,18 @@ def main(argv):
     deprecated = server_argv.deprecated_dp_attention(srt)
     if deprecated is not None:
         steps.append((deprecated.__code__.co_filename, deprecated))
-    for message, since in CHECKS:
-        found = _guarded_check(srt, message)
+    overrides_path = os.path.join(srt, OVERRIDES[0])
+    overrides = server_argv.hook_globals(overrides_path, OVERRIDES[1])
+    for messages, since, passes in CHECKS:
+        found = _guarded_check(srt, messages)
         if found is None:
             if version >= _version_key(since):
-                raise SystemExit(f"{srt}: no file raises {message!r}")
+                raise SystemExit(f"{srt}: no file raises {messages[-1]!r}")
             continue
+        for name in passes:
+            if name not in overrides:
+                raise SystemExit(f"{overrides_path}: {name} did not define")
+            steps.append((overrides_path, lambda server, apply=overrides[name]: _declare(server, apply(server))))
         path, module, code = found
         module_globals = server_argv.hook_globals(path, module)
         steps.append((path, lambda server, code=code, module_globals=module_globals: exec(
@@ -95,6 +106,12 @@ def main(argv):
         results.append({"id": scenario["id"], "raised": message is not None, "message": message})
     print(json.dumps(results))
     return 0
+
+
+def _declare(server, fields):
+    """A post-process pass's declarations, set on the parsed namespace."""
+    for name, value in fields.items():
+        setattr(server, name, value)
 
 
 def _version_key(version):
