@@ -13,7 +13,7 @@ use crate::api::{OnInvalid, RetractionBackup, TransferBackend};
 /// PD server, EN1), or on any server (M3, S8, HiCache × DCP, the unified-memory pool's other
 /// exclusions, HiCache, LMCache and the linker without a radix cache S7, L3 and X1, which read the
 /// server's own, the other LMCache and linker rules, the tree cache's checks H1, H2, H5, H6, N5 and
-/// N6, DeepSeek-V4's host pool size H7, the speculative hook's SD1-SD5 and SD7-SD16, IQuest Q1's
+/// N6, DeepSeek-V4's host pool size H7, the speculative hook's SD1-SD5 and SD7-SD17, IQuest Q1's
 /// MTP draft checks IQ9-IQ16, DeepSeek-V4's model hook's V1-V3, the DeepSeek family's model
 /// overrides K1, K3-K5, and the other families' MC1, MC2, E1, QX2, IQ1-IQ8, NH1 and NH2, MiMo-V2's
 /// fused QKV checks MV1 and MV2, the context-parallel hook's CP1-CP5, CP7 and CP8, the DSA KV cache
@@ -29,7 +29,7 @@ const ON_EVERY_SERVER: &[&str] = &[
     "SD14", "SD15", "SD16", "V1", "V2", "V3", "K1", "K3", "K4", "K5", "MC1", "MC2", "E1", "QX2", "IQ1", "IQ2", "IQ3",
     "IQ4", "IQ5", "IQ6", "IQ7", "IQ8", "IQ9", "IQ10", "IQ11", "IQ12", "IQ13", "IQ14", "IQ15", "IQ16", "CP1", "CP2",
     "CP3", "CP4", "CP5", "CP7", "CP8", "NH1", "NH2", "MV1", "MV2", "DT1", "DT2", "DP1", "DP2", "DP3", "DP4", "PP1",
-    "HS1", "HS2", "DC1", "LH1",
+    "HS1", "HS2", "DC1", "LH1", "SD17",
 ];
 /// Rules SGLang applies on servers without PD but not on prefill ones (DSPARK's pipeline stages,
 /// SD6, and EAGLE's, PP2, PP5 and PP6).

@@ -3292,6 +3292,33 @@ pub(crate) const RULES: &[Rule] = &[
         },
     },
     Rule {
+        id: "SD17",
+        about: "DP speculative prefill coordination without single-layer EAGLE",
+        field: "spec.decode.env[SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION]",
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text_from(21, "DP spec/prefill coordination requires single-layer EAGLE or EAGLE3"),
+            text_from(22, "DP spec/prefill coordination requires single-layer EAGLE, EAGLE3 or DSPARK"),
+        ],
+        changes: &[text_from(22, "DSPARK allowed")],
+        // The speculative hook checks the algorithm as it resolved it (NEXTN is EAGLE), on every
+        // server whose env turns the coordination on, speculating or not.
+        check: |c| {
+            let algorithm = resolved_speculative_algorithm(c);
+            let allowed = matches!(algorithm.as_deref(), Some("EAGLE" | "EAGLE3"))
+                || (c.release >= v0_5(22) && algorithm.as_deref() == Some("DSPARK"));
+            when(fleets_in_scope(c).any(|fleet| {
+                env_truthy(fleet, DP_SPEC_PREFILL_COORDINATION) && (!allowed || multi_layer_eagle(c, &fleet.extra_args))
+            }))
+        },
+        fix: Fix::Manual {
+            hint: "unset SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION (or set it to 0), or speculate with single-layer \
+                   EAGLE or EAGLE3 (DSPARK too from SGLang 0.5.22)",
+        },
+    },
+    Rule {
         id: "EN1",
         about: "an encoder-only server under PD",
         field: ENCODER_ONLY_FIELD,

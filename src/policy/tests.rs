@@ -1202,3 +1202,29 @@ fn en1_dc1_lh1_flag_combinations() {
     // With one DP rank SGLang drops the DP LM head instead.
     assert!(violations_of(&all, &full(), &lm_head(1, false), 22).is_empty());
 }
+
+/// From 0.5.21 SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION asks for single-layer EAGLE or EAGLE3
+/// (DSPARK too from 0.5.22), as the speculative hook resolved the algorithm, on every server that
+/// sets it, speculating or not (SD17).
+#[test]
+fn sd17_dp_speculative_prefill_coordination_needs_single_layer_eagle() {
+    let coordinated = |args: &[&str]| FleetSpec {
+        env: vec![EnvVar {
+            name: "SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION".into(),
+            value: Some("1".into()),
+            value_from: None,
+        }],
+        ..parallel_fleet(1, 1, false, args)
+    };
+    let fired = |algorithm: Option<&str>, fleet: &FleetSpec, patch| {
+        let settings = with(|s| s.speculative_algorithm = algorithm.map(str::to_string));
+        run_at(v0_5(patch), &settings, fleet, &full()).violations.iter().any(|v| v.rule == "SD17")
+    };
+    let plain = coordinated(&[]);
+    assert!(fired(None, &plain, 21), "no speculative decoding");
+    assert!(!fired(Some("nextn"), &plain, 21), "NEXTN is EAGLE");
+    assert!(fired(Some("EAGLE"), &coordinated(&["--enable-multi-layer-eagle"]), 23));
+    assert!(fired(Some("DSPARK"), &plain, 21) && !fired(Some("DSPARK"), &plain, 22));
+    assert!(!fired(None, &plain, 20));
+    assert!(!fired(None, &parallel_fleet(1, 1, false, &[]), 23), "the env unset");
+}

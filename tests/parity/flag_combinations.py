@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """One SGLang release's refusals of flag combinations on a server's command line: an
-encoder-only server under PD, decode context parallelism with prefill context parallelism, and
-the DP LM head without attention DP.
+encoder-only server under PD, DP speculative prefill coordination (an env) without single-layer
+EAGLE, decode context parallelism with prefill context parallelism, and the DP LM head without
+attention DP.
 
 Usage: flag_combinations.py SGLANG_SRC < scenarios.json
-  scenario: {"id", "argv"}
+  scenario: {"id", "argv", "env" (optional)}
 Prints [{"id", "raised", "message"}] on stdout: the message of the first of those checks that
 refuses the server, or None. Exits non-zero, naming the file, when a piece of the release's code
 this needs is missing or fails on anything but a refusal.
@@ -12,11 +13,14 @@ this needs is missing or fails on anything but a refusal.
 What runs, unchanged, in the release's own order:
   - from 0.5.22, `handle_deprecated_dp_attention` (arg_groups/parallel_hook.py), whole: it turns
     `--dp-size N --enable-dp-attention` into `--attn-dp-size N`;
-  - each check's `if` statement, taken from the syntax tree of the release's file that raises its
-    message (CHECKS: the encoder hook's in every release, the decode-CP hook's from 0.5.22, the
-    DP LM head validation pass of arg_groups/overrides.py in every release, after the pass before
+  - each check's `if` statement at the top level of the function that raises its message, taken
+    from the syntax tree of the release's file that has it (CHECKS: the encoder hook's in every release, the speculative hook's coordination
+    check from 0.5.21 after its resolution of the algorithm's name (upper-cased, then
+    `_resolve_speculative_algorithm_alias`, as cache_args.py runs it), the decode-CP hook's from
+    0.5.22, the DP LM head validation pass of arg_groups/overrides.py in every release, after the pass before
     it, `_data_parallelism_defaults`, which drops the DP LM head where there is one DP rank), with
-    that module's own globals (`attn_dp_enabled_of`, `num_dp_ranks_of`);
+    that module's own globals (`attn_dp_enabled_of`, `num_dp_ranks_of`, and `envs` reading the
+    scenario's env);
   - the release's argument parser (as server_argv.py builds it) on the scenario's argv.
 
 Stood in: `resolving_view` and `resolved_view` (`self._resolved()` up to 0.5.18) read the parsed
@@ -31,11 +35,17 @@ import json
 import os
 import sys
 
+import cache_args
 import server_argv
 
-# (its messages in any release, the release it first appears in, the post-process passes of
-# arg_groups/overrides.py that run before it): each check's `if` is found by its message.
+# (its messages in any release, the release it first appears in, what runs before it: the
+# speculative hook's name resolution, or a post-process pass of arg_groups/overrides.py): each
+# check's `if` is found by its message.
+SPECULATIVE_NAME = "the speculative algorithm's name"
 CHECKS = ((("Cannot set --encoder-only and --disaggregation-mode prefill/decode together",), "0.5.17", ()),
+          (("DP spec/prefill coordination requires single-layer EAGLE or EAGLE3",
+            "DP spec/prefill coordination requires single-layer EAGLE, EAGLE3 or DSPARK"), "0.5.21",
+           (SPECULATIVE_NAME,)),
           (("--dcp-size > 1 does not support --enable-prefill-cp.",), "0.5.22", ()),
           (("Please enable dp attention when setting enable_dp_lm_head. ",
             "--enable-dp-lm-head requires attention DP (--attn-dp-size)."), "0.5.17", ("_data_parallelism_defaults",)))
@@ -48,8 +58,8 @@ def _module_name(srt, path):
 
 
 def _guarded_check(srt, messages):
-    """(file, module, the innermost `if` whose body raises or asserts one of `messages`, compiled),
-    or None where no file of the release has any of them."""
+    """(file, module, the statement of the function that raises or asserts one of `messages`, at
+    that function's top level, compiled), or None where no file of the release has any of them."""
     paths = sorted(glob.glob(os.path.join(srt, "arg_groups", "*.py"))) + [os.path.join(srt, "server_args.py")]
     for path in paths:
         with open(path, encoding="utf-8") as f:
@@ -58,12 +68,12 @@ def _guarded_check(srt, messages):
         if message is None:
             continue
         tree = ast.parse(text, path)
-        checks = [n for n in ast.walk(tree) if isinstance(n, ast.If) and any(
-            isinstance(s, (ast.Raise, ast.Assert)) and message in ast.unparse(s) for s in n.body)]
-        if not checks:
-            raise SystemExit(f"{path}: {message!r} is no longer raised in an `if`")
-        check = min(checks, key=lambda n: n.end_lineno - n.lineno)
-        body = ast.Module(body=[check], type_ignores=[])
+        checks = [statement for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)
+                  for statement in fn.body if isinstance(statement, ast.If) and any(
+                      isinstance(n, (ast.Raise, ast.Assert)) and message in ast.unparse(n) for n in ast.walk(statement))]
+        if len(checks) != 1:
+            raise SystemExit(f"{path}: {message!r} is raised in {len(checks)} top-level `if` statements, not one")
+        body = ast.Module(body=checks, type_ignores=[])
         return path, _module_name(srt, path), compile(ast.fix_missing_locations(body), path, "exec")
     return None
 
@@ -84,6 +94,9 @@ def main(argv):
                 raise SystemExit(f"{srt}: no file raises {messages[-1]!r}")
             continue
         for name in passes:
+            if name == SPECULATIVE_NAME:
+                steps.append((overrides_path, cache_args.speculative_name_step(srt)))
+                continue
             if name not in overrides:
                 raise SystemExit(f"{overrides_path}: {name} did not define")
             steps.append((overrides_path, lambda server, apply=overrides[name]: _declare(server, apply(server))))
@@ -98,11 +111,12 @@ def main(argv):
         server = parser.parse_args(scenario["argv"])
         server._resolved = lambda server=server: server
         message = None
-        for path, step in steps:
-            error = server_argv.refusal(path, scenario, lambda step=step: step(server))
-            if error is not None:
-                message = str(error)
-                break
+        with server_argv.environment(scenario.get("env", {})):
+            for path, step in steps:
+                error = server_argv.refusal(path, scenario, lambda step=step: step(server))
+                if error is not None:
+                    message = str(error)
+                    break
         results.append({"id": scenario["id"], "raised": message is not None, "message": message})
     print(json.dumps(results))
     return 0

@@ -1429,7 +1429,7 @@ def check_mimo_v2_hook(kvpilot, src, venvs, version, compare):
 # Flag combinations the encoder, decode-CP and DP LM head checks refuse (EN1, DC1, LH1): PD decode,
 # PD prefill and no PD; --encoder-only; --dcp-size 2; prefill CP; the DP LM head; TP 2 without DP,
 # with replicas and with attention DP in each release's spellings.
-FLAG_COMBINATION_RULES = ("EN1", "DC1", "LH1")
+FLAG_COMBINATION_RULES = ("EN1", "DC1", "LH1", "SD17")
 
 
 def flag_combination_scenarios(version):
@@ -1444,17 +1444,29 @@ def flag_combination_scenarios(version):
         argv += ["--dcp-size", "2"] if dcp else []
         argv += ["--enable-prefill-cp", "--cp-strategy", "interleave"] if prefill_cp else []
         argv += ["--enable-dp-lm-head"] if lm_head else []
-        scenarios.append({"id": f"f{len(scenarios)}", "argv": argv,
+        scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": {},
+                          "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
+    # DP speculative prefill coordination (SD17), on or off by its env, with each algorithm (or
+    # none), in the spellings the speculative hook resolves, and multi-layer EAGLE.
+    for role, algorithm, multi_layer, env in itertools.product(
+            ("decode", "prefill", "null"), (None, "EAGLE", "nextn", "EAGLE3", "DSPARK", "DFLASH", "NGRAM", "STANDALONE"),
+            (False, True), ({}, {"SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION": "1"},
+                            {"SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION": "0"})):
+        argv = ["--model-path", "/models/m", *role_argv(role)]
+        argv += ["--speculative-algorithm", algorithm] if algorithm else []
+        argv += ["--enable-multi-layer-eagle"] if multi_layer else []
+        scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": env,
                           "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
     return scenarios
 
 
 def check_flag_combinations(kvpilot, src, venvs, version, compare):
-    """The encoder, decode-CP and DP LM head checks (flag_combinations.py) against the guard's EN1,
-    DC1 and LH1."""
+    """The encoder, DP speculative prefill coordination, decode-CP and DP LM head checks
+    (flag_combinations.py) against the guard's EN1, SD17, DC1 and LH1."""
     return check_with_guard(kvpilot, src, venvs, version, compare, {
         "label": "flag combinations", "scenarios": flag_combination_scenarios(version),
-        "script": "flag_combinations.py", "argv": lambda s: s["argv"], "rules": FLAG_COMBINATION_RULES})
+        "script": "flag_combinations.py", "argv": lambda s: s["argv"], "env": lambda s: s["env"],
+        "rules": FLAG_COMBINATION_RULES})
 
 
 # The model hook's DSA KV cache dtype checks (DT1, DT2) on PD decode, PD prefill and servers
