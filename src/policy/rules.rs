@@ -353,6 +353,7 @@ fn env_set_falsy(decode: &FleetSpec, name: &str) -> bool {
     decode.env_value(name).is_some() && !env_truthy(decode, name)
 }
 
+const LAZY_COMPACTION_OFF_ENV: &str = "SGLANG_DISABLE_LAZY_COMPACTION";
 const CPP_RADIX_TREE_ENV: &str = "SGLANG_EXPERIMENTAL_CPP_RADIX_TREE";
 const HND_KV_CACHE_ENV: &str = "SGLANG_USE_HND_KVCACHE";
 const SESSION_RADIX_CACHE: &str = "--enable-session-radix-cache";
@@ -5023,6 +5024,23 @@ pub(crate) const RULES: &[Rule] = &[
         changes: &[],
         check: |c| when(unified_memory(c) && dcp(c) && c.layout.is_hybrid_swa()),
         fix: Fix::Rewrite { apply: unified_memory_off, hint: UNIFIED_DCP_HINT },
+    },
+    Rule {
+        id: "U16",
+        about: "unified memory under PD without lazy compaction",
+        field: "spec.decode.env[SGLANG_DISABLE_LAZY_COMPACTION]",
+        span: Span::since(v0_5(18)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-unified-memory with PD disaggregation requires lazy compaction; unset \
+             SGLANG_DISABLE_LAZY_COMPACTION.",
+        )],
+        changes: &[],
+        check: |c| {
+            when(unified_memory(c) && fleets_in_scope(c).any(|fleet| env_truthy(fleet, LAZY_COMPACTION_OFF_ENV)))
+        },
+        fix: Fix::Manual { hint: "remove SGLANG_DISABLE_LAZY_COMPACTION from the fleets' env (or set it to 0)" },
     },
     Rule {
         id: "U4c",

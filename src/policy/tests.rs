@@ -1228,3 +1228,27 @@ fn sd17_dp_speculative_prefill_coordination_needs_single_layer_eagle() {
     assert!(!fired(None, &plain, 20));
     assert!(!fired(None, &parallel_fleet(1, 1, false, &[]), 23), "the env unset");
 }
+
+/// Unified memory under PD needs lazy compaction: SGLANG_DISABLE_LAZY_COMPACTION in a fleet's env
+/// is refused from 0.5.18 (U16), a falsy value is not.
+#[test]
+fn u16_unified_memory_under_pd_needs_lazy_compaction() {
+    let unified = with(|s| s.enable_unified_memory = true);
+    let with_env = |value: &str| FleetSpec {
+        env: vec![EnvVar {
+            name: "SGLANG_DISABLE_LAZY_COMPACTION".into(),
+            value: Some(value.into()),
+            value_from: None,
+        }],
+        ..FleetSpec::default()
+    };
+    let fired = |fleet: &FleetSpec, patch| {
+        run_at(v0_5(patch), &unified, fleet, &full()).violations.iter().any(|v| v.rule == "U16")
+    };
+    assert!(fired(&with_env("1"), 18) && fired(&with_env("true"), 23));
+    assert!(!fired(&with_env("1"), 17) && !fired(&with_env("0"), 23) && !fired(&FleetSpec::default(), 23));
+    let plain = with_env("1");
+    assert!(
+        !run_at(v0_5(23), &DisaggregationSpec::default(), &plain, &full()).violations.iter().any(|v| v.rule == "U16")
+    );
+}

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """One SGLang release's own cache-flag checks on a decode server, on a scenario matrix.
 
-Usage: cache_args.py SGLANG_SRC < scenarios.json    (a JSON list of {"id", "args"}, see run.py)
+Usage: cache_args.py SGLANG_SRC < scenarios.json    (a JSON list of {"id", "args", "env"
+(optional)}, see run.py; the hooks' `envs` read the env)
 Prints {"prefixes": [...], "results": [{"id", "error": message or null}]}, as pd_args.py does.
 
 What runs, unchanged and in the order the release's own pipeline calls them (read from
@@ -30,6 +31,7 @@ import sys
 import json
 import types
 
+import server_argv
 import sglang_env
 from pd_args import field_defaults, raised_prefixes, resolved_name, speculative_hook_function
 
@@ -235,8 +237,9 @@ def main(argv):
         for name, helper in hicache_helpers.items():
             setattr(args, name, types.MethodType(helper, args))
         try:
-            for step in steps:
-                sglang_env.quietly(step, args)
+            with server_argv.environment(scenario.get("env", {})):
+                for step in steps:
+                    sglang_env.quietly(step, args)
             error = None
         except (ValueError, AssertionError, NotImplementedError) as e:
             error = str(e)

@@ -422,6 +422,17 @@ def cache_args_scenarios():
         if backup is not None:
             args["disaggregation_decode_retraction_backup"] = backup
         scenarios.append({"id": f"c{len(scenarios)}", "args": args})
+    # Unified memory under PD needs lazy compaction (U16): SGLANG_DISABLE_LAZY_COMPACTION in the
+    # decode env, on, off or unset.
+    for transfer, speculative, env in itertools.product(
+            ("mooncake", "nixl"), (None, "EAGLE"), ({}, {"SGLANG_DISABLE_LAZY_COMPACTION": "1"},
+                                                    {"SGLANG_DISABLE_LAZY_COMPACTION": "0"})):
+        args = {"disaggregation_mode": "decode", "disaggregation_transfer_backend": transfer,
+                "enable_unified_memory": True, "enable_hierarchical_cache": False,
+                "disaggregation_decode_enable_radix_cache": False,
+                "disaggregation_decode_enable_offload_kvcache": False,
+                "hicache_storage_backend": None, "dcp_size": 1, "speculative_algorithm": speculative}
+        scenarios.append({"id": f"c{len(scenarios)}", "args": args, "env": env})
     return scenarios
 
 
@@ -456,6 +467,8 @@ def cache_args_manifest(scenario):
         disaggregation["hicacheHostMemoryMode"] = args["hicache_host_memory_mode"]
     if "disaggregation_decode_host_receive_threshold" in args:
         disaggregation["decodeHostReceiveThreshold"] = args["disaggregation_decode_host_receive_threshold"]
+    if scenario.get("env"):
+        document["spec"]["decode"]["env"] = [{"name": k, "value": v} for k, v in scenario["env"].items()]
     return document
 
 
