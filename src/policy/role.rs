@@ -20,7 +20,7 @@ use crate::api::{OnInvalid, RetractionBackup, TransferBackend};
 /// context-parallel hook's CP1-CP5, CP7 and CP8, the DSA KV cache dtype checks DT1 and DT2, the
 /// data-parallel shape checks DP1-DP4, pipeline stages with speculative decoding PP1, HiSparse's
 /// model and radix cache checks HS1 and HS2, decode CP with prefill CP DC1 and the DP LM head
-/// without DP attention LH1).
+/// on data-parallel replicas LH1).
 const ON_EVERY_PD_SERVER: &[&str] = &[
     "R20", "M1", "U1", "U2", "U3", "U4c", "U9", "L7", "T11", "T1hnd", "V4", "K2", "MC3", "QX1", "PP3", "PP4", "EN1",
     "U16",
