@@ -10,20 +10,21 @@ use crate::api::{OnInvalid, RetractionBackup, TransferBackend};
 /// pools too, T1hnd: it registers its pool's buffers too, DeepSeek-V4.1's DSpark PD check V4, DSA
 /// DCP's K2, MiniCPM's sparse attention MC3, Qwen4-Exp's MORI check QX1, and the pipeline checks of
 /// SGLANG_ENABLE_PP_SPEC under PD, PP3 and PP4, and the encoder hook's refusal of an encoder-only
-/// PD server, EN1, and unified memory's need for lazy compaction under PD, U16), or on any server
-/// (M3, S8, HiCache × DCP, the unified-memory pool's other exclusions, HiCache, LMCache and the
-/// linker without a radix cache S7, L3 and X1, which read the server's own, the other LMCache and
-/// linker rules, the tree cache's checks H1, H2, H5, H6, N5 and N6, DeepSeek-V4's host pool size
-/// H7, the speculative hook's SD1-SD5 and SD7-SD17, IQuest Q1's MTP draft checks IQ9-IQ16,
-/// DeepSeek-V4's model hook's V1-V3, the DeepSeek family's model overrides K1, K3-K5, and the other
-/// families' MC1, MC2, E1, QX2, IQ1-IQ8, NH1 and NH2, MiMo-V2's fused QKV checks MV1 and MV2, the
-/// context-parallel hook's CP1-CP5, CP7 and CP8, the DSA KV cache dtype checks DT1 and DT2, the
-/// data-parallel shape checks DP1-DP4, pipeline stages with speculative decoding PP1, HiSparse's
-/// model and radix cache checks HS1 and HS2, decode CP with prefill CP DC1 and the DP LM head
-/// on data-parallel replicas LH1).
+/// PD server, EN1, a language-model-only one, LO1, and unified memory's need for lazy compaction
+/// under PD, U16), or on any server (M3, S8, HiCache × DCP, the unified-memory pool's other
+/// exclusions, HiCache, LMCache and the linker without a radix cache S7, L3 and X1, which read the
+/// server's own, the other LMCache and linker rules, the tree cache's checks H1, H2, H5, H6, N5 and
+/// N6, DeepSeek-V4's host pool size H7, the speculative hook's SD1-SD5 and SD7-SD17, IQuest Q1's
+/// MTP draft checks IQ9-IQ16, DeepSeek-V4's model hook's V1-V3, the DeepSeek family's model
+/// overrides K1, K3-K5, and the other families' MC1, MC2, E1, QX2, IQ1-IQ8, NH1 and NH2, MiMo-V2's
+/// fused QKV checks MV1 and MV2, the context-parallel hook's CP1-CP5, CP7 and CP8, the DSA KV cache
+/// dtype checks DT1 and DT2, the data-parallel shape checks DP1-DP4, pipeline stages with
+/// speculative decoding PP1, HiSparse's model and radix cache checks HS1 and HS2, decode CP with
+/// prefill CP DC1, the DP LM head on data-parallel replicas LH1 and the architectures
+/// --language-model-only serves, LO2).
 const ON_EVERY_PD_SERVER: &[&str] = &[
     "R20", "M1", "U1", "U2", "U3", "U4c", "U9", "L7", "T11", "T1hnd", "V4", "K2", "MC3", "QX1", "PP3", "PP4", "EN1",
-    "U16",
+    "U16", "LO1",
 ];
 const ON_EVERY_SERVER: &[&str] = &[
     "M2", "M3", "M4", "M5", "M6", "M7", "S7", "S8", "F3", "F5", "L1", "L2", "L3", "L4", "L5", "L6", "L8", "X1", "X2",
@@ -32,7 +33,7 @@ const ON_EVERY_SERVER: &[&str] = &[
     "SD14", "SD15", "SD16", "V1", "V2", "V3", "K1", "K3", "K4", "K5", "MC1", "MC2", "E1", "QX2", "IQ1", "IQ2", "IQ3",
     "IQ4", "IQ5", "IQ6", "IQ7", "IQ8", "IQ9", "IQ10", "IQ11", "IQ12", "IQ13", "IQ14", "IQ15", "IQ16", "CP1", "CP2",
     "CP3", "CP4", "CP5", "CP7", "CP8", "NH1", "NH2", "MV1", "MV2", "DT1", "DT2", "DP1", "DP2", "DP3", "DP4", "PP1",
-    "HS1", "HS2", "DC1", "LH1", "SD17",
+    "HS1", "HS2", "DC1", "LH1", "SD17", "LO2",
 ];
 /// Rules SGLang applies on servers without PD but not on prefill ones (DSPARK's pipeline stages,
 /// SD6, and EAGLE's, PP2, PP5 and PP6).

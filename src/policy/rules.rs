@@ -1139,6 +1139,22 @@ fn own_radix_cache(c: &Context<'_>) -> bool {
     keeps_radix_cache(c, c.decode, c.scope != Scope::OtherServer)
 }
 
+const LANGUAGE_MODEL_ONLY: &str = "--language-model-only";
+const LANGUAGE_MODEL_ONLY_FIELD: &str = "spec.decode.extraArgs[--language-model-only]";
+/// `ServerArgs.LANGUAGE_MODEL_ONLY_ARCHITECTURES`, in its order, with the release each joins.
+const LANGUAGE_MODEL_ONLY_ARCHITECTURES: &[(&str, Release)] = &[
+    ("DeepseekV4ForCausalLM", v0_5(22)),
+    ("MuseGlimmerForConditionalGeneration", v0_5(18)),
+    ("Cosmos3ForConditionalGeneration", v0_5(20)),
+    ("Cosmos3EdgeForConditionalGeneration", v0_5(20)),
+];
+
+/// Python's `repr()` of a list of strings, as SGLang's messages print one.
+fn python_list(items: &[&str]) -> String {
+    let quoted: Vec<String> = items.iter().map(|item| crate::python::py_repr(item)).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
 const ENCODER_ONLY: &str = "--encoder-only";
 const ENCODER_ONLY_FIELD: &str = "spec.decode.extraArgs[--encoder-only]";
 const DP_LM_HEAD: &str = "--enable-dp-lm-head";
@@ -3317,6 +3333,52 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Manual {
             hint: "unset SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION (or set it to 0), or speculate with single-layer \
                    EAGLE or EAGLE3 (DSPARK too from SGLang 0.5.22)",
+        },
+    },
+    Rule {
+        id: "LO1",
+        about: "a language-model-only server under PD",
+        field: LANGUAGE_MODEL_ONLY_FIELD,
+        span: Span::since(v0_5(18)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--language-model-only is incompatible with --disaggregation-mode prefill/decode")],
+        changes: &[text_from(22, "DeepSeek-V4.1 allowed")],
+        // Every server in scope is a PD server (the guard applies it to prefill servers through
+        // ON_EVERY_PD_SERVER). From 0.5.22 DeepSeek-V4.1's text-only workers use the PD path.
+        check: |c| {
+            let exempt = c.release >= v0_5(22) && c.layout.model_type.as_deref() == Some("deepseek_v41");
+            when(!exempt && fleets_in_scope(c).any(|fleet| given(&fleet.extra_args, LANGUAGE_MODEL_ONLY)))
+        },
+        fix: Fix::Manual { hint: "drop --language-model-only from extraArgs (it serves without PD disaggregation)" },
+    },
+    Rule {
+        id: "LO2",
+        about: "a language-model-only server of an architecture without it",
+        field: LANGUAGE_MODEL_ONLY_FIELD,
+        span: Span::since(v0_5(18)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--language-model-only does not support {architectures}. Supported: {supported}.")],
+        changes: &[],
+        check: |c| {
+            let supported: Vec<&str> = LANGUAGE_MODEL_ONLY_ARCHITECTURES
+                .iter()
+                .filter(|(_, since)| *since <= c.release)
+                .map(|(architecture, _)| *architecture)
+                .collect();
+            when_with(
+                !supported.contains(&c.layout.architecture.as_str())
+                    && fleets_in_scope(c).any(|fleet| given(&fleet.extra_args, LANGUAGE_MODEL_ONLY)),
+                vec![
+                    ("architectures", python_list(&[c.layout.architecture.as_str()])),
+                    ("supported", python_list(&supported)),
+                ],
+            )
+        },
+        fix: Fix::Manual {
+            hint: "drop --language-model-only from extraArgs: the release serves only the architectures it lists \
+                   that way",
         },
     },
     Rule {

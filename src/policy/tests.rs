@@ -1252,3 +1252,22 @@ fn u16_unified_memory_under_pd_needs_lazy_compaction() {
         !run_at(v0_5(23), &DisaggregationSpec::default(), &plain, &full()).violations.iter().any(|v| v.rule == "U16")
     );
 }
+
+/// `--language-model-only` (0.5.18 on) runs without PD (LO1; DeepSeek-V4.1's text-only workers
+/// use the PD path from 0.5.22) and only for the architectures the release lists (LO2, with
+/// Python's list in its message).
+#[test]
+fn lo1_lo2_language_model_only() {
+    let flag = parallel_fleet(1, 1, false, &["--language-model-only"]);
+    let dsv41 = fixture("deepseek-v4.1-dspark");
+    assert_eq!(violations_of(&["LO1", "LO2"], &dsv41, &flag, 22), []);
+    let v21 = violations_of(&["LO1", "LO2"], &dsv41, &flag, 21);
+    assert_eq!(v21.iter().map(|(rule, _)| *rule).collect::<Vec<_>>(), ["LO1", "LO2"]);
+    assert_eq!(
+        v21[1].1,
+        "--language-model-only does not support ['DeepseekV4ForCausalLM']. Supported: \
+         ['MuseGlimmerForConditionalGeneration', 'Cosmos3ForConditionalGeneration', 'Cosmos3EdgeForConditionalGeneration']."
+    );
+    assert!(violations_of(&["LO1", "LO2"], &full(), &flag, 17).is_empty(), "no such flag before 0.5.18");
+    assert!(violations_of(&["LO1", "LO2"], &full(), &FleetSpec::default(), 23).is_empty());
+}

@@ -1482,6 +1482,35 @@ def check_flag_combinations(kvpilot, src, venvs, version, compare):
         "rules": FLAG_COMBINATION_RULES})
 
 
+# The language-model-only handler (LO1, LO2; the flag from 0.5.18) on PD decode, PD prefill and
+# servers without PD of DeepSeek-V4 (listed from 0.5.22), DeepSeek-V4.1 (its loader runs from
+# 0.5.21; exempt from the PD check from 0.5.22) and Llama, with and without the flag.
+LANGUAGE_MODEL_ONLY_CONFIGS = (("deepseek-v4", None), ("deepseek-v4.1-dspark", "0.5.21"), ("llama-3.1-8b-instruct", None))
+LANGUAGE_MODEL_ONLY_RULES = ("LO1", "LO2")
+
+
+def language_model_only_scenarios(version):
+    scenarios = []
+    for (config, since), role, flag in itertools.product(
+            LANGUAGE_MODEL_ONLY_CONFIGS, ("decode", "prefill", "null"), (False, True)):
+        if since is not None and version_key(version) < version_key(since):
+            continue
+        argv = ["--model-path", "/models/m", *role_argv(role)] + (["--language-model-only"] if flag else [])
+        scenarios.append({"id": f"o{len(scenarios)}", "argv": argv,
+                          "config": os.path.join(ROOT, "tests/fixtures/configs", f"{config}.json")})
+    return scenarios
+
+
+def check_language_model_only(kvpilot, src, venvs, version, compare):
+    """The language-model-only handler (language_model_only.py) against the guard's LO1 and LO2;
+    0.5.17 has no such flag."""
+    if version_key(version) < version_key("0.5.18"):
+        return 0, 0, "language-model-only: no such flag"
+    return check_with_guard(kvpilot, src, venvs, version, compare, {
+        "label": "language-model-only", "scenarios": language_model_only_scenarios(version),
+        "script": "language_model_only.py", "argv": lambda s: s["argv"], "rules": LANGUAGE_MODEL_ONLY_RULES})
+
+
 # The model hook's DSA KV cache dtype checks (DT1, DT2) on PD decode, PD prefill and servers
 # without PD, with each KV cache dtype every release's parser takes, unset, and with DSA backends
 # given: the DSA models DeepSeek-V3.2 (also with learnable sinks) and GLM-5, HunYuan V4 (its loader
@@ -2051,7 +2080,7 @@ def check_served_architectures(src):
 PARTS = ("served", "classification", "retraction", "pd-args", "cache-args", "mamba-args", "draft", "handshake",
          "tree-cache", "speculative", "speculative-parallel", "dsv4-hook", "model-overrides", "family-overrides",
          "context-parallel", "dsa-kv-cache", "iquest-mtp", "parallel-shape", "hisparse", "mimo-v2-hook",
-         "flag-combinations", "messages", "argv", "cli")
+         "flag-combinations", "language-model-only", "messages", "argv", "cli")
 
 
 # The parts that run one release's code on their own scenarios and compare with kvpilot, each
@@ -2068,6 +2097,7 @@ PER_RELEASE_CHECKS = (("cache-args", check_server_cache_args), ("mamba-args", ch
                       ("hisparse", check_hisparse),
                       ("mimo-v2-hook", check_mimo_v2_hook),
                       ("flag-combinations", check_flag_combinations),
+                      ("language-model-only", check_language_model_only),
                       ("tree-cache", check_tree_cache),
                       ("handshake", check_handshake))
 
