@@ -1155,6 +1155,52 @@ fn python_list(items: &[&str]) -> String {
     format!("[{}]", quoted.join(", "))
 }
 
+const TP_LM_HEAD_ALL_TO_ALL: &str = "--enable-tp-lm-head-all-to-all";
+const TP_LM_HEAD_ALL_TO_ALL_FIELD: &str = "spec.decode.extraArgs[--enable-tp-lm-head-all-to-all]";
+
+/// The first of the DP LM head validation pass's asserts on an explicit
+/// `--enable-tp-lm-head-all-to-all` that a server fails (SGLang's own default turns it on only
+/// where they hold).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TpLmHeadAllToAll {
+    NoAttentionDp,
+    WithDpLmHead,
+    TpNotDp { tp: i64, dp: i64 },
+    AttentionCp { cp: i64 },
+}
+
+/// LH2-LH5 on the first server in scope given `--enable-tp-lm-head-all-to-all` that fails one,
+/// as the pass reads it after `_data_parallelism_defaults` (one DP rank drops DP attention up to
+/// 0.5.21, and the DP LM head): up to 0.5.21 against `--dp-size` with DP attention, from 0.5.22
+/// against the attention DP size.
+fn tp_lm_head_all_to_all_refused(c: &Context<'_>, selects: fn(TpLmHeadAllToAll) -> bool) -> Option<Finding> {
+    let refusal =
+        fleets_in_scope(c).filter(|fleet| given(&fleet.extra_args, TP_LM_HEAD_ALL_TO_ALL)).find_map(|fleet| {
+            let tp = i64::from(fleet.tensor_parallel);
+            let replicas_or_groups = i64::from(fleet.data_parallel.max(1));
+            let attention_dp = fleet.enable_dp_attention && replicas_or_groups > 1;
+            let dp = if c.release >= v0_5(22) { attention_dp_size(fleet) } else { replicas_or_groups };
+            let cp = attention_cp_size(&fleet.extra_args)?;
+            if !attention_dp {
+                Some(TpLmHeadAllToAll::NoAttentionDp)
+            } else if given(&fleet.extra_args, DP_LM_HEAD) {
+                Some(TpLmHeadAllToAll::WithDpLmHead)
+            } else if tp != dp {
+                Some(TpLmHeadAllToAll::TpNotDp { tp, dp })
+            } else if cp != 1 {
+                Some(TpLmHeadAllToAll::AttentionCp { cp })
+            } else {
+                None
+            }
+        })?;
+    let args = match refusal {
+        TpLmHeadAllToAll::TpNotDp { tp, dp } => vec![("tp", tp.to_string()), ("dp", dp.to_string())],
+        TpLmHeadAllToAll::AttentionCp { cp } => vec![("cp", cp.to_string())],
+        _ => Vec::new(),
+    };
+    when_with(selects(refusal), args)
+}
+
 const ENCODER_ONLY: &str = "--encoder-only";
 const ENCODER_ONLY_FIELD: &str = "spec.decode.extraArgs[--encoder-only]";
 const DP_LM_HEAD: &str = "--enable-dp-lm-head";
@@ -3380,6 +3426,71 @@ pub(crate) const RULES: &[Rule] = &[
             hint: "drop --language-model-only from extraArgs: the release serves only the architectures it lists \
                    that way",
         },
+    },
+    Rule {
+        id: "LH2",
+        about: "TP LM-head all-to-all without DP attention",
+        field: TP_LM_HEAD_ALL_TO_ALL_FIELD,
+        span: Span::since(v0_5(18)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text("Please enable dp attention when setting enable_tp_lm_head_all_to_all."),
+            text_from(22, "--enable-tp-lm-head-all-to-all requires attention DP (--attn-dp-size)."),
+        ],
+        changes: &[],
+        check: |c| tp_lm_head_all_to_all_refused(c, |refusal| matches!(refusal, TpLmHeadAllToAll::NoAttentionDp)),
+        fix: Fix::Manual {
+            hint: "drop --enable-tp-lm-head-all-to-all from extraArgs, or run DP attention (dataParallel above 1 with enableDpAttention)",
+        },
+    },
+    Rule {
+        id: "LH3",
+        about: "TP LM-head all-to-all × DP LM head",
+        field: TP_LM_HEAD_ALL_TO_ALL_FIELD,
+        span: Span::since(v0_5(18)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-tp-lm-head-all-to-all uses a TP-sharded LM head and is incompatible with --enable-dp-lm-head.",
+        )],
+        changes: &[],
+        check: |c| tp_lm_head_all_to_all_refused(c, |refusal| matches!(refusal, TpLmHeadAllToAll::WithDpLmHead)),
+        fix: Fix::Manual { hint: "drop --enable-tp-lm-head-all-to-all or --enable-dp-lm-head from extraArgs" },
+    },
+    Rule {
+        id: "LH4",
+        about: "TP LM-head all-to-all needs TP equal to attention DP",
+        field: TP_LM_HEAD_ALL_TO_ALL_FIELD,
+        span: Span::since(v0_5(18)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text(
+                "--enable-tp-lm-head-all-to-all currently requires tp_size == dp_size, got tp_size={tp}, dp_size={dp}.",
+            ),
+            text_from(
+                22,
+                "--enable-tp-lm-head-all-to-all currently requires tp_size == attn_dp_size, got tp_size={tp}, attn_dp_size={dp}.",
+            ),
+        ],
+        changes: &[],
+        check: |c| tp_lm_head_all_to_all_refused(c, |refusal| matches!(refusal, TpLmHeadAllToAll::TpNotDp { .. })),
+        fix: Fix::Manual {
+            hint: "set dataParallel (with enableDpAttention) equal to tensorParallel, or drop --enable-tp-lm-head-all-to-all from extraArgs",
+        },
+    },
+    Rule {
+        id: "LH5",
+        about: "TP LM-head all-to-all × attention CP",
+        field: TP_LM_HEAD_ALL_TO_ALL_FIELD,
+        span: Span::since(v0_5(18)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--enable-tp-lm-head-all-to-all currently requires attn_cp_size == 1, got {cp}.")],
+        changes: &[],
+        check: |c| tp_lm_head_all_to_all_refused(c, |refusal| matches!(refusal, TpLmHeadAllToAll::AttentionCp { .. })),
+        fix: Fix::Manual { hint: "drop --attn-cp-size or --enable-tp-lm-head-all-to-all from extraArgs" },
     },
     Rule {
         id: "EN1",

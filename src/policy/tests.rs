@@ -1271,3 +1271,33 @@ fn lo1_lo2_language_model_only() {
     assert!(violations_of(&["LO1", "LO2"], &full(), &flag, 17).is_empty(), "no such flag before 0.5.18");
     assert!(violations_of(&["LO1", "LO2"], &full(), &FleetSpec::default(), 23).is_empty());
 }
+
+/// An explicit `--enable-tp-lm-head-all-to-all` (0.5.18 on) needs DP attention (LH2), no DP LM
+/// head (LH3), TP equal to the DP size (LH4: `--dp-size` up to 0.5.21, the attention DP size
+/// from 0.5.22) and no attention CP (LH5), checked in that order.
+#[test]
+fn lh2_to_lh5_tp_lm_head_all_to_all() {
+    let rules = ["LH2", "LH3", "LH4", "LH5"];
+    let fired = |tp, dp, dp_attention, args: &[&str], patch| {
+        let mut args = args.to_vec();
+        args.push("--enable-tp-lm-head-all-to-all");
+        violations_of(&rules, &full(), &parallel_fleet(tp, dp, dp_attention, &args), patch)
+    };
+    assert_eq!(fired(2, 2, false, &[], 18)[0].0, "LH2", "replicas are not DP attention");
+    assert_eq!(
+        fired(2, 2, false, &[], 22)[0].1,
+        "--enable-tp-lm-head-all-to-all requires attention DP (--attn-dp-size)."
+    );
+    assert_eq!(fired(2, 2, true, &["--enable-dp-lm-head"], 23)[0].0, "LH3");
+    assert_eq!(
+        fired(4, 2, true, &[], 21),
+        [(
+            "LH4",
+            "--enable-tp-lm-head-all-to-all currently requires tp_size == dp_size, got tp_size=4, dp_size=2."
+                .to_string()
+        )]
+    );
+    assert_eq!(fired(2, 2, true, &["--attn-cp-size", "2"], 23)[0].0, "LH5");
+    assert!(fired(2, 2, true, &[], 23).is_empty());
+    assert!(fired(2, 2, false, &[], 17).is_empty(), "no such flag before 0.5.18");
+}

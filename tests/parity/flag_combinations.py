@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """One SGLang release's refusals of flag combinations on a server's command line: an
 encoder-only server under PD, DP speculative prefill coordination (an env) without single-layer
-EAGLE, decode context parallelism with prefill context parallelism, and the DP LM head without
-attention DP.
+EAGLE, decode context parallelism with prefill context parallelism, the DP LM head without
+attention DP, and an explicit TP LM-head all-to-all's asserts.
 
 Usage: flag_combinations.py SGLANG_SRC < scenarios.json
   scenario: {"id", "argv", "env" (optional)}
@@ -14,13 +14,14 @@ What runs, unchanged, in the release's own order:
   - from 0.5.22, `handle_deprecated_dp_attention` (arg_groups/parallel_hook.py), whole: it turns
     `--dp-size N --enable-dp-attention` into `--attn-dp-size N`;
   - each check's `if` statement at the top level of the function that raises its message, taken
-    from the syntax tree of the release's file that has it (CHECKS: the encoder hook's in every release, the speculative hook's coordination
-    check from 0.5.21 after its resolution of the algorithm's name (upper-cased, then
-    `_resolve_speculative_algorithm_alias`, as cache_args.py runs it), the decode-CP hook's from
-    0.5.22, the DP LM head validation pass of arg_groups/overrides.py in every release, after the pass before
-    it, `_data_parallelism_defaults`, which drops the DP LM head where there is one DP rank), with
-    that module's own globals (`attn_dp_enabled_of`, `num_dp_ranks_of`, and `envs` reading the
-    scenario's env);
+    from the syntax tree of the release's file that has it (CHECKS): the encoder hook's in every
+    release; the speculative hook's coordination check from 0.5.21, after the hook's resolution
+    of the algorithm's name (upper-cased, then `_resolve_speculative_algorithm_alias`, as
+    cache_args.py runs it); the decode-CP hook's from 0.5.22; and the DP LM head validation pass
+    of arg_groups/overrides.py (its TP LM-head all-to-all asserts from 0.5.18), after the pass
+    before it, `_data_parallelism_defaults`, which drops the DP LM head (and up to 0.5.21 DP
+    attention) where there is one DP rank. Each runs with its module's own globals
+    (`attn_dp_enabled_of`, `num_dp_ranks_of`, and `envs` reading the scenario's env);
   - the release's argument parser (as server_argv.py builds it) on the scenario's argv.
 
 Stood in: `resolving_view` and `resolved_view` (`self._resolved()` up to 0.5.18) read the parsed
@@ -48,7 +49,8 @@ CHECKS = ((("Cannot set --encoder-only and --disaggregation-mode prefill/decode 
            (SPECULATIVE_NAME,)),
           (("--dcp-size > 1 does not support --enable-prefill-cp.",), "0.5.22", ()),
           (("Please enable dp attention when setting enable_dp_lm_head. ",
-            "--enable-dp-lm-head requires attention DP (--attn-dp-size)."), "0.5.17", ("_data_parallelism_defaults",)))
+            "--enable-dp-lm-head requires attention DP (--attn-dp-size)."), "0.5.17", ("_data_parallelism_defaults",)),
+          (("uses a TP-sharded LM head",), "0.5.18", ("_data_parallelism_defaults",)))
 OVERRIDES = (os.path.join("arg_groups", "overrides.py"), "sglang.srt.arg_groups.overrides")
 
 

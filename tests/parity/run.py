@@ -1442,7 +1442,7 @@ def check_mimo_v2_hook(kvpilot, src, venvs, version, compare):
 # Flag combinations the encoder, decode-CP and DP LM head checks refuse (EN1, DC1, LH1): PD decode,
 # PD prefill and no PD; --encoder-only; --dcp-size 2; prefill CP; the DP LM head; TP 2 without DP,
 # with replicas and with attention DP in each release's spellings.
-FLAG_COMBINATION_RULES = ("EN1", "DC1", "LH1", "SD17")
+FLAG_COMBINATION_RULES = ("EN1", "DC1", "LH1", "LH2", "LH3", "LH4", "LH5", "SD17")
 
 
 def flag_combination_scenarios(version):
@@ -1459,6 +1459,17 @@ def flag_combination_scenarios(version):
         argv += ["--enable-dp-lm-head"] if lm_head else []
         scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": {},
                           "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
+    # An explicit TP LM-head all-to-all (LH2-LH5, the flag from 0.5.18): TP 2 or 4, DP 2 as replicas
+    # or attention DP, with the DP LM head or attention CP.
+    if version_key(version) >= version_key("0.5.18"):
+        for role, tp, dp, lm_head, cp in itertools.product(
+                ("decode", "prefill", "null"), (2, 4), data_parallel, (False, True), (1, 2)):
+            argv = ["--model-path", "/models/m", *role_argv(role), "--tp", str(tp), *dp,
+                    "--enable-tp-lm-head-all-to-all"]
+            argv += ["--enable-dp-lm-head"] if lm_head else []
+            argv += ["--attn-cp-size", str(cp)] if cp != 1 else []
+            scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": {},
+                              "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
     # DP speculative prefill coordination (SD17), on or off by its env, with each algorithm (or
     # none), in the spellings the speculative hook resolves, and multi-layer EAGLE.
     for role, algorithm, multi_layer, env in itertools.product(
@@ -1474,8 +1485,8 @@ def flag_combination_scenarios(version):
 
 
 def check_flag_combinations(kvpilot, src, venvs, version, compare):
-    """The encoder, DP speculative prefill coordination, decode-CP and DP LM head checks
-    (flag_combinations.py) against the guard's EN1, SD17, DC1 and LH1."""
+    """The encoder, DP speculative prefill coordination, decode-CP and LM head checks
+    (flag_combinations.py) against the guard's EN1, SD17, DC1 and LH1-LH5."""
     return check_with_guard(kvpilot, src, venvs, version, compare, {
         "label": "flag combinations", "scenarios": flag_combination_scenarios(version),
         "script": "flag_combinations.py", "argv": lambda s: s["argv"], "env": lambda s: s["env"],
