@@ -1027,6 +1027,18 @@ fn prefill_cp_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a FleetSp
     fleets_in_scope(c).filter(|fleet| given(&fleet.extra_args, PREFILL_CP))
 }
 
+/// The fleets in scope that run DeepSeek-V4's prefill CP, which `validate_deepseek_v4_cp` checks
+/// in the model hook on every server (CP10-CP13), before the context-parallel hook.
+fn deepseek_v4_prefill_cp_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a FleetSpec> {
+    let deepseek_v4 = c.layout.architecture == DEEPSEEK_V4;
+    prefill_cp_fleets(c).filter(move |_| deepseek_v4)
+}
+
+/// The `--cp-strategy` of each server [`deepseek_v4_prefill_cp_fleets`] yields, None where unset.
+fn deepseek_v4_prefill_cp_strategies<'a>(c: &'a Context<'_>) -> impl Iterator<Item = Option<&'a str>> {
+    deepseek_v4_prefill_cp_fleets(c).map(|fleet| option_value(&fleet.extra_args, CP_STRATEGY))
+}
+
 /// Whether a fleet's servers run attention context parallelism (`--attn-cp-size` above 1).
 fn runs_attention_cp(fleet: &FleetSpec) -> bool {
     attention_cp_size(&fleet.extra_args).is_some_and(|size| size > 1)
@@ -1055,7 +1067,9 @@ const MODEL_HOOK_DEEPSEEK_FAMILY: &[(&str, Release)] = &[
     ("HYV4ForCausalLMNextN", v0_5(20)),
 ];
 
-/// Whether the model takes the model hook's DSA branch: a DSA model of its DeepSeek family.
+/// Whether the model takes the model hook's DSA branch: a DSA model of its DeepSeek family. The
+/// family's override provider (`_deepseek_family_overrides`) is registered for the same DSA
+/// architectures in each release, so its DSA prefill-CP asserts (CP9, CP10) read this too.
 fn model_hook_dsa(c: &Context<'_>) -> bool {
     c.layout.has(LayoutFeature::Dsa)
         && MODEL_HOOK_DEEPSEEK_FAMILY.iter().any(|(arch, since)| *arch == c.layout.architecture && *since <= c.release)
@@ -2689,6 +2703,102 @@ pub(crate) const RULES: &[Rule] = &[
             )
         },
         fix: Fix::Manual { hint: "remove --enable-prefill-cp from extraArgs" },
+    },
+    Rule {
+        id: "CP9",
+        about: "DSA prefill CP with the interleave strategy × DP",
+        field: DATA_PARALLEL_FIELD,
+        span: Span::between(v0_5(17), v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("interleave DSA CP does not support DP attention.")],
+        changes: &[],
+        check: |c| {
+            when(
+                model_hook_dsa(c)
+                    && prefill_cp_fleets(c).any(|fleet| {
+                        option_value(&fleet.extra_args, CP_STRATEGY) != Some("zigzag") && fleet.data_parallel > 1
+                    }),
+            )
+        },
+        fix: Fix::Manual {
+            hint: "drop dataParallel (--dp-size) from the prefill-CP servers (CP spans the TP group), use --cp-strategy \
+                   zigzag, or use SGLang 0.5.22 or later, where interleave prefill CP runs with attention DP",
+        },
+    },
+    Rule {
+        id: "CP11",
+        about: "DeepSeek-V4 prefill CP × a strategy it does not run",
+        field: CP_STRATEGY_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text("DeepSeekV4 only supports interleave CP strategy, got {strategy}"),
+            text_from(21, "DeepSeekV4 only supports interleave/zigzag CP strategy, got {strategy}"),
+        ],
+        changes: &[text_from(21, "zigzag passes this check (CP12 refuses it on GPUs); a missing strategy does not")],
+        check: |c| {
+            let strategy = deepseek_v4_prefill_cp_strategies(c).find(|strategy| match strategy {
+                None => true,
+                Some(strategy) => c.release < v0_5(21) && *strategy != "interleave",
+            })?;
+            when_with(true, vec![("strategy", strategy.unwrap_or("None").to_string())])
+        },
+        fix: Fix::Manual { hint: "set --cp-strategy interleave in extraArgs next to --enable-prefill-cp" },
+    },
+    Rule {
+        id: "CP12",
+        about: "DeepSeek-V4 prefill CP × the zigzag strategy on a GPU",
+        field: CP_STRATEGY_FIELD,
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text("DeepSeekV4 zigzag CP requires the NPU backend; the CUDA backend reindexes with interleave order."),
+            text_from(
+                22,
+                "DeepSeekV4 zigzag CP requires the NPU backend; CUDA/HIP backends reindex with interleave order.",
+            ),
+        ],
+        changes: &[],
+        check: |c| when(deepseek_v4_prefill_cp_strategies(c).any(|strategy| strategy == Some("zigzag"))),
+        fix: Fix::Manual { hint: "set --cp-strategy interleave in extraArgs (zigzag runs on Ascend NPUs only)" },
+    },
+    Rule {
+        id: "CP13",
+        about: "DeepSeek-V4 prefill CP × DP",
+        field: DATA_PARALLEL_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("For round-robin split mode, dp attention is not supported.")],
+        changes: &[],
+        check: |c| when(deepseek_v4_prefill_cp_fleets(c).any(|fleet| fleet.data_parallel > 1)),
+        fix: Fix::Manual {
+            hint: "drop dataParallel (--dp-size, --attn-dp-size) from the prefill-CP servers: DeepSeek-V4's prefill CP \
+                   spans the whole TP group",
+        },
+    },
+    Rule {
+        id: "CP10",
+        about: "DeepSeek prefill CP beyond one machine",
+        field: DECODE_TP,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "Context parallel only supports single machine (tp_size <= 8). Cross-machine CP has precision issues.",
+        )],
+        changes: &[],
+        check: |c| {
+            let deepseek = model_hook_dsa(c) || c.layout.architecture == DEEPSEEK_V4;
+            when(deepseek && prefill_cp_fleets(c).any(|fleet| fleet.tensor_parallel > 8))
+        },
+        fix: Fix::Manual {
+            hint: "keep tensorParallel at 8 or below on servers with --enable-prefill-cp (SGLang runs a DeepSeek \
+                   model's prefill CP on one machine)",
+        },
     },
     Rule {
         id: "MC1",

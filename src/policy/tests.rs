@@ -1166,6 +1166,41 @@ fn cp7_cp8_attention_cp_divides_tp() {
     assert_eq!(rules(&full(), &parallel_fleet(1, 1, false, &prefill_cp), 23), [cp7]);
 }
 
+/// The DeepSeek family's prefill-CP asserts, which kvpilot called valid before: a DSA model's
+/// interleave (or unset) strategy without DP up to 0.5.21 (CP9), DeepSeek-V4's strategy (CP11: up
+/// to 0.5.20 interleave only, then a strategy at all; CP12: zigzag needs an NPU from 0.5.21) and
+/// DP (CP13), and one machine's TP for both (CP10), in that order.
+#[test]
+fn cp9_to_cp13_deepseek_prefill_cp() {
+    let all = ["CP9", "CP10", "CP11", "CP12", "CP13"];
+    let rules = |layout: &AttentionLayout, fleet: &FleetSpec, patch: u16| {
+        violations_of(&all, layout, fleet, patch).into_iter().map(|(rule, _)| rule).collect::<Vec<_>>()
+    };
+    let interleave = ["--enable-prefill-cp", "--cp-strategy", "interleave"];
+    let zigzag = ["--enable-prefill-cp", "--cp-strategy", "zigzag"];
+    let dsa = fixture("deepseek-v3.2-exp");
+    assert!(rules(&dsa, &parallel_fleet(8, 1, false, &interleave), 23).is_empty());
+    assert_eq!(rules(&dsa, &parallel_fleet(8, 2, true, &interleave), 21), ["CP9"]);
+    assert!(rules(&dsa, &parallel_fleet(8, 2, true, &interleave), 22).is_empty(), "attention DP from 0.5.22");
+    assert!(rules(&dsa, &parallel_fleet(8, 2, false, &zigzag), 21).is_empty(), "zigzag runs with DP");
+    assert_eq!(rules(&dsa, &parallel_fleet(16, 2, false, &["--enable-prefill-cp"]), 17), ["CP9", "CP10"]);
+    assert!(rules(&dsa, &parallel_fleet(16, 1, false, &[]), 23).is_empty(), "no prefill CP");
+    assert!(rules(&full(), &parallel_fleet(16, 2, false, &interleave), 23).is_empty(), "not a DeepSeek model");
+
+    let v4 = fixture("deepseek-v4");
+    let message = |fleet: &FleetSpec, patch: u16| violations_of(&all, &v4, fleet, patch)[0].1.clone();
+    assert!(rules(&v4, &parallel_fleet(8, 1, false, &interleave), 23).is_empty());
+    let unset = parallel_fleet(8, 1, false, &["--enable-prefill-cp"]);
+    assert_eq!(message(&unset, 20), "DeepSeekV4 only supports interleave CP strategy, got None");
+    assert_eq!(message(&unset, 21), "DeepSeekV4 only supports interleave/zigzag CP strategy, got None");
+    let zigzag_v4 = parallel_fleet(8, 1, false, &zigzag);
+    assert_eq!(message(&zigzag_v4, 20), "DeepSeekV4 only supports interleave CP strategy, got zigzag");
+    assert_eq!(rules(&v4, &zigzag_v4, 21), ["CP12"]);
+    assert!(message(&zigzag_v4, 22).ends_with("CUDA/HIP backends reindex with interleave order."));
+    assert_eq!(rules(&v4, &parallel_fleet(16, 2, true, &interleave), 23), ["CP13", "CP10"]);
+    assert_eq!(rules(&v4, &parallel_fleet(4, 2, false, &interleave), 17), ["CP13"]);
+}
+
 /// Flag combinations SGLang refuses on the servers they reach: an encoder-only server under PD
 /// (EN1, every release; a server without PD may be encoder-only), decode CP with prefill CP (DC1,
 /// 0.5.22 on) and the DP LM head on data-parallel replicas without attention DP (LH1).

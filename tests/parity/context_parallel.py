@@ -10,7 +10,18 @@ server, or None. Exits non-zero, naming the file, when a piece of the release's 
 is missing or fails on anything but a refusal.
 
 What runs, unchanged:
-  - first, the model hook's refusal of a DSA model's prefill CP on a PD decode server (the
+  - first, where the DeepSeek-family override provider (`_deepseek_family_overrides`) is among
+    the release's providers for the config's architecture: its DSA branch's prefill-CP statement
+    (inside `if is_deepseek_dsa(hf_config):` and its CUDA-or-ROCm test, taken from the syntax
+    tree) up to its assert that TP fits one machine, with the provider module's globals: up to
+    0.5.21 it asserts that interleave (or no strategy) runs without DP, from 0.5.22 it reads the
+    attention DP size through the release's `context_parallel_attn_dp_size`; the providers run
+    before the model hook's branches in every release;
+  - on DeepSeek-V4 (the model hook's branch that calls it), `validate_deepseek_v4_cp`
+    (arg_groups/deepseek_v4_hook.py, from the syntax tree) up to its assert that TP fits one
+    machine: the strategy it allows, the DP it refuses, and the CP size it declares, which the
+    context-parallel hook then reads;
+  - the model hook's refusal of a DSA model's prefill CP on a PD decode server (the
     statement of `handle_model_specific_adjustments`, or `ServerArgs._handle_model_specific_
     adjustments` before 0.5.19, inside its `if is_deepseek_dsa(hf_config):` branch, taken from the
     syntax tree), where the config's architecture is in the list of the branch around it and the
@@ -42,6 +53,7 @@ import ast
 import inspect
 import json
 import os
+import logging
 import sys
 import types
 
@@ -62,6 +74,10 @@ LAST_CHECK = "--cp-strategy must be set when --enable-prefill-cp is enabled."
 DIVIDES_CHECK = "tp_size must be divisible by attn_cp_size"
 DSA_DECODE_CP = "CP is only supported for prefill when PD disaggregation"
 CP_UTILS = os.path.join("layers", "cp", "utils.py")
+FAMILY_PROVIDER = "_deepseek_family_overrides"
+SINGLE_MACHINE = "Context parallel only supports single machine"
+DSV4_HOOK = os.path.join("arg_groups", "deepseek_v4_hook.py")
+DSV4_CP = "validate_deepseek_v4_cp"
 
 
 class CudaPlatform:
@@ -89,6 +105,51 @@ def _family_resolves_cp(release, arch):
     size (the DeepSeek family's, under prefill CP), which the divisibility asserts then read."""
     _base, providers = release.override_providers(arch)
     return any("attn_cp_size" in inspect.getsource(fn) for fn in providers)
+
+
+def _family_prefill_cp(provider):
+    """The DeepSeek-family provider's DSA prefill-CP statement (nested in its DSA and platform
+    tests) through its assert that TP fits one machine, compiled."""
+    path = inspect.getsourcefile(provider)
+    tree = ast.parse(inspect.getsource(provider), path)
+    for dsa in ast.walk(tree):
+        if not (isinstance(dsa, ast.If) and ast.unparse(dsa.test) == "is_deepseek_dsa(hf_config)"):
+            continue
+        for platform in (n for n in dsa.body if isinstance(n, ast.If)):
+            block = next((n for n in platform.body if isinstance(n, ast.If)
+                          and ast.unparse(n.test).endswith("enable_prefill_cp")), None)
+            if block is None:
+                continue
+            at = next((i for i, n in enumerate(block.body) if SINGLE_MACHINE in ast.unparse(n)), None)
+            if at is None:
+                break
+            nested = ast.If(test=dsa.test, orelse=[], body=[ast.If(test=platform.test, orelse=[], body=[
+                ast.If(test=block.test, body=block.body[:at + 1], orelse=[])])])
+            return compile(ast.fix_missing_locations(ast.Module(body=[nested], type_ignores=[])), path, "exec")
+    raise SystemExit(f"{path}: {FAMILY_PROVIDER} no longer asserts, under a DSA model's prefill CP, "
+                     "that TP fits one machine")
+
+
+def _dsv4_cp_validation(srt):
+    """(the test of the model hook's `if` that calls validate_deepseek_v4_cp, and that function
+    through its assert that TP fits one machine, annotations dropped), compiled."""
+    path, _module, name, hook = server_argv.hook_function(srt, MODEL_HOOKS, "model hook")
+    callers = [n.test for n in ast.walk(hook) if isinstance(n, ast.If) and any(
+        isinstance(c, ast.Call) and ast.unparse(c.func) == DSV4_CP for s in n.body for c in ast.walk(s))]
+    if len(callers) != 1:
+        raise SystemExit(f"{path}: {len(callers)} `if` statements in {name} call {DSV4_CP}; the harness expects one")
+    applies = compile(ast.Expression(callers[0]), path, "eval")
+    hook_path = os.path.join(srt, DSV4_HOOK)
+    with open(hook_path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), hook_path)
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == DSV4_CP), None)
+    if fn is None:
+        raise SystemExit(f"{hook_path}: no {DSV4_CP}")
+    fn.body = server_argv.statements_through(hook_path, fn, SINGLE_MACHINE, "asserts that TP fits one machine")
+    fn.returns = None
+    for arg in fn.args.args:
+        arg.annotation = None
+    return applies, compile(ast.fix_missing_locations(ast.Module(body=[fn], type_ignores=[])), hook_path, "exec")
 
 
 def model_hook_dsa_branches(srt):
@@ -131,6 +192,13 @@ def main(argv):
     deprecated = server_argv.deprecated_dp_attention(srt)
     dsa_family, dsa_check = _dsa_prefill_cp_check(srt)
     is_deepseek_dsa = release.mc["is_deepseek_dsa"]
+    dsv4_applies, dsv4_code = _dsv4_cp_validation(srt)
+    base, _providers = release.override_providers("DeepseekV4ForCausalLM")
+    dsv4_globals = dict(server_argv.VIEWS, get_platform=CudaPlatform, is_npu=lambda: False,
+                        logger=logging.getLogger("dsv4"),
+                        context_parallel_attn_dp_size=getattr(base, "context_parallel_attn_dp_size", None))
+    exec(dsv4_code, dsv4_globals)
+    family_blocks = {}
     if "CP_V2_DEFAULT_MODEL_CLASSES" in source:
         # The CP-v2 defaults (up to 0.5.19): the layers package is stubbed, so the constant comes
         # from the release's module, statement by statement.
@@ -164,10 +232,25 @@ def main(argv):
         statements = through_strategy if server.enable_prefill_cp and _family_resolves_cp(
             release, hf_config.architectures[0]) else through_divides
 
-        def run(namespace=namespace, statements=statements, server=server,
-                dsa=hf_config.architectures[0] in dsa_family and is_deepseek_dsa(hf_config)):
+        arch = hf_config.architectures[0]
+        provider = next((fn for fn in release.override_providers(arch)[1] if fn.__name__ == FAMILY_PROVIDER), None)
+        if provider is not None and arch not in family_blocks:
+            family_blocks[arch] = _family_prefill_cp(provider)
+        family = provider and dict(provider.__globals__, cfg=server, server_args=server, hf_config=hf_config,
+                                   overrides={}, is_deepseek_dsa=is_deepseek_dsa, get_platform=CudaPlatform,
+                                   is_npu=lambda: False, is_xpu=lambda: False)
+        dsv4 = eval(dsv4_applies, {"model_arch": arch})
+
+        def run(namespace=namespace, statements=statements, server=server, family=family, dsv4=dsv4,
+                family_block=family_blocks.get(arch), model_config=model_config,
+                dsa=arch in dsa_family and is_deepseek_dsa(hf_config)):
             if deprecated is not None:
                 deprecated(server)
+            if family:
+                exec(family_block, family)
+            if dsv4:
+                dsv4_globals["model_config_of"] = lambda _args, config=model_config: config
+                dsv4_globals[DSV4_CP](server)
             if dsa:
                 exec(dsa_check, namespace)
             exec(statements, namespace)

@@ -1226,26 +1226,32 @@ def check_family_overrides(kvpilot, src, venvs, version, compare):
         "script": "family_overrides.py", "argv": lambda s: s["argv"], "env": lambda s: s["env"],
         "rules": FAMILY_OVERRIDE_RULES})
 
-# The model hook's DSA prefill-CP check (CP6) and the context-parallel hook (CP1-CP5) on PD decode,
-# PD prefill and servers without PD, with and without prefill CP, each strategy and attention CP
-# (with TP, replicas and attention DP for the divisibility asserts, CP7 and CP8):
-# Nemotron-H (its own config and the one a VL model nests), LongCat-Flash, the DSA models
-# DeepSeek-V3.2 and GLM-5, DeepSeek-V3 (MLA without DSA), MiMo-V2 (its loader runs from 0.5.22)
-# with and without SGLANG_ENABLE_CP_V2=0, and Llama as the control.
+# The DeepSeek-family provider's DSA prefill-CP asserts (CP9, CP10), DeepSeek-V4's CP validation
+# (CP10-CP13), the model hook's DSA prefill-CP check (CP6) and the context-parallel hook (CP1-CP5)
+# on PD decode, PD prefill and servers without PD, with and without prefill CP, each strategy and
+# attention CP (with TP, replicas and attention DP for the divisibility asserts, CP7 and CP8, and
+# the DP the DeepSeek asserts refuse; TP 16 under prefill CP, beyond one machine): Nemotron-H (its
+# own config and the one a VL model nests), LongCat-Flash, the DSA models DeepSeek-V3.2 and GLM-5,
+# DeepSeek-V3 (MLA without DSA), DeepSeek-V4, MiMo-V2 (its loader runs from 0.5.22) with and
+# without SGLANG_ENABLE_CP_V2=0, and Llama as the control.
 CONTEXT_PARALLEL_CONFIGS = (("llama-3.1-8b-instruct", None, ({},)), ("nemotron-nano-9b-v2", None, ({},)),
                             ("nemotron-nano-vl-v2", None, ({},)), ("parity/longcat-flash", None, ({},)),
                             ("deepseek-v3.2-exp", None, ({},)), ("glm-5", None, ({},)), ("deepseek-v3", None, ({},)),
+                            ("deepseek-v4", None, ({},)),
                             ("mimo-v2-flash", "0.5.22", ({}, {"SGLANG_ENABLE_CP_V2": "0"})))
-CONTEXT_PARALLEL_RULES = ("CP1", "CP2", "CP3", "CP4", "CP5", "CP6", "CP7", "CP8")
+CONTEXT_PARALLEL_RULES = ("CP1", "CP2", "CP3", "CP4", "CP5", "CP6", "CP7", "CP8", "CP9", "CP10", "CP11", "CP12",
+                          "CP13")
 
 
-def context_parallel_shapes(version):
-    """(TP, DP flags) for a server with attention CP: TP 1 (the default), 2, 4 or 6; without DP,
-    with replicas, and with attention DP in each release's spelling (the divisibility asserts)."""
+def context_parallel_shapes(version, prefill_cp):
+    """(TP, DP flags) for a server with attention or prefill CP: TP 1 (the default), 2, 4 or 6,
+    and 16 under prefill CP; without DP, with replicas, and with attention DP in each release's
+    spelling (the divisibility asserts, and the DP the DeepSeek family's prefill CP refuses)."""
     data_parallel = [[], ["--dp-size", "2"], ["--dp-size", "2", "--enable-dp-attention"]]
     if version_key(version) >= version_key("0.5.22"):
         data_parallel.append(["--attn-dp-size", "2"])
-    return [(tp, dp) for tp in (1, 2, 4, 6) for dp in data_parallel if not dp or tp > 1]
+    sizes = (1, 2, 4, 6, 16) if prefill_cp else (1, 2, 4, 6)
+    return [(tp, dp) for tp in sizes for dp in data_parallel if not dp or tp > 1]
 
 
 def context_parallel_scenarios(version):
@@ -1255,7 +1261,8 @@ def context_parallel_scenarios(version):
             continue
         for role, prefill_cp, strategy, attention_cp, env in itertools.product(
                 ("decode", "prefill", "null"), (False, True), (None, "interleave", "zigzag"), (1, 2, 4), envs):
-            for tp, dp in context_parallel_shapes(version) if attention_cp != 1 else [(1, [])]:
+            shapes = context_parallel_shapes(version, prefill_cp) if attention_cp != 1 or prefill_cp else [(1, [])]
+            for tp, dp in shapes:
                 argv = ["--model-path", "/models/m"]
                 argv += role_argv(role)
                 if tp != 1:
@@ -1272,8 +1279,9 @@ def context_parallel_scenarios(version):
 
 
 def check_context_parallel(kvpilot, src, venvs, version, compare):
-    """The model hook's DSA prefill-CP check and the context-parallel hook's model, strategy and
-    divisibility checks (context_parallel.py) against the guard's CP1-CP8."""
+    """The DeepSeek family's prefill-CP asserts, the model hook's DSA prefill-CP check and the
+    context-parallel hook's model, strategy and divisibility checks (context_parallel.py) against
+    the guard's CP1-CP13."""
     return check_with_guard(kvpilot, src, venvs, version, compare, {
         "label": "context parallel", "scenarios": context_parallel_scenarios(version),
         "script": "context_parallel.py", "argv": lambda s: s["argv"], "env": lambda s: s["env"],
