@@ -35,6 +35,7 @@ const ON_EVERY_SERVER: &[&str] = &[
     "IQ4", "IQ5", "IQ6", "IQ7", "IQ8", "IQ9", "IQ10", "IQ11", "IQ12", "IQ13", "IQ14", "IQ15", "IQ16", "CP1", "CP2",
     "CP3", "CP4", "CP5", "CP7", "CP8", "NH1", "NH2", "MV1", "MV2", "DT1", "DT2", "DP1", "DP2", "DP3", "DP4", "PP1",
     "HS1", "HS2", "DC1", "LH1", "SD17", "LO2", "LH2", "LH3", "LH4", "LH5", "CP9", "CP10", "CP11", "CP12", "CP13",
+    "MV3",
 ];
 /// Rules SGLang applies on servers without PD but not on prefill ones (DSPARK's pipeline stages,
 /// SD6, and EAGLE's, PP2, PP5 and PP6).

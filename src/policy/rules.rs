@@ -192,7 +192,8 @@ const HICACHE_DCP_HINT: &str = "turn hierarchicalCache off, or set decodeContext
 const LMCACHE_HINT: &str = "turn lmcache off: SGLang 0.5.21 and later run LMCache only on servers without PD \
                             disaggregation (spec.cache is kvpilot's KV store for PD servers)";
 
-/// The env var that selects the unified radix tree (0.5.19–0.5.20 need it for R13).
+/// The env var that selects the unified radix tree (0.5.19–0.5.20 need it for R13, 0.5.17–0.5.18
+/// for HiCache on MiMo-V2, MV3).
 pub(crate) const UNIFIED_RADIX_TREE_ENV: &str = "SGLANG_ENABLE_UNIFIED_RADIX_TREE";
 
 const MOONCAKE_NIXL: &[TransferBackend] = &[TransferBackend::Mooncake, TransferBackend::Nixl];
@@ -434,7 +435,7 @@ impl CacheOptions {
     /// `extraArgs` turn them on.
     fn of_prefill(c: &Context<'_>, fleet: &FleetSpec) -> Self {
         Self {
-            hierarchical: given(&fleet.extra_args, "--enable-hierarchical-cache"),
+            hierarchical: given(&fleet.extra_args, HICACHE_FLAG),
             lmcache: given(&fleet.extra_args, "--enable-lmcache"),
             linker: given(&fleet.extra_args, "--enable-unified-cache-external-linker") && c.release >= v0_5(20),
         }
@@ -806,7 +807,7 @@ fn dsa_dcp_servers<'a>(c: &'a Context<'_>) -> impl Iterator<Item = (&'a FleetSpe
     let own = (c.decode, c.settings.decode_context_parallel, c.settings.hisparse || c.settings.hierarchical_cache);
     let prefill = service_prefill(c).map(|fleet| {
         let args = &fleet.extra_args;
-        (fleet, dcp_of(args), given(args, "--enable-hisparse") || given(args, "--enable-hierarchical-cache"))
+        (fleet, dcp_of(args), given(args, "--enable-hisparse") || given(args, HICACHE_FLAG))
     });
     std::iter::once(own)
         .chain(prefill)
@@ -1288,6 +1289,15 @@ fn pipeline_speculation_without_pd(c: &Context<'_>) -> bool {
 /// and a service's prefill fleet.
 fn speculating_pipeline_stages(c: &Context<'_>) -> i32 {
     fleets_in_scope(c).map(|fleet| fleet.pipeline_parallel).max().unwrap_or(1)
+}
+
+const HICACHE_FLAG: &str = "--enable-hierarchical-cache";
+
+/// The fleets in scope that run HiCache: the decode servers with `hierarchicalCache`, and a
+/// service's prefill servers given `--enable-hierarchical-cache` in their `extraArgs`.
+fn hicache_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a FleetSpec> {
+    let decode = c.settings.hierarchical_cache.then_some(c.decode);
+    decode.into_iter().chain(service_prefill(c).filter(|fleet| given(&fleet.extra_args, HICACHE_FLAG)))
 }
 
 /// HiCache with decode context parallelism, which the HiCache hook checks further (D1–D5).
@@ -2829,12 +2839,10 @@ pub(crate) const RULES: &[Rule] = &[
         messages: &[text("MiniCPM SALA does not support hierarchical cache")],
         changes: &[],
         check: |c| {
-            let prefill_hicache =
-                service_prefill(c).is_some_and(|fleet| given(&fleet.extra_args, "--enable-hierarchical-cache"));
             when(
                 MINICPM.contains(&c.layout.architecture.as_str())
                     && minicpm_hybrid_attention(c)
-                    && (c.settings.hierarchical_cache || prefill_hicache),
+                    && hicache_fleets(c).next().is_some(),
             )
         },
         fix: Fix::Manual {
@@ -3247,6 +3255,27 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Manual {
             hint: "set tensorParallel, dataParallel with enableDpAttention, and --attn-cp-size in extraArgs so that TP ÷ \
                    attention DP ÷ attention CP divides the model's num_key_value_heads",
+        },
+    },
+    Rule {
+        id: "MV3",
+        about: "MiMo-V2 × HiCache without the unified radix tree",
+        field: HIERARCHICAL_CACHE,
+        span: Span::between(v0_5(17), v0_5(18)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "Hierarchical cache for MiMoV2 requires the unified radix tree. Set SGLANG_ENABLE_UNIFIED_RADIX_TREE=1 to \
+             enable --enable-hierarchical-cache for this model.",
+        )],
+        changes: &[],
+        check: |c| {
+            let mimo_v2 = MIMO_V2.contains(&c.layout.architecture.as_str());
+            when(mimo_v2 && hicache_fleets(c).any(|fleet| !env_truthy(fleet, UNIFIED_RADIX_TREE_ENV)))
+        },
+        fix: Fix::Manual {
+            hint: "set SGLANG_ENABLE_UNIFIED_RADIX_TREE=1 in the env of the servers with HiCache (spec.decode.env, \
+                   spec.prefill.env), turn hierarchicalCache off, or use SGLang 0.5.19 or later",
         },
     },
     Rule {

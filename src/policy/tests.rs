@@ -1138,6 +1138,39 @@ fn mv1_mv2_mimo_v2_fused_qkv_weights_fix_the_attention_tp() {
     assert!(rules(&flash, &tp8, 23).is_empty());
 }
 
+/// Up to 0.5.18 the model hook's MiMo-V2 branch (both architectures) refuses HiCache on a server
+/// whose env does not turn on the unified radix tree (MV3): the decode servers with
+/// `hierarchicalCache`, and a service's prefill servers given `--enable-hierarchical-cache`.
+#[test]
+fn mv3_mimo_v2_hicache_needs_the_unified_radix_tree() {
+    let flash = fixture("mimo-v2-flash");
+    let hicache = with(|s| s.hierarchical_cache = true);
+    let rules = |settings: &DisaggregationSpec, fleet: &FleetSpec, layout: &AttentionLayout, patch: u16| {
+        run_at(v0_5(patch), settings, fleet, layout).violations.iter().any(|v| v.rule == "MV3")
+    };
+    let plain = FleetSpec::default();
+    assert!(rules(&hicache, &plain, &flash, 17) && rules(&hicache, &plain, &flash, 18));
+    assert!(!rules(&hicache, &plain, &flash, 19), "the check is gone from 0.5.19");
+    assert!(!rules(&DisaggregationSpec::default(), &plain, &flash, 18), "no HiCache");
+    assert!(!rules(&hicache, &plain, &full(), 18), "not MiMo-V2");
+    let unified = FleetSpec {
+        env: vec![k8s_openapi::api::core::v1::EnvVar {
+            name: "SGLANG_ENABLE_UNIFIED_RADIX_TREE".into(),
+            value: Some("1".into()),
+            ..Default::default()
+        }],
+        ..FleetSpec::default()
+    };
+    assert!(!rules(&hicache, &unified, &flash, 18));
+
+    let prefill = parallel_fleet(1, 1, false, &["--enable-hierarchical-cache"]);
+    let defaults = DisaggregationSpec::default();
+    let input =
+        PolicyInput { prefill_fleet: Some(&prefill), ..PolicyInput::alone(&defaults, &unified, &flash, v0_5(18)) };
+    let verdict = evaluate(input);
+    assert!(verdict.violations.iter().any(|v| v.rule == "MV3"), "the prefill servers run HiCache without the env");
+}
+
 /// The context-parallel hook asserts that attention CP divides TP (CP7), then that the DP size
 /// times it does (CP8: `--dp-size` up to 0.5.21, the attention DP size from 0.5.22). Under prefill
 /// CP the DeepSeek family's overrides choose the CP size of an MLA model, and kvpilot leaves the

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""One SGLang release's MiMo-V2 fused-QKV check in its model hook, on a server's command line.
+"""One SGLang release's MiMo-V2 checks in its model hook (fused QKV weights, HiCache), on a
+server's command line and env.
 
 Usage: mimo_v2_hook.py SGLANG_SRC < scenarios.json
-  scenario: {"id", "config", "argv"}
+  scenario: {"id", "config", "argv", "env"}
 Prints [{"id", "raised", "message"}] on stdout: the message of the check's refusal, or None.
 Exits non-zero, naming the file, when a piece of the release's code this needs is missing or
 fails on anything but a refusal.
@@ -17,6 +18,9 @@ What runs, unchanged, in the release's own order:
     the config as the release's own loader loads it: it calls the release's
     `get_mimo_v2_fused_qkv_expected_tp_size` (configs/model_config.py, which refuses a projection
     layout it does not know) and, where the release has it, `derive_attn_tp_size`;
+  - then, where the branch has one (up to 0.5.18), its `if ....enable_hierarchical_cache:`
+    statement under the branch's own test of `model_arch`, with `envs` reading the scenario's
+    env (HiCache needs SGLANG_ENABLE_UNIFIED_RADIX_TREE);
   - the release's argument parser (as server_argv.py builds it) on the scenario's argv.
 
 Stood in: `resolving_view` and `resolved_view` (`self._resolved()` up to 0.5.18) read the parsed
@@ -40,15 +44,18 @@ MODEL_HOOKS = ((os.path.join("arg_groups", "model_hook.py"), "sglang.srt.arg_gro
 EXPECTED_TP = "get_mimo_v2_fused_qkv_expected_tp_size"
 
 
-def _fused_qkv_check(srt):
-    """(file, module, the MiMo-V2 branch's fused-QKV `if`, compiled) of the release's model hook."""
+def _mimo_v2_checks(srt):
+    """(file, module, the MiMo-V2 branch's fused-QKV `if` and, where the release has it, its
+    HiCache `if` under the branch's test, compiled) of the release's model hook."""
     path, module, _name, fn = server_argv.hook_function(srt, MODEL_HOOKS, "model hook")
-    check = next((n for n in ast.walk(fn) if isinstance(n, ast.If)
-                  and "'MiMoV2ForCausalLM'" in ast.unparse(n.test) and "encoder_only" in ast.unparse(n.test)), None)
+    branch = next((n for n in ast.walk(fn) if isinstance(n, ast.If) and "'MiMoV2ForCausalLM'" in ast.unparse(n.test)
+                   and any(isinstance(m, ast.If) and "encoder_only" in ast.unparse(m.test) for m in n.body)), None)
+    check = branch and next(m for m in branch.body if isinstance(m, ast.If) and "encoder_only" in ast.unparse(m.test))
     if check is None or EXPECTED_TP not in ast.unparse(check):
         raise SystemExit(f"{path}: {fn.name} no longer checks MiMoV2ForCausalLM's fused QKV weights")
-    body = ast.Module(body=[check], type_ignores=[])
-    return path, module, compile(ast.fix_missing_locations(body), path, "exec")
+    hicache = [m for m in branch.body if isinstance(m, ast.If) and ast.unparse(m.test).endswith("enable_hierarchical_cache")]
+    body = [check] + ([ast.If(test=branch.test, body=hicache, orelse=[])] if hicache else [])
+    return path, module, compile(ast.fix_missing_locations(ast.Module(body=body, type_ignores=[])), path, "exec")
 
 
 def _config(release, path):
@@ -66,7 +73,7 @@ def _config(release, path):
 def main(argv):
     srt, scenarios, release, parser = server_argv.release_script(argv, __doc__)
     deprecated = server_argv.deprecated_dp_attention(srt)
-    path, module, code = _fused_qkv_check(srt)
+    path, module, code = _mimo_v2_checks(srt)
     module_globals = dict(server_argv.hook_globals(path, module), **server_argv.VIEWS)
     # The hook imports the function from configs/model_config.py inside its body: the release's own.
     module_globals[EXPECTED_TP] = release.mc[EXPECTED_TP]
@@ -82,7 +89,8 @@ def main(argv):
             exec(code, dict(module_globals, cfg=server, server_args=server, self=server, hf_config=hf_config,
                             model_arch=hf_config.architectures[0]))
 
-        error = server_argv.refusal(path, scenario, run)
+        with server_argv.environment(scenario["env"]):
+            error = server_argv.refusal(path, scenario, run)
         message = None if error is None else str(error)
         results.append({"id": scenario["id"], "raised": message is not None, "message": message})
     print(json.dumps(results))

@@ -1414,10 +1414,13 @@ def check_hisparse(kvpilot, src, venvs, version, compare):
 # The model hook's MiMo-V2 fused-QKV check (MV1, MV2) on MiMoV2ForCausalLM with fused (for 4 and 2
 # KV heads), split and unknown QKV projection layouts, and as controls MiMo-V2-Flash (not checked) and Llama; PD decode,
 # PD prefill and no PD; TP 1 to 8, replicas and attention DP in each release's spellings, attention
-# CP, and `--encoder-only`, which skips the check.
+# CP, and `--encoder-only`, which skips the check; then its HiCache check (MV3, up to 0.5.18) on
+# every config and role at TP 4, with HiCache, with SGLANG_ENABLE_UNIFIED_RADIX_TREE set to 1 or
+# 0, and without.
 MIMO_V2_CONFIGS = ("parity/mimo-v2-fused-qkv", "parity/mimo-v2-fused-qkv-2-kv-heads", "parity/mimo-v2-split-qkv",
                    "parity/mimo-v2-packed-qkv", "mimo-v2-flash", "llama-3.1-8b-instruct")
-MIMO_V2_RULES = ("MV1", "MV2")
+MIMO_V2_RULES = ("MV1", "MV2", "MV3")
+UNIFIED_RADIX_TREE_ENVS = ({}, {"SGLANG_ENABLE_UNIFIED_RADIX_TREE": "1"}, {"SGLANG_ENABLE_UNIFIED_RADIX_TREE": "0"})
 
 
 def mimo_v2_scenarios(version):
@@ -1435,16 +1438,23 @@ def mimo_v2_scenarios(version):
         argv = ["--model-path", "/models/m", *role_argv(role), "--tp", str(tp), *dp_argv]
         argv += ["--attn-cp-size", str(cp)] if cp > 1 else []
         argv += ["--encoder-only"] if encoder_only else []
-        scenarios.append({"id": f"v{len(scenarios)}", "argv": argv,
+        scenarios.append({"id": f"v{len(scenarios)}", "argv": argv, "env": {},
+                          "config": os.path.join(ROOT, "tests/fixtures/configs", f"{config}.json")})
+    for config, role, hicache, env in itertools.product(
+            MIMO_V2_CONFIGS, ("decode", "prefill", "null"), (False, True), UNIFIED_RADIX_TREE_ENVS):
+        argv = ["--model-path", "/models/m", *role_argv(role), "--tp", "4"]
+        argv += ["--enable-hierarchical-cache"] if hicache else []
+        scenarios.append({"id": f"v{len(scenarios)}", "argv": argv, "env": env,
                           "config": os.path.join(ROOT, "tests/fixtures/configs", f"{config}.json")})
     return scenarios
 
 
 def check_mimo_v2_hook(kvpilot, src, venvs, version, compare):
-    """The model hook's MiMo-V2 fused-QKV check (mimo_v2_hook.py) against the guard's MV1 and MV2."""
+    """The model hook's MiMo-V2 fused-QKV and HiCache checks (mimo_v2_hook.py) against the guard's
+    MV1-MV3."""
     return check_with_guard(kvpilot, src, venvs, version, compare, {
-        "label": "MiMo-V2 fused QKV", "scenarios": mimo_v2_scenarios(version), "script": "mimo_v2_hook.py",
-        "argv": lambda s: s["argv"], "rules": MIMO_V2_RULES})
+        "label": "MiMo-V2 hook", "scenarios": mimo_v2_scenarios(version), "script": "mimo_v2_hook.py",
+        "argv": lambda s: s["argv"], "env": lambda s: s["env"], "rules": MIMO_V2_RULES})
 
 
 # Flag combinations the encoder, decode-CP and DP LM head checks refuse (EN1, DC1, LH1): PD decode,
