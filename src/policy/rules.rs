@@ -1309,10 +1309,13 @@ fn buffer_only(c: &Context<'_>) -> bool {
     c.settings.hicache_host_memory_mode == Some(HicacheHostMemoryMode::BufferOnly)
 }
 
-/// Whether a decode server's HiCache hook checks buffer-only host memory: with HiCache, decode
-/// offload, or the host_pool or automatic retraction backup (the hook normalizes the decode host
-/// pool then).
+/// Whether the server's HiCache hook checks buffer-only host memory: a decode server's with
+/// HiCache, decode offload, or the host_pool or automatic retraction backup (the hook normalizes
+/// the decode host pool then); a prefill server's or one without PD with HiCache.
 fn buffer_only_checked(c: &Context<'_>) -> bool {
+    if c.scope == Scope::OtherServer {
+        return buffer_only(c) && c.settings.hierarchical_cache;
+    }
     let host_pool_path = c.settings.retraction_backup.is_none() || host_pool(c);
     buffer_only(c) && (c.settings.hierarchical_cache || c.settings.decode_offload_kv_cache || host_pool_path)
 }
@@ -3931,6 +3934,28 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Rewrite { apply: host_memory_mode_unset, hint: BUFFER_ONLY_HINT },
     },
     Rule {
+        id: "H8",
+        about: "buffer-only host memory × the write-back policy",
+        field: HOST_MEMORY_MODE,
+        span: Span::between(v0_5(19), v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--hicache-host-memory-mode buffer_only does not support --hicache-write-policy write_back; use \
+             write_through or write_through_selective.",
+        )],
+        changes: &[],
+        check: |c| {
+            let write_back = option_value(&c.decode.extra_args, "--hicache-write-policy") == Some("write_back");
+            when(buffer_only_checked(c) && c.settings.hicache_storage_backend.is_some() && write_back)
+        },
+        fix: Fix::Manual {
+            hint: "drop --hicache-write-policy write_back from extraArgs (write_through is the default), or leave \
+                   hicacheHostMemoryMode unset (cache); from 0.5.22 SGLang resolves write_back to write_through \
+                   under buffer_only",
+        },
+    },
+    Rule {
         id: "H4",
         about: "buffer-only host memory on decode",
         field: HOST_MEMORY_MODE,
@@ -3943,7 +3968,7 @@ pub(crate) const RULES: &[Rule] = &[
              consuming its staged holds. Prefill instances share the standard scheduler path and are supported.",
         )],
         changes: &[],
-        check: |c| when(buffer_only_checked(c)),
+        check: |c| when(c.scope != Scope::OtherServer && buffer_only_checked(c)),
         fix: Fix::Rewrite { apply: host_memory_mode_unset, hint: BUFFER_ONLY_HINT },
     },
     Rule {

@@ -5,7 +5,7 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
-use crate::api::{MambaRadixCacheStrategy, PrefillSpec, TransferBackend};
+use crate::api::{HicacheHostMemoryMode, MambaRadixCacheStrategy, PrefillSpec, TransferBackend};
 use crate::release::v0_5;
 
 fn layout(config: serde_json::Value) -> AttentionLayout {
@@ -88,6 +88,11 @@ const CATALOGUE: Release = v0_5(19);
 
 fn run(settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout) -> Verdict {
     run_at(CATALOGUE, settings, decode, layout)
+}
+
+/// The rules of a verdict's violations, in order.
+fn rule_ids(verdict: Verdict) -> Vec<&'static str> {
+    verdict.violations.iter().map(|v| v.rule).collect()
 }
 
 fn run_at(release: Release, settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout) -> Verdict {
@@ -676,7 +681,6 @@ fn mamba_rules_skip_servers_given_disable_radix_cache() {
         extra_args: ["--disable-overlap-schedule"].iter().chain(extra).map(|a| a.to_string()).collect(),
         ..FleetSpec::default()
     };
-    let rule_ids = |verdict: Verdict| verdict.violations.iter().map(|v| v.rule).collect::<Vec<_>>();
     let prefill = |fleet: &FleetSpec| {
         rule_ids(role::evaluate_non_decode(PolicyInput::alone(&no_buffer, fleet, &ssm, v0_5(23)), true))
     };
@@ -975,11 +979,7 @@ fn m2_and_m5_read_the_extra_args_of_every_fleet_that_keeps_a_radix_cache() {
 #[test]
 fn boolean_env_values_are_read_as_sglang_s_env_bool_reads_them() {
     let with_value = |value: &str| FleetSpec {
-        env: vec![k8s_openapi::api::core::v1::EnvVar {
-            name: "SGLANG_DISAGG_STAGING_BUFFER".into(),
-            value: Some(value.into()),
-            value_from: None,
-        }],
+        env: vec![EnvVar { name: "SGLANG_DISAGG_STAGING_BUFFER".into(), value: Some(value.into()), value_from: None }],
         ..FleetSpec::default()
     };
     // R20 reads SGLANG_DISAGG_STAGING_BUFFER: on for SGLang's true values only.
@@ -1138,6 +1138,34 @@ fn mv1_mv2_mimo_v2_fused_qkv_weights_fix_the_attention_tp() {
     assert!(rules(&flash, &tp8, 23).is_empty());
 }
 
+/// Buffer-only host memory on a prefill server or one without PD is checked with HiCache only:
+/// it needs a storage backend (H3) and, 0.5.19-0.5.21, not the write-back policy (H8, also on a
+/// decode server, before H4). kvpilot used to call such prefill servers valid.
+#[test]
+fn h3_h8_buffer_only_host_memory_on_every_server() {
+    let buffer_only = |hierarchical: bool, backend: Option<&str>| {
+        with(|s| {
+            s.hierarchical_cache = hierarchical;
+            s.hicache_host_memory_mode = Some(HicacheHostMemoryMode::BufferOnly);
+            s.hicache_storage_backend = backend.map(str::to_string);
+        })
+    };
+    let llama = full();
+    let alone = |settings: &DisaggregationSpec, fleet: &FleetSpec, patch: u16| {
+        rule_ids(role::evaluate_non_decode(PolicyInput::alone(settings, fleet, &llama, v0_5(patch)), true))
+    };
+    let plain = FleetSpec::default();
+    assert_eq!(alone(&buffer_only(true, None), &plain, 21), ["H3"]);
+    assert!(alone(&buffer_only(false, None), &plain, 21).is_empty(), "checked with HiCache only");
+    assert!(alone(&buffer_only(true, None), &plain, 18).iter().all(|rule| *rule != "H3"), "0.5.19 on");
+    let write_back = parallel_fleet(1, 1, false, &["--hicache-write-policy", "write_back"]);
+    assert_eq!(alone(&buffer_only(true, Some("file")), &write_back, 21), ["H8"]);
+    assert!(alone(&buffer_only(true, Some("file")), &write_back, 22).is_empty(), "resolved to write-through");
+    assert!(alone(&buffer_only(true, Some("file")), &plain, 21).is_empty());
+    let decode = run_at(v0_5(20), &buffer_only(true, Some("file")), &write_back, &full());
+    assert_eq!(rule_ids(decode).into_iter().filter(|r| r.starts_with('H')).collect::<Vec<_>>(), ["H8", "H4"]);
+}
+
 /// Up to 0.5.18 the model hook's MiMo-V2 branch (both architectures) refuses HiCache on a server
 /// whose env does not turn on the unified radix tree (MV3): the decode servers with
 /// `hierarchicalCache`, and a service's prefill servers given `--enable-hierarchical-cache`.
@@ -1154,7 +1182,7 @@ fn mv3_mimo_v2_hicache_needs_the_unified_radix_tree() {
     assert!(!rules(&DisaggregationSpec::default(), &plain, &flash, 18), "no HiCache");
     assert!(!rules(&hicache, &plain, &full(), 18), "not MiMo-V2");
     let unified = FleetSpec {
-        env: vec![k8s_openapi::api::core::v1::EnvVar {
+        env: vec![EnvVar {
             name: "SGLANG_ENABLE_UNIFIED_RADIX_TREE".into(),
             value: Some("1".into()),
             ..Default::default()

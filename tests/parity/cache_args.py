@@ -203,8 +203,12 @@ def main(argv):
     cache_handle, cache_node = _kv_cache_hook_function(srt, "handle_cache_compatibility")
     unified_handle, unified_node = _kv_cache_hook_function(srt, "handle_unified_memory_pool")
     hicache_handle, hicache_node, hicache_helpers = _hicache_hook(srt)
+    # The HiCache hook's module (0.5.19 on) holds the functions it calls (the host memory mode's
+    # validation among them): their messages count too.
+    hicache_path = os.path.join(srt, "arg_groups", "hicache_hook.py")
+    hicache_messages = _tree(hicache_path) if os.path.exists(hicache_path) else hicache_node
     prefixes = (raised_prefixes(cache_node) + raised_prefixes(unified_node)
-                + raised_prefixes(hicache_node))
+                + raised_prefixes(hicache_messages))
     defaults = field_defaults(srt)
     fallbacks = field_fallbacks(srt)
     resolution_result, declare_resolution = resolution_stand_ins(fallbacks)

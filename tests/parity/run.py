@@ -422,6 +422,15 @@ def cache_args_scenarios():
         if backup is not None:
             args["disaggregation_decode_retraction_backup"] = backup
         scenarios.append({"id": f"c{len(scenarios)}", "args": args})
+    # Buffer-only host memory with the write-back policy, refused after the storage backend check
+    # and before the decode one (H8, 0.5.19-0.5.21; 0.5.22 resolves it to write-through).
+    for hierarchical, backend, policy in itertools.product((False, True), (None, "file"),
+                                                           ("write_back", "write_through")):
+        args = {"disaggregation_mode": "decode", "disaggregation_transfer_backend": "mooncake",
+                "enable_hierarchical_cache": hierarchical, "disaggregation_decode_enable_radix_cache": False,
+                "disaggregation_decode_enable_offload_kvcache": False, "hicache_storage_backend": backend,
+                "dcp_size": 1, "hicache_host_memory_mode": "buffer_only", "hicache_write_policy": policy}
+        scenarios.append({"id": f"c{len(scenarios)}", "args": args})
     # Unified memory under PD needs lazy compaction (U16): SGLANG_DISABLE_LAZY_COMPACTION in the
     # decode env, on, off or unset.
     for transfer, speculative, env in itertools.product(
@@ -469,6 +478,9 @@ def cache_args_manifest(scenario):
         disaggregation["decodeHostReceiveThreshold"] = args["disaggregation_decode_host_receive_threshold"]
     if scenario.get("env"):
         document["spec"]["decode"]["env"] = [{"name": k, "value": v} for k, v in scenario["env"].items()]
+    if "hicache_write_policy" in args:
+        decode = document["spec"]["decode"]
+        decode["extraArgs"] = decode.get("extraArgs", []) + ["--hicache-write-policy", args["hicache_write_policy"]]
     return document
 
 
@@ -1763,20 +1775,23 @@ def check_mamba_args(kvpilot, src, venvs, version, compare):
     return agreements, failed, summary + f" (by rule: {rules}), agreements {agreements}"
 
 
-SERVER_CACHE_RULES = ("S7", "L3", "X1")
+SERVER_CACHE_RULES = ("S7", "L3", "X1", "H3", "H8")
 
 
 def server_cache_args_scenarios():
     """Servers that are not PD decode servers (PD prefill, no PD) with HiCache, LMCache or the
     external cache linker, each with and without `--disable-radix-cache`, with a storage backend
-    or none: S7, L3 and X1 read the server's own radix cache there, where a decode server's
-    follows decode radix cache (the `cache args` scenarios)."""
+    or none, and with buffer-only host memory and the write-back policy or without: S7, L3 and X1
+    read the server's own radix cache there, where a decode server's follows decode radix cache
+    (the `cache args` scenarios), and H3 and H8 check a HiCache server's host memory mode."""
     scenarios = []
-    for mode, hierarchical, lmcache, linker, disabled, backend in itertools.product(
-            ("prefill", "null"), (False, True), (False, True), (False, True), (False, True), (None, "file")):
+    for mode, hierarchical, lmcache, linker, disabled, backend, (memory, policy) in itertools.product(
+            ("prefill", "null"), (False, True), (False, True), (False, True), (False, True), (None, "file"),
+            ((None, None), ("buffer_only", None), ("buffer_only", "write_back"), (None, "write_back"))):
         args = {"disaggregation_mode": mode, "enable_hierarchical_cache": hierarchical,
                 "enable_lmcache": lmcache, "enable_unified_cache_external_linker": linker,
-                "disable_radix_cache": disabled, "hicache_storage_backend": backend}
+                "disable_radix_cache": disabled, "hicache_storage_backend": backend,
+                "hicache_host_memory_mode": memory, "hicache_write_policy": policy}
         if mode == "prefill":
             args["disaggregation_transfer_backend"] = "mooncake"
         if hierarchical:
@@ -1799,11 +1814,26 @@ def flags_argv(scenario):
     return argv
 
 
+_CACHE_PREFIXES = {}
+
+
+def cache_args_prefixes(src, venvs):
+    """The messages the cache checks (cache_args.py) can raise in any release, as the `cache
+    args` part counts them: kvpilot must not report another release's wording where this one
+    accepts. Computed once per source tree (the script on no scenarios)."""
+    root = os.path.dirname(src)
+    if root not in _CACHE_PREFIXES:
+        _CACHE_PREFIXES[root] = {prefix for release in RELEASES for prefix in
+                                 sglang_cache_args(os.path.join(root, release.version), venvs, [])[0]}
+    return _CACHE_PREFIXES[root]
+
+
 def check_server_cache_args(kvpilot, src, venvs, version, compare):
     """The release's cache checks (cache_args.py) on prefill servers and servers without PD
     against the guard's verdict on the same command lines. Returns (passed, failed, summary)."""
     scenarios = server_cache_args_scenarios()
-    prefixes, theirs = sglang_cache_args(src, venvs, scenarios)
+    _, theirs = sglang_cache_args(src, venvs, scenarios)
+    prefixes = cache_args_prefixes(src, venvs)
     refusing = sum(theirs[s["id"]] is not None for s in scenarios)
     summary = f"server cache args scenarios {len(scenarios)} (refused by SGLang {refusing}"
     if not compare:
@@ -1858,7 +1888,9 @@ def pd_args_disagreement(error, prefixes, report):
         return f"SGLang raises {error!r}; kvpilot lacks {missing}: {messages}" if missing else None
     if error is not None:
         return None if error in messages else f"SGLang raises {error!r}; kvpilot: {messages}"
-    extra = [m for m in messages if any(m.startswith(p) for p in prefixes)]
+    # The check speaks for argument-phase refusals only (a tree cache built later may refuse).
+    extra = [v["message"] for v in report.get("violations", [])
+             if v.get("phase") == "args" and any(v["message"].startswith(p) for p in prefixes)]
     return f"SGLang accepts; kvpilot reports {extra}" if extra else None
 
 
