@@ -45,8 +45,8 @@ Stood in: the model config is the loaded config, its text config and the release
 `is_multimodal_model` of its architectures; `resolving_view` and `resolved_view` read the parsed
 namespace (`self._resolved()` up to 0.5.18), on which `declare_resolution` sets fields; `run_hook`
 calls the hook; `get_platform()`
-is a CUDA GPU's (kvpilot's servers run on NVIDIA GPUs), so the platform checks for HIP, NPU and
-MUSA pass.
+(and `is_npu()`, `is_xpu()`) is a CUDA GPU's (kvpilot's servers run on NVIDIA GPUs), so the
+platform checks for HIP, NPU and MUSA pass.
 """
 
 import ast
