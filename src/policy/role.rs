@@ -10,8 +10,8 @@ use crate::api::{OnInvalid, RetractionBackup, TransferBackend};
 /// pools too, T1hnd: it registers its pool's buffers too, DeepSeek-V4.1's DSpark PD check V4, DSA
 /// DCP's K2, MiniCPM's sparse attention MC3, Qwen4-Exp's MORI check QX1, and the pipeline checks of
 /// SGLANG_ENABLE_PP_SPEC under PD, PP3 and PP4, and the encoder hook's refusal of an encoder-only
-/// PD server, EN1, a language-model-only one, LO1, and unified memory's need for lazy compaction
-/// under PD, U16), or on any server (M3, S8, HiCache × DCP, the unified-memory pool's other
+/// PD server, EN1, a language-model-only one, LO1, unified memory's need for lazy compaction
+/// under PD, U16, and the Rust server's bootstrap port on a prefill server, BP1), or on any server (M3, S8, HiCache × DCP, the unified-memory pool's other
 /// exclusions, HiCache, LMCache and the linker without a radix cache S7, L3 and X1, which read the
 /// server's own, the other LMCache and linker rules, the tree cache's checks H1, H2, H5, H6, N5 and
 /// N6, DeepSeek-V4's host pool size H7, the speculative hook's SD1-SD5 and SD7-SD17, IQuest Q1's
@@ -25,7 +25,7 @@ use crate::api::{OnInvalid, RetractionBackup, TransferBackend};
 /// asserts CP9-CP13, MiMo-V2's HiCache check MV3, and buffer-only host memory's H3 and H8).
 const ON_EVERY_PD_SERVER: &[&str] = &[
     "R20", "M1", "U1", "U2", "U3", "U4c", "U9", "L7", "T11", "T1hnd", "V4", "K2", "MC3", "QX1", "PP3", "PP4", "EN1",
-    "U16", "LO1",
+    "U16", "LO1", "BP1",
 ];
 const ON_EVERY_SERVER: &[&str] = &[
     "M2", "M3", "M4", "M5", "M6", "M7", "S7", "S8", "F3", "F5", "L1", "L2", "L3", "L4", "L5", "L6", "L8", "X1", "X2",

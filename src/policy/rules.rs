@@ -177,6 +177,7 @@ const DECODE_SWA_RATIO: &str = "spec.decode.swaFullTokensRatio";
 const LMCACHE: &str = "spec.disaggregation.lmcache";
 const HOST_RECEIVE: &str = "spec.disaggregation.decodeHostReceiveThreshold";
 const HOST_MEMORY_MODE: &str = "spec.disaggregation.hicacheHostMemoryMode";
+const BOOTSTRAP_PORT: &str = "spec.disaggregation.bootstrapPort";
 const BUFFER_ONLY_HINT: &str = "leave hicacheHostMemoryMode unset (cache): SGLang runs buffer_only host memory on \
                                 prefill servers and servers without PD disaggregation only";
 const HOST_RECEIVE_HINT: &str = "leave decodeHostReceiveThreshold unset: no transfer backend SGLang ships (mooncake, \
@@ -1300,6 +1301,26 @@ fn hicache_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a FleetSpec>
     decode.into_iter().chain(service_prefill(c).filter(|fleet| given(&fleet.extra_args, HICACHE_FLAG)))
 }
 
+const RUST_SERVER_ENV: &str = "SGLANG_RUST_SERVER";
+/// SGLang's default `--disaggregation-bootstrap-port`, every release.
+const SGLANG_BOOTSTRAP_PORT: i64 = 8998;
+
+/// (bootstrap port, API port) of the prefill server in scope that SGLang's Rust server runs
+/// (`SGLANG_RUST_SERVER` in its env), whose PD hook serves the KV bootstrap registry on the API
+/// port: a service's prefill servers, or the guard's server (ON_EVERY_PD_SERVER keeps it for a
+/// prefill one). 0.5.23 asks whether the Rust server stands in for the backend's bootstrap
+/// server: it does for every backend a prefill server may run.
+fn rust_server_prefill_ports(c: &Context<'_>) -> Option<(i64, i64)> {
+    let fleet = if c.scope == Scope::OtherServer { Some(c.decode) } else { service_prefill(c) }?;
+    if !env_truthy(fleet, RUST_SERVER_ENV) {
+        return None;
+    }
+    let args = &fleet.extra_args;
+    let bootstrap =
+        number_option(args, &["--disaggregation-bootstrap-port"]).unwrap_or(i64::from(c.settings.bootstrap_port));
+    Some((bootstrap, number_option(args, &["--port"]).unwrap_or(i64::from(fleet.port))))
+}
+
 /// HiCache with decode context parallelism, which the HiCache hook checks further (D1–D5).
 fn hicache_dcp(c: &Context<'_>) -> bool {
     c.settings.hierarchical_cache && dcp(c)
@@ -1819,6 +1840,31 @@ pub(crate) const RULES: &[Rule] = &[
         changes: &[],
         check: |c| when(host_receive(c)),
         fix: Fix::Rewrite { apply: host_receive_off, hint: HOST_RECEIVE_HINT },
+    },
+    Rule {
+        id: "BP1",
+        about: "prefill on SGLang's Rust server × a bootstrap port of its own",
+        field: BOOTSTRAP_PORT,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "SGLANG_RUST_SERVER serves the PD KV bootstrap registry on the api port itself; \
+             --disaggregation-bootstrap-port {bootstrap} conflicts with --port {port}. Drop \
+             --disaggregation-bootstrap-port (decode nodes and the PD router must then target the prefill api port).",
+        )],
+        changes: &[],
+        check: |c| {
+            let (bootstrap, port) = rust_server_prefill_ports(c)?;
+            when_with(
+                bootstrap != SGLANG_BOOTSTRAP_PORT && bootstrap != port,
+                vec![("bootstrap", bootstrap.to_string()), ("port", port.to_string())],
+            )
+        },
+        fix: Fix::Manual {
+            hint: "set bootstrapPort to the prefill servers' API port (spec.prefill.port), where the Rust server serves \
+                   the registry, or drop SGLANG_RUST_SERVER from the prefill servers' env",
+        },
     },
     Rule {
         id: "S2",

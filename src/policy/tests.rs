@@ -1138,6 +1138,46 @@ fn mv1_mv2_mimo_v2_fused_qkv_weights_fix_the_attention_tp() {
     assert!(rules(&flash, &tp8, 23).is_empty());
 }
 
+/// A prefill server that SGLang's Rust server runs serves the KV bootstrap registry on its API
+/// port, so a bootstrap port of its own, other than SGLang's default, is refused (BP1, every
+/// release): a service's prefill servers with SGLANG_RUST_SERVER in their env, and the guard's
+/// prefill server with its own `--port` and `--disaggregation-bootstrap-port`.
+#[test]
+fn bp1_rust_server_prefill_serves_the_bootstrap_registry_on_its_api_port() {
+    let rust_server = |value: &str| FleetSpec {
+        env: vec![EnvVar { name: "SGLANG_RUST_SERVER".into(), value: Some(value.into()), ..Default::default() }],
+        ..FleetSpec::default()
+    };
+    let (decode, llama, defaults) = (FleetSpec::default(), full(), DisaggregationSpec::default());
+    let service = |settings: &DisaggregationSpec, prefill: &FleetSpec| {
+        let input =
+            PolicyInput { prefill_fleet: Some(prefill), ..PolicyInput::alone(settings, &decode, &llama, v0_5(23)) };
+        evaluate(input).violations.into_iter().filter(|v| v.rule == "BP1").map(|v| v.message).collect::<Vec<_>>()
+    };
+    let port_9000 = with(|s| s.bootstrap_port = 9000);
+    assert_eq!(
+        service(&port_9000, &rust_server("1")),
+        ["SGLANG_RUST_SERVER serves the PD KV bootstrap registry on the api port itself; \
+          --disaggregation-bootstrap-port 9000 conflicts with --port 30000. Drop --disaggregation-bootstrap-port \
+          (decode nodes and the PD router must then target the prefill api port)."]
+    );
+    assert!(service(&port_9000, &rust_server("0")).is_empty());
+    assert!(service(&defaults, &rust_server("true")).is_empty(), "8998 moves to the API port");
+    let same_port = with(|s| s.bootstrap_port = 30000);
+    assert!(service(&same_port, &rust_server("1")).is_empty(), "the bootstrap port is the API port");
+    assert!(run_at(v0_5(23), &port_9000, &rust_server("1"), &full()).violations.iter().all(|v| v.rule != "BP1"));
+
+    let mut guard = rust_server("1");
+    guard.extra_args = ["--port", "31000", "--disaggregation-bootstrap-port", "31000"].map(String::from).to_vec();
+    let alone = |fleet: &FleetSpec, prefill: bool| {
+        rule_ids(role::evaluate_non_decode(PolicyInput::alone(&defaults, fleet, &llama, v0_5(17)), prefill))
+    };
+    assert!(alone(&guard, true).is_empty());
+    guard.extra_args[3] = "9000".into();
+    assert_eq!(alone(&guard, true), ["BP1"]);
+    assert!(alone(&guard, false).is_empty(), "no PD: the PD hook checks prefill servers only");
+}
+
 /// Buffer-only host memory on a prefill server or one without PD is checked with HiCache only:
 /// it needs a storage backend (H3) and, 0.5.19-0.5.21, not the write-back policy (H8, also on a
 /// decode server, before H4). kvpilot used to call such prefill servers valid.

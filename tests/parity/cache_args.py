@@ -18,11 +18,18 @@ the release's pipeline calls that hook (upper-cased, resolved by its
 (platform) do not run: the scenarios set none of the flags they refuse. Stand-ins as in pd_args.py: a plain
 object holding the release's field defaults overlaid with the scenario, views that hand it back,
 declarations that set fields on it, DP attention off, and `use_mla_backend` answering False
-(run.py's manifests name the MHA Llama fixture). A scenario setting a field the release
-does not declare is not run: argparse refuses the flag (`unknownFields` in its result).
+(run.py's manifests name the MHA Llama fixture). The object is a dataclass declaring one field,
+`disaggregation_bootstrap_port` with the release's default, which the PD hook's Rust-server
+check reads through the record's fields (SGLANG_RUST_SERVER on a prefill server); where that
+check asks `rust_server_serves_kv_bootstrap` (0.5.23), the answer is read from the release's
+source: whether `get_kv_class` (disaggregation/utils.py) gives the backend a bootstrap server
+class that derives from `CommonKVBootstrapServer` (the class definitions under disaggregation/).
+A scenario setting a field the release does not declare is not run: argparse refuses the flag
+(`unknownFields` in its result).
 """
 
 import ast
+import dataclasses
 import functools
 import glob
 import os
@@ -190,6 +197,44 @@ def speculative_name_step(srt):
     return resolve_name
 
 
+def _rust_server_serves_kv_bootstrap(srt):
+    """The release's `rust_server_serves_kv_bootstrap(transfer_backend)`, answered from its
+    source: the bootstrap server class `get_kv_class` maps the backend to (its `elif
+    transfer_backend == TransferBackend.X:` branches) derives from CommonKVBootstrapServer."""
+    bases = {}
+    for path in glob.glob(os.path.join(srt, "disaggregation", "**", "*.py"), recursive=True):
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.ClassDef):
+                bases[node.name] = [ast.unparse(b).split(".")[-1] for b in node.bases]
+    servers = {}
+    # The last definition: the ones before it are typing overloads.
+    get_kv_class = [n for n in _tree(os.path.join(srt, "disaggregation", "utils.py")).body
+                    if isinstance(n, ast.FunctionDef) and n.name == "get_kv_class"][-1]
+    for branch in ast.walk(get_kv_class):
+        if isinstance(branch, ast.If) and ast.unparse(branch.test).startswith("transfer_backend == TransferBackend."):
+            backend = ast.unparse(branch.test).rsplit(".", 1)[-1].lower()
+            for mapping in ast.walk(branch):
+                if isinstance(mapping, ast.Dict):
+                    for key, value in zip(mapping.keys, mapping.values):
+                        if key is not None and ast.unparse(key) == "KVClassType.BOOTSTRAP_SERVER":
+                            servers[backend] = ast.unparse(value)
+    if not servers:
+        sys.exit(f"{srt}: get_kv_class maps no transfer backend to a bootstrap server class")
+
+    def derives(name):
+        return name == "CommonKVBootstrapServer" or any(derives(base) for base in bases.get(name, ()))
+
+    return lambda transfer_backend: derives(servers.get(transfer_backend, ""))
+
+
+def _server_args_record(defaults):
+    """A dataclass declaring `disaggregation_bootstrap_port` with the release's default, whose
+    instances hold every other field as a plain attribute (see the module doc)."""
+    return dataclasses.make_dataclass("ServerArgs", [(
+        "disaggregation_bootstrap_port", int,
+        dataclasses.field(default=defaults.get("disaggregation_bootstrap_port")))])
+
+
 def main(argv):
     if len(argv) != 2:
         sys.exit(__doc__)
@@ -203,11 +248,11 @@ def main(argv):
     cache_handle, cache_node = _kv_cache_hook_function(srt, "handle_cache_compatibility")
     unified_handle, unified_node = _kv_cache_hook_function(srt, "handle_unified_memory_pool")
     hicache_handle, hicache_node, hicache_helpers = _hicache_hook(srt)
-    # The HiCache hook's module (0.5.19 on) holds the functions it calls (the host memory mode's
-    # validation among them): their messages count too.
+    # The PD hook's module and the HiCache hook's (0.5.19 on) hold the functions they call (the
+    # Rust server's bootstrap port check, the host memory mode's validation): their messages count.
     hicache_path = os.path.join(srt, "arg_groups", "hicache_hook.py")
     hicache_messages = _tree(hicache_path) if os.path.exists(hicache_path) else hicache_node
-    prefixes = (raised_prefixes(cache_node) + raised_prefixes(unified_node)
+    prefixes = (raised_prefixes(_tree(pd_path)) + raised_prefixes(cache_node) + raised_prefixes(unified_node)
                 + raised_prefixes(hicache_messages))
     defaults = field_defaults(srt)
     fallbacks = field_fallbacks(srt)
@@ -226,13 +271,21 @@ def main(argv):
     bound["handle_speculative_decoding"] = speculative_name_step(srt)
     steps = [bound[name] for name in pipeline_order(srt, list(bound))]
     pd_backends = _pd_backends_method(srt)
+    service_path = os.path.join(srt, "managers", "disagg_service.py")
+    if os.path.exists(service_path) and _function_node(_tree(service_path), "rust_server_serves_kv_bootstrap"):
+        # The hook imports it inside its Rust-server check; the module itself needs the GPU stack.
+        disagg_service = types.ModuleType("sglang.srt.managers.disagg_service")
+        disagg_service.rust_server_serves_kv_bootstrap = _rust_server_serves_kv_bootstrap(srt)
+        sys.modules[disagg_service.__name__] = disagg_service
+    record = _server_args_record(defaults)
     results = []
     for scenario in scenarios:
         unknown = sorted(name for name in scenario["args"] if name not in defaults)
         if unknown:
             results.append({"id": scenario["id"], "error": None, "unknownFields": unknown})
             continue
-        args = types.SimpleNamespace(**dict(defaults, **scenario["args"]))
+        args = record()
+        vars(args).update(dict(defaults, **scenario["args"]))
         # 0.5.17-0.5.18's methods read the resolved ratio through self._resolved() and call
         # their `_resolve_*` helpers on self.
         args._resolved = lambda args=args: args

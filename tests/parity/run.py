@@ -1775,7 +1775,7 @@ def check_mamba_args(kvpilot, src, venvs, version, compare):
     return agreements, failed, summary + f" (by rule: {rules}), agreements {agreements}"
 
 
-SERVER_CACHE_RULES = ("S7", "L3", "X1", "H3", "H8")
+SERVER_CACHE_RULES = ("S7", "L3", "X1", "H3", "H8", "BP1")
 
 
 def server_cache_args_scenarios():
@@ -1801,7 +1801,21 @@ def server_cache_args_scenarios():
         args = {name: value for name, value in args.items() if value not in (False, None, "null")}
         scenarios.append({"id": f"sc{len(scenarios)}", "args": args,
                           "config": os.path.join(ROOT, "tests/fixtures/configs", f"{PD_ARGS_CONFIG}.json")})
+    # A prefill server run by SGLang's Rust server serves the KV bootstrap registry on its API
+    # port (BP1): API and bootstrap ports as given or left at their defaults, SGLANG_RUST_SERVER
+    # on, off or unset, each transfer backend.
+    for mode, backend, env, (port, bootstrap) in itertools.product(
+            ("prefill", "null"), ("mooncake", "nixl", "mori"), RUST_SERVER_ENVS,
+            ((None, None), (None, 9000), (31000, 31000), (31000, None), (31000, 9000), (None, 30000))):
+        args = {"disaggregation_mode": mode, "disaggregation_transfer_backend": backend, "port": port,
+                "disaggregation_bootstrap_port": bootstrap}
+        args = {name: value for name, value in args.items() if value not in (None, "null")}
+        scenarios.append({"id": f"sc{len(scenarios)}", "args": args, "env": env,
+                          "config": os.path.join(ROOT, "tests/fixtures/configs", f"{PD_ARGS_CONFIG}.json")})
     return scenarios
+
+
+RUST_SERVER_ENVS = ({}, {"SGLANG_RUST_SERVER": "1"}, {"SGLANG_RUST_SERVER": "0"})
 
 
 def flags_argv(scenario):
@@ -1839,7 +1853,8 @@ def check_server_cache_args(kvpilot, src, venvs, version, compare):
     if not compare:
         return len(scenarios), 0, summary + ")"
     reports = {r["name"].split("/")[-1]: r
-               for r in kvpilot_check_json(kvpilot, guard_pods(version, scenarios, flags_argv))}
+               for r in kvpilot_check_json(kvpilot, guard_pods(version, scenarios, flags_argv,
+                                                               lambda s: s.get("env", {})))}
     agreements, failed, by_rule = compare_reports(
         version, scenarios, reports, theirs, prefixes, lambda s: "server cache args " + " ".join(flags_argv(s)[2:]))
     rules = " ".join(f"{rule} {count}" for rule, count in sorted(by_rule.items()) if rule in SERVER_CACHE_RULES)
