@@ -974,6 +974,13 @@ impl FleetSpec {
     pub fn env_value(&self, name: &str) -> Option<&str> {
         self.env.iter().find(|e| e.name == name).and_then(|e| e.value.as_deref())
     }
+
+    /// Whether `env` turns the boolean `SGLANG_*` variable `name` on, as SGLang's `EnvBool`
+    /// reads it: `true`, `1`, `yes` or `y` in any case, nothing trimmed; any other value is
+    /// invalid and SGLang falls back to the default, off for every variable kvpilot reads.
+    pub fn env_on(&self, name: &str) -> bool {
+        self.env_value(name).is_some_and(|v| matches!(v.to_lowercase().as_str(), "true" | "1" | "yes" | "y"))
+    }
 }
 
 /// The SGLang router of a PD service: a Deployment that finds the prefill and decode servers by

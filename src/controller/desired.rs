@@ -22,10 +22,10 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::json;
 
 use crate::api::{
-    ConfigSourceRef, EffectiveSettings, FleetSpec, ImagePullPolicy, InferenceDeployment, MODELS_DIR, RouterSpec,
-    quantity_bytes,
+    ConfigSourceRef, EffectiveSettings, FleetSpec, ImagePullPolicy, InferenceDeployment, InferenceDeploymentSpec,
+    MODELS_DIR, RouterSpec, quantity_bytes,
 };
-use crate::policy::Assessment;
+use crate::policy::{Assessment, RUST_SERVER_ENV};
 use crate::release::ReleaseChoice;
 use crate::sglang::guard::MODEL_CONFIG_ANNOTATION;
 pub use crate::sglang::server::FleetRole;
@@ -395,6 +395,14 @@ fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
     }
 }
 
+/// The port a prefill server serves the KV bootstrap registry on, which its pods advertise to the
+/// router: on SGLang's Rust server (`SGLANG_RUST_SERVER` in the prefill env) the API port, where
+/// its PD hook moves the default bootstrap port (policy rule BP1 refuses any other); otherwise
+/// `spec.disaggregation.bootstrapPort`.
+fn served_bootstrap_port(spec: &InferenceDeploymentSpec, fleet: &FleetSpec) -> i32 {
+    if fleet.env_on(RUST_SERVER_ENV) { fleet.port } else { spec.disaggregation.bootstrap_port }
+}
+
 /// The pod's volumes and the SGLang container's mounts: `/dev/shm` in memory, the weights or the
 /// hub cache, and on decode with `spec.cache` the cache runtime's socket and connector.
 fn volumes(resource: &InferenceDeployment, role: FleetRole, fleet: &FleetSpec) -> (Vec<Volume>, Vec<VolumeMount>) {
@@ -568,7 +576,7 @@ fn render_fleet(
     let startup_failures = (fleet.startup_timeout_seconds + STARTUP_PERIOD_SECONDS - 1) / STARTUP_PERIOD_SECONDS;
     let mut ports =
         vec![ContainerPort { name: Some("http".into()), container_port: fleet.port, ..ContainerPort::default() }];
-    if role == FleetRole::Prefill {
+    if role == FleetRole::Prefill && served_bootstrap_port(spec, fleet) != fleet.port {
         ports.push(ContainerPort {
             name: Some("bootstrap".into()),
             container_port: spec.disaggregation.bootstrap_port,
@@ -601,7 +609,7 @@ fn render_fleet(
         annotations.insert(MODEL_CONFIG_ANNOTATION.into(), config);
     }
     if role == FleetRole::Prefill {
-        annotations.insert(BOOTSTRAP_PORT_ANNOTATION.into(), spec.disaggregation.bootstrap_port.to_string());
+        annotations.insert(BOOTSTRAP_PORT_ANNOTATION.into(), served_bootstrap_port(spec, fleet).to_string());
     }
     let nodes_per_replica = fleet.nodes_per_replica.max(1);
     let template = Pod {
@@ -853,7 +861,6 @@ impl Fleet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::InferenceDeploymentSpec;
     use crate::sglang::server::assess;
 
     fn resource(decode: serde_json::Value) -> InferenceDeployment {
@@ -1109,6 +1116,23 @@ mod tests {
         let spec = pod.spec.as_ref().unwrap();
         assert_eq!((spec.host_network, spec.dns_policy.as_deref()), (Some(true), Some("ClusterFirstWithHostNet")));
         assert_eq!(flag(sglang.args.as_ref().unwrap(), "--disaggregation-ib-device"), Some("mlx5_0,mlx5_1"));
+    }
+
+    /// SGLang's Rust server serves a prefill server's KV bootstrap registry on its API port, so
+    /// the pods advertise that port to the router and open no bootstrap port of their own.
+    #[test]
+    fn prefill_on_the_rust_server_advertises_its_api_port_for_bootstrap() {
+        let mut pd = resource(json!({}));
+        pd.spec.prefill = Some(
+            serde_json::from_value(json!({"port": 31000, "env": [{"name": "SGLANG_RUST_SERVER", "value": "1"}]}))
+                .unwrap(),
+        );
+        let desired = render(&pd);
+        let pod = desired.prefill.as_ref().expect("a prefill fleet").pod(0, 0);
+        assert_eq!(pod.metadata.annotations.as_ref().unwrap()[BOOTSTRAP_PORT_ANNOTATION], "31000");
+        let ports: Vec<_> = container(&pod).ports.as_ref().unwrap().iter().map(|p| p.container_port).collect();
+        assert_eq!(ports, [31000]);
+        assert_eq!(flag(container(&pod).args.as_ref().unwrap(), "--disaggregation-bootstrap-port"), Some("8998"));
     }
 
     #[test]

@@ -26,7 +26,7 @@ use rules::{Context, Fix, RULES, Scope};
 
 pub use docs::{RULES_DOC_END, RULES_DOC_START, rules_markdown};
 pub use role::evaluate_non_decode;
-pub use rules::{Phase, pipeline_stages, prefill_attention_tp};
+pub use rules::{Phase, RUST_SERVER_ENV, pipeline_stages, prefill_attention_tp};
 
 /// The host pool fraction SGLang gives a retraction-only host pool (`BACKUP_ONLY_HICACHE_RATIO`,
 /// 0.5.19 on; from 0.5.21 at least this, more when one max-length request needs more).

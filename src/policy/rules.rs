@@ -343,16 +343,9 @@ fn mooncake_or_nixl(c: &Context<'_>) -> bool {
     matches!(c.settings.transfer_backend, TransferBackend::Mooncake | TransferBackend::Nixl)
 }
 
-/// Whether the fleet's env turns the boolean `SGLANG_*` variable `name` on, as SGLang's
-/// `EnvBool` reads it: `true`, `1`, `yes` or `y` in any case, nothing trimmed; any other value is
-/// invalid and SGLang falls back to the default, off for every variable the rules read.
-fn env_truthy(decode: &FleetSpec, name: &str) -> bool {
-    decode.env_value(name).is_some_and(|v| matches!(v.to_lowercase().as_str(), "true" | "1" | "yes" | "y"))
-}
-
 /// Whether the decode env sets `name` to something other than a truthy value.
 fn env_set_falsy(decode: &FleetSpec, name: &str) -> bool {
-    decode.env_value(name).is_some() && !env_truthy(decode, name)
+    decode.env_value(name).is_some() && !decode.env_on(name)
 }
 
 const LAZY_COMPACTION_OFF_ENV: &str = "SGLANG_DISABLE_LAZY_COMPACTION";
@@ -479,12 +472,12 @@ fn tree_cache(c: &Context<'_>, fleet: &FleetSpec, options: CacheOptions, disable
             (true, false) => TreeCache::SwaChunk,
         };
     }
-    if c.release <= v0_5(20) && env_truthy(fleet, CPP_RADIX_TREE_ENV) {
+    if c.release <= v0_5(20) && fleet.env_on(CPP_RADIX_TREE_ENV) {
         return TreeCache::RadixCpp;
     }
     match c.release {
         r if r <= v0_5(18) => match () {
-            _ if env_truthy(fleet, UNIFIED_RADIX_TREE_ENV) => TreeCache::Unified,
+            _ if fleet.env_on(UNIFIED_RADIX_TREE_ENV) => TreeCache::Unified,
             _ if pure => TreeCache::PureSwaRadix,
             _ if swa || ssm => TreeCache::Unified,
             _ if hierarchical && layout.has(LayoutFeature::Dsa) => TreeCache::Unified,
@@ -863,7 +856,7 @@ fn minicpm_hybrid_attention(c: &Context<'_>) -> bool {
 /// a sparse one) or one of the three a sparse one.
 fn minicpm_sparse_backend(fleet: &FleetSpec) -> bool {
     let backends = ATTENTION_BACKENDS.map(|option| option_value(&fleet.extra_args, option));
-    !env_truthy(fleet, MINICPM_FORCE_DENSE_ENV)
+    !fleet.env_on(MINICPM_FORCE_DENSE_ENV)
         && (backends.iter().all(Option::is_none)
             || backends.iter().flatten().any(|b| matches!(*b, "minicpm_flashattn" | "minicpm_flashinfer")))
 }
@@ -1050,7 +1043,7 @@ fn runs_attention_cp(fleet: &FleetSpec) -> bool {
 /// always; before, only with CP-v2, which the hook turns on for MiMo V2 (a CP-v2 default class)
 /// when `SGLANG_ENABLE_CP_V2` is unset, and which is otherwise what that variable says.
 fn mimo_v2_prefill_cp_checked(c: &Context<'_>, fleet: &FleetSpec) -> bool {
-    c.release >= v0_5(20) || fleet.env_value(CP_V2_ENV).is_none() || env_truthy(fleet, CP_V2_ENV)
+    c.release >= v0_5(20) || fleet.env_value(CP_V2_ENV).is_none() || fleet.env_on(CP_V2_ENV)
 }
 
 /// The architectures of the model hook's DeepSeek-family branch (`handle_model_specific_adjustments`)
@@ -1283,7 +1276,7 @@ fn pipelined_eagle(c: &Context<'_>, fleet: &FleetSpec) -> bool {
 /// The guard's server without PD running EAGLE's pipeline stages under `SGLANG_ENABLE_PP_SPEC`,
 /// which the validation hook checks further (PP5, PP6).
 fn pipeline_speculation_without_pd(c: &Context<'_>) -> bool {
-    c.scope == Scope::OtherServer && pipelined_eagle(c, c.decode) && env_truthy(c.decode, PP_SPEC_ENV)
+    c.scope == Scope::OtherServer && pipelined_eagle(c, c.decode) && c.decode.env_on(PP_SPEC_ENV)
 }
 
 /// The pipeline stages of every server that runs the speculative settings: the decode servers,
@@ -1301,7 +1294,9 @@ fn hicache_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a FleetSpec>
     decode.into_iter().chain(service_prefill(c).filter(|fleet| given(&fleet.extra_args, HICACHE_FLAG)))
 }
 
-const RUST_SERVER_ENV: &str = "SGLANG_RUST_SERVER";
+/// The env var that runs a server on SGLang's Rust server (its prefill serves the KV bootstrap
+/// registry on the API port).
+pub const RUST_SERVER_ENV: &str = "SGLANG_RUST_SERVER";
 /// SGLang's default `--disaggregation-bootstrap-port`, every release.
 const SGLANG_BOOTSTRAP_PORT: i64 = 8998;
 
@@ -1312,7 +1307,7 @@ const SGLANG_BOOTSTRAP_PORT: i64 = 8998;
 /// server: it does for every backend a prefill server may run.
 fn rust_server_prefill_ports(c: &Context<'_>) -> Option<(i64, i64)> {
     let fleet = if c.scope == Scope::OtherServer { Some(c.decode) } else { service_prefill(c) }?;
-    if !env_truthy(fleet, RUST_SERVER_ENV) {
+    if !fleet.env_on(RUST_SERVER_ENV) {
         return None;
     }
     let args = &fleet.extra_args;
@@ -2286,8 +2281,7 @@ pub(crate) const RULES: &[Rule] = &[
             when(
                 resolved_speculative_algorithm(c)? == "DFLASH"
                     && dp_lm_head_fleets(c, runs_dp_attention).any(|fleet| {
-                        attention_cp_size(&fleet.extra_args) == Some(1)
-                            && env_truthy(fleet, DP_SPEC_PREFILL_COORDINATION)
+                        attention_cp_size(&fleet.extra_args) == Some(1) && fleet.env_on(DP_SPEC_PREFILL_COORDINATION)
                     }),
             )
         },
@@ -2363,7 +2357,7 @@ pub(crate) const RULES: &[Rule] = &[
             let allowed = dspark_dp_moe_backends(c.release);
             let backend = dp_lm_head_fleets(c, dspark_dp_attention).find_map(|fleet| {
                 let backend = moe_a2a_backend(&fleet.extra_args);
-                let coordinated = c.release >= v0_5(22) && env_truthy(fleet, DP_SPEC_PREFILL_COORDINATION);
+                let coordinated = c.release >= v0_5(22) && fleet.env_on(DP_SPEC_PREFILL_COORDINATION);
                 let ragged = matches!(fleet.env_value(RAGGED_VERIFY_ENV), Some("compact" | "cap-accept"));
                 (allowed.contains(&backend) && (backend != "none" || coordinated) && ragged).then_some(backend)
             })?;
@@ -2472,7 +2466,7 @@ pub(crate) const RULES: &[Rule] = &[
             "PP + speculative decoding (MTP) is only supported on prefill nodes (disaggregation-mode=prefill)",
         )],
         changes: &[],
-        check: |c| when(pipelined_eagle(c, c.decode) && !env_truthy(c.decode, PP_SPEC_ENV)),
+        check: |c| when(pipelined_eagle(c, c.decode) && !c.decode.env_on(PP_SPEC_ENV)),
         fix: Fix::Manual {
             hint: "set the decode pipelineParallel to 1 (EAGLE runs pipeline stages on PD prefill servers only), or \
                    turn speculative decoding off",
@@ -2491,7 +2485,7 @@ pub(crate) const RULES: &[Rule] = &[
             let prefill = service_prefill(c).or((c.scope == Scope::OtherServer).then_some(c.decode));
             when(
                 resolved_speculative_algorithm(c)? == "DSPARK"
-                    && prefill.is_some_and(|fleet| fleet.pipeline_parallel > 1 && env_truthy(fleet, PP_SPEC_ENV)),
+                    && prefill.is_some_and(|fleet| fleet.pipeline_parallel > 1 && fleet.env_on(PP_SPEC_ENV)),
             )
         },
         fix: Fix::Manual { hint: "unset SGLANG_ENABLE_PP_SPEC in the prefill fleet's env" },
@@ -2505,7 +2499,7 @@ pub(crate) const RULES: &[Rule] = &[
         phase: Phase::Args,
         messages: &[text("SGLANG_ENABLE_PP_SPEC is not compatible with --disaggregation-mode")],
         changes: &[],
-        check: |c| when(fleets_in_scope(c).any(|fleet| pipelined_eagle(c, fleet) && env_truthy(fleet, PP_SPEC_ENV))),
+        check: |c| when(fleets_in_scope(c).any(|fleet| pipelined_eagle(c, fleet) && fleet.env_on(PP_SPEC_ENV))),
         fix: Fix::Manual {
             hint: "unset SGLANG_ENABLE_PP_SPEC in the env of the PD servers (it runs EAGLE's pipeline stages on \
                    servers without PD only)",
@@ -3320,7 +3314,7 @@ pub(crate) const RULES: &[Rule] = &[
         changes: &[],
         check: |c| {
             let mimo_v2 = MIMO_V2.contains(&c.layout.architecture.as_str());
-            when(mimo_v2 && hicache_fleets(c).any(|fleet| !env_truthy(fleet, UNIFIED_RADIX_TREE_ENV)))
+            when(mimo_v2 && hicache_fleets(c).any(|fleet| !fleet.env_on(UNIFIED_RADIX_TREE_ENV)))
         },
         fix: Fix::Manual {
             hint: "set SGLANG_ENABLE_UNIFIED_RADIX_TREE=1 in the env of the servers with HiCache (spec.decode.env, \
@@ -3561,7 +3555,7 @@ pub(crate) const RULES: &[Rule] = &[
             let allowed = matches!(algorithm.as_deref(), Some("EAGLE" | "EAGLE3"))
                 || (c.release >= v0_5(22) && algorithm.as_deref() == Some("DSPARK"));
             when(fleets_in_scope(c).any(|fleet| {
-                env_truthy(fleet, DP_SPEC_PREFILL_COORDINATION) && (!allowed || multi_layer_eagle(c, &fleet.extra_args))
+                fleet.env_on(DP_SPEC_PREFILL_COORDINATION) && (!allowed || multi_layer_eagle(c, &fleet.extra_args))
             }))
         },
         fix: Fix::Manual {
@@ -4671,7 +4665,7 @@ pub(crate) const RULES: &[Rule] = &[
         changes: &[],
         check: |c| {
             when_with(
-                env_truthy(c.decode, "SGLANG_DISAGG_STAGING_BUFFER") && !mooncake_or_nixl(c),
+                c.decode.env_on("SGLANG_DISAGG_STAGING_BUFFER") && !mooncake_or_nixl(c),
                 vec![("backend", c.settings.transfer_backend.as_str().into())],
             )
         },
@@ -4802,7 +4796,7 @@ pub(crate) const RULES: &[Rule] = &[
                 KvPool::HybridSsm => layout.attention != AttentionKind::Mla,
                 KvPool::Mla => false,
             };
-            let hnd = fleets_in_scope(c).any(|fleet| env_truthy(fleet, HND_KV_CACHE_ENV));
+            let hnd = fleets_in_scope(c).any(|fleet| fleet.env_on(HND_KV_CACHE_ENV));
             when(mha_pool && !c.settings.enable_unified_memory && hnd)
         },
         fix: Fix::Manual {
@@ -5420,9 +5414,7 @@ pub(crate) const RULES: &[Rule] = &[
              SGLANG_DISABLE_LAZY_COMPACTION.",
         )],
         changes: &[],
-        check: |c| {
-            when(unified_memory(c) && fleets_in_scope(c).any(|fleet| env_truthy(fleet, LAZY_COMPACTION_OFF_ENV)))
-        },
+        check: |c| when(unified_memory(c) && fleets_in_scope(c).any(|fleet| fleet.env_on(LAZY_COMPACTION_OFF_ENV))),
         fix: Fix::Manual { hint: "remove SGLANG_DISABLE_LAZY_COMPACTION from the fleets' env (or set it to 0)" },
     },
     Rule {
