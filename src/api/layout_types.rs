@@ -47,6 +47,10 @@ pub struct AttentionLayout {
     /// or its config class's); None where the class has none, and SGLang takes 64.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mamba_chunk_size: Option<u64>,
+    /// A DSA model's pooled index keys (`index_kpool`: index keys per pooled group), as SGLang's
+    /// `get_dsa_index_kpool` reads the config (1 where unset), from 0.5.20; None otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dsa_index_kpool: Option<u64>,
     /// `attention_projection_layout` as config.json sets it (MiMo-V2 checkpoints: `fused_qkv` or
     /// `split` QKV projection weights).
     #[serde(default, skip_serializing_if = "Option::is_none")]

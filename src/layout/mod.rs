@@ -239,6 +239,8 @@ fn resolve_built(config: &Value, options: ResolveOptions) -> Result<AttentionLay
 
     let text_model_type = text_model_type.filter(|t| model_type.as_deref() != Some(*t)).map(str::to_string);
     let mamba_chunk_size = mamba_chunk_size(root, release)?;
+    let dsa = features.contains(&LayoutFeature::Dsa) && release >= v0_5(20);
+    let dsa_index_kpool = if dsa { Some(root.uint("index_kpool")?.unwrap_or(1)) } else { None };
     let attention_projection_layout = root.string("attention_projection_layout")?.map(str::to_string);
     let fused_qkv_attention_tp = fused_qkv_attention_tp(root, attention_projection_layout.as_deref(), &mut warnings)?;
     let (hidden_size, vocab_size) = model_sizes(text, text_model_type.as_deref().or(model_type.as_deref()))?;
@@ -257,6 +259,7 @@ fn resolve_built(config: &Value, options: ResolveOptions) -> Result<AttentionLay
         hidden_size,
         vocab_size,
         mamba_chunk_size,
+        dsa_index_kpool,
         attention_projection_layout,
         fused_qkv_attention_tp,
         mtp_draft: None,

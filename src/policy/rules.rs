@@ -2716,6 +2716,27 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Manual { hint: "set --speculative-eagle-topk 1 in extraArgs, or decodeContextParallel to 1" },
     },
     Rule {
+        id: "K6",
+        about: "DSA pooled index keys × decode context parallelism",
+        field: DECODE_CONTEXT_PARALLEL,
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--dcp-size > 1 is not supported for DSA with index_kpool={kpool}: a pooled index key spans positions \
+             owned by different DCP ranks.",
+        )],
+        changes: &[],
+        check: |c| {
+            let kpool = c.layout.dsa_index_kpool.filter(|&kpool| kpool > 1)?;
+            when_with(dsa_dcp_servers(c).next().is_some(), vec![("kpool", kpool.to_string())])
+        },
+        fix: Fix::Manual {
+            hint: "set decodeContextParallel to 1 (and drop --dcp-size from extraArgs): the model pools its index keys \
+                   (index_kpool above 1), which CUDA's DSA path cannot split across DCP ranks",
+        },
+    },
+    Rule {
         id: "K4",
         about: "HYV4 × decode context parallelism",
         field: DECODE_CONTEXT_PARALLEL,

@@ -1138,6 +1138,37 @@ fn mv1_mv2_mimo_v2_fused_qkv_weights_fix_the_attention_tp() {
     assert!(rules(&flash, &tp8, 23).is_empty());
 }
 
+/// From 0.5.22 the DeepSeek family's provider refuses DCP on a DSA model that pools its index
+/// keys (K6: `index_kpool` above 1, on CUDA), after DSA DCP's own checks (K1-K3; under PD, K2
+/// refuses first). kvpilot called such servers without PD valid.
+#[test]
+fn k6_dsa_pooled_index_keys_refuse_decode_context_parallelism() {
+    let pooled = fixture("parity/deepseek-v3.2-index-kpool-2");
+    assert_eq!(pooled.dsa_index_kpool, Some(2));
+    assert_eq!(fixture("deepseek-v3.2-exp").dsa_index_kpool, Some(1));
+    assert_eq!(full().dsa_index_kpool, None);
+    let dcp = with(|s| s.decode_context_parallel = 2);
+    let alone = |layout: &AttentionLayout, settings: &DisaggregationSpec, patch: u16| {
+        let decode = FleetSpec::default();
+        let input = PolicyInput::alone(settings, &decode, layout, v0_5(patch));
+        role::evaluate_non_decode(input, false).violations.into_iter().map(|v| (v.rule, v.message)).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        alone(&pooled, &dcp, 22),
+        [(
+            "K6",
+            "--dcp-size > 1 is not supported for DSA with index_kpool=2: a pooled index key spans positions owned \
+             by different DCP ranks."
+                .to_string()
+        )]
+    );
+    assert!(alone(&pooled, &dcp, 21).is_empty(), "0.5.22 on");
+    assert!(alone(&pooled, &DisaggregationSpec::default(), 23).is_empty(), "no DCP");
+    assert!(alone(&fixture("deepseek-v3.2-exp"), &dcp, 23).is_empty(), "one key per group");
+    let service = rule_ids(run_at(v0_5(23), &dcp, &FleetSpec::default(), &pooled));
+    assert_eq!(service.iter().filter(|r| r.starts_with('K')).collect::<Vec<_>>(), [&"K2", &"K6"], "K2 first");
+}
+
 /// A prefill server that SGLang's Rust server runs serves the KV bootstrap registry on its API
 /// port, so a bootstrap port of its own, other than SGLang's default, is refused (BP1, every
 /// release): a service's prefill servers with SGLANG_RUST_SERVER in their env, and the guard's

@@ -5,7 +5,8 @@ Usage: classify.py SGLANG_SRC CONFIG.json...   (SGLANG_SRC holds sglang/srt of o
 Prints one JSON object per config on stdout:
   {"file", "architecture", "loaded": true, "isHybridSwa", "fullLayers", "swaLayers",
    "usesSsmState", "isMla", "isDsa", "isSwaCompress", "hasRatio2Layers", "hasLearnableSinks",
-   "hiddenSize", "vocabSize", "mambaChunkSize", "attentionProjectionLayout", "fusedQkvAttentionTp",
+   "hiddenSize", "vocabSize", "mambaChunkSize", "dsaIndexKpool", "attentionProjectionLayout",
+   "fusedQkvAttentionTp",
    "mtpDraft", "disableHybridSwaMemory",
    "draftNextnLayers", "draftArchitectureUnderDspark", "notes"}
 or {"file", "loaded": false, "error"} when the release's own config loader refuses the file
@@ -283,6 +284,10 @@ class Release:
             "vocabSize": getattr(mc.hf_text_config, "vocab_size", None),
             # What the extra-buffer Mamba cache checks the page size against (M6).
             "mambaChunkSize": getattr(hf_config, "mamba_chunk_size", None),
+            # A DSA model's pooled index keys, which its provider checks against DCP (K6; the
+            # helper exists from 0.5.20).
+            "dsaIndexKpool": (self.mc["get_dsa_index_kpool"](hf_config) if "get_dsa_index_kpool" in self.mc
+                              and self.mc["is_deepseek_dsa"](hf_config) else None),
             # MiMo-V2's fused QKV weights and the attention TP they are interleaved for (MV1, MV2).
             "attentionProjectionLayout": getattr(hf_config, "attention_projection_layout", None),
             "fusedQkvAttentionTp": self.fused_qkv_attention_tp(hf_config),

@@ -14,12 +14,14 @@ its model-override registry (`classify.Release.override_providers`). Where
 architecture's providers, its statements up to the first declaration it makes (taken from its
 syntax tree, without its imports: the HYV4 context-parallel checks, K4 and K5), then, where its
 `if is_deepseek_dsa(hf_config):` statement calls `_dsa_dcp_overrides` (0.5.22 on), that function
-itself on a DSA model, with the release's own `is_deepseek_dsa` (K1-K3).
+itself on a DSA model, with the release's own `is_deepseek_dsa` (K1-K3), and then, where that
+statement has one (0.5.22 on), its `if` on ROCm's preshuffle paged-MQA path, whose CUDA branch
+refuses pooled index keys with DCP (K6), with the release's own `get_dsa_index_kpool`.
 
 Stood in: the server's fields are a plain namespace of the scenario's settings (`dcp_size`,
 `enable_prefill_cp`, `enable_hierarchical_cache`, `enable_hisparse`, `speculative_eagle_topk`,
 `disaggregation_mode`), read where the provider reads its resolving view; DCP's communication
-backend is left unset.
+backend is left unset; `get_platform()` is a CUDA GPU's (kvpilot's servers run on NVIDIA GPUs).
 """
 
 import ast
@@ -32,6 +34,15 @@ import classify
 
 PROVIDERS = os.path.join("arg_groups", "model_overrides", "deepseek_v2.py")
 PROVIDER = "_deepseek_family_overrides"
+
+
+class CudaPlatform:
+    """A CUDA GPU's platform as `get_platform()` describes it: `is_cuda`, and no other `is_*`."""
+
+    def __getattr__(self, name):
+        if name.startswith("is_"):
+            return name == "is_cuda"
+        raise AttributeError(name)
 
 
 def _fail(path, what):
@@ -57,7 +68,11 @@ def _provider_parts(path):
                   and any(isinstance(m, ast.Call) and ast.unparse(m.func).endswith("_dsa_dcp_overrides")
                           for m in ast.walk(n)) for n in ast.walk(provider))
     code = compile(ast.fix_missing_locations(ast.Module(body=leading, type_ignores=[])), path, "exec")
-    return code, dsa_dcp
+    kpool = [n for n in ast.walk(provider) if isinstance(n, ast.If)
+             and "aiter_can_use_preshuffle_paged_mqa()" in ast.unparse(n.test)
+             and any("index_kpool" in ast.unparse(m) for m in n.orelse)]
+    kpool_code = kpool and compile(ast.fix_missing_locations(ast.Module(body=kpool[:1], type_ignores=[])), path, "exec")
+    return code, dsa_dcp, kpool_code
 
 
 def main(argv):
@@ -69,7 +84,7 @@ def main(argv):
     path = os.path.join(src, "sglang", "srt", PROVIDERS)
     has_provider = os.path.exists(path)
     if has_provider:
-        leading, dsa_dcp = _provider_parts(path)
+        leading, dsa_dcp, kpool = _provider_parts(path)
         module = sys.modules.get("sglang.srt.arg_groups.model_overrides.deepseek_v2") or __import__(
             "sglang.srt.arg_groups.model_overrides.deepseek_v2", fromlist=[PROVIDER])
         if dsa_dcp and not hasattr(module, "_dsa_dcp_overrides"):
@@ -90,6 +105,10 @@ def main(argv):
                 exec(leading, dict(vars(module), cfg=cfg, server_args=cfg, hf_config=hf_config))
                 if dsa_dcp and release.mc["is_deepseek_dsa"](hf_config):
                     module._dsa_dcp_overrides(cfg)
+                    if kpool:
+                        exec(kpool, dict(vars(module), cfg=cfg, hf_config=hf_config, overrides={},
+                                         get_platform=CudaPlatform, aiter_can_use_preshuffle_paged_mqa=lambda: True,
+                                         get_dsa_index_kpool=release.mc["get_dsa_index_kpool"]))
             except ValueError as e:
                 message = str(e)
         results.append({"id": scenario["id"], "raised": message is not None, "message": message})

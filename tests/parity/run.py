@@ -107,6 +107,7 @@ def kvpilot_facts(layout):
         "vocabSize": layout.get("vocabSize"),
         "mtpDraft": layout.get("mtpDraft"),
         "mambaChunkSize": layout.get("mambaChunkSize"),
+        "dsaIndexKpool": layout.get("dsaIndexKpool"),
         "attentionProjectionLayout": layout.get("attentionProjectionLayout"),
         "fusedQkvAttentionTp": layout.get("fusedQkvAttentionTp"),
         "fullLayers": layout["layers"]["fullAttention"],
@@ -154,9 +155,10 @@ def disagreements(sglang, layout, served):
     if sglang["isHybridSwa"] and sglang["fullLayers"] is not None:
         facts += ["fullLayers", "swaLayers"]
     # The sizes where kvpilot states them (it leaves those of config classes it does not know
-    # to the release), the MTP draft facts, the Mamba chunk size and the QKV projection layout always.
+    # to the release), the MTP draft facts, the Mamba chunk size, DSA's pooled index keys and the
+    # QKV projection layout always.
     facts += [f for f in ("hiddenSize", "vocabSize") if ours[f] is not None] + [
-        "mtpDraft", "mambaChunkSize", "attentionProjectionLayout", "fusedQkvAttentionTp"]
+        "mtpDraft", "mambaChunkSize", "dsaIndexKpool", "attentionProjectionLayout", "fusedQkvAttentionTp"]
     differences = [(f, theirs[f], ours[f]) for f in facts if theirs[f] != ours[f]]
     # N6 and X4 fire for an EAGLE draft kvpilot names the feature for. kvpilot leaves the count
     # to SGLang only for config classes that may supply one config.json does not name
@@ -1133,13 +1135,15 @@ def check_dsv4_hook(kvpilot, src, venvs, version, compare):
         "argv": dsv4_hook_argv, "env": dsv4_hook_env, "rules": ("V1", "V2", "V3", "V4")})
 
 
-# The DeepSeek family's model override provider (K1-K5): DSA models (DeepSeek-V3.2, GLM-5), HYV4
-# (its loader runs from 0.5.20) and, as controls, DeepSeek-V3 (MLA without DSA) and Llama; PD
+# The DeepSeek family's model override provider (K1-K6): DSA models (DeepSeek-V3.2, GLM-5, and
+# DeepSeek-V3.2 with pooled index keys, index_kpool 2), HYV4 (its loader runs from 0.5.20) and, as
+# controls, DeepSeek-V3 (MLA without DSA) and Llama; PD
 # decode, PD prefill and servers without PD, with DCP, prefill CP, HiCache, HiSparse and EAGLE's
 # top-k unset, 1 or 2.
 MODEL_OVERRIDE_CONFIGS = (("deepseek-v3.2-exp", None), ("glm-5", None), ("parity/hy-v4", "0.5.20"),
-                          ("deepseek-v3", None), ("llama-3.1-8b-instruct", None))
-MODEL_OVERRIDE_RULES = ("K1", "K2", "K3", "K4", "K5")
+                          ("deepseek-v3", None), ("llama-3.1-8b-instruct", None),
+                          ("parity/deepseek-v3.2-index-kpool-2", None))
+MODEL_OVERRIDE_RULES = ("K1", "K2", "K3", "K4", "K5", "K6")
 
 
 def model_override_scenarios(version):
