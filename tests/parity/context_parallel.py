@@ -255,10 +255,7 @@ def main(argv):
                 exec(dsa_check, namespace)
             exec(statements, namespace)
 
-        with server_argv.environment(scenario["env"]):
-            error = server_argv.refusal(path, scenario, run)
-        message = None if error is None else str(error)
-        results.append({"id": scenario["id"], "raised": message is not None, "message": message})
+        results.append(server_argv.refusal_result(path, scenario, run))
     print(json.dumps(results))
     return 0
 

@@ -31,18 +31,10 @@ import sys
 import types
 
 import classify
+import context_parallel
 
 PROVIDERS = os.path.join("arg_groups", "model_overrides", "deepseek_v2.py")
 PROVIDER = "_deepseek_family_overrides"
-
-
-class CudaPlatform:
-    """A CUDA GPU's platform as `get_platform()` describes it: `is_cuda`, and no other `is_*`."""
-
-    def __getattr__(self, name):
-        if name.startswith("is_"):
-            return name == "is_cuda"
-        raise AttributeError(name)
 
 
 def _fail(path, what):
@@ -107,7 +99,7 @@ def main(argv):
                     module._dsa_dcp_overrides(cfg)
                     if kpool:
                         exec(kpool, dict(vars(module), cfg=cfg, hf_config=hf_config, overrides={},
-                                         get_platform=CudaPlatform, aiter_can_use_preshuffle_paged_mqa=lambda: True,
+                                         get_platform=context_parallel.CudaPlatform, aiter_can_use_preshuffle_paged_mqa=lambda: True,
                                          get_dsa_index_kpool=release.mc["get_dsa_index_kpool"]))
             except ValueError as e:
                 message = str(e)

@@ -84,9 +84,7 @@ def main(argv):
             pd_bound(server)
             check(server)
 
-        error = server_argv.refusal(path, scenario, run)
-        results.append({"id": scenario["id"], "raised": error is not None,
-                        "message": None if error is None else str(error)})
+        results.append(server_argv.refusal_result(path, scenario, run))
     print(json.dumps(results))
     return 0
 

@@ -49,9 +49,7 @@ def main(argv):
         server.LANGUAGE_MODEL_ONLY_ARCHITECTURES = supported
         server.get_model_config = lambda model_config=model_config: model_config
         handler.__globals__["model_config_of"] = lambda _args, model_config=model_config: model_config
-        error = server_argv.refusal(path, scenario, lambda server=server: handler(server))
-        message = None if error is None else str(error)
-        results.append({"id": scenario["id"], "raised": message is not None, "message": message})
+        results.append(server_argv.refusal_result(path, scenario, lambda server=server: handler(server)))
     print(json.dumps(results))
     return 0
 

@@ -89,10 +89,7 @@ def main(argv):
             exec(code, dict(module_globals, cfg=server, server_args=server, self=server, hf_config=hf_config,
                             model_arch=hf_config.architectures[0]))
 
-        with server_argv.environment(scenario["env"]):
-            error = server_argv.refusal(path, scenario, run)
-        message = None if error is None else str(error)
-        results.append({"id": scenario["id"], "raised": message is not None, "message": message})
+        results.append(server_argv.refusal_result(path, scenario, run))
     print(json.dumps(results))
     return 0
 

@@ -501,8 +501,13 @@ def unrecognized(scenario_args, fields):
     return UNRECOGNIZED + " ".join(words)
 
 
+# Each release's cache-check messages (cache_args.py's prefixes), by its source directory.
+_CACHE_PREFIXES = {}
+
+
 def sglang_cache_args(src, venvs, scenarios):
     answer = run_release_script("cache_args.py", src, venvs, scenarios)
+    _CACHE_PREFIXES[src] = answer["prefixes"]
     args = {s["id"]: s["args"] for s in scenarios}
     errors = {}
     for result in answer["results"]:
@@ -1832,18 +1837,19 @@ def flags_argv(scenario):
     return argv
 
 
-_CACHE_PREFIXES = {}
-
-
 def cache_args_prefixes(src, venvs):
     """The messages the cache checks (cache_args.py) can raise in any release, as the `cache
     args` part counts them: kvpilot must not report another release's wording where this one
-    accepts. Computed once per source tree (the script on no scenarios)."""
+    accepts. Each release's come from its last run of the script (on no scenarios where it has
+    not run yet)."""
     root = os.path.dirname(src)
-    if root not in _CACHE_PREFIXES:
-        _CACHE_PREFIXES[root] = {prefix for release in RELEASES for prefix in
-                                 sglang_cache_args(os.path.join(root, release.version), venvs, [])[0]}
-    return _CACHE_PREFIXES[root]
+    prefixes = set()
+    for release in RELEASES:
+        release_src = os.path.join(root, release.version)
+        if release_src not in _CACHE_PREFIXES:
+            sglang_cache_args(release_src, venvs, [])
+        prefixes.update(_CACHE_PREFIXES[release_src])
+    return prefixes
 
 
 def check_server_cache_args(kvpilot, src, venvs, version, compare):

@@ -163,6 +163,15 @@ def refusal(path, scenario, run):
     return None
 
 
+def refusal_result(path, scenario, run):
+    """A script's result for one scenario, {"id", "raised", "message"}: the refusal `run()` meets
+    (see `refusal`), run with the scenario's env where it has one."""
+    with environment(scenario.get("env", {})):
+        error = refusal(path, scenario, run)
+    message = None if error is None else str(error)
+    return {"id": scenario["id"], "raised": message is not None, "message": message}
+
+
 def hook_function(srt, candidates, what):
     """(file, module, name, syntax tree) of the first of `candidates` ((file under sglang/srt,
     module, class or None, function)) the release defines; exits naming `what` when none is."""
