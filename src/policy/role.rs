@@ -23,7 +23,8 @@ use crate::api::{OnInvalid, RetractionBackup, TransferBackend};
 /// prefill CP DC1, the DP LM head on data-parallel replicas LH1, the TP LM-head all-to-all's checks
 /// LH2-LH5, the architectures --language-model-only serves, LO2, the DeepSeek family's prefill-CP
 /// asserts CP9-CP13, MiMo-V2's HiCache check MV3, buffer-only host memory's H3 and H8, and DSA's
-/// pooled index keys with DCP, K6).
+/// pooled index keys with DCP, K6, and DWDP's checks but its refusal of a decode server,
+/// WD1 and WD3-WD6).
 const ON_EVERY_PD_SERVER: &[&str] = &[
     "R20", "M1", "U1", "U2", "U3", "U4c", "U9", "L7", "T11", "T1hnd", "V4", "K2", "MC3", "QX1", "PP3", "PP4", "EN1",
     "U16", "LO1", "BP1",
@@ -36,7 +37,7 @@ const ON_EVERY_SERVER: &[&str] = &[
     "IQ4", "IQ5", "IQ6", "IQ7", "IQ8", "IQ9", "IQ10", "IQ11", "IQ12", "IQ13", "IQ14", "IQ15", "IQ16", "CP1", "CP2",
     "CP3", "CP4", "CP5", "CP7", "CP8", "NH1", "NH2", "MV1", "MV2", "DT1", "DT2", "DP1", "DP2", "DP3", "DP4", "PP1",
     "HS1", "HS2", "DC1", "LH1", "SD17", "LO2", "LH2", "LH3", "LH4", "LH5", "CP9", "CP10", "CP11", "CP12", "CP13",
-    "MV3", "H3", "H8", "K6",
+    "MV3", "H3", "H8", "K6", "WD1", "WD3", "WD4", "WD5", "WD6",
 ];
 /// Rules SGLang applies on servers without PD but not on prefill ones (DSPARK's pipeline stages,
 /// SD6, and EAGLE's, PP2, PP5 and PP6).

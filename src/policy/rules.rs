@@ -1210,6 +1210,18 @@ fn tp_lm_head_all_to_all_refused(c: &Context<'_>, selects: fn(TpLmHeadAllToAll) 
     when_with(selects(refusal), args)
 }
 
+/// `--dwdp-size` (kvpilot keeps no setting for it): SGLang's DWDP handler checks a server only
+/// where it is above 1.
+const DWDP_SIZE: &str = "--dwdp-size";
+const DWDP_FIELD: &str = "spec.decode.extraArgs[--dwdp-size]";
+
+/// The servers in scope that run DWDP (distributed weight data parallelism), each with its
+/// `--dwdp-size`.
+fn dwdp_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = (&'a FleetSpec, i64)> {
+    fleets_in_scope(c)
+        .filter_map(|fleet| Some((fleet, number_option(&fleet.extra_args, &[DWDP_SIZE]).filter(|size| *size > 1)?)))
+}
+
 const ENCODER_ONLY: &str = "--encoder-only";
 const ENCODER_ONLY_FIELD: &str = "spec.decode.extraArgs[--encoder-only]";
 const DP_LM_HEAD: &str = "--enable-dp-lm-head";
@@ -3751,6 +3763,93 @@ pub(crate) const RULES: &[Rule] = &[
             hint: "drop --enable-dp-lm-head from extraArgs, or run DP attention (dataParallel above 1 with \
                    enableDpAttention)",
         },
+    },
+    Rule {
+        id: "WD1",
+        about: "DWDP size must equal TP",
+        field: DWDP_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("dwdp_size ({dwdp}) must equal tp_size ({tp})")],
+        changes: &[],
+        check: |c| {
+            let (fleet, size) = dwdp_fleets(c).find(|(fleet, size)| *size != i64::from(fleet.tensor_parallel))?;
+            when_with(true, vec![("dwdp", size.to_string()), ("tp", fleet.tensor_parallel.to_string())])
+        },
+        fix: Fix::Manual {
+            hint: "set --dwdp-size in extraArgs to the fleet's tensorParallel (DWDP spreads the expert weights over \
+                   every TP rank), or drop it",
+        },
+    },
+    Rule {
+        id: "WD2",
+        about: "DWDP on a PD decode server",
+        field: DWDP_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("DWDP requires --disaggregation-mode null or prefill")],
+        changes: &[],
+        // The decode servers only (a service's prefill servers may run it; the guard's server is a
+        // PD decode server here, and no role list keeps this rule for other servers).
+        check: |c| when(c.scope != Scope::OtherServer && number_option(&c.decode.extra_args, &[DWDP_SIZE]) > Some(1)),
+        fix: Fix::Manual {
+            hint: "drop --dwdp-size from the decode fleet's extraArgs: DWDP runs on PD prefill servers (spec.prefill)",
+        },
+    },
+    Rule {
+        id: "WD3",
+        about: "DWDP × EPLB",
+        field: DWDP_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("EPLB dynamic migration conflicts with static DWDP partitioning")],
+        changes: &[],
+        check: |c| when(dwdp_fleets(c).any(|(fleet, _)| given(&fleet.extra_args, "--enable-eplb"))),
+        fix: Fix::Manual { hint: "drop --enable-eplb or --dwdp-size from extraArgs" },
+    },
+    Rule {
+        id: "WD4",
+        about: "DWDP × speculative decoding",
+        field: DWDP_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("DWDP does not support speculative decoding (MTP/draft workers)")],
+        changes: &[],
+        // Every server in scope runs the speculative settings; the handler reads the algorithm as
+        // given, before the speculative hook resolves it.
+        check: |c| when(speculative_algorithm(c).is_some() && dwdp_fleets(c).next().is_some()),
+        fix: Fix::Manual {
+            hint: "drop --dwdp-size from extraArgs, or turn speculative decoding off \
+                   (spec.disaggregation.speculativeAlgorithm)",
+        },
+    },
+    Rule {
+        id: "WD5",
+        about: "DWDP × pipeline stages",
+        field: DWDP_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("DWDP requires pp_size == 1")],
+        changes: &[],
+        check: |c| when(dwdp_fleets(c).any(|(fleet, _)| fleet.pipeline_parallel > 1)),
+        fix: Fix::Manual { hint: "set pipelineParallel to 1 on the fleet that runs --dwdp-size, or drop it" },
+    },
+    Rule {
+        id: "WD6",
+        about: "DWDP × two-batch overlap",
+        field: DWDP_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("DWDP's prefetch event protocol does not support two-batch overlap")],
+        changes: &[],
+        check: |c| when(dwdp_fleets(c).any(|(fleet, _)| given(&fleet.extra_args, TWO_BATCH_OVERLAP))),
+        fix: Fix::Manual { hint: "drop --enable-two-batch-overlap or --dwdp-size from extraArgs" },
     },
     Rule {
         id: "DP3",

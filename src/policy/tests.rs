@@ -1370,6 +1370,49 @@ fn en1_dc1_lh1_flag_combinations() {
     assert!(violations_of(&all, &full(), &lm_head(1, false), 22).is_empty());
 }
 
+/// DWDP (`--dwdp-size` above 1, every release): its handler wants the size equal to TP (WD1), no
+/// PD decode server (WD2: a service's prefill servers and servers without PD may run it), and no
+/// EPLB, speculative decoding, pipeline stages or two-batch overlap (WD3-WD6).
+#[test]
+fn wd_dwdp_checks() {
+    let all = ["WD1", "WD2", "WD3", "WD4", "WD5", "WD6"];
+    let dwdp = |tp, args: &[&str]| parallel_fleet(tp, 1, false, &[&["--dwdp-size", "4"], args].concat());
+    let plain = parallel_fleet(4, 1, false, &[]);
+    let llama = full();
+    let service = |settings: &DisaggregationSpec, decode: &FleetSpec, prefill: &FleetSpec| {
+        let input =
+            PolicyInput { prefill_fleet: Some(prefill), ..PolicyInput::alone(settings, decode, &llama, v0_5(17)) };
+        evaluate(input).violations.into_iter().map(|v| v.rule).filter(|rule| all.contains(rule)).collect::<Vec<_>>()
+    };
+    let defaults = DisaggregationSpec::default();
+    assert!(service(&defaults, &plain, &dwdp(4, &[])).is_empty(), "DWDP on the prefill servers");
+    assert_eq!(service(&defaults, &dwdp(4, &[]), &plain), ["WD2"]);
+    assert_eq!(service(&defaults, &plain, &dwdp(4, &["--enable-eplb"])), ["WD3"]);
+    assert_eq!(service(&defaults, &plain, &dwdp(4, &["--enable-two-batch-overlap"])), ["WD6"]);
+    let staged = FleetSpec { pipeline_parallel: 2, ..dwdp(4, &[]) };
+    assert_eq!(service(&defaults, &plain, &staged), ["WD5"]);
+    let speculative = with(|s| s.speculative_algorithm = Some("nextn".into()));
+    assert_eq!(service(&speculative, &plain, &dwdp(4, &[])), ["WD4"]);
+    assert!(service(&defaults, &plain, &parallel_fleet(4, 1, false, &["--dwdp-size", "1"])).is_empty(), "off");
+    assert_eq!(
+        violations_of(&all, &full(), &dwdp(2, &[]), 23),
+        [
+            ("WD1", "dwdp_size (4) must equal tp_size (2)".to_string()),
+            ("WD2", "DWDP requires --disaggregation-mode null or prefill".to_string())
+        ]
+    );
+
+    let alone = |fleet: &FleetSpec, prefill: bool| {
+        let verdict = role::evaluate_non_decode(
+            PolicyInput::alone(&DisaggregationSpec::default(), fleet, &full(), v0_5(23)),
+            prefill,
+        );
+        verdict.violations.iter().map(|v| v.rule).filter(|rule| all.contains(rule)).collect::<Vec<_>>()
+    };
+    assert!(alone(&dwdp(4, &[]), true).is_empty() && alone(&dwdp(4, &[]), false).is_empty());
+    assert_eq!(alone(&dwdp(2, &["--enable-eplb"]), false), ["WD1", "WD3"]);
+}
+
 /// From 0.5.21 SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION asks for single-layer EAGLE or EAGLE3
 /// (DSPARK too from 0.5.22), as the speculative hook resolved the algorithm, on every server that
 /// sets it, speculating or not (SD17).

@@ -2,7 +2,7 @@
 """One SGLang release's refusals of flag combinations on a server's command line: an
 encoder-only server under PD, DP speculative prefill coordination (an env) without single-layer
 EAGLE, decode context parallelism with prefill context parallelism, the DP LM head without
-attention DP, and an explicit TP LM-head all-to-all's asserts.
+attention DP, an explicit TP LM-head all-to-all's asserts, and DWDP's checks.
 
 Usage: flag_combinations.py SGLANG_SRC < scenarios.json
   scenario: {"id", "argv", "env" (optional)}
@@ -22,6 +22,9 @@ What runs, unchanged, in the release's own order:
     before it, `_data_parallelism_defaults`, which drops the DP LM head (and up to 0.5.21 DP
     attention) where there is one DP rank. Each runs with its module's own globals
     (`attn_dp_enabled_of`, `num_dp_ranks_of`, and `envs` reading the scenario's env);
+  - DWDP's handler (`_handle_dwdp` of ServerArgs up to 0.5.18, `handle_dwdp` of
+    arg_groups/parallel_hook.py after), from its syntax tree, up to its last top-level assert (the
+    statements after it apply DWDP's settings);
   - the release's argument parser (as server_argv.py builds it) on the scenario's argv.
 
 Stood in: `resolving_view` and `resolved_view` (`self._resolved()` up to 0.5.18) read the parsed
@@ -52,6 +55,9 @@ CHECKS = ((("Cannot set --encoder-only and --disaggregation-mode prefill/decode 
             "--enable-dp-lm-head requires attention DP (--attn-dp-size)."), "0.5.17", ("_data_parallelism_defaults",)),
           (("uses a TP-sharded LM head",), "0.5.18", ("_data_parallelism_defaults",)))
 OVERRIDES = (os.path.join("arg_groups", "overrides.py"), "sglang.srt.arg_groups.overrides")
+# Handlers whose checks run whole (the message of one of their asserts in every release): DWDP's,
+# a method of ServerArgs up to 0.5.18 and a hook of arg_groups/parallel_hook.py after.
+HANDLERS = ("DWDP requires pp_size == 1",)
 
 
 def _module_name(srt, path):
@@ -78,6 +84,34 @@ def _guarded_check(srt, messages):
         body = ast.Module(body=checks, type_ignores=[])
         return path, _module_name(srt, path), compile(ast.fix_missing_locations(body), path, "exec")
     return None
+
+
+def _handler_checks(srt, message):
+    """(file, module, the function that asserts `message` cut after its last top-level assert,
+    compiled, its name): what follows the asserts applies the handler's settings."""
+    paths = sorted(glob.glob(os.path.join(srt, "arg_groups", "*.py"))) + [os.path.join(srt, "server_args.py")]
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        if message not in text:
+            continue
+        functions = [fn for fn in ast.walk(ast.parse(text, path)) if isinstance(fn, ast.FunctionDef) and any(
+            isinstance(statement, ast.Assert) and message in ast.unparse(statement) for statement in fn.body)]
+        if len(functions) != 1:
+            raise SystemExit(f"{path}: {message!r} is asserted at the top level of {len(functions)} functions, not one")
+        function = functions[0]
+        last_assert = max(i for i, statement in enumerate(function.body) if isinstance(statement, ast.Assert))
+        function.body = function.body[:last_assert + 1]
+        function.decorator_list = []
+        body = ast.Module(body=[function], type_ignores=[])
+        return path, _module_name(srt, path), compile(ast.fix_missing_locations(body), path, "exec"), function.name
+    raise SystemExit(f"{srt}: no file asserts {message!r}")
+
+
+def _run_handler(code, name, module_globals, server):
+    namespace = dict(module_globals, **server_argv.VIEWS)
+    exec(code, namespace)
+    namespace[name](server)
 
 
 def main(argv):
@@ -107,6 +141,12 @@ def main(argv):
         steps.append((path, lambda server, code=code, module_globals=module_globals: exec(
             code, dict(module_globals, **server_argv.VIEWS, cfg=server, view=server, server_args=server,
                        self=server))))
+
+    for message in HANDLERS:
+        path, module, code, name = _handler_checks(srt, message)
+        module_globals = server_argv.hook_globals(path, module)
+        steps.append((path, lambda server, code=code, name=name, module_globals=module_globals: _run_handler(
+            code, name, module_globals, server)))
 
     results = []
     for scenario in scenarios:

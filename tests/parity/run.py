@@ -1481,7 +1481,14 @@ def check_mimo_v2_hook(kvpilot, src, venvs, version, compare):
 # Flag combinations the encoder, decode-CP and DP LM head checks refuse (EN1, DC1, LH1): PD decode,
 # PD prefill and no PD; --encoder-only; --dcp-size 2; prefill CP; the DP LM head; TP 2 without DP,
 # with replicas and with attention DP in each release's spellings.
-FLAG_COMBINATION_RULES = ("EN1", "DC1", "LH1", "LH2", "LH3", "LH4", "LH5", "SD17")
+FLAG_COMBINATION_RULES = ("EN1", "DC1", "LH1", "LH2", "LH3", "LH4", "LH5", "SD17", "WD1", "WD2", "WD3", "WD4", "WD5",
+                          "WD6")
+# DWDP (WD1-WD6) on each role at TP 2 and 4, with --dwdp-size unset, 1 (off), 2 and 4, alone and
+# with each thing its handler refuses: EPLB, speculative decoding (as given, in two spellings),
+# pipeline stages and two-batch overlap.
+DWDP_SIZES = (None, 1, 2, 4)
+DWDP_WITH = ((), ("--enable-eplb",), ("--speculative-algorithm", "EAGLE"), ("--speculative-algorithm", "nextn"),
+             ("--pp-size", "2"), ("--enable-two-batch-overlap",))
 
 
 def flag_combination_scenarios(version):
@@ -1520,12 +1527,17 @@ def flag_combination_scenarios(version):
         argv += ["--enable-multi-layer-eagle"] if multi_layer else []
         scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": env,
                           "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
+    for role, tp, size, with_flags in itertools.product(("decode", "prefill", "null"), (2, 4), DWDP_SIZES, DWDP_WITH):
+        argv = ["--model-path", "/models/m", *role_argv(role), "--tp", str(tp), *with_flags]
+        argv += ["--dwdp-size", str(size)] if size is not None else []
+        scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": {},
+                          "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
     return scenarios
 
 
 def check_flag_combinations(kvpilot, src, venvs, version, compare):
-    """The encoder, DP speculative prefill coordination, decode-CP and LM head checks
-    (flag_combinations.py) against the guard's EN1, SD17, DC1 and LH1-LH5."""
+    """The encoder, DP speculative prefill coordination, decode-CP, LM head and DWDP checks
+    (flag_combinations.py) against the guard's EN1, SD17, DC1, LH1-LH5 and WD1-WD6."""
     return check_with_guard(kvpilot, src, venvs, version, compare, {
         "label": "flag combinations", "scenarios": flag_combination_scenarios(version),
         "script": "flag_combinations.py", "argv": lambda s: s["argv"], "env": lambda s: s["env"],
