@@ -1222,6 +1222,14 @@ fn dwdp_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = (&'a FleetSpec, i
         .filter_map(|fleet| Some((fleet, number_option(&fleet.extra_args, &[DWDP_SIZE]).filter(|size| *size > 1)?)))
 }
 
+const WATERMARK_FIELD: &str = "spec.decode.extraArgs[--enable-watermark]";
+
+/// The servers in scope that watermark their output (`--enable-watermark`, 0.5.22 on), which
+/// SGLang's last validation checks.
+fn watermark_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a FleetSpec> {
+    fleets_in_scope(c).filter(|fleet| given(&fleet.extra_args, "--enable-watermark"))
+}
+
 const ENCODER_ONLY: &str = "--encoder-only";
 const ENCODER_ONLY_FIELD: &str = "spec.decode.extraArgs[--encoder-only]";
 const DP_LM_HEAD: &str = "--enable-dp-lm-head";
@@ -3850,6 +3858,104 @@ pub(crate) const RULES: &[Rule] = &[
         changes: &[],
         check: |c| when(dwdp_fleets(c).any(|(fleet, _)| given(&fleet.extra_args, TWO_BATCH_OVERLAP))),
         fix: Fix::Manual { hint: "drop --enable-two-batch-overlap or --dwdp-size from extraArgs" },
+    },
+    Rule {
+        id: "RS1",
+        about: "the response store on a PD server",
+        field: "spec.decode.extraArgs[--enable-response-store]",
+        span: Span::since(v0_5(20)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-response-store is not supported with --disaggregation-mode=prefill or decode; response storage \
+             must remain disabled in PD mode.",
+        )],
+        changes: &[],
+        check: |c| when(fleets_in_scope(c).any(|fleet| given(&fleet.extra_args, "--enable-response-store"))),
+        fix: Fix::Manual {
+            hint: "drop --enable-response-store from extraArgs: SGLang stores responses only on servers without PD",
+        },
+    },
+    Rule {
+        id: "KS1",
+        about: "KV cache sharding off a PD prefill server",
+        field: "spec.decode.extraArgs[--enable-kv-cache-sharding]",
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-kv-cache-sharding is only supported on PD prefill workers: a rank's pool holds only its stripe \
+             of every cached page, which is incompatible with local decode.",
+        )],
+        changes: &[],
+        // The decode servers, and (WITHOUT_PD) a server without PD the guard reads; a service's
+        // prefill servers may shard.
+        check: |c| when(given(&c.decode.extra_args, "--enable-kv-cache-sharding")),
+        fix: Fix::Manual {
+            hint: "drop --enable-kv-cache-sharding from the decode fleet's extraArgs: it shards the KV cache of PD \
+                   prefill servers (spec.prefill)",
+        },
+    },
+    Rule {
+        id: "WM1",
+        about: "the watermark on a PD server",
+        field: WATERMARK_FIELD,
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--enable-watermark is not supported with PD disaggregation")],
+        changes: &[],
+        check: |c| when(watermark_fleets(c).next().is_some()),
+        fix: Fix::Manual {
+            hint: "drop --enable-watermark from extraArgs: SGLang watermarks only on servers without PD",
+        },
+    },
+    Rule {
+        id: "WM2",
+        about: "the watermark × a speculative algorithm it does not sample",
+        field: WATERMARK_FIELD,
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-watermark supports speculative algorithms NGRAM, EAGLE, and EAGLE3, got '{algorithm}'",
+        )],
+        changes: &[],
+        // Checked last (check_server_args), on the algorithm the speculative hook resolved.
+        check: |c| {
+            let algorithm =
+                resolved_speculative_algorithm(c).filter(|a| !matches!(a.as_str(), "NGRAM" | "EAGLE" | "EAGLE3"))?;
+            when_with(watermark_fleets(c).next().is_some(), vec![("algorithm", algorithm)])
+        },
+        fix: Fix::Manual { hint: "drop --enable-watermark from extraArgs, or speculate with NGRAM, EAGLE or EAGLE3" },
+    },
+    Rule {
+        id: "WM3",
+        about: "the watermark × pipeline stages that speculate",
+        field: WATERMARK_FIELD,
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--enable-watermark is not supported with pipeline-parallel speculative decoding")],
+        changes: &[],
+        check: |c| {
+            when(speculative_algorithm(c).is_some() && watermark_fleets(c).any(|fleet| fleet.pipeline_parallel > 1))
+        },
+        fix: Fix::Manual {
+            hint: "drop --enable-watermark from extraArgs, set pipelineParallel to 1, or turn speculative decoding off",
+        },
+    },
+    Rule {
+        id: "WM4",
+        about: "the watermark on SGLang's Rust server",
+        field: WATERMARK_FIELD,
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--enable-watermark is not supported with SGLANG_RUST_SERVER")],
+        changes: &[],
+        check: |c| when(watermark_fleets(c).any(|fleet| fleet.env_on(RUST_SERVER_ENV))),
+        fix: Fix::Manual { hint: "drop --enable-watermark from extraArgs, or SGLANG_RUST_SERVER from the fleet's env" },
     },
     Rule {
         id: "DP3",

@@ -1413,6 +1413,49 @@ fn wd_dwdp_checks() {
     assert_eq!(alone(&dwdp(2, &["--enable-eplb"]), false), ["WD1", "WD3"]);
 }
 
+/// Flags SGLang refuses by the server's role: the response store under PD (RS1, 0.5.20 on), KV
+/// cache sharding off a PD prefill server (KS1, 0.5.22 on), and the watermark (0.5.22 on) under PD
+/// (WM1), with a speculative algorithm other than NGRAM, EAGLE and EAGLE3 as resolved (WM2), with
+/// pipeline stages that speculate (WM3) and on the Rust server (WM4).
+#[test]
+fn rs1_ks1_wm_flags_by_role() {
+    let all = ["RS1", "KS1", "WM1", "WM2", "WM3", "WM4"];
+    let fleet = |args: &[&str]| parallel_fleet(1, 1, false, args);
+    let alone = |settings: &DisaggregationSpec, fleet: &FleetSpec, prefill: bool, patch| {
+        let verdict = role::evaluate_non_decode(PolicyInput::alone(settings, fleet, &full(), v0_5(patch)), prefill);
+        verdict.violations.iter().map(|v| v.rule).filter(|rule| all.contains(rule)).collect::<Vec<_>>()
+    };
+    let defaults = DisaggregationSpec::default();
+    let store = fleet(&["--enable-response-store"]);
+    assert_eq!(violations_of(&all, &full(), &store, 20)[0].0, "RS1");
+    assert!(violations_of(&all, &full(), &store, 19).is_empty(), "no such flag");
+    assert_eq!(alone(&defaults, &store, true, 23), ["RS1"]);
+    assert!(alone(&defaults, &store, false, 23).is_empty(), "no PD");
+
+    let sharded = fleet(&["--enable-kv-cache-sharding"]);
+    assert_eq!(violations_of(&all, &full(), &sharded, 22)[0].0, "KS1");
+    assert!(alone(&defaults, &sharded, true, 22).is_empty(), "a PD prefill server shards");
+    assert_eq!(alone(&defaults, &sharded, false, 22), ["KS1"]);
+
+    let watermark = fleet(&["--enable-watermark"]);
+    assert_eq!(violations_of(&all, &full(), &watermark, 22)[0].0, "WM1");
+    assert!(alone(&defaults, &watermark, false, 23).is_empty());
+    let speculating = |algorithm: &str| with(|s| s.speculative_algorithm = Some(algorithm.into()));
+    assert!(alone(&speculating("nextn"), &watermark, false, 23).is_empty(), "NEXTN is EAGLE");
+    let dflash = run_at(v0_5(23), &speculating("DFLASH"), &watermark, &full());
+    assert!(dflash.violations.iter().any(|v| v.rule == "WM2"
+        && v.message == "--enable-watermark supports speculative algorithms NGRAM, EAGLE, and EAGLE3, got 'DFLASH'"));
+    let staged = FleetSpec { pipeline_parallel: 2, ..watermark.clone() };
+    assert_eq!(alone(&speculating("NGRAM"), &staged, false, 23), ["WM3"]);
+    assert!(alone(&defaults, &staged, false, 23).is_empty(), "no speculative decoding");
+    let rust_server = FleetSpec {
+        env: vec![EnvVar { name: "SGLANG_RUST_SERVER".into(), value: Some("1".into()), value_from: None }],
+        ..watermark.clone()
+    };
+    assert_eq!(alone(&defaults, &rust_server, false, 22), ["WM4"]);
+    assert!(alone(&defaults, &rust_server, false, 21).is_empty(), "no such flag");
+}
+
 /// From 0.5.21 SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION asks for single-layer EAGLE or EAGLE3
 /// (DSPARK too from 0.5.22), as the speculative hook resolved the algorithm, on every server that
 /// sets it, speculating or not (SD17).

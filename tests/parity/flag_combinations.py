@@ -2,7 +2,8 @@
 """One SGLang release's refusals of flag combinations on a server's command line: an
 encoder-only server under PD, DP speculative prefill coordination (an env) without single-layer
 EAGLE, decode context parallelism with prefill context parallelism, the DP LM head without
-attention DP, an explicit TP LM-head all-to-all's asserts, and DWDP's checks.
+attention DP, an explicit TP LM-head all-to-all's asserts, DWDP's checks, the response store, KV
+cache sharding and the watermark on PD servers, and the watermark's speculative checks.
 
 Usage: flag_combinations.py SGLANG_SRC < scenarios.json
   scenario: {"id", "argv", "env" (optional)}
@@ -22,10 +23,16 @@ What runs, unchanged, in the release's own order:
     before it, `_data_parallelism_defaults`, which drops the DP LM head (and up to 0.5.21 DP
     attention) where there is one DP rank. Each runs with its module's own globals
     (`attn_dp_enabled_of`, `num_dp_ranks_of`, and `envs` reading the scenario's env);
-  - DWDP's handler (`_handle_dwdp` of ServerArgs up to 0.5.18, `handle_dwdp` of
-    arg_groups/parallel_hook.py after), from its syntax tree, up to its last top-level assert (the
-    statements after it apply DWDP's settings);
-  - the release's argument parser (as server_argv.py builds it) on the scenario's argv.
+  - the checks of handlers, in order, from their syntax trees (HANDLERS): DWDP's (`_handle_dwdp`
+    of ServerArgs up to 0.5.18, `handle_dwdp` of arg_groups/parallel_hook.py after) up to its last
+    assert, the response store's (0.5.20 on), KV cache sharding's up to its refusal of a server
+    that is not a PD prefill server (0.5.22 on) and the watermark's (0.5.22 on, after the
+    speculative hook's name resolution): each function's assignments, asserts and the `if`
+    statements that raise or return, up to the last check run (what the rest does applies the
+    handler's settings or reads the GPU);
+  - the release's argument parser (as server_argv.py builds it) on the scenario's argv, with
+    ServerArgs' defaults for the fields the parser does not set (the watermark's, which a config
+    file resolves).
 
 Stood in: `resolving_view` and `resolved_view` (`self._resolved()` up to 0.5.18) read the parsed
 namespace, which every name the statements read a server by (`cfg`, `view`, `self`,
@@ -55,9 +62,18 @@ CHECKS = ((("Cannot set --encoder-only and --disaggregation-mode prefill/decode 
             "--enable-dp-lm-head requires attention DP (--attn-dp-size)."), "0.5.17", ("_data_parallelism_defaults",)),
           (("uses a TP-sharded LM head",), "0.5.18", ("_data_parallelism_defaults",)))
 OVERRIDES = (os.path.join("arg_groups", "overrides.py"), "sglang.srt.arg_groups.overrides")
-# Handlers whose checks run whole (the message of one of their asserts in every release): DWDP's,
-# a method of ServerArgs up to 0.5.18 and a hook of arg_groups/parallel_hook.py after.
-HANDLERS = ("DWDP requires pp_size == 1",)
+# Handlers whose checks run in order: (the message of the handler's check that ends the run, the
+# message of another of its checks, to find it by where it has more than one, the release it
+# first appears in, what runs before it). DWDP's, a method of ServerArgs up to 0.5.18 and a hook
+# of arg_groups/parallel_hook.py after; the response store's; KV cache sharding's, as far as its
+# refusal of a server that is not a PD prefill server; the watermark's, after the speculative
+# hook's name resolution (it runs in check_server_args, after every hook).
+HANDLERS = (("DWDP's prefetch event protocol does not support two-batch overlap", "DWDP requires pp_size == 1",
+             "0.5.17", ()),
+            ("--enable-response-store is not supported with", None, "0.5.20", ()),
+            ("--enable-kv-cache-sharding is only supported on PD prefill", None, "0.5.22", ()),
+            ("--enable-watermark is not supported with SGLANG_RUST_SERVER", "--enable-watermark is not supported with PD",
+             "0.5.22", (SPECULATIVE_NAME,)))
 
 
 def _module_name(srt, path):
@@ -86,26 +102,35 @@ def _guarded_check(srt, messages):
     return None
 
 
-def _handler_checks(srt, message):
-    """(file, module, the function that asserts `message` cut after its last top-level assert,
-    compiled, its name): what follows the asserts applies the handler's settings."""
+def _handler_checks(srt, last, other):
+    """(file, module, the function that checks `last` (and `other`) at its top level, compiled with
+    its checks up to that one: its assignments, asserts and `if` statements that raise or return;
+    the rest applies the handler's settings, or reads the GPU), its name), or None where no file
+    of the release has `last`."""
     paths = sorted(glob.glob(os.path.join(srt, "arg_groups", "*.py"))) + [os.path.join(srt, "server_args.py")]
     for path in paths:
         with open(path, encoding="utf-8") as f:
             text = f.read()
-        if message not in text:
+        if last not in text:
             continue
-        functions = [fn for fn in ast.walk(ast.parse(text, path)) if isinstance(fn, ast.FunctionDef) and any(
-            isinstance(statement, ast.Assert) and message in ast.unparse(statement) for statement in fn.body)]
+
+        def has(statement, message):
+            return message in ast.unparse(statement)
+
+        functions = [fn for fn in ast.walk(ast.parse(text, path)) if isinstance(fn, ast.FunctionDef)
+                     and any(has(statement, last) for statement in fn.body)
+                     and (other is None or any(has(statement, other) for statement in fn.body))]
         if len(functions) != 1:
-            raise SystemExit(f"{path}: {message!r} is asserted at the top level of {len(functions)} functions, not one")
+            raise SystemExit(f"{path}: {last!r} is checked at the top level of {len(functions)} functions, not one")
         function = functions[0]
-        last_assert = max(i for i, statement in enumerate(function.body) if isinstance(statement, ast.Assert))
-        function.body = function.body[:last_assert + 1]
+        end = next(i for i, statement in enumerate(function.body) if has(statement, last))
+        function.body = [statement for statement in function.body[:end + 1] if isinstance(statement, (
+            ast.Assign, ast.Assert)) or (isinstance(statement, ast.If) and any(
+                isinstance(node, (ast.Raise, ast.Return)) for node in ast.walk(statement)))]
         function.decorator_list = []
         body = ast.Module(body=[function], type_ignores=[])
         return path, _module_name(srt, path), compile(ast.fix_missing_locations(body), path, "exec"), function.name
-    raise SystemExit(f"{srt}: no file asserts {message!r}")
+    return None
 
 
 def _run_handler(code, name, module_globals, server):
@@ -142,15 +167,26 @@ def main(argv):
             code, dict(module_globals, **server_argv.VIEWS, cfg=server, view=server, server_args=server,
                        self=server))))
 
-    for message in HANDLERS:
-        path, module, code, name = _handler_checks(srt, message)
+    for last, other, since, passes in HANDLERS:
+        found = _handler_checks(srt, last, other)
+        if found is None:
+            if version >= _version_key(since):
+                raise SystemExit(f"{srt}: no file raises {last!r}")
+            continue
+        if passes:
+            steps.append((overrides_path, cache_args.speculative_name_step(srt)))
+        path, module, code, name = found
         module_globals = server_argv.hook_globals(path, module)
         steps.append((path, lambda server, code=code, name=name, module_globals=module_globals: _run_handler(
             code, name, module_globals, server)))
 
+    defaults = server_argv.field_defaults()
     results = []
     for scenario in scenarios:
         server = parser.parse_args(scenario["argv"])
+        for name, value in defaults.items():
+            if not hasattr(server, name):
+                setattr(server, name, value)
         server._resolved = lambda server=server: server
         message = None
         with server_argv.environment(scenario.get("env", {})):

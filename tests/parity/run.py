@@ -1482,10 +1482,11 @@ def check_mimo_v2_hook(kvpilot, src, venvs, version, compare):
 # PD prefill and no PD; --encoder-only; --dcp-size 2; prefill CP; the DP LM head; TP 2 without DP,
 # with replicas and with attention DP in each release's spellings.
 FLAG_COMBINATION_RULES = ("EN1", "DC1", "LH1", "LH2", "LH3", "LH4", "LH5", "SD17", "WD1", "WD2", "WD3", "WD4", "WD5",
-                          "WD6")
+                          "WD6", "RS1", "KS1", "WM1", "WM2", "WM3", "WM4")
 # DWDP (WD1-WD6) on each role at TP 2 and 4, with --dwdp-size unset, 1 (off), 2 and 4, alone and
 # with each thing its handler refuses: EPLB, speculative decoding (as given, in two spellings),
 # pipeline stages and two-batch overlap.
+ROLE_FLAGS = (("--enable-response-store", "0.5.20"), ("--enable-kv-cache-sharding", "0.5.22"))
 DWDP_SIZES = (None, 1, 2, 4)
 DWDP_WITH = ((), ("--enable-eplb",), ("--speculative-algorithm", "EAGLE"), ("--speculative-algorithm", "nextn"),
              ("--pp-size", "2"), ("--enable-two-batch-overlap",))
@@ -1532,6 +1533,28 @@ def flag_combination_scenarios(version):
         argv += ["--dwdp-size", str(size)] if size is not None else []
         scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": {},
                           "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
+    # Flags refused by role (RS1, KS1): the response store (0.5.20 on) and KV cache sharding (0.5.22
+    # on), on or off.
+    for role, (flag, since) in itertools.product(("decode", "prefill", "null"), ROLE_FLAGS):
+        if version_key(version) < version_key(since):
+            continue
+        for given in (False, True):
+            argv = ["--model-path", "/models/m", *role_argv(role)] + [flag] * given
+            scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": {},
+                              "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
+    # The watermark (WM1-WM4, 0.5.22 on) on or off, with each algorithm or none as given, pipeline
+    # stages and SGLANG_RUST_SERVER, on the CUDA device SGLang has resolved by its check.
+    if version_key(version) >= version_key("0.5.22"):
+        for role, watermark, algorithm, pp, env in itertools.product(
+                ("decode", "prefill", "null"), (False, True),
+                (None, "EAGLE", "nextn", "EAGLE3", "NGRAM", "DFLASH", "STANDALONE", "DSPARK"), (1, 2),
+                ({}, {"SGLANG_RUST_SERVER": "1"})):
+            argv = ["--model-path", "/models/m", *role_argv(role), "--device", "cuda"]
+            argv += ["--enable-watermark"] if watermark else []
+            argv += ["--speculative-algorithm", algorithm] if algorithm else []
+            argv += ["--pp-size", str(pp)] if pp != 1 else []
+            scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": env,
+                              "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
     return scenarios
 
 

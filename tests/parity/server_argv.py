@@ -20,6 +20,7 @@ is reported as `postInit: {"skipped": ...}` and not judged.
 import argparse
 import ast
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -107,6 +108,19 @@ def argument_parser():
     parser = Parser(prog="sglang serve")
     server_args_cls.add_cli_args(parser)
     return parser
+
+
+def field_defaults():
+    """The plain defaults of the release's ServerArgs fields (a dataclass, or from 0.5.20 a msgspec
+    Struct), for the fields without a command-line option (`no_cli`, such as those a config file
+    resolves), which its parser does not set."""
+    server_args_cls, _unloaded = load_server_args()
+    if dataclasses.is_dataclass(server_args_cls):
+        return {field.name: field.default for field in dataclasses.fields(server_args_cls)
+                if field.default is not dataclasses.MISSING}
+    import msgspec
+    return {field.name: field.default for field in msgspec.structs.fields(server_args_cls)
+            if field.default is not msgspec.NODEFAULT}
 
 
 def release_script(argv, usage):
