@@ -12,7 +12,8 @@ use crate::api::{OnInvalid, RetractionBackup, TransferBackend};
 /// SGLANG_ENABLE_PP_SPEC under PD, PP3 and PP4, and the encoder hook's refusal of an encoder-only
 /// PD server, EN1, a language-model-only one, LO1, unified memory's need for lazy compaction
 /// under PD, U16, the Rust server's bootstrap port on a prefill server, BP1, and the response store
-/// and the watermark under PD, RS1 and WM1), or on any server (M3, S8, HiCache × DCP, the unified-memory pool's other
+/// and the watermark under PD, RS1 and WM1, and prefill_complete allocation, PC1 and PC3), or on
+/// any server (M3, S8, HiCache × DCP, the unified-memory pool's other
 /// exclusions, HiCache, LMCache and the linker without a radix cache S7, L3 and X1, which read the
 /// server's own, the other LMCache and linker rules, the tree cache's checks H1, H2, H5, H6, N5 and
 /// N6, DeepSeek-V4's host pool size H7, the speculative hook's SD1-SD5 and SD7-SD17, IQuest Q1's
@@ -28,7 +29,7 @@ use crate::api::{OnInvalid, RetractionBackup, TransferBackend};
 /// WD1 and WD3-WD6, and the watermark's other checks, WM2-WM4).
 const ON_EVERY_PD_SERVER: &[&str] = &[
     "R20", "M1", "U1", "U2", "U3", "U4c", "U9", "L7", "T11", "T1hnd", "V4", "K2", "MC3", "QX1", "PP3", "PP4", "EN1",
-    "U16", "LO1", "BP1", "RS1", "WM1",
+    "U16", "LO1", "BP1", "RS1", "WM1", "PC1", "PC3",
 ];
 const ON_EVERY_SERVER: &[&str] = &[
     "M2", "M3", "M4", "M5", "M6", "M7", "S7", "S8", "F3", "F5", "L1", "L2", "L3", "L4", "L5", "L6", "L8", "X1", "X2",
@@ -41,8 +42,9 @@ const ON_EVERY_SERVER: &[&str] = &[
     "MV3", "H3", "H8", "K6", "WD1", "WD3", "WD4", "WD5", "WD6", "WM2", "WM3", "WM4",
 ];
 /// Rules SGLang applies on servers without PD but not on prefill ones (DSPARK's pipeline stages,
-/// SD6, EAGLE's, PP2, PP5 and PP6, and KV cache sharding, KS1).
-const WITHOUT_PD: &[&str] = &["SD6", "PP2", "PP5", "PP6", "KS1"];
+/// SD6, EAGLE's, PP2, PP5 and PP6, KV cache sharding, KS1, and prefill_complete allocation as
+/// such a server's PD hook lists it, PC2).
+const WITHOUT_PD: &[&str] = &["SD6", "PP2", "PP5", "PP6", "KS1", "PC2"];
 
 /// Checks a prefill server (`prefill`) or a server without disaggregation. Nothing is
 /// rewritten: each finding here asks for a flag to be dropped or changed by hand.

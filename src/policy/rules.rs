@@ -1222,6 +1222,111 @@ fn dwdp_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = (&'a FleetSpec, i
         .filter_map(|fleet| Some((fleet, number_option(&fleet.extra_args, &[DWDP_SIZE]).filter(|size| *size > 1)?)))
 }
 
+const ALLOCATION_POLICY: &str = "--disaggregation-decode-allocation-policy";
+const ALLOCATION_POLICY_FIELD: &str = "spec.decode.extraArgs[--disaggregation-decode-allocation-policy]";
+
+/// The role SGLang's PD hook sees a server in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ServerRole {
+    Decode,
+    Prefill,
+    WithoutPd,
+}
+
+/// What `_validate_prefill_complete` reads of one server that allocates decode memory only once
+/// its prefill completes (`--disaggregation-decode-allocation-policy prefill_complete`, 0.5.22 on),
+/// as given: its PD hook runs before the hooks that resolve CP and DP.
+struct AllocatingServer<'a> {
+    fleet: &'a FleetSpec,
+    role: ServerRole,
+    dcp: i32,
+    hisparse: bool,
+    host_receive: bool,
+    hicache: bool,
+    storage_backend: bool,
+}
+
+/// The servers in scope with `prefill_complete`: the decode servers (the guard's one server, in
+/// `other_server`'s role where it is not a PD decode server), with the settings, and a service's
+/// prefill servers, with their `extraArgs` (kvpilot gives them none of these settings).
+fn prefill_complete_servers<'a>(c: &'a Context<'_>, other_server: ServerRole) -> Vec<AllocatingServer<'a>> {
+    let own = AllocatingServer {
+        fleet: c.decode,
+        role: if c.scope == Scope::OtherServer { other_server } else { ServerRole::Decode },
+        dcp: c.settings.decode_context_parallel,
+        hisparse: c.settings.hisparse,
+        host_receive: host_receive_on(c.settings, c.release),
+        hicache: c.settings.hierarchical_cache,
+        storage_backend: c.settings.hicache_storage_backend.is_some(),
+    };
+    let prefill = service_prefill(c).map(|fleet| {
+        let args = &fleet.extra_args;
+        let threshold = option_value(args, "--disaggregation-decode-host-receive-threshold")
+            .and_then(|value| value.trim().parse::<f64>().ok());
+        AllocatingServer {
+            fleet,
+            role: ServerRole::Prefill,
+            dcp: dcp_of(args),
+            hisparse: given(args, "--enable-hisparse"),
+            host_receive: threshold.is_some_and(|threshold| threshold < 1.0),
+            hicache: given(args, HICACHE_FLAG),
+            storage_backend: option_value(args, "--hicache-storage-backend").is_some(),
+        }
+    });
+    std::iter::once(own)
+        .chain(prefill)
+        .filter(|server| option_value(&server.fleet.extra_args, ALLOCATION_POLICY) == Some("prefill_complete"))
+        .collect()
+}
+
+/// What `_validate_prefill_complete` lists as not yet supported on `server`, in its order. Its
+/// attention TP reads `dp_size` where `enable_dp_attention` is set, which the deprecated-DP hook
+/// has cleared by then (0.5.22 on), so any TP above 1 is listed.
+fn prefill_complete_unsupported(c: &Context<'_>, server: &AllocatingServer<'_>) -> Vec<&'static str> {
+    let args = &server.fleet.extra_args;
+    let write_back = option_value(args, "--hicache-write-policy") == Some("write_back");
+    [
+        (server.role == ServerRole::WithoutPd, "aggregated serving"),
+        (c.settings.transfer_backend != TransferBackend::Mooncake, "transfer backends other than Mooncake"),
+        (
+            server.fleet.pipeline_parallel != 1 || attention_cp_size(args) != Some(1) || server.dcp != 1,
+            "pipeline or attention context parallelism",
+        ),
+        (server.fleet.tensor_parallel != 1, "attention tensor parallelism greater than one"),
+        (
+            given(args, "--enable-pdmux") || option_value(args, "--decoupled-spec-role").is_some_and(|r| r != "null"),
+            "PD multiplexing or decoupled speculation",
+        ),
+        (given(args, "--enable-pd-role-switch"), "runtime PD role switching"),
+        (given(args, ENCODER_ONLY) || given(args, "--language-only"), "encoder disaggregation"),
+        (server.hisparse, "HiSparse"),
+        (server.host_receive, "decode host KV buffering"),
+        (
+            server.role == ServerRole::Decode && (c.settings.decode_radix_cache || server.hicache),
+            "decode radix cache or decode HiCache",
+        ),
+        (
+            server.role == ServerRole::Prefill && server.hicache && (server.storage_backend || !write_back),
+            "prefill HiCache other than L2 write_back",
+        ),
+        (server.fleet.env_on("SGLANG_DISAGG_STAGING_BUFFER"), "staging buffers"),
+        (server.fleet.env_on(RUST_SERVER_ENV), "the Rust bootstrap registry"),
+    ]
+    .into_iter()
+    .filter_map(|(unsupported, what)| unsupported.then_some(what))
+    .collect()
+}
+
+/// The first server in scope whose `prefill_complete` lists something unsupported, as SGLang
+/// joins the list.
+fn prefill_complete_refused(c: &Context<'_>, other_server: ServerRole) -> Option<Finding> {
+    let unsupported = prefill_complete_servers(c, other_server)
+        .iter()
+        .map(|server| prefill_complete_unsupported(c, server))
+        .find(|unsupported| !unsupported.is_empty())?;
+    when_with(true, vec![("unsupported", unsupported.join(", "))])
+}
+
 const WATERMARK_FIELD: &str = "spec.decode.extraArgs[--enable-watermark]";
 
 /// The servers in scope that watermark their output (`--enable-watermark`, 0.5.22 on), which
@@ -3956,6 +4061,66 @@ pub(crate) const RULES: &[Rule] = &[
         changes: &[],
         check: |c| when(watermark_fleets(c).any(|fleet| fleet.env_on(RUST_SERVER_ENV))),
         fix: Fix::Manual { hint: "drop --enable-watermark from extraArgs, or SGLANG_RUST_SERVER from the fleet's env" },
+    },
+    Rule {
+        id: "PC1",
+        about: "prefill_complete allocation on a PD server that does not support it",
+        field: ALLOCATION_POLICY_FIELD,
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--disaggregation-decode-allocation-policy prefill_complete does not yet support {unsupported}",
+        )],
+        changes: &[],
+        check: |c| prefill_complete_refused(c, ServerRole::Prefill),
+        fix: Fix::Manual {
+            hint: "drop --disaggregation-decode-allocation-policy prefill_complete from extraArgs, or change what the \
+                   message lists (it runs on TP 1 Mooncake servers without CP, PP, HiSparse, host receive, decode \
+                   radix cache or HiCache)",
+        },
+    },
+    Rule {
+        id: "PC2",
+        about: "prefill_complete allocation on a server without PD",
+        field: ALLOCATION_POLICY_FIELD,
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--disaggregation-decode-allocation-policy prefill_complete does not yet support {unsupported}",
+        )],
+        changes: &[],
+        // The guard's server without PD only (WITHOUT_PD); PC1 covers PD servers.
+        check: |c| prefill_complete_refused(c, ServerRole::WithoutPd).filter(|_| c.scope == Scope::OtherServer),
+        fix: Fix::Manual {
+            hint: "drop --disaggregation-decode-allocation-policy from a server without PD disaggregation",
+        },
+    },
+    Rule {
+        id: "PC3",
+        about: "prefill_complete allocation without optimistic prefill",
+        field: ALLOCATION_POLICY_FIELD,
+        span: Span::since(v0_5(22)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "prefill_complete requires optimistic prefill, but the resolved model/cache configuration disabled it.",
+        )],
+        changes: &[],
+        // On a prefill server that passes PC1 the PD hook turns 0 attempts (the default) into 1 and
+        // nothing later turns them off, so only negative attempts as given stay.
+        check: |c| {
+            when(prefill_complete_servers(c, ServerRole::Prefill).iter().any(|server| {
+                server.role == ServerRole::Prefill
+                    && number_option(&server.fleet.extra_args, &["--optimistic-prefill-attempts"])
+                        .is_some_and(|attempts| attempts < 0)
+            }))
+        },
+        fix: Fix::Manual {
+            hint: "set --optimistic-prefill-attempts to 0 (the default) or more on the prefill servers, or drop \
+                   --disaggregation-decode-allocation-policy prefill_complete",
+        },
     },
     Rule {
         id: "DP3",

@@ -1456,6 +1456,67 @@ fn rs1_ks1_wm_flags_by_role() {
     assert!(alone(&defaults, &rust_server, false, 21).is_empty(), "no such flag");
 }
 
+/// From 0.5.22 `--disaggregation-decode-allocation-policy prefill_complete` lists what it does not
+/// support yet on each server that gives it (PC1 on PD servers, PC2 without PD, in one message
+/// joined as SGLang joins it), and refuses a prefill server whose optimistic prefill attempts stay
+/// negative (PC3).
+#[test]
+fn pc_prefill_complete_allocation() {
+    let all = ["PC1", "PC2", "PC3"];
+    let policy = ["--disaggregation-decode-allocation-policy", "prefill_complete"];
+    let fleet = |tp, args: &[&str]| parallel_fleet(tp, 1, false, &[&policy[..], args].concat());
+    let prefix = "--disaggregation-decode-allocation-policy prefill_complete does not yet support ";
+    assert!(violations_of(&all, &full(), &fleet(1, &[]), 23).is_empty());
+    assert!(violations_of(&all, &full(), &fleet(2, &[]), 21).is_empty(), "no such flag");
+    let radix = with(|s| s.decode_radix_cache = true);
+    let verdict = run_at(v0_5(22), &radix, &fleet(2, &["--enable-pdmux"]), &full());
+    let messages: Vec<_> = verdict.violations.iter().filter(|v| v.rule == "PC1").map(|v| v.message.clone()).collect();
+    assert_eq!(
+        messages,
+        [format!(
+            "{prefix}attention tensor parallelism greater than one, PD multiplexing or decoupled speculation, decode \
+             radix cache or decode HiCache"
+        )]
+    );
+
+    let alone = |fleet: &FleetSpec, prefill: bool| {
+        let verdict = role::evaluate_non_decode(
+            PolicyInput::alone(&DisaggregationSpec::default(), fleet, &full(), v0_5(23)),
+            prefill,
+        );
+        verdict
+            .violations
+            .iter()
+            .map(|v| (v.rule, v.message.clone()))
+            .filter(|(rule, _)| all.contains(rule))
+            .collect::<Vec<_>>()
+    };
+    assert!(alone(&fleet(1, &[]), true).is_empty());
+    assert_eq!(alone(&fleet(1, &[]), false), [("PC2", format!("{prefix}aggregated serving"))]);
+    let hicache = fleet(1, &["--enable-hierarchical-cache"]);
+    let settings = with(|s| s.hierarchical_cache = true);
+    let prefill_hicache = role::evaluate_non_decode(PolicyInput::alone(&settings, &hicache, &full(), v0_5(23)), true);
+    assert!(
+        prefill_hicache
+            .violations
+            .iter()
+            .any(|v| v.rule == "PC1" && v.message == format!("{prefix}prefill HiCache other than L2 write_back"))
+    );
+    let write_back = fleet(1, &["--hicache-write-policy", "write_back"]);
+    let prefill_write_back =
+        role::evaluate_non_decode(PolicyInput::alone(&settings, &write_back, &full(), v0_5(23)), true);
+    assert!(!prefill_write_back.violations.iter().any(|v| v.rule == "PC1"));
+    assert_eq!(
+        alone(&fleet(1, &["--optimistic-prefill-attempts", "-1"]), true),
+        [(
+            "PC3",
+            "prefill_complete requires optimistic prefill, but the resolved model/cache configuration disabled it."
+                .to_string()
+        )]
+    );
+    assert!(alone(&fleet(1, &["--optimistic-prefill-attempts", "0"]), true).is_empty(), "turned into 1");
+}
+
 /// From 0.5.21 SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION asks for single-layer EAGLE or EAGLE3
 /// (DSPARK too from 0.5.22), as the speculative hook resolved the algorithm, on every server that
 /// sets it, speculating or not (SD17).

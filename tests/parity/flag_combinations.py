@@ -3,7 +3,8 @@
 encoder-only server under PD, DP speculative prefill coordination (an env) without single-layer
 EAGLE, decode context parallelism with prefill context parallelism, the DP LM head without
 attention DP, an explicit TP LM-head all-to-all's asserts, DWDP's checks, the response store, KV
-cache sharding and the watermark on PD servers, and the watermark's speculative checks.
+cache sharding and the watermark on PD servers, the watermark's speculative checks, and the
+prefill_complete allocation policy's.
 
 Usage: flag_combinations.py SGLANG_SRC < scenarios.json
   scenario: {"id", "argv", "env" (optional)}
@@ -27,9 +28,11 @@ What runs, unchanged, in the release's own order:
     of ServerArgs up to 0.5.18, `handle_dwdp` of arg_groups/parallel_hook.py after) up to its last
     assert, the response store's (0.5.20 on), KV cache sharding's up to its refusal of a server
     that is not a PD prefill server (0.5.22 on) and the watermark's (0.5.22 on, after the
-    speculative hook's name resolution): each function's assignments, asserts and the `if`
-    statements that raise or return, up to the last check run (what the rest does applies the
-    handler's settings or reads the GPU);
+    speculative hook's name resolution), and from 0.5.22 the PD hook's prefill_complete statement
+    and the serving hook's refusal of prefill_complete without optimistic prefill: each
+    function's assignments, asserts and the `if` statements that raise, return or declare a
+    resolution, up to the statement run last (what the rest does applies the handler's settings,
+    logs or reads the GPU);
   - the release's argument parser (as server_argv.py builds it) on the scenario's argv, with
     ServerArgs' defaults for the fields the parser does not set (the watermark's, which a config
     file resolves).
@@ -67,13 +70,18 @@ OVERRIDES = (os.path.join("arg_groups", "overrides.py"), "sglang.srt.arg_groups.
 # first appears in, what runs before it). DWDP's, a method of ServerArgs up to 0.5.18 and a hook
 # of arg_groups/parallel_hook.py after; the response store's; KV cache sharding's, as far as its
 # refusal of a server that is not a PD prefill server; the watermark's, after the speculative
-# hook's name resolution (it runs in check_server_args, after every hook).
+# hook's name resolution (it runs in check_server_args, after every hook); the PD hook's as far as
+# its prefill_complete statement (which calls `_validate_prefill_complete` and turns a prefill
+# server's 0 optimistic prefill attempts into 1), and the serving hook's as far as its refusal of
+# prefill_complete without optimistic prefill (after its statement that turns them off).
 HANDLERS = (("DWDP's prefetch event protocol does not support two-batch overlap", "DWDP requires pp_size == 1",
              "0.5.17", ()),
             ("--enable-response-store is not supported with", None, "0.5.20", ()),
             ("--enable-kv-cache-sharding is only supported on PD prefill", None, "0.5.22", ()),
             ("--enable-watermark is not supported with SGLANG_RUST_SERVER", "--enable-watermark is not supported with PD",
-             "0.5.22", (SPECULATIVE_NAME,)))
+             "0.5.22", (SPECULATIVE_NAME,)),
+            ("disaggregation_decode_allocation_policy ==", "mooncake_tcp", "0.5.22", ()),
+            ("prefill_complete requires optimistic prefill", None, "0.5.22", ()))
 
 
 def _module_name(srt, path):
@@ -103,10 +111,11 @@ def _guarded_check(srt, messages):
 
 
 def _handler_checks(srt, last, other):
-    """(file, module, the function that checks `last` (and `other`) at its top level, compiled with
-    its checks up to that one: its assignments, asserts and `if` statements that raise or return;
-    the rest applies the handler's settings, or reads the GPU), its name), or None where no file
-    of the release has `last`."""
+    """(file, module, the function that holds `last` (and `other`) in top-level statements,
+    compiled with its checks up to the statement that holds `last`, which it ends with: its
+    assignments, asserts and `if` statements that raise, return or declare a resolution (the rest
+    applies the handler's settings, logs, or reads the GPU), its name), or None where no file of
+    the release has `last`."""
     paths = sorted(glob.glob(os.path.join(srt, "arg_groups", "*.py"))) + [os.path.join(srt, "server_args.py")]
     for path in paths:
         with open(path, encoding="utf-8") as f:
@@ -124,10 +133,15 @@ def _handler_checks(srt, last, other):
             raise SystemExit(f"{path}: {last!r} is checked at the top level of {len(functions)} functions, not one")
         function = functions[0]
         end = next(i for i, statement in enumerate(function.body) if has(statement, last))
-        function.body = [statement for statement in function.body[:end + 1] if isinstance(statement, (
+        function.body = [statement for statement in function.body[:end] if isinstance(statement, (
             ast.Assign, ast.Assert)) or (isinstance(statement, ast.If) and any(
-                isinstance(node, (ast.Raise, ast.Return)) for node in ast.walk(statement)))]
+                isinstance(node, (ast.Raise, ast.Return)) or "declare_resolution(" in ast.unparse(node)
+                for node in ast.walk(statement)))] + [function.body[end]]
         function.decorator_list = []
+        # Its annotations may name what only type checkers import.
+        function.returns = None
+        for argument in function.args.args:
+            argument.annotation = None
         body = ast.Module(body=[function], type_ignores=[])
         return path, _module_name(srt, path), compile(ast.fix_missing_locations(body), path, "exec"), function.name
     return None
@@ -177,6 +191,8 @@ def main(argv):
             steps.append((overrides_path, cache_args.speculative_name_step(srt)))
         path, module, code, name = found
         module_globals = server_argv.hook_globals(path, module)
+        # The functions the handler calls (`_validate_prefill_complete`) read the views too.
+        module_globals.update(server_argv.VIEWS)
         steps.append((path, lambda server, code=code, name=name, module_globals=module_globals: _run_handler(
             code, name, module_globals, server)))
 

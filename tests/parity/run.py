@@ -1482,11 +1482,29 @@ def check_mimo_v2_hook(kvpilot, src, venvs, version, compare):
 # PD prefill and no PD; --encoder-only; --dcp-size 2; prefill CP; the DP LM head; TP 2 without DP,
 # with replicas and with attention DP in each release's spellings.
 FLAG_COMBINATION_RULES = ("EN1", "DC1", "LH1", "LH2", "LH3", "LH4", "LH5", "SD17", "WD1", "WD2", "WD3", "WD4", "WD5",
-                          "WD6", "RS1", "KS1", "WM1", "WM2", "WM3", "WM4")
+                          "WD6", "RS1", "KS1", "WM1", "WM2", "WM3", "WM4", "PC1", "PC2", "PC3")
 # DWDP (WD1-WD6) on each role at TP 2 and 4, with --dwdp-size unset, 1 (off), 2 and 4, alone and
 # with each thing its handler refuses: EPLB, speculative decoding (as given, in two spellings),
 # pipeline stages and two-batch overlap.
 ROLE_FLAGS = (("--enable-response-store", "0.5.20"), ("--enable-kv-cache-sharding", "0.5.22"))
+# prefill_complete allocation (PC1-PC3, 0.5.22 on), unset, early and prefill_complete, on each
+# role at TP 1 with Mooncake, alone and with each thing `_validate_prefill_complete` lists (two
+# at once too), prefill HiCache in each write policy, with a storage backend, and optimistic
+# prefill attempts: (flags, env).
+PREFILL_COMPLETE_WITH = (
+    ((), {}), (("--disaggregation-transfer-backend", "nixl"), {}), (("--pp-size", "2"), {}),
+    (("--tp", "2", "--attn-cp-size", "2"), {}), (("--dcp-size", "2"), {}), (("--tp", "2"), {}),
+    (("--tp", "2", "--dp-size", "2", "--enable-dp-attention"), {}), (("--tp", "2", "--attn-dp-size", "2"), {}),
+    (("--enable-pdmux",), {}), (("--decoupled-spec-role", "drafter"), {}), (("--decoupled-spec-role", "null"), {}),
+    (("--enable-pd-role-switch",), {}), (("--language-only",), {}), (("--encoder-only",), {}),
+    (("--enable-hisparse",), {}), (("--disaggregation-decode-host-receive-threshold", "0.5"), {}),
+    (("--disaggregation-decode-host-receive-threshold", "1"), {}), (("--disaggregation-decode-enable-radix-cache",), {}),
+    (("--enable-hierarchical-cache",), {}), (("--enable-hierarchical-cache", "--hicache-write-policy", "write_back"), {}),
+    (("--enable-hierarchical-cache", "--hicache-write-policy", "write_back", "--hicache-storage-backend", "file"), {}),
+    ((), {"SGLANG_DISAGG_STAGING_BUFFER": "1"}), ((), {"SGLANG_RUST_SERVER": "1"}),
+    (("--optimistic-prefill-attempts", "-1"), {}), (("--optimistic-prefill-attempts", "0"), {}),
+    (("--optimistic-prefill-attempts", "2"), {}), (("--enable-hisparse", "--enable-pdmux", "--pp-size", "2"), {}),
+)
 DWDP_SIZES = (None, 1, 2, 4)
 DWDP_WITH = ((), ("--enable-eplb",), ("--speculative-algorithm", "EAGLE"), ("--speculative-algorithm", "nextn"),
              ("--pp-size", "2"), ("--enable-two-batch-overlap",))
@@ -1553,6 +1571,14 @@ def flag_combination_scenarios(version):
             argv += ["--enable-watermark"] if watermark else []
             argv += ["--speculative-algorithm", algorithm] if algorithm else []
             argv += ["--pp-size", str(pp)] if pp != 1 else []
+            scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": env,
+                              "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
+        for role, policy, (with_flags, env) in itertools.product(
+                ("decode", "prefill", "null"), (None, "early", "prefill_complete"), PREFILL_COMPLETE_WITH):
+            if "--disaggregation-decode-enable-radix-cache" in with_flags and role != "decode":
+                continue
+            argv = ["--model-path", "/models/m", *role_argv(role), *with_flags]
+            argv += ["--disaggregation-decode-allocation-policy", policy] if policy else []
             scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": env,
                               "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
     return scenarios
