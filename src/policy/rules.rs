@@ -1327,6 +1327,29 @@ fn prefill_complete_refused(c: &Context<'_>, other_server: ServerRole) -> Option
     when_with(true, vec![("unsupported", unsupported.join(", "))])
 }
 
+const DCP_COMM_BACKEND: &str = "--dcp-comm-backend";
+const DCP_REPLICATE_Q_PROJ: &str = "--dcp-replicate-q-proj";
+
+/// The DCP communication backend of a server with `dcp` (its `--dcp-size`), as the decode-CP hook
+/// reads it: as given, else `ag_rs` up to 0.5.19 (the parser's default); from 0.5.20 an unset
+/// backend resolves to `fi_a2a` or `a2a` on a CUDA GPU with DCP above 1 (to `ag_rs` without), so
+/// None stands for one of those.
+fn dcp_comm_backend<'a>(c: &Context<'_>, args: &'a [String], dcp: i32) -> Option<&'a str> {
+    match option_value(args, DCP_COMM_BACKEND) {
+        Some(backend) => Some(backend),
+        None if c.release < v0_5(20) || dcp <= 1 => Some("ag_rs"),
+        None => None,
+    }
+}
+
+/// `--enable-quant-communications` among the arguments of a server in scope, with its TP and
+/// whether it runs on an NPU (`--device npu`; kvpilot's servers run on CUDA GPUs).
+fn quant_communication_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = (&'a FleetSpec, bool)> {
+    fleets_in_scope(c)
+        .filter(|fleet| given(&fleet.extra_args, "--enable-quant-communications"))
+        .map(|fleet| (fleet, option_value(&fleet.extra_args, "--device") == Some("npu")))
+}
+
 const WATERMARK_FIELD: &str = "spec.decode.extraArgs[--enable-watermark]";
 
 /// The servers in scope that watermark their output (`--enable-watermark`, 0.5.22 on), which
@@ -4120,6 +4143,118 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Manual {
             hint: "set --optimistic-prefill-attempts to 0 (the default) or more on the prefill servers, or drop \
                    --disaggregation-decode-allocation-policy prefill_complete",
+        },
+    },
+    Rule {
+        id: "DF1",
+        about: "an all-to-all DCP backend without DCP",
+        field: "spec.decode.extraArgs[--dcp-comm-backend]",
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--dcp-comm-backend {backend} only affects the decode context-parallel attention reduction and therefore \
+             requires --dcp-size / --decode-context-parallel-size > 1, but got dcp_size={dcp}.",
+        )],
+        changes: &[],
+        check: |c| {
+            let (backend, dcp) = pd_servers(c).find_map(|(fleet, _, dcp)| {
+                let backend = option_value(&fleet.extra_args, DCP_COMM_BACKEND)?;
+                (matches!(backend, "a2a" | "fi_a2a") && dcp <= 1).then_some((backend, dcp))
+            })?;
+            when_with(true, vec![("backend", backend.to_string()), ("dcp", dcp.to_string())])
+        },
+        fix: Fix::Manual {
+            hint: "drop --dcp-comm-backend from extraArgs, or set decodeContextParallel above 1 on the servers that \
+                   give it",
+        },
+    },
+    Rule {
+        id: "DF2",
+        about: "a replicated DCP Q projection without DCP",
+        field: "spec.decode.extraArgs[--dcp-replicate-q-proj]",
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--dcp-replicate-q-proj requires --dcp-size > 1.")],
+        changes: &[],
+        check: |c| {
+            when(pd_servers(c).any(|(fleet, _, dcp)| given(&fleet.extra_args, DCP_REPLICATE_Q_PROJ) && dcp <= 1))
+        },
+        fix: Fix::Manual {
+            hint: "drop --dcp-replicate-q-proj from extraArgs, or set decodeContextParallel above 1 on the servers \
+                   that give it",
+        },
+    },
+    Rule {
+        id: "DF3",
+        about: "a replicated DCP Q projection without an all-to-all DCP backend",
+        field: "spec.decode.extraArgs[--dcp-replicate-q-proj]",
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--dcp-replicate-q-proj only applies to the a2a/fi_a2a DCP communication backend (it removes the head-dim \
+             Q all-gather); got --dcp-comm-backend={backend}.",
+        )],
+        changes: &[],
+        check: |c| {
+            let backend = pd_servers(c).find_map(|(fleet, _, dcp)| {
+                let args = &fleet.extra_args;
+                let backend = dcp_comm_backend(c, args, dcp)?;
+                (given(args, DCP_REPLICATE_Q_PROJ) && dcp > 1 && !matches!(backend, "a2a" | "fi_a2a"))
+                    .then_some(backend)
+            })?;
+            when_with(true, vec![("backend", backend.to_string())])
+        },
+        fix: Fix::Manual {
+            hint: "give --dcp-comm-backend a2a (or fi_a2a) next to --dcp-replicate-q-proj, or drop the latter",
+        },
+    },
+    Rule {
+        id: "RP1",
+        about: "priority retraction without priority scheduling",
+        field: "spec.decode.extraArgs[--retraction-policy]",
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--retraction-policy priority requires --enable-priority-scheduling")],
+        changes: &[],
+        check: |c| {
+            when(fleets_in_scope(c).any(|fleet| {
+                option_value(&fleet.extra_args, "--retraction-policy") == Some("priority")
+                    && !given(&fleet.extra_args, "--enable-priority-scheduling")
+            }))
+        },
+        fix: Fix::Manual {
+            hint: "add --enable-priority-scheduling to extraArgs next to --retraction-policy priority, or drop the \
+                   latter (the default, length, retracts by output and input length)",
+        },
+    },
+    Rule {
+        id: "QC1",
+        about: "quantized communications at TP 1",
+        field: "spec.decode.extraArgs[--enable-quant-communications]",
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("Communications quantization is only used with tp_size != 1")],
+        changes: &[],
+        check: |c| when(quant_communication_fleets(c).any(|(fleet, _)| fleet.tensor_parallel == 1)),
+        fix: Fix::Manual { hint: "drop --enable-quant-communications from extraArgs: it compresses TP collectives" },
+    },
+    Rule {
+        id: "QC2",
+        about: "quantized communications off an NPU",
+        field: "spec.decode.extraArgs[--enable-quant-communications]",
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("Communications quantization is only supported for NPU device")],
+        changes: &[],
+        check: |c| when(quant_communication_fleets(c).any(|(fleet, npu)| fleet.tensor_parallel != 1 && !npu)),
+        fix: Fix::Manual {
+            hint: "drop --enable-quant-communications from extraArgs: SGLang implements it on Ascend NPUs only",
         },
     },
     Rule {

@@ -1517,6 +1517,48 @@ fn pc_prefill_complete_allocation() {
     assert!(alone(&fleet(1, &["--optimistic-prefill-attempts", "0"]), true).is_empty(), "turned into 1");
 }
 
+/// The decode-CP hook's checks of its communication flags (DF1-DF3, every release), priority
+/// retraction without priority scheduling (RP1) and quantized communications off an NPU (QC1,
+/// QC2).
+#[test]
+fn df_rp_qc_flag_checks() {
+    let all = ["DF1", "DF2", "DF3", "RP1", "QC1", "QC2"];
+    let fired = |settings: &DisaggregationSpec, tp, args: &[&str], patch| {
+        let verdict = run_at(v0_5(patch), settings, &parallel_fleet(tp, 1, false, args), &full());
+        verdict.violations.into_iter().map(|v| v.rule).filter(|rule| all.contains(rule)).collect::<Vec<_>>()
+    };
+    let defaults = DisaggregationSpec::default();
+    let dcp = with(|s| s.decode_context_parallel = 2);
+    assert_eq!(fired(&defaults, 2, &["--dcp-comm-backend", "a2a"], 17), ["DF1"]);
+    assert!(fired(&dcp, 2, &["--dcp-comm-backend", "a2a"], 17).is_empty());
+    assert!(fired(&defaults, 2, &["--dcp-comm-backend", "ag_rs"], 23).is_empty());
+    assert_eq!(fired(&defaults, 2, &["--dcp-replicate-q-proj"], 23), ["DF2"]);
+    // The parser's default backend is ag_rs up to 0.5.19; from 0.5.20 DCP resolves an all-to-all one.
+    assert_eq!(fired(&dcp, 2, &["--dcp-replicate-q-proj"], 19), ["DF3"]);
+    assert!(fired(&dcp, 2, &["--dcp-replicate-q-proj"], 20).is_empty());
+    assert_eq!(fired(&dcp, 2, &["--dcp-replicate-q-proj", "--dcp-comm-backend", "ag_rs"], 23), ["DF3"]);
+    let message = run_at(v0_5(23), &defaults, &parallel_fleet(2, 1, false, &["--dcp-comm-backend", "fi_a2a"]), &full())
+        .violations
+        .into_iter()
+        .find(|v| v.rule == "DF1")
+        .map(|v| v.message);
+    assert_eq!(
+        message.as_deref(),
+        Some(
+            "--dcp-comm-backend fi_a2a only affects the decode context-parallel attention reduction and therefore \
+             requires --dcp-size / --decode-context-parallel-size > 1, but got dcp_size=1."
+        )
+    );
+
+    assert_eq!(fired(&defaults, 1, &["--retraction-policy", "priority"], 17), ["RP1"]);
+    assert!(fired(&defaults, 1, &["--retraction-policy", "priority", "--enable-priority-scheduling"], 17).is_empty());
+    assert!(fired(&defaults, 1, &["--retraction-policy", "length"], 17).is_empty());
+
+    assert_eq!(fired(&defaults, 1, &["--enable-quant-communications"], 23), ["QC1"]);
+    assert_eq!(fired(&defaults, 2, &["--enable-quant-communications"], 23), ["QC2"]);
+    assert!(fired(&defaults, 2, &["--enable-quant-communications", "--device", "npu"], 23).is_empty());
+}
+
 /// From 0.5.21 SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION asks for single-layer EAGLE or EAGLE3
 /// (DSPARK too from 0.5.22), as the speculative hook resolved the algorithm, on every server that
 /// sets it, speculating or not (SD17).

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """One SGLang release's refusals of flag combinations on a server's command line: an
 encoder-only server under PD, DP speculative prefill coordination (an env) without single-layer
-EAGLE, decode context parallelism with prefill context parallelism, the DP LM head without
+EAGLE, decode context parallelism with prefill context parallelism and its communication flags,
+priority retraction, quantized communications, the DP LM head without
 attention DP, an explicit TP LM-head all-to-all's asserts, DWDP's checks, the response store, KV
 cache sharding and the watermark on PD servers, the watermark's speculative checks, and the
 prefill_complete allocation policy's.
@@ -19,10 +20,12 @@ What runs, unchanged, in the release's own order:
     from the syntax tree of the release's file that has it (CHECKS): the encoder hook's in every
     release; the speculative hook's coordination check from 0.5.21, after the hook's resolution
     of the algorithm's name (upper-cased, then `_resolve_speculative_algorithm_alias`, as
-    cache_args.py runs it); the decode-CP hook's from 0.5.22; and the DP LM head validation pass
-    of arg_groups/overrides.py (its TP LM-head all-to-all asserts from 0.5.18), after the pass
-    before it, `_data_parallelism_defaults`, which drops the DP LM head (and up to 0.5.21 DP
-    attention) where there is one DP rank. Each runs with its module's own globals
+    cache_args.py runs it); the decode-CP hook's refusal of prefill CP from 0.5.22 and its checks
+    of `--dcp-comm-backend` and `--dcp-replicate-q-proj` in every release; the DP LM head
+    validation pass of arg_groups/overrides.py (its TP LM-head all-to-all asserts from 0.5.18),
+    after the pass before it, `_data_parallelism_defaults`, which drops the DP LM head (and up to
+    0.5.21 DP attention) where there is one DP rank; and the last validation's checks of priority
+    retraction and quantized communications. Each runs with its module's own globals
     (`attn_dp_enabled_of`, `num_dp_ranks_of`, and `envs` reading the scenario's env);
   - the checks of handlers, in order, from their syntax trees (HANDLERS): DWDP's (`_handle_dwdp`
     of ServerArgs up to 0.5.18, `handle_dwdp` of arg_groups/parallel_hook.py after) up to its last
@@ -61,9 +64,14 @@ CHECKS = ((("Cannot set --encoder-only and --disaggregation-mode prefill/decode 
             "DP spec/prefill coordination requires single-layer EAGLE, EAGLE3 or DSPARK"), "0.5.21",
            (SPECULATIVE_NAME,)),
           (("--dcp-size > 1 does not support --enable-prefill-cp.",), "0.5.22", ()),
+          (("decode context-parallel attention reduction and therefore",), "0.5.17", ()),
+          (("--dcp-replicate-q-proj requires --dcp-size > 1.",), "0.5.17", ()),
           (("Please enable dp attention when setting enable_dp_lm_head. ",
             "--enable-dp-lm-head requires attention DP (--attn-dp-size)."), "0.5.17", ("_data_parallelism_defaults",)),
-          (("uses a TP-sharded LM head",), "0.5.18", ("_data_parallelism_defaults",)))
+          (("uses a TP-sharded LM head",), "0.5.18", ("_data_parallelism_defaults",)),
+          (("--retraction-policy priority requires --enable-priority-scheduling",), "0.5.17", ()),
+          (("Communications quantization is only used with tp_size != 1",), "0.5.17", ()),
+          (("Communications quantization is only supported for NPU device",), "0.5.17", ()))
 OVERRIDES = (os.path.join("arg_groups", "overrides.py"), "sglang.srt.arg_groups.overrides")
 # Handlers whose checks run in order: (the message of the handler's check that ends the run, the
 # message of another of its checks, to find it by where it has more than one, the release it

@@ -1482,7 +1482,8 @@ def check_mimo_v2_hook(kvpilot, src, venvs, version, compare):
 # PD prefill and no PD; --encoder-only; --dcp-size 2; prefill CP; the DP LM head; TP 2 without DP,
 # with replicas and with attention DP in each release's spellings.
 FLAG_COMBINATION_RULES = ("EN1", "DC1", "LH1", "LH2", "LH3", "LH4", "LH5", "SD17", "WD1", "WD2", "WD3", "WD4", "WD5",
-                          "WD6", "RS1", "KS1", "WM1", "WM2", "WM3", "WM4", "PC1", "PC2", "PC3")
+                          "WD6", "RS1", "KS1", "WM1", "WM2", "WM3", "WM4", "PC1", "PC2", "PC3", "DF1", "DF2", "DF3",
+                          "RP1", "QC1", "QC2")
 # DWDP (WD1-WD6) on each role at TP 2 and 4, with --dwdp-size unset, 1 (off), 2 and 4, alone and
 # with each thing its handler refuses: EPLB, speculative decoding (as given, in two spellings),
 # pipeline stages and two-batch overlap.
@@ -1549,6 +1550,34 @@ def flag_combination_scenarios(version):
     for role, tp, size, with_flags in itertools.product(("decode", "prefill", "null"), (2, 4), DWDP_SIZES, DWDP_WITH):
         argv = ["--model-path", "/models/m", *role_argv(role), "--tp", str(tp), *with_flags]
         argv += ["--dwdp-size", str(size)] if size is not None else []
+        scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": {},
+                          "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
+    # The decode-CP hook's communication flags (DF1-DF3) at TP 2, DCP 1 or 2, each backend or none,
+    # with the replicated Q projection or not; from 0.5.20 the backend an unset one resolves to
+    # with DCP follows the GPU (kvpilot takes a CUDA GPU's), so that case is left out.
+    for role, dcp, backend, replicate in itertools.product(
+            ("decode", "prefill", "null"), (1, 2), (None, "ag_rs", "a2a", "fi_a2a"), (False, True)):
+        if dcp > 1 and backend is None and replicate and version_key(version) >= version_key("0.5.20"):
+            continue
+        argv = ["--model-path", "/models/m", *role_argv(role), "--tp", "2"]
+        argv += ["--dcp-size", str(dcp)] if dcp > 1 else []
+        argv += ["--dcp-comm-backend", backend] if backend else []
+        argv += ["--dcp-replicate-q-proj"] if replicate else []
+        scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": {},
+                          "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
+    # Priority retraction (RP1) and quantized communications (QC1, QC2).
+    for role, policy, priority in itertools.product(("decode", "prefill", "null"), (None, "length", "priority"),
+                                                    (False, True)):
+        argv = ["--model-path", "/models/m", *role_argv(role)]
+        argv += ["--retraction-policy", policy] if policy else []
+        argv += ["--enable-priority-scheduling"] if priority else []
+        scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": {},
+                          "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
+    for role, tp, quantized, device in itertools.product(("decode", "prefill", "null"), (1, 2), (False, True),
+                                                         (None, "cuda", "npu")):
+        argv = ["--model-path", "/models/m", *role_argv(role), "--tp", str(tp)]
+        argv += ["--enable-quant-communications"] if quantized else []
+        argv += ["--device", device] if device else []
         scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": {},
                           "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
     # Flags refused by role (RS1, KS1): the response store (0.5.20 on) and KV cache sharding (0.5.22
