@@ -1350,6 +1350,16 @@ fn quant_communication_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = (&
         .map(|fleet| (fleet, option_value(&fleet.extra_args, "--device") == Some("npu")))
 }
 
+const DSA_CACHE_LAYER_SPLIT: &str = "--enable-dsa-cache-layer-split";
+const DSA_CACHE_LAYER_SPLIT_FIELD: &str = "spec.decode.extraArgs[--enable-dsa-cache-layer-split]";
+
+/// The servers in scope that split a DSA model's cache layers over their prefill CP ranks, where
+/// the model hook's DSA branch checks them.
+fn dsa_layer_split_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a FleetSpec> {
+    let dsa = model_hook_dsa(c);
+    fleets_in_scope(c).filter(move |fleet| dsa && given(&fleet.extra_args, DSA_CACHE_LAYER_SPLIT))
+}
+
 const WATERMARK_FIELD: &str = "spec.decode.extraArgs[--enable-watermark]";
 
 /// The servers in scope that watermark their output (`--enable-watermark`, 0.5.22 on), which
@@ -3554,6 +3564,140 @@ pub(crate) const RULES: &[Rule] = &[
         check: |c| when(c.scope != Scope::OtherServer && model_hook_dsa(c) && given(&c.decode.extra_args, PREFILL_CP)),
         fix: Fix::Manual {
             hint: "remove --enable-prefill-cp from the decode servers' extraArgs (prefill servers keep it)",
+        },
+    },
+    Rule {
+        id: "LS0",
+        about: "DSA cache layer split on a model without DSA",
+        field: DSA_CACHE_LAYER_SPLIT_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-dsa-cache-layer-split is only supported for DSA (DeepSeek Sparse Attention) models.",
+        )],
+        changes: &[],
+        check: |c| {
+            when(
+                !c.layout.has(LayoutFeature::Dsa)
+                    && fleets_in_scope(c).any(|fleet| given(&fleet.extra_args, DSA_CACHE_LAYER_SPLIT)),
+            )
+        },
+        fix: Fix::Manual { hint: "drop --enable-dsa-cache-layer-split from extraArgs: the model has no DSA layers" },
+    },
+    Rule {
+        id: "LS1",
+        about: "DSA cache layer split on a PD decode server",
+        field: DSA_CACHE_LAYER_SPLIT_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-dsa-cache-layer-split is not supported on decode workers. This flag is a prefill-CP \
+             optimization; decode receives full cache shards through PD transfer.",
+        )],
+        changes: &[],
+        // The decode servers (no role list keeps this rule for other servers).
+        check: |c| {
+            when(
+                c.scope != Scope::OtherServer
+                    && model_hook_dsa(c)
+                    && given(&c.decode.extra_args, DSA_CACHE_LAYER_SPLIT),
+            )
+        },
+        fix: Fix::Manual {
+            hint: "drop --enable-dsa-cache-layer-split from the decode fleet's extraArgs (it belongs on the prefill \
+                   servers, spec.prefill)",
+        },
+    },
+    Rule {
+        id: "LS2",
+        about: "DSA cache layer split on a server without PD",
+        field: DSA_CACHE_LAYER_SPLIT_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-dsa-cache-layer-split is only supported on PD prefill workers. Non-PD workers also run decode \
+             and require ordinary local decode cache semantics.",
+        )],
+        changes: &[],
+        // The guard's server without PD (WITHOUT_PD).
+        check: |c| {
+            when(
+                c.scope == Scope::OtherServer
+                    && model_hook_dsa(c)
+                    && given(&c.decode.extra_args, DSA_CACHE_LAYER_SPLIT),
+            )
+        },
+        fix: Fix::Manual {
+            hint: "drop --enable-dsa-cache-layer-split: it splits the cache of PD prefill servers only",
+        },
+    },
+    Rule {
+        id: "LS3",
+        about: "DSA cache layer split without interleaved prefill CP",
+        field: DSA_CACHE_LAYER_SPLIT_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[
+            text(
+                "--enable-dsa-cache-layer-split requires --enable-prefill-cp and --cp-strategy interleave (or legacy \
+                 --enable-nsa-prefill-context-parallel with --nsa-prefill-cp-mode round-robin-split).",
+            ),
+            text_from(20, "--enable-dsa-cache-layer-split requires --enable-prefill-cp and --cp-strategy interleave."),
+        ],
+        changes: &[],
+        check: |c| {
+            when(dsa_layer_split_fleets(c).any(|fleet| {
+                let args = &fleet.extra_args;
+                !given(args, PREFILL_CP) || option_value(args, "--cp-strategy") != Some("interleave")
+            }))
+        },
+        fix: Fix::Manual {
+            hint: "add --enable-prefill-cp and --cp-strategy interleave to the extraArgs that split the cache layers",
+        },
+    },
+    Rule {
+        id: "LS4",
+        about: "DSA cache layer split off Mooncake",
+        field: DSA_CACHE_LAYER_SPLIT_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-dsa-cache-layer-split currently only supports the mooncake transfer backend (mooncake / \
+             mooncake_tcp). Got --disaggregation-transfer-backend '{backend}'. mori/nixl support will be added later \
+             by the community.",
+        )],
+        changes: &[],
+        check: |c| {
+            when_with(
+                c.settings.transfer_backend != TransferBackend::Mooncake && dsa_layer_split_fleets(c).next().is_some(),
+                vec![("backend", c.settings.transfer_backend.as_str().to_string())],
+            )
+        },
+        fix: Fix::Manual {
+            hint: "set transferBackend to mooncake, or drop --enable-dsa-cache-layer-split from extraArgs",
+        },
+    },
+    Rule {
+        id: "LS5",
+        about: "DSA cache layer split × pipeline stages",
+        field: DSA_CACHE_LAYER_SPLIT_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--enable-dsa-cache-layer-split is not supported with pipeline parallelism (pp_size > 1) yet. It requires \
+             prefill context parallelism, and CP + PP has not been validated for this feature.",
+        )],
+        changes: &[],
+        check: |c| when(dsa_layer_split_fleets(c).any(|fleet| fleet.pipeline_parallel > 1)),
+        fix: Fix::Manual {
+            hint: "set pipelineParallel to 1 on the servers that split the cache layers, or drop \
+                   --enable-dsa-cache-layer-split",
         },
     },
     Rule {

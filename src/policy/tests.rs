@@ -1559,6 +1559,59 @@ fn df_rp_qc_flag_checks() {
     assert!(fired(&defaults, 2, &["--enable-quant-communications", "--device", "npu"], 23).is_empty());
 }
 
+/// DSA cache layer split (every release): refused on a model without DSA (LS0), on a PD decode
+/// server (LS1) and a server without PD (LS2), and on a DSA model's prefill server without
+/// interleaved prefill CP (LS3, in 0.5.20's words from then), off Mooncake (LS4) and with pipeline
+/// stages (LS5).
+#[test]
+fn ls_dsa_cache_layer_split() {
+    let all = ["LS0", "LS1", "LS2", "LS3", "LS4", "LS5"];
+    let split = ["--enable-dsa-cache-layer-split"];
+    let interleaved = [&split[..], &["--enable-prefill-cp", "--cp-strategy", "interleave"]].concat();
+    let dsa = fixture("deepseek-v3.2-exp");
+    let plain = parallel_fleet(4, 1, false, &[]);
+    let service =
+        |settings: &DisaggregationSpec, layout: &AttentionLayout, decode: &FleetSpec, prefill: &FleetSpec, patch| {
+            let input = PolicyInput {
+                prefill_fleet: Some(prefill),
+                ..PolicyInput::alone(settings, decode, layout, v0_5(patch))
+            };
+            evaluate(input).violations.into_iter().map(|v| v.rule).filter(|rule| all.contains(rule)).collect::<Vec<_>>()
+        };
+    let defaults = DisaggregationSpec::default();
+    assert!(service(&defaults, &dsa, &plain, &parallel_fleet(4, 1, false, &interleaved), 23).is_empty());
+    assert_eq!(service(&defaults, &full(), &plain, &parallel_fleet(4, 1, false, &interleaved), 17), ["LS0"]);
+    assert_eq!(service(&defaults, &dsa, &parallel_fleet(4, 1, false, &interleaved), &plain, 23), ["LS1"]);
+    assert_eq!(service(&defaults, &dsa, &plain, &parallel_fleet(4, 1, false, &split), 23), ["LS3"]);
+    let zigzag =
+        parallel_fleet(4, 1, false, &[&split[..], &["--enable-prefill-cp", "--cp-strategy", "zigzag"]].concat());
+    assert_eq!(service(&defaults, &dsa, &plain, &zigzag, 23), ["LS3"]);
+    let nixl = with(|s| s.transfer_backend = TransferBackend::Nixl);
+    assert_eq!(service(&nixl, &dsa, &plain, &parallel_fleet(4, 1, false, &interleaved), 23), ["LS4"]);
+    let staged = FleetSpec { pipeline_parallel: 2, ..parallel_fleet(4, 1, false, &interleaved) };
+    assert_eq!(service(&defaults, &dsa, &plain, &staged, 23), ["LS5"]);
+    let message = |patch| {
+        let input = PolicyInput {
+            prefill_fleet: Some(&parallel_fleet(4, 1, false, &split)),
+            ..PolicyInput::alone(&defaults, &plain, &dsa, v0_5(patch))
+        };
+        evaluate(input).violations.into_iter().find(|v| v.rule == "LS3").map(|v| v.message)
+    };
+    assert!(message(19).is_some_and(|m| m.ends_with("--nsa-prefill-cp-mode round-robin-split).")));
+    assert_eq!(
+        message(20).as_deref(),
+        Some("--enable-dsa-cache-layer-split requires --enable-prefill-cp and --cp-strategy interleave.")
+    );
+
+    let alone = |fleet: &FleetSpec, prefill: bool| {
+        let verdict = role::evaluate_non_decode(PolicyInput::alone(&defaults, fleet, &dsa, v0_5(23)), prefill);
+        verdict.violations.iter().map(|v| v.rule).filter(|rule| all.contains(rule)).collect::<Vec<_>>()
+    };
+    let interleaved_fleet = parallel_fleet(4, 1, false, &interleaved);
+    assert!(alone(&interleaved_fleet, true).is_empty());
+    assert_eq!(alone(&interleaved_fleet, false), ["LS2"]);
+}
+
 /// From 0.5.21 SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION asks for single-layer EAGLE or EAGLE3
 /// (DSPARK too from 0.5.22), as the speculative hook resolved the algorithm, on every server that
 /// sets it, speculating or not (SD17).

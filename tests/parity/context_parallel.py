@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One SGLang release's context-parallel checks on a server's command line: the model checks of
-prefill and attention CP (DSA models, Nemotron-H, LongCat-Flash, DeepSeek-V3.2, MiMo-V2), the
-strategy prefill CP needs, and that attention CP divides TP.
+prefill and attention CP (DSA models, Nemotron-H, LongCat-Flash, DeepSeek-V3.2, MiMo-V2) and of
+DSA cache layer split, the strategy prefill CP needs, and that attention CP divides TP.
 
 Usage: context_parallel.py SGLANG_SRC < scenarios.json
   scenario: {"id", "config", "argv", "env"}
@@ -21,12 +21,16 @@ What runs, unchanged:
     (arg_groups/deepseek_v4_hook.py, from the syntax tree) up to its assert that TP fits one
     machine: the strategy it allows, the DP it refuses, and the CP size it declares, which the
     context-parallel hook then reads;
-  - the model hook's refusal of a DSA model's prefill CP on a PD decode server (the
-    statement of `handle_model_specific_adjustments`, or `ServerArgs._handle_model_specific_
-    adjustments` before 0.5.19, inside its `if is_deepseek_dsa(hf_config):` branch, taken from the
-    syntax tree), where the config's architecture is in the list of the branch around it and the
-    release's `is_deepseek_dsa` says it is a DSA model; the hook runs before the CP hook in every
-    release, and its statements before that one need the GPU;
+  - the model hook's refusal of DSA cache layer split on a model without DSA (its top-level
+    statement), before the branch that calls `validate_deepseek_v4_cp`;
+  - the model hook's refusal of a DSA model's prefill CP on a PD decode server and the DSA cache
+    layer split's checks after it (the statements of `handle_model_specific_adjustments`, or
+    `ServerArgs._handle_model_specific_adjustments` before 0.5.19, inside its
+    `if is_deepseek_dsa(hf_config):` branch, from the prefill-CP one through the layer split's
+    refusal of pipeline stages, taken from the syntax tree), where the config's architecture is in
+    the list of the branch around it and the release's `is_deepseek_dsa` says it is a DSA model;
+    the hook runs before the CP hook in every release, and its statements before those need the
+    GPU;
   - the release's config loader on config.json (`classify.Release.load`) and its text config
     (`get_hf_text_config`), which the hook reads through the model config;
   - the release's argument parser (as server_argv.py builds it) on the scenario's argv, then,
@@ -73,6 +77,8 @@ MODEL_HOOKS = (
 LAST_CHECK = "--cp-strategy must be set when --enable-prefill-cp is enabled."
 DIVIDES_CHECK = "tp_size must be divisible by attn_cp_size"
 DSA_DECODE_CP = "CP is only supported for prefill when PD disaggregation"
+LAYER_SPLIT_PP = "--enable-dsa-cache-layer-split is not supported with"
+LAYER_SPLIT_WITHOUT_DSA = "--enable-dsa-cache-layer-split is only supported for DSA"
 CP_UTILS = os.path.join("layers", "cp", "utils.py")
 FAMILY_PROVIDER = "_deepseek_family_overrides"
 SINGLE_MACHINE = "Context parallel only supports single machine"
@@ -169,15 +175,30 @@ def model_hook_dsa_branches(srt):
 
 
 def _dsa_prefill_cp_check(srt):
-    """(the architectures of the model hook's DeepSeek-family branch, its DSA branch's statement
-    refusing prefill CP on a PD decode server, compiled) of the release."""
+    """(the architectures of the model hook's DeepSeek-family branch, its DSA branch's statements
+    from the one refusing prefill CP on a PD decode server through the DSA cache layer split's
+    last check, which refuses pipeline stages, compiled) of the release."""
     (path, name), branches = model_hook_dsa_branches(srt)
     for archs, dsa in branches:
-        check = next((n for n in dsa.body if DSA_DECODE_CP in ast.unparse(n)), None)
-        if check is not None:
-            body = ast.Module(body=[check], type_ignores=[])
-            return archs, compile(ast.fix_missing_locations(body), path, "exec")
+        first = next((i for i, n in enumerate(dsa.body) if DSA_DECODE_CP in ast.unparse(n)), None)
+        if first is None:
+            continue
+        last = next((i for i, n in enumerate(dsa.body) if LAYER_SPLIT_PP in ast.unparse(n)), None)
+        if last is None or last < first:
+            raise SystemExit(f"{path}: {name} no longer checks DSA cache layer split after DSA prefill CP")
+        body = ast.Module(body=dsa.body[first:last + 1], type_ignores=[])
+        return archs, compile(ast.fix_missing_locations(body), path, "exec")
     raise SystemExit(f"{path}: {name} no longer refuses a DSA model's prefill CP on a decode server")
+
+
+def _layer_split_without_dsa(srt):
+    """The model hook's top-level statement refusing DSA cache layer split on a model without DSA,
+    compiled."""
+    path, _module, name, fn = server_argv.hook_function(srt, MODEL_HOOKS, "model hook")
+    checks = [n for n in fn.body if isinstance(n, ast.If) and LAYER_SPLIT_WITHOUT_DSA in ast.unparse(n)]
+    if len(checks) != 1:
+        raise SystemExit(f"{path}: {name} refuses DSA cache layer split without DSA in {len(checks)} statements")
+    return compile(ast.fix_missing_locations(ast.Module(body=checks, type_ignores=[])), path, "exec")
 
 
 def main(argv):
@@ -191,6 +212,7 @@ def main(argv):
     path, module, source, through_strategy, through_divides = _hook_statements(srt)
     deprecated = server_argv.deprecated_dp_attention(srt)
     dsa_family, dsa_check = _dsa_prefill_cp_check(srt)
+    layer_split_without_dsa = _layer_split_without_dsa(srt)
     is_deepseek_dsa = release.mc["is_deepseek_dsa"]
     dsv4_applies, dsv4_code = _dsv4_cp_validation(srt)
     base, _providers = release.override_providers("DeepseekV4ForCausalLM")
@@ -224,7 +246,8 @@ def main(argv):
         server = parser.parse_args(scenario["argv"])
         server.get_model_config = lambda model_config=model_config: model_config
         server._resolved = lambda server=server: server
-        namespace = dict(hook_globals, **identity, cfg=server, server_args=server, self=server,
+        namespace = dict(hook_globals, **identity, cfg=server, server_args=server, self=server, hf_config=hf_config,
+                         is_deepseek_dsa=is_deepseek_dsa,
                          model_config_of=lambda _args, model_config=model_config: model_config,
                          run_hook=lambda hook, args: hook(args))
         # Where the family's override chooses the CP size under prefill CP, the asserts would read
@@ -248,6 +271,7 @@ def main(argv):
                 deprecated(server)
             if family:
                 exec(family_block, family)
+            exec(layer_split_without_dsa, namespace)
             if dsv4:
                 dsv4_globals["model_config_of"] = lambda _args, config=model_config: config
                 dsv4_globals[DSV4_CP](server)

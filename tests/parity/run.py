@@ -1261,7 +1261,10 @@ CONTEXT_PARALLEL_CONFIGS = (("llama-3.1-8b-instruct", None, ({},)), ("nemotron-n
                             ("deepseek-v4", None, ({},)),
                             ("mimo-v2-flash", "0.5.22", ({}, {"SGLANG_ENABLE_CP_V2": "0"})))
 CONTEXT_PARALLEL_RULES = ("CP1", "CP2", "CP3", "CP4", "CP5", "CP6", "CP7", "CP8", "CP9", "CP10", "CP11", "CP12",
-                          "CP13")
+                          "CP13", "LS0", "LS1", "LS2", "LS3", "LS4", "LS5")
+# DSA cache layer split (LS0-LS5) at TP 4 on the DSA models, DeepSeek-V3, DeepSeek-V4 and Llama:
+# each role, prefill CP off or with each strategy, Mooncake or NIXL, pipeline stages or none.
+LAYER_SPLIT_CONFIGS = ("deepseek-v3.2-exp", "glm-5", "deepseek-v3", "deepseek-v4", "llama-3.1-8b-instruct")
 
 
 def context_parallel_shapes(version, prefill_cp):
@@ -1296,13 +1299,23 @@ def context_parallel_scenarios(version):
                     argv += ["--attn-cp-size", str(attention_cp)]
                 scenarios.append({"id": f"c{len(scenarios)}", "config": os.path.join(
                     ROOT, "tests/fixtures/configs", f"{config}.json"), "argv": argv, "env": env})
+    for config, role, strategy, backend, pp in itertools.product(
+            LAYER_SPLIT_CONFIGS, ("decode", "prefill", "null"), (None, "interleave", "zigzag"), ("mooncake", "nixl"),
+            (1, 2)):
+        argv = ["--model-path", "/models/m", "--disaggregation-transfer-backend", backend]
+        argv += ["--disaggregation-mode", role] if role != "null" else []
+        argv += ["--tp", "4", "--enable-dsa-cache-layer-split"]
+        argv += ["--enable-prefill-cp", "--cp-strategy", strategy] if strategy else []
+        argv += ["--pp-size", str(pp)] if pp != 1 else []
+        scenarios.append({"id": f"c{len(scenarios)}", "config": os.path.join(
+            ROOT, "tests/fixtures/configs", f"{config}.json"), "argv": argv, "env": {}})
     return scenarios
 
 
 def check_context_parallel(kvpilot, src, venvs, version, compare):
-    """The DeepSeek family's prefill-CP asserts, the model hook's DSA prefill-CP check and the
-    context-parallel hook's model, strategy and divisibility checks (context_parallel.py) against
-    the guard's CP1-CP13."""
+    """The DeepSeek family's prefill-CP asserts, the model hook's DSA prefill-CP and cache layer
+    split checks and the context-parallel hook's model, strategy and divisibility checks
+    (context_parallel.py) against the guard's CP1-CP13 and LS0-LS5."""
     return check_with_guard(kvpilot, src, venvs, version, compare, {
         "label": "context parallel", "scenarios": context_parallel_scenarios(version),
         "script": "context_parallel.py", "argv": lambda s: s["argv"], "env": lambda s: s["env"],
