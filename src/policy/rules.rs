@@ -4792,6 +4792,34 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Rewrite { apply: hierarchical_off, hint: HICACHE_DCP_HINT },
     },
     Rule {
+        id: "LD1",
+        about: "MLA deduplication needs the Mooncake linker",
+        field: "spec.decode.extraArgs[--enable-linker-mla-dedup]",
+        span: Span::since(v0_5(21)),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("--enable-linker-mla-dedup requires the Mooncake linker.")],
+        changes: &[],
+        // Before the linker's own checks (X1-X3), on every server that gives the flag: the decode
+        // servers with unifiedCacheExternalLinker, a service's prefill servers with the linker in
+        // their extraArgs; the linker's backend is Mooncake unless its flag names another.
+        check: |c| {
+            let own = (c.decode, CacheOptions::of_settings(c).linker);
+            let prefill = service_prefill(c).map(|fleet| (fleet, CacheOptions::of_prefill(c, fleet).linker));
+            when(std::iter::once(own).chain(prefill).any(|(fleet, linker)| {
+                let args = &fleet.extra_args;
+                given(args, "--enable-linker-mla-dedup")
+                    && (!linker
+                        || option_value(args, "--unified-cache-external-linker-backend").unwrap_or("mooncake")
+                            != "mooncake")
+            }))
+        },
+        fix: Fix::Manual {
+            hint: "drop --enable-linker-mla-dedup from extraArgs, or run the external cache linker \
+                   (unifiedCacheExternalLinker) on its Mooncake backend",
+        },
+    },
+    Rule {
         id: "X1",
         about: "external cache linker needs the radix cache",
         field: LINKER,

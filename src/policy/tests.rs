@@ -1612,6 +1612,34 @@ fn ls_dsa_cache_layer_split() {
     assert_eq!(alone(&interleaved_fleet, false), ["LS2"]);
 }
 
+/// From 0.5.21 `--enable-linker-mla-dedup` needs the external cache linker on its Mooncake backend
+/// (LD1), on every server that gives it.
+#[test]
+fn ld1_linker_mla_dedup_needs_the_mooncake_linker() {
+    let fired = |linker: bool, args: &[&str], patch| {
+        let settings = with(|s| s.unified_cache_external_linker = linker);
+        let verdict = run_at(v0_5(patch), &settings, &parallel_fleet(1, 1, false, args), &full());
+        verdict.violations.iter().any(|v| v.rule == "LD1")
+    };
+    let dedup = "--enable-linker-mla-dedup";
+    assert!(fired(false, &[dedup], 21));
+    assert!(!fired(false, &[dedup], 20), "no such flag");
+    assert!(!fired(true, &[dedup], 23));
+    assert!(!fired(true, &[dedup, "--unified-cache-external-linker-backend", "mooncake"], 23));
+    assert!(fired(true, &[dedup, "--unified-cache-external-linker-backend", "mori"], 23));
+    assert!(!fired(false, &[], 23));
+
+    let alone = |args: &[&str]| {
+        let fleet = parallel_fleet(1, 1, false, args);
+        let verdict = role::evaluate_non_decode(
+            PolicyInput::alone(&DisaggregationSpec::default(), &fleet, &full(), v0_5(23)),
+            true,
+        );
+        verdict.violations.iter().any(|v| v.rule == "LD1")
+    };
+    assert!(alone(&[dedup]), "a prefill server without the linker");
+}
+
 /// From 0.5.21 SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION asks for single-layer EAGLE or EAGLE3
 /// (DSPARK too from 0.5.22), as the speculative hook resolved the algorithm, on every server that
 /// sets it, speculating or not (SD17).

@@ -1887,15 +1887,18 @@ def check_mamba_args(kvpilot, src, venvs, version, compare):
     return agreements, failed, summary + f" (by rule: {rules}), agreements {agreements}"
 
 
-SERVER_CACHE_RULES = ("S7", "L3", "X1", "H3", "H8", "BP1")
+SERVER_CACHE_RULES = ("S7", "L3", "X1", "H3", "H8", "BP1", "LD1")
+LINKER_MLA_DEDUP_SINCE = "0.5.21"
 
 
-def server_cache_args_scenarios():
+def server_cache_args_scenarios(version):
     """Servers that are not PD decode servers (PD prefill, no PD) with HiCache, LMCache or the
     external cache linker, each with and without `--disable-radix-cache`, with a storage backend
     or none, and with buffer-only host memory and the write-back policy or without: S7, L3 and X1
     read the server's own radix cache there, where a decode server's follows decode radix cache
-    (the `cache args` scenarios), and H3 and H8 check a HiCache server's host memory mode."""
+    (the `cache args` scenarios), and H3 and H8 check a HiCache server's host memory mode. Then
+    the Rust server's bootstrap port (BP1), and the linker's MLA deduplication on every role
+    (LD1)."""
     scenarios = []
     for mode, hierarchical, lmcache, linker, disabled, backend, (memory, policy) in itertools.product(
             ("prefill", "null"), (False, True), (False, True), (False, True), (False, True), (None, "file"),
@@ -1924,6 +1927,18 @@ def server_cache_args_scenarios():
         args = {name: value for name, value in args.items() if value not in (None, "null")}
         scenarios.append({"id": f"sc{len(scenarios)}", "args": args, "env": env,
                           "config": os.path.join(ROOT, "tests/fixtures/configs", f"{PD_ARGS_CONFIG}.json")})
+    # The linker's MLA deduplication (LD1, 0.5.21 on) on every role, with the linker or without, on
+    # each of its backends or the default.
+    if version_key(version) >= version_key(LINKER_MLA_DEDUP_SINCE):
+        for mode, linker, backend in itertools.product(("decode", "prefill", "null"), (False, True),
+                                                       (None, "mooncake", "mori")):
+            args = {"disaggregation_mode": mode, "enable_unified_cache_external_linker": linker,
+                    "unified_cache_external_linker_backend": backend, "enable_linker_mla_dedup": True}
+            if mode != "null":
+                args["disaggregation_transfer_backend"] = "mooncake"
+            args = {name: value for name, value in args.items() if value not in (False, None, "null")}
+            scenarios.append({"id": f"sc{len(scenarios)}", "args": args,
+                              "config": os.path.join(ROOT, "tests/fixtures/configs", f"{PD_ARGS_CONFIG}.json")})
     return scenarios
 
 
@@ -1958,7 +1973,7 @@ def cache_args_prefixes(src, venvs):
 def check_server_cache_args(kvpilot, src, venvs, version, compare):
     """The release's cache checks (cache_args.py) on prefill servers and servers without PD
     against the guard's verdict on the same command lines. Returns (passed, failed, summary)."""
-    scenarios = server_cache_args_scenarios()
+    scenarios = server_cache_args_scenarios(version)
     _, theirs = sglang_cache_args(src, venvs, scenarios)
     prefixes = cache_args_prefixes(src, venvs)
     refusing = sum(theirs[s["id"]] is not None for s in scenarios)
