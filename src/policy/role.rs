@@ -28,8 +28,8 @@ use crate::api::{OnInvalid, RetractionBackup, TransferBackend};
 /// pooled index keys with DCP, K6, and DWDP's checks but its refusal of a decode server,
 /// WD1 and WD3-WD6, the watermark's other checks, WM2-WM4, the decode-CP hook's checks of its
 /// communication flags, DF1-DF3, priority retraction, RP1, quantized communications, QC1 and QC2,
-/// DSA cache layer split's checks but its role's, LS0 and LS3-LS5, and the linker's MLA
-/// deduplication, LD1).
+/// DSA cache layer split's checks but its role's, LS0 and LS3-LS5, the linker's MLA
+/// deduplication, LD1, and the DFLASH handler's block size checks, DB1-DB3).
 const ON_EVERY_PD_SERVER: &[&str] = &[
     "R20", "M1", "U1", "U2", "U3", "U4c", "U9", "L7", "T11", "T1hnd", "V4", "K2", "MC3", "QX1", "PP3", "PP4", "EN1",
     "U16", "LO1", "BP1", "RS1", "WM1", "PC1", "PC3",
@@ -43,7 +43,7 @@ const ON_EVERY_SERVER: &[&str] = &[
     "CP3", "CP4", "CP5", "CP7", "CP8", "NH1", "NH2", "MV1", "MV2", "DT1", "DT2", "DP1", "DP2", "DP3", "DP4", "PP1",
     "HS1", "HS2", "DC1", "LH1", "SD17", "LO2", "LH2", "LH3", "LH4", "LH5", "CP9", "CP10", "CP11", "CP12", "CP13",
     "MV3", "H3", "H8", "K6", "WD1", "WD3", "WD4", "WD5", "WD6", "WM2", "WM3", "WM4", "DF1", "DF2", "DF3", "RP1", "QC1",
-    "QC2", "LS0", "LS3", "LS4", "LS5", "LD1",
+    "QC2", "LS0", "LS3", "LS4", "LS5", "LD1", "DB1", "DB2", "DB3",
 ];
 /// Rules SGLang applies on servers without PD but not on prefill ones (DSPARK's pipeline stages,
 /// SD6, EAGLE's, PP2, PP5 and PP6, KV cache sharding, KS1, prefill_complete allocation as such a

@@ -1360,6 +1360,23 @@ fn dsa_layer_split_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = &'a Fl
     fleets_in_scope(c).filter(move |fleet| dsa && given(&fleet.extra_args, DSA_CACHE_LAYER_SPLIT))
 }
 
+const DFLASH_BLOCK_SIZE_FIELD: &str = "spec.decode.extraArgs[--speculative-dflash-block-size]";
+
+/// The DFLASH handler's sizes on the servers in scope, as given (kvpilot keeps no setting for
+/// them): (block size, draft tokens, draft window), each None where unset; none where the
+/// resolved algorithm is not DFLASH.
+fn dflash_sizes<'a>(c: &'a Context<'_>) -> impl Iterator<Item = (Option<i64>, Option<i64>, Option<i64>)> + 'a {
+    let dflash = resolved_speculative_algorithm(c).as_deref() == Some("DFLASH");
+    fleets_in_scope(c).filter(move |_| dflash).map(|fleet| {
+        let args = &fleet.extra_args;
+        (
+            number_option(args, &["--speculative-dflash-block-size"]),
+            number_option(args, &["--speculative-num-draft-tokens"]),
+            number_option(args, &["--speculative-draft-window-size"]),
+        )
+    })
+}
+
 const WATERMARK_FIELD: &str = "spec.decode.extraArgs[--enable-watermark]";
 
 /// The servers in scope that watermark their output (`--enable-watermark`, 0.5.22 on), which
@@ -4400,6 +4417,68 @@ pub(crate) const RULES: &[Rule] = &[
         fix: Fix::Manual {
             hint: "drop --enable-quant-communications from extraArgs: SGLang implements it on Ascend NPUs only",
         },
+    },
+    Rule {
+        id: "DB1",
+        about: "a DFLASH block size that is not positive",
+        field: DFLASH_BLOCK_SIZE_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text("DFLASH requires --speculative-dflash-block-size to be positive, got {size}.")],
+        changes: &[],
+        check: |c| {
+            let size = dflash_sizes(c).find_map(|(size, _, _)| size.filter(|size| *size <= 0))?;
+            when_with(true, vec![("size", size.to_string())])
+        },
+        fix: Fix::Manual { hint: "set --speculative-dflash-block-size to a positive verify window, or drop it" },
+    },
+    Rule {
+        id: "DB2",
+        about: "DFLASH draft tokens other than its block size",
+        field: DFLASH_BLOCK_SIZE_FIELD,
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "Both --speculative-num-draft-tokens and --speculative-dflash-block-size are set but they differ. For \
+             DFLASH they must match. speculative_num_draft_tokens={tokens}, speculative_dflash_block_size={size}.",
+        )],
+        changes: &[],
+        check: |c| {
+            let (size, tokens) = dflash_sizes(c).find_map(|(size, tokens, _)| {
+                let (size, tokens) = (size?, tokens?);
+                (size > 0 && size != tokens).then_some((size, tokens))
+            })?;
+            when_with(true, vec![("tokens", tokens.to_string()), ("size", size.to_string())])
+        },
+        fix: Fix::Manual {
+            hint: "give one of --speculative-num-draft-tokens and --speculative-dflash-block-size, or the same value \
+                   to both",
+        },
+    },
+    Rule {
+        id: "DB3",
+        about: "a DFLASH draft window narrower than its block",
+        field: "spec.decode.extraArgs[--speculative-draft-window-size]",
+        span: Span::always(),
+        backends: &[],
+        phase: Phase::Args,
+        messages: &[text(
+            "--speculative-draft-window-size must be >= --speculative-num-draft-tokens (block_size). \
+             window_size={window}, block_size={block}.",
+        )],
+        changes: &[],
+        // The block is the block size as given, else the draft tokens as given; SGLang reads one
+        // from the draft's config.json otherwise (or takes 16), which kvpilot leaves to it.
+        check: |c| {
+            let (window, block) = dflash_sizes(c).find_map(|(size, tokens, window)| {
+                let (window, block) = (window?, size.or(tokens)?);
+                (window < block).then_some((window, block))
+            })?;
+            when_with(true, vec![("window", window.to_string()), ("block", block.to_string())])
+        },
+        fix: Fix::Manual { hint: "set --speculative-draft-window-size to at least the DFLASH block size, or drop it" },
     },
     Rule {
         id: "DP3",

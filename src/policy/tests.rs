@@ -1640,6 +1640,43 @@ fn ld1_linker_mla_dedup_needs_the_mooncake_linker() {
     assert!(alone(&[dedup]), "a prefill server without the linker");
 }
 
+/// The DFLASH handler's sizes (every release): a block size that is not positive (DB1), draft
+/// tokens other than the block size (DB2) and a draft window narrower than the block as given
+/// (DB3); other algorithms are not checked.
+#[test]
+fn db_dflash_block_size() {
+    let fired = |algorithm: &str, args: &[&str]| {
+        let settings = with(|s| s.speculative_algorithm = Some(algorithm.into()));
+        let verdict = run_at(v0_5(23), &settings, &parallel_fleet(1, 1, false, args), &full());
+        verdict
+            .violations
+            .into_iter()
+            .filter(|v| v.rule.starts_with("DB"))
+            .map(|v| (v.rule, v.message))
+            .collect::<Vec<_>>()
+    };
+    let block = "--speculative-dflash-block-size";
+    let tokens = "--speculative-num-draft-tokens";
+    let window = "--speculative-draft-window-size";
+    assert_eq!(
+        fired("DFLASH", &[block, "0"]),
+        [("DB1", "DFLASH requires --speculative-dflash-block-size to be positive, got 0.".to_string())]
+    );
+    assert_eq!(fired("DFLASH", &[block, "8", tokens, "4"])[0].0, "DB2");
+    assert!(fired("DFLASH", &[block, "8", tokens, "8", window, "8"]).is_empty());
+    assert_eq!(
+        fired("DFLASH", &[tokens, "8", window, "4"]),
+        [(
+            "DB3",
+            "--speculative-draft-window-size must be >= --speculative-num-draft-tokens (block_size). window_size=4, \
+             block_size=8."
+                .to_string()
+        )]
+    );
+    assert!(fired("DFLASH", &[window, "4"]).is_empty(), "the block comes from the draft's config");
+    assert!(fired("EAGLE", &[block, "0", tokens, "4", window, "2"]).is_empty());
+}
+
 /// From 0.5.21 SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION asks for single-layer EAGLE or EAGLE3
 /// (DSPARK too from 0.5.22), as the speculative hook resolved the algorithm, on every server that
 /// sets it, speculating or not (SD17).

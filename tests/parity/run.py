@@ -1704,7 +1704,12 @@ def check_dsa_kv_cache(kvpilot, src, venvs, version, compare):
 SPECULATIVE_PARALLEL_ALGORITHMS = ("EAGLE", "nextn", "EAGLE3", "STANDALONE", "standalone", "NGRAM", "ngram",
                                    "DSPARK", "dspark", "DFLASH")
 SPECULATIVE_PARALLEL_RULES = ("SD3", "SD6", "SD7", "SD8", "SD9", "SD10", "SD11", "SD12", "SD13", "SD14", "SD15", "SD16",
-                              "PP1", "PP2", "PP3", "PP4", "PP5", "PP6")
+                              "PP1", "PP2", "PP3", "PP4", "PP5", "PP6", "DB1", "DB2", "DB3")
+# DFLASH's block size, draft tokens and draft window (DB1-DB3) on each role, unset or given
+# (the window only where the block is given: SGLang reads it from the draft's config.json
+# otherwise): (block size, draft tokens, window).
+DFLASH_SIZES = tuple((size, tokens, window) for size, tokens, window in itertools.product(
+    (None, 0, 4, 8), (None, 4, 8), (None, 4, 8)) if window is None or size is not None or tokens is not None)
 # With pipeline stages, the validation hook's checks also read multi-layer EAGLE, adaptive
 # speculative decoding and SGLANG_ENABLE_PP_SPEC: each combination.
 SPECULATIVE_PIPELINE_VARIANTS = tuple(itertools.product((False, True), (False, True),
@@ -1737,7 +1742,15 @@ def speculative_parallel_scenarios():
                     "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json"),
                     "algorithm": algorithm, "role": role, "pp": pp, "dp": dp, "dpAttention": dp_attention,
                     "dpLmHead": lm_head, "attnCp": attn_cp, "moeA2a": moe_a2a, "mixedChunk": mixed_chunk,
-                    "multiLayer": multi_layer, "adaptive": adaptive, "env": dict(pp_env, **dp_env, **ragged_env)})
+                    "multiLayer": multi_layer, "adaptive": adaptive, "env": dict(pp_env, **dp_env, **ragged_env),
+                    "blockSize": None, "draftTokens": None, "windowSize": None})
+    for algorithm, role, (size, tokens, window) in itertools.product(("DFLASH", "EAGLE"), ("decode", "prefill", "null"),
+                                                                     DFLASH_SIZES):
+        scenarios.append({
+            "id": f"p{len(scenarios)}", "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json"),
+            "algorithm": algorithm, "role": role, "pp": 1, "dp": 1, "dpAttention": False, "dpLmHead": False,
+            "attnCp": 1, "moeA2a": None, "mixedChunk": False, "multiLayer": False, "adaptive": False, "env": {},
+            "blockSize": size, "draftTokens": tokens, "windowSize": window})
     return scenarios
 
 
@@ -1746,7 +1759,10 @@ SPECULATIVE_PARALLEL_OPTIONS = (("pp", "--pp-size", 1), ("dp", "--dp-size", 1),
                                 ("multiLayer", "--enable-multi-layer-eagle", False),
                                 ("adaptive", "--speculative-adaptive", False), ("dpLmHead", "--enable-dp-lm-head", False),
                                 ("attnCp", "--attn-cp-size", 1), ("moeA2a", "--moe-a2a-backend", None),
-                                ("mixedChunk", "--enable-mixed-chunk", False))
+                                ("mixedChunk", "--enable-mixed-chunk", False),
+                                ("blockSize", "--speculative-dflash-block-size", None),
+                                ("draftTokens", "--speculative-num-draft-tokens", None),
+                                ("windowSize", "--speculative-draft-window-size", None))
 
 
 def speculative_parallel_argv(scenario):

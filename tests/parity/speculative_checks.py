@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """One SGLang release's checks of a speculating server's parallelism: the speculative hook's
 (DFLASH's and DSpark's pipeline stages SD3, SD6 and SD9, the DP attention of STANDALONE and NGRAM drafts SD7 and SD8,
-of DFLASH drafts SD10-SD12 and of DSpark drafts SD13-SD16), then the validation hook's of
+of DFLASH drafts SD10-SD12 and of DSpark drafts SD13-SD16, and DFLASH's block size and draft
+window DB1-DB3), then the validation hook's of
 pipeline stages with speculative decoding (PP1-PP6) and of mixed chunked prefill with it (which
 no server reaches: each handler turns mixed chunked prefill off where its algorithm cannot run it).
 
 Usage: speculative_checks.py SGLANG_SRC < scenarios.json
   scenario: {"id", "algorithm", "role", "pp", "dp", "dpAttention", "dpLmHead", "attnCp", "moeA2a",
-             "multiLayer", "adaptive", "env"}
+             "multiLayer", "adaptive", "env", and optionally "blockSize", "draftTokens", "windowSize"}
 Prints [{"id", "raised", "message", "handler"}] on stdout: the message of the first of those
 checks that refuses the server (or None), and the handler the release dispatches the algorithm
 to. Exits non-zero, naming the file, when a piece of the release's code this needs is missing.
@@ -57,7 +58,9 @@ CHECKS = ("DSpark pipeline parallelism requires PD prefill",
           "ngram speculative decoding does not support dp attention",
           "DFLASH speculative decoding does not support dp",
           "DFLASH with dp attention",
-          "DSpark with dp attention")
+          "DSpark with dp attention",
+          "DFLASH requires --speculative-dflash-block-size to be positive",
+          "--speculative-draft-window-size must be >= ")
 
 
 class Server(types.SimpleNamespace):
@@ -181,6 +184,11 @@ def main(argv):
                         enable_mixed_chunk=scenario["mixedChunk"])
         if scenario["attnCp"] != 1:
             server.attn_cp_size = scenario["attnCp"]
+        for field, key in (("speculative_dflash_block_size", "blockSize"),
+                           ("speculative_num_draft_tokens", "draftTokens"),
+                           ("speculative_draft_window_size", "windowSize")):
+            if scenario.get(key) is not None:
+                setattr(server, field, scenario[key])
         if deprecated_dp is not None:
             deprecated_dp(server)
         called = []
