@@ -1223,6 +1223,9 @@ fn dwdp_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = (&'a FleetSpec, i
 }
 
 const ALLOCATION_POLICY: &str = "--disaggregation-decode-allocation-policy";
+/// `_validate_prefill_complete`'s message, on PD servers (PC1) and without PD (PC2).
+const PREFILL_COMPLETE_UNSUPPORTED: &str =
+    "--disaggregation-decode-allocation-policy prefill_complete does not yet support {unsupported}";
 const ALLOCATION_POLICY_FIELD: &str = "spec.decode.extraArgs[--disaggregation-decode-allocation-policy]";
 
 /// The role SGLang's PD hook sees a server in.
@@ -4253,9 +4256,7 @@ pub(crate) const RULES: &[Rule] = &[
         span: Span::since(v0_5(22)),
         backends: &[],
         phase: Phase::Args,
-        messages: &[text(
-            "--disaggregation-decode-allocation-policy prefill_complete does not yet support {unsupported}",
-        )],
+        messages: &[text(PREFILL_COMPLETE_UNSUPPORTED)],
         changes: &[],
         check: |c| prefill_complete_refused(c, ServerRole::Prefill),
         fix: Fix::Manual {
@@ -4271,9 +4272,7 @@ pub(crate) const RULES: &[Rule] = &[
         span: Span::since(v0_5(22)),
         backends: &[],
         phase: Phase::Args,
-        messages: &[text(
-            "--disaggregation-decode-allocation-policy prefill_complete does not yet support {unsupported}",
-        )],
+        messages: &[text(PREFILL_COMPLETE_UNSUPPORTED)],
         changes: &[],
         // The guard's server without PD only (WITHOUT_PD); PC1 covers PD servers.
         check: |c| prefill_complete_refused(c, ServerRole::WithoutPd).filter(|_| c.scope == Scope::OtherServer),
