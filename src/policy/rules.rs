@@ -1215,11 +1215,14 @@ fn tp_lm_head_all_to_all_refused(c: &Context<'_>, selects: fn(TpLmHeadAllToAll) 
 const DWDP_SIZE: &str = "--dwdp-size";
 const DWDP_FIELD: &str = "spec.decode.extraArgs[--dwdp-size]";
 
-/// The servers in scope that run DWDP (distributed weight data parallelism), each with its
-/// `--dwdp-size`.
+/// A server's `--dwdp-size` where it runs DWDP (distributed weight data parallelism).
+fn dwdp_size(fleet: &FleetSpec) -> Option<i64> {
+    number_option(&fleet.extra_args, &[DWDP_SIZE]).filter(|size| *size > 1)
+}
+
+/// The servers in scope that run DWDP, each with its `--dwdp-size`.
 fn dwdp_fleets<'a>(c: &'a Context<'_>) -> impl Iterator<Item = (&'a FleetSpec, i64)> {
-    fleets_in_scope(c)
-        .filter_map(|fleet| Some((fleet, number_option(&fleet.extra_args, &[DWDP_SIZE]).filter(|size| *size > 1)?)))
+    fleets_in_scope(c).filter_map(|fleet| Some((fleet, dwdp_size(fleet)?)))
 }
 
 const ALLOCATION_POLICY: &str = "--disaggregation-decode-allocation-policy";
@@ -1259,7 +1262,7 @@ fn prefill_complete_servers<'a>(c: &'a Context<'_>, other_server: ServerRole) ->
         dcp: c.settings.decode_context_parallel,
         hisparse: c.settings.hisparse,
         host_receive: host_receive_on(c.settings, c.release),
-        hicache: c.settings.hierarchical_cache,
+        hicache: CacheOptions::of_settings(c).hierarchical,
         storage_backend: c.settings.hicache_storage_backend.is_some(),
     };
     let prefill = service_prefill(c).map(|fleet| {
@@ -1272,7 +1275,7 @@ fn prefill_complete_servers<'a>(c: &'a Context<'_>, other_server: ServerRole) ->
             dcp: dcp_of(args),
             hisparse: given(args, "--enable-hisparse"),
             host_receive: threshold.is_some_and(|threshold| threshold < 1.0),
-            hicache: given(args, HICACHE_FLAG),
+            hicache: CacheOptions::of_prefill(c, fleet).hierarchical,
             storage_backend: option_value(args, "--hicache-storage-backend").is_some(),
         }
     });
@@ -4093,7 +4096,7 @@ pub(crate) const RULES: &[Rule] = &[
         changes: &[],
         // The decode servers only (a service's prefill servers may run it; the guard's server is a
         // PD decode server here, and no role list keeps this rule for other servers).
-        check: |c| when(c.scope != Scope::OtherServer && number_option(&c.decode.extra_args, &[DWDP_SIZE]) > Some(1)),
+        check: |c| when(c.scope != Scope::OtherServer && dwdp_size(c.decode).is_some()),
         fix: Fix::Manual {
             hint: "drop --dwdp-size from the decode fleet's extraArgs: DWDP runs on PD prefill servers (spec.prefill)",
         },

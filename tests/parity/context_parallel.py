@@ -152,9 +152,7 @@ def _dsv4_cp_validation(srt):
     if fn is None:
         raise SystemExit(f"{hook_path}: no {DSV4_CP}")
     fn.body = server_argv.statements_through(hook_path, fn, SINGLE_MACHINE, "asserts that TP fits one machine")
-    fn.returns = None
-    for arg in fn.args.args:
-        arg.annotation = None
+    sglang_env.drop_annotations(fn)
     return applies, compile(ast.fix_missing_locations(ast.Module(body=[fn], type_ignores=[])), hook_path, "exec")
 
 

@@ -54,6 +54,7 @@ import sys
 
 import cache_args
 import server_argv
+import sglang_env
 
 # (its messages in any release, the release it first appears in, what runs before it: the
 # speculative hook's name resolution, or a post-process pass of arg_groups/overrides.py): each
@@ -97,13 +98,18 @@ def _module_name(srt, path):
     return relative.removesuffix(".py").replace(os.sep, ".")
 
 
+def _argument_sources(srt):
+    """(path, text) of each file of the release's argument code: its argument hooks, then
+    server_args.py."""
+    for path in sorted(glob.glob(os.path.join(srt, "arg_groups", "*.py"))) + [os.path.join(srt, "server_args.py")]:
+        with open(path, encoding="utf-8") as f:
+            yield path, f.read()
+
+
 def _guarded_check(srt, messages):
     """(file, module, the statement of the function that raises or asserts one of `messages`, at
     that function's top level, compiled), or None where no file of the release has any of them."""
-    paths = sorted(glob.glob(os.path.join(srt, "arg_groups", "*.py"))) + [os.path.join(srt, "server_args.py")]
-    for path in paths:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+    for path, text in _argument_sources(srt):
         message = next((m for m in messages if m in text), None)
         if message is None:
             continue
@@ -124,10 +130,7 @@ def _handler_checks(srt, last, other):
     assignments, asserts and `if` statements that raise, return or declare a resolution (the rest
     applies the handler's settings, logs, or reads the GPU), its name), or None where no file of
     the release has `last`."""
-    paths = sorted(glob.glob(os.path.join(srt, "arg_groups", "*.py"))) + [os.path.join(srt, "server_args.py")]
-    for path in paths:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+    for path, text in _argument_sources(srt):
         if last not in text:
             continue
 
@@ -147,18 +150,10 @@ def _handler_checks(srt, last, other):
                 for node in ast.walk(statement)))] + [function.body[end]]
         function.decorator_list = []
         # Its annotations may name what only type checkers import.
-        function.returns = None
-        for argument in function.args.args:
-            argument.annotation = None
+        sglang_env.drop_annotations(function)
         body = ast.Module(body=[function], type_ignores=[])
         return path, _module_name(srt, path), compile(ast.fix_missing_locations(body), path, "exec"), function.name
     return None
-
-
-def _run_handler(code, name, module_globals, server):
-    namespace = dict(module_globals, **server_argv.VIEWS)
-    exec(code, namespace)
-    namespace[name](server)
 
 
 def main(argv):
@@ -201,8 +196,9 @@ def main(argv):
         module_globals = server_argv.hook_globals(path, module)
         # The functions the handler calls (`_validate_prefill_complete`) read the views too.
         module_globals.update(server_argv.VIEWS)
-        steps.append((path, lambda server, code=code, name=name, module_globals=module_globals: _run_handler(
-            code, name, module_globals, server)))
+        handler = dict(module_globals)
+        exec(code, handler)
+        steps.append((path, handler[name]))
 
     defaults = server_argv.field_defaults()
     results = []

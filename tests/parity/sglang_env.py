@@ -237,7 +237,7 @@ def quietly(fn, *args, **kwargs):
         return fn(*args, **kwargs)
 
 
-def _drop_annotations(fn):
+def drop_annotations(fn):
     """Annotations are evaluated at definition time; some name types that need torch here."""
     fn.returns = None
     arguments = fn.args
@@ -276,7 +276,7 @@ def exec_subset(path, modname, keep_classes=()):
         if isinstance(node, ast.ClassDef) and node.name in keep_classes:
             for fn in node.body:
                 if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    _drop_annotations(fn)
+                    drop_annotations(fn)
             node = ast.copy_location(ast.ClassDef(
                 name=node.name, bases=[], keywords=[], type_params=[],
                 body=[n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))],
