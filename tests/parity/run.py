@@ -1525,10 +1525,16 @@ DWDP_WITH = ((), ("--enable-eplb",), ("--speculative-algorithm", "EAGLE"), ("--s
 
 
 def flag_combination_scenarios(version):
+    """Llama servers, each an argv and an env."""
+    scenarios = []
+
+    def add(argv, env=None):
+        scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": env or {},
+                          "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
+
     data_parallel = [[], ["--dp-size", "2"], ["--dp-size", "2", "--enable-dp-attention"]]
     if version_key(version) >= version_key("0.5.22"):
         data_parallel.append(["--attn-dp-size", "2"])
-    scenarios = []
     for role, encoder_only, dcp, prefill_cp, lm_head, dp in itertools.product(
             ("decode", "prefill", "null"), (False, True), (False, True), (False, True), (False, True), data_parallel):
         argv = ["--model-path", "/models/m", *role_argv(role), "--tp", "2", *dp]
@@ -1536,8 +1542,7 @@ def flag_combination_scenarios(version):
         argv += ["--dcp-size", "2"] if dcp else []
         argv += ["--enable-prefill-cp", "--cp-strategy", "interleave"] if prefill_cp else []
         argv += ["--enable-dp-lm-head"] if lm_head else []
-        scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": {},
-                          "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
+        add(argv)
     # An explicit TP LM-head all-to-all (LH2-LH5, the flag from 0.5.18): TP 2 or 4, DP 2 as replicas
     # or attention DP, with the DP LM head or attention CP.
     if version_key(version) >= version_key("0.5.18"):
@@ -1547,8 +1552,7 @@ def flag_combination_scenarios(version):
                     "--enable-tp-lm-head-all-to-all"]
             argv += ["--enable-dp-lm-head"] if lm_head else []
             argv += ["--attn-cp-size", str(cp)] if cp != 1 else []
-            scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": {},
-                              "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
+            add(argv)
     # DP speculative prefill coordination (SD17), on or off by its env, with each algorithm (or
     # none), in the spellings the speculative hook resolves, and multi-layer EAGLE.
     for role, algorithm, multi_layer, env in itertools.product(
@@ -1558,13 +1562,11 @@ def flag_combination_scenarios(version):
         argv = ["--model-path", "/models/m", *role_argv(role)]
         argv += ["--speculative-algorithm", algorithm] if algorithm else []
         argv += ["--enable-multi-layer-eagle"] if multi_layer else []
-        scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": env,
-                          "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
+        add(argv, env)
     for role, tp, size, with_flags in itertools.product(("decode", "prefill", "null"), (2, 4), DWDP_SIZES, DWDP_WITH):
         argv = ["--model-path", "/models/m", *role_argv(role), "--tp", str(tp), *with_flags]
         argv += ["--dwdp-size", str(size)] if size is not None else []
-        scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": {},
-                          "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
+        add(argv)
     # The decode-CP hook's communication flags (DF1-DF3) at TP 2, DCP 1 or 2, each backend or none,
     # with the replicated Q projection or not; from 0.5.20 the backend an unset one resolves to
     # with DCP follows the GPU (kvpilot takes a CUDA GPU's), so that case is left out.
@@ -1576,23 +1578,20 @@ def flag_combination_scenarios(version):
         argv += ["--dcp-size", str(dcp)] if dcp > 1 else []
         argv += ["--dcp-comm-backend", backend] if backend else []
         argv += ["--dcp-replicate-q-proj"] if replicate else []
-        scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": {},
-                          "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
+        add(argv)
     # Priority retraction (RP1) and quantized communications (QC1, QC2).
     for role, policy, priority in itertools.product(("decode", "prefill", "null"), (None, "length", "priority"),
                                                     (False, True)):
         argv = ["--model-path", "/models/m", *role_argv(role)]
         argv += ["--retraction-policy", policy] if policy else []
         argv += ["--enable-priority-scheduling"] if priority else []
-        scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": {},
-                          "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
+        add(argv)
     for role, tp, quantized, device in itertools.product(("decode", "prefill", "null"), (1, 2), (False, True),
                                                          (None, "cuda", "npu")):
         argv = ["--model-path", "/models/m", *role_argv(role), "--tp", str(tp)]
         argv += ["--enable-quant-communications"] if quantized else []
         argv += ["--device", device] if device else []
-        scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": {},
-                          "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
+        add(argv)
     # Flags refused by role (RS1, KS1): the response store (0.5.20 on) and KV cache sharding (0.5.22
     # on), on or off.
     for role, (flag, since) in itertools.product(("decode", "prefill", "null"), ROLE_FLAGS):
@@ -1600,8 +1599,7 @@ def flag_combination_scenarios(version):
             continue
         for given in (False, True):
             argv = ["--model-path", "/models/m", *role_argv(role)] + [flag] * given
-            scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": {},
-                              "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
+            add(argv)
     # The watermark (WM1-WM4, 0.5.22 on) on or off, with each algorithm or none as given, pipeline
     # stages and SGLANG_RUST_SERVER, on the CUDA device SGLang has resolved by its check.
     if version_key(version) >= version_key("0.5.22"):
@@ -1613,22 +1611,20 @@ def flag_combination_scenarios(version):
             argv += ["--enable-watermark"] if watermark else []
             argv += ["--speculative-algorithm", algorithm] if algorithm else []
             argv += ["--pp-size", str(pp)] if pp != 1 else []
-            scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": env,
-                              "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
+            add(argv, env)
         for role, policy, (with_flags, env) in itertools.product(
                 ("decode", "prefill", "null"), (None, "early", "prefill_complete"), PREFILL_COMPLETE_WITH):
             if "--disaggregation-decode-enable-radix-cache" in with_flags and role != "decode":
                 continue
             argv = ["--model-path", "/models/m", *role_argv(role), *with_flags]
             argv += ["--disaggregation-decode-allocation-policy", policy] if policy else []
-            scenarios.append({"id": f"f{len(scenarios)}", "argv": argv, "env": env,
-                              "config": os.path.join(ROOT, "tests/fixtures/configs/llama-3.1-8b-instruct.json")})
+            add(argv, env)
     return scenarios
 
 
 def check_flag_combinations(kvpilot, src, venvs, version, compare):
-    """The encoder, DP speculative prefill coordination, decode-CP, LM head and DWDP checks
-    (flag_combinations.py) against the guard's EN1, SD17, DC1, LH1-LH5 and WD1-WD6."""
+    """The checks of flag combinations (flag_combinations.py) against the guard's rules of
+    FLAG_COMBINATION_RULES."""
     return check_with_guard(kvpilot, src, venvs, version, compare, {
         "label": "flag combinations", "scenarios": flag_combination_scenarios(version),
         "script": "flag_combinations.py", "argv": lambda s: s["argv"], "env": lambda s: s["env"],
