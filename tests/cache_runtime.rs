@@ -345,7 +345,7 @@ fn bad_flags_are_refused_naming_the_flag() {
     std::fs::write(&not_a_socket, "").unwrap();
     for (args, expected) in [
         (vec!["--capacity", "0"], "--capacity must be above 0"),
-        (vec!["--capacity", "lots"], "expected bytes such as 4GiB"),
+        (vec!["--capacity", "lots"], "\"lots\" is not a size in bytes: write a Kubernetes quantity such as 64Gi"),
         (vec!["--capacity", "1GiB", "--socket", not_a_socket.to_str().unwrap()], "exists and is not a socket"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_kvpilot"))

@@ -2,12 +2,14 @@
 //! data types that `layout` and `policy` produce, so that every layer shares one contract.
 
 mod layout_types;
+mod quantity;
 mod schema;
 mod spec;
 mod status;
 pub mod strict;
 
 pub use layout_types::*;
+pub use quantity::{format_bytes, parse_bytes};
 pub use spec::*;
 pub use status::*;
 
