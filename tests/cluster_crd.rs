@@ -116,6 +116,18 @@ async fn the_crd_is_established_without_warnings_and_every_example_is_accepted()
     }
 }
 
+#[tokio::test]
+async fn plain_kubectl_apply_installs_the_crd() {
+    let cluster = cluster_or_skip!();
+    // Client-side apply writes the whole CRD into its last-applied-configuration annotation,
+    // which the API server limits to 256 KiB; a dry run validates the object it would store.
+    let out = cluster.kubectl(&["apply", "--dry-run=server", "-f", "crds/"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("customresourcedefinition.apiextensions.k8s.io/inferencedeployments.kvpilot.dev")
+    );
+}
+
 fn assert_kept(written: &Value, stored: &Value, path: &str) {
     match written {
         Value::Object(fields) => {

@@ -15,9 +15,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use kube::CustomResourceExt;
 
-use crate::api::InferenceDeployment;
 use crate::release::{self, ReleaseChoice, ReleaseError, ReleaseSource};
 
 /// `--sglang-version`, shared by every command that evaluates rules.
@@ -106,7 +104,7 @@ pub fn run(cli: Cli) -> ExitCode {
 
 /// The CRD exactly as `kvpilot crd` prints it and `crds/inferencedeployment.yaml` holds it.
 pub fn crd_yaml() -> String {
-    let crd = InferenceDeployment::crd();
+    let crd = crate::api::crd();
     // Serializing a k8s-openapi object to YAML cannot fail: it is plain data.
     let body = serde_norway::to_string(&crd).unwrap_or_default();
     format!(
