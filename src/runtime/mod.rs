@@ -10,3 +10,11 @@ pub mod metrics;
 pub mod protocol;
 pub mod server;
 pub mod store;
+
+/// The memory a sidecar of `capacity` bytes may use, which its container's request and limit
+/// are set to: the pages, 5% for the index and for pages still being read while evicted, 64 MiB
+/// for the process, and the frames in flight, which all connections together keep within one
+/// [`protocol::frame_limit`] (see `server::FrameBudget`).
+pub fn memory_limit(capacity: u64) -> u64 {
+    capacity + capacity / 20 + (64 << 20) + protocol::frame_limit(capacity)
+}
