@@ -7,7 +7,7 @@ mod quantity;
 mod schema;
 mod spec;
 mod status;
-pub mod strict;
+pub mod validation;
 
 pub use crd::crd;
 pub use layout_types::*;
