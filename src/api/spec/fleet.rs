@@ -9,134 +9,121 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{default_grace_seconds, default_port, default_startup_seconds, one};
-
 /// A fleet of SGLang servers: the decode fleet (`spec.decode`) or the prefill fleet
 /// (`spec.prefill`). Validation messages name the field; the API server prefixes its path.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
+#[serde(default = "FleetSpec::default", rename_all = "camelCase")]
 #[x_kube(validation = Rule::new(
     "!has(self.nodesPerReplica) || (self.tensorParallel * self.pipelineParallel) % self.nodesPerReplica == 0"
 ).message("nodesPerReplica must divide tensorParallel × pipelineParallel: each pod of a replica holds an equal share of its GPUs"))]
 pub struct FleetSpec {
     /// Number of replicas: SGLang servers of this fleet (`kubectl scale` sets the decode fleet's).
-    #[serde(default = "one")]
     #[x_kube(validation = Rule::new("self >= 0").message("replicas must not be negative"))]
     pub replicas: i32,
     /// Tensor-parallel size.
-    #[serde(default = "one")]
     #[x_kube(validation = Rule::new("self >= 1").message("tensorParallel must be at least 1"))]
     pub tensor_parallel: i32,
     /// Data-parallel size.
-    #[serde(default = "one")]
     #[x_kube(validation = Rule::new("self >= 1").message("dataParallel must be at least 1"))]
     pub data_parallel: i32,
     /// Pipeline-parallel size.
-    #[serde(default = "one")]
     #[x_kube(validation = Rule::new("self >= 1").message("pipelineParallel must be at least 1"))]
     pub pipeline_parallel: i32,
     /// Whether the servers use DP attention (attention TP = TP / DP).
-    #[serde(default)]
     pub enable_dp_attention: bool,
     /// Tokens per KV page (`--page-size`). Unset: 1 (SGLang's default) on the decode fleet; the
     /// prefill fleet takes the decode fleet's, since both sides must page alike (rule P1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 1").message("pageSize must be at least 1"))]
     pub page_size: Option<i32>,
     /// KV cache dtype (SGLang's `--kv-cache-dtype`: `auto`, `fp8_e4m3`, `mxfp8`, …);
     /// defaults to `auto`, the model's dtype.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self != ''").message("kvCacheDtype must not be empty"))]
     pub kv_cache_dtype: Option<String>,
     /// SWA-layer KV tokens per full-layer KV token of a hybrid-SWA pool (SGLang's
     /// `--swa-full-tokens-ratio`, in (0, 1]); unset: SGLang's default (0.8, or the model's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub swa_full_tokens_ratio: Option<f64>,
     /// GPUs per pod; defaults to tensorParallel × pipelineParallel (× dataParallel for
     /// data-parallel replicas without DP attention) / nodesPerReplica.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 1").message("gpusPerPod must be at least 1"))]
     pub gpus_per_pod: Option<i32>,
     /// Pods per replica (default 1). Above 1, a replica is a group of pods
     /// `NAME-ROLE-REPLICA-RANK` that run one SGLang server together (`--nnodes`, `--node-rank`,
     /// `--dist-init-addr` of rank 0), created, rolled, counted and restarted as one unit; each
     /// pod gets tensorParallel × pipelineParallel / nodesPerReplica GPUs.
-    #[serde(default = "one")]
     #[x_kube(validation = Rule::new("self >= 1").message("nodesPerReplica must be at least 1"))]
     pub nodes_per_replica: i32,
     /// Port of SGLang's HTTP server (API, `/health`, metrics).
-    #[serde(default = "default_port")]
     #[x_kube(validation = Rule::new("self >= 1 && self <= 65535").message("port must be between 1 and 65535"))]
     pub port: i32,
     /// Size of the memory-backed /dev/shm (NCCL and the host KV pool live there); default 16Gi.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub shm_size: Option<Quantity>,
     /// How long a server may take to load the model before its startup probe gives up
     /// (default 1800 s, probed every 30 s).
-    #[serde(default = "default_startup_seconds")]
     #[x_kube(validation = Rule::new("self >= 30").message("startupTimeoutSeconds must be at least 30"))]
     pub startup_timeout_seconds: i32,
     /// How long a deleted pod has to finish its requests (default 60 s).
-    #[serde(default = "default_grace_seconds")]
     #[x_kube(validation = Rule::new("self >= 0").message("terminationGracePeriodSeconds must not be negative"))]
     pub termination_grace_period_seconds: i64,
     /// Extended resources each pod requests besides its GPUs, for example
     /// `rdma/rdma_shared_device_a: 1` (requests equal limits).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub extra_resources: BTreeMap<String, Quantity>,
     /// Linux capabilities added to the SGLang container, for example `IPC_LOCK` for RDMA.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub capabilities: Vec<String>,
     /// Run the pods in the node's network namespace (with `dnsPolicy: ClusterFirstWithHostNet`),
     /// as RDMA fleets without an RDMA device plugin do.
-    #[serde(default)]
     pub host_network: bool,
     /// InfiniBand devices for the KV transfer (`--disaggregation-ib-device`, e.g. `mlx5_0,mlx5_1`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self != ''").message("ibDevice must not be empty"))]
     pub ib_device: Option<String>,
     /// SGLang image of the servers. Unset: the operator's --sglang-image for the
     /// resolved release (`lmsysorg/sglang:v{version}-cu129` by default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     /// Image pull policy of the SGLang container.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<ImagePullPolicy>,
     /// Resources of the SGLang container; the GPU limit is set from gpusPerPod.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
     /// Node selector of the pods.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub node_selector: BTreeMap<String, String>,
     /// Tolerations of the pods.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
     /// Affinity of the pods.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub affinity: Option<Affinity>,
     /// Extra environment variables of the SGLang container.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<EnvVar>,
     /// Extra SGLang server arguments, appended after the ones kvpilot renders. A flag that sets
     /// something kvpilot decides (retraction backup, transfer backend, parallel sizes, page
     /// size, caches, ports, …) is refused, naming the spec field to use instead; other flags
     /// pass through.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub extra_args: Vec<String>,
     /// Extra labels of the pods.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub pod_labels: BTreeMap<String, String>,
     /// Extra annotations of the pods.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub pod_annotations: BTreeMap<String, String>,
     /// Service account of the pods.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
     /// Priority class of the pods.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
     /// How pods of an old revision are replaced.
-    #[serde(default)]
     pub rollout: RolloutSpec,
 }
 
@@ -153,10 +140,10 @@ impl Default for FleetSpec {
             swa_full_tokens_ratio: None,
             gpus_per_pod: None,
             nodes_per_replica: 1,
-            port: default_port(),
+            port: 30000,
             shm_size: None,
-            startup_timeout_seconds: default_startup_seconds(),
-            termination_grace_period_seconds: default_grace_seconds(),
+            startup_timeout_seconds: 1800,
+            termination_grace_period_seconds: 60,
             extra_resources: BTreeMap::new(),
             capabilities: Vec::new(),
             host_network: false,
@@ -225,26 +212,16 @@ pub enum ImagePullPolicy {
 
 /// Rollout of a new pod revision.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
+#[serde(default, rename_all = "camelCase")]
 pub struct RolloutSpec {
     /// Pods that may be unavailable during a rollout (count or percentage of replicas).
-    #[serde(default = "default_max_unavailable")]
     pub max_unavailable: IntOrString,
     /// Pods that may be created above replicas during a rollout (count or percentage).
-    #[serde(default = "default_max_surge")]
     pub max_surge: IntOrString,
 }
 
 impl Default for RolloutSpec {
     fn default() -> Self {
-        Self { max_unavailable: default_max_unavailable(), max_surge: default_max_surge() }
+        Self { max_unavailable: IntOrString::Int(1), max_surge: IntOrString::Int(0) }
     }
-}
-
-fn default_max_unavailable() -> IntOrString {
-    IntOrString::Int(1)
-}
-
-fn default_max_surge() -> IntOrString {
-    IntOrString::Int(0)
 }

@@ -1,6 +1,9 @@
 //! The spec half of `InferenceDeployment`, one file per block of the spec. Field names are a
 //! contract: the CLI, the webhook, the controller, the examples and users' manifests all rely on
-//! them.
+//! them. A block whose fields all have defaults states them once, in its `Default`: with
+//! `#[serde(default = "Type::default")]` on the struct, serde fills every missing field from it,
+//! and the schema's defaults are its values. (The path, not a bare `default`: `KubeSchema` derives
+//! the schema from a copy of the struct, which has no `Default`.)
 
 mod cache;
 mod config_source;
@@ -155,32 +158,4 @@ pub fn quantity_bytes(text: &str) -> Result<u64, String> {
         .and_then(|n| n.checked_mul(multiplier))
         .filter(|n| *n > 0)
         .ok_or_else(|| format!("{text:?} is not a whole number of bytes such as 64Gi, 512Mi or 1073741824"))
-}
-
-pub(super) fn one() -> i32 {
-    1
-}
-
-pub(super) fn default_port() -> i32 {
-    30000
-}
-
-pub(super) fn default_bootstrap_port() -> i32 {
-    8998
-}
-
-pub(super) fn default_router_port() -> i32 {
-    8000
-}
-
-pub(super) fn yes() -> bool {
-    true
-}
-
-pub(super) fn default_startup_seconds() -> i32 {
-    1800
-}
-
-pub(super) fn default_grace_seconds() -> i64 {
-    60
 }

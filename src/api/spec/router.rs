@@ -7,54 +7,51 @@ use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{ImagePullPolicy, default_router_port, one, yes};
+use super::ImagePullPolicy;
+
+/// The port the router listens on and its Service's port, unless set.
+const DEFAULT_ROUTER_PORT: i32 = 8000;
 
 /// The SGLang router of a PD service: a Deployment that finds the prefill and decode servers by
 /// their labels (Kubernetes service discovery in its own namespace) and a Service in front of it.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
+#[serde(default = "RouterSpec::default", rename_all = "camelCase")]
 pub struct RouterSpec {
     /// Run the router (default true when spec.prefill is set).
-    #[serde(default = "yes")]
     pub enabled: bool,
     /// Router pods (they share nothing; each discovers every server).
-    #[serde(default = "one")]
     #[x_kube(validation = Rule::new("self >= 0").message("spec.router.replicas must not be negative"))]
     pub replicas: i32,
     /// Which router package the image runs: `sglang-router` (`python3 -m
     /// sglang_router.launch_router`, default) or its successor `smg` (`python3 -m
     /// smg.launch_router`); both take the same flags.
-    #[serde(default)]
     pub launcher: RouterLauncher,
     /// Router image. Unset: the operator's --router-image, else the servers' SGLang image
     /// (SGLang's images ship the router).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     /// Image pull policy of the router container.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub image_pull_policy: Option<ImagePullPolicy>,
     /// How the router picks a server (`--policy`).
-    #[serde(default)]
     pub policy: RouterPolicy,
     /// Port the router listens on.
-    #[serde(default = "default_router_port")]
     #[x_kube(validation = Rule::new("self >= 1 && self <= 65535").message("spec.router.port must be between 1 and 65535"))]
     pub port: i32,
     /// The router's Service.
-    #[serde(default)]
     pub service: RouterServiceSpec,
     /// Resources of the router container.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
     /// Node selector of the router pods.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub node_selector: BTreeMap<String, String>,
     /// Tolerations of the router pods.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tolerations: Vec<Toleration>,
     /// Extra router arguments, appended after kvpilot's. A flag kvpilot sets (PD mode, service
     /// discovery, selectors, host, port, policy) is refused, naming the field to use instead.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub extra_args: Vec<String>,
 }
 
@@ -67,7 +64,7 @@ impl Default for RouterSpec {
             image: None,
             image_pull_policy: None,
             policy: RouterPolicy::default(),
-            port: default_router_port(),
+            port: DEFAULT_ROUTER_PORT,
             service: RouterServiceSpec::default(),
             resources: None,
             node_selector: BTreeMap::new(),
@@ -127,20 +124,19 @@ impl RouterPolicy {
 
 /// The router's Service.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(rename_all = "camelCase")]
+#[serde(default = "RouterServiceSpec::default", rename_all = "camelCase")]
 pub struct RouterServiceSpec {
     /// Service port (the OpenAI-compatible endpoint).
-    #[serde(default = "default_router_port")]
     #[x_kube(validation = Rule::new("self >= 1 && self <= 65535").message("spec.router.service.port must be between 1 and 65535"))]
     pub port: i32,
     /// Service type.
-    #[serde(default, rename = "type")]
+    #[serde(rename = "type")]
     pub type_: RouterServiceType,
 }
 
 impl Default for RouterServiceSpec {
     fn default() -> Self {
-        Self { port: default_router_port(), type_: RouterServiceType::default() }
+        Self { port: DEFAULT_ROUTER_PORT, type_: RouterServiceType::default() }
     }
 }
 
