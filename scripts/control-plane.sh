@@ -221,7 +221,7 @@ EOF
         --authorization-kubeconfig="$STATE/controller-manager.kubeconfig" \
         --cert-dir="$STATE/controller-manager-certs" \
         --leader-elect=false --use-service-account-credentials \
-        --controllers=namespace-controller,garbage-collector-controller,endpointslice-controller,serviceaccount-controller,serviceaccount-token-controller,clusterrole-aggregation-controller,root-ca-certificate-publisher-controller,deployment-controller,replicaset-controller \
+        --controllers=namespace-controller,garbage-collector-controller,endpointslice-controller,serviceaccount-controller,serviceaccount-token-controller,clusterrole-aggregation-controller,root-ca-certificate-publisher-controller,deployment-controller,replicaset-controller,disruption-controller \
         --service-account-private-key-file="$PKI/service-account.key" --root-ca-file="$PKI/ca.crt" \
         --service-cluster-ip-range="$SERVICE_CIDR"
     wait_until "kube-controller-manager /healthz" 60 kube-controller-manager \

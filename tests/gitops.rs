@@ -88,7 +88,7 @@ fn with_status(resource: &InferenceDeployment, ready: Option<bool>, generation: 
         })
         .collect();
     let decided = status::resolved(&assessment, "spec.model.config.inline", &fleets, None, None);
-    let written = status::status(None, &decided, Some(observed), Some(&assessment), None, Timestamp::now());
+    let written = status::status(None, &decided, Some(observed), Some(&assessment), None, Vec::new(), Timestamp::now());
     let mut object = serde_json::to_value(resource).unwrap();
     object["metadata"]["generation"] = json!(generation);
     object["status"] = serde_json::to_value(written).unwrap();
@@ -126,7 +126,8 @@ fn argo_cd_health_follows_the_conditions_the_controller_writes() {
     let mut unresolved = serde_json::to_value(&llama).unwrap();
     let decided = status::unresolved("ConfigMapNotFound", "ConfigMap serving/llama-config not found");
     unresolved["status"] =
-        serde_json::to_value(status::status(None, &decided, Some(1), None, None, Timestamp::now())).unwrap();
+        serde_json::to_value(status::status(None, &decided, Some(1), None, None, Vec::new(), Timestamp::now()))
+            .unwrap();
     let (state, message) = health(&unresolved);
     assert_eq!(state, "Degraded");
     assert!(message.contains("ConfigMapNotFound"), "{message}");

@@ -56,6 +56,10 @@ pub struct InferenceDeploymentStatus {
     /// The SGLang release the layout and settings were checked against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sglang: Option<SglangStatus>,
+    /// What is worth knowing and is not a violation: the layout's and the policy's warnings, and
+    /// what kvpilot changed of the resources the spec set (as `kvpilot check` prints them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// The SGLang release a resource was checked against and where it came from.
@@ -86,6 +90,10 @@ pub struct RouterStatus {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct FleetStatus {
+    /// Replicas the fleet should run: its spec's, or for a prefill fleet with `ratio` its share
+    /// of the decode fleet's, within its bounds.
+    #[serde(default)]
+    pub desired_replicas: i32,
     /// Replicas that exist, of any revision (a multi-node replica counts once).
     pub replicas: i32,
     /// Replicas of the current revision all of whose pods are ready.

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::EventType;
 
+pub use super::desired::GROUP_READY;
 use super::desired::{Fleet, FleetRole, RenderOptions, desired_state};
 use super::rollout::{self, ObservedReplica, resolve_int_or_percent};
 use super::status::{self, DecidedConditions, FleetProgress, Workloads};
@@ -39,11 +40,26 @@ pub struct ObservedPod {
     /// Its rank in the replica (`kvpilot.dev/rank`; 0 when absent).
     pub rank: i32,
     pub revision: String,
+    /// Its `Ready` condition: its containers are ready and, through the readiness gate
+    /// [`GROUP_READY`], so is every other rank of its replica. What availability counts.
     pub ready: bool,
+    /// Its containers are ready (`ContainersReady`: its probes pass), which the gate follows.
+    pub containers_ready: bool,
+    /// The status of its [`GROUP_READY`] condition; None before the controller set one.
+    pub group_ready: Option<bool>,
     /// Being deleted.
     pub terminating: bool,
     /// Its phase is Failed: evicted, or a rank of a group whose server exited.
     pub failed: bool,
+}
+
+/// A pod whose [`GROUP_READY`] condition is to change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupReadiness {
+    pub pod: String,
+    pub ready: bool,
+    pub reason: &'static str,
+    pub message: String,
 }
 
 /// What one reconcile observed.
@@ -133,6 +149,9 @@ pub struct Decision {
     pub delete: Vec<String>,
     /// Pods to create.
     pub create: Vec<Pod>,
+    /// Pods whose readiness gate [`GROUP_READY`] changes, set before anything is deleted so a
+    /// replica losing a rank stops serving at once.
+    pub group_readiness: Vec<GroupReadiness>,
     /// Events that stand on the resource now.
     pub announcements: Vec<Announcement>,
     pub next: Next,
@@ -147,6 +166,7 @@ impl Decision {
             status: new_status(observed, &decided, None, None),
             delete: Vec::new(),
             create: Vec::new(),
+            group_readiness: group_readiness(observed),
             announcements: vec![Announcement::warning(previous, reason, message)],
             next,
         }
@@ -161,7 +181,9 @@ fn new_status(
 ) -> Option<InferenceDeploymentStatus> {
     let resource = observed.resource;
     let previous = resource.status.as_ref();
-    let new = status::status(previous, decided, resource.metadata.generation, assessment, workloads, observed.now);
+    let warnings = assessment.map(|a| status::warnings(&resource.spec, a)).unwrap_or_default();
+    let new =
+        status::status(previous, decided, resource.metadata.generation, assessment, workloads, warnings, observed.now);
     (previous != Some(&new)).then_some(new)
 }
 
@@ -204,6 +226,7 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
             status: new_status(observed, &decided, Some(&assessment), None),
             delete: Vec::new(),
             create: Vec::new(),
+            group_readiness: group_readiness(observed),
             announcements: vec![warning],
             next: Next::Requeue(USER_ERROR_REQUEUE),
         };
@@ -281,6 +304,7 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
         desired: Some(desired),
         delete,
         create,
+        group_readiness: group_readiness(observed),
         announcements,
         next: Next::Requeue(next),
     }
@@ -318,6 +342,7 @@ fn plan_fleet(observed: &Observed<'_>, fleet: &Fleet, rollout_spec: &RolloutSpec
     // than is true.
     let counts = count_staying(&groups.replicas, &plan, &fleet.revision);
     let status = FleetStatus {
+        desired_replicas: fleet.replicas,
         replicas: counts.total,
         ready_replicas: counts.ready_updated,
         updated_replicas: counts.updated,
@@ -349,6 +374,52 @@ fn source_description(resource: &InferenceDeployment) -> String {
 struct Groups {
     replicas: Vec<ObservedReplica>,
     broken: Vec<String>,
+}
+
+/// The readiness gates to change, whatever the verdict on the settings (pods that run keep
+/// being watched over): a replica of a fleet is group-ready while each of its ranks is there,
+/// alive and ready, and every rank is of one revision.
+fn group_readiness(observed: &Observed<'_>) -> Vec<GroupReadiness> {
+    let mut by_replica: BTreeMap<(FleetRole, u32), Vec<&ObservedPod>> = BTreeMap::new();
+    for pod in &observed.pods {
+        by_replica.entry((pod.role, pod.replica)).or_default().push(pod);
+    }
+    let mut changes = Vec::new();
+    for ((role, _), members) in by_replica {
+        let nodes = role.fleet(&observed.resource.spec).map_or(1, |f| f.nodes_per_replica.max(1)) as usize;
+        let live: Vec<&&ObservedPod> = members.iter().filter(|p| !p.terminating).collect();
+        let mixed = live.iter().any(|p| p.revision != live[0].revision);
+        let why_not = not_group_ready(&members, nodes, mixed);
+        let ready = why_not.is_none();
+        let (reason, message) =
+            why_not.unwrap_or(("GroupReady", format!("all {nodes} ranks of the replica are ready")));
+        for pod in members.iter().filter(|p| !p.terminating && p.group_ready != Some(ready)) {
+            changes.push(GroupReadiness { pod: pod.name.clone(), ready, reason, message: message.clone() });
+        }
+    }
+    changes
+}
+
+/// Why a replica's pods are not group-ready: its first rank that is not, or that is missing.
+fn not_group_ready(members: &[&ObservedPod], nodes: usize, mixed: bool) -> Option<(&'static str, String)> {
+    for rank in 0..nodes as i32 {
+        let at_rank = |live: bool| members.iter().find(|p| p.rank == rank && (!live || !p.terminating));
+        match at_rank(true).or_else(|| at_rank(false)) {
+            None => return Some(("RankMissing", format!("rank {rank} of the replica is missing"))),
+            Some(pod) if pod.failed => return Some(("RankFailed", format!("rank {rank} ({}) failed", pod.name))),
+            Some(pod) if pod.terminating => {
+                return Some(("RankTerminating", format!("rank {rank} ({}) is being deleted", pod.name)));
+            }
+            Some(pod) if !pod.containers_ready => {
+                return Some(("RankNotReady", format!("rank {rank} ({}) is not ready", pod.name)));
+            }
+            Some(_) => {}
+        }
+    }
+    if members.iter().filter(|p| !p.terminating).count() > nodes {
+        return Some(("ReplicaReplaced", "the replica has ranks of two generations".to_string()));
+    }
+    mixed.then(|| ("ReplicaReplaced", "the replica's ranks are of different revisions".to_string()))
 }
 
 /// Groups pods into replicas. A replica is ready when all its ranks are there and ready. It is
@@ -454,6 +525,8 @@ mod tests {
             rank,
             revision: revision.into(),
             ready,
+            containers_ready: ready,
+            group_ready: None,
             terminating: false,
             failed: false,
         }
@@ -495,10 +568,22 @@ mod tests {
         assert_eq!((decode.replicas, decode.ready_replicas, decode.endpoints.len()), (1, 0, 0));
         assert!(decision.create.is_empty() && decision.delete.is_empty());
 
+        let gates: Vec<_> = decision.group_readiness.iter().map(|g| (g.pod.as_str(), g.ready, g.reason)).collect();
+        assert_eq!(
+            gates,
+            [("m-decode-0-0", false, "RankNotReady"), ("m-decode-0-1", false, "RankNotReady")],
+            "a group with a rank that is not ready is not ready on any rank"
+        );
+
         let ready = vec![pod("m-decode-0-0", 0, 0, &rev, true), pod("m-decode-0-1", 0, 1, &rev, true)];
-        let decode = observe(&resource, &options, ready, false).status.unwrap().decode.unwrap();
+        let decision = observe(&resource, &options, ready.clone(), false);
+        let decode = decision.status.unwrap().decode.unwrap();
         assert_eq!((decode.replicas, decode.ready_replicas), (1, 1));
         assert_eq!(decode.endpoints, ["http://m-decode-0-0.m-decode.ns.svc:30000"]);
+        assert!(decision.group_readiness.iter().all(|g| g.ready) && decision.group_readiness.len() == 2);
+        let gated: Vec<ObservedPod> = ready.into_iter().map(|p| ObservedPod { group_ready: Some(true), ..p }).collect();
+        let decision = observe(&resource, &options, gated, false);
+        assert!(decision.group_readiness.is_empty(), "a gate already set is not written again");
     }
 
     #[test]
@@ -508,8 +593,19 @@ mod tests {
         let rev = revision(&resource, &options);
         let mut deleted = pod("m-decode-0-1", 0, 1, &rev, true);
         deleted.terminating = true;
-        let decision = observe(&resource, &options, vec![pod("m-decode-0-0", 0, 0, &rev, true), deleted], false);
+        let survivor = ObservedPod { group_ready: Some(true), ..pod("m-decode-0-0", 0, 0, &rev, true) };
+        let decision = observe(&resource, &options, vec![survivor, deleted], false);
         assert_eq!(decision.delete, ["m-decode-0-0"]);
+        assert_eq!(
+            decision.group_readiness,
+            [GroupReadiness {
+                pod: "m-decode-0-0".into(),
+                ready: false,
+                reason: "RankTerminating",
+                message: "rank 1 (m-decode-0-1) is being deleted".into()
+            }],
+            "the surviving rank stops serving before it is deleted"
+        );
         let names: Vec<_> = decision.create.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
         assert_eq!(names, ["m-decode-1-0", "m-decode-1-1"], "a whole group replaces it; ordinal 0 stays taken");
 
@@ -522,6 +618,7 @@ mod tests {
         failed.failed = true;
         let decision = observe(&resource, &options, vec![pod("m-decode-0-0", 0, 0, &rev, true), failed], false);
         assert_eq!(decision.delete, ["m-decode-0-0", "m-decode-0-1"]);
+        assert!(decision.group_readiness.iter().all(|g| !g.ready && g.reason == "RankFailed"));
 
         let gone = observe(&resource, &options, Vec::new(), false);
         assert_eq!(gone.create.len(), 2);

@@ -4,10 +4,10 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
-use super::desired::FleetRole;
+use super::desired::{FleetRole, resources};
 use crate::api::{
     CONDITION_MODEL_RESOLVED, CONDITION_PROGRESSING, CONDITION_READY, CONDITION_SETTINGS_VALID, FleetStatus,
-    InferenceDeploymentStatus, RouterStatus, SglangStatus,
+    InferenceDeploymentSpec, InferenceDeploymentStatus, RouterStatus, SglangStatus,
 };
 use crate::policy::{Assessment, Outcome};
 use crate::release::ReleaseChoice;
@@ -288,6 +288,17 @@ pub fn sglang_status(choice: &ReleaseChoice) -> SglangStatus {
     }
 }
 
+/// What status says beside the verdict: the layout's and the policy's warnings, and what the
+/// pods' resources change of what the spec set (`check` prints the same).
+pub fn warnings(spec: &InferenceDeploymentSpec, assessment: &Assessment) -> Vec<String> {
+    let layouts = std::iter::once(&assessment.layout).chain(assessment.draft_layout.as_ref());
+    layouts
+        .flat_map(|layout| layout.warnings.iter().cloned())
+        .chain(assessment.verdict.warnings.iter().cloned())
+        .chain(resources::warnings(spec))
+        .collect()
+}
+
 /// The complete status object.
 pub fn status(
     previous: Option<&InferenceDeploymentStatus>,
@@ -295,6 +306,7 @@ pub fn status(
     generation: Option<i64>,
     assessment: Option<&Assessment>,
     workloads: Option<Workloads>,
+    warnings: Vec<String>,
     now: Timestamp,
 ) -> InferenceDeploymentStatus {
     // Keep the last known workloads when this pass could not look at them.
@@ -319,6 +331,7 @@ pub fn status(
         router: workloads.router,
         endpoint: workloads.endpoint,
         sglang: assessment.map(|a| sglang_status(&a.release)),
+        warnings,
     }
 }
 
