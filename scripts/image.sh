@@ -55,15 +55,17 @@ die() {
     exit 1
 }
 
-# A private containers.conf and storage.conf: vfs storage, runc, cgroupfs, and no default
-# ulimits (the sandboxes these tests run in refuse to raise rlimits; crun refuses their cgroups).
+# A private containers.conf and storage.conf: vfs storage, runc, cgroupfs, no default ulimits
+# (the sandboxes these tests run in refuse to raise rlimits; crun refuses their cgroups), and a
+# network configuration directory of its own (buildah and podman otherwise lock files in
+# /etc/cni/net.d even when no container uses a network).
 configure() {
     [ "$(id -u)" = 0 ] || die "needs root (buildah and podman run rootful here)"
     for tool in buildah podman runc; do
         command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] ||
             die "$tool is missing; run scripts/install-test-tools.sh (Debian's buildah podman runc)"
     done
-    mkdir -p "$STATE/storage" "$STATE/tmp"
+    mkdir -p "$STATE/storage" "$STATE/tmp" "$STATE/networks"
     # The run root holds sockets, whose paths may not exceed 108 bytes; keep it short.
     RUNROOT="/tmp/kvpilot-image-$(printf %s "$STATE" | sha256sum | cut -c1-12)"
     mkdir -p "$RUNROOT"
@@ -75,6 +77,8 @@ cgroup_manager = "cgroupfs"
 runtime = "runc"
 events_logger = "none"
 tmp_dir = "$RUNROOT/libpod"
+[network]
+network_config_dir = "$STATE/networks"
 EOF
     cat >"$STATE/storage.conf" <<EOF
 [storage]
