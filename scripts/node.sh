@@ -481,7 +481,7 @@ pids_in_cgroups() {
 shim_pids() {
     local cmdline
     for cmdline in /proc/[0-9]*/cmdline; do
-        tr '\0' ' ' <"$cmdline" 2>/dev/null | grep -qF -- "-address $RUN/containerd.sock " || continue
+        tr '\0' ' ' 2>/dev/null <"$cmdline" | grep -qF -- "-address $RUN/containerd.sock " || continue
         cmdline="${cmdline#/proc/}"
         echo "${cmdline%/cmdline}"
     done
@@ -545,8 +545,13 @@ down() {
     for tunable in ${TUNABLES_BEFORE:-}; do
         [ "$(sysctl -n "${tunable%%=*}")" = "${tunable#*=}" ] || sysctl -qw "$tunable" || problems+=("cannot restore $tunable")
     done
-    # The files the kubelet and the device plugin leave in its fixed directories.
-    rm -f "$DEVICE_PLUGINS/kubelet.sock" "$DEVICE_PLUGINS/kubelet_internal_checkpoint" "$DEVICE_PLUGINS"/kvpilot-test-*.sock
+    # The files the kubelet and the device plugin leave in its fixed directory: all of it when
+    # this run made the directory (it held the machine's claim meanwhile), else what they name.
+    if [[ " ${CREATED:-} " == *" $DEVICE_PLUGINS "* ]]; then
+        rm -rf "$DEVICE_PLUGINS"
+    else
+        rm -f "$DEVICE_PLUGINS/kubelet.sock" "$DEVICE_PLUGINS/kubelet_internal_checkpoint" "$DEVICE_PLUGINS"/kvpilot-test-*.sock
+    fi
     if [ -d /var/log/containers ]; then
         find /var/log/containers -maxdepth 1 -type l -lname "$STATE/*" -delete 2>/dev/null || true
     fi
