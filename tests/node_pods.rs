@@ -25,15 +25,14 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 use common::cluster::{Cluster, HelmRelease, examples_in, repo, succeeded, text, wait_for_blocking};
-use node::{
-    Node, SeenPod, container, eventually, http_get, is_ready, metric, pod_ip, ready_pods, standin_report, started_at,
-};
+use node::{Node, SeenPod, container, http_get, is_ready, metric, pod_ip, ready_pods, standin_report, started_at};
 
-/// Start-up of a stand-in pod: the startup probe asks every 30 s, the readiness probe every 10 s.
+/// Long enough for pods to start (or stop) on a loaded 2-core machine, with room for a missed
+/// startup probe (every 30 s); failures show the pods' states and the events.
 const START: Duration = Duration::from_secs(300);
 
 /// The operator from the kvpilot image, as `helm install` of charts/kvpilot deploys it, watching
-/// `namespace`; waits until its pods are Ready (their own probes) and its webhook answers.
+/// `namespace`; waits until its Deployment is available (its pods Ready through their probes).
 fn install_operator(cluster: &Cluster, node: &Node, namespace: &str, release: &str) -> HelmRelease {
     let (repository, tag) = node.kvpilot_image();
     let values = [
@@ -143,7 +142,7 @@ fn devices(report: &Value, variable: &str) -> BTreeSet<String> {
 /// What a server pod with the cache runtime shows on the node: the connector installed first, the
 /// sidecar serving before the server started, the server's page round trip through the sidecar
 /// byte for byte, and the sidecar's own counters having moved those bytes.
-async fn assert_cache_pod(pod: &Pod) {
+async fn assert_cache_pod(node: &Node, pod: &Pod) {
     let name = pod.metadata.name.as_deref().unwrap();
     let installer = container(pod, "install-connector");
     let terminated = installer.state.as_ref().and_then(|s| s.terminated.as_ref());
@@ -152,13 +151,24 @@ async fn assert_cache_pod(pod: &Pod) {
     assert!(sidecar.ready && sidecar.started == Some(true), "{name}: cache-runtime {sidecar:?}");
     assert_eq!(sidecar.restart_count, 0, "{name}: the sidecar restarted");
     assert_eq!(container(pod, "sglang").restart_count, 0, "{name}: the server restarted");
-    // Start order from the kubelet's container statuses (whole seconds), and from the server's
-    // first instant: the socket already answered.
+    // Start order: from the kubelet's container statuses (whole seconds), from the runtime's
+    // own times (nanoseconds), and from the server's first instant (the socket already answered).
     let installed = terminated.unwrap().finished_at.as_ref().unwrap().0;
     let (sidecar_started, server_started) = (started_at(pod, "cache-runtime"), started_at(pod, "sglang"));
     assert!(
         installed <= sidecar_started && sidecar_started <= server_started,
         "{name}: installer done {installed}, sidecar {sidecar_started}, server {server_started}"
+    );
+    let runtime = node.runtime_containers(pod);
+    let time = |container: &str, field: &str| -> i64 {
+        runtime[container][field]
+            .as_i64()
+            .unwrap_or_else(|| panic!("{name}: the runtime has no {field} of {container}: {runtime}"))
+    };
+    assert!(
+        time("install-connector", "finished_at") < time("cache-runtime", "started_at")
+            && time("cache-runtime", "started_at") < time("sglang", "started_at"),
+        "{name}: the runtime's start times are out of order: {runtime}"
     );
 
     let report = standin_report(pod, 30000).await;
@@ -231,7 +241,7 @@ async fn a_multi_node_decode_group_with_the_cache_runtime_runs_recovers_and_leav
     let mut gpus = Vec::new();
     for pod in &pods {
         assert_scheduled(&cluster, &node, pod);
-        assert_cache_pod(pod).await;
+        assert_cache_pod(&node, pod).await;
         let report = standin_report(pod, 30000).await;
         assert_eq!(
             report["model"],
@@ -258,30 +268,22 @@ async fn a_multi_node_decode_group_with_the_cache_runtime_runs_recovers_and_leav
     // come back Ready through their probes, and the page round trip works again.
     let before: BTreeSet<String> = pods.iter().map(|p| p.metadata.uid.clone().unwrap()).collect();
     succeeded("kubectl delete pod", cluster.kubectl(&["delete", "pod", &ranks[1], "-n", &namespace, "--wait=false"]));
-    let mut last = String::new();
-    let replaced = eventually("the group restarted whole", START, async || {
-        let pods = node::pods(&client, &namespace, &selector).await;
-        last = node::describe(&pods);
+    let replaced = node::wait_pods(&client, &namespace, &selector, "the group restarted whole", START, |pods| {
         let fresh = pods.iter().all(|p| !before.contains(p.metadata.uid.as_deref().unwrap()));
-        (pods.len() == 2 && fresh && pods.iter().all(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none()))
-            .then_some(pods)
+        pods.len() == 2 && fresh && pods.iter().all(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none())
     })
     .await;
     for pod in &replaced {
-        assert_cache_pod(pod).await;
+        assert_cache_pod(&node, pod).await;
         seen.push(SeenPod::of(&node, pod));
     }
     wait_for_blocking("the restarted group counted ready", Duration::from_secs(60), || {
         (ready_replicas() == Some(1)).then_some(())
     });
-    let _ = last;
 
     // Deleted: the pods go, and the node keeps nothing of any of them.
     succeeded("kubectl delete infd", cluster.kubectl(&["delete", "infd", &name, "-n", &namespace, "--wait=false"]));
-    eventually("the group's pods gone", START, async || {
-        node::pods(&client, &namespace, &selector).await.is_empty().then_some(())
-    })
-    .await;
+    node::wait_pods(&client, &namespace, &selector, "the group's pods gone", START, <[Pod]>::is_empty).await;
     node.assert_nothing_left(&seen).await;
 }
 
@@ -308,9 +310,8 @@ async fn a_pd_service_runs_on_a_real_kubelet_and_its_router_finds_both_fleets() 
     let names = [format!("{name}-decode-0"), format!("{name}-decode-1"), format!("{name}-prefill-0")];
     let pods = ready_pods(&client, &namespace, &servers, &names, START).await;
     let router_selector = format!("app.kubernetes.io/instance={name},app.kubernetes.io/name=kvpilot-router");
-    let routers = eventually("the router pod Ready", START, async || {
-        let pods = node::pods(&client, &namespace, &router_selector).await;
-        (pods.len() == 1 && is_ready(&pods[0])).then_some(pods)
+    let routers = node::wait_pods(&client, &namespace, &router_selector, "the router pod Ready", START, |pods| {
+        pods.len() == 1 && is_ready(&pods[0])
     })
     .await;
     let mut seen = Vec::new();
@@ -355,10 +356,7 @@ async fn a_pd_service_runs_on_a_real_kubelet_and_its_router_finds_both_fleets() 
 
     succeeded("kubectl delete infd", cluster.kubectl(&["delete", "infd", &name, "-n", &namespace, "--wait=false"]));
     let everything = format!("app.kubernetes.io/instance={name}");
-    eventually("the service's pods gone", START, async || {
-        node::pods(&client, &namespace, &everything).await.is_empty().then_some(())
-    })
-    .await;
+    node::wait_pods(&client, &namespace, &everything, "the service's pods gone", START, <[Pod]>::is_empty).await;
     node.assert_nothing_left(&seen).await;
 }
 
@@ -402,8 +400,7 @@ fn containers_mut<'a>(pod: &'a mut Value, list: &str, name: &str) -> &'a mut Val
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cache_pod_whose_server_cannot_reach_the_connector_or_the_socket_never_becomes_ready_while_every_static_check_passes()
- {
+async fn a_cache_pod_whose_server_misses_the_connector_or_the_socket_never_gets_ready_though_static_checks_pass() {
     let cluster = cluster_or_skip!();
     let node = node_or_skip!();
     let client = cluster.client().await;
@@ -412,6 +409,13 @@ async fn a_cache_pod_whose_server_cannot_reach_the_connector_or_the_socket_never
     let (pod, config_map) = rendered_cache_pod(&node, &ns);
 
     let control = with_name(&pod, "as-rendered");
+    // Also as rendered, with the server as a non-root user of its own (a platform that forbids
+    // root): the connector's files, the socket and the memfd are shared across three users (the
+    // installer and the sidecar run as 65532).
+    let mut other_user = with_name(&pod, "server-as-uid-1000");
+    let server = containers_mut(&mut other_user, "containers", "sglang");
+    server["securityContext"]["runAsUser"] = json!(1000);
+    server["securityContext"]["runAsGroup"] = json!(1000);
     // The installer writes the package one directory below the server's PYTHONPATH.
     let mut installer_elsewhere = with_name(&pod, "installer-elsewhere");
     let installer = containers_mut(&mut installer_elsewhere, "initContainers", "install-connector");
@@ -445,7 +449,8 @@ async fn a_cache_pod_whose_server_cannot_reach_the_connector_or_the_socket_never
         assert!(report.contains("1 checked: 1 valid"), "{report}");
     }
 
-    let list = json!({"apiVersion": "v1", "kind": "List", "items": [config_map, control, broken[0], broken[1]]});
+    let list =
+        json!({"apiVersion": "v1", "kind": "List", "items": [config_map, control, other_user, broken[0], broken[1]]});
     succeeded("kubectl create", cluster.kubectl_with_input(&["create", "-n", &ns, "-f", "-"], &list.to_string()));
     let base = pod["metadata"]["name"].as_str().unwrap().to_string();
     let get = async |suffix: &str| -> Pod {
@@ -453,17 +458,14 @@ async fn a_cache_pod_whose_server_cannot_reach_the_connector_or_the_socket_never
         api.get(&format!("{base}-{suffix}")).await.expect("get pod")
     };
 
-    // The spec as kvpilot renders it runs: the control.
-    let mut last = String::new();
-    let control = eventually("the pod as rendered Ready", START, async || {
-        let pod = get("as-rendered").await;
-        last = node::describe(std::slice::from_ref(&pod));
-        is_ready(&pod).then_some(pod)
-    })
-    .await;
-    let _ = last;
-    assert_cache_pod(&control).await;
-    let mut seen = vec![SeenPod::of(&node, &control)];
+    // The spec as kvpilot renders it runs, also with the server as another user: the controls.
+    let mut seen = Vec::new();
+    for (suffix, uid) in [("as-rendered", 0), ("server-as-uid-1000", 1000)] {
+        let pod = node::ready_pod(&client, &ns, &format!("{base}-{suffix}"), START).await;
+        assert_cache_pod(&node, &pod).await;
+        assert_eq!(standin_report(&pod, 30000).await["uid"], uid, "{base}-{suffix}");
+        seen.push(SeenPod::of(&node, &pod));
+    }
 
     // Each broken one runs too, and its server's own health check keeps it out of service: its
     // startup probe has failed (the kubelet's Unhealthy events), it is not Ready, and the
@@ -507,6 +509,6 @@ async fn a_cache_pod_whose_server_cannot_reach_the_connector_or_the_socket_never
     }
 
     succeeded("kubectl delete pods", cluster.kubectl(&["delete", "pods", "--all", "-n", &ns, "--wait=false"]));
-    eventually("the pods gone", START, async || node::pods(&client, &ns, "").await.is_empty().then_some(())).await;
+    node::wait_pods(&client, &ns, "", "the pods gone", START, <[Pod]>::is_empty).await;
     node.assert_nothing_left(&seen).await;
 }

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::api::{Api, ListParams};
 use serde_json::Value;
 
-use crate::common::cluster::{Cluster, repo, succeeded, text, wait_for};
+use crate::common::cluster::{Cluster, repo, succeeded, text};
 
 /// The node's state directory, from `scripts/node.sh up`.
 pub const NODE_ENV: &str = "KVPILOT_NODE_DIR";
@@ -93,6 +93,24 @@ impl Node {
         succeeded("cri-sweep list", out).lines().map(|l| serde_json::from_str(l).unwrap()).collect()
     }
 
+    /// The containers the runtime holds for `pod` (this pod, by its uid), by name: the
+    /// latest attempt of each, with its start and finish times in nanoseconds.
+    pub fn runtime_containers(&self, pod: &Pod) -> Value {
+        let uid = pod.metadata.uid.as_deref().unwrap();
+        let mut latest = serde_json::Map::new();
+        for object in self.runtime_objects(pod.metadata.namespace.as_deref().unwrap()) {
+            if object["kind"] != "container" || object["pod_uid"] != uid {
+                continue;
+            }
+            let container = object["container"].as_str().unwrap().to_string();
+            let newer = latest.get(&container).is_none_or(|seen| seen["attempt"].as_u64() < object["attempt"].as_u64());
+            if newer {
+                latest.insert(container, object);
+            }
+        }
+        Value::Object(latest)
+    }
+
     /// The kubelet's directory of pod `uid` (volumes, plugins, containers' files).
     pub fn pod_dir(&self, uid: &str) -> PathBuf {
         PathBuf::from(self.var("KUBELET_ROOT")).join("pods").join(uid)
@@ -125,7 +143,7 @@ impl Node {
         let namespaces: BTreeSet<&str> = pods.iter().map(|p| p.namespace.as_str()).collect();
         for namespace in namespaces {
             for object in self.runtime_objects(namespace) {
-                if pods.iter().any(|p| object["pod"] == p.name.as_str()) {
+                if pods.iter().any(|p| object["pod_uid"] == p.uid.as_str()) {
                     left.push(format!("runtime: {object}"));
                 }
             }
@@ -178,7 +196,7 @@ impl SeenPod {
         let sandboxes = node
             .runtime_objects(&namespace)
             .into_iter()
-            .filter(|o| o["kind"] == "sandbox" && o["pod"] == name.as_str())
+            .filter(|o| o["kind"] == "sandbox" && o["pod_uid"] == pod.metadata.uid.as_deref().unwrap())
             .map(|o| o["id"].as_str().unwrap().to_string())
             .collect();
         SeenPod { name, namespace, uid: pod.metadata.uid.clone().unwrap(), ip: pod_ip(pod).to_string(), sandboxes }
@@ -250,6 +268,26 @@ pub async fn pods(client: &kube::Client, namespace: &str, selector: &str) -> Vec
     pods
 }
 
+/// Waits until the pods of `namespace` matching `selector` satisfy `done`, and returns them; a
+/// failure shows each pod's state and the namespace's events.
+pub async fn wait_pods(
+    client: &kube::Client,
+    namespace: &str,
+    selector: &str,
+    what: &str,
+    timeout: Duration,
+    done: impl Fn(&[Pod]) -> bool,
+) -> Vec<Pod> {
+    let mut last = String::new();
+    let found = wait_for_or(timeout, async || {
+        let pods = pods(client, namespace, selector).await;
+        last = describe(&pods);
+        done(&pods).then_some(pods)
+    })
+    .await;
+    found.unwrap_or_else(|| panic!("{what} did not happen within {timeout:?}:\n{last}\n{}", cluster_events(namespace)))
+}
+
 /// Waits until exactly `names` match `selector`, each Ready and not terminating, and returns them.
 pub async fn ready_pods(
     client: &kube::Client,
@@ -260,18 +298,26 @@ pub async fn ready_pods(
 ) -> Vec<Pod> {
     let mut want: Vec<String> = names.to_vec();
     want.sort();
+    let what = format!("{want:?} all Ready");
+    wait_pods(client, namespace, selector, &what, timeout, |pods| {
+        let got: Vec<&str> = pods.iter().map(|p| p.metadata.name.as_deref().unwrap()).collect();
+        got == want && pods.iter().all(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none())
+    })
+    .await
+}
+
+/// Waits until pod `name` is Ready, and returns it; a failure shows its state and the events.
+pub async fn ready_pod(client: &kube::Client, namespace: &str, name: &str, timeout: Duration) -> Pod {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let mut last = String::new();
     let found = wait_for_or(timeout, async || {
-        let pods = pods(client, namespace, selector).await;
-        let got: Vec<String> = pods.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
-        let settled = got == want && pods.iter().all(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none());
-        last = describe(&pods);
-        settled.then_some(pods)
+        let pod = api.get_opt(name).await.expect("get pod")?;
+        last = describe(std::slice::from_ref(&pod));
+        is_ready(&pod).then_some(pod)
     })
     .await;
     found.unwrap_or_else(|| {
-        let events = cluster_events(client, namespace);
-        panic!("{want:?} did not all become Ready within {timeout:?}:\n{last}\n{events}")
+        panic!("{name} did not become Ready within {timeout:?}:\n{last}\n{}", cluster_events(namespace))
     })
 }
 
@@ -289,7 +335,7 @@ async fn wait_for_or<T>(timeout: Duration, mut check: impl AsyncFnMut() -> Optio
 }
 
 /// The namespace's events (probe failures, scheduling, pulls), for failure messages.
-fn cluster_events(_client: &kube::Client, namespace: &str) -> String {
+fn cluster_events(namespace: &str) -> String {
     let Some(cluster) = Cluster::from_env() else { return String::new() };
     let out = cluster.kubectl(&["get", "events", "-n", namespace, "--sort-by=.lastTimestamp"]);
     format!("events:\n{}{}", text(&out.stdout), text(&out.stderr))
@@ -318,9 +364,4 @@ pub fn metric(text: &str, name: &str) -> f64 {
         .filter(|l| l.split([' ', '{']).next() == Some(name))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
-}
-
-/// Polls `check` every second until it returns Some; panics naming `what` after `timeout`.
-pub async fn eventually<T>(what: &str, timeout: Duration, check: impl AsyncFnMut() -> Option<T>) -> T {
-    wait_for(what, timeout, check).await
 }

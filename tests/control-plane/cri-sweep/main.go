@@ -4,7 +4,8 @@
 // through its CNI plugins, its network namespace and shm mount removed.
 //
 //	cri-sweep --endpoint unix:///run/x/containerd.sock list [NAMESPACE]
-//	    one JSON object per line for each pod sandbox and container left (of NAMESPACE, or all)
+//	    one JSON object per line for each pod sandbox and container (of NAMESPACE, or all), with
+//	    each container's start and finish times in nanoseconds
 //	cri-sweep --endpoint unix:///run/x/containerd.sock remove-all
 //	    stops and removes every pod sandbox and container
 //
@@ -30,9 +31,15 @@ type entry struct {
 	Kind      string `json:"kind"`
 	ID        string `json:"id"`
 	Pod       string `json:"pod"`
+	PodUID    string `json:"pod_uid"`
 	Namespace string `json:"namespace"`
 	Container string `json:"container,omitempty"`
 	State     string `json:"state"`
+	// A container's attempt (restarts) and when it started and finished, in nanoseconds since
+	// the epoch as the runtime recorded them (0: not yet).
+	Attempt    uint32 `json:"attempt,omitempty"`
+	StartedAt  int64  `json:"started_at,omitempty"`
+	FinishedAt int64  `json:"finished_at,omitempty"`
 }
 
 func main() {
@@ -76,7 +83,7 @@ func list(ctx context.Context, client runtimeapi.RuntimeServiceClient, namespace
 		if namespace != "" && s.Metadata.Namespace != namespace {
 			continue
 		}
-		_ = out.Encode(entry{Kind: "sandbox", ID: s.Id, Pod: s.Metadata.Name, Namespace: s.Metadata.Namespace, State: s.State.String()})
+		_ = out.Encode(entry{Kind: "sandbox", ID: s.Id, Pod: s.Metadata.Name, PodUID: s.Metadata.Uid, Namespace: s.Metadata.Namespace, State: s.State.String()})
 	}
 	containers, err := client.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
 	if err != nil {
@@ -87,7 +94,12 @@ func list(ctx context.Context, client runtimeapi.RuntimeServiceClient, namespace
 		if namespace != "" && ns != namespace {
 			continue
 		}
-		_ = out.Encode(entry{Kind: "container", ID: c.Id, Pod: pod, Namespace: ns, Container: c.Metadata.Name, State: c.State.String()})
+		e := entry{Kind: "container", ID: c.Id, Pod: pod, PodUID: c.Labels["io.kubernetes.pod.uid"], Namespace: ns,
+			Container: c.Metadata.Name, State: c.State.String(), Attempt: c.Metadata.Attempt}
+		if status, err := client.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id}); err == nil && status.Status != nil {
+			e.StartedAt, e.FinishedAt = status.Status.StartedAt, status.Status.FinishedAt
+		}
+		_ = out.Encode(e)
 	}
 	return nil
 }

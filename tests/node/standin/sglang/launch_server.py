@@ -117,6 +117,8 @@ class HiCacheRoundTrip:
         self.report["mode"] = "zero-copy (memfd sent with HELLO)" if self.backend.pool_fd is not None else "copy"
         self.report["pool_bytes"] = self.backend.pool_bytes
         self.generation = 0
+        # Set once the first round trip is done, ok or not: /health answers from then on.
+        self.first = threading.Event()
 
     def once(self) -> dict:
         self.generation += 1
@@ -167,6 +169,7 @@ class HiCacheRoundTrip:
                 if error:
                     self.report["failures"] += 1
                     log(WHO, error)
+            self.first.set()
             time.sleep(ROUND_TRIP_EVERY)
 
     def status(self) -> dict:
@@ -222,32 +225,17 @@ def main() -> None:
         "env": {k: v for k, v in os.environ.items() if k.startswith(("NVIDIA_", "KVPILOT_TEST_", "PYTHONPATH"))},
     }
     problems: List[str] = []
-    if model_path.startswith("/"):
-        report["model"] = check_model_path(model_path)
-        if not report["model"].get("config_json"):
-            problems.append(f"--model-path {model_path}: no config.json there")
-
+    extra = json.loads(one(flags, "--hicache-storage-backend-extra-config", "{}"))
+    kvpilot_cache = one(flags, "--hicache-storage-backend") == "dynamic" and extra.get("backend_name") == "kvpilot"
+    if kvpilot_cache:
+        # The sidecar must be serving before the server starts (a native sidecar with a startup
+        # probe): the first thing looked at.
+        socket_path = extra.get("socket", "/run/kvpilot/cache.sock")
+        report["socket"] = {"path": socket_path, "accepted_at_start": socket_accepts(socket_path)}
     cache: Optional[HiCacheRoundTrip] = None
-    if one(flags, "--hicache-storage-backend") == "dynamic":
-        extra = json.loads(one(flags, "--hicache-storage-backend-extra-config", "{}"))
-        if extra.get("backend_name") == "kvpilot":
-            socket_path = extra.get("socket", "/run/kvpilot/cache.sock")
-            # The sidecar must be serving before the server starts (a native sidecar with a
-            # startup probe): the first thing looked at.
-            report["socket"] = {"path": socket_path, "accepted_at_start": socket_accepts(socket_path)}
-            try:
-                cache = HiCacheRoundTrip(
-                    extra,
-                    one(flags, "--hicache-mem-layout", "layer_first"),
-                    int(one(flags, "--page-size", "1")),
-                    node_rank * tp // nnodes,
-                    tp,
-                    one(flags, "--served-model-name") or model_path,
-                )
-                threading.Thread(target=cache.run, name="hicache-round-trip", daemon=True).start()
-            except Exception:
-                problems.append("loading the HiCache storage backend failed:\n" + traceback.format_exc())
-                log(WHO, problems[-1])
+    # Set when the start-up checks are done; /health waits for them (a little) rather than fail
+    # the first probe, which comes as soon as the container runs.
+    checked = threading.Event()
 
     def status():
         now = dict(report)
@@ -259,6 +247,10 @@ def main() -> None:
         return now
 
     def health():
+        deadline = time.monotonic() + 4  # within the probes' 5 s timeout
+        checked.wait(4)
+        if cache is not None:
+            cache.first.wait(max(0.0, deadline - time.monotonic()))
         now = status()
         return (503 if now["problems"] else 200), {"problems": now["problems"]}
 
@@ -269,6 +261,26 @@ def main() -> None:
         if bootstrap != port:
             serve(WHO + " bootstrap", host, bootstrap, {"/health": lambda: (200, {}), "/route": lambda: (200, {})})
     serve(WHO, host, port, routes)
+
+    if model_path.startswith("/"):
+        report["model"] = check_model_path(model_path)
+        if not report["model"].get("config_json"):
+            problems.append(f"--model-path {model_path}: no config.json there")
+    if kvpilot_cache:
+        try:
+            cache = HiCacheRoundTrip(
+                extra,
+                one(flags, "--hicache-mem-layout", "layer_first"),
+                int(one(flags, "--page-size", "1")),
+                node_rank * tp // nnodes,
+                tp,
+                one(flags, "--served-model-name") or model_path,
+            )
+            threading.Thread(target=cache.run, name="hicache-round-trip", daemon=True).start()
+        except Exception:
+            problems.append("loading the HiCache storage backend failed:\n" + traceback.format_exc())
+            log(WHO, problems[-1])
+    checked.set()
     wait_forever()
 
 
