@@ -256,6 +256,29 @@ async fn a_multi_node_decode_group_with_the_cache_runtime_runs_recovers_and_leav
         gpus.iter().all(|g| g.len() == 8) && gpus[0].is_disjoint(&gpus[1]),
         "each rank gets 8 GPUs of its own: {gpus:?}"
     );
+    // Rank 1 finds rank 0 by the name in its --dist-init-addr: the node runs no cluster DNS, so
+    // what DNS would answer is read where it comes from, the headless Service's EndpointSlice
+    // (rank 0's hostname there, with rank 0's address).
+    let argv: Vec<String> = serde_json::from_value(standin_report(&pods[1], 30000).await["argv"].clone()).unwrap();
+    let init = &argv[argv.iter().position(|a| a == "--dist-init-addr").unwrap() + 1];
+    let host = init.rsplit_once(':').unwrap().0;
+    let [hostname, service, ns, "svc"] = host.split('.').collect::<Vec<_>>()[..] else {
+        panic!("--dist-init-addr {init}")
+    };
+    assert_eq!(ns, namespace, "{init}");
+    let slices = cluster
+        .get_json(&["endpointslices", "-n", &namespace, "-l", &format!("kubernetes.io/service-name={service}")])
+        .unwrap();
+    let addresses: Vec<&Value> = slices["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["endpoints"].as_array().into_iter().flatten())
+        .filter(|e| e["hostname"] == hostname)
+        .flat_map(|e| e["addresses"].as_array().into_iter().flatten())
+        .collect();
+    assert_eq!(hostname, ranks[0], "{init}");
+    assert_eq!(addresses, [&json!(pod_ip(&pods[0]))], "{service}'s endpoints for {hostname}: {slices}");
     let ready_replicas = || {
         let resource = cluster.get_json(&["infd", &name, "-n", &namespace]).unwrap();
         resource["status"]["decode"]["readyReplicas"].as_u64()
