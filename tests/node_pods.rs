@@ -352,21 +352,32 @@ async fn a_pd_service_runs_on_a_real_kubelet_and_its_router_finds_both_fleets() 
     // The router found both fleets through the API with its own ServiceAccount (in-cluster, the
     // kubernetes Service) and its selectors, and each server's health: its readiness probe says
     // so, and its report names them.
-    let report = standin_report(&routers[0], 8000).await;
-    let healthy = |role: &str| -> Vec<String> {
+    // (It polls every 2 s: the report may trail the servers' readiness by one poll.)
+    let healthy = |report: &Value, role: &str| -> Vec<String> {
         let mut names: Vec<String> = report["workers"][role]
             .as_array()
-            .unwrap()
-            .iter()
+            .into_iter()
+            .flatten()
             .filter(|w| w["healthy"] == true)
             .map(|w| w["pod"].as_str().unwrap().to_string())
             .collect();
         names.sort();
         names
     };
+    let mut report = Value::Null;
+    for _ in 0..30 {
+        report = standin_report(&routers[0], 8000).await;
+        if healthy(&report, "prefill") == [names[2].clone()]
+            && healthy(&report, "decode") == [names[0].clone(), names[1].clone()]
+            && report["error"].is_null()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
     assert_eq!(report["error"], Value::Null, "{report}");
-    assert_eq!(healthy("prefill"), [names[2].clone()], "{report}");
-    assert_eq!(healthy("decode"), [names[0].clone(), names[1].clone()], "{report}");
+    assert_eq!(healthy(&report, "prefill"), [names[2].clone()], "{report}");
+    assert_eq!(healthy(&report, "decode"), [names[0].clone(), names[1].clone()], "{report}");
 
     let status = wait_for_blocking("the service Ready", Duration::from_secs(90), || {
         let resource = cluster.get_json(&["infd", &name, "-n", &namespace]).unwrap();
