@@ -18,8 +18,9 @@
 # Services to their endpoints (--enable-aggregator-routing) instead of dialling a ClusterIP
 # nothing routes; it talks to kubelets with a client certificate of its own (kubectl logs);
 # the PersistentVolume binder and protection controllers bind and release the claims of the node
-# tests' weights volumes, and the node
-# lifecycle controller lifts the not-ready taint a kubelet registers its node with.
+# tests' weights volumes, the node lifecycle controller lifts the not-ready taint a kubelet
+# registers its node with, and the disruption controller keeps PodDisruptionBudgets' counts,
+# which the Eviction API decides by.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 MODULE="$ROOT/tests/control-plane"
