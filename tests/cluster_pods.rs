@@ -386,12 +386,13 @@ async fn a_drain_never_takes_a_second_group_down_while_one_is_down() {
     .await;
 
     // A drain reaching group 1 is refused; group 0's pods, which serve nothing, may go.
+    let evictions: Api<Pod> = Api::namespaced(cluster.client_without_retries().await, fleet.ns());
     for pod_name in group(1) {
-        match fleet.pods().evict(&pod_name, &EvictParams::default()).await {
+        match evictions.evict(&pod_name, &EvictParams::default()).await {
             Err(kube::Error::Api(status)) => assert_eq!(status.code, 429, "{pod_name}: {status:?}"),
             other => panic!("{pod_name} was evicted while group 0 is down: {other:?}"),
         }
     }
-    fleet.pods().evict(&group(0)[0], &EvictParams::default()).await.expect("an unready rank may be evicted");
+    evictions.evict(&group(0)[0], &EvictParams::default()).await.expect("an unready rank may be evicted");
     operator.assert_no_failures().await;
 }
