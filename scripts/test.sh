@@ -37,7 +37,7 @@ export KVPILOT_CLUSTER_KUBECTL="$PWD/target/control-plane/bin/kubectl"
 export KVPILOT_REQUIRE_CLUSTER=1
 "$KVPILOT_CLUSTER_KUBECTL" --kubeconfig "$KVPILOT_CLUSTER_KUBECONFIG" get --raw /readyz >/dev/null
 
-cargo test --locked
+cargo test --locked --no-fail-fast
 
 # Each supported SGLang release's own code against `kvpilot layout` (needs target/debug/kvpilot,
 # which cargo test has built; downloads are cached under target/parity).

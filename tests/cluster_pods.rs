@@ -396,3 +396,77 @@ async fn a_drain_never_takes_a_second_group_down_while_one_is_down() {
     evictions.evict(&group(0)[0], &EvictParams::default()).await.expect("an unready rank may be evicted");
     operator.assert_no_failures().await;
 }
+
+/// Plays a node on which the pod `name` starts and its server exits at once.
+async fn crash(fleet: &Fleet, name: &str) {
+    assert!(kubelet::bind(&fleet.pods(), name).await, "bind {name}");
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let status = json!({"status": {
+        "phase": "Failed",
+        "containerStatuses": [{
+            "name": "sglang", "image": "sglang", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": now, "finishedAt": now}}
+        }]
+    }});
+    fleet.pods().patch_status(name, &PatchParams::default(), &Patch::Strategic(&status)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_that_keeps_failing_is_made_again_at_growing_intervals() {
+    let cluster = cluster_or_skip!();
+    ensure_node(&cluster);
+    // No kubelet runs this fleet's pods: the test crashes every rank 1 it sees, and starts rank 0.
+    let fleet = Fleet::with_kubelet_for(&cluster, "pods-backoff", quick(), "kvpilot.dev/none=none").await;
+    let mut operator = fleet.operator(&[], &[]);
+    let name = fleet.create(&fleet.example("llama-3.1-8b-full.yaml", |o| {
+        o["spec"]["decode"] = json!({"replicas": 1, "tensorParallel": 4, "nodesPerReplica": 2});
+    }));
+    // Each generation of the group: when its rank 1 appeared, crashed at once.
+    let mut generations: Vec<(String, std::time::Instant)> = Vec::new();
+    let started = std::time::Instant::now();
+    while generations.len() < 6 {
+        assert!(
+            started.elapsed() < Duration::from_secs(240),
+            "only {} generations: {generations:?}",
+            generations.len()
+        );
+        let crashing = fleet.pods_of(&name).await.into_iter().find(|p| {
+            label(p, "kvpilot.dev/rank") == "1"
+                && p.metadata.deletion_timestamp.is_none()
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Failed")
+        });
+        if let Some(pod) = crashing {
+            let uid = pod.uid().unwrap();
+            if !generations.iter().any(|(seen, _)| *seen == uid) {
+                generations.push((uid, std::time::Instant::now()));
+                crash(&fleet, &pod.name_any()).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let gaps: Vec<Duration> = generations.windows(2).map(|pair| pair[1].1 - pair[0].1).collect();
+    // The first failures are recovered from at once; past three in ten minutes the waits double.
+    assert!(gaps[..3].iter().all(|gap| *gap < Duration::from_secs(8)), "{gaps:?}");
+    assert!(gaps[3] >= Duration::from_secs(10) && gaps[4] >= Duration::from_secs(20), "{gaps:?}");
+    assert!(gaps[4] > gaps[3], "growing intervals: {gaps:?}");
+    let resource = fleet.deployments().get(&name).await.unwrap();
+    let degraded = condition(&resource, "Degraded").unwrap();
+    assert_eq!((degraded.status.as_str(), degraded.reason.as_str()), ("True", "ReplicasKeepFailing"));
+    assert!(
+        degraded.message.contains(&format!("rank 1 ({name}-decode-"))
+            && degraded.message.contains("failed: container sglang Error (exit code 1)"),
+        "{}",
+        degraded.message
+    );
+    let recovery = resource.status.unwrap().decode.unwrap().recovery.unwrap();
+    assert!(recovery.failures.len() >= 5 && recovery.retry_after.is_some(), "{recovery:?}");
+    // Each failure is an event naming the rank and why it ended (a series once they repeat).
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(fleet.client.clone(), fleet.ns());
+    let events = events.list(&ListParams::default()).await.unwrap().items;
+    let failed: Vec<_> = events.iter().filter(|e| e.reason.as_deref() == Some("ReplicaFailed")).collect();
+    assert!(
+        failed.iter().any(|e| e.note.as_deref().is_some_and(|n| n.contains("rank 1") && n.contains("exit code 1"))),
+        "{failed:?}"
+    );
+    operator.assert_no_failures().await;
+}

@@ -11,10 +11,12 @@ use kube::runtime::events::EventType;
 
 pub use super::desired::GROUP_READY;
 use super::desired::{Fleet, FleetRole, RenderOptions, desired_state};
+use super::recovery;
 use super::rollout::{self, ObservedReplica, resolve_int_or_percent};
 use super::status::{self, DecidedConditions, FleetProgress, Workloads};
 use crate::api::{
-    ConfigSourceRef, FleetStatus, InferenceDeployment, InferenceDeploymentStatus, Rewrite, RolloutSpec, RouterStatus,
+    CONDITION_DEGRADED, ConfigSourceRef, FleetStatus, InferenceDeployment, InferenceDeploymentStatus, RecoveryStatus,
+    Rewrite, RolloutSpec, RouterStatus,
 };
 use crate::policy::{self, Assessment, ModelConfigs, Outcome};
 use crate::source::SourceError;
@@ -51,6 +53,9 @@ pub struct ObservedPod {
     pub terminating: bool,
     /// Its phase is Failed: evicted, or a rank of a group whose server exited.
     pub failed: bool,
+    /// Why it ended or its SGLang container last did (`Evicted: …`, `OOMKilled (exit code
+    /// 137)`), when it did.
+    pub termination: Option<String>,
 }
 
 /// A pod whose [`GROUP_READY`] condition is to change.
@@ -238,11 +243,31 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
     let mut progress = Vec::new();
     let mut statuses = Vec::new();
     let mut rollout_problems = Vec::new();
+    let mut failures = Vec::new();
+    let mut degraded = Vec::new();
+    let mut wait: Option<Duration> = None;
     for fleet in desired.fleets() {
         let Some(fleet_spec) = fleet.role.fleet(&resource.spec) else { continue };
         let plan = plan_fleet(observed, fleet, &fleet_spec.rollout);
         delete.extend(plan.delete);
         create.extend(plan.create);
+        failures.extend(plan.failures.iter().map(|failure| format!("{}: {failure}", fleet.role.field())));
+        if let Some(recovery) = plan.recovery.as_ref().filter(|r| recovery::keeps_failing(r)) {
+            let next = match plan.wait {
+                Some(left) => format!("its replacements wait {}s", left.as_secs().max(1)),
+                None => "its replacements are being made again".to_string(),
+            };
+            degraded.push(format!(
+                "{} failed {} times in {} min (last: {}); {next}",
+                fleet.role.field(),
+                recovery.failures.len(),
+                recovery::WINDOW.as_secs() / 60,
+                recovery.last_reason,
+            ));
+        }
+        if let Some(left) = plan.wait {
+            wait = Some(wait.map_or(left, |w| w.min(left)));
+        }
         progress.push(FleetProgress { role: fleet.role, desired: fleet.replicas, counts: plan.counts });
         statuses.push(plan.status);
         rollout_problems.extend(plan.rollout_problem);
@@ -259,7 +284,18 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
             ready_replicas: observed.router.as_ref().map_or(0, |r| r.ready_replicas),
         }
     });
-    let decided = status::resolved(&assessment, &source, &progress, router.as_ref(), rollout_problem.as_deref());
+    let mut decided = status::resolved(&assessment, &source, &progress, router.as_ref(), rollout_problem.as_deref());
+    decided.degraded = match degraded.is_empty() {
+        true => {
+            let message = format!(
+                "no fleet failed more than {} times in {} min",
+                recovery::THRESHOLD,
+                recovery::WINDOW.as_secs() / 60
+            );
+            status::Decided::new(CONDITION_DEGRADED, Some(false), "Healthy", message)
+        }
+        false => status::Decided::new(CONDITION_DEGRADED, Some(true), "ReplicasKeepFailing", degraded.join("; ")),
+    };
     let mut statuses = statuses.into_iter();
     let workloads = Workloads {
         decode: statuses.next(),
@@ -269,6 +305,13 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
     };
 
     let mut announcements = Announcement::rewrites(previous, &assessment);
+    announcements.extend(failures.into_iter().map(|failure| Announcement {
+        type_: EventType::Warning,
+        reason: "ReplicaFailed".into(),
+        note: format!("{failure}; the replica is made again whole"),
+        action: "Recreate".into(),
+        recorded: false,
+    }));
     if let Some(warning) = assessment.release.warning() {
         // Once per requested release: status.sglang records it.
         let recorded = previous.and_then(|s| s.sglang.as_ref()) == Some(&status::sglang_status(&assessment.release));
@@ -294,6 +337,9 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
     }
     let next = if observed.settling {
         SETTLE_REQUEUE
+    } else if let Some(wait) = wait {
+        // Look again when the backoff ends, not before.
+        wait.max(SETTLE_REQUEUE)
     } else if create.is_empty() && delete.is_empty() && decided.ready.status == "True" {
         RESYNC
     } else {
@@ -315,6 +361,11 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
 struct FleetPlan {
     delete: Vec<String>,
     create: Vec<Pod>,
+    /// What broke each replica torn down in this pass.
+    failures: Vec<String>,
+    recovery: Option<RecoveryStatus>,
+    /// How long replacements still wait.
+    wait: Option<Duration>,
     counts: status::PodCounts,
     status: FleetStatus,
     rollout_problem: Option<String>,
@@ -332,11 +383,20 @@ fn plan_fleet(observed: &Observed<'_>, fleet: &Fleet, rollout_spec: &RolloutSpec
         (Err(e), _) | (_, Err(e)) => (1, 0, Some(format!("{}.rollout: {e}", fleet.role.field()))),
     };
     let groups = group_replicas(&pods, fleet);
-    let plan = if observed.settling {
+    let mut plan = if observed.settling {
         rollout::Plan::default()
     } else {
         rollout::plan(&groups.replicas, &fleet.revision, fleet.replicas, max_unavailable, max_surge)
     };
+    // Broken replicas are torn down in this pass, unless settling: then they are failures.
+    let failures = if observed.settling { Vec::new() } else { groups.failures.clone() };
+    let status = observed.resource.status.as_ref();
+    let previous = status.and_then(|s| fleet_status(s, fleet.role)).and_then(|f| f.recovery.as_ref());
+    let recovery = recovery::update(previous, &failures, observed.now);
+    let wait = recovery::waiting(recovery.as_ref(), observed.now);
+    if wait.is_some() {
+        plan.create.clear();
+    }
     // The status counts only replicas that exist and stay: it never claims one being deleted or
     // not yet created (their watch events bring the next count), so readers never see more
     // than is true.
@@ -348,6 +408,7 @@ fn plan_fleet(observed: &Observed<'_>, fleet: &Fleet, rollout_spec: &RolloutSpec
         updated_replicas: counts.updated,
         selector: fleet.selector.clone(),
         endpoints: endpoints(&pods, &groups.replicas, &plan, fleet),
+        recovery: recovery.clone(),
     };
     let mut delete = if observed.settling { Vec::new() } else { groups.broken };
     for replica in &plan.delete {
@@ -356,7 +417,15 @@ fn plan_fleet(observed: &Observed<'_>, fleet: &Fleet, rollout_spec: &RolloutSpec
         );
     }
     let create = plan.create.iter().flat_map(|replica| fleet.replica(*replica)).collect();
-    FleetPlan { delete, create, counts, status, rollout_problem }
+    FleetPlan { delete, create, counts, status, rollout_problem, failures, recovery, wait }
+}
+
+/// A fleet's status.
+fn fleet_status(status: &InferenceDeploymentStatus, role: FleetRole) -> Option<&FleetStatus> {
+    match role {
+        FleetRole::Decode => status.decode.as_ref(),
+        FleetRole::Prefill => status.prefill.as_ref(),
+    }
 }
 
 fn source_description(resource: &InferenceDeployment) -> String {
@@ -370,10 +439,27 @@ fn source_description(resource: &InferenceDeployment) -> String {
     }
 }
 
-/// The replicas the rollout planner sees, and the pods of broken replicas to delete.
+/// The replicas the rollout planner sees, the pods of broken replicas to delete, and what broke
+/// each of them.
 struct Groups {
     replicas: Vec<ObservedReplica>,
     broken: Vec<String>,
+    failures: Vec<String>,
+}
+
+/// What broke a replica: its first rank that failed, was deleted or is missing.
+fn failure_of(replica: u32, members: &[&ObservedPod], nodes: usize) -> Option<String> {
+    let described = |rank: i32, what: String| format!("replica {replica}: rank {rank} {what}");
+    if let Some(pod) = members.iter().find(|p| p.failed) {
+        let why = pod.termination.as_deref().unwrap_or("no reason given");
+        return Some(described(pod.rank, format!("({}) failed: {why}", pod.name)));
+    }
+    if let Some(pod) = members.iter().find(|p| p.terminating) {
+        return Some(described(pod.rank, format!("({}) was deleted", pod.name)));
+    }
+    (0..nodes as i32)
+        .find(|rank| !members.iter().any(|p| p.rank == *rank))
+        .map(|rank| described(rank, "is missing".into()))
 }
 
 /// The readiness gates to change, whatever the verdict on the settings (pods that run keep
@@ -433,7 +519,7 @@ fn group_replicas(pods: &[ObservedPod], desired: &Fleet) -> Groups {
         by_replica.entry(pod.replica).or_default().push(pod);
     }
     let nodes = desired.nodes_per_replica.max(1) as usize;
-    let mut groups = Groups { replicas: Vec::new(), broken: Vec::new() };
+    let mut groups = Groups { replicas: Vec::new(), broken: Vec::new(), failures: Vec::new() };
     for (replica, members) in by_replica {
         let live: Vec<&&ObservedPod> = members.iter().filter(|p| !p.terminating).collect();
         let revision = live.first().map_or_else(String::new, |p| p.revision.clone());
@@ -443,6 +529,8 @@ fn group_replicas(pods: &[ObservedPod], desired: &Fleet) -> Groups {
             !live.is_empty() && (members.iter().any(|p| p.failed) || live.len() < members.len() || mixed || incomplete);
         if broken {
             groups.broken.extend(live.iter().map(|p| p.name.clone()));
+            // A replica whose ranks are of two revisions is a rollout's, not a failure.
+            groups.failures.extend(failure_of(replica, &members, nodes));
         }
         groups.replicas.push(ObservedReplica {
             name: replica.to_string(),
@@ -529,6 +617,7 @@ mod tests {
             group_ready: None,
             terminating: false,
             failed: false,
+            termination: None,
         }
     }
 

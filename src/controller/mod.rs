@@ -8,6 +8,7 @@ pub mod applied;
 pub mod decide;
 pub mod desired;
 pub mod metrics;
+mod recovery;
 pub mod rollout;
 pub mod status;
 pub mod watch_backoff;
@@ -208,6 +209,7 @@ fn trim_pod(pod: &mut Pod) {
     let containers_ready = condition(pod, "ContainersReady") == Some(true);
     let group_ready = condition(pod, GROUP_READY);
     let failed = is_failed(pod);
+    let ended = termination(pod);
     let read = [desired::LABEL_INSTANCE, desired::LABEL_NAME, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION];
     if let Some(labels) = pod.metadata.labels.as_mut() {
         labels.retain(|key, _| read.contains(&key.as_str()));
@@ -228,11 +230,36 @@ fn trim_pod(pod: &mut Pod) {
             .flatten()
             .chain(group_ready.map(|status| kept(GROUP_READY, status)))
             .collect();
-    pod.status = (failed || !conditions.is_empty()).then(|| PodStatus {
+    pod.status = (failed || !conditions.is_empty() || ended.is_some()).then(|| PodStatus {
         phase: failed.then(|| "Failed".into()),
         conditions: (!conditions.is_empty()).then_some(conditions),
+        // Kept in the one field the summary needs, so the cache holds no container statuses.
+        message: ended,
         ..PodStatus::default()
     });
+}
+
+/// Why a pod ended, or its SGLang container last did: the pod's own reason (an eviction), else
+/// the container's termination reason and exit code.
+fn termination(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    if status.phase.as_deref() == Some("Failed")
+        && let Some(reason) = &status.reason
+    {
+        let message = status.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
+        return Some(format!("{reason}{message}"));
+    }
+    let containers = status.container_statuses.iter().flatten();
+    containers
+        .filter_map(|c| {
+            let state = c.state.as_ref().and_then(|s| s.terminated.as_ref());
+            state.or_else(|| c.last_state.as_ref().and_then(|s| s.terminated.as_ref())).map(|t| (c, t))
+        })
+        .map(|(container, ended)| {
+            let reason = ended.reason.as_deref().unwrap_or("Terminated");
+            format!("container {} {reason} (exit code {})", container.name, ended.exit_code)
+        })
+        .next()
 }
 
 fn is_failed(pod: &Pod) -> bool {
@@ -710,6 +737,7 @@ fn observe_pods(cached: &Store<Pod>, namespace: &str, resource: &InferenceDeploy
                 group_ready: condition(pod, GROUP_READY),
                 terminating: pod.metadata.deletion_timestamp.is_some(),
                 failed: is_failed(pod),
+                termination: pod.status.as_ref().and_then(|s| s.message.clone()),
             })
         })
         .collect()

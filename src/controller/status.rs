@@ -6,8 +6,8 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::desired::{FleetRole, resources};
 use crate::api::{
-    CONDITION_MODEL_RESOLVED, CONDITION_PROGRESSING, CONDITION_READY, CONDITION_SETTINGS_VALID, FleetStatus,
-    InferenceDeploymentSpec, InferenceDeploymentStatus, RouterStatus, SglangStatus,
+    CONDITION_DEGRADED, CONDITION_MODEL_RESOLVED, CONDITION_PROGRESSING, CONDITION_READY, CONDITION_SETTINGS_VALID,
+    FleetStatus, InferenceDeploymentSpec, InferenceDeploymentStatus, RouterStatus, SglangStatus,
 };
 use crate::policy::{Assessment, Outcome};
 use crate::release::ReleaseChoice;
@@ -39,13 +39,20 @@ pub struct DecidedConditions {
     pub settings_valid: Decided,
     pub ready: Decided,
     pub progressing: Decided,
+    /// Whether a fleet's replicas keep failing and their replacements wait.
+    pub degraded: Decided,
 }
 
 impl DecidedConditions {
     /// The conditions in the order status lists them.
-    fn in_order(&self) -> [&Decided; 4] {
-        [&self.model_resolved, &self.settings_valid, &self.ready, &self.progressing]
+    fn in_order(&self) -> [&Decided; 5] {
+        [&self.model_resolved, &self.settings_valid, &self.ready, &self.progressing, &self.degraded]
     }
+}
+
+/// `Degraded` when nothing is known to be failing.
+fn not_degraded() -> Decided {
+    Decided::new(CONDITION_DEGRADED, Some(false), "Healthy", "no fleet is waiting out failures")
 }
 
 /// Conditions with `observedGeneration`, keeping the previous `lastTransitionTime` of any
@@ -93,6 +100,7 @@ pub fn unresolved(reason: &str, message: &str) -> DecidedConditions {
             "no pods are managed until the model config is read",
         ),
         progressing: Decided::new(CONDITION_PROGRESSING, Some(false), "ModelUnresolved", message),
+        degraded: not_degraded(),
     }
 }
 
@@ -252,6 +260,7 @@ pub fn resolved(
                 "SettingsRejected",
                 "fix the settings named in SettingsValid",
             ),
+            degraded: not_degraded(),
         };
     }
     let ready = readiness(fleets, router);
@@ -276,7 +285,7 @@ pub fn resolved(
         ),
         None => Decided::new(CONDITION_PROGRESSING, Some(rolling), reason, progress),
     };
-    DecidedConditions { model_resolved, settings_valid, ready, progressing }
+    DecidedConditions { model_resolved, settings_valid, ready, progressing, degraded: not_degraded() }
 }
 
 /// `status.sglang`: the release the rules were evaluated at, and where it came from.
