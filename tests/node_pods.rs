@@ -7,9 +7,11 @@
 //! nothing else: the chart's `image` (the locally built kvpilot image), `sglangImage` (the stand-in
 //! SGLang image of tests/node/standin: `python3 -m sglang.launch_server` and
 //! `sglang_router.launch_router` are test programs, not SGLang), and `watchNamespace` (each test
-//! has its own operator in its own namespace, the chart's namespace-scoped mode); in the DeepSeek
-//! example `spec.cache.capacity` shrinks from 64Gi to 64Mi, since the sidecar's memory request is
-//! sized from it and this machine has far less; its weights claim is bound to a host directory
+//! has its own operator in its own namespace, the chart's namespace-scoped mode); each fleet's
+//! `resources` (100m CPU and 256Mi) and `shmSize` (64Mi) and the router's `resources`, since what
+//! kvpilot requests for a GPU server (2 CPUs per GPU, /dev/shm and 4Gi per rank) would not fit this
+//! 2-core machine; in the DeepSeek example `spec.cache.capacity` shrinks from 64Gi to 64Mi, since
+//! the sidecar's memory request is sized from it; its weights claim is bound to a host directory
 //! holding the example's config.json. The two ranks of its group run on the one node, whose
 //! plugin advertises 32 GPUs (four 8-GPU nodes' worth).
 //!
@@ -102,8 +104,23 @@ impl Drop for DeleteOnDrop {
     }
 }
 
+/// An example in `namespace`, sized for this node (see the module's header).
 fn example(namespace: &str, file: &str) -> Value {
-    examples_in(namespace).into_iter().find(|(f, _)| f == file).unwrap_or_else(|| panic!("no example {file}")).1
+    let mut resource =
+        examples_in(namespace).into_iter().find(|(f, _)| f == file).unwrap_or_else(|| panic!("no example {file}")).1;
+    let spec = resource["spec"].as_object_mut().unwrap();
+    let small = json!({"requests": {"cpu": "100m", "memory": "256Mi"}});
+    for fleet in ["decode", "prefill"] {
+        if let Some(fleet) = spec.get_mut(fleet).and_then(Value::as_object_mut) {
+            fleet.insert("resources".into(), small.clone());
+            fleet.insert("shmSize".into(), json!("64Mi"));
+        }
+    }
+    if spec.contains_key("prefill") {
+        let router = spec.entry("router").or_insert_with(|| json!({}));
+        router["resources"] = json!({"requests": {"cpu": "50m", "memory": "64Mi"}});
+    }
+    resource
 }
 
 /// The scheduler, not a test, placed the pod on the node: PodScheduled, and the Scheduled event
