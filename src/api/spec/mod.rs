@@ -11,6 +11,7 @@ mod disaggregation;
 mod fleet;
 mod model;
 mod router;
+mod scheduling;
 
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -21,6 +22,7 @@ pub use disaggregation::*;
 pub use fleet::*;
 pub use model::*;
 pub use router::*;
+pub use scheduling::*;
 
 use super::status::InferenceDeploymentStatus;
 
@@ -67,6 +69,9 @@ use super::status::InferenceDeploymentStatus;
 #[x_kube(validation = Rule::new("!has(self.router) || (has(self.router.enabled) && !self.router.enabled) || has(self.prefill)").message(
     "spec.router routes to the prefill fleet kvpilot runs: set spec.prefill, or spec.router.enabled: false"
 ))]
+#[x_kube(validation = Rule::new("!has(self.placement) || !has(self.placement.colocateTopologyKey) || has(self.prefill)").message(
+    "spec.placement.colocateTopologyKey keeps the prefill fleet kvpilot runs beside the decode fleet: set spec.prefill, or remove it"
+))]
 pub struct InferenceDeploymentSpec {
     /// The model to serve and where its config.json comes from.
     pub model: ModelSpec,
@@ -94,6 +99,15 @@ pub struct InferenceDeploymentSpec {
     /// every decode server, over shared memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<CacheSpec>,
+    /// Which scheduler places the prefill and decode pods: a gang scheduler the cluster runs
+    /// (Volcano, scheduler-plugins' coscheduling, Kueue) that starts each replica's pods all at
+    /// once, the scheduler's name and the pods' priority class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<SchedulingSpec>,
+    /// Where the prefill and decode pods land: a multi-node replica's ranks in one topology
+    /// domain, prefill beside decode, replicas spread across nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<PlacementSpec>,
 }
 
 impl InferenceDeploymentSpec {

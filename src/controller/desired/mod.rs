@@ -9,15 +9,19 @@
 //!
 //! One builder per object kind: `config_map.rs`, `service.rs` (a fleet's headless Service),
 //! `fleet.rs` (a fleet's revision and the pods of its replicas), `pod.rs` (the SGLang server's
-//! pod template), `cache.rs` (what the cache runtime adds to a decode pod), `router.rs` (the
-//! router's objects); `container.rs` holds the container pieces they share. This module holds
+//! pod template), `pod_group.rs` (what a gang scheduler needs of a replica: its PodGroup, its
+//! pods' group labels), `placement.rs` (the affinity and spread of a fleet's pods), `cache.rs`
+//! (what the cache runtime adds to a decode pod), `router.rs` (the router's objects);
+//! `container.rs` holds the container pieces they share. This module holds
 //! what every object shares: names, labels and the owner reference.
 
 mod cache;
 mod config_map;
 mod container;
 mod fleet;
+mod placement;
 mod pod;
+mod pod_group;
 mod router;
 mod service;
 #[cfg(test)]
@@ -32,6 +36,7 @@ use serde_json::json;
 pub use cache::DEFAULT_RUNTIME_IMAGE;
 pub use fleet::Fleet;
 pub use pod::DEFAULT_SGLANG_IMAGE;
+pub use pod_group::{CoschedulingPodGroup, PodGroup, VolcanoPodGroup};
 pub use router::Router;
 
 use crate::api::InferenceDeployment;
