@@ -29,11 +29,14 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::api::{InferenceDeployment, RouterStatus};
+use crate::api::{GangScheduler, InferenceDeployment, RouterStatus};
 use crate::source::{ClusterSource, SourceError};
 use applied::{AppliedBodies, ObjectKey, body_hash};
-use decide::{Announcement, Decision, Next, Observed, ObservedPod};
-use desired::{FleetRole, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, RenderOptions, with_type_meta};
+use decide::{Announcement, Decision, Next, Observed, ObservedPod, ObservedPodGroup};
+use desired::{
+    CoschedulingPodGroup, FleetRole, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, PodGroup, RenderOptions,
+    VolcanoPodGroup, with_type_meta,
+};
 use metrics::Metrics;
 
 /// The field manager of every write.
@@ -165,6 +168,10 @@ struct Reconciler {
     role_bindings: Kept<RoleBinding>,
     /// Router Deployments, trimmed by [`trim_deployment`] to metadata and ready counts.
     deployments: Kept<Deployment, Deployment>,
+    /// The replicas' PodGroups of Volcano and of scheduler-plugins, trimmed by
+    /// [`trim_pod_group`].
+    volcano_pod_groups: Kept<VolcanoPodGroup>,
+    coscheduling_pod_groups: Kept<CoschedulingPodGroup>,
 }
 
 /// A kind the controller keeps objects of: its watch cache (metadata only, trimmed by
@@ -189,6 +196,18 @@ fn trim_kept_meta(meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::Obj
     meta.labels = None;
     meta.annotations = None;
     meta.creation_timestamp = None;
+}
+
+/// Keeps of a PodGroup's metadata what [`trim_kept`] keeps and the labels that name its
+/// resource, fleet and replica.
+fn trim_pod_group<K>(group: &mut PartialObjectMeta<K>) {
+    let read = [desired::LABEL_INSTANCE, desired::LABEL_NAME, LABEL_ORDINAL];
+    let labels = group.metadata.labels.take().map(|mut labels| {
+        labels.retain(|key, _| read.contains(&key.as_str()));
+        labels
+    });
+    trim_kept_meta(&mut group.metadata);
+    group.metadata.labels = labels;
 }
 
 /// Keeps of a router Deployment its metadata as [`trim_kept`] does and its ready count.
@@ -288,6 +307,9 @@ async fn reconcile_until(
     let (kept_roles, roles) = watch_managed(&client, &scope, trim_kept::<Role>);
     let (kept_role_bindings, role_bindings) = watch_managed(&client, &scope, trim_kept::<RoleBinding>);
     let (kept_router_deployments, router_deployments) = watch_managed(&client, &scope, trim_deployment);
+    let (kept_volcano_pod_groups, volcano_pod_groups) = watch_pod_groups::<VolcanoPodGroup>(&client, &scope);
+    let (kept_coscheduling_pod_groups, coscheduling_pod_groups) =
+        watch_pod_groups::<CoschedulingPodGroup>(&client, &scope);
     let sources =
         watcher(api::<PartialObjectMeta<ConfigMap>>(&client, &scope), watcher::Config::default()).touched_objects();
     let users = deployments.clone();
@@ -300,6 +322,8 @@ async fn reconcile_until(
         roles: Kept::new(kept_roles),
         role_bindings: Kept::new(kept_role_bindings),
         deployments: Kept::new(kept_router_deployments),
+        volcano_pod_groups: Kept::new(kept_volcano_pod_groups),
+        coscheduling_pod_groups: Kept::new(kept_coscheduling_pod_groups),
     });
     Controller::for_stream(deployment_stream, deployments)
         .with_config(
@@ -319,6 +343,8 @@ async fn reconcile_until(
             roles,
             role_bindings,
             router_deployments,
+            volcano_pod_groups,
+            coscheduling_pod_groups,
         ]))
         // A ConfigMap named by the model's or the draft's configMapRef re-reconciles the resources
         // using it.
@@ -361,6 +387,32 @@ where
     let (cache, writer) = reflector::store();
     let config = watcher::Config::default().labels("app.kubernetes.io/managed-by=kvpilot");
     let changed = watcher(api::<K>(client, scope), config).modify(trim).reflect(writer).touched_objects();
+    (cache, owner_triggers(changed))
+}
+
+/// A watch of the PodGroups kvpilot manages of one scheduler, as [`watch_managed`] watches its
+/// other kinds. A cluster without that scheduler serves no such API: the list fails (404) until
+/// it is installed, retried with kube-runtime's backoff (up to 30 s apart) rather than at once.
+fn watch_pod_groups<K>(
+    client: &kube::Client,
+    scope: &Scope,
+) -> (Store<PartialObjectMeta<K>>, futures::stream::BoxStream<'static, ObjectRef<InferenceDeployment>>)
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (cache, writer) = reflector::store();
+    let config = watcher::Config::default().labels("app.kubernetes.io/managed-by=kvpilot");
+    let changed = watcher(api::<PartialObjectMeta<K>>(client, scope), config)
+        .default_backoff()
+        .modify(trim_pod_group::<K>)
+        .reflect(writer)
+        .touched_objects();
     (cache, owner_triggers(changed))
 }
 
@@ -440,10 +492,13 @@ async fn reconcile_inner(resource: &InferenceDeployment, reconciler: &Reconciler
     let pods = observe_pods(&reconciler.pods, &namespace, resource);
     let settling = reconciler.settling(resource, &pods);
     let router = reconciler.router_status(&namespace, resource);
+    let missing_scheduler_api = context.source.apis().missing_for(&resource.spec).await.map_err(Error::Kube)?;
     let observed = Observed {
         resource,
         pods,
+        pod_groups: reconciler.observe_pod_groups(&namespace, resource),
         router,
+        missing_scheduler_api,
         settling,
         options: &context.options,
         now: k8s_openapi::jiff::Timestamp::now(),
@@ -479,6 +534,9 @@ async fn act(
             Err(e) => return Err(Error::Kube(e)),
         }
     }
+    for group in &decision.pod_groups {
+        reconciler.apply_pod_group(namespace, group, &apply).await?;
+    }
     let mut created = Vec::new();
     for pod in &decision.create {
         let pod_name = pod.metadata.name.clone().unwrap_or_default();
@@ -491,6 +549,9 @@ async fn act(
     }
     if !created.is_empty() {
         reconciler.expect_created(resource, created);
+    }
+    for group in &decision.stale_pod_groups {
+        reconciler.remove_pod_group(resource, namespace, group).await?;
     }
     announce(context, resource, decision.announcements).await;
     match decision.next {
@@ -549,6 +610,68 @@ impl Reconciler {
             }
         }
         Ok(())
+    }
+
+    /// Server-side applies a replica's PodGroup.
+    async fn apply_pod_group(&self, namespace: &str, group: &PodGroup, apply: &PatchParams) -> Result<(), Error> {
+        let client = &self.context.client;
+        let name = group.name();
+        match group {
+            PodGroup::Volcano(group) => {
+                let body = serde_json::to_value(group).unwrap_or_default();
+                self.volcano_pod_groups.apply(client, apply, namespace, &name, body).await
+            }
+            PodGroup::Coscheduling(group) => {
+                let body = serde_json::to_value(group).unwrap_or_default();
+                self.coscheduling_pod_groups.apply(client, apply, namespace, &name, body).await
+            }
+        }
+    }
+
+    /// Deletes a PodGroup of `resource` that its replica no longer needs.
+    async fn remove_pod_group(
+        &self,
+        resource: &InferenceDeployment,
+        namespace: &str,
+        group: &ObservedPodGroup,
+    ) -> Result<(), Error> {
+        let client = &self.context.client;
+        match group.scheduler {
+            GangScheduler::Volcano => self.volcano_pod_groups.remove(client, resource, namespace, &group.name).await,
+            GangScheduler::Coscheduling => {
+                self.coscheduling_pod_groups.remove(client, resource, namespace, &group.name).await
+            }
+            GangScheduler::None | GangScheduler::Kueue => Ok(()),
+        }
+    }
+
+    /// The resource's PodGroups as the watch caches hold them.
+    fn observe_pod_groups(&self, namespace: &str, resource: &InferenceDeployment) -> Vec<ObservedPodGroup> {
+        let name = resource.name_any();
+        let volcano =
+            self.volcano_pod_groups.cache.state().into_iter().map(|g| (GangScheduler::Volcano, g.metadata.clone()));
+        let coscheduling = self
+            .coscheduling_pod_groups
+            .cache
+            .state()
+            .into_iter()
+            .map(|g| (GangScheduler::Coscheduling, g.metadata.clone()));
+        volcano
+            .chain(coscheduling)
+            .filter(|(_, meta)| meta.namespace.as_deref() == Some(namespace))
+            .filter_map(|(scheduler, meta)| {
+                let labels = meta.labels.as_ref()?;
+                if labels.get(desired::LABEL_INSTANCE) != Some(&name) {
+                    return None;
+                }
+                Some(ObservedPodGroup {
+                    scheduler,
+                    name: meta.name.clone()?,
+                    role: fleet_role(labels.get(desired::LABEL_NAME)?)?,
+                    replica: labels.get(LABEL_ORDINAL)?.parse().ok()?,
+                })
+            })
+            .collect()
     }
 
     /// The router Deployment's ready pods, as its watch cache holds it.
@@ -657,11 +780,7 @@ fn observe_pods(cached: &Store<Pod>, namespace: &str, resource: &InferenceDeploy
             if labels.get(desired::LABEL_INSTANCE) != Some(&name) {
                 return None;
             }
-            let role = match labels.get(desired::LABEL_NAME)?.as_str() {
-                desired::PREFILL_APP => FleetRole::Prefill,
-                desired::DECODE_APP => FleetRole::Decode,
-                _ => return None,
-            };
+            let role = fleet_role(labels.get(desired::LABEL_NAME)?)?;
             Some(ObservedPod {
                 name: pod.metadata.name.clone()?,
                 role,
@@ -674,6 +793,15 @@ fn observe_pods(cached: &Store<Pod>, namespace: &str, resource: &InferenceDeploy
             })
         })
         .collect()
+}
+
+/// The fleet whose pods and PodGroups carry `app.kubernetes.io/name: app`.
+fn fleet_role(app: &str) -> Option<FleetRole> {
+    match app {
+        desired::PREFILL_APP => Some(FleetRole::Prefill),
+        desired::DECODE_APP => Some(FleetRole::Decode),
+        _ => None,
+    }
 }
 
 /// Publishes the events of `standing` (everything that stands on the resource now) that were

@@ -12,7 +12,7 @@ use super::{
     FleetRole, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, RenderOptions, managed_labels, owned_meta, pod_name,
     replica_name, selector_labels, service_name,
 };
-use crate::api::{FleetSpec, InferenceDeployment};
+use crate::api::{FleetSpec, GangScheduler, InferenceDeployment};
 use crate::policy::Assessment;
 use crate::sglang::server;
 
@@ -120,6 +120,11 @@ impl Fleet {
         let mut labels = selector_labels(&self.name, self.role);
         labels.insert(LABEL_ORDINAL.into(), replica.to_string());
         labels
+    }
+
+    /// The gang scheduler of this revision's replicas.
+    pub fn gang_scheduler(&self) -> GangScheduler {
+        self.gang.scheduler()
     }
 
     /// The PodGroup of replica `replica` at this revision, when its gang scheduler takes one.

@@ -127,6 +127,11 @@ impl Gang {
         }
     }
 
+    /// The gang scheduler.
+    pub(super) fn scheduler(&self) -> GangScheduler {
+        self.scheduler
+    }
+
     /// Adds to a pod of the replica `group` the labels and annotations its scheduler reads.
     pub(super) fn join(&self, pod: &mut Pod, group: &str) {
         let labels = pod.metadata.labels.get_or_insert_default();
