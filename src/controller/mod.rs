@@ -615,14 +615,10 @@ impl Reconciler {
     /// Server-side applies a replica's PodGroup.
     async fn apply_pod_group(&self, namespace: &str, group: &PodGroup, apply: &PatchParams) -> Result<(), Error> {
         let client = &self.context.client;
-        let name = group.name();
+        let (name, body) = (group.name(), group.to_json());
         match group {
-            PodGroup::Volcano(group) => {
-                let body = serde_json::to_value(group).unwrap_or_default();
-                self.volcano_pod_groups.apply(client, apply, namespace, &name, body).await
-            }
-            PodGroup::Coscheduling(group) => {
-                let body = serde_json::to_value(group).unwrap_or_default();
+            PodGroup::Volcano(_) => self.volcano_pod_groups.apply(client, apply, namespace, &name, body).await,
+            PodGroup::Coscheduling(_) => {
                 self.coscheduling_pod_groups.apply(client, apply, namespace, &name, body).await
             }
         }

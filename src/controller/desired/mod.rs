@@ -118,16 +118,16 @@ pub fn desired_state(resource: &InferenceDeployment, assessment: &Assessment, op
 
 impl Desired {
     /// Everything a fresh InferenceDeployment gets, as it is applied: the ConfigMap, each
-    /// fleet's Service and the pods of its replicas 0..replicas, and the router's objects.
+    /// fleet's Service and, for its replicas 0..replicas, each one's PodGroup (with a gang
+    /// scheduler that takes one) and pods, and the router's objects.
     pub fn objects(&self) -> Vec<serde_json::Value> {
         let mut objects = vec![with_type_meta(&self.config_map, "v1", "ConfigMap")];
         for fleet in self.fleets() {
             objects.push(with_type_meta(&fleet.service, "v1", "Service"));
-            objects.extend(
-                (0..fleet.replicas as u32)
-                    .flat_map(|replica| fleet.replica(replica))
-                    .map(|pod| with_type_meta(&pod, "v1", "Pod")),
-            );
+            for replica in 0..fleet.replicas as u32 {
+                objects.extend(fleet.pod_group(replica).map(|group| group.to_json()));
+                objects.extend(fleet.replica(replica).iter().map(|pod| with_type_meta(pod, "v1", "Pod")));
+            }
         }
         if let Some(router) = &self.router {
             objects.extend(router.objects());

@@ -99,6 +99,15 @@ impl PodGroup {
         };
         meta.name.clone().unwrap_or_default()
     }
+
+    /// The object as it is applied, with its apiVersion and kind.
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            Self::Volcano(group) => serde_json::to_value(group),
+            Self::Coscheduling(group) => serde_json::to_value(group),
+        }
+        .unwrap_or_default()
+    }
 }
 
 /// How every replica of a fleet joins its gang scheduler: the same for each replica of a
