@@ -13,6 +13,9 @@ bash scripts/install-test-tools.sh
 
 cargo fmt --check
 cargo clippy --locked --all-targets -- -D warnings
+# The gang schedulers' own CRDs for tests/cluster_gang.rs and the examples' tests, fetched and
+# generated once into target/gang-crds (2-3 minutes cold; cached), so no test waits for it.
+bash scripts/gang-crds.sh >/dev/null
 # A control plane of this run's own (own ports and state directory), stopped on any exit.
 export KVPILOT_CONTROL_PLANE_DIR="$PWD/target/control-plane/test-run-$$"
 trap 'bash scripts/control-plane.sh down' EXIT

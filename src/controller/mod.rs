@@ -368,52 +368,61 @@ async fn reconcile_until(
         .await;
 }
 
-/// A watch of the objects of kind `K` that kvpilot manages (label `managed-by=kvpilot`), trimmed
-/// by `trim` before they reach the cache: the cache, and the resources whose objects changed.
-fn watch_managed<K>(
-    client: &kube::Client,
-    scope: &Scope,
-    trim: fn(&mut K),
-) -> (Store<K>, futures::stream::BoxStream<'static, ObjectRef<InferenceDeployment>>)
-where
+/// A namespaced kind the controller watches.
+trait Watched:
+    Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug
         + Send
         + Sync
-        + 'static,
+        + 'static
 {
-    let (cache, writer) = reflector::store();
-    let config = watcher::Config::default().labels("app.kubernetes.io/managed-by=kvpilot");
-    let changed = watcher(api::<K>(client, scope), config).modify(trim).reflect(writer).touched_objects();
+}
+
+/// A watch of the objects of kind `K` that kvpilot manages (label `managed-by=kvpilot`), trimmed
+/// by `trim` before they reach the cache: the cache, and the resources whose objects changed.
+fn watch_managed<K: Watched>(
+    client: &kube::Client,
+    scope: &Scope,
+    trim: fn(&mut K),
+) -> (Store<K>, futures::stream::BoxStream<'static, ObjectRef<InferenceDeployment>>) {
+    let (cache, changed) = watch_labelled(client, scope, trim);
     (cache, owner_triggers(changed))
 }
 
 /// A watch of the PodGroups kvpilot manages of one scheduler, as [`watch_managed`] watches its
 /// other kinds. A cluster without that scheduler serves no such API: the list fails (404) until
 /// it is installed, retried with kube-runtime's backoff (up to 30 s apart) rather than at once.
-fn watch_pod_groups<K>(
+fn watch_pod_groups<K: Watched>(
     client: &kube::Client,
     scope: &Scope,
-) -> (Store<PartialObjectMeta<K>>, futures::stream::BoxStream<'static, ObjectRef<InferenceDeployment>>)
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
+) -> (Store<PartialObjectMeta<K>>, futures::stream::BoxStream<'static, ObjectRef<InferenceDeployment>>) {
+    let (cache, changed) = watch_labelled(client, scope, trim_pod_group::<K>);
+    (cache, owner_triggers(changed.default_backoff()))
+}
+
+/// The cache of the `managed-by=kvpilot` objects of kind `K`, trimmed by `trim`, and the stream
+/// of their changes that keeps it.
+fn watch_labelled<K: Watched>(
+    client: &kube::Client,
+    scope: &Scope,
+    trim: fn(&mut K),
+) -> (Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static) {
     let (cache, writer) = reflector::store();
     let config = watcher::Config::default().labels("app.kubernetes.io/managed-by=kvpilot");
-    let changed = watcher(api::<PartialObjectMeta<K>>(client, scope), config)
-        .default_backoff()
-        .modify(trim_pod_group::<K>)
-        .reflect(writer)
-        .touched_objects();
-    (cache, owner_triggers(changed))
+    (cache, watcher(api::<K>(client, scope), config).modify(trim).reflect(writer).touched_objects())
 }
 
 /// The InferenceDeployment that controls each object of `stream` (its controller owner
