@@ -1,6 +1,8 @@
 //! A fleet of SGLang servers: its headless Service, its revision, and the pods of each replica,
 //! made from one pod template.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
@@ -116,7 +118,7 @@ impl Fleet {
 
     /// The labels every pod of replica `replica` carries, and only they: the fleet's and the
     /// replica's ordinal.
-    fn replica_labels(&self, replica: u32) -> std::collections::BTreeMap<String, String> {
+    fn replica_labels(&self, replica: u32) -> BTreeMap<String, String> {
         let mut labels = selector_labels(&self.name, self.role);
         labels.insert(LABEL_ORDINAL.into(), replica.to_string());
         labels

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-use super::FleetRole;
+use super::{FleetRole, selector_labels};
 use crate::api::InferenceDeploymentSpec;
 
 /// The node label the replicas of a fleet spread over.
@@ -23,27 +23,26 @@ fn selecting(labels: BTreeMap<String, String>) -> Option<LabelSelector> {
     Some(LabelSelector { match_labels: Some(labels), ..LabelSelector::default() })
 }
 
-/// The spread of a fleet's pods (`fleet` selects them) over nodes: at most one more on any node
+/// The spread of the pods of the `role` fleet of `name` over nodes: at most one more on any node
 /// than on another, where the scheduler can (`ScheduleAnyway`), so that losing a node loses as
 /// few replicas as it can and a full cluster still schedules.
-pub(super) fn spread_across_nodes(fleet: BTreeMap<String, String>) -> TopologySpreadConstraint {
+pub(super) fn spread_across_nodes(name: &str, role: FleetRole) -> TopologySpreadConstraint {
     TopologySpreadConstraint {
         max_skew: 1,
         topology_key: HOSTNAME_TOPOLOGY_KEY.into(),
         when_unsatisfiable: "ScheduleAnyway".into(),
-        label_selector: selecting(fleet),
+        label_selector: selecting(selector_labels(name, role)),
         ..TopologySpreadConstraint::default()
     }
 }
 
-/// The affinity of the `role` fleet's pods: the fleet's own, and with
-/// `spec.placement.colocateTopologyKey` a preference for the domain of the other fleet's pods
-/// (`other` selects them).
+/// The affinity of the pods of the `role` fleet of `name`: the fleet's `own`, and with
+/// `spec.placement.colocateTopologyKey` a preference for the domain of the other fleet's pods.
 pub(super) fn fleet_affinity(
     spec: &InferenceDeploymentSpec,
-    own: Option<&Affinity>,
+    name: &str,
     role: FleetRole,
-    other: impl FnOnce(FleetRole) -> BTreeMap<String, String>,
+    own: Option<&Affinity>,
 ) -> Option<Affinity> {
     let mut affinity = own.cloned();
     let key = spec.placement.as_ref().and_then(|p| p.colocate_topology_key.as_ref());
@@ -55,7 +54,7 @@ pub(super) fn fleet_affinity(
         let term = WeightedPodAffinityTerm {
             weight: COLOCATE_WEIGHT,
             pod_affinity_term: PodAffinityTerm {
-                label_selector: selecting(other(other_role)),
+                label_selector: selecting(selector_labels(name, other_role)),
                 topology_key: key.clone(),
                 ..PodAffinityTerm::default()
             },

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 
 use super::config_map::MODEL_CONFIG_KEY;
 use super::container::{env_var, http_probe, image_pull_policy, mount};
-use super::{FleetRole, RenderOptions, cache, config_map_name, placement, pod_group, selector_labels, service_name};
+use super::{FleetRole, RenderOptions, cache, config_map_name, placement, pod_group, service_name};
 use crate::api::{
     ConfigSourceRef, EffectiveSettings, FleetSpec, InferenceDeployment, InferenceDeploymentSpec, MODELS_DIR,
     quantity_bytes,
@@ -271,10 +271,8 @@ pub(super) fn server_pod_template(
             termination_grace_period_seconds: Some(fleet.termination_grace_period_seconds),
             node_selector: (!fleet.node_selector.is_empty()).then(|| fleet.node_selector.clone()),
             tolerations: (!fleet.tolerations.is_empty()).then(|| fleet.tolerations.clone()),
-            affinity: placement::fleet_affinity(spec, fleet.affinity.as_ref(), role, |other| {
-                selector_labels(&name, other)
-            }),
-            topology_spread_constraints: Some(vec![placement::spread_across_nodes(selector_labels(&name, role))]),
+            affinity: placement::fleet_affinity(spec, &name, role, fleet.affinity.as_ref()),
+            topology_spread_constraints: Some(vec![placement::spread_across_nodes(&name, role)]),
             scheduler_name: pod_group::scheduler_name(spec),
             service_account_name: fleet.service_account_name.clone(),
             priority_class_name: pod_group::priority_class_name(spec, fleet),
