@@ -165,6 +165,24 @@ fn rbac_has_no_wildcards_and_grants_the_controller_exactly_what_it_uses() {
         {
             assert_eq!(verbs_on(router_kind), kept, "{name}: {router_kind} of the router and the fleets");
         }
+        assert_eq!(
+            verbs_on("podgroups"),
+            set(&["list", "watch", "create", "patch", "delete"]),
+            "{name}: the replicas' PodGroups, watched, applied and deleted"
+        );
+        let pod_group_rules: Vec<&Value> = controller["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| strings(&r["resources"]).contains(&"podgroups"))
+            .collect();
+        assert_eq!(pod_group_rules.len(), 1, "{name}");
+        assert_eq!(
+            strings(&pod_group_rules[0]["apiGroups"]),
+            ["scheduling.volcano.sh", "scheduling.x-k8s.io"],
+            "{name}: Volcano's and scheduler-plugins' PodGroups, no other group's"
+        );
+        assert_eq!(strings(&pod_group_rules[0]["resources"]), ["podgroups"], "{name}");
         if scoped.is_empty() {
             assert_eq!(controller["kind"], "ClusterRole", "{name}");
         } else {

@@ -64,6 +64,9 @@ fn can_i(cluster: &Cluster, account: &str, args: &[&str]) -> bool {
 fn the_examples_converge_through_the_charts_rbac_and_nothing_more_is_allowed() {
     let cluster = cluster_or_skip!();
     cluster.install_crd();
+    // examples/deepseek-v3-tp16-volcano.yaml asks for Volcano: its PodGroups go through the
+    // chart's RBAC too.
+    cluster.install_gang_crds();
     let operator_namespace = format!("kvp-op-{}", std::process::id());
     // No webhook here (tests/cluster_admission.rs has it): a webhook configuration with
     // failurePolicy Fail and no reachable server would refuse every InferenceDeployment.
@@ -201,6 +204,12 @@ fn the_examples_converge_through_the_charts_rbac_and_nothing_more_is_allowed() {
     for verb in ["update", "patch", "create", "delete"] {
         assert!(!can_i(&cluster, &sa, &[verb, "inferencedeployments.kvpilot.dev", "-n", ns]), "{verb} spec");
     }
+    for pod_groups in ["podgroups.scheduling.volcano.sh", "podgroups.scheduling.x-k8s.io"] {
+        assert!(can_i(&cluster, &sa, &["delete", pod_groups, "-n", ns]), "{pod_groups}: replicas' PodGroups go");
+        assert!(!can_i(&cluster, &sa, &["update", pod_groups, "-n", ns]), "{pod_groups}: applied, never updated");
+    }
+    assert!(!can_i(&cluster, &sa, &["create", "workloads.kueue.x-k8s.io", "-n", ns]), "Kueue makes its own");
+    assert!(!can_i(&cluster, &sa, &["create", "queues.scheduling.volcano.sh"]), "no queue of Volcano's");
     assert!(!can_i(&cluster, &sa, &["list", "secrets", "--all-namespaces"]));
     assert!(!can_i(&cluster, &sa, &["list", "secrets", "-n", ns]));
     assert!(can_i(&cluster, &sa, &["get", "leases/kvpilot-operator", "-n", &operator_namespace]));

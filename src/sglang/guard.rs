@@ -659,6 +659,8 @@ pub fn check(server: &Server, configs: &ModelConfigs, rewrite: bool) -> Result<S
         router: None,
         sglang: None,
         cache: None,
+        scheduling: None,
+        placement: None,
     };
     let release = server.checked_as.clone();
     let (layout, fixed) = assess_server(&spec_with(OnInvalid::Rewrite), configs, settings.mode, release.release)?;

@@ -1,7 +1,9 @@
 //! Reading a model's config.json from where `spec.model.config` says: inline, a ConfigMap key,
 //! or a Hugging Face-compatible hub over HTTPS (with a TTL cache shared by everything in the
 //! process). The `check` and `render` commands, the controller and the webhook all use this.
+//! `apis.rs`: which gang schedulers' APIs the cluster serves.
 
+mod apis;
 mod python_json;
 
 use std::collections::HashMap;
@@ -12,6 +14,7 @@ use serde_json::Value;
 
 use crate::api::{HubSource, MODEL_CONFIG_FIELD};
 use crate::policy::ModelConfigs;
+pub use apis::{RECHECK as SCHEDULER_API_RECHECK, ServedApis};
 pub use python_json::to_strict_json;
 
 /// Default hub endpoint.
@@ -280,18 +283,25 @@ impl HubClient {
 }
 
 /// Reads config sources inside a cluster: ConfigMaps and token Secrets through the API server,
-/// hub sources through a shared [`HubClient`].
+/// hub sources through a shared [`HubClient`]; and which gang schedulers' APIs it serves.
 #[derive(Clone)]
 pub struct ClusterSource {
     client: kube::Client,
     hub: std::sync::Arc<HubClient>,
     default_endpoint: String,
+    apis: std::sync::Arc<ServedApis>,
 }
 
 impl ClusterSource {
-    /// A reader using `client` for ConfigMaps and Secrets and `hub` for hub sources.
+    /// A reader using `client` for ConfigMaps, Secrets and discovery and `hub` for hub sources.
     pub fn new(client: kube::Client, hub: std::sync::Arc<HubClient>, default_endpoint: impl Into<String>) -> Self {
-        Self { client, hub, default_endpoint: default_endpoint.into() }
+        let apis = std::sync::Arc::new(ServedApis::new(client.clone()));
+        Self { client, hub, default_endpoint: default_endpoint.into(), apis }
+    }
+
+    /// The cluster's gang scheduler APIs, as discovery lists them.
+    pub fn apis(&self) -> &ServedApis {
+        &self.apis
     }
 
     /// The model's config.json, for a resource in `namespace`.
