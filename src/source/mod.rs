@@ -36,6 +36,14 @@ pub enum SourceError {
     /// The Secret named by `tokenSecretRef` does not exist or lacks the key.
     #[error("Secret {namespace}/{name} with key \"{key}\" (spec.model.config.hub.tokenSecretRef) was not found")]
     TokenSecretNotFound { namespace: String, name: String, key: String },
+    /// RBAC refuses the operator the Secret named by `tokenSecretRef`: the chart grants get only
+    /// on the Secrets it lists.
+    #[error(
+        "the operator may not read Secret {namespace}/{name} (spec.model.config.hub.tokenSecretRef): add {{namespace: \
+         {namespace}, name: {name}}} to the chart's rbac.hubTokenSecrets and upgrade the release (or set \
+         rbac.readAllSecrets: true)"
+    )]
+    TokenSecretForbidden { namespace: String, name: String },
     /// The API server could not be asked (a transient error: retried).
     #[error("reading {what} from the API server failed: {message}")]
     ClusterApi { what: String, message: String },
@@ -75,6 +83,7 @@ impl SourceError {
             Self::ConfigMapNotFound { .. }
             | Self::ConfigMapKeyMissing { .. }
             | Self::TokenSecretNotFound { .. }
+            | Self::TokenSecretForbidden { .. }
             | Self::ClusterApi { .. }
             | Self::HubStatus { .. }
             | Self::HubUnreachable { .. } => true,
@@ -93,7 +102,7 @@ impl SourceError {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::ConfigMapNotFound { .. } | Self::ConfigMapKeyMissing { .. } => "ConfigMapUnavailable",
-            Self::TokenSecretNotFound { .. } => "TokenSecretUnavailable",
+            Self::TokenSecretNotFound { .. } | Self::TokenSecretForbidden { .. } => "TokenSecretUnavailable",
             Self::SourceSelection(_) => "InvalidConfigSource",
             Self::ClusterApi { .. } => "ApiUnavailable",
             Self::InvalidJson { .. } | Self::NotAnObject { .. } | Self::TooLarge { .. } => "InvalidConfigJson",
@@ -375,7 +384,13 @@ impl ClusterSource {
                         let secret = api
                             .get_opt(&reference.name)
                             .await
-                            .map_err(|e| api_error(format!("Secret {namespace}/{}", reference.name), e))?
+                            .map_err(|e| match e {
+                                kube::Error::Api(status) if status.code == 403 => SourceError::TokenSecretForbidden {
+                                    namespace: namespace.into(),
+                                    name: reference.name.clone(),
+                                },
+                                e => api_error(format!("Secret {namespace}/{}", reference.name), e),
+                            })?
                             .ok_or_else(missing)?;
                         let bytes = secret.data.and_then(|d| d.get(&reference.key).cloned()).ok_or_else(missing)?;
                         Some(String::from_utf8_lossy(&bytes.0).into_owned())
