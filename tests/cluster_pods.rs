@@ -5,7 +5,9 @@
 //! `kvpilot.dev/group-ready` no rank is Ready until every rank is, and a lost rank turns the
 //! others' gate False before its group is restarted; the fleet's PodDisruptionBudget refuses to
 //! evict a second group while one is down; a new revision replaces groups whole;
-//! an `extraArgs` flag kvpilot decides is refused.
+//! an `extraArgs` flag kvpilot decides is refused; a group that keeps failing is made again at
+//! growing intervals; every pod kvpilot makes gets a Burstable or Guaranteed QoS class from the
+//! API server.
 
 mod common;
 mod fleet;
@@ -469,4 +471,58 @@ async fn a_group_that_keeps_failing_is_made_again_at_growing_intervals() {
         "{failed:?}"
     );
     operator.assert_no_failures().await;
+}
+
+/// The QoS class the API server gave each pod of `fleet`'s namespace, by name.
+async fn qos_classes(fleet: &Fleet) -> BTreeMap<String, String> {
+    let pods = fleet.pods().list(&ListParams::default()).await.unwrap().items;
+    pods.iter()
+        .map(|pod| {
+            let class = pod.status.as_ref().and_then(|s| s.qos_class.clone()).unwrap_or_default();
+            (pod.name_any(), class)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_pod_kvpilot_creates_is_burstable_or_guaranteed_as_the_api_server_classes_it() {
+    let cluster = cluster_or_skip!();
+    ensure_node(&cluster);
+    let fleet = Fleet::new(&cluster, "pods-qos", quick()).await;
+    let mut operator = fleet.operator(&[], &[]);
+    // A PD service: decode with the cache runtime and its installer (defaults: Burstable), a
+    // Guaranteed prefill fleet, and the router's Deployment, whose pod the ReplicaSet
+    // controller creates.
+    let name = fleet.create(&fleet.pd_example("llama-3.1-8b-full.yaml", |o| {
+        o["spec"]["decode"]["replicas"] = json!(1);
+        o["spec"]["disaggregation"].as_object_mut().unwrap().remove("retractionBackup");
+        o["spec"]["cache"] = json!({"offload": true, "capacity": "1Gi"});
+        o["spec"]["prefill"]["qos"] = json!("Guaranteed");
+    }));
+    let expected = [(format!("{name}-decode-0"), "Burstable"), (format!("{name}-prefill-0"), "Guaranteed")];
+    let classes = qos_classes_once_created(&fleet, &name, &expected).await;
+    for (pod, class) in &expected {
+        assert_eq!(classes.get(pod).map(String::as_str), Some(*class), "{pod}: {classes:?}");
+    }
+    let router: Vec<(&String, &String)> =
+        classes.iter().filter(|(pod, _)| pod.starts_with(&format!("{name}-router-"))).collect();
+    assert!(!router.is_empty(), "the router's pod: {classes:?}");
+    for (pod, class) in classes.iter() {
+        assert!(["Burstable", "Guaranteed"].contains(&class.as_str()), "{pod} is {class}: {classes:?}");
+    }
+    operator.assert_no_failures().await;
+}
+
+/// The pods' QoS classes once `expected` pods and a router pod exist.
+async fn qos_classes_once_created(fleet: &Fleet, name: &str, expected: &[(String, &str)]) -> BTreeMap<String, String> {
+    let mut last = String::new();
+    fleet::wait_for_or("the decode, prefill and router pods exist", fleet::SETTLE, &mut last, async |last| {
+        let classes = qos_classes(fleet).await;
+        let router = classes.keys().any(|pod| pod.starts_with(&format!("{name}-router-")));
+        let all = expected.iter().all(|(pod, _)| classes.contains_key(pod));
+        let status = fleet.deployments().get(name).await.ok().and_then(|r| r.status);
+        *last = format!("pods {classes:?}, status {status:?}");
+        (router && all).then_some(classes)
+    })
+    .await
 }
