@@ -63,6 +63,15 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     u64::try_from(bytes).map_err(|_| too_many())
 }
 
+/// The size of a store (`spec.cache.capacity`, `kvpilot cache-runtime --capacity`): a size in
+/// bytes, and not zero.
+pub fn parse_capacity(text: &str) -> Result<u64, String> {
+    match parse_bytes(text)? {
+        0 => Err(format!("{text:?} is 0 bytes: a store that size holds no page; give it at least one page's size")),
+        bytes => Ok(bytes),
+    }
+}
+
 /// `bytes` in the largest binary unit that divides it (`264Gi`, `512Mi`, `1536`), as a user
 /// writes a memory quantity.
 pub fn format_bytes(bytes: u64) -> String {

@@ -23,7 +23,7 @@ pub(crate) struct CacheRuntimeArgs {
     #[arg(long, value_name = "PATH", default_value = "/run/kvpilot/cache.sock")]
     socket: PathBuf,
     /// Bytes of pages the sidecar keeps in its own memory; the least recently used go first.
-    #[arg(long, value_name = "BYTES", value_parser = crate::api::parse_bytes)]
+    #[arg(long, value_name = "BYTES", value_parser = crate::api::parse_capacity)]
     capacity: u64,
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:9400")]

@@ -3,7 +3,7 @@
 //! and the router's, from tables that also tell which flags `extraArgs` may not set, and the
 //! spec checks that come with running the pods.
 
-use crate::api::{FleetSpec, HICACHE_GIGABYTE, InferenceDeploymentSpec, PrefillSpec, RouterSpec, quantity_bytes};
+use crate::api::{FleetSpec, HICACHE_GIGABYTE, InferenceDeploymentSpec, PrefillSpec, RouterSpec, parse_bytes};
 use crate::layout::LayoutError;
 use crate::policy::{self, Assessment, ModelConfigs, Outcome, Violation};
 use crate::release::{Release, ReleaseChoice};
@@ -467,7 +467,7 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Vio
             "K4",
             "spec.cache.capacity",
             format!("spec.cache.capacity: {problem}"),
-            "give the store's size in bytes with an optional binary or decimal suffix (64Gi, 500G)".into(),
+            "give the store's size as a Kubernetes quantity (64Gi, 500G)".into(),
         ));
     }
     if let Some(backend) = spec.disaggregation.hicache_storage_backend.as_deref().filter(|_| spec.cache.is_some()) {
@@ -495,14 +495,14 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Vio
         // The host pools are added to the container's own memory request and limit.
         let memory = spec.decode.resources.iter().flat_map(|r| [r.requests.as_ref(), r.limits.as_ref()]);
         for quantity in memory.flatten().filter_map(|values| values.get("memory")) {
-            if let Err(problem) = quantity_bytes(&quantity.0) {
+            if let Err(problem) = parse_bytes(&quantity.0) {
                 findings.push(violation(
                     "K6",
                     "spec.decode.resources",
                     format!(
                         "spec.decode.resources memory: {problem}, so spec.cache.hostPoolSize cannot be added to it"
                     ),
-                    "give the SGLang container's memory as a whole number of bytes (64Gi, 500G)".into(),
+                    "give the SGLang container's memory as a Kubernetes quantity (64Gi, 500G)".into(),
                 ));
             }
         }
@@ -734,6 +734,23 @@ mod tests {
             model["source"] = source;
         }
         serde_json::from_value(json!({"model": model, "decode": decode})).unwrap()
+    }
+
+    #[test]
+    fn a_capacity_is_read_as_the_cache_runtime_reads_its_own() {
+        let k4 = |capacity: &str| {
+            let mut spec = spec(json!({}), json!(null));
+            spec.cache = Some(serde_json::from_value(json!({"capacity": capacity, "offload": true})).unwrap());
+            pod_findings(&spec, NEWEST).into_iter().filter(|v| v.rule == "K4").map(|v| v.message).collect::<Vec<_>>()
+        };
+        for accepted in ["64 GB", "64GiB", "64Gi", "1.5Gi", "1e9"] {
+            assert_eq!(k4(accepted), Vec::<String>::new(), "{accepted}");
+            assert!(crate::api::parse_capacity(accepted).is_ok(), "{accepted}");
+        }
+        for refused in ["0", "64 gigs", "-1Gi"] {
+            let runtime = crate::api::parse_capacity(refused).unwrap_err();
+            assert_eq!(k4(refused), vec![format!("spec.cache.capacity: {runtime}")], "{refused}: the same words");
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
-use super::quantity_bytes;
+use crate::api::quantity::{parse_bytes, parse_capacity};
 
 /// The kvpilot cache runtime beside every decode server, as SGLang's HiCache storage backend.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -38,14 +38,14 @@ pub const HICACHE_GIGABYTE: u64 = 1_000_000_000;
 impl CacheSpec {
     /// `capacity` in bytes, or why it cannot be read.
     pub fn capacity_bytes(&self) -> Result<u64, String> {
-        quantity_bytes(&self.capacity.0)
+        parse_capacity(&self.capacity.0)
     }
 
     /// `hostPoolSize` as SGLang's `--hicache-size` (whole gigabytes), if set, or why it cannot
     /// be: below one gigabyte SGLang would read 0, which means "size from the ratio".
     pub fn host_pool_gigabytes(&self) -> Option<Result<u64, String>> {
         let size = self.host_pool_size.as_ref()?;
-        Some(quantity_bytes(&size.0).and_then(|bytes| match bytes / HICACHE_GIGABYTE {
+        Some(parse_bytes(&size.0).and_then(|bytes| match bytes / HICACHE_GIGABYTE {
             0 => Err(format!("{:?} is less than the 1G SGLang's --hicache-size counts in", size.0)),
             gigabytes => Ok(gigabytes),
         }))

@@ -165,31 +165,6 @@ pub struct SglangSpec {
     pub version: Option<String>,
 }
 
-/// A Kubernetes quantity of bytes (`64Gi`, `500M`, `1073741824`) as a number of bytes.
-pub fn quantity_bytes(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (digits, suffix) = text.split_at(split);
-    let multiplier: u64 = match suffix {
-        "" => 1,
-        "k" => 1_000,
-        "M" => 1_000_000,
-        "G" => 1_000_000_000,
-        "T" => 1_000_000_000_000,
-        "Ki" => 1 << 10,
-        "Mi" => 1 << 20,
-        "Gi" => 1 << 30,
-        "Ti" => 1 << 40,
-        _ => return Err(format!("{text:?} is not a whole number of bytes such as 64Gi, 512Mi or 1073741824")),
-    };
-    digits
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(multiplier))
-        .filter(|n| *n > 0)
-        .ok_or_else(|| format!("{text:?} is not a whole number of bytes such as 64Gi, 512Mi or 1073741824"))
-}
-
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
