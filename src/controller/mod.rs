@@ -5,6 +5,7 @@
 //! the status of an InferenceDeployment is ever written, never its spec.
 
 pub mod applied;
+pub mod coherent;
 pub mod decide;
 pub mod desired;
 pub mod metrics;
@@ -17,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStatus};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition, PodStatus, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -29,11 +30,11 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::api::{InferenceDeployment, RouterStatus};
+use crate::api::InferenceDeployment;
 use crate::source::{ClusterSource, SourceError};
 use applied::{AppliedBodies, ObjectKey, body_hash};
-use decide::{Announcement, Decision, Next, Observed, ObservedPod};
-use desired::{FleetRole, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, RenderOptions, with_type_meta};
+use decide::{Announcement, Decision, Next, Observed, ObservedPod, ObservedRouter};
+use desired::{FleetRole, LABEL_KV_COMPAT, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, RenderOptions, with_type_meta};
 use metrics::Metrics;
 
 /// The field manager of every write.
@@ -163,7 +164,7 @@ struct Reconciler {
     service_accounts: Kept<ServiceAccount>,
     roles: Kept<Role>,
     role_bindings: Kept<RoleBinding>,
-    /// Router Deployments, trimmed by [`trim_deployment`] to metadata and ready counts.
+    /// Router Deployments, trimmed by [`trim_deployment`] to metadata, their key and rollout.
     deployments: Kept<Deployment, Deployment>,
 }
 
@@ -191,12 +192,22 @@ fn trim_kept_meta(meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::Obj
     meta.creation_timestamp = None;
 }
 
-/// Keeps of a router Deployment its metadata as [`trim_kept`] does and its ready count.
+/// Keeps of a router Deployment its metadata as [`trim_kept`] does, the key it selects, its
+/// replicas and how far its rollout is.
 fn trim_deployment(deployment: &mut Deployment) {
-    let ready = deployment.status.as_ref().and_then(|s| s.ready_replicas);
+    let key = deployment.metadata.labels.as_ref().and_then(|labels| labels.get(LABEL_KV_COMPAT)).cloned();
     trim_kept_meta(&mut deployment.metadata);
-    deployment.spec = None;
-    deployment.status = Some(DeploymentStatus { ready_replicas: ready, ..DeploymentStatus::default() });
+    deployment.metadata.labels = key.map(|key| [(LABEL_KV_COMPAT.to_string(), key)].into());
+    deployment.spec =
+        deployment.spec.take().map(|spec| DeploymentSpec { replicas: spec.replicas, ..DeploymentSpec::default() });
+    deployment.status = deployment.status.take().map(|status| DeploymentStatus {
+        observed_generation: status.observed_generation,
+        replicas: status.replicas,
+        updated_replicas: status.updated_replicas,
+        ready_replicas: status.ready_replicas,
+        terminating_replicas: status.terminating_replicas,
+        ..DeploymentStatus::default()
+    });
 }
 
 /// Drops everything of a pod the controller never reads, before it reaches the cache: with
@@ -204,7 +215,8 @@ fn trim_deployment(deployment: &mut Deployment) {
 fn trim_pod(pod: &mut Pod) {
     let ready = is_ready(pod);
     let failed = is_failed(pod);
-    let read = [desired::LABEL_INSTANCE, desired::LABEL_NAME, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION];
+    let read =
+        [desired::LABEL_INSTANCE, desired::LABEL_NAME, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, LABEL_KV_COMPAT];
     if let Some(labels) = pod.metadata.labels.as_mut() {
         labels.retain(|key, _| read.contains(&key.as_str()));
     }
@@ -551,14 +563,11 @@ impl Reconciler {
         Ok(())
     }
 
-    /// The router Deployment's ready pods, as its watch cache holds it.
-    fn router_status(&self, namespace: &str, resource: &InferenceDeployment) -> Option<RouterStatus> {
+    /// The router Deployment as its watch cache holds it.
+    fn router_status(&self, namespace: &str, resource: &InferenceDeployment) -> Option<ObservedRouter> {
         let name = desired::router_name(&resource.name_any());
         let deployment = self.deployments.cache.get(&ObjectRef::new(&name).within(namespace))?;
-        Some(RouterStatus {
-            replicas: 0,
-            ready_replicas: deployment.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0),
-        })
+        Some(observe_router(&deployment))
     }
 
     /// Whether pods the last pass created for `resource` are still missing from `observed`
@@ -645,6 +654,22 @@ where
     }
 }
 
+/// A router Deployment as the planner reads it: settled once the Deployment controller has seen
+/// its current spec and every pod runs it, none of an earlier template left or terminating.
+fn observe_router(deployment: &Deployment) -> ObservedRouter {
+    let status = deployment.status.clone().unwrap_or_default();
+    let wanted = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let seen = status.observed_generation.is_some_and(|seen| Some(seen) >= deployment.metadata.generation);
+    ObservedRouter {
+        ready_replicas: status.ready_replicas.unwrap_or(0),
+        key: deployment.metadata.labels.as_ref().and_then(|l| l.get(LABEL_KV_COMPAT)).cloned().unwrap_or_default(),
+        settled: seen
+            && status.updated_replicas.unwrap_or(0) == wanted
+            && status.replicas.unwrap_or(0) == wanted
+            && status.terminating_replicas.unwrap_or(0) == 0,
+    }
+}
+
 /// The resource's server pods as the watch cache holds them.
 fn observe_pods(cached: &Store<Pod>, namespace: &str, resource: &InferenceDeployment) -> Vec<ObservedPod> {
     let name = resource.name_any();
@@ -668,6 +693,7 @@ fn observe_pods(cached: &Store<Pod>, namespace: &str, resource: &InferenceDeploy
                 replica: labels.get(LABEL_ORDINAL)?.parse().ok()?,
                 rank: labels.get(LABEL_RANK).and_then(|r| r.parse().ok()).unwrap_or(0),
                 revision: labels.get(LABEL_REVISION).cloned().unwrap_or_default(),
+                key: labels.get(LABEL_KV_COMPAT).cloned().unwrap_or_default(),
                 ready: is_ready(pod),
                 terminating: pod.metadata.deletion_timestamp.is_some(),
                 failed: is_failed(pod),

@@ -7,8 +7,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use super::pod::server_pod_template;
 use super::service::headless_service;
 use super::{
-    FleetRole, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, RenderOptions, managed_labels, pod_name, selector_labels,
-    service_name,
+    FleetRole, LABEL_KV_COMPAT, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, RenderOptions, managed_labels, pod_name,
+    selector_labels, service_name, stable_hash,
 };
 use crate::api::{FleetSpec, InferenceDeployment};
 use crate::policy::Assessment;
@@ -37,29 +37,27 @@ pub struct Fleet {
     extra_args: usize,
 }
 
-/// 64-bit FNV-1a: a stable hash (the standard library's is not stable across releases), the
-/// family Kubernetes uses for pod-template hashes.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3))
-}
-
-/// The `role` fleet of `resource` as `fleet` (its spec.decode or spec.prefill) describes it.
+/// The `role` fleet of `resource` as `fleet` (its spec.decode or spec.prefill) describes it, its
+/// pods labelled with the KV compatibility key `kv_compat`.
 pub(super) fn render_fleet(
     resource: &InferenceDeployment,
     assessment: &Assessment,
     options: &RenderOptions,
     role: FleetRole,
     fleet: &FleetSpec,
+    kv_compat: &str,
     owner: &OwnerReference,
 ) -> Fleet {
     let name = resource.metadata.name.clone().unwrap_or_default();
     let namespace = resource.metadata.namespace.clone();
     let selector = selector_labels(&name, role);
     let service = headless_service(&name, &namespace, role, &selector, fleet.port, owner);
-    let template = server_pod_template(resource, assessment, options, role, fleet, managed_labels(&selector), owner);
+    let mut labels = managed_labels(&selector);
+    labels.insert(LABEL_KV_COMPAT.into(), kv_compat.into());
+    let template = server_pod_template(resource, assessment, options, role, fleet, labels, owner);
     let nodes_per_replica = fleet.nodes_per_replica.max(1);
-    let hashed = format!("{}\n{nodes_per_replica}", serde_json::to_string(&template).unwrap_or_default());
-    let revision = format!("{:016x}", fnv1a(hashed.as_bytes()))[..10].to_string();
+    let revision =
+        stable_hash(&format!("{}\n{nodes_per_replica}", serde_json::to_string(&template).unwrap_or_default()));
     let selector = selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
     Fleet {
         role,
