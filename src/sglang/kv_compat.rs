@@ -14,7 +14,7 @@
 
 use k8s_openapi::api::core::v1::EnvVar;
 
-use super::cmdline::{Arg, ArgList, ArgSite};
+use super::cmdline::Arg;
 use super::flags::{FLAGS, Flag, Target};
 use super::server::FleetRole;
 use super::server_cli;
@@ -101,17 +101,7 @@ pub fn key(sides: &[Side<'_>], release: Release) -> String {
     let cli = server_cli::for_release(release);
     let mut key = String::new();
     for side in sides {
-        let args: Vec<Arg> = side
-            .args
-            .iter()
-            .enumerate()
-            .map(|(index, text)| Arg {
-                text: text.clone(),
-                site: ArgSite::Item { list: ArgList::Args, index },
-                expands: false,
-            })
-            .collect();
-        let reading = cli.read(&args);
+        let reading = cli.read(&Arg::items(side.args));
         let option = |name: &str| reading.last(name).map(|given| given.values.join(" "));
         for input in KEY_INPUTS {
             let value = match input.source {
