@@ -464,7 +464,8 @@ fn render_prints_valid_objects_and_refuses_rejected_resources() {
         .filter(|d: &Value| !d.is_null())
         .collect();
     let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, vec!["ConfigMap", "Service", "Pod", "ConfigMap", "Service", "Pod", "Pod"]);
+    let budget = "PodDisruptionBudget";
+    assert_eq!(kinds, vec!["ConfigMap", "Service", budget, "Pod", "ConfigMap", "Service", budget, "Pod", "Pod"]);
     // The SGLang flags of the effective (rewritten) settings, in the ConfigMap and the header.
     let sglang_args: Value = serde_json::from_str(docs[0]["data"]["sglangArgs.json"].as_str().unwrap()).unwrap();
     let decode: Vec<&str> = sglang_args["decode"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
@@ -472,7 +473,7 @@ fn render_prints_valid_objects_and_refuses_rejected_resources() {
     assert!(decode.windows(2).any(|w| w == ["--disaggregation-mode", "decode"]), "{decode:?}");
     assert!(text.contains("#   sglangArgs decode:  --model-path "), "{text}");
     assert!(text.contains("#   sglangArgs prefill: --model-path "), "{text}");
-    let pod = &docs[2]["spec"]["containers"][0];
+    let pod = &docs[3]["spec"]["containers"][0];
     assert_eq!(pod["image"], "lmsysorg/sglang:v0.5.23-cu129");
     let pod_args: Vec<&str> = pod["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
     assert_eq!(pod_args[..decode.len()], decode[..], "the pod runs the decode flags of the ConfigMap");
@@ -498,22 +499,25 @@ fn render_prints_valid_objects_and_refuses_rejected_resources() {
             vec![
                 "ConfigMap",
                 "Service",
+                "PodDisruptionBudget",
                 "Pod",
                 "Pod",
                 "Service",
+                "PodDisruptionBudget",
                 "Pod",
                 "ServiceAccount",
                 "Role",
                 "RoleBinding",
                 "Deployment",
-                "Service"
+                "Service",
+                "PodDisruptionBudget"
             ]
         ),
         "the decode fleet, the prefill fleet and the router"
     );
-    assert_eq!(list["items"][2]["spec"]["containers"][0]["image"], "registry.local/sglang:0.5.21-rdma");
+    assert_eq!(list["items"][3]["spec"]["containers"][0]["image"], "registry.local/sglang:0.5.21-rdma");
     assert_eq!(
-        list["items"][9]["spec"]["template"]["spec"]["containers"][0]["image"], "registry.local/sglang:0.5.21-rdma",
+        list["items"][11]["spec"]["template"]["spec"]["containers"][0]["image"], "registry.local/sglang:0.5.21-rdma",
         "SGLang's image ships the router"
     );
 

@@ -40,6 +40,9 @@ fn breaking(rule: &str, path: &str) -> Value {
         _ if (path == "spec.decode" || path == "spec.prefill") && rule.contains("nodesPerReplica") => {
             json!({"replicas": 1, "tensorParallel": 8, "nodesPerReplica": 3})
         }
+        _ if (path == "spec.decode" || path == "spec.prefill") && rule.contains("minReplicas <= self.maxReplicas") => {
+            json!({"replicas": 2, "minReplicas": 4, "maxReplicas": 2})
+        }
         _ => panic!("no invalid value for the rule `{rule}` at {path}: add a case to `breaking`"),
     }
 }

@@ -1,6 +1,7 @@
 -- Argo CD health check for kvpilot.dev/InferenceDeployment.
--- Degraded: settings rejected for the model's layout, the model config cannot be read, or a
--- rollout to a new KV compatibility key aborted (the old key keeps serving).
+-- Degraded: settings rejected for the model's layout, the model config cannot be read,
+-- replicas keep failing and their replacements back off, or a rollout to a new KV
+-- compatibility key aborted (the old key keeps serving).
 -- Progressing: the controller has not seen this generation yet, or pods are rolling out.
 -- Healthy: every decode pod of the current revision is ready.
 -- Written for Lua 5.1 (Argo CD's gopher-lua) and Lua 5.4 alike.
@@ -36,6 +37,12 @@ for _, failure in ipairs(failures) do
     hs.message = failure.meaning .. " (" .. describe(condition) .. ")"
     return hs
   end
+end
+local degraded = conditions["Degraded"]
+if degraded ~= nil and degraded.status == "True" then
+  hs.status = "Degraded"
+  hs.message = "Replicas keep failing (" .. describe(degraded) .. ")"
+  return hs
 end
 local settings = conditions["SettingsValid"]
 local ready = conditions["Ready"]

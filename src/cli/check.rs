@@ -245,7 +245,12 @@ pub(crate) fn run(args: &CheckArgs) -> ExitCode {
                     effective: assessment.verdict.effective,
                     layout: assessment.layout,
                     draft_layout: assessment.draft_layout,
-                    warnings: assessment.verdict.warnings,
+                    warnings: assessment
+                        .verdict
+                        .warnings
+                        .into_iter()
+                        .chain(crate::controller::desired::resources::warnings(&found.resource.spec))
+                        .collect(),
                     sglang: sglang_status(&assessment.release),
                 })
             }

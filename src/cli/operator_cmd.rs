@@ -149,6 +149,7 @@ async fn operate(args: &OperatorArgs) -> Result<(), String> {
         router_image: args.router_image.clone().filter(|image| !image.is_empty()),
         runtime_image: args.runtime_image.clone(),
         default_release: default_release.clone(),
+        runtime_log_format: args.log_format,
     };
     let mut context = Context::new(client.clone(), source.clone(), options, metrics.clone());
     context.max_concurrent_reconciles = args.max_concurrent_reconciles;

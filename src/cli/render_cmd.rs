@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::SglangVersionArg;
 use super::check::{Assessed, Ending, Unchecked, assess_all, finish, nothing_to_check, prepare};
+use super::serve::LogFormat;
 use crate::controller::desired::{RenderOptions, desired_state};
 use crate::policy::Outcome;
 use crate::sglang::cmdline::shell_quote;
@@ -51,6 +52,10 @@ pub(crate) struct RenderArgs {
     /// --sglang-image). Unset: the SGLang image, which ships the router.
     #[arg(long, env = "KVPILOT_ROUTER_IMAGE")]
     router_image: Option<String>,
+    /// The log format of the cache runtime sidecars: the operator gives them its own
+    /// --log-format (the chart's logFormat).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    runtime_log_format: LogFormat,
     #[command(flatten)]
     sglang: SglangVersionArg,
 }
@@ -69,6 +74,7 @@ pub(crate) fn run(args: &RenderArgs) -> ExitCode {
         router_image: args.router_image.clone().filter(|image| !image.is_empty()),
         runtime_image: args.runtime_image.clone(),
         default_release,
+        runtime_log_format: args.runtime_log_format,
     };
     if errors.is_empty() && set.deployments.is_empty() {
         errors.push(match nothing_to_check(&set) {

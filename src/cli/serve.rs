@@ -3,7 +3,6 @@
 use std::fmt;
 use std::io::IsTerminal;
 
-use clap::ValueEnum;
 use serde_json::{Map, Value};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
@@ -12,14 +11,7 @@ use tracing_subscriber::fmt::time::{FormatTime, SystemTime};
 use tracing_subscriber::fmt::{FmtContext, FormattedFields};
 use tracing_subscriber::registry::LookupSpan;
 
-/// Log line format.
-#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
-pub(crate) enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line (for log pipelines).
-    Json,
-}
+pub(crate) use crate::runtime::LogFormat;
 
 /// Installs the global tracing subscriber; `RUST_LOG` overrides the default `info` level.
 /// Text lines carry colours only when stderr is a terminal.

@@ -4,10 +4,10 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
-use super::desired::FleetRole;
+use super::desired::{FleetRole, resources};
 use crate::api::{
-    CONDITION_MODEL_RESOLVED, CONDITION_PROGRESSING, CONDITION_READY, CONDITION_SETTINGS_VALID, FleetStatus,
-    InferenceDeploymentStatus, RolloutStatus, RouterStatus, SglangStatus,
+    CONDITION_DEGRADED, CONDITION_MODEL_RESOLVED, CONDITION_PROGRESSING, CONDITION_READY, CONDITION_SETTINGS_VALID,
+    FleetStatus, InferenceDeploymentSpec, InferenceDeploymentStatus, RolloutStatus, RouterStatus, SglangStatus,
 };
 use crate::policy::{Assessment, Outcome};
 use crate::release::ReleaseChoice;
@@ -39,13 +39,20 @@ pub struct DecidedConditions {
     pub settings_valid: Decided,
     pub ready: Decided,
     pub progressing: Decided,
+    /// Whether a fleet's replicas keep failing and their replacements wait.
+    pub degraded: Decided,
 }
 
 impl DecidedConditions {
     /// The conditions in the order status lists them.
-    fn in_order(&self) -> [&Decided; 4] {
-        [&self.model_resolved, &self.settings_valid, &self.ready, &self.progressing]
+    fn in_order(&self) -> [&Decided; 5] {
+        [&self.model_resolved, &self.settings_valid, &self.ready, &self.progressing, &self.degraded]
     }
+}
+
+/// `Degraded` when nothing is known to be failing.
+fn not_degraded() -> Decided {
+    Decided::new(CONDITION_DEGRADED, Some(false), "Healthy", "no fleet is waiting out failures")
 }
 
 /// Conditions with `observedGeneration`, keeping the previous `lastTransitionTime` of any
@@ -93,6 +100,7 @@ pub fn unresolved(reason: &str, message: &str) -> DecidedConditions {
             "no pods are managed until the model config is read",
         ),
         progressing: Decided::new(CONDITION_PROGRESSING, Some(false), "ModelUnresolved", message),
+        degraded: not_degraded(),
     }
 }
 
@@ -257,6 +265,7 @@ pub fn resolved(
                 "SettingsRejected",
                 "fix the settings named in SettingsValid",
             ),
+            degraded: not_degraded(),
         };
     }
     let ready = readiness(fleets, router);
@@ -281,7 +290,7 @@ pub fn resolved(
         ),
         None => Decided::new(CONDITION_PROGRESSING, Some(rolling), reason, progress),
     };
-    DecidedConditions { model_resolved, settings_valid, ready, progressing }
+    DecidedConditions { model_resolved, settings_valid, ready, progressing, degraded: not_degraded() }
 }
 
 /// `status.sglang`: the release the rules were evaluated at, and where it came from.
@@ -293,6 +302,17 @@ pub fn sglang_status(choice: &ReleaseChoice) -> SglangStatus {
     }
 }
 
+/// What status says beside the verdict: the layout's and the policy's warnings, and what the
+/// pods' resources change of what the spec set (`check` prints the same).
+pub fn warnings(spec: &InferenceDeploymentSpec, assessment: &Assessment) -> Vec<String> {
+    let layouts = std::iter::once(&assessment.layout).chain(assessment.draft_layout.as_ref());
+    layouts
+        .flat_map(|layout| layout.warnings.iter().cloned())
+        .chain(assessment.verdict.warnings.iter().cloned())
+        .chain(resources::warnings(spec))
+        .collect()
+}
+
 /// The complete status object.
 pub fn status(
     previous: Option<&InferenceDeploymentStatus>,
@@ -300,6 +320,7 @@ pub fn status(
     generation: Option<i64>,
     assessment: Option<&Assessment>,
     workloads: Option<Workloads>,
+    warnings: Vec<String>,
     now: Timestamp,
 ) -> InferenceDeploymentStatus {
     // Keep the last known workloads when this pass could not look at them.
@@ -328,6 +349,7 @@ pub fn status(
         sglang: assessment.map(|a| sglang_status(&a.release)),
         kv_compat: workloads.kv_compat,
         rollout: workloads.rollout,
+        warnings,
     }
 }
 

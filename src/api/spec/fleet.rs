@@ -16,10 +16,36 @@ use serde::{Deserialize, Serialize};
 #[x_kube(validation = Rule::new(
     "!has(self.nodesPerReplica) || (self.tensorParallel * self.pipelineParallel) % self.nodesPerReplica == 0"
 ).message("nodesPerReplica must divide tensorParallel × pipelineParallel: each pod of a replica holds an equal share of its GPUs"))]
+#[x_kube(validation = Rule::new("!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas")
+    .message("minReplicas must not be above maxReplicas"))]
 pub struct FleetSpec {
     /// Number of replicas: SGLang servers of this fleet (`kubectl scale` sets the decode fleet's).
+    /// With `ratio` (spec.prefill only) the prefill fleet's follows the decode fleet's instead.
     #[x_kube(validation = Rule::new("self >= 0").message("replicas must not be negative"))]
     pub replicas: i32,
+    /// spec.prefill only: prefill replicas per decode replica. The prefill fleet then runs
+    /// ceil(spec.decode.replicas × ratio) replicas, within minReplicas and maxReplicas, so
+    /// scaling decode (an HPA or KEDA through the scale subresource, `kubectl scale infd`) keeps
+    /// prefill in proportion; status shows both desired counts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self > 0.0").message("ratio must be greater than 0"))]
+    pub ratio: Option<f64>,
+    /// spec.prefill only: the fewest prefill replicas `ratio` may give.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message("minReplicas must not be negative"))]
+    pub min_replicas: Option<i32>,
+    /// spec.prefill only: the most prefill replicas `ratio` may give.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message("maxReplicas must not be negative"))]
+    pub max_replicas: Option<i32>,
+    /// Replicas of this fleet a voluntary disruption (a node drain, an eviction) may take down
+    /// at once, a multi-node replica counting as one: the fleet's PodDisruptionBudget (default 1).
+    #[x_kube(validation = Rule::new("self >= 0").message("maxUnavailable must not be negative"))]
+    pub max_unavailable: i32,
+    /// The pods' QoS class: `Burstable` (default: requests filled in where the spec sets none,
+    /// no CPU or memory limit added) or `Guaranteed` (the SGLang container's requests equal its
+    /// limits, so the kubelet evicts it last; kvpilot's own containers always are).
+    pub qos: Qos,
     /// Tensor-parallel size.
     #[x_kube(validation = Rule::new("self >= 1").message("tensorParallel must be at least 1"))]
     pub tensor_parallel: i32,
@@ -132,6 +158,11 @@ impl Default for FleetSpec {
     fn default() -> Self {
         Self {
             replicas: 1,
+            ratio: None,
+            min_replicas: None,
+            max_replicas: None,
+            max_unavailable: 1,
+            qos: Qos::default(),
             tensor_parallel: 1,
             data_parallel: 1,
             pipeline_parallel: 1,
@@ -198,6 +229,16 @@ impl FleetSpec {
     pub fn env_on(&self, name: &str) -> bool {
         self.env_value(name).is_some_and(|v| matches!(v.to_lowercase().as_str(), "true" | "1" | "yes" | "y"))
     }
+}
+
+/// The QoS class a fleet's pods get.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Qos {
+    /// Requests filled in, limits as given.
+    #[default]
+    Burstable,
+    /// Every container's requests equal its limits.
+    Guaranteed,
 }
 
 /// Container image pull policy.

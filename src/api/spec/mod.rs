@@ -70,6 +70,9 @@ use super::status::InferenceDeploymentStatus;
 #[x_kube(validation = Rule::new("!has(self.router) || (has(self.router.enabled) && !self.router.enabled) || has(self.prefill)").message(
     "spec.router routes to the prefill fleet kvpilot runs: set spec.prefill, or spec.router.enabled: false"
 ))]
+#[x_kube(validation = Rule::new("!has(self.decode) || (!has(self.decode.ratio) && !has(self.decode.minReplicas) && !has(self.decode.maxReplicas))").message(
+    "spec.decode.ratio, minReplicas and maxReplicas are spec.prefill's: the prefill fleet follows the decode fleet's replicas, which spec.decode.replicas (or its scale subresource) sets"
+))]
 pub struct InferenceDeploymentSpec {
     /// The model to serve and where its config.json comes from.
     pub model: ModelSpec,
@@ -105,6 +108,19 @@ pub struct InferenceDeploymentSpec {
 }
 
 impl InferenceDeploymentSpec {
+    /// The prefill replicas to run: with `spec.prefill.ratio`, ceil(decode replicas × ratio)
+    /// within `minReplicas` and `maxReplicas`; else `spec.prefill.replicas`. None without a
+    /// prefill fleet.
+    pub fn prefill_replicas(&self) -> Option<i32> {
+        let prefill = self.prefill.as_deref()?;
+        let Some(ratio) = prefill.ratio else { return Some(prefill.replicas) };
+        // Rounded to 1e-9 first, so that 3 × 0.1 is 0.3 and not a hair above it.
+        let share = ((f64::from(self.decode.replicas.max(0)) * ratio * 1e9).round() / 1e9).ceil();
+        let share = if share.is_finite() { share.min(f64::from(i32::MAX)) as i32 } else { i32::MAX };
+        let floor = prefill.min_replicas.unwrap_or(0);
+        Some(prefill.max_replicas.map_or(share, |ceiling| share.min(ceiling)).max(floor))
+    }
+
     /// Whether the config.json of the model or of its speculative draft is read from the
     /// ConfigMap `name` (of the resource's namespace).
     pub fn reads_config_map(&self, name: &str) -> bool {
@@ -166,4 +182,52 @@ pub fn quantity_bytes(text: &str) -> Result<u64, String> {
         .and_then(|n| n.checked_mul(multiplier))
         .filter(|n| *n > 0)
         .ok_or_else(|| format!("{text:?} is not a whole number of bytes such as 64Gi, 512Mi or 1073741824"))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+
+    fn spec(decode: i32, prefill: serde_json::Value) -> InferenceDeploymentSpec {
+        serde_json::from_value(json!({
+            "model": {"name": "m", "config": {"hub": {}}},
+            "decode": {"replicas": decode},
+            "prefill": prefill
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn prefill_follows_decode_by_its_ratio_within_its_bounds() {
+        assert_eq!(spec(6, json!({"replicas": 2})).prefill_replicas(), Some(2), "no ratio: its own replicas");
+        assert_eq!(spec(6, json!({"ratio": 0.5})).prefill_replicas(), Some(3));
+        assert_eq!(spec(5, json!({"ratio": 0.5})).prefill_replicas(), Some(3), "rounded up");
+        assert_eq!(
+            spec(3, json!({"ratio": 0.1})).prefill_replicas(),
+            Some(1),
+            "3 × 0.1 is 0.3, not 0.30000000000000004"
+        );
+        assert_eq!(spec(10, json!({"ratio": 0.1})).prefill_replicas(), Some(1), "10 × 0.1 is exactly 1");
+        assert_eq!(spec(6, json!({"ratio": 0.5, "maxReplicas": 2})).prefill_replicas(), Some(2));
+        assert_eq!(spec(0, json!({"ratio": 0.5, "minReplicas": 1})).prefill_replicas(), Some(1));
+        let mut alone = spec(1, json!({}));
+        alone.prefill = None;
+        assert_eq!(alone.prefill_replicas(), None);
+    }
+
+    proptest! {
+        #[test]
+        fn prefill_replicas_stay_within_bounds_and_grow_with_decode(
+            decode in 0i32..10_000, ratio in 0.01f64..8.0, min in 0i32..20, extra in 0i32..50
+        ) {
+            let max = min + extra;
+            let at = |d: i32| spec(d, json!({"ratio": ratio, "minReplicas": min, "maxReplicas": max})).prefill_replicas().unwrap();
+            let replicas = at(decode);
+            prop_assert!((min..=max).contains(&replicas));
+            prop_assert!(at(decode + 1) >= replicas, "never fewer prefill replicas for more decode");
+        }
+    }
 }

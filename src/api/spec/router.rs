@@ -22,6 +22,10 @@ pub struct RouterSpec {
     /// Router pods (they share nothing; each discovers every server).
     #[x_kube(validation = Rule::new("self >= 0").message("spec.router.replicas must not be negative"))]
     pub replicas: i32,
+    /// Router pods a voluntary disruption may take down at once: its PodDisruptionBudget
+    /// (default 1).
+    #[x_kube(validation = Rule::new("self >= 0").message("spec.router.maxUnavailable must not be negative"))]
+    pub max_unavailable: i32,
     /// Which router package the image runs: `sglang-router` (`python3 -m
     /// sglang_router.launch_router`, default) or its successor `smg` (`python3 -m
     /// smg.launch_router`); both take the same flags.
@@ -60,6 +64,7 @@ impl Default for RouterSpec {
         Self {
             enabled: true,
             replicas: 1,
+            max_unavailable: 1,
             launcher: RouterLauncher::default(),
             image: None,
             image_pull_policy: None,

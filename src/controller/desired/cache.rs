@@ -2,16 +2,12 @@
 //! that installs SGLang's connector, the runtime as a native sidecar, the volumes they share with
 //! the SGLang container, and the connector on SGLang's `PYTHONPATH`.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, ResourceRequirements, SecurityContext,
-    Volume, VolumeMount,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, SecurityContext, Volume, VolumeMount,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::RenderOptions;
 use super::container::{env_var, http_probe, mount};
+use super::{RenderOptions, resources};
 use crate::api::InferenceDeployment;
 use crate::sglang::server;
 
@@ -41,17 +37,18 @@ fn runtime_security() -> SecurityContext {
 
 /// With `spec.cache`: the init container that writes the SGLang connector where SGLang imports
 /// it from, and the cache runtime as a native sidecar (an init container that keeps running),
-/// which is up before SGLang starts and restarts on its own. Its memory holds `capacity` plus
-/// the index and pages still being read while evicted (`capacity × 1.05 + 64 MiB`).
+/// which is up before SGLang starts and restarts on its own. Both are Guaranteed; the sidecar's
+/// memory is what `runtime::memory_limit` says a store of `capacity` may use, and it logs in the
+/// operator's format.
 pub(super) fn init_containers(resource: &InferenceDeployment, options: &RenderOptions) -> Option<Vec<Container>> {
     let cache = resource.spec.cache.as_ref()?;
     let capacity = cache.capacity_bytes().ok()?;
-    let memory = Quantity((capacity + capacity / 20 + (64 << 20)).to_string());
     let installer = Container {
         name: "install-connector".into(),
         image: Some(options.runtime_image.clone()),
         args: Some(vec!["install-connector".into(), CONNECTOR_DIR.into()]),
         volume_mounts: Some(vec![mount("kvpilot-py", CONNECTOR_DIR, false)]),
+        resources: Some(resources::installer()),
         security_context: Some(runtime_security()),
         ..Container::default()
     };
@@ -67,17 +64,15 @@ pub(super) fn init_containers(resource: &InferenceDeployment, options: &RenderOp
             capacity.to_string(),
             "--metrics-addr".into(),
             format!("0.0.0.0:{CACHE_METRICS_PORT}"),
+            "--log-format".into(),
+            options.runtime_log_format.as_str().into(),
         ]),
         ports: Some(vec![ContainerPort {
             name: Some("cache-metrics".into()),
             container_port: CACHE_METRICS_PORT,
             ..ContainerPort::default()
         }]),
-        resources: Some(ResourceRequirements {
-            requests: Some(BTreeMap::from([("memory".into(), memory.clone())])),
-            limits: Some(BTreeMap::from([("memory".into(), memory)])),
-            ..ResourceRequirements::default()
-        }),
+        resources: Some(resources::cache_runtime(capacity)),
         startup_probe: Some(http_probe("cache-metrics", "/readyz", 1, 2, 30)),
         readiness_probe: Some(http_probe("cache-metrics", "/readyz", 10, 2, 3)),
         liveness_probe: Some(http_probe("cache-metrics", "/healthz", 10, 2, 3)),
@@ -137,8 +132,15 @@ mod tests {
             sidecar.args.as_ref().unwrap()[..5],
             ["cache-runtime", "--socket", "/run/kvpilot/cache.sock", "--capacity", "1073741824"]
         );
+        assert_eq!(sidecar.args.as_ref().unwrap()[7..], ["--log-format", "text"], "the operator's log format");
+        // Guaranteed: requests equal limits, the memory a store of 1Gi may use, in binary units.
+        for container in [&init[0], sidecar] {
+            let resources = container.resources.as_ref().unwrap();
+            assert_eq!(resources.requests, resources.limits, "{}", container.name);
+        }
         let memory = &sidecar.resources.as_ref().unwrap().limits.as_ref().unwrap()["memory"];
-        assert_eq!(memory.0, (1073741824u64 + 1073741824 / 20 + (64 << 20)).to_string());
+        let bytes = crate::runtime::memory_limit(1 << 30);
+        assert_eq!(memory.0, format!("{}Mi", bytes.div_ceil(1 << 20)));
         assert_eq!(sidecar.security_context.as_ref().unwrap().run_as_user, Some(RUNTIME_UID));
         let sglang = container(&pod);
         let args = sglang.args.as_ref().unwrap();

@@ -2,8 +2,10 @@
 //! made from one pod template.
 
 use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
+use super::disruption_budget;
 use super::pod::server_pod_template;
 use super::service::headless_service;
 use super::{
@@ -22,9 +24,12 @@ pub struct Fleet {
     pub revision: String,
     /// Headless `NAME-ROLE`: stable DNS names for the pods.
     pub service: Service,
+    /// `NAME-ROLE`: what evictions may take down at once.
+    pub disruption_budget: PodDisruptionBudget,
     /// Pod template; [`Fleet::pod`] names it and gives it its rank.
     template: Pod,
-    /// The fleet's `replicas`.
+    /// Replicas to run: the fleet's `replicas`, or for a prefill fleet with `ratio` its share of
+    /// the decode fleet's.
     pub replicas: i32,
     /// Pods per replica.
     pub nodes_per_replica: i32,
@@ -52,10 +57,22 @@ pub(super) fn render_fleet(
     let namespace = resource.metadata.namespace.clone();
     let selector = selector_labels(&name, role);
     let service = headless_service(&name, &namespace, role, &selector, fleet.port, owner);
+    let replicas = match role {
+        FleetRole::Decode => fleet.replicas,
+        FleetRole::Prefill => resource.spec.prefill_replicas().unwrap_or(fleet.replicas),
+    }
+    .max(0);
+    let nodes_per_replica = fleet.nodes_per_replica.max(1);
+    let disruption_budget = disruption_budget::fleet(
+        service_name(&name, role),
+        &namespace,
+        &selector,
+        owner,
+        (replicas, nodes_per_replica, fleet.max_unavailable),
+    );
     let mut labels = managed_labels(&selector);
     labels.insert(LABEL_KV_COMPAT.into(), kv_compat.into());
     let template = server_pod_template(resource, assessment, options, role, fleet, labels, owner);
-    let nodes_per_replica = fleet.nodes_per_replica.max(1);
     let revision =
         stable_hash(&format!("{}\n{nodes_per_replica}", serde_json::to_string(&template).unwrap_or_default()));
     let selector = selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
@@ -63,8 +80,9 @@ pub(super) fn render_fleet(
         role,
         revision,
         service,
+        disruption_budget,
         template,
-        replicas: fleet.replicas.max(0),
+        replicas,
         nodes_per_replica,
         selector,
         name,
@@ -123,10 +141,11 @@ impl Fleet {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     use serde_json::json;
 
     use super::*;
-    use crate::controller::desired::pod::GPU_RESOURCE;
+    use crate::controller::desired::resources::GPU_RESOURCE;
     use crate::controller::desired::test_support::{container, flag, render, resource};
 
     #[test]
@@ -151,7 +170,28 @@ mod tests {
             assert_eq!(pod.metadata.labels.as_ref().unwrap()[LABEL_RANK], rank.to_string());
         }
         assert_eq!(desired.decode.endpoint(3), "http://llama-decode-3-0.llama-decode.serving.svc:30000");
-        assert_eq!(desired.objects().len(), 2 + 3 * 2);
+        assert_eq!(desired.objects().len(), 3 + 3 * 2, "ConfigMap, Service, budget, 3 groups of 2");
+        // The budget keeps all but one group's pods: a drain takes down one group at a time.
+        let budget = desired.decode.disruption_budget.spec.as_ref().unwrap();
+        assert_eq!(budget.min_available, Some(IntOrString::Int(4)));
+        assert_eq!(budget.max_unavailable, None, "counted in pods, not through the resource's scale");
+        assert_eq!(budget.unhealthy_pod_eviction_policy.as_deref(), Some("AlwaysAllow"));
+        let selected = budget.selector.as_ref().unwrap().match_labels.as_ref().unwrap();
+        let labels = group[0].metadata.labels.as_ref().unwrap();
+        assert!(selected.iter().all(|(k, v)| labels.get(k) == Some(v)), "it selects the fleet's pods");
+        let pod_spec = group[0].spec.as_ref().unwrap();
+        assert_eq!(
+            pod_spec.readiness_gates.as_ref().unwrap()[0].condition_type,
+            "kvpilot.dev/group-ready",
+            "every rank waits on its group"
+        );
+    }
+
+    #[test]
+    fn a_disruption_budget_never_asks_for_more_than_the_fleet_has() {
+        let desired = render(&resource(json!({"replicas": 1, "maxUnavailable": 3})));
+        let budget = desired.decode.disruption_budget.spec.unwrap();
+        assert_eq!(budget.min_available, Some(IntOrString::Int(0)));
     }
 
     #[test]

@@ -8,16 +8,20 @@
 //! the namespace's pods, and a Service: the resource's endpoint.
 //!
 //! One builder per object kind: `config_map.rs`, `service.rs` (a fleet's headless Service),
+//! `disruption_budget.rs` (a fleet's and the router's PodDisruptionBudget),
 //! `fleet.rs` (a fleet's revision and the pods of its replicas), `pod.rs` (the SGLang server's
 //! pod template), `cache.rs` (what the cache runtime adds to a decode pod), `router.rs` (the
-//! router's objects); `container.rs` holds the container pieces they share. This module holds
+//! router's objects); `container.rs` holds the container pieces they share, `resources.rs`
+//! their resources. This module holds
 //! what every object shares: names, labels and the owner reference.
 
 mod cache;
 mod config_map;
 mod container;
+mod disruption_budget;
 mod fleet;
 mod pod;
+pub mod resources;
 mod router;
 mod service;
 #[cfg(test)]
@@ -37,6 +41,7 @@ pub use router::Router;
 use crate::api::InferenceDeployment;
 use crate::policy::Assessment;
 use crate::release::ReleaseChoice;
+use crate::runtime::LogFormat;
 pub use crate::sglang::server::FleetRole;
 use crate::sglang::{kv_compat, server};
 
@@ -55,6 +60,10 @@ pub const LABEL_RANK: &str = "kvpilot.dev/rank";
 /// Label: the KV compatibility key of a server pod (which servers it can exchange KV with), and on
 /// the router's Deployment and pods the key whose servers the router selects.
 pub const LABEL_KV_COMPAT: &str = "kvpilot.dev/kv-compat";
+/// The readiness gate every server pod carries: the controller sets it True on every rank of a
+/// replica while each of them is ready, False on all as soon as one is not, so that Services,
+/// the router and disruption budgets count a replica as one unit.
+pub const GROUP_READY: &str = "kvpilot.dev/group-ready";
 /// `app.kubernetes.io/name` of decode pods.
 pub const DECODE_APP: &str = "kvpilot-decode";
 /// `app.kubernetes.io/name` of prefill pods.
@@ -74,6 +83,8 @@ pub struct RenderOptions {
     pub runtime_image: String,
     /// The SGLang release for resources whose spec and image name none (`--sglang-version`).
     pub default_release: ReleaseChoice,
+    /// The log format of the cache runtime sidecars: the operator's own.
+    pub runtime_log_format: LogFormat,
 }
 
 impl Default for RenderOptions {
@@ -83,6 +94,7 @@ impl Default for RenderOptions {
             router_image: None,
             runtime_image: DEFAULT_RUNTIME_IMAGE.into(),
             default_release: ReleaseChoice::default_newest(),
+            runtime_log_format: LogFormat::default(),
         }
     }
 }
@@ -157,6 +169,7 @@ impl Desired {
         let mut objects = vec![with_type_meta(&self.config_map, "v1", "ConfigMap")];
         for fleet in self.fleets() {
             objects.push(with_type_meta(&fleet.service, "v1", "Service"));
+            objects.push(with_type_meta(&fleet.disruption_budget, "policy/v1", "PodDisruptionBudget"));
             objects.extend(
                 (0..fleet.replicas as u32)
                     .flat_map(|replica| fleet.replica(replica))
@@ -335,7 +348,11 @@ mod tests {
         assert_eq!(flag(args, "--service-discovery-namespace"), Some("serving"));
         assert_eq!(template.containers[0].command.as_ref().unwrap(), &["python3", "-m", "sglang_router.launch_router"]);
         assert_eq!(template.containers[0].image.as_deref(), Some("lmsysorg/sglang:v0.5.23-cu129"));
-        assert_eq!(desired.objects().len(), 1 + (1 + 3) + (1 + 2) + 5, "ConfigMap, both fleets, the router");
+        assert_eq!(
+            desired.objects().len(),
+            1 + (2 + 3) + (2 + 2) + 6,
+            "ConfigMap, both fleets (Service, budget, pods), the router"
+        );
 
         let mut smg = pd.clone();
         smg.spec.router = Some(Box::new(

@@ -5,18 +5,18 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, Pod, PodSpec, Probe,
-    ResourceRequirements, SecretKeySelector, SecurityContext, Volume, VolumeMount,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource, Pod, PodReadinessGate, PodSpec,
+    Probe, SecretKeySelector, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use super::config_map::MODEL_CONFIG_KEY;
 use super::container::{env_var, http_probe, image_pull_policy, mount};
-use super::{FleetRole, RenderOptions, cache, config_map_name, service_name};
+use super::resources::{self, DEFAULT_SHM_SIZE, ServerMemory};
+use super::{FleetRole, GROUP_READY, RenderOptions, cache, config_map_name, service_name};
 use crate::api::{
     ConfigSourceRef, EffectiveSettings, FleetSpec, InferenceDeployment, InferenceDeploymentSpec, MODELS_DIR,
-    quantity_bytes,
 };
 use crate::policy::{Assessment, RUST_SERVER_ENV};
 use crate::release::ReleaseChoice;
@@ -26,15 +26,11 @@ use crate::sglang::server;
 /// Annotation on prefill pods the router reads their bootstrap port from (`sglang-router` and
 /// `smg` both read this name).
 pub(super) const BOOTSTRAP_PORT_ANNOTATION: &str = "sglang.ai/bootstrap-port";
-/// The GPU resource requested per pod.
-pub(super) const GPU_RESOURCE: &str = "nvidia.com/gpu";
 /// The SGLang container's name.
 const SGLANG_CONTAINER: &str = "sglang";
 /// The image of the decode servers when `spec.decode.image` is unset; `{version}` is replaced
 /// by the resolved SGLang release.
 pub const DEFAULT_SGLANG_IMAGE: &str = "lmsysorg/sglang:v{version}-cu129";
-/// `/dev/shm` when `spec.decode.shmSize` is unset.
-const DEFAULT_SHM_SIZE: &str = "16Gi";
 /// Where the hub cache volume is mounted (`HF_HOME`).
 const HF_HOME: &str = "/hf-cache";
 /// How often the startup probe asks while the model loads.
@@ -94,42 +90,6 @@ fn server_env(
 /// their own once their schedulers are up).
 fn health_probe(period: i32, timeout: i32, failures: i32) -> Probe {
     http_probe("http", "/health", period, timeout, failures)
-}
-
-/// The SGLang container's resources: the spec's, the GPUs and extended resources, and the
-/// HiCache host pools (`host_pool_memory` bytes) added to its memory request and limit; with no
-/// memory request the request is the limit, or the host pools alone, and with no limit none is
-/// set.
-fn resources(fleet: &FleetSpec, host_pool_memory: Option<u64>) -> ResourceRequirements {
-    let mut resources = fleet.resources.clone().unwrap_or_default();
-    if let Some(host_pools) = host_pool_memory {
-        let add = |current: Option<&Quantity>| {
-            // pod_findings refuses a memory kvpilot cannot read, so none reaches here unread.
-            let current = current.map_or(Ok(0), |q| quantity_bytes(&q.0)).unwrap_or_default();
-            Quantity(current.saturating_add(host_pools).to_string())
-        };
-        let limit = resources.limits.as_ref().and_then(|l| l.get("memory")).map(|q| add(Some(q)));
-        let requests = resources.requests.get_or_insert_default();
-        // A missing request defaults to the limit (as the API server would), else to the pools.
-        let request = match (requests.get("memory"), &limit) {
-            (Some(request), _) => add(Some(request)),
-            (None, Some(limit)) => limit.clone(),
-            (None, None) => add(None),
-        };
-        requests.insert("memory".into(), request);
-        if let Some(limit) = limit {
-            resources.limits.get_or_insert_default().insert("memory".into(), limit);
-        }
-    }
-    let mut extended = fleet.extra_resources.clone();
-    extended.insert(GPU_RESOURCE.into(), Quantity(fleet.effective_gpus_per_pod().to_string()));
-    let limits = resources.limits.get_or_insert_default();
-    limits.extend(extended.clone());
-    // Extended resources must have requests equal to limits.
-    if let Some(requests) = resources.requests.as_mut() {
-        requests.extend(extended);
-    }
-    resources
 }
 
 /// Where the guard finds the model's config.json: the ConfigMap kvpilot writes for an inline
@@ -212,7 +172,7 @@ fn server_container(
         args: Some(server::server_args(spec, role, &assessment.verdict, assessment.release.release)),
         ports: Some(ports),
         env: (!env.is_empty()).then_some(env),
-        resources: Some(resources(fleet, server::host_pool_memory(spec).filter(|_| role == FleetRole::Decode))),
+        resources: Some(resources::server(fleet, ServerMemory::of(spec, role, fleet))),
         startup_probe: Some(health_probe(STARTUP_PERIOD_SECONDS, 5, startup_failures.max(1))),
         readiness_probe: Some(health_probe(10, 5, 3)),
         liveness_probe: Some(health_probe(30, 10, 4)),
@@ -272,6 +232,7 @@ pub(super) fn server_pod_template(
             node_selector: (!fleet.node_selector.is_empty()).then(|| fleet.node_selector.clone()),
             tolerations: (!fleet.tolerations.is_empty()).then(|| fleet.tolerations.clone()),
             affinity: fleet.affinity.clone(),
+            readiness_gates: Some(vec![PodReadinessGate { condition_type: GROUP_READY.into() }]),
             service_account_name: fleet.service_account_name.clone(),
             priority_class_name: fleet.priority_class_name.clone(),
             automount_service_account_token: Some(false),
@@ -287,6 +248,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::controller::desired::resources::GPU_RESOURCE;
     use crate::controller::desired::test_support::{container, flag, render, resource};
     use crate::controller::desired::{LABEL_INSTANCE, LABEL_RANK, LABEL_REVISION};
 
@@ -393,20 +355,31 @@ mod tests {
                 |values: Option<BTreeMap<String, Quantity>>| values.and_then(|m| m.get("memory").map(|q| q.0.clone()));
             (of(resources.requests), of(resources.limits))
         };
-        // 4 GB × 2 pools (offload, reuse) × 2 ranks, as the request; no limit where the spec sets none.
+        // 4 GB × 2 pools (offload, reuse) × 2 ranks, with /dev/shm (16Gi) and each rank's process
+        // (4Gi), as the request, in binary units rounded up to a MiB; no limit where the spec
+        // sets none.
         let pools = 4 * 1_000_000_000u64 * 2 * 2;
-        assert_eq!(memory(&pod), (Some(pools.to_string()), None));
+        let mib = |bytes: u64| Some(format!("{}Mi", bytes.div_ceil(1 << 20)));
+        assert_eq!(memory(&pod), (mib((16u64 << 30) + pools + (8 << 30)), None));
 
         resource.spec.decode.resources = Some(ResourceRequirements {
             limits: Some(BTreeMap::from([("memory".into(), Quantity("64Gi".into()))])),
             ..ResourceRequirements::default()
         });
         let pod = render(&resource).decode.pod(0, 0);
-        let with_limit = ((64u64 << 30) + pools).to_string();
+        let with_limit = mib((64u64 << 30) + pools);
         assert_eq!(
             memory(&pod),
-            (Some(with_limit.clone()), Some(with_limit)),
+            (with_limit.clone(), with_limit),
             "the request follows the limit, as the API server defaults it"
+        );
+        let warnings = resources::warnings(&resource.spec);
+        assert_eq!(
+            warnings,
+            ["spec.decode.resources.limits.memory 64Gi becomes 80795Mi on the SGLang container: kvpilot adds the \
+              15259Mi of HiCache host pools spec.cache.hostPoolSize puts in RAM on each pod (give the memory \
+              without them, or lower hostPoolSize)"],
+            "a memory the user set is never changed silently"
         );
 
         resource.spec.cache.as_mut().unwrap().host_pool_size = None;
@@ -414,8 +387,40 @@ mod tests {
         assert_eq!(flag(container(&pod).args.as_ref().unwrap(), "--hicache-size"), None);
         assert_eq!(
             memory(&pod),
-            (None, Some("64Gi".to_string())),
+            (Some("64Gi".to_string()), Some("64Gi".to_string())),
             "without hostPoolSize the pools follow the GPU and are not counted"
+        );
+        assert_eq!(resources::warnings(&resource.spec), Vec::<String>::new());
+    }
+
+    #[test]
+    fn every_container_has_cpu_and_memory_requests_and_guaranteed_means_requests_equal_limits() {
+        let burstable = render(&resource(json!({"tensorParallel": 8})));
+        let requests = container(&burstable.decode.pod(0, 0)).resources.clone().unwrap().requests.unwrap();
+        assert_eq!(
+            (requests["cpu"].0.as_str(), requests["memory"].0.as_str()),
+            ("16", "48Gi"),
+            "2 CPUs per GPU; /dev/shm (16Gi) and 4Gi per rank"
+        );
+
+        let mut guaranteed =
+            resource(json!({"tensorParallel": 2, "qos": "Guaranteed", "resources": {"limits": {"cpu": "12"}}}));
+        let pod = render(&guaranteed).decode.pod(0, 0);
+        let resources = container(&pod).resources.clone().unwrap();
+        let (requests, limits) = (resources.requests.unwrap(), resources.limits.unwrap());
+        for name in ["cpu", "memory", GPU_RESOURCE] {
+            assert_eq!(requests[name], limits[name], "{name}");
+        }
+        assert_eq!(limits["cpu"].0, "12", "a limit the user set is kept, and becomes the request");
+        assert_eq!(limits["memory"].0, "24Gi");
+
+        // A limit that cannot hold /dev/shm is said, with the numbers.
+        guaranteed.spec.decode.resources = Some(serde_json::from_value(json!({"limits": {"memory": "8Gi"}})).unwrap());
+        assert_eq!(
+            resources::warnings(&guaranteed.spec),
+            ["spec.decode.resources.limits.memory 8Gi cannot hold the 16Gi /dev/shm of spec.decode.shmSize (NCCL and \
+              SGLang's shared buffers live there, charged to the pod's memory): raise the limit above 16Gi, or lower \
+              shmSize"]
         );
     }
 

@@ -6,14 +6,16 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy,
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, PodSpec, PodTemplateSpec, Service, ServiceAccount, ServicePort, ServiceSpec,
 };
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::container::{http_probe, image_pull_policy};
+use super::disruption_budget;
 use super::{
-    FleetRole, LABEL_KV_COMPAT, ROUTER_APP, RenderOptions, app_labels, managed_labels, owned_meta, router_name,
-    router_selector, with_type_meta,
+    FleetRole, LABEL_KV_COMPAT, ROUTER_APP, RenderOptions, app_labels, managed_labels, owned_meta, resources,
+    router_name, router_selector, with_type_meta,
 };
 use crate::api::{InferenceDeployment, RouterSpec};
 use crate::policy::Assessment;
@@ -32,6 +34,8 @@ pub struct Router {
     pub role_binding: RoleBinding,
     pub deployment: Deployment,
     pub service: Service,
+    /// Router pods an eviction may take down at once.
+    pub disruption_budget: PodDisruptionBudget,
     /// `http://NAME-router.NAMESPACE.svc:PORT`.
     pub endpoint: String,
     /// The KV compatibility key whose servers its selectors select (its Deployment's and pods'
@@ -108,7 +112,7 @@ pub(super) fn render_router(
                 ..ContainerPort::default()
             },
         ]),
-        resources: router.resources.clone(),
+        resources: Some(resources::router(router.resources.as_ref())),
         readiness_probe: Some(http_probe("http", "/readiness", 5, 5, 3)),
         liveness_probe: Some(http_probe("http", "/liveness", 10, 5, 3)),
         ..Container::default()
@@ -148,7 +152,7 @@ pub(super) fn render_router(
         metadata: meta(),
         spec: Some(ServiceSpec {
             type_: Some(router.service.type_.as_str().into()),
-            selector: Some(selector),
+            selector: Some(selector.clone()),
             ports: Some(vec![ServicePort {
                 name: Some("http".into()),
                 port: router.service.port,
@@ -159,8 +163,19 @@ pub(super) fn render_router(
         }),
         ..Service::default()
     };
+    let disruption_budget =
+        disruption_budget::router(object_name.clone(), &namespace, &selector, owner, router.max_unavailable);
     let endpoint = format!("http://{object_name}.{}.svc:{}", namespace.unwrap_or_default(), router.service.port);
-    Router { service_account, role, role_binding, deployment, service, endpoint, kv_compat: kv_compat.into() }
+    Router {
+        service_account,
+        role,
+        role_binding,
+        deployment,
+        service,
+        disruption_budget,
+        endpoint,
+        kv_compat: kv_compat.into(),
+    }
 }
 
 impl Router {
@@ -193,6 +208,7 @@ impl Router {
             with_type_meta(&self.role_binding, "rbac.authorization.k8s.io/v1", "RoleBinding"),
             with_type_meta(&self.deployment, "apps/v1", "Deployment"),
             with_type_meta(&self.service, "v1", "Service"),
+            with_type_meta(&self.disruption_budget, "policy/v1", "PodDisruptionBudget"),
         ]
     }
 }
