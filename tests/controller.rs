@@ -673,3 +673,42 @@ async fn a_pd_service_runs_prefill_decode_and_the_router() {
     assert!(object["status"]["endpoint"].is_null() && object["status"]["prefill"].is_null(), "{}", object["status"]);
     operator.stop().await;
 }
+
+/// A change of what prefill and decode exchange (here the model revision) moves the whole
+/// service to a new KV compatibility key: new servers beside the old, the router's Deployment
+/// moved to them, the old ones gone; status.rollout records it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_of_key_moves_the_router_to_the_new_servers_and_retires_the_old() {
+    let (server, _kubelet, operator) = cluster(Duration::from_millis(30));
+    let _routers = kubelet::spawn_deployments(server.client(), "app.kubernetes.io/name=kvpilot-router", Duration::ZERO);
+    create(&server, &pd_example("llama-3.1-8b-full.yaml")).await;
+    ready(&server, "llama-3-1-8b", 3).await;
+    let key_of = |labels: &Value| labels["kvpilot.dev/kv-compat"].as_str().unwrap_or_default().to_string();
+    let router_key =
+        || key_of(&server.get("apps", "v1", "deployments", NS, "llama-3-1-8b-router").unwrap()["metadata"]["labels"]);
+    let old = router_key();
+    assert!(pods_of(&server, "llama-3-1-8b").iter().all(|p| key_of(&p["metadata"]["labels"]) == old));
+
+    patch_spec(&server, "llama-3-1-8b", json!({"model": {"revision": "r2"}})).await;
+    eventually("the service on the new key", Duration::from_secs(30), || async {
+        let object = server.get("kvpilot.dev", "v1alpha1", "inferencedeployments", NS, "llama-3-1-8b").unwrap();
+        let status = &object["status"];
+        let new = status["kvCompat"].as_str().unwrap_or_default().to_string();
+        let keys: Vec<String> =
+            pods_of(&server, "llama-3-1-8b").iter().map(|p| key_of(&p["metadata"]["labels"])).collect();
+        let rollout = &status["rollout"];
+        let done = new != old
+            && keys.len() == 3
+            && keys.iter().all(|k| *k == new)
+            && router_key() == new
+            && rollout["phase"] == "Complete"
+            && rollout["fromKey"] == old.as_str()
+            && rollout["toKey"] == new.as_str();
+        if done { Ok(()) } else { Err(format!("keys {keys:?}, router {}, rollout {rollout}", router_key())) }
+    })
+    .await;
+    let router = server.get("apps", "v1", "deployments", NS, "llama-3-1-8b-router").unwrap();
+    let args = router["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(!args.contains(&format!("kvpilot.dev/kv-compat={old}")), "{args}");
+    operator.stop().await;
+}

@@ -4,9 +4,11 @@
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use kvpilot::api::{InferenceDeployment, InferenceDeploymentSpec};
+use kvpilot::api::{InferenceDeployment, InferenceDeploymentSpec, RolloutPhase, RolloutStatus};
+use kvpilot::controller::coherent;
 use kvpilot::controller::desired::FleetRole;
 use kvpilot::controller::status::{self, FleetProgress, PodCounts};
 use kvpilot::policy::assess;
@@ -91,7 +93,8 @@ fn with_decided(
             let desired = role.fleet(spec)?.replicas;
             let counts = match ready {
                 Some(ready) => {
-                    PodCounts { total: desired, updated: desired, ready_updated: if ready { desired } else { 0 } }
+                    let ready = if ready { desired } else { 0 };
+                    PodCounts { total: desired, updated: desired, ready_updated: ready, serving: ready }
                 }
                 None => PodCounts::default(),
             };
@@ -151,6 +154,25 @@ fn argo_cd_health_follows_the_conditions_the_controller_writes() {
     let (state, message) = health(&unresolved);
     assert_eq!(state, "Degraded");
     assert!(message.contains("ConfigMapNotFound"), "{message}");
+
+    // The old key keeps serving (Ready), but the rollout the spec asks for stopped.
+    let mut aborted = with_status(&llama, Some(true), 2, 2);
+    let rollout = RolloutStatus {
+        from_key: Some("a1".into()),
+        to_key: "b2".into(),
+        phase: RolloutPhase::Aborted,
+        start_time: None,
+        ready: Vec::new(),
+    };
+    let progressing = coherent::progressing(&rollout, Duration::from_secs(60)).unwrap();
+    let conditions = aborted["status"]["conditions"].as_array_mut().unwrap();
+    let at = conditions.iter().position(|c| c["type"] == "Progressing").unwrap();
+    conditions[at]["status"] = json!(progressing.status);
+    conditions[at]["reason"] = json!(progressing.reason);
+    conditions[at]["message"] = json!(progressing.message);
+    let (state, message) = health(&aborted);
+    assert_eq!(state, "Degraded");
+    assert!(message.starts_with("Rollout aborted (RolloutAborted: the servers of KV key b2"), "{message}");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 -- Argo CD health check for kvpilot.dev/InferenceDeployment.
--- Degraded: settings rejected for the model's layout, the model config cannot be read, or
--- replicas keep failing and their replacements back off.
+-- Degraded: settings rejected for the model's layout, the model config cannot be read,
+-- replicas keep failing and their replacements back off, or a rollout to a new KV
+-- compatibility key aborted (the old key keeps serving).
 -- Progressing: the controller has not seen this generation yet, or pods are rolling out.
 -- Healthy: every decode pod of the current revision is ready.
 -- Written for Lua 5.1 (Argo CD's gopher-lua) and Lua 5.4 alike.
@@ -46,6 +47,11 @@ end
 local settings = conditions["SettingsValid"]
 local ready = conditions["Ready"]
 local progressing = conditions["Progressing"]
+if progressing ~= nil and progressing.status == "False" and progressing.reason == "RolloutAborted" then
+  hs.status = "Degraded"
+  hs.message = "Rollout aborted (" .. describe(progressing) .. ")"
+  return hs
+end
 if ready ~= nil and ready.status == "True" and (progressing == nil or progressing.status ~= "True") then
   hs.status = "Healthy"
   hs.message = ready.message or "All decode pods ready"

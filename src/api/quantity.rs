@@ -11,12 +11,14 @@ fn not_a_size(text: &str) -> String {
     )
 }
 
-/// The multiplier of a unit: Kubernetes' binary and decimal SI suffixes, and the same with a `B`.
-fn multiplier(unit: &str) -> Option<u128> {
-    let binary = |power: u32| Some(1u128 << (10 * power));
-    let decimal = |power: u32| Some(10u128.pow(3 * power));
+/// The multiplier of a unit as a fraction: Kubernetes' binary and decimal SI suffixes (`m`, a
+/// thousandth, included: the API server takes `1500m` as a memory quantity), and the byte units.
+fn multiplier(unit: &str) -> Option<(u128, u128)> {
+    let binary = |power: u32| Some((1u128 << (10 * power), 1));
+    let decimal = |power: u32| Some((10u128.pow(3 * power), 1));
     match unit {
-        "" | "B" => Some(1),
+        "" | "B" => Some((1, 1)),
+        "m" => Some((1, 1000)),
         "Ki" | "KiB" => binary(1),
         "Mi" | "MiB" => binary(2),
         "Gi" | "GiB" => binary(3),
@@ -54,7 +56,7 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
             }
             if exponent >= 0 { (10u128.pow(exponent as u32), 1) } else { (1, 10u128.pow(exponent.unsigned_abs())) }
         }
-        _ => (multiplier(rest.trim_start()).ok_or_else(|| not_a_size(text))?, 1),
+        _ => multiplier(rest.trim_start()).ok_or_else(|| not_a_size(text))?,
     };
     let mantissa: u128 = format!("{whole}{fraction}").parse().map_err(|_| not_a_size(text))?;
     let denominator = 10u128.pow(fraction.len() as u32) * denominator_scale;
@@ -106,6 +108,8 @@ mod tests {
             ("16k", 16_000),
             ("0.5", 1),
             ("+2Ki", 2048),
+            ("1500m", 2),
+            ("128974848000m", 128_974_848),
         ] {
             assert_eq!(parse_bytes(text), Ok(bytes), "{text}");
         }

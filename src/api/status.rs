@@ -58,10 +58,81 @@ pub struct InferenceDeploymentStatus {
     /// The SGLang release the layout and settings were checked against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sglang: Option<SglangStatus>,
+    /// The KV compatibility key of the servers the spec asks for: a hash of everything that
+    /// decides whether a prefill and a decode server can exchange KV, the label
+    /// `kvpilot.dev/kv-compat` of their pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_compat: Option<String>,
+    /// Where the router is between KV compatibility keys, when kvpilot runs one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutStatus>,
     /// What is worth knowing and is not a violation: the layout's and the policy's warnings, and
     /// what kvpilot changed of the resources the spec set (as `kvpilot check` prints them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+}
+
+/// A rollout from one KV compatibility key to another: the router selects the servers of one key
+/// at a time.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStatus {
+    /// The key the router selected when the rollout began (none for a service that never changed
+    /// its key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_key: Option<String>,
+    /// The key the spec asks for.
+    pub to_key: String,
+    /// Surging, Switching, Retiring, Complete or Aborted (`kubectl get infd -o wide` shows it).
+    pub phase: RolloutPhase,
+    /// When the rollout to toKey began; it is aborted if the router has not moved to toKey within
+    /// twice the fleets' startupTimeoutSeconds of this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// Ready replicas of each fleet, per key that has live servers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ready: Vec<KeyReadiness>,
+}
+
+/// Where a rollout between keys stands.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RolloutPhase {
+    /// Servers of the new key come up beside the old; the router selects the old key.
+    Surging,
+    /// The router's Deployment is moving its pods to the new key.
+    Switching,
+    /// The router selects the new key; servers of other keys retire.
+    Retiring,
+    /// Every server and the router are on one key.
+    Complete,
+    /// The new key's servers were not ready in time: nothing more changes and the router stays on
+    /// the old key; reverting the spec returns to it.
+    Aborted,
+}
+
+impl RolloutPhase {
+    /// The phase as status spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Surging => "Surging",
+            Self::Switching => "Switching",
+            Self::Retiring => "Retiring",
+            Self::Complete => "Complete",
+            Self::Aborted => "Aborted",
+        }
+    }
+}
+
+/// The ready replicas of one key.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyReadiness {
+    /// The KV compatibility key.
+    pub key: String,
+    /// Ready prefill replicas of this key.
+    pub prefill: i32,
+    /// Ready decode replicas of this key.
+    pub decode: i32,
 }
 
 /// The SGLang release a resource was checked against and where it came from.

@@ -95,8 +95,9 @@ pub fn spawn(client: kube::Client, selector: &str, delay: Duration) -> tokio::ta
 }
 
 /// Stands in for the Deployment controller and the kubelets of its pods together: reports every
-/// Deployment whose labels match `selector` with all its replicas ready `delay` after it first
-/// appears (the in-process server runs no Deployment controller), until the task is aborted.
+/// Deployment whose labels match `selector` rolled out, all its replicas ready at its current
+/// generation, `delay` after it first appears or its spec changes (the in-process server runs no
+/// Deployment controller), until the task is aborted.
 pub fn spawn_deployments(client: kube::Client, selector: &str, delay: Duration) -> tokio::task::JoinHandle<()> {
     let deployments: Api<Deployment> = Api::all(client.clone());
     let config = watcher::Config::default().labels(selector);
@@ -106,7 +107,9 @@ pub fn spawn_deployments(client: kube::Client, selector: &str, delay: Duration) 
             let Ok(deployment) = event else { continue };
             let wanted = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
             let ready = deployment.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0);
-            if ready == wanted {
+            let generation = deployment.metadata.generation;
+            let seen = deployment.status.as_ref().and_then(|s| s.observed_generation);
+            if ready == wanted && seen == generation {
                 continue;
             }
             let (Some(name), Some(namespace)) =
@@ -119,6 +122,7 @@ pub fn spawn_deployments(client: kube::Client, selector: &str, delay: Duration) 
                 tokio::time::sleep(delay).await;
                 let api: Api<Deployment> = Api::namespaced(client, &namespace);
                 let status = json!({"status": {
+                    "observedGeneration": generation,
                     "replicas": wanted, "readyReplicas": wanted, "availableReplicas": wanted, "updatedReplicas": wanted
                 }});
                 for _ in 0..100 {

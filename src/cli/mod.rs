@@ -67,6 +67,9 @@ enum Command {
     Version,
     /// Print the release × rule table of the SGLang rules kvpilot checks (Markdown).
     Rules,
+    /// Print what the KV compatibility key of a PD service is made of: the settings whose change
+    /// rolls both fleets and the router over to a new key (Markdown).
+    KvCompat,
     /// Resolve a model's attention layout from its config.json and print it as JSON.
     Layout(layout_cmd::LayoutArgs),
     /// Check every InferenceDeployment and SGLang workload in manifests against its model's layout (for CI).
@@ -91,6 +94,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Crd => print_stdout(&crd_yaml()),
         Command::Version => print_stdout(&format!("kvpilot {}\n", env!("CARGO_PKG_VERSION"))),
         Command::Rules => print_stdout(&crate::policy::rules_markdown()),
+        Command::KvCompat => print_stdout(&crate::sglang::kv_compat::inputs_markdown()),
         Command::Layout(args) => layout_cmd::run(&args),
         Command::Check(args) => check::run(&args),
         Command::Webhook(args) => webhook_cmd::run(&args),

@@ -6,9 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::EventType;
 
+use super::coherent::{self, Budget, FleetInput, RouterInput};
 pub use super::desired::GROUP_READY;
 use super::desired::{Fleet, FleetRole, PodGroup, RenderOptions, desired_state};
 use super::recovery;
@@ -16,7 +18,7 @@ use super::rollout::{self, ObservedReplica, resolve_int_or_percent};
 use super::status::{self, DecidedConditions, FleetProgress, Workloads};
 use crate::api::{
     CONDITION_DEGRADED, ConfigSourceRef, FleetStatus, GangScheduler, InferenceDeployment, InferenceDeploymentStatus,
-    RecoveryStatus, Rewrite, RolloutSpec, RouterStatus, SchedulerApi,
+    RecoveryStatus, Rewrite, RolloutPhase, RouterStatus, SchedulerApi,
 };
 use crate::policy::{self, Assessment, ModelConfigs, Outcome};
 use crate::source::SourceError;
@@ -45,6 +47,8 @@ pub struct ObservedPod {
     /// Its rank in the replica (`kvpilot.dev/rank`; 0 when absent).
     pub rank: i32,
     pub revision: String,
+    /// Its KV compatibility key (`kvpilot.dev/kv-compat`; empty on pods from before keys).
+    pub key: String,
     /// Its `Ready` condition: its containers are ready and, through the readiness gate
     /// [`GROUP_READY`], so is every other rank of its replica. What availability counts.
     pub ready: bool,
@@ -82,6 +86,19 @@ pub struct ObservedPodGroup {
     pub replica: u32,
 }
 
+/// The router's Deployment as the controller's watch cache holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedRouter {
+    /// Router pods that are ready.
+    pub ready_replicas: i32,
+    /// The KV compatibility key its pods select (`kvpilot.dev/kv-compat`; empty on a router from
+    /// before keys, which selects every key).
+    pub key: String,
+    /// Its rollout is complete: every router pod runs the current template, none of an earlier
+    /// one is left, terminating ones included.
+    pub settled: bool,
+}
+
 /// What one reconcile observed.
 pub struct Observed<'a> {
     pub resource: &'a InferenceDeployment,
@@ -89,8 +106,8 @@ pub struct Observed<'a> {
     pub pods: Vec<ObservedPod>,
     /// The resource's PodGroups, of both fleets and both schedulers that take them.
     pub pod_groups: Vec<ObservedPodGroup>,
-    /// The router Deployment's pods, when it exists.
-    pub router: Option<RouterStatus>,
+    /// The router Deployment, when it exists.
+    pub router: Option<ObservedRouter>,
     /// The API the resource's gang scheduler needs and the cluster does not serve.
     pub missing_scheduler_api: Option<SchedulerApi>,
     /// Pods created by an earlier pass have not all reached the watch cache yet: what is
@@ -280,25 +297,81 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
         };
     }
 
-    let desired = desired_state(resource, &assessment, observed.options);
+    let mut desired = desired_state(resource, &assessment, observed.options);
+    let mut rollout_problems = Vec::new();
+    let mut budget = |field: String, spec: (&IntOrString, &IntOrString), replicas: i32| match (
+        resolve_int_or_percent(spec.0, replicas, false),
+        resolve_int_or_percent(spec.1, replicas, true),
+    ) {
+        (Ok(max_unavailable), Ok(max_surge)) => Budget { max_unavailable, max_surge },
+        (Err(e), _) | (_, Err(e)) => {
+            let problem = format!("{field}: {e}");
+            if !rollout_problems.contains(&problem) {
+                rollout_problems.push(problem);
+            }
+            Budget { max_unavailable: 1, max_surge: 0 }
+        }
+    };
+    let service_rollout = &resource.spec.rollout;
+    let mut fleets = Vec::new();
+    for fleet in desired.fleets() {
+        let Some(fleet_spec) = fleet.role.fleet(&resource.spec) else { continue };
+        let pods: Vec<ObservedPod> = observed.pods.iter().filter(|p| p.role == fleet.role).cloned().collect();
+        let groups = group_replicas(&pods, fleet);
+        let own = &fleet_spec.rollout;
+        let in_place =
+            budget(format!("{}.rollout", fleet.role.field()), (&own.max_unavailable, &own.max_surge), fleet.replicas);
+        let coherent = budget(
+            "spec.rollout".into(),
+            (&service_rollout.max_unavailable, &service_rollout.max_surge),
+            fleet.replicas,
+        );
+        fleets.push((fleet, pods, groups, in_place, coherent));
+    }
+    let inputs: Vec<FleetInput<'_>> = fleets
+        .iter()
+        .map(|(fleet, _, groups, in_place, coherent)| FleetInput {
+            role: fleet.role,
+            replicas: fleet.replicas,
+            revision: &fleet.revision,
+            observed: &groups.replicas,
+            in_place: *in_place,
+            coherent: *coherent,
+        })
+        .collect();
+    let startup_timeout = fleets
+        .iter()
+        .filter_map(|(fleet, ..)| fleet.role.fleet(&resource.spec))
+        .map(|spec| u64::try_from(spec.startup_timeout_seconds).unwrap_or_default())
+        .max()
+        .unwrap_or_default();
+    let step = coherent::plan(&coherent::Input {
+        key: &desired.kv_compat,
+        fleets: &inputs,
+        router: desired.router.as_ref().map(|_| RouterInput {
+            key: observed.router.as_ref().map(|r| r.key.as_str()),
+            settled: observed.router.as_ref().is_some_and(|r| r.settled),
+        }),
+        previous: previous.and_then(|p| p.rollout.as_ref()),
+        now: observed.now,
+        abort_after: Duration::from_secs(2 * startup_timeout),
+    });
     let mut delete = Vec::new();
     let mut create = Vec::new();
     let mut pod_groups = Vec::new();
     let mut stale_pod_groups = Vec::new();
     let mut progress = Vec::new();
     let mut statuses = Vec::new();
-    let mut rollout_problems = Vec::new();
     let mut failures = Vec::new();
     let mut degraded = Vec::new();
     let mut wait: Option<Duration> = None;
-    for fleet in desired.fleets() {
-        let Some(fleet_spec) = fleet.role.fleet(&resource.spec) else { continue };
-        let plan = plan_fleet(observed, fleet, &fleet_spec.rollout);
-        delete.extend(plan.delete);
-        create.extend(plan.create);
-        failures.extend(plan.failures.iter().map(|failure| format!("{}: {failure}", fleet.role.field())));
-        if let Some(recovery) = plan.recovery.as_ref().filter(|r| recovery::keeps_failing(r)) {
-            let next = match plan.wait {
+    for ((fleet, pods, groups, ..), plan) in fleets.iter().zip(step.plans) {
+        let fleet_plan = plan_fleet(observed, fleet, pods, groups, plan, step.route.as_deref());
+        delete.extend(fleet_plan.delete);
+        create.extend(fleet_plan.create);
+        failures.extend(fleet_plan.failures.iter().map(|failure| format!("{}: {failure}", fleet.role.field())));
+        if let Some(recovery) = fleet_plan.recovery.as_ref().filter(|r| recovery::keeps_failing(r)) {
+            let next = match fleet_plan.wait {
                 Some(left) => format!("its replacements wait {}s", left.as_secs().max(1)),
                 None => "its replacements are being made again".to_string(),
             };
@@ -310,14 +383,16 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
                 recovery.last_reason,
             ));
         }
-        if let Some(left) = plan.wait {
+        if let Some(left) = fleet_plan.wait {
             wait = Some(wait.map_or(left, |w| w.min(left)));
         }
-        pod_groups.extend(plan.pod_groups);
-        stale_pod_groups.extend(plan.stale_pod_groups);
-        progress.push(FleetProgress { role: fleet.role, desired: fleet.replicas, counts: plan.counts });
-        statuses.push(plan.status);
-        rollout_problems.extend(plan.rollout_problem);
+        pod_groups.extend(fleet_plan.pod_groups);
+        stale_pod_groups.extend(fleet_plan.stale_pod_groups);
+        progress.push(FleetProgress { role: fleet.role, desired: fleet.replicas, counts: fleet_plan.counts });
+        statuses.push(fleet_plan.status);
+    }
+    if let (Some(router), Some(route)) = (desired.router.as_mut(), &step.route) {
+        router.select(route);
     }
     // Pods of a fleet no longer wanted (spec.prefill removed) go.
     delete.extend(
@@ -333,6 +408,13 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
         }
     });
     let mut decided = status::resolved(&assessment, &source, &progress, router.as_ref(), rollout_problem.as_deref());
+    let rollout_phase = step.rollout.as_ref().map(|r| r.phase);
+    if let Some(rollout) = &step.rollout
+        && let Some(progressing) = coherent::progressing(rollout, Duration::from_secs(2 * startup_timeout))
+        && (rollout.phase == RolloutPhase::Aborted || rollout_problem.is_none())
+    {
+        decided.progressing = progressing;
+    }
     decided.degraded = match degraded.is_empty() {
         true => {
             let message = format!(
@@ -350,6 +432,8 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
         prefill: statuses.next(),
         endpoint: desired.router.as_ref().map(|r| r.endpoint.clone()),
         router,
+        kv_compat: Some(desired.kv_compat.clone()),
+        rollout: step.rollout,
     };
 
     let mut announcements = Announcement::rewrites(previous, &assessment);
@@ -371,6 +455,10 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
             recorded,
         });
     }
+    if rollout_phase == Some(RolloutPhase::Aborted) {
+        let progressing = &decided.progressing;
+        announcements.push(Announcement::warning(previous, &progressing.reason, &progressing.message));
+    }
     if let Some(problem) = &rollout_problem {
         let recorded = previous.is_some_and(|s| {
             s.conditions.iter().any(|c| c.reason == "InvalidRollout" && c.message.starts_with(problem.as_str()))
@@ -383,12 +471,15 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
             recorded,
         });
     }
+    let rolling = rollout_phase.is_some_and(|p| !matches!(p, RolloutPhase::Complete | RolloutPhase::Aborted));
     let next = if observed.settling {
         SETTLE_REQUEUE
     } else if let Some(wait) = wait {
-        // Look again when the backoff ends, not before.
+        // Look again when the backoff ends, not before; a rollout between keys is still looked
+        // at as often as any rollout.
+        let wait = if rolling { wait.min(ROLLOUT_REQUEUE) } else { wait };
         wait.max(SETTLE_REQUEUE)
-    } else if create.is_empty() && delete.is_empty() && decided.ready.status == "True" {
+    } else if create.is_empty() && delete.is_empty() && decided.ready.status == "True" && !rolling {
         RESYNC
     } else {
         ROLLOUT_REQUEUE
@@ -406,8 +497,8 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
     }
 }
 
-/// What one fleet's pass does: pods to delete and create, PodGroups to apply and delete, its
-/// counts and status, and why its rollout settings could not be used.
+/// What one fleet's pass does: pods to delete and create, PodGroups to apply and delete, and
+/// its counts and status.
 struct FleetPlan {
     delete: Vec<String>,
     create: Vec<Pod>,
@@ -420,28 +511,25 @@ struct FleetPlan {
     stale_pod_groups: Vec<ObservedPodGroup>,
     counts: status::PodCounts,
     status: FleetStatus,
-    rollout_problem: Option<String>,
 }
 
-/// Plans one fleet from its observed pods: broken replicas go, the rollout planner replaces and
-/// scales, and while created pods are settling nothing is created or deleted.
-fn plan_fleet(observed: &Observed<'_>, fleet: &Fleet, rollout_spec: &RolloutSpec) -> FleetPlan {
-    let pods: Vec<ObservedPod> = observed.pods.iter().filter(|p| p.role == fleet.role).cloned().collect();
-    let (max_unavailable, max_surge, rollout_problem) = match (
-        resolve_int_or_percent(&rollout_spec.max_unavailable, fleet.replicas, false),
-        resolve_int_or_percent(&rollout_spec.max_surge, fleet.replicas, true),
-    ) {
-        (Ok(u), Ok(s)) => (u, s, None),
-        (Err(e), _) | (_, Err(e)) => (1, 0, Some(format!("{}.rollout: {e}", fleet.role.field()))),
-    };
-    let groups = group_replicas(&pods, fleet);
-    let mut plan = if observed.settling {
-        rollout::Plan::default()
-    } else {
-        rollout::plan(&groups.replicas, &fleet.revision, fleet.replicas, max_unavailable, max_surge)
-    };
+/// Carries one fleet's step out on its pods: broken replicas go and are counted as failures, the
+/// planned replicas are deleted and created whole (creations wait while the fleet's recovery
+/// backs off), and while created pods are settling nothing is created or deleted. The status
+/// counts what stays; `route` is the key the router selects, whose ready replicas serve.
+fn plan_fleet(
+    observed: &Observed<'_>,
+    fleet: &Fleet,
+    pods: &[ObservedPod],
+    groups: &Groups,
+    plan: rollout::Plan,
+    route: Option<&str>,
+) -> FleetPlan {
+    let settling = observed.settling;
+    // While created pods are settling, nothing is created or deleted.
+    let mut plan = if settling { rollout::Plan::default() } else { plan };
     // Broken replicas are torn down in this pass, unless settling: then they are failures.
-    let failures = if observed.settling { Vec::new() } else { groups.failures.clone() };
+    let failures = if settling { Vec::new() } else { groups.failures.clone() };
     let status = observed.resource.status.as_ref();
     let previous = status.and_then(|s| fleet_status(s, fleet.role)).and_then(|f| f.recovery.as_ref());
     let recovery = recovery::update(previous, &failures, observed.now);
@@ -452,17 +540,17 @@ fn plan_fleet(observed: &Observed<'_>, fleet: &Fleet, rollout_spec: &RolloutSpec
     // The status counts only replicas that exist and stay: it never claims one being deleted or
     // not yet created (their watch events bring the next count), so readers never see more
     // than is true.
-    let counts = count_staying(&groups.replicas, &plan, &fleet.revision);
+    let counts = count_staying(&groups.replicas, &plan, &fleet.revision, route);
     let status = FleetStatus {
         desired_replicas: fleet.replicas,
         replicas: counts.total,
         ready_replicas: counts.ready_updated,
         updated_replicas: counts.updated,
         selector: fleet.selector.clone(),
-        endpoints: endpoints(&pods, &groups.replicas, &plan, fleet),
+        endpoints: endpoints(pods, &groups.replicas, &plan, fleet, route),
         recovery: recovery.clone(),
     };
-    let mut delete = if observed.settling { Vec::new() } else { groups.broken };
+    let mut delete = if settling { Vec::new() } else { groups.broken.clone() };
     for replica in &plan.delete {
         delete.extend(
             pods.iter().filter(|p| !p.terminating && p.replica.to_string() == *replica).map(|p| p.name.clone()),
@@ -470,18 +558,7 @@ fn plan_fleet(observed: &Observed<'_>, fleet: &Fleet, rollout_spec: &RolloutSpec
     }
     let create = plan.create.iter().flat_map(|replica| fleet.replica(*replica)).collect();
     let (pod_groups, stale_pod_groups) = plan_pod_groups(observed, fleet, &groups.replicas, &plan);
-    FleetPlan {
-        delete,
-        create,
-        pod_groups,
-        stale_pod_groups,
-        counts,
-        status,
-        rollout_problem,
-        failures,
-        recovery,
-        wait,
-    }
+    FleetPlan { delete, create, failures, recovery, wait, pod_groups, stale_pod_groups, counts, status }
 }
 
 /// A fleet's status.
@@ -621,6 +698,7 @@ fn group_replicas(pods: &[ObservedPod], desired: &Fleet) -> Groups {
     for (replica, members) in by_replica {
         let live: Vec<&&ObservedPod> = members.iter().filter(|p| !p.terminating).collect();
         let revision = live.first().map_or_else(String::new, |p| p.revision.clone());
+        let key = live.first().map_or_else(String::new, |p| p.key.clone());
         let mixed = live.iter().any(|p| p.revision != revision);
         let incomplete = revision == desired.revision && live.len() < nodes;
         let broken =
@@ -634,6 +712,7 @@ fn group_replicas(pods: &[ObservedPod], desired: &Fleet) -> Groups {
             name: replica.to_string(),
             ordinal: replica,
             revision,
+            key,
             ready: !broken && !live.is_empty() && live.iter().all(|p| p.ready),
             terminating: broken || live.is_empty(),
         });
@@ -641,8 +720,14 @@ fn group_replicas(pods: &[ObservedPod], desired: &Fleet) -> Groups {
     groups
 }
 
-/// Replica counts of the replicas that exist, are not terminating and stay after the plan.
-fn count_staying(replicas: &[ObservedReplica], plan: &rollout::Plan, revision: &str) -> status::PodCounts {
+/// Replica counts of the replicas that exist, are not terminating and stay after the plan;
+/// `route` is the key the router selects.
+fn count_staying(
+    replicas: &[ObservedReplica],
+    plan: &rollout::Plan,
+    revision: &str,
+    route: Option<&str>,
+) -> status::PodCounts {
     let staying: Vec<&ObservedReplica> =
         replicas.iter().filter(|r| !r.terminating && !plan.delete.contains(&r.name)).collect();
     let updated = || staying.iter().filter(|r| r.revision == revision);
@@ -650,14 +735,23 @@ fn count_staying(replicas: &[ObservedReplica], plan: &rollout::Plan, revision: &
         total: staying.len() as i32,
         updated: updated().count() as i32,
         ready_updated: updated().filter(|r| r.ready).count() as i32,
+        serving: staying.iter().filter(|r| r.ready && route.is_none_or(|key| r.key == key)).count() as i32,
     }
 }
 
-/// The rank-0 URLs of the ready replicas that stay, for a router.
-fn endpoints(pods: &[ObservedPod], replicas: &[ObservedReplica], plan: &rollout::Plan, desired: &Fleet) -> Vec<String> {
+/// The rank-0 URLs of the ready replicas that stay, of the key the router selects (`route`), if
+/// there is a router: the servers it sends requests to.
+fn endpoints(
+    pods: &[ObservedPod],
+    replicas: &[ObservedReplica],
+    plan: &rollout::Plan,
+    desired: &Fleet,
+    route: Option<&str>,
+) -> Vec<String> {
     let mut urls: Vec<String> = replicas
         .iter()
         .filter(|r| r.ready && !r.terminating && !plan.delete.contains(&r.name))
+        .filter(|r| route.is_none_or(|key| r.key == key))
         .filter_map(|r| {
             let leader = pods.iter().find(|p| p.replica == r.ordinal && p.rank == 0 && !p.terminating)?;
             Some(desired.endpoint_of(&leader.name))
@@ -673,6 +767,7 @@ mod tests {
 
     use super::*;
     use crate::api::InferenceDeploymentSpec;
+    use crate::controller::desired::LABEL_KV_COMPAT;
 
     fn resource(decode: serde_json::Value) -> InferenceDeployment {
         let spec: InferenceDeploymentSpec = serde_json::from_value(json!({
@@ -729,6 +824,7 @@ mod tests {
             replica,
             rank,
             revision: revision.into(),
+            key: String::new(),
             ready,
             containers_ready: ready,
             group_ready: None,
@@ -740,23 +836,27 @@ mod tests {
 
     #[test]
     fn status_counts_only_replicas_that_exist_and_stay() {
-        let pod = |name: &str, revision: &str, ready: bool, terminating: bool| ObservedReplica {
+        let pod = |name: &str, revision: &str, key: &str, ready: bool, terminating: bool| ObservedReplica {
             name: name.into(),
             ordinal: name.len() as u32,
             revision: revision.into(),
+            key: key.into(),
             ready,
             terminating,
         };
         let observed = [
-            pod("a", "new", true, false),
-            pod("bb", "new", true, true),
-            pod("ccc", "old", true, false),
-            pod("dddd", "new", false, false),
-            pod("eeeee", "new", true, false),
+            pod("a", "new", "k1", true, false),
+            pod("bb", "new", "k1", true, true),
+            pod("ccc", "old", "k1", true, false),
+            pod("dddd", "new", "k2", false, false),
+            pod("eeeee", "new", "k1", true, false),
         ];
         let plan = rollout::Plan { create: vec![7, 8], delete: vec!["eeeee".into()] };
-        let counts = count_staying(&observed, &plan, "new");
-        assert_eq!(counts, status::PodCounts { total: 3, updated: 2, ready_updated: 1 });
+        let counts = count_staying(&observed, &plan, "new", None);
+        assert_eq!(counts, status::PodCounts { total: 3, updated: 2, ready_updated: 1, serving: 2 });
+        let routed = count_staying(&observed, &plan, "new", Some("k1"));
+        assert_eq!(routed.serving, 2, "the router's key's ready replicas serve, whatever their revision");
+        assert_eq!(count_staying(&observed, &plan, "new", Some("k2")).serving, 0);
     }
 
     #[test]
@@ -984,5 +1084,159 @@ mod tests {
         assert_eq!(settings.reason, "K1");
         assert!(settings.message.contains("spec.decode.tensorParallel"), "{}", settings.message);
         assert_eq!(decision.announcements.len(), 1);
+    }
+
+    /// A PD service of one prefill and one decode replica, each a group of two pods.
+    fn multi_node_service() -> InferenceDeployment {
+        let mut service = resource(json!({"replicas": 1, "tensorParallel": 4, "nodesPerReplica": 2}));
+        service.spec.prefill =
+            Some(serde_json::from_value(json!({"replicas": 1, "tensorParallel": 2, "nodesPerReplica": 2})).unwrap());
+        service
+    }
+
+    fn decide_service(
+        resource: &InferenceDeployment,
+        pods: Vec<ObservedPod>,
+        router: (&str, bool),
+        now: i64,
+    ) -> Decision {
+        let options = RenderOptions::default();
+        let config = serde_json::Value::Object(resource.spec.model.config.inline.clone().unwrap());
+        let router = ObservedRouter { ready_replicas: 1, key: router.0.into(), settled: router.1 };
+        let now = Timestamp::from_second(now).unwrap();
+        let observed = Observed {
+            resource,
+            pods,
+            pod_groups: Vec::new(),
+            router: Some(router),
+            missing_scheduler_api: None,
+            settling: false,
+            options: &options,
+            now,
+        };
+        decide(&observed, Ok(ModelConfigs::target(config)))
+    }
+
+    /// The two ranks of replica `replica` of `role`, of `key`, with rank 1 ready or not.
+    fn group(role: FleetRole, replica: u32, key: &str, rank_one_ready: bool) -> Vec<ObservedPod> {
+        (0..2)
+            .map(|rank| ObservedPod {
+                name: format!("m-{}-{replica}-{rank}", role.as_str()),
+                role,
+                replica,
+                rank,
+                revision: format!("rev-{key}"),
+                key: key.into(),
+                ready: rank == 0 || rank_one_ready,
+                containers_ready: rank == 0 || rank_one_ready,
+                group_ready: None,
+                terminating: false,
+                failed: false,
+                termination: None,
+            })
+            .collect()
+    }
+
+    fn router_selects(decision: &Decision) -> String {
+        decision.desired.as_ref().unwrap().router.as_ref().unwrap().kv_compat.clone()
+    }
+
+    #[test]
+    fn a_new_key_moves_the_router_only_once_whole_groups_of_both_fleets_are_ready() {
+        let service = multi_node_service();
+        let old = || [group(FleetRole::Decode, 0, "old", true), group(FleetRole::Prefill, 0, "old", true)].concat();
+        let first = decide_service(&service, old(), ("old", true), 0);
+        let key = first.desired.as_ref().unwrap().kv_compat.clone();
+        let created: Vec<_> = first.create.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
+        assert_eq!(created, ["m-decode-1-0", "m-decode-1-1", "m-prefill-1-0", "m-prefill-1-1"], "whole groups");
+        assert!(first.create.iter().all(|p| p.metadata.labels.as_ref().unwrap()[LABEL_KV_COMPAT] == key));
+        assert!(first.delete.is_empty());
+        assert_eq!(router_selects(&first), "old");
+        let status = first.status.unwrap();
+        let rollout = status.rollout.unwrap();
+        assert_eq!((rollout.phase, rollout.from_key.as_deref()), (RolloutPhase::Surging, Some("old")));
+        assert_eq!(status.kv_compat.as_deref(), Some(key.as_str()));
+        let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!(ready.reason, "ServiceReady", "the old key serves meanwhile: {}", ready.message);
+        let progressing = status.conditions.iter().find(|c| c.type_ == "Progressing").unwrap();
+        assert_eq!(progressing.reason, "NewKeyStarting");
+
+        // A group with a rank not ready is no ready replica: the router stays.
+        let half = [old(), group(FleetRole::Decode, 1, &key, false), group(FleetRole::Prefill, 1, &key, true)].concat();
+        let waiting = decide_service(&service, half, ("old", true), 10);
+        assert_eq!(router_selects(&waiting), "old");
+        assert!(waiting.create.is_empty() && waiting.delete.is_empty());
+
+        let whole =
+            || [old(), group(FleetRole::Decode, 1, &key, true), group(FleetRole::Prefill, 1, &key, true)].concat();
+        let switch = decide_service(&service, whole(), ("old", true), 20);
+        assert_eq!(router_selects(&switch), key);
+        let deployment = &switch.desired.as_ref().unwrap().router.as_ref().unwrap().deployment;
+        assert_eq!(deployment.metadata.labels.as_ref().unwrap()[LABEL_KV_COMPAT], key);
+        assert!(switch.delete.is_empty(), "nothing goes while router pods of the old key may remain");
+
+        let retiring = decide_service(&service, whole(), (&key, true), 30);
+        let mut deleted = retiring.delete.clone();
+        deleted.sort();
+        assert_eq!(deleted, ["m-decode-0-0", "m-decode-0-1", "m-prefill-0-0", "m-prefill-0-1"], "whole groups go");
+        let status = retiring.status.unwrap();
+        assert_eq!(status.decode.unwrap().endpoints, ["http://m-decode-1-0.m-decode.ns.svc:30000"], "the router's key");
+    }
+
+    #[test]
+    fn an_aborted_rollout_is_announced_once_and_leaves_everything_as_it_is() {
+        let service = multi_node_service();
+        let old = [group(FleetRole::Decode, 0, "old", true), group(FleetRole::Prefill, 0, "old", true)].concat();
+        let first = decide_service(&service, old.clone(), ("old", true), 0);
+        let key = first.desired.as_ref().unwrap().kv_compat.clone();
+        let mut started = service.clone();
+        started.status = first.status;
+        let never = [old, group(FleetRole::Decode, 1, &key, false), group(FleetRole::Prefill, 1, &key, false)].concat();
+        // 2 × startupTimeoutSeconds (1800 s by default).
+        let late = decide_service(&started, never.clone(), ("old", true), 3601);
+        assert!(late.create.is_empty() && late.delete.is_empty());
+        assert_eq!(router_selects(&late), "old");
+        let status = late.status.unwrap();
+        let progressing = status.conditions.iter().find(|c| c.type_ == "Progressing").unwrap().clone();
+        assert_eq!((progressing.status.as_str(), progressing.reason.as_str()), ("False", "RolloutAborted"));
+        assert!(progressing.message.contains("(3600 s)"), "{}", progressing.message);
+        let warnings: Vec<_> = late.announcements.iter().filter(|a| a.reason == "RolloutAborted").collect();
+        assert_eq!(warnings.len(), 1);
+        assert!(!warnings[0].recorded);
+        started.status = Some(status);
+        let again = decide_service(&started, never, ("old", true), 3700);
+        let warned = again.announcements.iter().find(|a| a.reason == "RolloutAborted").unwrap();
+        assert!(warned.recorded, "announced once: the status records it");
+    }
+
+    #[test]
+    fn a_fleet_that_keeps_failing_holds_its_surge_while_the_rollout_between_keys_goes_on() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+        let mut service = multi_node_service();
+        let old = [group(FleetRole::Decode, 0, "old", true), group(FleetRole::Prefill, 0, "old", true)].concat();
+        let first = decide_service(&service, old.clone(), ("old", true), 0);
+        // Five decode failures in the last seconds: its replacements wait 20 s after the last.
+        let at = |second| Time(Timestamp::from_second(second).unwrap());
+        let mut status = first.status.unwrap();
+        status.decode.as_mut().unwrap().recovery = Some(RecoveryStatus {
+            failures: (45..50).map(at).collect(),
+            last_reason: "replica 9: rank 1 (m-decode-9-1) failed: OOMKilled (exit code 137)".into(),
+            retry_after: Some(at(69)),
+        });
+        service.status = Some(status);
+        let held = decide_service(&service, old, ("old", true), 50);
+        let created: Vec<_> = held.create.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
+        assert_eq!(created, ["m-prefill-1-0", "m-prefill-1-1"], "the decode surge waits out the backoff");
+        assert!(held.delete.is_empty());
+        assert!(matches!(held.next, Next::Requeue(ROLLOUT_REQUEUE)), "a rollout between keys is looked at again");
+        assert_eq!(held.group_readiness.len(), 4, "the readiness gates are still set");
+        assert!(held.group_readiness.iter().all(|g| g.ready));
+        assert_eq!(router_selects(&held), "old");
+        let status = held.status.unwrap();
+        assert_eq!(status.rollout.unwrap().phase, RolloutPhase::Surging);
+        let degraded = status.conditions.iter().find(|c| c.type_ == "Degraded").unwrap();
+        assert_eq!((degraded.status.as_str(), degraded.reason.as_str()), ("True", "ReplicasKeepFailing"));
+        assert!(degraded.message.contains("its replacements wait 19s"), "{}", degraded.message);
     }
 }

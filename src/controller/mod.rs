@@ -5,6 +5,7 @@
 //! the status of an InferenceDeployment is ever written, never its spec.
 
 pub mod applied;
+pub mod coherent;
 pub mod decide;
 pub mod desired;
 pub mod metrics;
@@ -18,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStatus};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition, PodStatus, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -31,13 +32,13 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::api::{GangScheduler, InferenceDeployment, RouterStatus};
+use crate::api::{GangScheduler, InferenceDeployment};
 use crate::source::{ClusterSource, SourceError};
 use applied::{AppliedBodies, ObjectKey, body_hash};
-use decide::{Announcement, Decision, GROUP_READY, Next, Observed, ObservedPod, ObservedPodGroup};
+use decide::{Announcement, Decision, GROUP_READY, Next, Observed, ObservedPod, ObservedPodGroup, ObservedRouter};
 use desired::{
-    CoschedulingPodGroup, FleetRole, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, PodGroup, RenderOptions,
-    VolcanoPodGroup, with_type_meta,
+    CoschedulingPodGroup, FleetRole, LABEL_KV_COMPAT, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, PodGroup,
+    RenderOptions, VolcanoPodGroup, with_type_meta,
 };
 use metrics::Metrics;
 
@@ -169,7 +170,7 @@ struct Reconciler {
     roles: Kept<Role>,
     role_bindings: Kept<RoleBinding>,
     disruption_budgets: Kept<PodDisruptionBudget>,
-    /// Router Deployments, trimmed by [`trim_deployment`] to metadata and ready counts.
+    /// Router Deployments, trimmed by [`trim_deployment`] to metadata, their key and rollout.
     deployments: Kept<Deployment, Deployment>,
     /// The replicas' PodGroups of Volcano and of scheduler-plugins, trimmed by
     /// [`trim_pod_group`].
@@ -213,12 +214,22 @@ fn trim_pod_group<K>(group: &mut PartialObjectMeta<K>) {
     group.metadata.labels = labels;
 }
 
-/// Keeps of a router Deployment its metadata as [`trim_kept`] does and its ready count.
+/// Keeps of a router Deployment its metadata as [`trim_kept`] does, the key it selects, its
+/// replicas and how far its rollout is.
 fn trim_deployment(deployment: &mut Deployment) {
-    let ready = deployment.status.as_ref().and_then(|s| s.ready_replicas);
+    let key = deployment.metadata.labels.as_ref().and_then(|labels| labels.get(LABEL_KV_COMPAT)).cloned();
     trim_kept_meta(&mut deployment.metadata);
-    deployment.spec = None;
-    deployment.status = Some(DeploymentStatus { ready_replicas: ready, ..DeploymentStatus::default() });
+    deployment.metadata.labels = key.map(|key| [(LABEL_KV_COMPAT.to_string(), key)].into());
+    deployment.spec =
+        deployment.spec.take().map(|spec| DeploymentSpec { replicas: spec.replicas, ..DeploymentSpec::default() });
+    deployment.status = deployment.status.take().map(|status| DeploymentStatus {
+        observed_generation: status.observed_generation,
+        replicas: status.replicas,
+        updated_replicas: status.updated_replicas,
+        ready_replicas: status.ready_replicas,
+        terminating_replicas: status.terminating_replicas,
+        ..DeploymentStatus::default()
+    });
 }
 
 /// Drops everything of a pod the controller never reads, before it reaches the cache: with
@@ -229,7 +240,8 @@ fn trim_pod(pod: &mut Pod) {
     let group_ready = condition(pod, GROUP_READY);
     let failed = is_failed(pod);
     let ended = termination(pod);
-    let read = [desired::LABEL_INSTANCE, desired::LABEL_NAME, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION];
+    let read =
+        [desired::LABEL_INSTANCE, desired::LABEL_NAME, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, LABEL_KV_COMPAT];
     if let Some(labels) = pod.metadata.labels.as_mut() {
         labels.retain(|key, _| read.contains(&key.as_str()));
     }
@@ -743,14 +755,11 @@ impl Reconciler {
             .collect()
     }
 
-    /// The router Deployment's ready pods, as its watch cache holds it.
-    fn router_status(&self, namespace: &str, resource: &InferenceDeployment) -> Option<RouterStatus> {
+    /// The router Deployment as its watch cache holds it.
+    fn router_status(&self, namespace: &str, resource: &InferenceDeployment) -> Option<ObservedRouter> {
         let name = desired::router_name(&resource.name_any());
         let deployment = self.deployments.cache.get(&ObjectRef::new(&name).within(namespace))?;
-        Some(RouterStatus {
-            replicas: 0,
-            ready_replicas: deployment.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0),
-        })
+        Some(observe_router(&deployment))
     }
 
     /// Whether pods the last pass created for `resource` are still missing from `observed`
@@ -837,6 +846,22 @@ where
     }
 }
 
+/// A router Deployment as the planner reads it: settled once the Deployment controller has seen
+/// its current spec and every pod runs it, none of an earlier template left or terminating.
+fn observe_router(deployment: &Deployment) -> ObservedRouter {
+    let status = deployment.status.clone().unwrap_or_default();
+    let wanted = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let seen = status.observed_generation.is_some_and(|seen| Some(seen) >= deployment.metadata.generation);
+    ObservedRouter {
+        ready_replicas: status.ready_replicas.unwrap_or(0),
+        key: deployment.metadata.labels.as_ref().and_then(|l| l.get(LABEL_KV_COMPAT)).cloned().unwrap_or_default(),
+        settled: seen
+            && status.updated_replicas.unwrap_or(0) == wanted
+            && status.replicas.unwrap_or(0) == wanted
+            && status.terminating_replicas.unwrap_or(0) == 0,
+    }
+}
+
 /// The resource's server pods as the watch cache holds them.
 fn observe_pods(cached: &Store<Pod>, namespace: &str, resource: &InferenceDeployment) -> Vec<ObservedPod> {
     let name = resource.name_any();
@@ -856,6 +881,7 @@ fn observe_pods(cached: &Store<Pod>, namespace: &str, resource: &InferenceDeploy
                 replica: labels.get(LABEL_ORDINAL)?.parse().ok()?,
                 rank: labels.get(LABEL_RANK).and_then(|r| r.parse().ok()).unwrap_or(0),
                 revision: labels.get(LABEL_REVISION).cloned().unwrap_or_default(),
+                key: labels.get(LABEL_KV_COMPAT).cloned().unwrap_or_default(),
                 ready: condition(pod, "Ready") == Some(true),
                 containers_ready: condition(pod, "ContainersReady") == Some(true),
                 group_ready: condition(pod, GROUP_READY),

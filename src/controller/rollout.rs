@@ -5,12 +5,14 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-/// A decode replica (one pod, or a group of ranks) as the planner sees it.
+/// A replica (one pod, or a group of ranks) as the planner sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObservedReplica {
     pub name: String,
     pub ordinal: u32,
     pub revision: String,
+    /// Its KV compatibility key (empty for pods from before kvpilot labelled keys).
+    pub key: String,
     pub ready: bool,
     /// Being deleted: counts for nothing but keeps its name (and ordinal) taken.
     pub terminating: bool,
@@ -97,7 +99,14 @@ mod tests {
     use proptest::prelude::*;
 
     fn pod(ordinal: u32, revision: &str, ready: bool) -> ObservedReplica {
-        ObservedReplica { name: format!("p-{ordinal}"), ordinal, revision: revision.into(), ready, terminating: false }
+        ObservedReplica {
+            name: format!("p-{ordinal}"),
+            ordinal,
+            revision: revision.into(),
+            key: String::new(),
+            ready,
+            terminating: false,
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::desired::{FleetRole, resources};
 use crate::api::{
     CONDITION_DEGRADED, CONDITION_MODEL_RESOLVED, CONDITION_PROGRESSING, CONDITION_READY, CONDITION_SETTINGS_VALID,
-    FleetStatus, InferenceDeploymentSpec, InferenceDeploymentStatus, RouterStatus, SglangStatus,
+    FleetStatus, InferenceDeploymentSpec, InferenceDeploymentStatus, RolloutStatus, RouterStatus, SglangStatus,
 };
 use crate::policy::{Assessment, Outcome};
 use crate::release::ReleaseChoice;
@@ -116,6 +116,9 @@ pub struct PodCounts {
     pub updated: i32,
     /// Ready replicas of the current revision.
     pub ready_updated: i32,
+    /// Ready replicas the router selects (of its key, any revision); without a router, every
+    /// ready replica.
+    pub serving: i32,
 }
 
 /// One fleet's desired replicas and counts, for the conditions.
@@ -145,6 +148,8 @@ pub struct Workloads {
     pub prefill: Option<FleetStatus>,
     pub router: Option<RouterStatus>,
     pub endpoint: Option<String>,
+    pub kv_compat: Option<String>,
+    pub rollout: Option<RolloutStatus>,
 }
 
 /// Ready: without a router, every replica of every fleet is ready at the current revision; with
@@ -153,7 +158,7 @@ fn readiness(fleets: &[FleetProgress], router: Option<&RouterStatus>) -> Decided
     let counted =
         |f: &FleetProgress| format!("{}/{} {} replicas ready", f.counts.ready_updated, f.desired, f.role.as_str());
     if let Some(router) = router {
-        let serving = router.ready_replicas >= 1 && fleets.iter().all(|f| f.counts.ready_updated >= 1);
+        let serving = router.ready_replicas >= 1 && fleets.iter().all(|f| f.counts.serving >= 1);
         let mut parts = vec![format!("{}/{} router pods ready", router.ready_replicas, router.replicas)];
         parts.extend(fleets.iter().map(counted));
         let message = parts.join(", ");
@@ -356,6 +361,8 @@ pub fn status(
             prefill: p.prefill.clone(),
             router: p.router.clone(),
             endpoint: p.endpoint.clone(),
+            kv_compat: p.kv_compat.clone(),
+            rollout: p.rollout.clone(),
         })
     });
     let previous_conditions = previous.map(|s| s.conditions.as_slice()).unwrap_or_default();
@@ -371,6 +378,8 @@ pub fn status(
         router: workloads.router,
         endpoint: workloads.endpoint,
         sglang: assessment.map(|a| sglang_status(&a.release)),
+        kv_compat: workloads.kv_compat,
+        rollout: workloads.rollout,
         warnings,
     }
 }
@@ -397,7 +406,7 @@ mod tests {
         let fleet = |role, desired, ready| FleetProgress {
             role,
             desired,
-            counts: PodCounts { total: desired, updated: desired, ready_updated: ready },
+            counts: PodCounts { total: desired, updated: desired, ready_updated: ready, serving: ready },
         };
         let fleets = [fleet(FleetRole::Decode, 4, 1), fleet(FleetRole::Prefill, 2, 1)];
         let router = RouterStatus { replicas: 1, ready_replicas: 1 };

@@ -82,7 +82,7 @@ mod tests {
     use super::*;
     use crate::api::{InferenceDeployment, PrefillSpec};
     use crate::release::ReleaseChoice;
-    use crate::sglang::cmdline::{Arg, ArgList, ArgSite};
+    use crate::sglang::cmdline::Arg;
 
     fn spec() -> InferenceDeploymentSpec {
         let text = include_str!("../../examples/gpt-oss-20b-hybrid-swa.yaml");
@@ -95,16 +95,7 @@ mod tests {
     }
 
     fn read_back(args: &[String]) -> ServerSettings {
-        let args: Vec<Arg> = args
-            .iter()
-            .enumerate()
-            .map(|(index, text)| Arg {
-                text: text.clone(),
-                site: ArgSite::Item { list: ArgList::Args, index },
-                expands: false,
-            })
-            .collect();
-        let parsed = flags::read(&args, crate::sglang::server_cli::for_release(Release::newest_known()));
+        let parsed = flags::read(&Arg::items(args), crate::sglang::server_cli::for_release(Release::newest_known()));
         assert_eq!(parsed.warnings, Vec::<String>::new());
         parsed.settings
     }

@@ -46,6 +46,22 @@ pub struct Arg {
     pub expands: bool,
 }
 
+impl Arg {
+    /// `texts` as the items of a container's `args`, as the kubelet hands them over: `$(VAR)`
+    /// references are expanded from an environment not seen here.
+    pub fn items(texts: &[String]) -> Vec<Arg> {
+        texts
+            .iter()
+            .enumerate()
+            .map(|(index, text)| Arg {
+                text: text.clone(),
+                site: ArgSite::Item { list: ArgList::Args, index },
+                expands: text.contains("$("),
+            })
+            .collect()
+    }
+}
+
 /// The program an invocation runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Entry {

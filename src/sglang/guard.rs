@@ -657,6 +657,7 @@ pub fn check(server: &Server, configs: &ModelConfigs, rewrite: bool) -> Result<S
         },
         prefill: server.paired_prefill.clone().map(Box::new),
         router: None,
+        rollout: Default::default(),
         sglang: None,
         cache: None,
         scheduling: None,

@@ -13,6 +13,8 @@
 //! - [`server_cli`]: every option of each release's server parser (`server_cli.tsv`), and an argv
 //!   read as that release's argparse reads it, with its refusals in argparse's words;
 //! - [`workload`]: where containers sit in each workload kind (patches merged), with JSON paths;
+//! - [`kv_compat`]: the KV compatibility key, which settings of both sides decide whether a
+//!   prefill and a decode server pair;
 //! - [`guard`]: object → servers → verdicts → JSON patch, pure; the CLI and the webhook drive it;
 //! - [`server`]: the decode server's own flags (port, ranks, …), what `extraArgs` may not set, and
 //!   [`server::assess`], the verdict every entry point decides with.
@@ -21,6 +23,7 @@ pub mod args;
 pub mod cmdline;
 pub mod flags;
 pub mod guard;
+pub mod kv_compat;
 pub mod server;
 pub mod server_cli;
 pub mod workload;

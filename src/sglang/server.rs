@@ -1100,11 +1100,12 @@ mod tests {
         let small = json!({"offload": true, "capacity": "1Gi", "hostPoolSize": "512Mi"});
         assert_eq!(with_cache(small, |_| {}), [("K6", "spec.cache.hostPoolSize")]);
         let sized = json!({"offload": true, "capacity": "1Gi", "hostPoolSize": "8G"});
-        assert_eq!(
-            with_cache(sized, |_| {}),
-            [("K6", "spec.decode.resources")],
-            "1.5Gi is no whole number of bytes to add the host pool to"
-        );
+        assert_eq!(with_cache(sized.clone(), |_| {}), [], "1.5Gi is read as the API server reads it");
+        let unreadable = |s: &mut InferenceDeploymentSpec| {
+            let memory = json!({"limits": {"memory": "64 gigs"}});
+            s.decode.resources = Some(serde_json::from_value(memory).unwrap());
+        };
+        assert_eq!(with_cache(sized, unreadable), [("K6", "spec.decode.resources")]);
     }
 
     #[test]

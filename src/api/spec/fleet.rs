@@ -149,7 +149,8 @@ pub struct FleetSpec {
     /// Priority class of the pods.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub priority_class_name: Option<String>,
-    /// How pods of an old revision are replaced.
+    /// How pods of an old revision are replaced when the change keeps the KV compatibility key
+    /// (a change of key follows spec.rollout).
     pub rollout: RolloutSpec,
 }
 

@@ -10,6 +10,7 @@ mod config_source;
 mod disaggregation;
 mod fleet;
 mod model;
+mod rollout;
 mod router;
 mod scheduling;
 
@@ -21,6 +22,7 @@ pub use config_source::*;
 pub use disaggregation::*;
 pub use fleet::*;
 pub use model::*;
+pub use rollout::*;
 pub use router::*;
 pub use scheduling::*;
 
@@ -60,6 +62,7 @@ use super::status::InferenceDeploymentStatus;
     printcolumn(name = "Desired", type_ = "integer", json_path = ".spec.decode.replicas"),
     printcolumn(name = "Prefill", type_ = "integer", json_path = ".status.prefill.readyReplicas", priority = "1"),
     printcolumn(name = "Endpoint", type_ = "string", json_path = ".status.endpoint", priority = "1"),
+    printcolumn(name = "Rollout", type_ = "string", json_path = ".status.rollout.phase", priority = "1"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -95,6 +98,11 @@ pub struct InferenceDeploymentSpec {
     /// finds the prefill and decode servers by label and sends each request to a pair.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub router: Option<Box<RouterSpec>>,
+    /// How a change of what prefill and decode exchange (the KV compatibility key) rolls out
+    /// across both fleets and the router; a change that keeps the key rolls each fleet in place
+    /// by its own `rollout`.
+    #[serde(default)]
+    pub rollout: ServiceRolloutSpec,
     /// The SGLang release the fleets run; its rules and model classification apply.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sglang: Option<SglangSpec>,

@@ -13,8 +13,8 @@ use super::pod::server_pod_template;
 use super::pod_group::{Gang, PodGroup};
 use super::service::headless_service;
 use super::{
-    FleetRole, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, RenderOptions, managed_labels, owned_meta, pod_name,
-    replica_name, selector_labels, service_name,
+    FleetRole, LABEL_KV_COMPAT, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, RenderOptions, managed_labels, owned_meta,
+    pod_name, replica_name, selector_labels, service_name, stable_hash,
 };
 use crate::api::{FleetSpec, GangScheduler, InferenceDeployment};
 use crate::policy::Assessment;
@@ -51,19 +51,15 @@ pub struct Fleet {
     owner: OwnerReference,
 }
 
-/// 64-bit FNV-1a: a stable hash (the standard library's is not stable across releases), the
-/// family Kubernetes uses for pod-template hashes.
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3))
-}
-
-/// The `role` fleet of `resource` as `fleet` (its spec.decode or spec.prefill) describes it.
+/// The `role` fleet of `resource` as `fleet` (its spec.decode or spec.prefill) describes it, its
+/// pods labelled with the KV compatibility key `kv_compat`.
 pub(super) fn render_fleet(
     resource: &InferenceDeployment,
     assessment: &Assessment,
     options: &RenderOptions,
     role: FleetRole,
     fleet: &FleetSpec,
+    kv_compat: &str,
     owner: &OwnerReference,
 ) -> Fleet {
     let name = resource.metadata.name.clone().unwrap_or_default();
@@ -83,16 +79,17 @@ pub(super) fn render_fleet(
         owner,
         (replicas, nodes_per_replica, fleet.max_unavailable),
     );
-    let template = server_pod_template(resource, assessment, options, role, fleet, managed_labels(&selector), owner);
+    let mut labels = managed_labels(&selector);
+    labels.insert(LABEL_KV_COMPAT.into(), kv_compat.into());
+    let template = server_pod_template(resource, assessment, options, role, fleet, labels, owner);
     let gang = Gang::new(&resource.spec, fleet, &template, nodes_per_replica);
     let group_topology_key = resource.spec.placement.as_ref().and_then(|p| p.group_topology_key.clone());
     // What each replica adds to the template is decided here, once per revision: hashed with it.
-    let hashed = format!(
+    let revision = stable_hash(&format!(
         "{}\n{nodes_per_replica}\n{}\n{group_topology_key:?}",
         serde_json::to_string(&template).unwrap_or_default(),
         serde_json::to_string(&gang).unwrap_or_default()
-    );
-    let revision = format!("{:016x}", fnv1a(hashed.as_bytes()))[..10].to_string();
+    ));
     let selector = selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
     Fleet {
         role,

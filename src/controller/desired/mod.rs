@@ -48,6 +48,7 @@ use crate::policy::Assessment;
 use crate::release::ReleaseChoice;
 use crate::runtime::LogFormat;
 pub use crate::sglang::server::FleetRole;
+use crate::sglang::{kv_compat, server};
 
 /// Label: what the pods are.
 pub const LABEL_NAME: &str = "app.kubernetes.io/name";
@@ -61,6 +62,9 @@ pub const LABEL_REVISION: &str = "kvpilot.dev/revision";
 pub const LABEL_ORDINAL: &str = "kvpilot.dev/ordinal";
 /// Label: the pod's rank within its replica (0 for single-pod replicas).
 pub const LABEL_RANK: &str = "kvpilot.dev/rank";
+/// Label: the KV compatibility key of a server pod (which servers it can exchange KV with), and on
+/// the router's Deployment and pods the key whose servers the router selects.
+pub const LABEL_KV_COMPAT: &str = "kvpilot.dev/kv-compat";
 /// The readiness gate every server pod carries: the controller sets it True on every rank of a
 /// replica while each of them is ready, False on all as soon as one is not, so that Services,
 /// the router and disruption budgets count a replica as one unit.
@@ -109,8 +113,12 @@ pub struct Desired {
     pub decode: Fleet,
     /// The prefill fleet, with `spec.prefill`.
     pub prefill: Option<Fleet>,
-    /// The router, with `spec.prefill` unless `spec.router.enabled` is false.
+    /// The router, with `spec.prefill` unless `spec.router.enabled` is false, selecting the
+    /// servers of `kv_compat` (the controller points it at another key while a rollout between
+    /// keys has not reached the new one: [`Router::select`]).
     pub router: Option<Router>,
+    /// The KV compatibility key of the servers (label [`LABEL_KV_COMPAT`]).
+    pub kv_compat: String,
 }
 
 /// Renders what should exist for `resource` given its (non-rejected) assessment.
@@ -118,14 +126,45 @@ pub fn desired_state(resource: &InferenceDeployment, assessment: &Assessment, op
     let spec = &resource.spec;
     let owner = owner_reference(resource);
     let config_map = config_map::config_map(resource, assessment, &owner);
+    let kv_compat = kv_compat(resource, assessment, options);
     let fleet = |role: FleetRole| {
-        role.fleet(spec).map(|fleet_spec| fleet::render_fleet(resource, assessment, options, role, fleet_spec, &owner))
+        role.fleet(spec)
+            .map(|fleet_spec| fleet::render_fleet(resource, assessment, options, role, fleet_spec, &kv_compat, &owner))
     };
     let decode = fleet(FleetRole::Decode).expect("every resource has a decode fleet");
     let prefill = fleet(FleetRole::Prefill);
-    let router =
-        spec.effective_router().map(|router| router::render_router(resource, assessment, options, &router, &owner));
-    Desired { config_map, decode, prefill, router }
+    let router = spec
+        .effective_router()
+        .map(|router| router::render_router(resource, assessment, options, &router, &kv_compat, &owner));
+    Desired { config_map, decode, prefill, router, kv_compat }
+}
+
+/// The KV compatibility key of the fleets `resource` runs, hashed for a label: their servers'
+/// command lines, environments and images as the pods run them.
+fn kv_compat(resource: &InferenceDeployment, assessment: &Assessment, options: &RenderOptions) -> String {
+    let release = assessment.release.release;
+    let rendered: Vec<(FleetRole, &crate::api::FleetSpec, Vec<String>, String)> = FleetRole::ALL
+        .into_iter()
+        .filter_map(|role| {
+            let fleet = role.fleet(&resource.spec)?;
+            let args = server::server_args(&resource.spec, role, &assessment.verdict, release);
+            Some((role, fleet, args, pod::sglang_image(fleet, &assessment.release, options)))
+        })
+        .collect();
+    let sides: Vec<kv_compat::Side<'_>> = rendered
+        .iter()
+        .map(|(role, fleet, args, image)| kv_compat::Side { role: *role, args, env: &fleet.env, image })
+        .collect();
+    stable_hash(&kv_compat::key(&sides, release))
+}
+
+/// 64-bit FNV-1a of `text` as 10 hex digits, a label value: a stable hash (the standard library's
+/// is not stable across releases), of the family Kubernetes uses for pod-template hashes.
+fn stable_hash(text: &str) -> String {
+    let hash = text
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3));
+    format!("{hash:016x}")[..10].to_string()
 }
 
 impl Desired {
@@ -218,10 +257,12 @@ fn managed_labels(selector: &BTreeMap<String, String>) -> BTreeMap<String, Strin
 }
 
 /// The labels the router selects a fleet's servers by, as `key=value` items: the fleet's pods
-/// of rank 0 (the other ranks of a multi-node replica serve no HTTP requests).
-pub fn router_selector(name: &str, role: FleetRole) -> Vec<String> {
+/// of rank 0 (the other ranks of a multi-node replica serve no HTTP requests) of the KV
+/// compatibility key `kv_compat`.
+pub fn router_selector(name: &str, role: FleetRole, kv_compat: &str) -> Vec<String> {
     let mut labels = selector_labels(name, role);
     labels.insert(LABEL_RANK.into(), "0".into());
+    labels.insert(LABEL_KV_COMPAT.into(), kv_compat.into());
     labels.into_iter().map(|(key, value)| format!("{key}={value}")).collect()
 }
 
@@ -256,6 +297,8 @@ fn owned_meta(
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
     use super::pod::BOOTSTRAP_PORT_ANNOTATION;
     use super::test_support::{container, flag, render, resource};
@@ -298,11 +341,13 @@ mod tests {
         assert_eq!(template.service_account_name.as_deref(), Some("llama-router"));
         let args = template.containers[0].args.as_ref().unwrap();
         let joined = args.join(" ");
+        let key = &desired.kv_compat;
         assert!(
-            joined.contains(
+            joined.contains(&format!(
                 "--prefill-selector app.kubernetes.io/instance=llama app.kubernetes.io/name=kvpilot-prefill \
-                 kvpilot.dev/rank=0 --decode-selector"
-            ),
+                 kvpilot.dev/kv-compat={key} kvpilot.dev/rank=0 --decode-selector app.kubernetes.io/instance=llama \
+                 app.kubernetes.io/name=kvpilot-decode kvpilot.dev/kv-compat={key} kvpilot.dev/rank=0"
+            )),
             "{joined}"
         );
         assert_eq!(flag(args, "--service-discovery-namespace"), Some("serving"));
@@ -326,7 +371,58 @@ mod tests {
         assert_eq!(flag(container.args.as_ref().unwrap(), "--policy"), Some("round_robin"));
         let mut off = pd.clone();
         off.spec.router = Some(Box::new(serde_json::from_value(json!({"enabled": false})).unwrap()));
+        assert_eq!(render(&off).kv_compat, desired.kv_compat, "the key is the servers', with or without a router");
         assert!(render(&off).router.is_none());
         assert!(render(&resource(json!({}))).router.is_none(), "no prefill fleet, no router");
+    }
+
+    #[test]
+    fn every_server_pod_carries_the_key_of_what_both_fleets_exchange() {
+        let mut pd = resource(json!({"pageSize": 16}));
+        pd.spec.prefill = Some(serde_json::from_value(json!({"replicas": 1})).unwrap());
+        let desired = render(&pd);
+        let key = desired.kv_compat.clone();
+        assert_eq!(key.len(), 10);
+        for fleet in desired.fleets() {
+            assert_eq!(fleet.pod(0, 0).metadata.labels.unwrap()[LABEL_KV_COMPAT], key, "{:?}", fleet.role);
+        }
+        let with = |edit: &dyn Fn(&mut InferenceDeployment)| {
+            let mut changed = pd.clone();
+            edit(&mut changed);
+            render(&changed)
+        };
+        // What decides the pairing changes the key, on either side.
+        assert_ne!(with(&|r| r.spec.model.revision = Some("abc".into())).kv_compat, key);
+        assert_ne!(with(&|r| r.spec.decode.page_size = Some(32)).kv_compat, key, "the prefill fleet follows");
+        assert_ne!(with(&|r| r.spec.prefill.as_mut().unwrap().tensor_parallel = 2).kv_compat, key);
+        assert_ne!(with(&|r| r.spec.prefill.as_mut().unwrap().image = Some("example/sglang:x".into())).kv_compat, key);
+        let cp = with(&|r| r.spec.prefill.as_mut().unwrap().extra_args = vec!["--attn-cp-size".into(), "2".into()]);
+        assert_ne!(cp.kv_compat, key, "an option kvpilot never writes");
+        // What does not, keeps it: the pods roll in place.
+        let env = with(&|r| r.spec.decode.env = vec![container::env_var("A", "1")]);
+        assert_eq!(env.kv_compat, key);
+        assert_ne!(env.decode.revision, desired.decode.revision);
+        let memory = with(&|r| r.spec.decode.extra_args = vec!["--mem-fraction-static".into(), "0.8".into()]);
+        assert_eq!(memory.kv_compat, key);
+        assert_eq!(with(&|r| r.spec.decode.replicas = 9).kv_compat, key);
+    }
+
+    #[test]
+    fn the_router_is_pointed_at_one_key_in_both_selectors_and_its_labels() {
+        let mut pd = resource(json!({}));
+        pd.spec.prefill = Some(serde_json::from_value(json!({"replicas": 1})).unwrap());
+        let mut router = render(&pd).router.unwrap();
+        let before = router.deployment.clone();
+        router.select("0123456789");
+        assert_eq!(router.kv_compat, "0123456789");
+        assert_eq!(router.deployment.metadata.labels.as_ref().unwrap()[LABEL_KV_COMPAT], "0123456789");
+        let template = &router.deployment.spec.as_ref().unwrap().template;
+        assert_eq!(template.metadata.as_ref().unwrap().labels.as_ref().unwrap()[LABEL_KV_COMPAT], "0123456789");
+        let args = template.spec.as_ref().unwrap().containers[0].args.clone().unwrap();
+        let keyed: Vec<&String> = args.iter().filter(|a| a.starts_with(LABEL_KV_COMPAT)).collect();
+        assert_eq!(keyed, ["kvpilot.dev/kv-compat=0123456789"; 2], "{args:?}");
+        let strategy = router.deployment.spec.as_ref().unwrap().strategy.clone().unwrap();
+        assert_eq!(strategy.rolling_update.unwrap().max_unavailable, Some(IntOrString::Int(0)));
+        assert_ne!(router.deployment, before);
     }
 }

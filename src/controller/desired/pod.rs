@@ -38,7 +38,7 @@ const STARTUP_PERIOD_SECONDS: i32 = 30;
 
 /// The SGLang image of a fleet: its `image`, else the operator's template for the release asked
 /// for.
-fn sglang_image(fleet: &FleetSpec, release: &ReleaseChoice, options: &RenderOptions) -> String {
+pub(super) fn sglang_image(fleet: &FleetSpec, release: &ReleaseChoice, options: &RenderOptions) -> String {
     fleet.image.clone().unwrap_or_else(|| options.sglang_image.replace("{version}", &release.requested.to_string()))
 }
 

@@ -2,7 +2,7 @@
 //! the namespace's pods (it finds the servers by label), the Deployment, and the Service that is
 //! the resource's endpoint.
 
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, PodSpec, PodTemplateSpec, Service, ServiceAccount, ServicePort, ServiceSpec,
 };
@@ -14,8 +14,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use super::container::{http_probe, image_pull_policy};
 use super::disruption_budget;
 use super::{
-    FleetRole, ROUTER_APP, RenderOptions, app_labels, managed_labels, owned_meta, resources, router_name,
-    router_selector, with_type_meta,
+    FleetRole, LABEL_KV_COMPAT, ROUTER_APP, RenderOptions, app_labels, managed_labels, owned_meta, resources,
+    router_name, router_selector, with_type_meta,
 };
 use crate::api::{InferenceDeployment, RouterSpec};
 use crate::policy::Assessment;
@@ -38,6 +38,9 @@ pub struct Router {
     pub disruption_budget: PodDisruptionBudget,
     /// `http://NAME-router.NAMESPACE.svc:PORT`.
     pub endpoint: String,
+    /// The KV compatibility key whose servers its selectors select (its Deployment's and pods'
+    /// label [`LABEL_KV_COMPAT`]).
+    pub kv_compat: String,
 }
 
 /// The router's image: `spec.router.image`, else the operator's router image, else the SGLang
@@ -53,6 +56,7 @@ pub(super) fn render_router(
     assessment: &Assessment,
     options: &RenderOptions,
     router: &RouterSpec,
+    kv_compat: &str,
     owner: &OwnerReference,
 ) -> Router {
     let name = resource.metadata.name.clone().unwrap_or_default();
@@ -60,6 +64,8 @@ pub(super) fn render_router(
     let object_name = router_name(&name);
     let selector = app_labels(&name, ROUTER_APP);
     let labels = managed_labels(&selector);
+    let mut keyed = labels.clone();
+    keyed.insert(LABEL_KV_COMPAT.into(), kv_compat.into());
     let meta = || owned_meta(object_name.clone(), &namespace, labels.clone(), owner);
     let service_account = ServiceAccount { metadata: meta(), ..ServiceAccount::default() };
     let role = Role {
@@ -89,8 +95,8 @@ pub(super) fn render_router(
         router,
         namespace.as_deref().unwrap_or_default(),
         resource.spec.decode.port,
-        &router_selector(&name, FleetRole::Prefill),
-        &router_selector(&name, FleetRole::Decode),
+        &router_selector(&name, FleetRole::Prefill, kv_compat),
+        &router_selector(&name, FleetRole::Decode, kv_compat),
     );
     let container = Container {
         name: ROUTER_CONTAINER.into(),
@@ -111,13 +117,25 @@ pub(super) fn render_router(
         liveness_probe: Some(http_probe("http", "/liveness", 10, 5, 3)),
         ..Container::default()
     };
+    let mut template_labels = selector.clone();
+    template_labels.insert(LABEL_KV_COMPAT.into(), kv_compat.into());
     let deployment = Deployment {
-        metadata: meta(),
+        metadata: owned_meta(object_name.clone(), &namespace, keyed, owner),
         spec: Some(DeploymentSpec {
             replicas: Some(router.replicas.max(0)),
             selector: LabelSelector { match_labels: Some(selector.clone()), ..LabelSelector::default() },
+            // Moving to another key starts router pods of the new key and stops one of the old
+            // only once a new one is ready: the service never routes with fewer router pods, and
+            // each pod selects one key from start to end.
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_unavailable: Some(IntOrString::Int(0)),
+                    max_surge: Some(IntOrString::String("25%".into())),
+                }),
+            }),
             template: PodTemplateSpec {
-                metadata: Some(ObjectMeta { labels: Some(selector.clone()), ..ObjectMeta::default() }),
+                metadata: Some(ObjectMeta { labels: Some(template_labels), ..ObjectMeta::default() }),
                 spec: Some(PodSpec {
                     containers: vec![container],
                     service_account_name: Some(object_name.clone()),
@@ -148,10 +166,40 @@ pub(super) fn render_router(
     let disruption_budget =
         disruption_budget::router(object_name.clone(), &namespace, &selector, owner, router.max_unavailable);
     let endpoint = format!("http://{object_name}.{}.svc:{}", namespace.unwrap_or_default(), router.service.port);
-    Router { service_account, role, role_binding, deployment, service, disruption_budget, endpoint }
+    Router {
+        service_account,
+        role,
+        role_binding,
+        deployment,
+        service,
+        disruption_budget,
+        endpoint,
+        kv_compat: kv_compat.into(),
+    }
 }
 
 impl Router {
+    /// Points the router at the servers of the KV compatibility key `kv_compat`: its selectors
+    /// and its key label. A changed Deployment template rolls the router pods over to it.
+    pub fn select(&mut self, kv_compat: &str) {
+        let (from, to) = (format!("{LABEL_KV_COMPAT}={}", self.kv_compat), format!("{LABEL_KV_COMPAT}={kv_compat}"));
+        if let Some(labels) = self.deployment.metadata.labels.as_mut() {
+            labels.insert(LABEL_KV_COMPAT.into(), kv_compat.into());
+        }
+        if let Some(template) = self.deployment.spec.as_mut().map(|spec| &mut spec.template) {
+            if let Some(labels) = template.metadata.as_mut().and_then(|m| m.labels.as_mut()) {
+                labels.insert(LABEL_KV_COMPAT.into(), kv_compat.into());
+            }
+            let containers = template.spec.iter_mut().flat_map(|pod| pod.containers.iter_mut());
+            for arg in containers.flat_map(|c| c.args.iter_mut().flatten()) {
+                if *arg == from {
+                    arg.clone_from(&to);
+                }
+            }
+        }
+        self.kv_compat = kv_compat.into();
+    }
+
     /// The router's objects, in the order they are applied (its identity first).
     pub fn objects(&self) -> Vec<serde_json::Value> {
         vec![
