@@ -58,6 +58,9 @@ pub struct ObservedPod {
     pub group_ready: Option<bool>,
     /// Being deleted.
     pub terminating: bool,
+    /// This controller deleted it (a rollout, a scale-down, or a broken replica already counted
+    /// as one failure): its replica going is no failure, however the watch shows its ranks go.
+    pub deleted_by_controller: bool,
     /// Its phase is Failed: evicted, or a rank of a group whose server exited.
     pub failed: bool,
     /// Why it ended or its SGLang container last did (`Evicted: …`, `OOMKilled (exit code
@@ -705,8 +708,11 @@ fn group_replicas(pods: &[ObservedPod], desired: &Fleet) -> Groups {
             !live.is_empty() && (members.iter().any(|p| p.failed) || live.len() < members.len() || mixed || incomplete);
         if broken {
             groups.broken.extend(live.iter().map(|p| p.name.clone()));
-            // A replica whose ranks are of two revisions is a rollout's, not a failure.
-            groups.failures.extend(failure_of(replica, &members, nodes));
+            // A replica this controller is taking down, ranks seen going one by one, is the
+            // controller's doing (and a failure already counted, if one broke it).
+            if !members.iter().any(|p| p.deleted_by_controller) {
+                groups.failures.extend(failure_of(replica, &members, nodes));
+            }
         }
         groups.replicas.push(ObservedReplica {
             name: replica.to_string(),
@@ -830,6 +836,7 @@ mod tests {
             group_ready: None,
             terminating: false,
             failed: false,
+            deleted_by_controller: false,
             termination: None,
         }
     }
@@ -928,6 +935,26 @@ mod tests {
 
         let gone = observe(&resource, &options, Vec::new(), false);
         assert_eq!(gone.create.len(), 2);
+    }
+
+    #[test]
+    fn a_group_the_controller_is_taking_down_is_no_failure_however_its_ranks_are_seen_going() {
+        let options = RenderOptions::default();
+        let resource = resource(json!({"replicas": 1, "tensorParallel": 4, "nodesPerReplica": 2}));
+        let rev = revision(&resource, &options);
+        let recovery = |decision: &Decision| decision.status.as_ref().and_then(|s| s.decode.as_ref()?.recovery.clone());
+        let by_someone_else = ObservedPod { terminating: true, ..pod("m-decode-0-1", 0, 1, &rev, true) };
+        let broken = observe(&resource, &options, vec![pod("m-decode-0-0", 0, 0, &rev, true), by_someone_else], false);
+        assert_eq!(recovery(&broken).map(|r| r.failures.len()), Some(1), "a rank deleted by someone else is one");
+        // The watch shows one rank of the group the controller deleted as going, the other not yet.
+        let going =
+            ObservedPod { terminating: true, deleted_by_controller: true, ..pod("m-decode-0-1", 0, 1, &rev, true) };
+        let not_yet = ObservedPod { deleted_by_controller: true, ..pod("m-decode-0-0", 0, 0, &rev, true) };
+        let decision = observe(&resource, &options, vec![not_yet.clone(), going], false);
+        assert_eq!(recovery(&decision), None, "a scale-down, a rollout or a failure counted once already");
+        assert_eq!(decision.delete, ["m-decode-0-0"], "its rest still goes");
+        let vanished = observe(&resource, &options, vec![not_yet], false);
+        assert_eq!(recovery(&vanished), None, "nor when a deleted rank has already gone from the cache");
     }
 
     #[test]
@@ -1132,6 +1159,7 @@ mod tests {
                 group_ready: None,
                 terminating: false,
                 failed: false,
+                deleted_by_controller: false,
                 termination: None,
             })
             .collect()

@@ -14,7 +14,7 @@ pub mod rollout;
 pub mod status;
 pub mod watch_backoff;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -109,6 +109,9 @@ pub struct Context {
     /// Pods each resource's last pass created, until the watch cache shows them: a replica
     /// missing a rank it was just given is on its way, not broken (client-go's expectations).
     created: Mutex<HashMap<ObjectRef<InferenceDeployment>, CreatedPods>>,
+    /// The UIDs of the pods each resource's passes deleted, while the watch cache still holds
+    /// them: a group seen going rank by rank is the controller's doing, not a failure.
+    deleted: Mutex<HashMap<ObjectRef<InferenceDeployment>, HashSet<String>>>,
 }
 
 /// When a pass created pods, and their names.
@@ -130,6 +133,7 @@ impl Context {
             failures: Mutex::new(HashMap::new()),
             announced: Mutex::new(HashMap::new()),
             created: Mutex::new(HashMap::new()),
+            deleted: Mutex::new(HashMap::new()),
         }
     }
 
@@ -553,7 +557,8 @@ async fn reconcile_inner(resource: &InferenceDeployment, reconciler: &Reconciler
         return Ok(Action::await_change());
     }
     let configs = context.source.model_configs(&namespace, &resource.spec).await;
-    let pods = observe_pods(&reconciler.pods, &namespace, resource);
+    let deleted = reconciler.deleted_still_cached(resource, &namespace);
+    let pods = observe_pods(&reconciler.pods, &namespace, resource, &deleted);
     let settling = reconciler.settling(resource, &pods);
     let router = reconciler.router_status(&namespace, resource);
     let missing_scheduler_api = context.source.apis().missing_for(&resource.spec).await.map_err(Error::Kube)?;
@@ -607,6 +612,8 @@ async fn act(
         }
     }
     for pod_name in &decision.delete {
+        // Remembered before the call: a pod deleted while the call's answer was lost is ours too.
+        reconciler.expect_deleted(resource, namespace, pod_name);
         match pods.delete(pod_name, &DeleteParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 404 => {}
@@ -776,6 +783,34 @@ impl Reconciler {
         false
     }
 
+    /// The UIDs of pods this controller deleted for `resource` that the watch cache still
+    /// holds; forgets the rest (a pod made again under the same name has a new UID).
+    fn deleted_still_cached(&self, resource: &InferenceDeployment, namespace: &str) -> HashSet<String> {
+        let key = ObjectRef::from_obj(resource);
+        let mut deleted = self.context.deleted.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(uids) = deleted.get_mut(&key) else { return HashSet::new() };
+        let cached: HashSet<String> = self
+            .pods
+            .state()
+            .iter()
+            .filter(|pod| pod.metadata.namespace.as_deref() == Some(namespace))
+            .filter_map(|pod| pod.metadata.uid.clone())
+            .collect();
+        uids.retain(|uid| cached.contains(uid));
+        let still = uids.clone();
+        if still.is_empty() {
+            deleted.remove(&key);
+        }
+        still
+    }
+
+    fn expect_deleted(&self, resource: &InferenceDeployment, namespace: &str, pod_name: &str) {
+        let cached = self.pods.get(&ObjectRef::new(pod_name).within(namespace));
+        let Some(uid) = cached.and_then(|pod| pod.metadata.uid.clone()) else { return };
+        let mut deleted = self.context.deleted.lock().unwrap_or_else(|p| p.into_inner());
+        deleted.entry(ObjectRef::from_obj(resource)).or_default().insert(uid);
+    }
+
     fn expect_created(&self, resource: &InferenceDeployment, names: Vec<String>) {
         let mut created = self.context.created.lock().unwrap_or_else(|p| p.into_inner());
         created.insert(ObjectRef::from_obj(resource), (Instant::now(), names));
@@ -863,7 +898,12 @@ fn observe_router(deployment: &Deployment) -> ObservedRouter {
 }
 
 /// The resource's server pods as the watch cache holds them.
-fn observe_pods(cached: &Store<Pod>, namespace: &str, resource: &InferenceDeployment) -> Vec<ObservedPod> {
+fn observe_pods(
+    cached: &Store<Pod>,
+    namespace: &str,
+    resource: &InferenceDeployment,
+    deleted_by_controller: &HashSet<String>,
+) -> Vec<ObservedPod> {
     let name = resource.name_any();
     cached
         .state()
@@ -886,6 +926,7 @@ fn observe_pods(cached: &Store<Pod>, namespace: &str, resource: &InferenceDeploy
                 containers_ready: condition(pod, "ContainersReady") == Some(true),
                 group_ready: condition(pod, GROUP_READY),
                 terminating: pod.metadata.deletion_timestamp.is_some(),
+                deleted_by_controller: pod.metadata.uid.as_ref().is_some_and(|uid| deleted_by_controller.contains(uid)),
                 failed: is_failed(pod),
                 termination: pod.status.as_ref().and_then(|s| s.message.clone()),
             })
