@@ -10,7 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::EventType;
 
 pub use super::desired::GROUP_READY;
-use super::desired::{Fleet, FleetRole, PodGroup, RenderOptions, desired_state};
+use super::desired::{Fleet, FleetRole, POD_MONITORS_UNSERVED, PodGroup, RenderOptions, desired_state};
 use super::recovery;
 use super::rollout::{self, ObservedReplica, resolve_int_or_percent};
 use super::status::{self, DecidedConditions, FleetProgress, Workloads};
@@ -30,8 +30,8 @@ pub const RESYNC: Duration = Duration::from_secs(600);
 pub const ROLLOUT_REQUEUE: Duration = Duration::from_secs(15);
 /// Re-check while pods this controller created have not reached its watch cache yet.
 pub const SETTLE_REQUEUE: Duration = Duration::from_secs(1);
-/// Re-check while the gang scheduler a resource asks for is not installed: installing it
-/// changes nothing the controller watches.
+/// Re-check while the gang scheduler a resource asks for, or the PodMonitor API of
+/// `--pod-monitors`, is not installed: installing it changes nothing the controller watches.
 pub const GANG_SCHEDULER_REQUEUE: Duration = Duration::from_secs(30);
 
 /// One server pod as the controller's watch cache holds it.
@@ -93,6 +93,9 @@ pub struct Observed<'a> {
     pub router: Option<RouterStatus>,
     /// The API the resource's gang scheduler needs and the cluster does not serve.
     pub missing_scheduler_api: Option<SchedulerApi>,
+    /// The operator makes PodMonitors (`--pod-monitors`) and the cluster does not serve their
+    /// API: the fleets run without them, and status says why.
+    pub pod_monitors_unserved: bool,
     /// Pods created by an earlier pass have not all reached the watch cache yet: what is
     /// missing may be on its way, so no pod is created or deleted in this pass.
     pub settling: bool,
@@ -222,7 +225,10 @@ fn new_status(
 ) -> Option<InferenceDeploymentStatus> {
     let resource = observed.resource;
     let previous = resource.status.as_ref();
-    let warnings = assessment.map(|a| status::warnings(&resource.spec, a)).unwrap_or_default();
+    let mut warnings = assessment.map(|a| status::warnings(&resource.spec, a)).unwrap_or_default();
+    if observed.pod_monitors_unserved && workloads.is_some() {
+        warnings.push(POD_MONITORS_UNSERVED.into());
+    }
     let new =
         status::status(previous, decided, resource.metadata.generation, assessment, workloads, warnings, observed.now);
     (previous != Some(&new)).then_some(new)
@@ -280,7 +286,14 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
         };
     }
 
-    let desired = desired_state(resource, &assessment, observed.options);
+    let mut desired = desired_state(resource, &assessment, observed.options);
+    if observed.pod_monitors_unserved {
+        // Nothing would take them; the servers run all the same.
+        desired.decode.pod_monitor = None;
+        if let Some(prefill) = desired.prefill.as_mut() {
+            prefill.pod_monitor = None;
+        }
+    }
     let mut delete = Vec::new();
     let mut create = Vec::new();
     let mut pod_groups = Vec::new();
@@ -371,6 +384,15 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
             recorded,
         });
     }
+    if observed.pod_monitors_unserved {
+        announcements.push(Announcement {
+            type_: EventType::Warning,
+            reason: "PodMonitorsUnavailable".into(),
+            note: POD_MONITORS_UNSERVED.into(),
+            action: "Reconcile".into(),
+            recorded: previous.is_some_and(|s| s.warnings.iter().any(|w| w == POD_MONITORS_UNSERVED)),
+        });
+    }
     if let Some(problem) = &rollout_problem {
         let recorded = previous.is_some_and(|s| {
             s.conditions.iter().any(|c| c.reason == "InvalidRollout" && c.message.starts_with(problem.as_str()))
@@ -389,7 +411,8 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
         // Look again when the backoff ends, not before.
         wait.max(SETTLE_REQUEUE)
     } else if create.is_empty() && delete.is_empty() && decided.ready.status == "True" {
-        RESYNC
+        // Installing the Prometheus Operator's CRD changes nothing the controller watches.
+        if observed.pod_monitors_unserved { GANG_SCHEDULER_REQUEUE } else { RESYNC }
     } else {
         ROLLOUT_REQUEUE
     };
@@ -711,6 +734,7 @@ mod tests {
             pod_groups,
             router: None,
             missing_scheduler_api,
+            pod_monitors_unserved: false,
             settling,
             options,
             now: Timestamp::UNIX_EPOCH,
@@ -984,5 +1008,33 @@ mod tests {
         assert_eq!(settings.reason, "K1");
         assert!(settings.message.contains("spec.decode.tensorParallel"), "{}", settings.message);
         assert_eq!(decision.announcements.len(), 1);
+    }
+
+    #[test]
+    fn pod_monitors_nobody_serves_are_left_out_and_said_so_while_the_servers_run() {
+        let options = RenderOptions { pod_monitors: true, ..RenderOptions::default() };
+        let resource = resource(json!({"replicas": 2}));
+        let served = observe(&resource, &options, Vec::new(), false);
+        assert!(served.desired.unwrap().decode.pod_monitor.is_some());
+        let config = serde_json::Value::Object(resource.spec.model.config.inline.clone().unwrap());
+        let observed = Observed {
+            resource: &resource,
+            pods: Vec::new(),
+            pod_groups: Vec::new(),
+            router: None,
+            missing_scheduler_api: None,
+            pod_monitors_unserved: true,
+            settling: false,
+            options: &options,
+            now: Timestamp::UNIX_EPOCH,
+        };
+        let decision = decide(&observed, Ok(ModelConfigs::target(config)));
+        assert!(decision.desired.as_ref().unwrap().decode.pod_monitor.is_none(), "nothing applied that would fail");
+        assert_eq!(decision.create.len(), 2, "the servers are made all the same");
+        let warnings = decision.status.unwrap().warnings;
+        let warning = warnings.iter().find(|w| w.contains("--pod-monitors")).expect("status says why");
+        assert!(warning.contains("metrics.podMonitor.enabled=false"), "names the chart value and the fix: {warning}");
+        let event = decision.announcements.iter().find(|a| a.reason == "PodMonitorsUnavailable").unwrap();
+        assert!(matches!(event.type_, EventType::Warning) && !event.recorded);
     }
 }
