@@ -202,6 +202,7 @@ fn docs_install_lists_every_rule_the_chart_grants_its_operator() {
         "rbac.readAllSecrets=true",
         "rbac.hubTokenSecrets[0].namespace=serving,rbac.hubTokenSecrets[0].name=hf-token",
         "webhook.mutating.enabled=true",
+        "metrics.podMonitor.enabled=true",
     ];
     let objects = render(&default, &sets).unwrap();
     let mut granted = BTreeSet::new();
@@ -306,6 +307,26 @@ fn rbac_has_no_wildcards_and_grants_the_controller_exactly_what_it_uses() {
             "{name}: Volcano's and scheduler-plugins' PodGroups, no other group's"
         );
         assert_eq!(strings(&pod_group_rules[0]["resources"]), ["podgroups"], "{name}");
+        // The fleets' PodMonitors only where the chart asks the controller to make them.
+        let pod_monitors = values["metrics"]["podMonitor"]["enabled"].as_bool().unwrap_or(false);
+        let monitor_rules: Vec<&Value> = controller["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| strings(&r["resources"]).contains(&"podmonitors"))
+            .collect();
+        if pod_monitors {
+            assert_eq!(monitor_rules.len(), 1, "{name}");
+            assert_eq!(strings(&monitor_rules[0]["apiGroups"]), ["monitoring.coreos.com"], "{name}");
+            assert_eq!(strings(&monitor_rules[0]["resources"]), ["podmonitors"], "{name}");
+            assert_eq!(
+                verbs_on("podmonitors"),
+                set(&["list", "watch", "create", "patch", "delete"]),
+                "{name}: the fleets' PodMonitors, watched, applied and deleted"
+            );
+        } else {
+            assert!(monitor_rules.is_empty(), "{name}: podmonitors granted with metrics.podMonitor.enabled off");
+        }
         if scoped.is_empty() {
             assert_eq!(controller["kind"], "ClusterRole", "{name}");
         } else {
@@ -361,6 +382,12 @@ fn every_container_runs_restricted_and_the_flags_follow_the_values() {
         let replicas = values["replicaCount"].as_i64().unwrap_or(2);
         assert_eq!(deployment["spec"]["replicas"], replicas, "{name}");
         assert_eq!(args.contains(&"--leader-elect"), replicas > 1, "{name}: leader election iff replicas > 1");
+        let pod_monitors = values["metrics"]["podMonitor"]["enabled"].as_bool().unwrap_or(false);
+        assert_eq!(
+            args.contains(&"--pod-monitors"),
+            pod_monitors,
+            "{name}: --pod-monitors iff metrics.podMonitor.enabled"
+        );
         let webhook = values["webhook"]["enabled"].as_bool().unwrap_or(true);
         let mode = values["webhook"]["certificates"]["mode"].as_str().unwrap_or("self-signed");
         assert_eq!(args.iter().any(|a| a.starts_with("--webhook-addr")), webhook, "{name}");

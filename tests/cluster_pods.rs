@@ -7,7 +7,11 @@
 //! evict a second group while one is down; a new revision replaces groups whole;
 //! an `extraArgs` flag kvpilot decides is refused; a group that keeps failing is made again at
 //! growing intervals; every pod kvpilot makes gets a Burstable or Guaranteed QoS class from the
-//! API server.
+//! API server. Scaling decode through the `/scale` subresource, as an HPA does, brings prefill to
+//! ceil(decode × ratio) within its bounds; with `--pod-monitors` each fleet gets a PodMonitor as
+//! the Prometheus Operator's own CRD (`scripts/monitoring-crds.sh`) stores it, and a clear warning
+//! while that CRD is missing; the autoscaling examples (an HPA, a KEDA ScaledObject checked
+//! against KEDA's CRD) are accepted.
 
 mod common;
 mod fleet;
@@ -26,6 +30,7 @@ use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
+use common::cluster::{Cluster, TestNamespace, examples_in, succeeded, text, wait_for_blocking, yaml_documents};
 use fleet::{DECODE_PODS, Fleet, condition, is_ready, label, until};
 use kubelet::Timing;
 use kvpilot::controller::desired::GROUP_READY;
@@ -525,4 +530,267 @@ async fn qos_classes_once_created(fleet: &Fleet, name: &str, expected: &[(String
         (router && all).then_some(classes)
     })
     .await
+}
+
+/// The prefill pods of `name` that are not terminating.
+async fn live_prefill_pods(fleet: &Fleet, name: &str) -> Vec<Pod> {
+    let selector = format!("app.kubernetes.io/name=kvpilot-prefill,app.kubernetes.io/instance={name}");
+    let pods = fleet.pods().list(&ListParams::default().labels(&selector)).await.expect("list pods").items;
+    pods.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect()
+}
+
+/// Waits until `name` runs `decode` ready decode replicas and `prefill` ready prefill replicas,
+/// with both desired counts in status and the pods there to count.
+async fn scaled_to(fleet: &Fleet, name: &str, decode: i32, prefill: i32) {
+    fleet.converged(name, decode as usize).await;
+    until(&format!("{name}: {prefill} prefill replicas for {decode} decode replicas"), async || {
+        let resource = fleet.deployments().get(name).await.ok()?;
+        let status = resource.status.as_ref()?;
+        let (decode_status, prefill_status) = (status.decode.as_ref()?, status.prefill.as_ref()?);
+        let pods = live_prefill_pods(fleet, name).await;
+        (status.observed_generation == resource.metadata.generation
+            && decode_status.desired_replicas == decode
+            && prefill_status.desired_replicas == prefill
+            && prefill_status.replicas == prefill
+            && prefill_status.ready_replicas == prefill
+            && pods.len() == prefill as usize
+            && pods.iter().all(is_ready))
+        .then_some(())
+    })
+    .await;
+}
+
+/// Sets the decode replicas through the scale subresource, as an HPA or KEDA does, and checks
+/// what it reads back there.
+async fn scale_decode(fleet: &Fleet, name: &str, replicas: i32) {
+    let patch = json!({"spec": {"replicas": replicas}});
+    let scale = fleet.deployments().patch_scale(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    assert_eq!(scale.spec.and_then(|s| s.replicas), Some(replicas));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_decode_through_its_scale_subresource_keeps_prefill_at_its_ratio_within_bounds() {
+    let cluster = cluster_or_skip!();
+    let fleet = Fleet::new(&cluster, "pods-scale", quick()).await;
+    let mut operator = fleet.operator(&[], &[]);
+    // Prefill follows decode at 0.5 within 2..4; no router (nothing here reads it).
+    let name = fleet.create(&fleet.pd_example("llama-3.1-8b-full.yaml", |o| {
+        let prefill = o["spec"]["prefill"].as_object_mut().unwrap();
+        prefill.insert("ratio".into(), json!(0.5));
+        prefill.insert("minReplicas".into(), json!(2));
+        prefill.insert("maxReplicas".into(), json!(4));
+        o["spec"]["decode"]["replicas"] = json!(2);
+        o["spec"]["router"] = json!({"enabled": false});
+    }));
+    // 2 decode: ceil(2 × 0.5) = 1, raised to minReplicas 2.
+    scaled_to(&fleet, &name, 2, 2).await;
+    let scale = fleet.deployments().get_scale(&name).await.unwrap();
+    let status = scale.status.unwrap();
+    assert_eq!(status.replicas, 2, "the scale subresource reads the decode replicas");
+    let selector = status.selector.unwrap();
+    assert!(selector.contains("app.kubernetes.io/name=kvpilot-decode"), "an HPA averages over decode pods: {selector}");
+
+    // 6 decode: ceil(6 × 0.5) = 3, within the bounds.
+    scale_decode(&fleet, &name, 6).await;
+    scaled_to(&fleet, &name, 6, 3).await;
+    assert_eq!(fleet.deployments().get(&name).await.unwrap().spec.decode.replicas, 6, "/scale set spec.decode");
+
+    // 9 decode: ceil(9 × 0.5) = 5, capped by maxReplicas 4.
+    scale_decode(&fleet, &name, 9).await;
+    scaled_to(&fleet, &name, 9, 4).await;
+
+    // And back: 4 decode, ceil(4 × 0.5) = 2.
+    scale_decode(&fleet, &name, 4).await;
+    scaled_to(&fleet, &name, 4, 2).await;
+    operator.assert_no_failures().await;
+}
+
+const POD_MONITOR_CRD: &str = "crd/podmonitors.monitoring.coreos.com";
+
+/// The CRDs `scripts/monitoring-crds.sh` fetches (cached): their directory.
+fn monitoring_crds() -> std::path::PathBuf {
+    let script = std::process::Command::new("bash")
+        .arg(common::cluster::repo("scripts/monitoring-crds.sh"))
+        .output()
+        .expect("run scripts/monitoring-crds.sh");
+    std::path::PathBuf::from(succeeded("scripts/monitoring-crds.sh", script).trim())
+}
+
+/// Installs one CRD file with server-side apply and waits until `crd` is Established.
+fn install_crd_file(cluster: &Cluster, path: &std::path::Path, crd: &str) {
+    let file = path.to_str().unwrap();
+    cluster.kubectl_ok(&["apply", "--server-side", "--force-conflicts", "--field-manager=kvpilot-tests", "-f", file]);
+    // kubectl wait fails outright on a CRD so new that it has no conditions yet.
+    wait_for_blocking(&format!("{crd} is Established"), Duration::from_secs(60), || {
+        cluster.kubectl(&["wait", "--for=condition=Established", "--timeout=10s", crd]).status.success().then_some(())
+    });
+}
+
+/// The stored PodMonitor `name`, or None.
+fn pod_monitor(cluster: &Cluster, namespace: &str, name: &str) -> Option<serde_json::Value> {
+    cluster.get_json(&["podmonitors.monitoring.coreos.com", name, "-n", namespace])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_monitors_are_made_per_fleet_once_their_crd_is_served_and_go_with_their_fleet() {
+    let cluster = cluster_or_skip!();
+    // Only this test touches PodMonitors: start from a cluster without the Prometheus Operator.
+    cluster.kubectl_ok(&["delete", "--ignore-not-found", "--wait", "--timeout=120s", POD_MONITOR_CRD]);
+    let fleet = Fleet::new(&cluster, "pods-monitor", quick()).await;
+    let mut operator = fleet.operator(&["--pod-monitors"], &[]);
+    let name = fleet.create(&fleet.pd_example("llama-3.1-8b-full.yaml", |o| {
+        o["spec"]["router"] = json!({"enabled": false});
+        // Decode offload with an explicit host_pool backup is refused (S4): SGLang's choice instead.
+        o["spec"]["disaggregation"].as_object_mut().unwrap().remove("retractionBackup");
+        o["spec"]["cache"] = json!({"offload": true, "capacity": "1Gi"});
+    }));
+
+    // No PodMonitor API: the servers run all the same, and status and the log say what to do.
+    fleet.converged(&name, 2).await;
+    let warning = {
+        let mut found = None;
+        until("status warns that PodMonitors cannot be made", async || {
+            let resource = fleet.deployments().get(&name).await.ok()?;
+            let warnings = resource.status?.warnings;
+            found = warnings.into_iter().find(|w| w.contains("--pod-monitors"));
+            found.as_ref().map(drop)
+        })
+        .await;
+        found.unwrap()
+    };
+    assert!(
+        warning.contains("metrics.podMonitor.enabled") && warning.contains("does not serve monitoring.coreos.com/v1"),
+        "{warning}"
+    );
+    assert!(operator.process.logs().contains("PodMonitors cannot be made"), "{}", operator.process.logs());
+    for pod in fleet.pods_of(&name).await {
+        let annotations = pod.metadata.annotations.unwrap_or_default();
+        assert!(!annotations.contains_key("prometheus.io/scrape"), "PodMonitors, not annotations, were asked for");
+    }
+
+    // The Prometheus Operator's own CRD: a PodMonitor per fleet, as the API server stores it.
+    install_crd_file(
+        &cluster,
+        &monitoring_crds().join("prometheus-operator/monitoring.coreos.com_podmonitors.yaml"),
+        POD_MONITOR_CRD,
+    );
+    let uid = fleet.deployments().get(&name).await.unwrap().metadata.uid.unwrap();
+    for (fleet_name, app, ports) in
+        [("decode", "kvpilot-decode", &["http", "cache-metrics"][..]), ("prefill", "kvpilot-prefill", &["http"][..])]
+    {
+        let monitor_name = format!("{name}-{fleet_name}");
+        let stored = wait_for_blocking(&format!("the PodMonitor {monitor_name}"), fleet::SETTLE, || {
+            pod_monitor(&cluster, fleet.ns(), &monitor_name)
+        });
+        let owner = &stored["metadata"]["ownerReferences"][0];
+        assert_eq!((owner["kind"].as_str(), owner["uid"].as_str()), (Some("InferenceDeployment"), Some(uid.as_str())));
+        assert_eq!(
+            stored["spec"]["selector"]["matchLabels"],
+            json!({"app.kubernetes.io/instance": name, "app.kubernetes.io/name": app}),
+            "{stored}"
+        );
+        let endpoints = stored["spec"]["podMetricsEndpoints"].as_array().unwrap();
+        let stored_ports: Vec<&str> = endpoints.iter().filter_map(|e| e["port"].as_str()).collect();
+        assert_eq!(stored_ports, ports, "{stored}");
+        assert!(endpoints.iter().all(|e| e["path"] == "/metrics"), "{stored}");
+        let keep = &endpoints[0]["relabelings"][0];
+        assert_eq!(
+            (keep["action"].as_str(), keep["regex"].as_str()),
+            (Some("keep"), Some("0")),
+            "SGLang's metrics from rank 0 only: {stored}"
+        );
+        // The selected pods are the fleet's, and carry the ports the endpoints name.
+        let selector = format!("app.kubernetes.io/instance={name},app.kubernetes.io/name={app}");
+        let pods = fleet.pods().list(&ListParams::default().labels(&selector)).await.unwrap().items;
+        assert!(!pods.is_empty());
+        for pod in &pods {
+            let spec = pod.spec.as_ref().unwrap();
+            let containers = spec.containers.iter().chain(spec.init_containers.iter().flatten());
+            let named: Vec<String> =
+                containers.flat_map(|c| c.ports.iter().flatten().filter_map(|p| p.name.clone())).collect();
+            assert!(ports.iter().all(|p| named.iter().any(|n| n == p)), "{}: ports {named:?}", pod.name_any());
+        }
+    }
+    until("the warning is gone once PodMonitors are made", async || {
+        let resource = fleet.deployments().get(&name).await.ok()?;
+        (!resource.status?.warnings.iter().any(|w| w.contains("--pod-monitors"))).then_some(())
+    })
+    .await;
+
+    // The prefill fleet goes, and its PodMonitor with it; decode's stays.
+    fleet.patch_spec(&name, json!({"prefill": null, "router": null})).await;
+    let prefill_monitor = format!("{name}-prefill");
+    wait_for_blocking("the prefill PodMonitor is deleted", fleet::SETTLE, || {
+        pod_monitor(&cluster, fleet.ns(), &prefill_monitor).is_none().then_some(())
+    });
+    assert!(pod_monitor(&cluster, fleet.ns(), &format!("{name}-decode")).is_some());
+    operator.assert_no_failures().await;
+}
+
+/// Server-side dry-run create with strict field validation: what the API server (and a CRD's
+/// schema) would store, without storing it.
+fn dry_run(cluster: &Cluster, object: &serde_json::Value) -> Result<String, String> {
+    let out = cluster.kubectl_with_input(
+        &["create", "--dry-run=server", "--validate=strict", "-o", "json", "-f", "-"],
+        &object.to_string(),
+    );
+    if out.status.success() { Ok(text(&out.stdout)) } else { Err(text(&out.stderr)) }
+}
+
+#[test]
+fn the_autoscaling_examples_are_accepted_and_scale_an_example_inference_deployment() {
+    let cluster = cluster_or_skip!();
+    cluster.install_crd();
+    install_crd_file(&cluster, &monitoring_crds().join("keda/keda.sh_scaledobjects.yaml"), "crd/scaledobjects.keda.sh");
+    let namespace = TestNamespace::create(&cluster, "pods-autoscaling");
+    let examples: Vec<serde_json::Value> =
+        examples_in("default").into_iter().map(|(_, o)| o).filter(|o| o["kind"] == "InferenceDeployment").collect();
+    for (file, kind) in [("hpa.yaml", "HorizontalPodAutoscaler"), ("keda-scaledobject.yaml", "ScaledObject")] {
+        let documents = yaml_documents(&common::cluster::repo(&format!("examples/autoscaling/{file}")));
+        assert_eq!(documents.len(), 1, "{file}");
+        let mut object = documents.into_iter().next().unwrap();
+        assert_eq!(object["kind"], kind, "{file}");
+        // It scales the decode fleet of an InferenceDeployment the examples define, in its namespace.
+        let target = object["spec"]["scaleTargetRef"].clone();
+        assert_eq!(
+            (target["apiVersion"].as_str(), target["kind"].as_str()),
+            (Some("kvpilot.dev/v1alpha1"), Some("InferenceDeployment"))
+        );
+        let scaled = examples
+            .iter()
+            .find(|e| e["metadata"]["name"] == target["name"])
+            .unwrap_or_else(|| panic!("{file}: {} is no example", target["name"]));
+        assert_eq!(object["metadata"]["namespace"], "default", "{file}: beside {}", scaled["metadata"]["name"]);
+        assert!(scaled["spec"]["prefill"]["ratio"].is_number(), "{file}: its prefill fleet follows decode");
+        object["metadata"]["namespace"] = json!(namespace.name);
+        let stored: serde_json::Value =
+            serde_json::from_str(&dry_run(&cluster, &object).unwrap_or_else(|e| panic!("{file} refused: {e}")))
+                .unwrap();
+        assert_eq!(stored["spec"]["scaleTargetRef"]["name"], target["name"], "{file}");
+        match kind {
+            "HorizontalPodAutoscaler" => {
+                let metric = &stored["spec"]["metrics"][0];
+                assert_eq!(
+                    (metric["type"].as_str(), metric["pods"]["metric"]["name"].as_str()),
+                    (Some("Pods"), Some("sglang:num_queue_reqs"))
+                );
+            }
+            _ => {
+                let queries: Vec<&str> = stored["spec"]["triggers"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|t| t["metadata"]["query"].as_str())
+                    .collect();
+                for metric in ["sglang:num_queue_reqs", "sglang:num_running_reqs", "sglang:token_usage"] {
+                    assert!(queries.iter().any(|q| q.contains(metric)), "{file}: no trigger on {metric}: {queries:?}");
+                }
+                assert!(stored["spec"]["triggers"].as_array().unwrap().iter().all(|t| t["type"] == "prometheus"));
+            }
+        }
+        // A field the kind does not have is refused, so the acceptance above means something.
+        let mut broken = object.clone();
+        broken["spec"]["scaleTargetRef"]["replicas"] = json!(3);
+        assert!(dry_run(&cluster, &broken).is_err(), "{file}: strict validation refuses unknown fields");
+    }
 }

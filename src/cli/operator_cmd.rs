@@ -100,6 +100,11 @@ pub(crate) struct OperatorArgs {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// Make a Prometheus Operator PodMonitor (monitoring.coreos.com/v1) per fleet, instead of
+    /// prometheus.io scrape annotations on the servers' pods (chart value
+    /// metrics.podMonitor.enabled). Needs the Prometheus Operator's CRDs.
+    #[arg(long)]
+    pod_monitors: bool,
 }
 
 /// Where the webhook certificate comes from.
@@ -150,6 +155,7 @@ async fn operate(args: &OperatorArgs) -> Result<(), String> {
         runtime_image: args.runtime_image.clone(),
         default_release: default_release.clone(),
         runtime_log_format: args.log_format,
+        pod_monitors: args.pod_monitors,
     };
     let mut context = Context::new(client.clone(), source.clone(), options, metrics.clone());
     context.max_concurrent_reconciles = args.max_concurrent_reconciles;

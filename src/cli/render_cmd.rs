@@ -56,6 +56,10 @@ pub(crate) struct RenderArgs {
     /// --log-format (the chart's logFormat).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     runtime_log_format: LogFormat,
+    /// Render a PodMonitor per fleet instead of scrape annotations, as the operator does with
+    /// --pod-monitors (the chart's metrics.podMonitor.enabled).
+    #[arg(long)]
+    pod_monitors: bool,
     #[command(flatten)]
     sglang: SglangVersionArg,
 }
@@ -75,6 +79,7 @@ pub(crate) fn run(args: &RenderArgs) -> ExitCode {
         runtime_image: args.runtime_image.clone(),
         default_release,
         runtime_log_format: args.runtime_log_format,
+        pod_monitors: args.pod_monitors,
     };
     if errors.is_empty() && set.deployments.is_empty() {
         errors.push(match nothing_to_check(&set) {

@@ -12,7 +12,7 @@ use kube::runtime::events::EventType;
 
 use super::coherent::{self, Budget, FleetInput, RouterInput};
 pub use super::desired::GROUP_READY;
-use super::desired::{Fleet, FleetRole, PodGroup, RenderOptions, desired_state};
+use super::desired::{Fleet, FleetRole, POD_MONITORS_UNSERVED, PodGroup, RenderOptions, desired_state};
 use super::recovery;
 use super::rollout::{self, ObservedReplica, resolve_int_or_percent};
 use super::status::{self, DecidedConditions, FleetProgress, Workloads};
@@ -32,8 +32,8 @@ pub const RESYNC: Duration = Duration::from_secs(600);
 pub const ROLLOUT_REQUEUE: Duration = Duration::from_secs(15);
 /// Re-check while pods this controller created have not reached its watch cache yet.
 pub const SETTLE_REQUEUE: Duration = Duration::from_secs(1);
-/// Re-check while the gang scheduler a resource asks for is not installed: installing it
-/// changes nothing the controller watches.
+/// Re-check while the gang scheduler a resource asks for, or the PodMonitor API of
+/// `--pod-monitors`, is not installed: installing it changes nothing the controller watches.
 pub const GANG_SCHEDULER_REQUEUE: Duration = Duration::from_secs(30);
 
 /// One server pod as the controller's watch cache holds it.
@@ -113,6 +113,9 @@ pub struct Observed<'a> {
     pub router: Option<ObservedRouter>,
     /// The API the resource's gang scheduler needs and the cluster does not serve.
     pub missing_scheduler_api: Option<SchedulerApi>,
+    /// The operator makes PodMonitors (`--pod-monitors`) and the cluster does not serve their
+    /// API: the fleets run without them, and status says why.
+    pub pod_monitors_unserved: bool,
     /// Pods created by an earlier pass have not all reached the watch cache yet: what is
     /// missing may be on its way, so no pod is created or deleted in this pass.
     pub settling: bool,
@@ -242,7 +245,10 @@ fn new_status(
 ) -> Option<InferenceDeploymentStatus> {
     let resource = observed.resource;
     let previous = resource.status.as_ref();
-    let warnings = assessment.map(|a| status::warnings(&resource.spec, a)).unwrap_or_default();
+    let mut warnings = assessment.map(|a| status::warnings(&resource.spec, a)).unwrap_or_default();
+    if observed.pod_monitors_unserved && workloads.is_some() {
+        warnings.push(POD_MONITORS_UNSERVED.into());
+    }
     let new =
         status::status(previous, decided, resource.metadata.generation, assessment, workloads, warnings, observed.now);
     (previous != Some(&new)).then_some(new)
@@ -301,6 +307,13 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
     }
 
     let mut desired = desired_state(resource, &assessment, observed.options);
+    if observed.pod_monitors_unserved {
+        // Nothing would take them; the servers run all the same.
+        desired.decode.pod_monitor = None;
+        if let Some(prefill) = desired.prefill.as_mut() {
+            prefill.pod_monitor = None;
+        }
+    }
     let mut rollout_problems = Vec::new();
     let mut budget = |field: String, spec: (&IntOrString, &IntOrString), replicas: i32| match (
         resolve_int_or_percent(spec.0, replicas, false),
@@ -462,6 +475,15 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
         let progressing = &decided.progressing;
         announcements.push(Announcement::warning(previous, &progressing.reason, &progressing.message));
     }
+    if observed.pod_monitors_unserved {
+        announcements.push(Announcement {
+            type_: EventType::Warning,
+            reason: "PodMonitorsUnavailable".into(),
+            note: POD_MONITORS_UNSERVED.into(),
+            action: "Reconcile".into(),
+            recorded: previous.is_some_and(|s| s.warnings.iter().any(|w| w == POD_MONITORS_UNSERVED)),
+        });
+    }
     if let Some(problem) = &rollout_problem {
         let recorded = previous.is_some_and(|s| {
             s.conditions.iter().any(|c| c.reason == "InvalidRollout" && c.message.starts_with(problem.as_str()))
@@ -483,7 +505,8 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
         let wait = if rolling { wait.min(ROLLOUT_REQUEUE) } else { wait };
         wait.max(SETTLE_REQUEUE)
     } else if create.is_empty() && delete.is_empty() && decided.ready.status == "True" && !rolling {
-        RESYNC
+        // Installing the Prometheus Operator's CRD changes nothing the controller watches.
+        if observed.pod_monitors_unserved { GANG_SCHEDULER_REQUEUE } else { RESYNC }
     } else {
         ROLLOUT_REQUEUE
     };
@@ -812,6 +835,7 @@ mod tests {
             pod_groups,
             router: None,
             missing_scheduler_api,
+            pod_monitors_unserved: false,
             settling,
             options,
             now: Timestamp::UNIX_EPOCH,
@@ -1137,6 +1161,7 @@ mod tests {
             pod_groups: Vec::new(),
             router: Some(router),
             missing_scheduler_api: None,
+            pod_monitors_unserved: false,
             settling: false,
             options: &options,
             now,
@@ -1266,5 +1291,33 @@ mod tests {
         let degraded = status.conditions.iter().find(|c| c.type_ == "Degraded").unwrap();
         assert_eq!((degraded.status.as_str(), degraded.reason.as_str()), ("True", "ReplicasKeepFailing"));
         assert!(degraded.message.contains("its replacements wait 19s"), "{}", degraded.message);
+    }
+
+    #[test]
+    fn pod_monitors_nobody_serves_are_left_out_and_said_so_while_the_servers_run() {
+        let options = RenderOptions { pod_monitors: true, ..RenderOptions::default() };
+        let resource = resource(json!({"replicas": 2}));
+        let served = observe(&resource, &options, Vec::new(), false);
+        assert!(served.desired.unwrap().decode.pod_monitor.is_some());
+        let config = serde_json::Value::Object(resource.spec.model.config.inline.clone().unwrap());
+        let observed = Observed {
+            resource: &resource,
+            pods: Vec::new(),
+            pod_groups: Vec::new(),
+            router: None,
+            missing_scheduler_api: None,
+            pod_monitors_unserved: true,
+            settling: false,
+            options: &options,
+            now: Timestamp::UNIX_EPOCH,
+        };
+        let decision = decide(&observed, Ok(ModelConfigs::target(config)));
+        assert!(decision.desired.as_ref().unwrap().decode.pod_monitor.is_none(), "nothing applied that would fail");
+        assert_eq!(decision.create.len(), 2, "the servers are made all the same");
+        let warnings = decision.status.unwrap().warnings;
+        let warning = warnings.iter().find(|w| w.contains("--pod-monitors")).expect("status says why");
+        assert!(warning.contains("metrics.podMonitor.enabled=false"), "names the chart value and the fix: {warning}");
+        let event = decision.announcements.iter().find(|a| a.reason == "PodMonitorsUnavailable").unwrap();
+        assert!(matches!(event.type_, EventType::Warning) && !event.recorded);
     }
 }

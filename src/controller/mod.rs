@@ -37,8 +37,8 @@ use crate::source::{ClusterSource, SourceError};
 use applied::{AppliedBodies, ObjectKey, body_hash};
 use decide::{Announcement, Decision, GROUP_READY, Next, Observed, ObservedPod, ObservedPodGroup, ObservedRouter};
 use desired::{
-    CoschedulingPodGroup, FleetRole, LABEL_KV_COMPAT, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, PodGroup,
-    RenderOptions, VolcanoPodGroup, with_type_meta,
+    CoschedulingPodGroup, FleetRole, LABEL_KV_COMPAT, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, POD_MONITOR_API,
+    POD_MONITORS_UNSERVED, PodGroup, PodMonitor, RenderOptions, VolcanoPodGroup, with_type_meta,
 };
 use metrics::Metrics;
 
@@ -112,6 +112,9 @@ pub struct Context {
     /// The UIDs of the pods each resource's passes deleted, while the watch cache still holds
     /// them: a group seen going rank by rank is the controller's doing, not a failure.
     deleted: Mutex<HashMap<ObjectRef<InferenceDeployment>, HashSet<String>>>,
+    /// Whether the last look found the PodMonitor API missing (with `--pod-monitors`), so that
+    /// the log says so when that changes, not at every reconcile.
+    pod_monitors_unserved: std::sync::atomic::AtomicBool,
 }
 
 /// When a pass created pods, and their names.
@@ -134,6 +137,7 @@ impl Context {
             announced: Mutex::new(HashMap::new()),
             created: Mutex::new(HashMap::new()),
             deleted: Mutex::new(HashMap::new()),
+            pod_monitors_unserved: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -180,6 +184,8 @@ struct Reconciler {
     /// [`trim_pod_group`].
     volcano_pod_groups: Kept<VolcanoPodGroup>,
     coscheduling_pod_groups: Kept<CoschedulingPodGroup>,
+    /// The fleets' PodMonitors, watched only with `--pod-monitors` (else empty).
+    pod_monitors: Kept<PodMonitor>,
 }
 
 /// A kind the controller keeps objects of: its watch cache (metadata only, trimmed by
@@ -364,9 +370,16 @@ async fn reconcile_until(
     let (kept_role_bindings, role_bindings) = watch_managed(&client, &scope, trim_kept::<RoleBinding>);
     let (kept_budgets, disruption_budgets) = watch_managed(&client, &scope, trim_kept::<PodDisruptionBudget>);
     let (kept_router_deployments, router_deployments) = watch_managed(&client, &scope, trim_deployment);
-    let (kept_volcano_pod_groups, volcano_pod_groups) = watch_pod_groups::<VolcanoPodGroup>(&client, &scope);
+    let (kept_volcano_pod_groups, volcano_pod_groups) = watch_optional::<VolcanoPodGroup>(&client, &scope);
     let (kept_coscheduling_pod_groups, coscheduling_pod_groups) =
-        watch_pod_groups::<CoschedulingPodGroup>(&client, &scope);
+        watch_optional::<CoschedulingPodGroup>(&client, &scope);
+    // Without --pod-monitors the operator may not read PodMonitors (the chart grants nothing on
+    // them): no watch, an empty cache.
+    let (kept_pod_monitors, pod_monitors) = if context.options.pod_monitors {
+        watch_optional::<PodMonitor>(&client, &scope)
+    } else {
+        (reflector::store().0, futures::stream::empty().boxed())
+    };
     let sources =
         watcher(api::<PartialObjectMeta<ConfigMap>>(&client, &scope), watcher::Config::default()).touched_objects();
     let users = deployments.clone();
@@ -382,6 +395,7 @@ async fn reconcile_until(
         deployments: Kept::new(kept_router_deployments),
         volcano_pod_groups: Kept::new(kept_volcano_pod_groups),
         coscheduling_pod_groups: Kept::new(kept_coscheduling_pod_groups),
+        pod_monitors: Kept::new(kept_pod_monitors),
     });
     Controller::for_stream(deployment_stream, deployments)
         .with_config(
@@ -404,6 +418,7 @@ async fn reconcile_until(
             router_deployments,
             volcano_pod_groups,
             coscheduling_pod_groups,
+            pod_monitors,
         ]))
         // A ConfigMap named by the model's or the draft's configMapRef re-reconciles the resources
         // using it.
@@ -461,10 +476,12 @@ fn watch_managed<K: Watched>(
     (cache, owner_triggers(changed))
 }
 
-/// A watch of the PodGroups kvpilot manages of one scheduler, as [`watch_managed`] watches its
-/// other kinds. A cluster without that scheduler serves no such API: the list fails (404) until
-/// it is installed, retried with kube-runtime's backoff (up to 30 s apart) rather than at once.
-fn watch_pod_groups<K: Watched>(
+/// A watch of the objects kvpilot manages of a kind another project installs (a gang
+/// scheduler's PodGroups, the Prometheus Operator's PodMonitors), as [`watch_managed`] watches
+/// its other kinds, keeping the labels that name their resource, fleet and replica. A cluster
+/// without that project serves no such API: the list fails (404) until it is installed, retried
+/// with kube-runtime's backoff (up to 30 s apart) rather than at once.
+fn watch_optional<K: Watched>(
     client: &kube::Client,
     scope: &Scope,
 ) -> (Store<PartialObjectMeta<K>>, futures::stream::BoxStream<'static, ObjectRef<InferenceDeployment>>) {
@@ -562,18 +579,33 @@ async fn reconcile_inner(resource: &InferenceDeployment, reconciler: &Reconciler
     let settling = reconciler.settling(resource, &pods);
     let router = reconciler.router_status(&namespace, resource);
     let missing_scheduler_api = context.source.apis().missing_for(&resource.spec).await.map_err(Error::Kube)?;
+    let pod_monitors_unserved = context.options.pod_monitors && !pod_monitors_served(context).await?;
     let observed = Observed {
         resource,
         pods,
         pod_groups: reconciler.observe_pod_groups(&namespace, resource),
         router,
         missing_scheduler_api,
+        pod_monitors_unserved,
         settling,
         options: &context.options,
         now: k8s_openapi::jiff::Timestamp::now(),
     };
     let decision = decide::decide(&observed, configs);
     act(resource, &namespace, reconciler, decision).await
+}
+
+/// Whether the cluster serves the PodMonitor API (discovery, answers kept as for the gang
+/// schedulers'); logs an error when it stops doing so, and when it starts again.
+async fn pod_monitors_served(context: &Context) -> Result<bool, Error> {
+    let served = context.source.apis().serves(POD_MONITOR_API).await.map_err(Error::Kube)?;
+    let was_unserved = context.pod_monitors_unserved.swap(!served, std::sync::atomic::Ordering::Relaxed);
+    match (served, was_unserved) {
+        (false, false) => tracing::error!(problem = POD_MONITORS_UNSERVED, "PodMonitors cannot be made"),
+        (true, true) => tracing::info!("the cluster serves monitoring.coreos.com/v1 podmonitors again"),
+        _ => {}
+    }
+    Ok(served)
 }
 
 /// Carries out a [`Decision`]: the ConfigMap and Service, then the status (which counts only
@@ -647,8 +679,9 @@ async fn act(
 }
 
 impl Reconciler {
-    /// Applies the ConfigMap, the fleets' Services and the router's objects, and deletes the
-    /// prefill Service and the router objects of this resource when they are no longer wanted
+    /// Applies the ConfigMap, the fleets' Services, budgets and PodMonitors and the router's
+    /// objects, and deletes the prefill Service, budget and PodMonitor and the router objects of
+    /// this resource when they are no longer wanted
     /// (spec.prefill removed, the router turned off). Pods of a fleet no longer wanted are
     /// deleted by the decision.
     async fn apply_objects(
@@ -669,12 +702,17 @@ impl Reconciler {
             let budget = with_type_meta(&fleet.disruption_budget, "policy/v1", "PodDisruptionBudget");
             let budget_name = name_of(&fleet.disruption_budget.metadata);
             self.disruption_budgets.apply(client, apply, namespace, &budget_name, budget).await?;
+            if let Some(monitor) = &fleet.pod_monitor {
+                let body = serde_json::to_value(monitor).unwrap_or_default();
+                self.pod_monitors.apply(client, apply, namespace, &name_of(&monitor.metadata), body).await?;
+            }
         }
         let name = resource.name_any();
         if desired.prefill.is_none() {
             let prefill = desired::service_name(&name, FleetRole::Prefill);
             self.services.remove(client, resource, namespace, &prefill).await?;
             self.disruption_budgets.remove(client, resource, namespace, &prefill).await?;
+            self.pod_monitors.remove(client, resource, namespace, &prefill).await?;
         }
         let router_name = desired::router_name(&name);
         match &desired.router {

@@ -11,6 +11,7 @@ use super::disruption_budget;
 use super::placement::keep_group_together;
 use super::pod::server_pod_template;
 use super::pod_group::{Gang, PodGroup};
+use super::pod_monitor::{self, PodMonitor};
 use super::service::headless_service;
 use super::{
     FleetRole, LABEL_KV_COMPAT, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, RenderOptions, managed_labels, owned_meta,
@@ -30,6 +31,9 @@ pub struct Fleet {
     pub service: Service,
     /// `NAME-ROLE`: what evictions may take down at once.
     pub disruption_budget: PodDisruptionBudget,
+    /// `NAME-ROLE`: how the Prometheus Operator scrapes the fleet (`--pod-monitors`); without
+    /// it the pods carry scrape annotations.
+    pub pod_monitor: Option<PodMonitor>,
     /// Pod template; [`Fleet::pod`] names it and gives it its rank.
     template: Pod,
     /// Replicas to run: the fleet's `replicas`, or for a prefill fleet with `ratio` its share of
@@ -44,6 +48,9 @@ pub struct Fleet {
     port: i32,
     /// How many of the container's last arguments are the fleet's `extraArgs`.
     extra_args: usize,
+    /// Whether its pods carry scrape annotations (no PodMonitor). Added per pod, after the
+    /// revision is hashed: switching between the two restarts no server.
+    scrape_annotations: bool,
     /// How each replica joins the gang scheduler (`spec.scheduling`).
     gang: Gang,
     /// The node label all ranks of a replica share (`spec.placement.groupTopologyKey`).
@@ -82,6 +89,10 @@ pub(super) fn render_fleet(
     let mut labels = managed_labels(&selector);
     labels.insert(LABEL_KV_COMPAT.into(), kv_compat.into());
     let template = server_pod_template(resource, assessment, options, role, fleet, labels, owner);
+    let cache = role == FleetRole::Decode && resource.spec.cache.is_some();
+    let pod_monitor = options
+        .pod_monitors
+        .then(|| pod_monitor::pod_monitor(service_name(&name, role), &namespace, &selector, owner, cache));
     let gang = Gang::new(&resource.spec, fleet, &template, nodes_per_replica);
     let group_topology_key = resource.spec.placement.as_ref().and_then(|p| p.group_topology_key.clone());
     // What each replica adds to the template is decided here, once per revision: hashed with it.
@@ -96,6 +107,7 @@ pub(super) fn render_fleet(
         revision,
         service,
         disruption_budget,
+        pod_monitor,
         template,
         replicas,
         nodes_per_replica,
@@ -104,6 +116,7 @@ pub(super) fn render_fleet(
         namespace: namespace.unwrap_or_default(),
         port: fleet.port,
         extra_args: fleet.extra_args.len(),
+        scrape_annotations: !options.pod_monitors,
         gang,
         group_topology_key,
         owner: owner.clone(),
@@ -161,6 +174,9 @@ impl Fleet {
         labels.insert(LABEL_ORDINAL.into(), replica.to_string());
         labels.insert(LABEL_RANK.into(), rank.to_string());
         self.gang.join(&mut pod, &replica_name(&self.name, self.role, replica));
+        if self.scrape_annotations {
+            pod_monitor::annotate(pod.metadata.annotations.get_or_insert_default(), rank, self.port);
+        }
         let leader = self.host(&pod_name(&self.name, self.role, replica, 0, self.nodes_per_replica));
         if let Some(spec) = pod.spec.as_mut() {
             spec.hostname = Some(name);

@@ -11,7 +11,8 @@
 //! `disruption_budget.rs` (a fleet's and the router's PodDisruptionBudget),
 //! `fleet.rs` (a fleet's revision and the pods of its replicas), `pod.rs` (the SGLang server's
 //! pod template), `pod_group.rs` (what a gang scheduler needs of a replica: its PodGroup, its
-//! pods' group labels), `placement.rs` (the affinity and spread of a fleet's pods), `cache.rs`
+//! pods' group labels), `pod_monitor.rs` (how Prometheus finds a fleet's metrics: its PodMonitor
+//! or the pods' scrape annotations), `placement.rs` (the affinity and spread of a fleet's pods), `cache.rs`
 //! (what the cache runtime adds to a decode pod), `router.rs` (the router's objects);
 //! `container.rs` holds the container pieces they share, `resources.rs` their resources. This
 //! module holds
@@ -25,6 +26,7 @@ mod fleet;
 mod placement;
 mod pod;
 mod pod_group;
+mod pod_monitor;
 pub mod resources;
 mod router;
 mod service;
@@ -41,6 +43,7 @@ pub use cache::DEFAULT_RUNTIME_IMAGE;
 pub use fleet::Fleet;
 pub use pod::DEFAULT_SGLANG_IMAGE;
 pub use pod_group::{CoschedulingPodGroup, PodGroup, VolcanoPodGroup};
+pub use pod_monitor::{POD_MONITOR_API, POD_MONITORS_UNSERVED, PodMonitor, SCRAPE_ANNOTATION};
 pub use router::Router;
 
 use crate::api::InferenceDeployment;
@@ -90,6 +93,9 @@ pub struct RenderOptions {
     pub default_release: ReleaseChoice,
     /// The log format of the cache runtime sidecars: the operator's own.
     pub runtime_log_format: LogFormat,
+    /// A Prometheus Operator PodMonitor per fleet (`--pod-monitors`) instead of scrape
+    /// annotations on the pods.
+    pub pod_monitors: bool,
 }
 
 impl Default for RenderOptions {
@@ -100,6 +106,7 @@ impl Default for RenderOptions {
             runtime_image: DEFAULT_RUNTIME_IMAGE.into(),
             default_release: ReleaseChoice::default_newest(),
             runtime_log_format: LogFormat::default(),
+            pod_monitors: false,
         }
     }
 }
@@ -170,12 +177,14 @@ fn stable_hash(text: &str) -> String {
 impl Desired {
     /// Everything a fresh InferenceDeployment gets, as it is applied: the ConfigMap, each
     /// fleet's Service and, for its replicas 0..replicas, each one's PodGroup (with a gang
-    /// scheduler that takes one) and pods, and the router's objects.
+    /// scheduler that takes one) and pods, its PodMonitor (with `--pod-monitors`), and the
+    /// router's objects.
     pub fn objects(&self) -> Vec<serde_json::Value> {
         let mut objects = vec![with_type_meta(&self.config_map, "v1", "ConfigMap")];
         for fleet in self.fleets() {
             objects.push(with_type_meta(&fleet.service, "v1", "Service"));
             objects.push(with_type_meta(&fleet.disruption_budget, "policy/v1", "PodDisruptionBudget"));
+            objects.extend(fleet.pod_monitor.as_ref().map(|monitor| serde_json::to_value(monitor).unwrap_or_default()));
             for replica in 0..fleet.replicas as u32 {
                 objects.extend(fleet.pod_group(replica).map(|group| group.to_json()));
                 objects.extend(fleet.replica(replica).iter().map(|pod| with_type_meta(pod, "v1", "Pod")));

@@ -30,10 +30,15 @@ pub(super) fn resource(decode: serde_json::Value) -> InferenceDeployment {
 
 /// What should exist for `resource`, assessed at the newest release with the default options.
 pub(super) fn render(resource: &InferenceDeployment) -> Desired {
+    render_with(resource, &RenderOptions::default())
+}
+
+/// [`render`] with `options`.
+pub(super) fn render_with(resource: &InferenceDeployment, options: &RenderOptions) -> Desired {
     let config = serde_json::Value::Object(resource.spec.model.config.inline.clone().unwrap());
     let assessment =
         assess(&resource.spec, &crate::policy::ModelConfigs::target(config), &ReleaseChoice::default_newest()).unwrap();
-    desired_state(resource, &assessment, &RenderOptions::default())
+    desired_state(resource, &assessment, options)
 }
 
 /// A pod's SGLang container.
