@@ -559,7 +559,7 @@ mod tests {
         assert!(decision.desired.is_none() && decision.create.is_empty() && decision.delete.is_empty());
         let status = decision.status.unwrap();
         let settings = status.conditions.iter().find(|c| c.type_ == "SettingsValid").unwrap();
-        assert_eq!(settings.reason, "K1");
+        assert_eq!(settings.reason, "POD1");
         assert!(settings.message.contains("spec.decode.tensorParallel"), "{}", settings.message);
         assert_eq!(decision.announcements.len(), 1);
     }
