@@ -61,10 +61,11 @@ pub fn rules_markdown() -> String {
     out += "\nEach rule's field, message (the newest text where it changes) and fix, and whether kvpilot \
             rewrites it (under `onInvalid: Rewrite`) or the user must change it:\n\n";
     for rule in RULES {
-        let (how, hint) = match rule.fix {
-            Fix::Rewrite { hint, .. } => ("rewritten", hint),
-            Fix::Manual { hint } => ("by hand", hint),
+        let how = match rule.fix {
+            Fix::Rewrite { .. } => "rewritten",
+            Fix::Manual { .. } => "by hand",
         };
+        let hint = rule.fix.hint();
         let message = rule.messages.last().map_or("", |m| m.text);
         out += &format!("- **{}** ({}), `{}`: `{message}` — fix ({how}): {hint}\n", rule.id, rule.about, rule.field);
     }

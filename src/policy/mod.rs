@@ -2,10 +2,9 @@
 //! webhook, the controller and the cache runtime all call [`evaluate`].
 
 mod docs;
-#[cfg(test)]
-mod release_tests;
-mod role;
 mod rules;
+#[cfg(test)]
+mod test_support;
 #[cfg(test)]
 mod tests;
 
@@ -22,11 +21,14 @@ use crate::api::{
 };
 use crate::layout::{self, LayoutError, ResolveOptions};
 use crate::release::{self, Release, ReleaseChoice, ReleaseError, ReleaseSource, v0_5};
-use rules::{Context, Fix, RULES, Scope};
+use rules::{Fix, RULES, RuleInput, SERVER_ROLE_RULES, Subject};
 
 pub use docs::{RULES_DOC_END, RULES_DOC_START, rules_markdown};
-pub use role::evaluate_non_decode;
-pub use rules::{Phase, RUST_SERVER_ENV, pipeline_stages, prefill_attention_tp};
+pub use rules::{
+    COMMAND_LINE, POD_CACHE_CAPACITY, POD_COMMAND_LINE, POD_EXTRA_ARGS, POD_HOST_POOL_SIZE, POD_MODEL_SOURCE,
+    POD_ROUTER, POD_RULES, POD_STORAGE_BACKEND, POD_UNEVEN_REPLICA, Phase, RUST_SERVER_ENV, RuleInfo, ServerRole,
+    pipeline_stages, prefill_attention_tp,
+};
 
 /// The host pool fraction SGLang gives a retraction-only host pool (`BACKUP_ONLY_HICACHE_RATIO`,
 /// 0.5.19 on; from 0.5.21 at least this, more when one max-length request needs more).
@@ -145,27 +147,42 @@ pub struct Verdict {
 /// rewritten / rejected: the decode servers and the prefill servers that run with them (kvpilot
 /// gives both the settings the two sides share, such as the Mamba strategy).
 pub fn evaluate(input: PolicyInput<'_>) -> Verdict {
-    evaluate_on(input, Scope::Service)
+    evaluate_on(input, Subject::Service, ServerRole::Decode)
 }
 
-/// [`evaluate`] for one PD decode server on its own (the guard's view of a command line).
-pub fn evaluate_decode_server(input: PolicyInput<'_>) -> Verdict {
-    evaluate_on(input, Scope::DecodeServer)
+/// [`evaluate`] for one server on its own (the guard's view of a command line) in `role`. A PD
+/// decode server is checked against every rule. Another server is checked against the rules
+/// SGLang applies to its role (each rule's `roles`), with nothing rewritten: each finding there
+/// asks for a flag to be dropped or changed by hand, and the warnings, about the decode side's
+/// pool and pairing, are not its.
+pub fn evaluate_server(input: PolicyInput<'_>, role: ServerRole) -> Verdict {
+    if role == ServerRole::Decode {
+        return evaluate_on(input, Subject::DecodeServer, role);
+    }
+    let settings = DisaggregationSpec { on_invalid: OnInvalid::Reject, ..input.disaggregation.clone() };
+    let mut verdict = evaluate_on(PolicyInput { disaggregation: &settings, ..input }, Subject::OtherServer, role);
+    verdict.warnings.clear();
+    verdict
 }
 
-fn evaluate_on(input: PolicyInput<'_>, scope: Scope) -> Verdict {
+/// The rules SGLang checks on a server of `role`, in report order: those of its role first.
+fn rules_for(role: ServerRole) -> impl Iterator<Item = &'static rules::Rule> {
+    SERVER_ROLE_RULES.iter().chain(RULES).filter(move |rule| rule.roles.contains(&role))
+}
+
+fn evaluate_on(input: PolicyInput<'_>, subject: Subject, role: ServerRole) -> Verdict {
     let mut settings = input.disaggregation.clone();
     let mut rewrites: Vec<Rewrite> = Vec::new();
     let violations = match input.disaggregation.on_invalid {
-        OnInvalid::Reject => findings(&settings, input, scope),
+        OnInvalid::Reject => findings(&settings, input, subject, role),
         OnInvalid::Rewrite => {
             for _ in 0..MAX_PASSES {
                 let mut changed = false;
-                for rule in RULES {
+                for rule in rules_for(role) {
                     let Fix::Rewrite { apply, .. } = rule.fix else {
                         continue;
                     };
-                    let context = Context {
+                    let rule_input = RuleInput {
                         settings: &settings,
                         decode: input.decode,
                         layout: input.layout,
@@ -173,9 +190,9 @@ fn evaluate_on(input: PolicyInput<'_>, scope: Scope) -> Verdict {
                         draft_is_the_model: input.draft_is_the_model,
                         prefill_fleet: input.prefill_fleet,
                         release: input.release,
-                        scope,
+                        subject,
                     };
-                    let Some(finding) = rule.evaluate(&context) else { continue };
+                    let Some(finding) = rule.evaluate(&rule_input) else { continue };
                     let (from, to) = apply(&mut settings);
                     changed = true;
                     match rewrites.iter_mut().find(|r| r.field == rule.field) {
@@ -195,7 +212,7 @@ fn evaluate_on(input: PolicyInput<'_>, scope: Scope) -> Verdict {
                     break;
                 }
             }
-            findings(&settings, input, scope)
+            findings(&settings, input, subject, role)
         }
     };
     let outcome = if !violations.is_empty() {
@@ -213,12 +230,17 @@ fn evaluate_on(input: PolicyInput<'_>, scope: Scope) -> Verdict {
         SettingSource::Auto
     };
     let effective = effective_settings(&settings, input, source);
-    let warnings = warnings(&settings, input, &effective, outcome == Outcome::Rejected, scope);
+    let warnings = warnings(&settings, input, &effective, outcome == Outcome::Rejected, subject);
     Verdict { outcome, violations, rewrites, settings, effective, warnings }
 }
 
-fn findings(settings: &DisaggregationSpec, input: PolicyInput<'_>, scope: Scope) -> Vec<Violation> {
-    let context = Context {
+fn findings(
+    settings: &DisaggregationSpec,
+    input: PolicyInput<'_>,
+    subject: Subject,
+    role: ServerRole,
+) -> Vec<Violation> {
+    let rule_input = RuleInput {
         settings,
         decode: input.decode,
         layout: input.layout,
@@ -226,12 +248,11 @@ fn findings(settings: &DisaggregationSpec, input: PolicyInput<'_>, scope: Scope)
         draft_is_the_model: input.draft_is_the_model,
         prefill_fleet: input.prefill_fleet,
         release: input.release,
-        scope,
+        subject,
     };
-    RULES
-        .iter()
+    rules_for(role)
         .filter_map(|rule| {
-            let finding = rule.evaluate(&context)?;
+            let finding = rule.evaluate(&rule_input)?;
             let hint = match rule.fix {
                 Fix::Rewrite { hint, .. } => {
                     format!("{hint}; or set onInvalid: Rewrite to let kvpilot rewrite it")
@@ -354,8 +375,8 @@ fn required_env(settings: &DisaggregationSpec, input: PolicyInput<'_>) -> Vec<En
 
 /// R12: a PD decode server without decode radix cache runs with its radix cache disabled, which
 /// SGLang only logs; the settings that serve a radix cache then do nothing on it.
-fn decode_radix_cache_warnings(settings: &DisaggregationSpec, input: PolicyInput<'_>, scope: Scope) -> Vec<String> {
-    if scope == Scope::OtherServer || settings.decode_radix_cache {
+fn decode_radix_cache_warnings(settings: &DisaggregationSpec, input: PolicyInput<'_>, subject: Subject) -> Vec<String> {
+    if subject == Subject::OtherServer || settings.decode_radix_cache {
         return Vec::new();
     }
     let log = if input.release >= v0_5(22) {
@@ -367,8 +388,8 @@ fn decode_radix_cache_warnings(settings: &DisaggregationSpec, input: PolicyInput
     if let Some(strategy) = settings.mamba_radix_cache_strategy
         && input.layout.uses_ssm_state()
     {
-        let where_used = match scope {
-            Scope::Service => " (the prefill servers use it)",
+        let where_used = match subject {
+            Subject::Service => " (the prefill servers use it)",
             _ => "",
         };
         ignored.push(format!("the Mamba radix cache strategy {}{where_used}", strategy.as_str()));
@@ -397,9 +418,9 @@ fn warnings(
     input: PolicyInput<'_>,
     effective: &EffectiveSettings,
     rejected: bool,
-    scope: Scope,
+    subject: Subject,
 ) -> Vec<String> {
-    let mut warnings = decode_radix_cache_warnings(settings, input, scope);
+    let mut warnings = decode_radix_cache_warnings(settings, input, subject);
     let layout = input.layout;
     let t1_applies = RULES.iter().any(|r| r.id == "T1" && r.applies(input.release, settings.transfer_backend));
     if settings.prefill.is_none() && t1_applies && layout.is_hybrid_swa() && !layout.has(LayoutFeature::DeepseekV4) {

@@ -19,7 +19,7 @@ use crate::api::{
     InferenceDeploymentSpec, ModelConfigSource, ModelSpec, OnInvalid, PrefillSpec, SecretKeyRef,
 };
 use crate::layout::{LayoutError, ResolveOptions};
-use crate::policy::{self, ModelConfigs, Outcome, PolicyInput, Violation};
+use crate::policy::{self, ModelConfigs, Outcome, PolicyInput, ServerRole, Violation};
 use crate::release::{self, Release, ReleaseChoice, ReleaseSource};
 
 /// Annotation (workload or pod template) naming the model's config.json when `--model-path` is
@@ -514,11 +514,12 @@ fn assess_server(
         prefill_fleet: spec.prefill.as_deref(),
         release,
     };
-    let verdict = match mode {
-        Mode::Decode => policy::evaluate_decode_server(input),
-        Mode::Prefill => policy::evaluate_non_decode(input, true),
-        Mode::Null => policy::evaluate_non_decode(input, false),
+    let role = match mode {
+        Mode::Decode => ServerRole::Decode,
+        Mode::Prefill => ServerRole::Prefill,
+        Mode::Null => ServerRole::WithoutPd,
     };
+    let verdict = policy::evaluate_server(input, role);
     Ok((layout, verdict))
 }
 
