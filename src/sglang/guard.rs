@@ -551,9 +551,6 @@ pub fn choose_release(image: Option<Release>, fallback: &ReleaseChoice) -> (Rele
 pub const DYNAMO_NOT_JUDGED: &str = "python -m dynamo.sglang parses its own flags (and abbreviations of them) before \
      SGLang's parser sees the rest, so unknown, ambiguous or abbreviated flags are not reported";
 
-/// The rule id of a command line the release's parser refuses (docs/guard.md).
-pub const ARGV_RULE: &str = "CLI";
-
 /// The argv SGLang's server parser receives from an invocation, and for each of its items the
 /// index of the invocation's argument it comes from. `sglang serve` (sglang/cli/serve.py in every
 /// release 0.5.17–0.5.23) first takes out its own `--model-type` selector and turns a model path
@@ -613,7 +610,7 @@ pub fn argv_check(server: &Server) -> (Option<FlagFinding>, Vec<String>) {
         FlagFinding {
             flag,
             violation: Violation {
-                rule: ARGV_RULE,
+                rule: policy::COMMAND_LINE.id,
                 field: "command line",
                 message: message.clone(),
                 fix,

@@ -5,7 +5,10 @@
 
 use crate::api::{FleetSpec, HICACHE_GIGABYTE, InferenceDeploymentSpec, PrefillSpec, RouterSpec, quantity_bytes};
 use crate::layout::LayoutError;
-use crate::policy::{self, Assessment, ModelConfigs, Outcome, Violation};
+use crate::policy::{
+    self, Assessment, ModelConfigs, Outcome, POD_CACHE_CAPACITY, POD_COMMAND_LINE, POD_EXTRA_ARGS, POD_HOST_POOL_SIZE,
+    POD_MODEL_SOURCE, POD_ROUTER, POD_STORAGE_BACKEND, POD_UNEVEN_REPLICA, Violation,
+};
 use crate::release::{Release, ReleaseChoice};
 
 use super::args::sglang_args;
@@ -359,7 +362,7 @@ fn owned_extra_args(
             let (flag, field) = owned(arg)?;
             let spelled = if arg.split('=').next() == Some(flag) { String::new() } else { format!(" (as {arg})") };
             Some(violation(
-                "POD1",
+                POD_EXTRA_ARGS.id,
                 list,
                 format!("{flag}{spelled} is set by kvpilot from {field}"),
                 format!("remove {arg} from {list} and set {field} instead"),
@@ -390,7 +393,7 @@ fn uneven_replicas(role: FleetRole, fleet: &FleetSpec) -> Vec<Violation> {
     let nodes = fleet.nodes_per_replica.max(1);
     if gpus % nodes != 0 {
         findings.push(violation(
-            "POD2",
+            POD_UNEVEN_REPLICA.id,
             nodes_field,
             format!("{nodes} pods per replica cannot share tensorParallel × pipelineParallel = {gpus} GPUs evenly"),
             format!("set {nodes_field} to a divisor of tensorParallel × pipelineParallel"),
@@ -398,7 +401,7 @@ fn uneven_replicas(role: FleetRole, fleet: &FleetSpec) -> Vec<Violation> {
     }
     if let Some(per_pod) = fleet.gpus_per_pod.filter(|n| nodes > 1 && n * nodes != gpus) {
         findings.push(violation(
-            "POD2",
+            POD_UNEVEN_REPLICA.id,
             gpus_field,
             format!("{nodes} pods of {per_pod} GPUs do not hold tensorParallel × pipelineParallel = {gpus} GPUs"),
             format!(
@@ -429,7 +432,7 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Vio
         findings.extend(uneven_replicas(FleetRole::Prefill, prefill));
         if spec.disaggregation.prefill.is_some() {
             findings.push(violation(
-                "POD7",
+                POD_ROUTER.id,
                 "spec.disaggregation.prefill",
                 "spec.disaggregation.prefill describes prefill servers kvpilot does not run, and spec.prefill is set"
                     .into(),
@@ -441,7 +444,7 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Vio
         findings.extend(owned_extra_args("spec.router.extraArgs", &router.extra_args, owned_router_flag));
         if router.enabled && spec.prefill.is_none() {
             findings.push(violation(
-                "POD7",
+                POD_ROUTER.id,
                 "spec.router",
                 "spec.router routes to the prefill fleet kvpilot runs, and spec.prefill is not set".into(),
                 "set spec.prefill, or spec.router.enabled: false".into(),
@@ -452,7 +455,7 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Vio
         && prefill.port != spec.decode.port
     {
         findings.push(violation(
-            "POD7",
+            POD_ROUTER.id,
             "spec.prefill.port",
             format!(
                 "the router finds every server on one port (--service-discovery-port), and spec.prefill.port {} \
@@ -464,7 +467,7 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Vio
     }
     if let Some(Err(problem)) = spec.cache.as_ref().map(|c| c.capacity_bytes()) {
         findings.push(violation(
-            "POD4",
+            POD_CACHE_CAPACITY.id,
             "spec.cache.capacity",
             format!("spec.cache.capacity: {problem}"),
             "give the store's size in bytes with an optional binary or decimal suffix (64Gi, 500G)".into(),
@@ -472,7 +475,7 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Vio
     }
     if let Some(backend) = spec.disaggregation.hicache_storage_backend.as_deref().filter(|_| spec.cache.is_some()) {
         findings.push(violation(
-            "POD5",
+            POD_STORAGE_BACKEND.id,
             "spec.disaggregation.hicacheStorageBackend",
             format!(
                 "spec.disaggregation.hicacheStorageBackend {backend:?} conflicts with spec.cache, whose store is the \
@@ -483,7 +486,7 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Vio
     }
     if let Some(Err(problem)) = spec.cache.as_ref().and_then(|c| c.host_pool_gigabytes()) {
         findings.push(violation(
-            "POD6",
+            POD_HOST_POOL_SIZE.id,
             "spec.cache.hostPoolSize",
             format!("spec.cache.hostPoolSize: {problem}"),
             "give each rank's host pool in bytes of at least 1G (64G, 64Gi), or unset it to size the pools from \
@@ -497,7 +500,7 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Vio
         for quantity in memory.flatten().filter_map(|values| values.get("memory")) {
             if let Err(problem) = quantity_bytes(&quantity.0) {
                 findings.push(violation(
-                    "POD6",
+                    POD_HOST_POOL_SIZE.id,
                     "spec.decode.resources",
                     format!(
                         "spec.decode.resources memory: {problem}, so spec.cache.hostPoolSize cannot be added to it"
@@ -510,20 +513,20 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Vio
     if let Some(source) = &spec.model.source {
         match (&source.hub, &source.volume) {
             (Some(_), Some(_)) | (None, None) => findings.push(violation(
-                "POD3",
+                POD_MODEL_SOURCE.id,
                 "spec.model.source",
                 "spec.model.source must name exactly one of hub or volume".into(),
                 "keep one of spec.model.source.hub and spec.model.source.volume".into(),
             )),
             (None, Some(volume)) if volume.source.is_empty() => findings.push(violation(
-                "POD3",
+                POD_MODEL_SOURCE.id,
                 "spec.model.source.volume.source",
                 "spec.model.source.volume.source names no volume source".into(),
                 "set one volume source such as persistentVolumeClaim: {claimName: …}, hostPath or nfs".into(),
             )),
             (None, Some(volume)) if volume.path.starts_with('/') || volume.path.split('/').any(|p| p == "..") => {
                 findings.push(violation(
-                    "POD3",
+                    POD_MODEL_SOURCE.id,
                     "spec.model.source.volume.path",
                     format!("spec.model.source.volume.path {:?} leaves the volume", volume.path),
                     "give the model's directory relative to the volume's root, without a leading / or ..".into(),
@@ -535,7 +538,7 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Vio
     let draft_path = spec.disaggregation.speculative_draft_model.as_ref().and_then(|draft| draft.path.as_ref());
     if draft_path.is_some() && spec.model.weights_volume().is_none() {
         findings.push(violation(
-            "POD3",
+            POD_MODEL_SOURCE.id,
             "spec.disaggregation.speculativeDraftModel.path",
             "spec.disaggregation.speculativeDraftModel.path is a directory in the model's weights volume, and \
              spec.model.source.volume is not set"
@@ -598,7 +601,7 @@ fn extra_args_reading(
     let warnings = reading.accepted_warnings(release).into_iter().map(|w| format!("{list}: {w}")).collect();
     let refusal = reading.refusal.map(|message| {
         let (_, fix) = server_cli::refusal_subject_and_fix(&message, release);
-        violation("POD8", list, message, format!("in {list}: {fix}"))
+        violation(POD_COMMAND_LINE.id, list, message, format!("in {list}: {fix}"))
     });
     (refusal, warnings)
 }
@@ -1076,6 +1079,8 @@ mod tests {
         };
         let cache = json!({"offload": true, "capacity": "1Gi"});
         assert_eq!(with_cache(cache.clone(), |_| {}), [], "memory kvpilot adds nothing to is not read");
+        let unreadable = json!({"offload": true, "capacity": "a lot"});
+        assert_eq!(with_cache(unreadable, |_| {}), [("POD4", "spec.cache.capacity")]);
         assert_eq!(
             with_cache(cache.clone(), |s| s.disaggregation.hicache_storage_backend = Some("file".into())),
             [("POD5", "spec.disaggregation.hicacheStorageBackend")]

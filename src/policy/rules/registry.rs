@@ -310,3 +310,124 @@ pub const POD_COMMAND_LINE: RuleInfo = RuleInfo {
 
 /// A server's command line that the release's own parser refuses (the guard, docs/guard.md).
 pub const COMMAND_LINE: RuleInfo = RuleInfo { id: "CLI", about: "the release's own parser refuses the command line" };
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    use super::*;
+
+    /// Every id a verdict can carry, once each, by where its findings come from.
+    fn sources() -> [(&'static str, BTreeSet<&'static str>); 4] {
+        [
+            ("the rules table", RULES.iter().map(|rule| rule.id).collect()),
+            ("the server-role rules", SERVER_ROLE_RULES.iter().map(|rule| rule.id).collect()),
+            ("the pod rules", POD_RULES.iter().map(|rule| rule.id).collect()),
+            ("SGLang's parser", BTreeSet::from([COMMAND_LINE.id])),
+        ]
+    }
+
+    #[test]
+    fn every_id_is_unique_across_the_sources_of_findings() {
+        let sources = sources();
+        for (index, (source, ids)) in sources.iter().enumerate() {
+            for (other, other_ids) in &sources[index + 1..] {
+                let shared: Vec<_> = ids.intersection(other_ids).collect();
+                assert!(shared.is_empty(), "{source} and {other} both use {shared:?}");
+            }
+        }
+        assert_eq!(POD_RULES.iter().map(|rule| rule.id).collect::<BTreeSet<_>>().len(), POD_RULES.len());
+    }
+
+    #[test]
+    fn every_rule_is_named_once_and_its_messages_are_in_release_order() {
+        let mut seen = std::collections::HashSet::new();
+        for rule in RULES.iter().chain(SERVER_ROLE_RULES) {
+            assert!(seen.insert((rule.id, rule.about)), "{} {} twice", rule.id, rule.about);
+            assert!(rule.messages.first().is_some_and(|m| m.since <= rule.span.first), "{} {}", rule.id, rule.about);
+            assert!(rule.messages.windows(2).all(|w| w[0].since < w[1].since), "{} {}", rule.id, rule.about);
+            assert!(rule.changes.windows(2).all(|w| w[0].since < w[1].since), "{} {}", rule.id, rule.about);
+        }
+    }
+
+    #[test]
+    fn every_entry_states_what_the_default_leaves_open() {
+        for rule in RULES.iter().chain(SERVER_ROLE_RULES) {
+            let named = !rule.id.is_empty() && !rule.about.is_empty() && rule.field.starts_with("spec.");
+            assert!(named, "an entry without its id, about or field: {} {}", rule.id, rule.about);
+            assert!(!rule.messages.is_empty() && !rule.fix.hint().is_empty(), "{} {}", rule.id, rule.about);
+        }
+    }
+
+    #[test]
+    fn every_id_is_documented_in_docs_rules_md() {
+        let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/rules.md")).unwrap();
+        let undocumented: Vec<String> = sources()
+            .into_iter()
+            .flat_map(|(source, ids)| ids.into_iter().map(move |id| (source, id)))
+            .filter(|(_, id)| !doc.contains(&format!("\n| {id} | ")))
+            .map(|(source, id)| format!("{id} ({source})"))
+            .collect();
+        assert!(undocumented.is_empty(), "no row in docs/rules.md for {undocumented:?}");
+    }
+
+    /// The test code of the crate: the test modules and test files under src/, tests/, and the
+    /// parity harness's parts.
+    fn test_sources() -> String {
+        fn walk(dir: &Path, out: &mut String) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    walk(&path, out);
+                    continue;
+                }
+                let Some(extension) = path.extension().filter(|extension| *extension == "rs" || *extension == "py")
+                else {
+                    continue;
+                };
+                let text = std::fs::read_to_string(&path).unwrap();
+                let name = path.file_name().unwrap().to_string_lossy();
+                let in_tests = path.components().any(|part| part.as_os_str() == "tests");
+                if in_tests || name.ends_with("tests.rs") || name == "test_support.rs" {
+                    // The parity harness's parts name the rules they compare with SGLang's own code.
+                    if extension == "py" && !path.parent().is_some_and(|dir| dir.ends_with("tests/parity")) {
+                        continue;
+                    }
+                    *out += &text;
+                } else if let Some(at) = text.find("#[cfg(test)]\nmod tests") {
+                    *out += &text[at..];
+                }
+            }
+        }
+        let mut out = String::new();
+        for dir in ["src", "tests"] {
+            walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join(dir), &mut out);
+        }
+        out
+    }
+
+    /// Whether a test names the rule's id, or asserts one of its messages (up to the first value
+    /// it interpolates).
+    fn exercised(tests: &str, id: &str) -> bool {
+        let messages =
+            RULES.iter().chain(SERVER_ROLE_RULES).filter(|rule| rule.id == id).flat_map(|rule| rule.messages);
+        tests.contains(&format!("\"{id}\""))
+            || messages
+                .map(|message| message.text.split('{').next().unwrap_or_default())
+                .any(|literal| literal.len() >= 20 && tests.contains(literal))
+    }
+
+    #[test]
+    fn every_id_is_exercised_by_a_test() {
+        // A string continued on the next line reads as one.
+        let tests = test_sources().split("\\\n").map(str::trim_start).collect::<String>();
+        let unexercised: Vec<String> = sources()
+            .into_iter()
+            .flat_map(|(source, ids)| ids.into_iter().map(move |id| (source, id)))
+            .filter(|(_, id)| !exercised(&tests, id))
+            .map(|(source, id)| format!("{id} ({source})"))
+            .collect();
+        assert!(unexercised.is_empty(), "no test names {unexercised:?}");
+    }
+}

@@ -682,6 +682,11 @@ mod tests {
             s.hierarchical_cache = true;
         });
         assert_eq!(fires("U15", &eagle_hicache, &hybrid_swa()), [false, false, false, false, false, true, true]);
+        let eagle_host_pool = unified(|s| {
+            s.speculative_algorithm = Some("EAGLE".into());
+            s.retraction_backup = Some(RetractionBackup::HostPool);
+        });
+        assert_eq!(fires("U14", &eagle_host_pool, &hybrid_swa()), [false, false, false, false, false, true, true]);
         // HiCache stops conflicting with unified memory in 0.5.21; LMCache does not.
         assert_eq!(
             fires("U10", &unified(|s| s.hierarchical_cache = true), &full()),

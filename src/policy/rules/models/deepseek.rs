@@ -463,6 +463,15 @@ mod tests {
         let zigzag = ["--enable-prefill-cp", "--cp-strategy", "zigzag"];
         let dsa = fixture("deepseek-v3.2-exp");
         assert!(rules(&dsa, &parallel_fleet(8, 1, false, &interleave), 23).is_empty());
+        // The decode servers of a service are PD decode servers: the model hook's DSA branch
+        // refuses prefill CP there before the family's asserts run on the prefill servers.
+        assert_eq!(
+            violations_of(&["CP6"], &dsa, &parallel_fleet(8, 1, false, &interleave), 23),
+            [(
+                "CP6",
+                "CP is only supported for prefill when PD disaggregation, please remove --enable-prefill-cp.".into()
+            )]
+        );
         assert_eq!(rules(&dsa, &parallel_fleet(8, 2, true, &interleave), 21), ["CP9"]);
         assert!(rules(&dsa, &parallel_fleet(8, 2, true, &interleave), 22).is_empty(), "attention DP from 0.5.22");
         assert!(rules(&dsa, &parallel_fleet(8, 2, false, &zigzag), 21).is_empty(), "zigzag runs with DP");
