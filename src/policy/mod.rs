@@ -1,6 +1,7 @@
 //! (settings, layout) → verdict. The only place the disaggregation rules live; the CLI, the
 //! webhook, the controller and the cache runtime all call [`evaluate`].
 
+pub mod argv;
 mod docs;
 mod rules;
 #[cfg(test)]
@@ -394,11 +395,8 @@ fn decode_radix_cache_warnings(settings: &DisaggregationSpec, input: PolicyInput
         };
         ignored.push(format!("the Mamba radix cache strategy {}{where_used}", strategy.as_str()));
     }
-    let radix_options = ["--radix-eviction-policy", "--radix-eviction-policy-config"];
-    let words = &input.decode.extra_args;
-    let options = &words[..words.iter().position(|w| w == "--").unwrap_or(words.len())];
-    for option in radix_options {
-        if options.iter().any(|w| w == option || w.starts_with(&format!("{option}="))) {
+    for option in ["--radix-eviction-policy", "--radix-eviction-policy-config"] {
+        if argv::named(&input.decode.extra_args, option) {
             ignored.push(option.to_string());
         }
     }

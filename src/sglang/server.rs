@@ -7,7 +7,7 @@ use crate::api::{FleetSpec, HICACHE_GIGABYTE, InferenceDeploymentSpec, PrefillSp
 use crate::layout::LayoutError;
 use crate::policy::{
     self, Assessment, ModelConfigs, Outcome, POD_CACHE_CAPACITY, POD_COMMAND_LINE, POD_EXTRA_ARGS, POD_HOST_POOL_SIZE,
-    POD_MODEL_SOURCE, POD_ROUTER, POD_STORAGE_BACKEND, POD_UNEVEN_REPLICA, Violation,
+    POD_MODEL_SOURCE, POD_ROUTER, POD_STORAGE_BACKEND, POD_UNEVEN_REPLICA, Violation, argv,
 };
 use crate::release::{Release, ReleaseChoice};
 
@@ -351,7 +351,13 @@ fn violation(rule: &'static str, field: &'static str, message: String, fix: Stri
     Violation { rule, field, message, fix, phase: "spec" }
 }
 
-/// POD1 for one list of extra arguments: each item that sets a flag kvpilot decides.
+/// POD1 for one list of extra arguments: each item that sets a flag kvpilot decides. `args` are the
+/// items argparse may read as options ([`argv::options`]), each classified on its own, as
+/// argparse's first pass does (`_parse_optional`, before any value is consumed): a word that reads
+/// as an option is never taken as the value of the option before it (`--revision --tp-size` leaves
+/// --revision without its value, a refusal POD8 reports, and --tp-size is still --tp-size), and a
+/// value that looks like one (`-1`) is no option, so no whole-line reading is needed to tell
+/// option words from values. kvpilot writes no `--` of its own before `extraArgs`.
 fn owned_extra_args(
     list: &'static str,
     args: &[String],
@@ -369,17 +375,6 @@ fn owned_extra_args(
             ))
         })
         .collect()
-}
-
-/// The items of a server's `extraArgs` that argparse may read as options: those before the first
-/// `--` (argparse takes every argument after it as a value). Each is then classified on its own,
-/// as argparse's first pass does (`_parse_optional`, before any value is consumed): a word that
-/// reads as an option is never taken as the value of the option before it (`--revision --tp-size`
-/// leaves --revision without its value, a refusal POD8 reports, and --tp-size is still --tp-size),
-/// and a value that looks like one (`-1`) is no option, so no whole-line reading is needed to
-/// tell option words from values. kvpilot writes no `--` of its own before `extraArgs`.
-fn option_words(extra_args: &[String]) -> &[String] {
-    &extra_args[..extra_args.iter().position(|arg| arg == "--").unwrap_or(extra_args.len())]
 }
 
 /// POD2 for one fleet: GPUs that do not split evenly over a replica's pods.
@@ -421,12 +416,12 @@ fn uneven_replicas(role: FleetRole, fleet: &FleetSpec) -> Vec<Violation> {
 /// no prefill fleet (POD7).
 pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Violation> {
     let cache = spec.cache.is_some();
-    let mut findings = owned_extra_args("spec.decode.extraArgs", option_words(&spec.decode.extra_args), |a| {
+    let mut findings = owned_extra_args("spec.decode.extraArgs", argv::options(&spec.decode.extra_args), |a| {
         owned_flag(a, cache, FleetRole::Decode, release)
     });
     findings.extend(uneven_replicas(FleetRole::Decode, &spec.decode));
     if let Some(prefill) = &spec.prefill {
-        findings.extend(owned_extra_args("spec.prefill.extraArgs", option_words(&prefill.extra_args), |a| {
+        findings.extend(owned_extra_args("spec.prefill.extraArgs", argv::options(&prefill.extra_args), |a| {
             owned_flag(a, cache, FleetRole::Prefill, release)
         }));
         findings.extend(uneven_replicas(FleetRole::Prefill, prefill));

@@ -2,10 +2,11 @@
 
 use super::predicates::{
     ATTENTION_CP_FIELD, CP_STRATEGY, CP_STRATEGY_FIELD, MIMO_V2, PREFILL_CP, attention_cp_size, attention_dp_size,
-    fleets_in_scope, given, option_value, prefill_cp_fleets, runs_attention_cp,
+    fleets_in_scope, prefill_cp_fleets, runs_attention_cp,
 };
 use super::{EVERY_SERVER, Fix, Rule, RuleInput, text, text_from, when};
 use crate::api::{AttentionKind, FleetSpec, LayoutFeature};
+use crate::policy::argv::{given, option_value};
 use crate::release::{Span, v0_5};
 
 pub(super) const CP2: Rule = Rule {

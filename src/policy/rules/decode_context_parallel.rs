@@ -3,11 +3,12 @@
 //! prefill CP.
 
 use super::predicates::{
-    DECODE_CONTEXT_PARALLEL, DECODE_RADIX_CACHE, HIERARCHICAL_CACHE, PREFILL_CP, dcp, given, hierarchical_off,
-    option_value, pd_servers, radix, radix_off,
+    DECODE_CONTEXT_PARALLEL, DECODE_RADIX_CACHE, HIERARCHICAL_CACHE, PREFILL_CP, dcp, hierarchical_off, pd_servers,
+    radix, radix_off,
 };
 use super::{EVERY_SERVER, Fix, Rule, RuleInput, text, text_from, when, when_with};
 use crate::api::TransferBackend;
+use crate::policy::argv::{given, option_value};
 use crate::release::{Span, v0_5};
 
 pub(super) const DC1: Rule = Rule {

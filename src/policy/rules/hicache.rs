@@ -3,10 +3,11 @@
 
 use super::predicates::{
     HIERARCHICAL_CACHE, HOST_MEMORY_MODE, buffer_only, dcp, hierarchical_off, host_memory_mode_unset, host_pool,
-    option_value, own_radix_cache,
+    own_radix_cache,
 };
 use super::{EVERY_SERVER, Fix, Rule, RuleInput, Subject, text, text_from, when};
 use crate::api::AttentionKind;
+use crate::policy::argv::option_value;
 use crate::release::{Span, v0_5};
 
 pub(super) const S7: Rule = Rule {

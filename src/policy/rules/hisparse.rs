@@ -1,8 +1,9 @@
 //! HiSparse (`--enable-hisparse`): the HiSparse validation pass (`arg_groups/hisparse_hook.py`).
 
-use super::predicates::{HISPARSE, given, keeps_radix_cache, service_prefill};
+use super::predicates::{HISPARSE, keeps_radix_cache, service_prefill};
 use super::{EVERY_SERVER, Fix, Rule, RuleInput, Subject, text, text_from, when};
 use crate::api::{FleetSpec, LayoutFeature};
+use crate::policy::argv::given;
 use crate::release::v0_5;
 
 pub(super) const HS1: Rule = Rule {

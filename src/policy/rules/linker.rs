@@ -1,8 +1,9 @@
 //! The unified cache's external linker (`--enable-unified-cache-external-linker`, 0.5.20 on): the cache
 //! compatibility check and the HiCache hook.
 
-use super::predicates::{CacheOptions, LINKER, given, linker_off, option_value, own_radix_cache, service_prefill};
+use super::predicates::{CacheOptions, LINKER, linker_off, own_radix_cache, service_prefill};
 use super::{EVERY_SERVER, Fix, Rule, text, when};
+use crate::policy::argv::{given, option_value};
 use crate::release::{Span, v0_5};
 
 pub(super) const LD1: Rule = Rule {

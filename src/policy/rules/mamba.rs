@@ -2,9 +2,10 @@
 //! (`arg_groups/mamba_hook.py`, `_mamba_radix_cache_resolution` and its validators), on every server that
 //! keeps a radix cache.
 
-use super::predicates::{DECODE_PAGE_SIZE, keeps_radix_cache, number_option, option_value};
+use super::predicates::{DECODE_PAGE_SIZE, keeps_radix_cache};
 use super::{EVERY_SERVER, Fix, PD_SERVERS, Rule, RuleInput, Subject, text, when, when_with};
 use crate::api::{DisaggregationSpec, FleetSpec, MambaRadixCacheStrategy};
+use crate::policy::argv::{given, number_option, option_value};
 use crate::release::{Release, Span, v0_5};
 
 pub(super) const M1: Rule = Rule {
@@ -113,7 +114,8 @@ pub(super) const M5: Rule = Rule {
     // The overlap schedule is on unless --disable-overlap-schedule is given (in extraArgs: kvpilot
     // keeps no setting for it); SGLang's automatic strategy turns it off itself for no_buffer.
     check: |c| {
-        let overlap_on = radix_cache_fleets(c).into_iter().any(|fleet| !overlap_schedule_off(&fleet.extra_args));
+        let overlap_on =
+            radix_cache_fleets(c).into_iter().any(|fleet| !given(&fleet.extra_args, "--disable-overlap-schedule"));
         when(
             c.layout.uses_ssm_state()
                 && c.settings.mamba_radix_cache_strategy == Some(MambaRadixCacheStrategy::NoBuffer)
@@ -221,7 +223,7 @@ fn runs_extra_buffer(c: &RuleInput<'_>, fleet: &FleetSpec) -> bool {
         Some(strategy) => strategy != MambaRadixCacheStrategy::NoBuffer,
         None => {
             extra_buffer_supported(c, fleet)
-                && (!overlap_schedule_off(&fleet.extra_args) || fleet.effective_page_size() > 1)
+                && (!given(&fleet.extra_args, "--disable-overlap-schedule") || fleet.effective_page_size() > 1)
         }
     }
 }
@@ -239,12 +241,6 @@ const FLA_CHUNK_SIZE: u64 = 64;
 /// SGLang's default, 256 in every release.
 fn mamba_track_interval(args: &[String]) -> i64 {
     number_option(args, &["--mamba-track-interval"]).unwrap_or(256)
-}
-
-/// Whether a server's arguments (as [`mamba_track_interval`] gets them) turn the overlap
-/// schedule off.
-fn overlap_schedule_off(args: &[String]) -> bool {
-    args.iter().take_while(|arg| *arg != "--").any(|arg| arg == "--disable-overlap-schedule")
 }
 
 /// The fleets whose servers keep a radix cache ([`keeps_radix_cache`]) and so resolve the Mamba

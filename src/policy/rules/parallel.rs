@@ -3,10 +3,11 @@
 
 use super::predicates::{
     DATA_PARALLEL_FIELD, DP_LM_HEAD, DP_LM_HEAD_FIELD, TWO_BATCH_OVERLAP, attention_cp_size, attention_dp_size,
-    fleets_in_scope, given, number_option, option_value, speculative_algorithm,
+    fleets_in_scope, speculative_algorithm,
 };
 use super::{EVERY_SERVER, Finding, Fix, Rule, RuleInput, Subject, text, text_from, when, when_with};
 use crate::api::FleetSpec;
+use crate::policy::argv::{given, number_option, option_value};
 use crate::release::{Span, v0_5};
 
 pub(super) const LH2: Rule = Rule {

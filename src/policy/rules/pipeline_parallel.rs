@@ -2,11 +2,12 @@
 //! `SGLANG_ENABLE_PP_SPEC`.
 
 use super::predicates::{
-    DECODE_DP_ATTENTION, DECODE_PIPELINE, fleets_in_scope, given, multi_layer_eagle, resolved_speculative_algorithm,
+    DECODE_DP_ATTENTION, DECODE_PIPELINE, fleets_in_scope, multi_layer_eagle, resolved_speculative_algorithm,
     service_prefill,
 };
 use super::{EVERY_SERVER, Fix, NOT_PREFILL, PD_SERVERS, Rule, RuleInput, Subject, text, text_from, when};
 use crate::api::FleetSpec;
+use crate::policy::argv::given;
 use crate::release::{Span, v0_5};
 
 pub(super) const PP1: Rule = Rule {

@@ -6,6 +6,7 @@ use crate::api::{
     AttentionKind, AttentionLayout, DisaggregationSpec, FleetSpec, HicacheHostMemoryMode, KvPool, LayerKind,
     LayoutFeature, PrefillSpec, RetractionBackup, TransferBackend,
 };
+use crate::policy::argv::{given, number_option, option_value};
 use crate::release::{Release, v0_5};
 
 pub(crate) const RETRACTION_BACKUP: &str = "spec.disaggregation.retractionBackup";
@@ -51,24 +52,6 @@ pub(crate) fn host_receive_on(settings: &DisaggregationSpec, release: Release) -
 
 pub(super) fn radix(c: &RuleInput<'_>) -> bool {
     c.settings.decode_radix_cache
-}
-
-/// The value of `option` among a server's arguments, handed over with each option as its full
-/// name (`--name value` or `--name=value`), as the release's parser reads them; the last
-/// occurrence is the one argparse keeps.
-pub(super) fn option_value<'a>(args: &'a [String], option: &str) -> Option<&'a str> {
-    let options = &args[..args.iter().position(|arg| arg == "--").unwrap_or(args.len())];
-    options.iter().enumerate().rev().find_map(|(i, arg)| match arg.strip_prefix(option) {
-        Some("") => options.get(i + 1).map(String::as_str),
-        Some(rest) => rest.strip_prefix('='),
-        None => None,
-    })
-}
-
-/// The whole number a server's arguments give the first of `spellings` they use; None when unset
-/// or not a number.
-pub(super) fn number_option(args: &[String], spellings: &[&str]) -> Option<i64> {
-    spellings.iter().find_map(|option| option_value(args, option)).and_then(|value| value.trim().parse().ok())
 }
 
 pub(super) fn dcp(c: &RuleInput<'_>) -> bool {
@@ -121,11 +104,6 @@ pub(super) const MULTI_LAYER_EAGLE_ARCHITECTURES: &[&str] = &[
     "GigaChat35ForCausalLM",
     "GigaChat35ForCausalLMNextN",
 ];
-
-/// Whether `option` is among a server's arguments (named in full, before `--`).
-pub(super) fn given(args: &[String], option: &str) -> bool {
-    args.iter().take_while(|arg| *arg != "--").any(|arg| arg == option)
-}
 
 pub(super) const SPECULATIVE_ALGORITHM: &str = "spec.disaggregation.speculativeAlgorithm";
 

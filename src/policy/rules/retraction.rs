@@ -3,11 +3,12 @@
 //! model's pool into, and the offload manager's pool types (`disaggregation/decode_kvcache_offload_manager.py`).
 
 use super::predicates::{
-    DECODE_OFFLOAD, RETRACTION_BACKUP, dcp, fleets_in_scope, given, host_pool, mla_like, offload_off, option_value,
-    radix, stage_without_full_layer, to_cpu_tensor, unified_memory_on,
+    DECODE_OFFLOAD, RETRACTION_BACKUP, dcp, fleets_in_scope, host_pool, mla_like, offload_off, radix,
+    stage_without_full_layer, to_cpu_tensor, unified_memory_on,
 };
 use super::{EVERY_SERVER, Finding, Fix, Phase, Rule, text, text_from, when};
 use crate::api::{KvPool, LayoutFeature};
+use crate::policy::argv::{given, option_value};
 use crate::release::{Span, v0_5};
 
 pub(super) const S2: Rule = Rule {

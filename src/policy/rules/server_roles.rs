@@ -2,15 +2,15 @@
 //! serving hook's role checks, the encoder and language-model-only handlers.
 
 use super::predicates::{
-    CacheOptions, ENCODER_ONLY, RETRACTION_BACKUP, RUST_SERVER_ENV, attention_cp_size, dcp_of, fleets_in_scope, given,
-    host_receive_on, number_option, option_value, resolved_speculative_algorithm, service_prefill,
-    speculative_algorithm,
+    CacheOptions, ENCODER_ONLY, RETRACTION_BACKUP, RUST_SERVER_ENV, attention_cp_size, dcp_of, fleets_in_scope,
+    host_receive_on, resolved_speculative_algorithm, service_prefill, speculative_algorithm,
 };
 use super::{
     EVERY_SERVER, Finding, Fix, NOT_DECODE, NOT_PREFILL, PD_SERVERS, PREFILL_SERVERS, Rule, RuleInput, ServerRole,
     Subject, text, text_from, when, when_with,
 };
 use crate::api::{FleetSpec, RetractionBackup, TransferBackend};
+use crate::policy::argv::{given, number_option, option_value};
 use crate::release::{Release, Span, v0_5};
 
 /// S1: the retraction backup is a PD decode server's flag.

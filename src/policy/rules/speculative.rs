@@ -4,12 +4,13 @@
 
 use super::predicates::{
     ATTENTION_CP_FIELD, DECODE_DP_ATTENTION, DECODE_PIPELINE, DP_LM_HEAD, DP_LM_HEAD_FIELD, RAGGED_VERIFY_ENV,
-    SPECULATIVE_ALGORITHM, SPECULATIVE_DRAFT_MODEL, attention_cp_size, fleets_in_scope, gemma4_assistant_draft, given,
-    moe_a2a_backend, multi_layer_eagle, number_option, resolved_speculative_algorithm, runs_dp_attention,
-    speculating_pipeline_stages, speculative_algorithm,
+    SPECULATIVE_ALGORITHM, SPECULATIVE_DRAFT_MODEL, attention_cp_size, fleets_in_scope, gemma4_assistant_draft,
+    moe_a2a_backend, multi_layer_eagle, resolved_speculative_algorithm, runs_dp_attention, speculating_pipeline_stages,
+    speculative_algorithm,
 };
 use super::{EVERY_SERVER, Fix, NOT_PREFILL, Rule, RuleInput, text, text_from, when, when_with};
 use crate::api::FleetSpec;
+use crate::policy::argv::{given, number_option};
 use crate::release::{Release, Span, v0_5};
 
 pub(super) const SD1: Rule = Rule {

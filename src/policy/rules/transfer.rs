@@ -5,10 +5,11 @@
 use super::predicates::{
     DECODE_CONTEXT_PARALLEL, DECODE_KV_CACHE_DTYPE, DECODE_PAGE_SIZE, DECODE_PIPELINE, DECODE_TP,
     SPECULATIVE_ALGORITHM, SPECULATIVE_DRAFT_MODEL, attention_tp, dcp, fleets_in_scope, kv_cache_dtype, mla_like,
-    mooncake_or_nixl, option_value, prefill_attention_tp, speculates, speculative_algorithm,
+    mooncake_or_nixl, prefill_attention_tp, speculates, speculative_algorithm,
 };
 use super::{Finding, Fix, Message, PD_SERVERS, Phase, Rule, RuleInput, Subject, text, text_from, when, when_with};
 use crate::api::{AttentionKind, AttentionLayout, FleetSpec, KvPool, LayoutFeature, TransferBackend};
+use crate::policy::argv::option_value;
 use crate::release::{Span, v0_5};
 
 pub(super) const R19D: Rule = Rule {

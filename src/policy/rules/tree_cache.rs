@@ -3,11 +3,12 @@
 
 use super::predicates::{
     CacheOptions, HOST_MEMORY_MODE, LINKER, NUM_STEPS, RETRACTION_BACKUP, SPECULATIVE_ALGORITHM,
-    UNIFIED_RADIX_TREE_ENV, buffer_only, gemma4_assistant_draft, given, host_memory_mode_unset, host_pool,
-    multi_layer_eagle, option_value, own_radix_cache, service_prefill, speculative_algorithm, to_cpu_tensor,
+    UNIFIED_RADIX_TREE_ENV, buffer_only, gemma4_assistant_draft, host_memory_mode_unset, host_pool, multi_layer_eagle,
+    own_radix_cache, service_prefill, speculative_algorithm, to_cpu_tensor,
 };
 use super::{EVERY_SERVER, Finding, Fix, Phase, Rule, RuleInput, Subject, text, text_from, when, when_with};
 use crate::api::{FleetSpec, KvPool, LayoutFeature, RetractionBackup};
+use crate::policy::argv::{given, option_value};
 use crate::release::{Span, v0_5};
 
 pub(super) const H1: Rule = Rule {

@@ -2,10 +2,11 @@
 //! `_deepseek_family_overrides`) and the model hook's DSA branch (`handle_model_specific_adjustments`).
 
 use crate::api::{FleetSpec, LayoutFeature, TransferBackend};
+use crate::policy::argv::{given, option_value};
 use crate::policy::rules::predicates::{
     CP_STRATEGY, DATA_PARALLEL_FIELD, DECODE_CONTEXT_PARALLEL, DECODE_KV_CACHE_DTYPE, DECODE_TP, DEEPSEEK_V4,
-    EAGLE_TOPK, EAGLE_TOPK_FIELD, HICACHE_FLAG, PREFILL_CP, dcp_of, eagle_topk_is_one, fleets_in_scope, given,
-    kv_cache_dtype, option_value, pd_servers, prefill_cp_fleets, service_prefill,
+    EAGLE_TOPK, EAGLE_TOPK_FIELD, HICACHE_FLAG, PREFILL_CP, dcp_of, eagle_topk_is_one, fleets_in_scope, kv_cache_dtype,
+    pd_servers, prefill_cp_fleets, service_prefill,
 };
 use crate::policy::rules::{
     EVERY_SERVER, Fix, NOT_PREFILL, PD_SERVERS, Rule, RuleInput, Subject, text, text_from, when, when_with,

@@ -2,10 +2,11 @@
 //! `apply_deepseek_v4_defaults`, `validate_deepseek_v41_features`, `validate_deepseek_v4_cp`).
 
 use crate::api::{FleetSpec, TransferBackend};
+use crate::policy::argv::{given, option_value};
 use crate::policy::rules::predicates::{
     CP_STRATEGY, CP_STRATEGY_FIELD, DATA_PARALLEL_FIELD, DECODE_PIPELINE, DEEPSEEK_V4, EAGLE_TOPK_FIELD, HISPARSE,
     RAGGED_VERIFY_ENV, SPECULATIVE_ALGORITHM, TWO_BATCH_OVERLAP, attention_cp_size, eagle_topk_is_one, fleets_in_scope,
-    given, mooncake_or_nixl, option_value, pd_servers, prefill_cp_fleets, service_prefill, speculating_pipeline_stages,
+    mooncake_or_nixl, pd_servers, prefill_cp_fleets, service_prefill, speculating_pipeline_stages,
     speculative_algorithm,
 };
 use crate::policy::rules::{EVERY_SERVER, Fix, PD_SERVERS, Rule, RuleInput, text, text_from, when, when_with};

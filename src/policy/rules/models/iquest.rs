@@ -2,10 +2,11 @@
 //! speculative hook's `_handle_iquest_q1_mtp_draft`.
 
 use crate::api::{AttentionLayout, MtpDraft};
+use crate::policy::argv::{given, number_option, option_value};
 use crate::policy::rules::predicates::{
     ATTENTION_BACKENDS, DECODE_CONTEXT_PARALLEL, DECODE_DP_ATTENTION, DECODE_PIPELINE, EAGLE_TOPK_FIELD, NUM_STEPS,
-    PREFILL_CP, SPECULATIVE_ALGORITHM, SPECULATIVE_DRAFT_MODEL, eagle_topk, fleets_in_scope, given, number_option,
-    option_value, pd_servers, provider_dp_attention, runs_attention_cp, speculative_algorithm,
+    PREFILL_CP, SPECULATIVE_ALGORITHM, SPECULATIVE_DRAFT_MODEL, eagle_topk, fleets_in_scope, pd_servers,
+    provider_dp_attention, runs_attention_cp, speculative_algorithm,
 };
 use crate::policy::rules::{EVERY_SERVER, Fix, Rule, RuleInput, text, text_from, when};
 use crate::release::{Span, v0_5};

@@ -1,9 +1,10 @@
 //! MiMo-V2: the model hook's fused-QKV and HiCache checks.
 
 use crate::api::FleetSpec;
+use crate::policy::argv::given;
 use crate::policy::rules::predicates::{
     DECODE_TP, ENCODER_ONLY, HIERARCHICAL_CACHE, MIMO_V2, UNIFIED_RADIX_TREE_ENV, attention_cp_size, attention_dp_size,
-    fleets_in_scope, given, hicache_fleets,
+    fleets_in_scope, hicache_fleets,
 };
 use crate::policy::rules::{EVERY_SERVER, Finding, Fix, Rule, RuleInput, text, text_from, when, when_with};
 use crate::release::{Span, v0_5};

@@ -1,9 +1,9 @@
 //! MiniCPM: its override provider (`arg_groups/model_overrides/minicpm.py`, 0.5.19 on).
 
 use crate::api::{FleetSpec, LayoutFeature};
+use crate::policy::argv::option_value;
 use crate::policy::rules::predicates::{
-    ATTENTION_BACKENDS, DECODE_DP_ATTENTION, HIERARCHICAL_CACHE, fleets_in_scope, hicache_fleets, option_value,
-    provider_dp_attention,
+    ATTENTION_BACKENDS, DECODE_DP_ATTENTION, HIERARCHICAL_CACHE, fleets_in_scope, hicache_fleets, provider_dp_attention,
 };
 use crate::policy::rules::{EVERY_SERVER, Fix, PD_SERVERS, Rule, RuleInput, text, text_from, when};
 use crate::release::{Span, v0_5};

@@ -1,6 +1,7 @@
 //! Nemotron-H: its override provider (`arg_groups/model_overrides/nemotron_h.py`).
 
-use crate::policy::rules::predicates::{fleets_in_scope, given, moe_a2a_backend, option_value};
+use crate::policy::argv::{given, option_value};
+use crate::policy::rules::predicates::{fleets_in_scope, moe_a2a_backend};
 use crate::policy::rules::{EVERY_SERVER, Fix, Rule, text, when};
 use crate::release::{Span, v0_5};
 
