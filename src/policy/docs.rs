@@ -2,6 +2,7 @@
 //! from the code (`kvpilot rules` prints it; a test keeps the docs copy current, and the table of
 //! the ids whose findings come from elsewhere beside it).
 
+use super::fields::{SpecFields, render};
 use super::rules::{Fix, RULES, Rule};
 use crate::release::KNOWN;
 
@@ -66,7 +67,7 @@ pub fn rules_markdown() -> String {
             Fix::Rewrite { .. } => "rewritten",
             Fix::Manual { .. } => "by hand",
         };
-        let hint = rule.fix.hint();
+        let hint = render(rule.fix.hint(), &SpecFields);
         let message = rule.messages.last().map_or("", |m| m.text);
         out += &format!("- **{}** ({}), `{}`: `{message}` — fix ({how}): {hint}\n", rule.id, rule.about, rule.field);
     }

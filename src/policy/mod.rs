@@ -3,6 +3,7 @@
 
 pub mod argv;
 mod docs;
+mod fields;
 mod rules;
 #[cfg(test)]
 mod test_support;
@@ -25,6 +26,7 @@ use crate::release::{self, Release, ReleaseChoice, ReleaseError, ReleaseSource, 
 use rules::{Fix, RULES, RuleInput, SERVER_ROLE_RULES, Subject};
 
 pub use docs::{RULES_DOC_END, RULES_DOC_START, rules_markdown};
+pub use fields::{FieldNames, SpecFields, render};
 pub use rules::{
     COMMAND_LINE, POD_CACHE_CAPACITY, POD_COMMAND_LINE, POD_EXTRA_ARGS, POD_HOST_POOL_SIZE, POD_MODEL_SOURCE,
     POD_ROUTER, POD_RULES, POD_STORAGE_BACKEND, POD_UNEVEN_REPLICA, Phase, RUST_SERVER_ENV, RuleInfo, ServerRole,
@@ -34,6 +36,8 @@ pub use rules::{
 /// The host pool fraction SGLang gives a retraction-only host pool (`BACKUP_ONLY_HICACHE_RATIO`,
 /// 0.5.19 on; from 0.5.21 at least this, more when one max-length request needs more).
 pub const BACKUP_ONLY_HOST_POOL_RATIO: f64 = 0.2;
+/// The field of the host pool's size, as a fraction of the device pool.
+const HOST_POOL_RATIO: &str = "spec.disaggregation.hostPoolRatio";
 /// SGLang 0.5.18's retraction-only host pool: as large as the device pool (R9b).
 pub const FIRST_RELEASE_HOST_POOL_RATIO: f64 = 1.0;
 /// The host pool fraction when hierarchical cache shares the host pool (`--hicache-ratio` default).
@@ -148,20 +152,21 @@ pub struct Verdict {
 /// rewritten / rejected: the decode servers and the prefill servers that run with them (kvpilot
 /// gives both the settings the two sides share, such as the Mamba strategy).
 pub fn evaluate(input: PolicyInput<'_>) -> Verdict {
-    evaluate_on(input, Subject::Service, ServerRole::Decode)
+    evaluate_on(input, Subject::Service, ServerRole::Decode, &SpecFields)
 }
 
 /// [`evaluate`] for one server on its own (the guard's view of a command line) in `role`. A PD
 /// decode server is checked against every rule. Another server is checked against the rules
 /// SGLang applies to its role (each rule's `roles`), with nothing rewritten: each finding there
 /// asks for a flag to be dropped or changed by hand, and the warnings, about the decode side's
-/// pool and pairing, are not its.
-pub fn evaluate_server(input: PolicyInput<'_>, role: ServerRole) -> Verdict {
+/// pool and pairing, are not its. Its texts name the spec fields as `names` says.
+pub fn evaluate_server(input: PolicyInput<'_>, role: ServerRole, names: &dyn FieldNames) -> Verdict {
     if role == ServerRole::Decode {
-        return evaluate_on(input, Subject::DecodeServer, role);
+        return evaluate_on(input, Subject::DecodeServer, role, names);
     }
     let settings = DisaggregationSpec { on_invalid: OnInvalid::Reject, ..input.disaggregation.clone() };
-    let mut verdict = evaluate_on(PolicyInput { disaggregation: &settings, ..input }, Subject::OtherServer, role);
+    let mut verdict =
+        evaluate_on(PolicyInput { disaggregation: &settings, ..input }, Subject::OtherServer, role, names);
     verdict.warnings.clear();
     verdict
 }
@@ -171,11 +176,11 @@ fn rules_for(role: ServerRole) -> impl Iterator<Item = &'static rules::Rule> {
     SERVER_ROLE_RULES.iter().chain(RULES).filter(move |rule| rule.roles.contains(&role))
 }
 
-fn evaluate_on(input: PolicyInput<'_>, subject: Subject, role: ServerRole) -> Verdict {
+fn evaluate_on(input: PolicyInput<'_>, subject: Subject, role: ServerRole, names: &dyn FieldNames) -> Verdict {
     let mut settings = input.disaggregation.clone();
     let mut rewrites: Vec<Rewrite> = Vec::new();
     let violations = match input.disaggregation.on_invalid {
-        OnInvalid::Reject => findings(&settings, input, subject, role),
+        OnInvalid::Reject => findings(&settings, input, subject, role, names),
         OnInvalid::Rewrite => {
             for _ in 0..MAX_PASSES {
                 let mut changed = false;
@@ -213,7 +218,7 @@ fn evaluate_on(input: PolicyInput<'_>, subject: Subject, role: ServerRole) -> Ve
                     break;
                 }
             }
-            findings(&settings, input, subject, role)
+            findings(&settings, input, subject, role, names)
         }
     };
     let outcome = if !violations.is_empty() {
@@ -231,7 +236,7 @@ fn evaluate_on(input: PolicyInput<'_>, subject: Subject, role: ServerRole) -> Ve
         SettingSource::Auto
     };
     let effective = effective_settings(&settings, input, source);
-    let warnings = warnings(&settings, input, &effective, outcome == Outcome::Rejected, subject);
+    let warnings = warnings(&settings, input, &effective, outcome == Outcome::Rejected, subject, names);
     Verdict { outcome, violations, rewrites, settings, effective, warnings }
 }
 
@@ -240,6 +245,7 @@ fn findings(
     input: PolicyInput<'_>,
     subject: Subject,
     role: ServerRole,
+    names: &dyn FieldNames,
 ) -> Vec<Violation> {
     let rule_input = RuleInput {
         settings,
@@ -254,11 +260,10 @@ fn findings(
     rules_for(role)
         .filter_map(|rule| {
             let finding = rule.evaluate(&rule_input)?;
+            let hint = render(rule.fix.hint(), names);
             let hint = match rule.fix {
-                Fix::Rewrite { hint, .. } => {
-                    format!("{hint}; or set onInvalid: Rewrite to let kvpilot rewrite it")
-                }
-                Fix::Manual { hint } => hint.to_string(),
+                Fix::Rewrite { .. } => format!("{hint}; or set onInvalid: Rewrite to let kvpilot rewrite it"),
+                Fix::Manual { .. } => hint,
             };
             let message = rule.message(input.release, &finding);
             let fix = match finding.detail {
@@ -376,7 +381,12 @@ fn required_env(settings: &DisaggregationSpec, input: PolicyInput<'_>) -> Vec<En
 
 /// R12: a PD decode server without decode radix cache runs with its radix cache disabled, which
 /// SGLang only logs; the settings that serve a radix cache then do nothing on it.
-fn decode_radix_cache_warnings(settings: &DisaggregationSpec, input: PolicyInput<'_>, subject: Subject) -> Vec<String> {
+fn decode_radix_cache_warnings(
+    settings: &DisaggregationSpec,
+    input: PolicyInput<'_>,
+    subject: Subject,
+    names: &dyn FieldNames,
+) -> Vec<String> {
     if subject == Subject::OtherServer || settings.decode_radix_cache {
         return Vec::new();
     }
@@ -404,8 +414,9 @@ fn decode_radix_cache_warnings(settings: &DisaggregationSpec, input: PolicyInput
         return Vec::new();
     }
     vec![format!(
-        "R12: without spec.disaggregation.decodeRadixCache SGLang {} disables the decode servers' radix cache (it \
-         logs \"{log}\"), so {} does nothing there; turn decodeRadixCache on to use it",
+        "R12: without {} SGLang {} disables the decode servers' radix cache (it logs \"{log}\"), so {} does \
+         nothing there; turn decodeRadixCache on to use it",
+        names.name("spec.disaggregation.decodeRadixCache"),
         input.release,
         ignored.join(" and ")
     )]
@@ -417,24 +428,29 @@ fn warnings(
     effective: &EffectiveSettings,
     rejected: bool,
     subject: Subject,
+    names: &dyn FieldNames,
 ) -> Vec<String> {
-    let mut warnings = decode_radix_cache_warnings(settings, input, subject);
+    let mut warnings = decode_radix_cache_warnings(settings, input, subject, names);
     let layout = input.layout;
     let t1_applies = RULES.iter().any(|r| r.id == "T1" && r.applies(input.release, settings.transfer_backend));
     if settings.prefill.is_none() && t1_applies && layout.is_hybrid_swa() && !layout.has(LayoutFeature::DeepseekV4) {
-        warnings.push(
-            "spec.disaggregation.prefill is not set, so rule T1 (prefill and decode attention TP must match for this \
-             hybrid-SWA model) cannot be checked"
-                .to_string(),
-        );
+        // A service may describe prefill servers it does not run; a server's are those paired with it.
+        let unknown = match subject {
+            Subject::Service => "spec.disaggregation.prefill is not set",
+            _ => "the prefill servers' parallelism is not known here",
+        };
+        warnings.push(format!(
+            "{unknown}, so rule T1 (prefill and decode attention TP must match for this hybrid-SWA model) cannot be \
+             checked"
+        ));
     }
     // Decode offload builds its own host pool, sized by the same ratio.
     if settings.host_pool_ratio.is_some() && effective.host_pool_ratio.is_none() && !settings.decode_offload_kv_cache {
-        warnings.push(
-            "spec.disaggregation.hostPoolRatio has no effect: the effective retraction backup is cpu_tensor and \
-             neither hierarchical cache nor decode offload builds a host pool"
-                .to_string(),
-        );
+        warnings.push(format!(
+            "{} has no effect: the effective retraction backup is cpu_tensor and neither hierarchical cache nor \
+             decode offload builds a host pool",
+            names.name(HOST_POOL_RATIO)
+        ));
     }
     if !rejected
         && effective.retraction_backup == RetractionBackup::HostPool
@@ -444,8 +460,9 @@ fn warnings(
     {
         warnings.push(format!(
             "SGLang {} sizes the retraction host pool at max(0.2, one max-length request / device pool) of the device \
-             pool; size node memory for a full-context request, or set spec.disaggregation.hostPoolRatio",
-            input.release
+             pool; size node memory for a full-context request, or set {}",
+            input.release,
+            names.name(HOST_POOL_RATIO)
         ));
     }
     if effective.retraction_backup == RetractionBackup::None {

@@ -259,5 +259,5 @@ pub(crate) fn concat(parts: &[Vec<Option<String>>]) -> Vec<Option<String>> {
 
 /// The verdict on a server that is not a PD decode server: a prefill one, or one without PD.
 pub(crate) fn evaluate_other_server(input: PolicyInput<'_>, prefill: bool) -> Verdict {
-    evaluate_server(input, if prefill { ServerRole::Prefill } else { ServerRole::WithoutPd })
+    evaluate_server(input, if prefill { ServerRole::Prefill } else { ServerRole::WithoutPd }, &SpecFields)
 }

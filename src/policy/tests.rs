@@ -394,7 +394,7 @@ fn r12_says_which_settings_a_decode_server_without_radix_cache_ignores() {
             prefill_fleet: None,
             release: v0_5(patch),
         };
-        let verdict = if server { evaluate_server(input, ServerRole::Decode) } else { evaluate(input) };
+        let verdict = if server { evaluate_server(input, ServerRole::Decode, &SpecFields) } else { evaluate(input) };
         verdict.warnings.into_iter().filter(|w| w.starts_with("R12")).collect::<Vec<_>>()
     };
     let found = r12(&strategy, &FleetSpec::default(), &ssm(), 21, true);

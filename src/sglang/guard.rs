@@ -19,7 +19,7 @@ use crate::api::{
     InferenceDeploymentSpec, ModelConfigSource, ModelSpec, OnInvalid, PrefillSpec, SecretKeyRef,
 };
 use crate::layout::{LayoutError, ResolveOptions};
-use crate::policy::{self, ModelConfigs, Outcome, PolicyInput, ServerRole, Violation};
+use crate::policy::{self, FieldNames, ModelConfigs, Outcome, PolicyInput, ServerRole, Violation};
 use crate::release::{self, Release, ReleaseChoice, ReleaseSource};
 
 /// Annotation (workload or pod template) naming the model's config.json when `--model-path` is
@@ -519,7 +519,7 @@ fn assess_server(
         Mode::Prefill => ServerRole::Prefill,
         Mode::Null => ServerRole::WithoutPd,
     };
-    let verdict = policy::evaluate_server(input, role);
+    let verdict = policy::evaluate_server(input, role, &ServerFlags);
     Ok((layout, verdict))
 }
 
@@ -665,7 +665,7 @@ pub fn check(server: &Server, configs: &ModelConfigs, rewrite: bool) -> Result<S
     let mut warnings: Vec<String> = server.release_warning.iter().cloned().chain(release.warning()).collect();
     warnings.extend(argv_warnings);
     warnings.extend(layout.warnings.iter().cloned());
-    warnings.extend(fixed.warnings.iter().map(|w| translate(w)));
+    warnings.extend(fixed.warnings.iter().cloned());
     warnings.extend(server.parsed.warnings.iter().cloned());
     if let (Some(path), None, Some(unread)) = (&settings.draft_model_path, &configs.draft, unread_draft_config(&layout))
     {
@@ -697,7 +697,7 @@ pub fn check(server: &Server, configs: &ModelConfigs, rewrite: bool) -> Result<S
                         "{}; or label the workload or namespace {ON_INVALID_LABEL}=rewrite to let kvpilot rewrite it",
                         change_text(proposal)
                     ),
-                    None => translate(&v.fix),
+                    None => v.fix,
                 };
                 v
             })
@@ -720,7 +720,6 @@ fn change_text(rewrite: &FlagRewrite) -> String {
     if rewrite.to.is_empty() { format!("remove {}", rewrite.from) } else { format!("use {}", rewrite.to) }
 }
 
-/// Policy text names spec fields; a command line has flags. Each table field becomes its flag.
 /// The prefill servers' flags that the policy's prefill-side fields stand for: the guard reads
 /// them from the prefill servers it pairs with a decode server.
 const PREFILL_FIELD_FLAGS: &[(&str, &str)] = &[
@@ -729,16 +728,21 @@ const PREFILL_FIELD_FLAGS: &[(&str, &str)] = &[
     ("spec.disaggregation.prefill.kvCacheSharding", "--enable-kv-cache-sharding"),
 ];
 
-fn translate(text: &str) -> String {
-    let mut out = text.to_string();
-    for (field, flag) in PREFILL_FIELD_FLAGS {
-        out = out.replace(field, &format!("the prefill servers' {flag}"));
+/// The names of the spec fields a verdict on a command line mentions: the flag each stands for
+/// (the prefill servers' for the prefill side's), the container's env; a field no flag stands
+/// for keeps its name.
+struct ServerFlags;
+
+impl FieldNames for ServerFlags {
+    fn name(&self, field: &str) -> String {
+        if let Some((_, flag)) = PREFILL_FIELD_FLAGS.iter().find(|(prefill_field, _)| *prefill_field == field) {
+            return format!("the prefill servers' {flag}");
+        }
+        if field == "spec.decode.env" {
+            return "the container's env".into();
+        }
+        flags::for_field(field).map_or_else(|| field.to_string(), |flag| flag.name().to_string())
     }
-    for flag in flags::FLAGS.iter().filter(|f| f.field.starts_with("spec.")) {
-        out = out.replace(flag.field, flag.name());
-    }
-    out.replace("spec.decode.env", "the container's env")
-        .replace("spec.disaggregation.prefill is not set", "the prefill servers' parallelism is not known here")
 }
 
 /// The flag a policy field stands for, as written on this server's command line.

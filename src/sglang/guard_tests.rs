@@ -618,3 +618,35 @@ fn unseen_values_are_warned_about_once() {
     let about = |text: &str| verdict.warnings.iter().filter(|w| w.contains(text)).count();
     assert_eq!((about("$(TP)"), about("--nnodes $(N)"), about("$(POD_IP)")), (1, 1, 0), "{:?}", verdict.warnings);
 }
+
+/// The policy's warnings about a command line name its flags, not the spec fields they map to.
+#[test]
+fn a_server_s_warnings_name_its_flags() {
+    let llama: Value =
+        serde_json::from_str(include_str!("../../tests/fixtures/configs/llama-3.1-8b-instruct.json")).unwrap();
+    let object = deployment(
+        json!(["python3", "-m", "sglang.launch_server"]),
+        json!([
+            "--model-path",
+            "/models/llama",
+            "--disaggregation-mode",
+            "decode",
+            "--disaggregation-decode-retraction-backup",
+            "cpu_tensor",
+            "--hicache-ratio",
+            "2",
+            "--radix-eviction-policy",
+            "lru"
+        ]),
+    );
+    let verdict = check(&one_server(&object), &ModelConfigs::target(llama), false).unwrap();
+    for expected in [
+        "R12: without --disaggregation-decode-enable-radix-cache SGLang 0.5.23 disables the decode servers' radix \
+         cache (it logs \"Radix cache is disabled for decode server\"), so --radix-eviction-policy does nothing there; \
+         turn decodeRadixCache on to use it",
+        "--hicache-ratio has no effect: the effective retraction backup is cpu_tensor and neither hierarchical cache \
+         nor decode offload builds a host pool",
+    ] {
+        assert!(verdict.warnings.iter().any(|w| w == expected), "{expected:?} not among {:?}", verdict.warnings);
+    }
+}

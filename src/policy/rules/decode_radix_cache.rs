@@ -37,7 +37,7 @@ pub(super) const R13: Rule = Rule {
     fix: Fix::Rewrite {
         apply: radix_off,
         hint: "turn decodeRadixCache off (SGLang 0.5.19–0.5.20: or drop the false SGLANG_ENABLE_UNIFIED_RADIX_TREE \
-               from spec.decode.env; 0.5.21 and later allow it)",
+               from {spec.decode.env}; 0.5.21 and later allow it)",
     },
     ..Rule::DEFAULT
 };
@@ -83,7 +83,7 @@ pub(super) const R15: Rule = Rule {
     fix: Fix::Rewrite {
         apply: radix_off,
         hint: "turn decodeRadixCache off (SGLang 0.5.23 and later: or set \
-               SGLANG_HACK_FLASHMLA_BACKEND=unified_kv_triton in spec.decode.env)",
+               SGLANG_HACK_FLASHMLA_BACKEND=unified_kv_triton in {spec.decode.env})",
     },
     ..Rule::DEFAULT
 };

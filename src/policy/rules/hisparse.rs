@@ -30,7 +30,7 @@ pub(super) const HS1: Rule = Rule {
         when(!sparse && hisparse_servers(c).next().is_some())
     },
     fix: Fix::Manual {
-        hint: "turn hisparse off (and drop --enable-hisparse from a service's spec.prefill.extraArgs): HiSparse \
+        hint: "turn hisparse off (and drop --enable-hisparse from a service's {spec.prefill.extraArgs}): HiSparse \
                needs a DSA, DeepSeek-V4 or (from SGLang 0.5.21) MiniMax-M3 sparse model",
     },
     ..Rule::DEFAULT

@@ -14,7 +14,7 @@ pub(super) const N2: Rule = Rule {
     span: Span::since(v0_5(21)),
     messages: &[text("--disaggregation-decode-host-receive-threshold must be between 0 and 1")],
     check: |c| when(c.settings.decode_host_receive_threshold.is_some_and(|t| !(0.0..=1.0).contains(&t))),
-    fix: Fix::Manual { hint: "set spec.disaggregation.decodeHostReceiveThreshold within [0, 1], or unset it" },
+    fix: Fix::Manual { hint: "set {spec.disaggregation.decodeHostReceiveThreshold} within [0, 1], or unset it" },
     ..Rule::DEFAULT
 };
 

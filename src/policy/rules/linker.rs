@@ -74,7 +74,7 @@ pub(super) const X3: Rule = Rule {
     check: |c| when(c.settings.unified_cache_external_linker && c.settings.hicache_storage_backend.is_some()),
     fix: Fix::Rewrite {
         apply: linker_off,
-        hint: "use one of unifiedCacheExternalLinker and hicacheStorageBackend (spec.cache sets the storage \
+        hint: "use one of unifiedCacheExternalLinker and hicacheStorageBackend ({spec.cache} sets the storage \
                backend)",
     },
     ..Rule::DEFAULT

@@ -41,7 +41,7 @@ pub(super) const L3: Rule = Rule {
     fix: Fix::Rewrite {
         apply: lmcache_off,
         hint: "turn lmcache off: SGLang 0.5.21 and later run LMCache only on servers without PD disaggregation \
-               (spec.cache is kvpilot's KV store for PD servers); on a server without PD, drop \
+               ({spec.cache} is kvpilot's KV store for PD servers); on a server without PD, drop \
                --disable-radix-cache instead (LMCache sits under the radix cache)",
     },
     ..Rule::DEFAULT
@@ -116,7 +116,7 @@ pub(super) const L8: Rule = Rule {
 const LMCACHE: &str = "spec.disaggregation.lmcache";
 
 const LMCACHE_HINT: &str = "turn lmcache off: SGLang 0.5.21 and later run LMCache only on servers without PD \
-                            disaggregation (spec.cache is kvpilot's KV store for PD servers)";
+                            disaggregation ({spec.cache} is kvpilot's KV store for PD servers)";
 
 fn lmcache_off(s: &mut DisaggregationSpec) -> (String, String) {
     s.lmcache = false;

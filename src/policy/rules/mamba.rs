@@ -46,7 +46,7 @@ pub(super) const M2: Rule = Rule {
         })
     },
     fix: Fix::Manual {
-        hint: "make the page size (spec.decode.pageSize, and spec.prefill.pageSize) divide the Mamba track \
+        hint: "make the page size ({spec.decode.pageSize}, and {spec.prefill.pageSize}) divide the Mamba track \
                interval (256 unless extraArgs pass --mamba-track-interval), or pass --mamba-track-interval \
                with a multiple of the page size in each fleet's extraArgs",
     },
@@ -76,7 +76,7 @@ pub(super) const M6: Rule = Rule {
         })
     },
     fix: Fix::Manual {
-        hint: "use a page size (spec.decode.pageSize, and spec.prefill.pageSize) that divides the model's Mamba \
+        hint: "use a page size ({spec.decode.pageSize}, and {spec.prefill.pageSize}) that divides the model's Mamba \
                chunk size or is a multiple of it (powers of two do for every default chunk size)",
     },
     ..Rule::DEFAULT
@@ -126,7 +126,7 @@ pub(super) const M5: Rule = Rule {
         apply: strategy_unset,
         hint: "leave mambaRadixCacheStrategy unset (SGLang's automatic choice turns the overlap schedule off \
                for no_buffer), or add --disable-overlap-schedule to the extraArgs of every fleet that keeps a \
-               radix cache (spec.prefill, and spec.decode with decodeRadixCache)",
+               radix cache ({spec.prefill}, and {spec.decode} with decodeRadixCache)",
     },
     ..Rule::DEFAULT
 };
@@ -166,7 +166,7 @@ pub(super) const M3: Rule = Rule {
         )
     },
     fix: Fix::Manual {
-        hint: "set spec.decode.pageSize (and spec.prefill.pageSize) to 1, or mambaRadixCacheStrategy to \
+        hint: "set {spec.decode.pageSize} (and {spec.prefill.pageSize}) to 1, or mambaRadixCacheStrategy to \
                extra_buffer where the model supports it",
     },
     ..Rule::DEFAULT
@@ -293,7 +293,8 @@ mod tests {
         let rules_on =
             |service: bool, patch, settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout| {
                 let input = PolicyInput::alone(settings, decode, layout, v0_5(patch));
-                let verdict = if service { evaluate(input) } else { evaluate_server(input, ServerRole::Decode) };
+                let verdict =
+                    if service { evaluate(input) } else { evaluate_server(input, ServerRole::Decode, &SpecFields) };
                 verdict.violations.into_iter().map(|v| (v.rule, v.message)).collect::<Vec<_>>()
             };
         let lazy =
@@ -404,7 +405,11 @@ mod tests {
         });
         let decode = page_size(&["--disable-radix-cache"]);
         assert_eq!(
-            rule_ids(evaluate_server(PolicyInput::alone(&radix, &decode, &ssm, v0_5(23)), ServerRole::Decode)),
+            rule_ids(evaluate_server(
+                PolicyInput::alone(&radix, &decode, &ssm, v0_5(23)),
+                ServerRole::Decode,
+                &SpecFields
+            )),
             ["M3"]
         );
     }

@@ -15,7 +15,7 @@ pub(super) const S8: Rule = Rule {
         let in_range = ratio > 0.0 && ratio <= 1.0;
         when(!reset && !in_range)
     },
-    fix: Fix::Manual { hint: "set spec.decode.swaFullTokensRatio above 0 and at most 1, or unset it" },
+    fix: Fix::Manual { hint: "set {spec.decode.swaFullTokensRatio} above 0 and at most 1, or unset it" },
     ..Rule::DEFAULT
 };
 

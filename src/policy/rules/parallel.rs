@@ -123,7 +123,7 @@ pub(super) const WD2: Rule = Rule {
     // PD decode server here, and no role list keeps this rule for other servers).
     check: |c| when(c.subject != Subject::OtherServer && dwdp_size(c.decode).is_some()),
     fix: Fix::Manual {
-        hint: "drop --dwdp-size from the decode fleet's extraArgs: DWDP runs on PD prefill servers (spec.prefill)",
+        hint: "drop --dwdp-size from the decode fleet's extraArgs: DWDP runs on PD prefill servers ({spec.prefill})",
     },
     ..Rule::DEFAULT
 };
@@ -150,7 +150,7 @@ pub(super) const WD4: Rule = Rule {
     check: |c| when(speculative_algorithm(c).is_some() && dwdp_fleets(c).next().is_some()),
     fix: Fix::Manual {
         hint: "drop --dwdp-size from extraArgs, or turn speculative decoding off \
-               (spec.disaggregation.speculativeAlgorithm)",
+               ({spec.disaggregation.speculativeAlgorithm})",
     },
     ..Rule::DEFAULT
 };

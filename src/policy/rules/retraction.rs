@@ -61,7 +61,7 @@ pub(super) const S6: Rule = Rule {
     check: |c| when(c.settings.decode_offload_kv_cache && c.settings.hicache_storage_backend.is_none()),
     fix: Fix::Rewrite {
         apply: offload_off,
-        hint: "set spec.disaggregation.hicacheStorageBackend (or spec.cache, kvpilot's own store), or turn \
+        hint: "set {spec.disaggregation.hicacheStorageBackend} (or {spec.cache}, kvpilot's own store), or turn \
                decodeOffloadKvCache off",
     },
     ..Rule::DEFAULT

@@ -71,7 +71,7 @@ pub(super) const BP1: Rule = Rule {
         )
     },
     fix: Fix::Manual {
-        hint: "set bootstrapPort to the prefill servers' API port (spec.prefill.port), where the Rust server serves \
+        hint: "set bootstrapPort to the prefill servers' API port ({spec.prefill.port}), where the Rust server serves \
                the registry, or drop SGLANG_RUST_SERVER from the prefill servers' env",
     },
     ..Rule::DEFAULT
@@ -172,7 +172,7 @@ pub(super) const KS1: Rule = Rule {
     check: |c| when(given(&c.decode.extra_args, "--enable-kv-cache-sharding")),
     fix: Fix::Manual {
         hint: "drop --enable-kv-cache-sharding from the decode fleet's extraArgs: it shards the KV cache of PD \
-               prefill servers (spec.prefill)",
+               prefill servers ({spec.prefill})",
     },
     ..Rule::DEFAULT
 };

@@ -38,7 +38,7 @@ pub(super) const SD2: Rule = Rule {
     roles: EVERY_SERVER,
     messages: &[text("DFLASH speculative decoding requires setting --speculative-draft-model-path.")],
     check: |c| when(speculative_algorithm(c)? == "DFLASH" && c.settings.speculative_draft_model.is_none()),
-    fix: Fix::Manual { hint: "set spec.disaggregation.speculativeDraftModel to the DFLASH draft checkpoint" },
+    fix: Fix::Manual { hint: "set {spec.disaggregation.speculativeDraftModel} to the DFLASH draft checkpoint" },
     ..Rule::DEFAULT
 };
 
@@ -61,7 +61,7 @@ pub(super) const SD4: Rule = Rule {
     roles: EVERY_SERVER,
     messages: &[text("UNO reuses the target model and does not accept --speculative-draft-model-path.")],
     check: |c| when(speculative_algorithm(c)? == "UNO" && c.settings.speculative_draft_model.is_some()),
-    fix: Fix::Manual { hint: "unset spec.disaggregation.speculativeDraftModel: UNO drafts with the model itself" },
+    fix: Fix::Manual { hint: "unset {spec.disaggregation.speculativeDraftModel}: UNO drafts with the model itself" },
     ..Rule::DEFAULT
 };
 

@@ -35,7 +35,7 @@ pub(super) const R19E: Rule = Rule {
     },
     fix: Fix::Manual {
         hint: "run the prefill servers without attention context parallelism (no --attn-cp-size, no prefill CP \
-               mode), or set spec.disaggregation.decodeContextParallel to 1",
+               mode), or set {spec.disaggregation.decodeContextParallel} to 1",
     },
     ..Rule::DEFAULT
 };
@@ -50,7 +50,7 @@ pub(super) const R19F: Rule = Rule {
     check: |c| when(dcp(c) && c.settings.prefill.as_ref()?.kv_cache_sharding),
     fix: Fix::Manual {
         hint: "run the prefill servers without --enable-kv-cache-sharding, or set \
-               spec.disaggregation.decodeContextParallel to 1",
+               {spec.disaggregation.decodeContextParallel} to 1",
     },
     ..Rule::DEFAULT
 };
@@ -71,7 +71,7 @@ pub(super) const R20: Rule = Rule {
         )
     },
     fix: Fix::Manual {
-        hint: "remove SGLANG_DISAGG_STAGING_BUFFER from spec.decode.env, or set transferBackend to mooncake or nixl",
+        hint: "remove SGLANG_DISAGG_STAGING_BUFFER from {spec.decode.env}, or set transferBackend to mooncake or nixl",
     },
     ..Rule::DEFAULT
 };
@@ -93,7 +93,7 @@ pub(super) const P1: Rule = Rule {
             detail: Some(format!("the prefill page size is {}", prefill_source(c, "pageSize", "--page-size"))),
         })
     },
-    fix: Fix::Manual { hint: "set spec.decode.pageSize and the prefill page size to the same value" },
+    fix: Fix::Manual { hint: "set {spec.decode.pageSize} and the prefill page size to the same value" },
     ..Rule::DEFAULT
 };
 
@@ -117,7 +117,7 @@ pub(super) const P2: Rule = Rule {
             )),
         })
     },
-    fix: Fix::Manual { hint: "set spec.decode.kvCacheDtype and the prefill KV cache dtype to the same value" },
+    fix: Fix::Manual { hint: "set {spec.decode.kvCacheDtype} and the prefill KV cache dtype to the same value" },
     ..Rule::DEFAULT
 };
 
@@ -176,7 +176,7 @@ pub(super) const T1HND: Rule = Rule {
         when(mha_pool && !c.settings.enable_unified_memory && hnd)
     },
     fix: Fix::Manual {
-        hint: "remove SGLANG_USE_HND_KVCACHE from the env of the PD servers (spec.decode.env, spec.prefill.env): \
+        hint: "remove SGLANG_USE_HND_KVCACHE from the env of the PD servers ({spec.decode.env}, {spec.prefill.env}): \
                their KV transfer reads the NHD layout",
     },
     ..Rule::DEFAULT
@@ -270,7 +270,7 @@ pub(super) const P5: Rule = Rule {
         )
     },
     fix: Fix::Manual {
-        hint: "make the decode attention TP (spec.decode.tensorParallel) equal the prefill attention TP, or run \
+        hint: "make the decode attention TP ({spec.decode.tensorParallel}) equal the prefill attention TP, or run \
                the prefill servers without --enable-kv-cache-sharding",
     },
     ..Rule::DEFAULT
@@ -320,7 +320,7 @@ pub(super) const P4: Rule = Rule {
     changes: &[text_from(22, "a prefill whose attention TP × attention CP equals the decode attention TP passes")],
     check: dspark_tp_mismatch,
     fix: Fix::Manual {
-        hint: "make the decode attention TP (spec.decode.tensorParallel) equal the prefill attention TP (from 0.5.22 \
+        hint: "make the decode attention TP ({spec.decode.tensorParallel}) equal the prefill attention TP (from 0.5.22 \
                also: equal the prefill attention TP × attention CP)",
     },
     ..Rule::DEFAULT
@@ -344,7 +344,7 @@ pub(super) const P4B: Rule = Rule {
         when(c.layout.has(LayoutFeature::DeepseekV41) && decode != paired_prefill_dspark(c)?)
     },
     fix: Fix::Manual {
-        hint: "run the decode and the prefill servers both with spec.disaggregation.speculativeAlgorithm DSPARK, \
+        hint: "run the decode and the prefill servers both with {spec.disaggregation.speculativeAlgorithm} DSPARK, \
                or neither",
     },
     ..Rule::DEFAULT
@@ -366,7 +366,7 @@ pub(super) const P6: Rule = Rule {
         )
     },
     fix: Fix::Manual {
-        hint: "set spec.decode.pipelineParallel to 1 or to the prefill pipelineParallel (each decode stage pulls \
+        hint: "set {spec.decode.pipelineParallel} to 1 or to the prefill pipelineParallel (each decode stage pulls \
                from the prefill stage holding its layers)",
     },
     ..Rule::DEFAULT
@@ -762,7 +762,7 @@ const T11_MESSAGES: &[Message] = &[
     ),
 ];
 
-const TP_HINT: &str = "changing TP changes the GPU count, so kvpilot does not rewrite it: set spec.decode.tensorParallel \
+const TP_HINT: &str = "changing TP changes the GPU count, so kvpilot does not rewrite it: set {spec.decode.tensorParallel} \
                        (or dataParallel under DP attention) so prefill and decode attention TP match";
 
 #[cfg(test)]
@@ -1241,8 +1241,11 @@ mod tests {
                             prefill_fleet: Some(prefill),
                             release: v0_5(patch),
                         };
-                        let verdict =
-                            if scope_server { evaluate_server(input, ServerRole::Decode) } else { evaluate(input) };
+                        let verdict = if scope_server {
+                            evaluate_server(input, ServerRole::Decode, &SpecFields)
+                        } else {
+                            evaluate(input)
+                        };
                         // SGLang compares the layouts before the TP sizes: P4 never stands beside P4b.
                         let p4 = verdict.violations.iter().any(|v| v.rule == "P4");
                         let p4b = verdict.violations.into_iter().find(|v| v.rule == "P4b").map(|v| v.message);
@@ -1275,7 +1278,7 @@ mod tests {
             prefill_fleet: Some(&dspark_prefill),
             release: v0_5(23),
         };
-        assert!(evaluate_server(input, ServerRole::Decode).violations.iter().any(|v| v.rule == "P4"));
+        assert!(evaluate_server(input, ServerRole::Decode, &SpecFields).violations.iter().any(|v| v.rule == "P4"));
     }
 
     #[test]

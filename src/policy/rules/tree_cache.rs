@@ -112,8 +112,8 @@ pub(super) const H7: Rule = Rule {
     messages: &[text("DeepSeek V4 HiCache currently does not support --hicache-size; use --hicache-ratio instead.")],
     check: |c| when(c.layout.has(LayoutFeature::DeepseekV4) && sized_host_pool_on_unified_tree(c)),
     fix: Fix::Manual {
-        hint: "drop --hicache-size (spec.cache.hostPoolSize where kvpilot renders it): DeepSeek-V4 sizes its \
-               host pools from its device pools by spec.disaggregation.hostPoolRatio",
+        hint: "drop --hicache-size ({spec.cache.hostPoolSize} where kvpilot renders it): DeepSeek-V4 sizes its \
+               host pools from its device pools by {spec.disaggregation.hostPoolRatio}",
     },
     ..Rule::DEFAULT
 };

@@ -346,7 +346,7 @@ pub(super) const U12: Rule = Rule {
     check: |c| when(unified_offload(c) && c.settings.hicache_storage_backend.as_deref() != Some("file")),
     fix: Fix::Rewrite {
         apply: unified_memory_off,
-        hint: "turn enableUnifiedMemory off, or use hicacheStorageBackend file (spec.cache sets dynamic)",
+        hint: "turn enableUnifiedMemory off, or use hicacheStorageBackend file ({spec.cache} sets dynamic)",
     },
     ..Rule::DEFAULT
 };

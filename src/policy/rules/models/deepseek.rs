@@ -206,7 +206,7 @@ pub(in crate::policy::rules) const LS1: Rule = Rule {
     },
     fix: Fix::Manual {
         hint: "drop --enable-dsa-cache-layer-split from the decode fleet's extraArgs (it belongs on the prefill \
-               servers, spec.prefill)",
+               servers, {spec.prefill})",
     },
     ..Rule::DEFAULT
 };

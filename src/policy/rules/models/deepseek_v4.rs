@@ -39,7 +39,7 @@ pub(in crate::policy::rules) const V2: Rule = Rule {
         )
     },
     fix: Fix::Manual {
-        hint: "add --speculative-eagle-topk 1 to spec.decode.extraArgs (and a service's spec.prefill.extraArgs): \
+        hint: "add --speculative-eagle-topk 1 to {spec.decode.extraArgs} (and a service's {spec.prefill.extraArgs}): \
                SGLang leaves the top-k unset, which DeepSeek-V4 refuses",
     },
     ..Rule::DEFAULT
@@ -74,7 +74,9 @@ pub(in crate::policy::rules) const V3_HISPARSE: Rule = Rule {
                     || service_prefill(c).is_some_and(|fleet| given(&fleet.extra_args, "--enable-hisparse"))),
         )
     },
-    fix: Fix::Manual { hint: "turn hisparse off (and drop --enable-hisparse from a service's spec.prefill.extraArgs)" },
+    fix: Fix::Manual {
+        hint: "turn hisparse off (and drop --enable-hisparse from a service's {spec.prefill.extraArgs})",
+    },
     ..Rule::DEFAULT
 };
 

@@ -80,8 +80,8 @@ pub(in crate::policy::rules) const MV3: Rule = Rule {
         when(mimo_v2 && hicache_fleets(c).any(|fleet| !fleet.env_on(UNIFIED_RADIX_TREE_ENV)))
     },
     fix: Fix::Manual {
-        hint: "set SGLANG_ENABLE_UNIFIED_RADIX_TREE=1 in the env of the servers with HiCache (spec.decode.env, \
-               spec.prefill.env), turn hierarchicalCache off, or use SGLang 0.5.19 or later",
+        hint: "set SGLANG_ENABLE_UNIFIED_RADIX_TREE=1 in the env of the servers with HiCache ({spec.decode.env}, \
+               {spec.prefill.env}), turn hierarchicalCache off, or use SGLang 0.5.19 or later",
     },
     ..Rule::DEFAULT
 };
