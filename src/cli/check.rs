@@ -96,7 +96,7 @@ async fn assess_one(
     hub_endpoint: &str,
     default_release: &ReleaseChoice,
 ) -> Result<Assessed, String> {
-    let release = policy::choose_release(&found.resource.spec, default_release)
+    let release = policy::resource_release(&found.resource.spec, default_release)
         .map_err(|e| format!("{}: {} (spec.sglang.version): {e}", found.location, found.name()))?;
     let context = |field: &'static str| move |e: String| format!("{}: {} ({field}): {e}", found.location, found.name());
     let target = match set.model_config(found, hub, hub_endpoint).await.map_err(context(MODEL_CONFIG_FIELD))? {
@@ -176,7 +176,7 @@ pub(crate) fn run(args: &CheckArgs) -> ExitCode {
                     effective: assessment.verdict.effective,
                     layout: assessment.layout,
                     draft_layout: assessment.draft_layout,
-                    warnings: assessment.verdict.warnings,
+                    warnings: assessment.verdict.warnings.into_iter().chain(assessment.command_line_warnings).collect(),
                     sglang: sglang_status(&assessment.release),
                 })
             }

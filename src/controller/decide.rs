@@ -174,7 +174,7 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
         Ok(configs) => configs,
         Err(e) => return Decision::unresolved(observed, e.reason(), &e.to_string(), Next::Retry(e)),
     };
-    let release = match policy::choose_release(&resource.spec, &observed.options.default_release) {
+    let release = match policy::resource_release(&resource.spec, &observed.options.default_release) {
         Ok(release) => release,
         Err(e) => {
             let message = format!("spec.sglang.version: {e}");

@@ -22,7 +22,7 @@ use crate::api::{
     KvPool, LayoutFeature, OnInvalid, RetractionBackup, Rewrite, SettingSource,
 };
 use crate::layout::{self, LayoutError, ResolveOptions};
-use crate::release::{self, Release, ReleaseChoice, ReleaseError, ReleaseSource, v0_5};
+use crate::release::{self, Release, ReleaseChoice, ReleaseError, ReleaseSource, ServersOf, v0_5};
 use rules::{Fix, RULES, RuleInput, SERVER_ROLE_RULES, Subject};
 
 pub use docs::{RULES_DOC_END, RULES_DOC_START, rules_markdown};
@@ -507,41 +507,55 @@ impl ModelConfigs {
     }
 }
 
-/// A resource's layout and verdict, and the release they were decided for.
+/// A layout and verdict, and the release they were decided for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Assessment {
     /// The resolved layout.
     pub layout: AttentionLayout,
     /// The resolved layout of the speculative draft model, when the spec names one.
     pub draft_layout: Option<AttentionLayout>,
-    /// The policy's verdict on it.
+    /// The policy's verdict on it, with the command-line rules' refusals (`sglang::server::assess`).
     pub verdict: Verdict,
     /// The SGLang release whose classification and rules applied, and where it came from.
     pub release: ReleaseChoice,
+    /// What the release's parser says of the command lines it accepts: abbreviations, deprecated
+    /// options, what it could not judge (`sglang::server::assess`).
+    pub command_line_warnings: Vec<String>,
 }
 
-/// The SGLang release a resource is checked against: `spec.sglang.version`, else the tag of
-/// `spec.decode.image` when it names a version, else `fallback` (the operator's or CLI's
-/// `--sglang-version`, or the newest known release). A version newer than any known gets the
-/// newest profile; a malformed or unknown one in the spec is an error.
-pub fn choose_release(spec: &InferenceDeploymentSpec, fallback: &ReleaseChoice) -> Result<ReleaseChoice, ReleaseError> {
-    if let Some(version) = spec.sglang.as_ref().and_then(|s| s.version.as_deref()) {
-        return release::choose_text(version, ReleaseSource::Spec);
-    }
-    match spec.decode.image.as_deref().and_then(release::from_image).map(|r| release::choose(r, ReleaseSource::Image)) {
-        Some(Ok(choice)) => Ok(choice),
-        // A tag naming a release kvpilot does not model (older than it knows) is not a
-        // statement about the rules to apply: the fallback does.
-        Some(Err(_)) | None => Ok(fallback.clone()),
-    }
+/// What a verdict is about.
+#[derive(Clone, Copy)]
+pub enum Checked<'a> {
+    /// An InferenceDeployment's PD service: its decode servers and the prefill servers kvpilot gives
+    /// the settings both sides share.
+    Service,
+    /// One server of a workload, in its role, whose texts name the spec fields as `names` says.
+    Server { role: ServerRole, names: &'a dyn FieldNames },
+}
+
+/// The SGLang release a resource is checked against ([`release::choose_release`] for a resource):
+/// `spec.sglang.version`, else the tag of `spec.decode.image` when it names a version, else
+/// `fallback`. A version newer than any known gets the newest profile; a malformed or unknown one
+/// in the spec is an error.
+pub fn resource_release(
+    spec: &InferenceDeploymentSpec,
+    fallback: &ReleaseChoice,
+) -> Result<ReleaseChoice, ReleaseError> {
+    let version = spec.sglang.as_ref().and_then(|s| s.version.as_deref());
+    let pinned = version.map(|version| release::choose_text(version, ReleaseSource::Spec)).transpose()?;
+    let image = spec.decode.image.as_deref().and_then(release::from_image);
+    Ok(release::choose_release(pinned, image, ServersOf::Resource, fallback).0)
 }
 
 /// Resolves the layout of `config` as the spec asks (`hybridSwaMemory`) and the release says,
-/// and evaluates the spec's settings against it: the one pipeline every entry point runs.
+/// and evaluates the spec's settings against it for what is `checked`. A service's verdict also
+/// carries the release's and the draft model's warnings; a server's reader (the guard) words the
+/// release it checked as itself.
 pub fn assess(
     spec: &InferenceDeploymentSpec,
     configs: &ModelConfigs,
     release: &ReleaseChoice,
+    checked: Checked<'_>,
 ) -> Result<Assessment, LayoutError> {
     let options = ResolveOptions {
         disable_hybrid_swa_memory: spec.model.hybrid_swa_memory == HybridSwaMemory::Disabled,
@@ -549,7 +563,7 @@ pub fn assess(
     };
     let layout = layout::resolve(&configs.target, options)?;
     let draft_layout = configs.draft.as_ref().map(|draft| resolve_draft(draft, options)).transpose()?;
-    let mut verdict = evaluate(PolicyInput {
+    let input = PolicyInput {
         disaggregation: &spec.disaggregation,
         decode: &spec.decode,
         layout: &layout,
@@ -557,12 +571,19 @@ pub fn assess(
         draft_is_the_model: draft_is_the_model(spec),
         prefill_fleet: spec.prefill.as_deref(),
         release: release.release,
-    });
-    verdict.warnings.extend(release.warning());
-    if let Some(draft) = &draft_layout {
-        verdict.warnings.extend(draft.warnings.iter().map(|w| format!("speculative draft model: {w}")));
-    }
-    Ok(Assessment { layout, draft_layout, verdict, release: release.clone() })
+    };
+    let verdict = match checked {
+        Checked::Service => {
+            let mut verdict = evaluate(input);
+            verdict.warnings.extend(release.warning());
+            if let Some(draft) = &draft_layout {
+                verdict.warnings.extend(draft.warnings.iter().map(|w| format!("speculative draft model: {w}")));
+            }
+            verdict
+        }
+        Checked::Server { role, names } => evaluate_server(input, role, names),
+    };
+    Ok(Assessment { layout, draft_layout, verdict, release: release.clone(), command_line_warnings: Vec::new() })
 }
 
 /// Whether `spec` names a speculative draft model whose servers load it from the model's own

@@ -362,7 +362,7 @@ fn a_release_from_the_spec_wins_over_the_image_and_the_flag() {
         .unwrap()
     };
     let flag = release::choose(v0_5(20), ReleaseSource::Flag).unwrap();
-    let chosen = |s: &InferenceDeploymentSpec| choose_release(s, &flag).map(|c| (c.release, c.source));
+    let chosen = |s: &InferenceDeploymentSpec| resource_release(s, &flag).map(|c| (c.release, c.source));
     assert_eq!(
         chosen(&spec(Some("0.5.18"), Some("lmsysorg/sglang:v0.5.23-cu129"))),
         Ok((v0_5(18), ReleaseSource::Spec))
@@ -374,9 +374,9 @@ fn a_release_from_the_spec_wins_over_the_image_and_the_flag() {
         "0.1.0 is no SGLang release"
     );
     assert_eq!(chosen(&spec(None, None)), Ok((v0_5(20), ReleaseSource::Flag)));
-    let newer = choose_release(&spec(Some("0.5.30"), None), &flag).unwrap();
+    let newer = resource_release(&spec(Some("0.5.30"), None), &flag).unwrap();
     assert_eq!((newer.release, newer.approximate()), (v0_5(23), true));
-    assert!(choose_release(&spec(Some("0.5.16"), None), &flag).is_err());
+    assert!(resource_release(&spec(Some("0.5.16"), None), &flag).is_err());
 }
 
 #[test]

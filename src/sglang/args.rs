@@ -117,6 +117,7 @@ mod tests {
             &spec,
             &crate::policy::ModelConfigs::target(config()),
             &ReleaseChoice::default_newest(),
+            crate::policy::Checked::Service,
         )
         .unwrap();
         let args = sglang_args(&spec, &assessment.verdict, assessment.release.release);
@@ -146,6 +147,7 @@ mod tests {
                 spec,
                 &crate::policy::ModelConfigs::target(llama.as_ref().unwrap().clone()),
                 &ReleaseChoice::default_newest(),
+                crate::policy::Checked::Service,
             );
             let assessment = assessment.unwrap();
             read_back(&sglang_args(spec, &assessment.verdict, assessment.release.release).decode)
@@ -162,8 +164,13 @@ mod tests {
     fn no_backup_flag_below_the_release_that_added_it() {
         let spec = spec();
         let release = crate::release::choose(v0_5(17), crate::release::ReleaseSource::Flag).unwrap();
-        let assessment =
-            crate::policy::assess(&spec, &crate::policy::ModelConfigs::target(config()), &release).unwrap();
+        let assessment = crate::policy::assess(
+            &spec,
+            &crate::policy::ModelConfigs::target(config()),
+            &release,
+            crate::policy::Checked::Service,
+        )
+        .unwrap();
         let args = sglang_args(&spec, &assessment.verdict, release.release);
         assert!(!args.decode.iter().any(|a| a.starts_with("--disaggregation-decode-retraction-backup")), "{args:?}");
         let newest = sglang_args(&spec, &assessment.verdict, v0_5(23));

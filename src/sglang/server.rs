@@ -6,14 +6,15 @@
 use crate::api::{FleetSpec, HICACHE_GIGABYTE, InferenceDeploymentSpec, PrefillSpec, RouterSpec, quantity_bytes};
 use crate::layout::LayoutError;
 use crate::policy::{
-    self, Assessment, ModelConfigs, Outcome, POD_CACHE_CAPACITY, POD_COMMAND_LINE, POD_EXTRA_ARGS, POD_HOST_POOL_SIZE,
-    POD_MODEL_SOURCE, POD_ROUTER, POD_STORAGE_BACKEND, POD_UNEVEN_REPLICA, Violation, argv,
+    self, Assessment, Checked, ModelConfigs, Outcome, POD_CACHE_CAPACITY, POD_COMMAND_LINE, POD_EXTRA_ARGS,
+    POD_HOST_POOL_SIZE, POD_MODEL_SOURCE, POD_ROUTER, POD_STORAGE_BACKEND, POD_UNEVEN_REPLICA, Violation, argv,
 };
 use crate::release::{Release, ReleaseChoice};
 
 use super::args::sglang_args;
 use super::cmdline::{Arg, ArgList, ArgSite};
 use super::flags::FLAGS;
+use super::guard::{self, Server};
 use super::server_cli::{self, Reading, Word};
 
 /// The port rank 0 of a multi-node replica listens on for the other ranks (`--dist-init-addr`).
@@ -544,25 +545,60 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Vio
     findings
 }
 
-/// [`policy::assess`] plus [`pod_findings`]: the verdict on a resource whose pods kvpilot runs.
-/// Every entry point (controller, webhook, `check`, `render`) decides with this.
-pub fn assess(
-    spec: &InferenceDeploymentSpec,
+/// What a verdict is about.
+#[derive(Clone, Copy)]
+pub enum Subject<'a> {
+    /// An InferenceDeployment: the PD service and the pods kvpilot runs for it.
+    Resource(&'a InferenceDeploymentSpec),
+    /// One SGLang server of a workload the guard read, with the settings its command line maps to
+    /// ([`guard::server_spec`]).
+    Server { server: &'a Server, spec: &'a InferenceDeploymentSpec },
+}
+
+impl<'a> From<&'a InferenceDeploymentSpec> for Subject<'a> {
+    fn from(spec: &'a InferenceDeploymentSpec) -> Self {
+        Self::Resource(spec)
+    }
+}
+
+/// The verdict every entry point decides with (controller, webhooks, `check`, `render`, the
+/// guard): [`policy::assess`], then the rules of the command lines. A resource's pods, as kvpilot
+/// builds them, answer to the pod rules ([`pod_findings`]) and, with their `extraArgs`, to the
+/// release's parser (POD8), after the policy's findings. A server's command line answers to the
+/// release's parser first (CLI): SGLang refuses it before any rule runs.
+pub fn assess<'a>(
+    subject: impl Into<Subject<'a>>,
     configs: &ModelConfigs,
     release: &ReleaseChoice,
 ) -> Result<Assessment, LayoutError> {
-    let mut assessment = policy::assess(&effective_spec(spec, release.release), configs, release)?;
-    let mut findings = pod_findings(spec, release.release);
-    for role in [FleetRole::Decode, FleetRole::Prefill] {
-        let (refusal, warnings) = extra_args_reading(spec, role, &assessment.verdict, release.release);
-        findings.extend(refusal);
-        assessment.verdict.warnings.extend(warnings);
+    match subject.into() {
+        Subject::Resource(spec) => {
+            let mut assessment =
+                policy::assess(&effective_spec(spec, release.release), configs, release, Checked::Service)?;
+            let mut findings = pod_findings(spec, release.release);
+            for role in [FleetRole::Decode, FleetRole::Prefill] {
+                let (refusal, warnings) = extra_args_reading(spec, role, &assessment.verdict, release.release);
+                findings.extend(refusal);
+                assessment.command_line_warnings.extend(warnings);
+            }
+            if !findings.is_empty() {
+                assessment.verdict.violations.extend(findings);
+                assessment.verdict.outcome = Outcome::Rejected;
+            }
+            Ok(assessment)
+        }
+        Subject::Server { server, spec } => {
+            let checked = Checked::Server { role: server.role(), names: &guard::ServerFlags };
+            let mut assessment = policy::assess(spec, configs, release, checked)?;
+            let (refusal, warnings) = guard::command_line_rule(server);
+            assessment.command_line_warnings = warnings;
+            if let Some(refusal) = refusal {
+                assessment.verdict.violations.insert(0, refusal);
+                assessment.verdict.outcome = Outcome::Rejected;
+            }
+            Ok(assessment)
+        }
     }
-    if !findings.is_empty() {
-        assessment.verdict.violations.extend(findings);
-        assessment.verdict.outcome = Outcome::Rejected;
-    }
-    Ok(assessment)
 }
 
 /// POD8: the fleet's command line with its `extraArgs`, read by `release`'s own parser. kvpilot's
@@ -771,15 +807,16 @@ mod tests {
         );
         assert_eq!(rules(&assess_at(json!(["--page", "16"]), 22).verdict), ["POD1"]);
         // An abbreviation argparse accepts is a warning naming the full option; a $(VAR) value is not judged.
-        let abbreviated = assess_at(json!(["--mem-frac", "0.8", "--max-running-requests", "$(MAX)"]), 23).verdict;
-        assert!(!abbreviated.violations.iter().any(|v| v.rule == "POD8"), "{:?}", abbreviated.violations);
+        let abbreviated = assess_at(json!(["--mem-frac", "0.8", "--max-running-requests", "$(MAX)"]), 23);
+        let violations = &abbreviated.verdict.violations;
+        assert!(!violations.iter().any(|v| v.rule == "POD8"), "{violations:?}");
         assert!(
-            abbreviated.warnings.iter().any(|w| w.starts_with(
+            abbreviated.command_line_warnings.iter().any(|w| w.starts_with(
                 "spec.decode.extraArgs: --mem-frac: SGLang 0.5.23's argparse reads this \
                                         abbreviation as --mem-fraction-static"
             )),
             "{:?}",
-            abbreviated.warnings
+            abbreviated.command_line_warnings
         );
     }
 
@@ -966,7 +1003,8 @@ mod tests {
             json!({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4, "num_key_value_heads": 8,
                    "head_dim": 128}),
         );
-        let assessment = policy::assess(&effective, &configs, &ReleaseChoice::default_newest()).unwrap();
+        let assessment =
+            policy::assess(&effective, &configs, &ReleaseChoice::default_newest(), Checked::Service).unwrap();
         assert!(
             assessment.verdict.violations.iter().all(|v| v.rule != "P1" && v.rule != "P2"),
             "{:?}",
@@ -995,8 +1033,13 @@ mod tests {
                 json!({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4, "num_key_value_heads": 8,
                        "head_dim": 128}),
             );
-            let assessment =
-                policy::assess(&effective_spec(&spec, NEWEST), &configs, &ReleaseChoice::default_newest()).unwrap();
+            let assessment = policy::assess(
+                &effective_spec(&spec, NEWEST),
+                &configs,
+                &ReleaseChoice::default_newest(),
+                Checked::Service,
+            )
+            .unwrap();
             assessment.verdict.violations.into_iter().find(|v| v.rule == "P1").map(|v| v.fix)
         };
         assert_eq!(
@@ -1026,7 +1069,8 @@ mod tests {
         let h7 = |spec: &InferenceDeploymentSpec| {
             let effective = effective_spec(spec, NEWEST);
             let configs = ModelConfigs::target(config.clone());
-            let assessment = policy::assess(&effective, &configs, &ReleaseChoice::default_newest()).unwrap();
+            let assessment =
+                policy::assess(&effective, &configs, &ReleaseChoice::default_newest(), Checked::Service).unwrap();
             assessment.verdict.violations.into_iter().find(|v| v.rule == "H7").map(|v| v.field)
         };
         let sized = spec(json!({"reuse": true, "capacity": "64Gi", "hostPoolSize": "8G"}));

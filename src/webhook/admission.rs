@@ -122,7 +122,7 @@ async fn decide(
             );
         }
     };
-    let release = match policy::choose_release(&resource.spec, default_release) {
+    let release = match policy::resource_release(&resource.spec, default_release) {
         Ok(release) => release,
         Err(e) => return denied(response, 422, "Invalid", format!("{name}: spec.sglang.version: {e}")),
     };
@@ -139,7 +139,14 @@ async fn decide(
         },
     };
     let verdict = &assessment.verdict;
-    let mut warnings: Vec<String> = assessment.layout.warnings.iter().chain(&verdict.warnings).cloned().collect();
+    let mut warnings: Vec<String> = assessment
+        .layout
+        .warnings
+        .iter()
+        .chain(&verdict.warnings)
+        .chain(&assessment.command_line_warnings)
+        .cloned()
+        .collect();
     match (verdict.outcome, mode) {
         (Outcome::Rejected, Mode::Validate) => {
             let listed: Vec<String> = verdict.violations.iter().map(ToString::to_string).collect();
