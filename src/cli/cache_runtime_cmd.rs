@@ -15,7 +15,7 @@ use clap::Args;
 use super::serve::{LogFormat, init_logging, runtime, shutdown_signal};
 use crate::runtime::metrics::{self, Metrics};
 use crate::runtime::store::PageStore;
-use crate::runtime::{connector, server};
+use crate::runtime::{connector, socket};
 
 /// Sizes like `4GiB`, `512Mi`, `1G` or plain bytes.
 pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
@@ -79,7 +79,7 @@ async fn serve(args: &CacheRuntimeArgs) -> Result<(), String> {
     let socket = args.socket.clone();
     let accept = {
         let (store, metrics) = (Arc::clone(&store), Arc::clone(&metrics));
-        tokio::task::spawn_blocking(move || server::serve(listener, store, metrics))
+        tokio::task::spawn_blocking(move || socket::serve(listener, store, metrics))
     };
     tracing::info!(socket = %socket.display(), %metrics_addr, capacity = args.capacity, "serving");
     let app = metrics::router(metrics, store);

@@ -11,7 +11,7 @@ use kube::runtime::events::EventType;
 
 use super::desired::{Fleet, FleetRole, RenderOptions, desired_state};
 use super::rollout::{self, ObservedReplica, resolve_int_or_percent};
-use super::status::{self, Decided, FleetProgress, Workloads};
+use super::status::{self, Conditions, FleetProgress, Workloads};
 use crate::api::{
     ConfigSourceRef, FleetStatus, InferenceDeployment, InferenceDeploymentStatus, Rewrite, RolloutSpec, RouterStatus,
 };
@@ -155,7 +155,7 @@ impl Decision {
 
 fn new_status(
     observed: &Observed<'_>,
-    decided: &[Decided],
+    decided: &Conditions,
     assessment: Option<&Assessment>,
     workloads: Option<Workloads>,
 ) -> Option<InferenceDeploymentStatus> {
@@ -197,7 +197,8 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
             counts: Default::default(),
         }];
         let decided = status::resolved(&assessment, &source, &fleets, None, None);
-        let warning = Announcement::warning(previous, &decided[1].reason, &decided[1].message);
+        let settings = &decided.settings_valid;
+        let warning = Announcement::warning(previous, &settings.reason, &settings.message);
         return Decision {
             desired: None,
             status: new_status(observed, &decided, Some(&assessment), None),
@@ -270,7 +271,7 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
     }
     let next = if observed.settling {
         SETTLE_REQUEUE
-    } else if create.is_empty() && delete.is_empty() && decided[2].status == "True" {
+    } else if create.is_empty() && delete.is_empty() && decided.ready.status == "True" {
         RESYNC
     } else {
         ROLLOUT_REQUEUE

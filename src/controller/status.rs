@@ -32,16 +32,32 @@ impl Decided {
     }
 }
 
+/// The four conditions of a resource, as decided in one pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conditions {
+    pub model_resolved: Decided,
+    pub settings_valid: Decided,
+    pub ready: Decided,
+    pub progressing: Decided,
+}
+
+impl Conditions {
+    /// Each condition, in the order the status lists them.
+    pub fn all(&self) -> [&Decided; 4] {
+        [&self.model_resolved, &self.settings_valid, &self.ready, &self.progressing]
+    }
+}
+
 /// Conditions with `observedGeneration`, keeping the previous `lastTransitionTime` of any
 /// condition whose status did not change.
-pub fn conditions(
+pub fn conditions<'a>(
     previous: &[Condition],
-    decided: &[Decided],
+    decided: impl IntoIterator<Item = &'a Decided>,
     generation: Option<i64>,
     now: Timestamp,
 ) -> Vec<Condition> {
     decided
-        .iter()
+        .into_iter()
         .map(|d| {
             let transition = previous
                 .iter()
@@ -61,23 +77,23 @@ pub fn conditions(
 }
 
 /// Status when the model config could not be read or is not a model config.
-pub fn unresolved(reason: &str, message: &str) -> Vec<Decided> {
-    vec![
-        Decided::new(CONDITION_MODEL_RESOLVED, Some(false), reason, message),
-        Decided::new(
+pub fn unresolved(reason: &str, message: &str) -> Conditions {
+    Conditions {
+        model_resolved: Decided::new(CONDITION_MODEL_RESOLVED, Some(false), reason, message),
+        settings_valid: Decided::new(
             CONDITION_SETTINGS_VALID,
             None,
             "ModelUnresolved",
             "the settings are checked once the model config is read",
         ),
-        Decided::new(
+        ready: Decided::new(
             CONDITION_READY,
             Some(false),
             "ModelUnresolved",
             "no pods are managed until the model config is read",
         ),
-        Decided::new(CONDITION_PROGRESSING, Some(false), "ModelUnresolved", message),
-    ]
+        progressing: Decided::new(CONDITION_PROGRESSING, Some(false), "ModelUnresolved", message),
+    }
 }
 
 /// Pod counts for conditions and `status.decode`.
@@ -176,7 +192,7 @@ pub fn resolved(
     fleets: &[FleetProgress],
     router: Option<&RouterStatus>,
     rollout_problem: Option<&str>,
-) -> Vec<Decided> {
+) -> Conditions {
     let layout = &assessment.layout;
     let verdict = &assessment.verdict;
     let model = Decided::new(
@@ -221,22 +237,22 @@ pub fn resolved(
         ),
     };
     if verdict.outcome == Outcome::Rejected {
-        return vec![
-            model,
-            settings,
-            Decided::new(
+        return Conditions {
+            model_resolved: model,
+            settings_valid: settings,
+            ready: Decided::new(
                 CONDITION_READY,
                 Some(false),
                 "SettingsRejected",
                 "no pods are created or changed while the settings are rejected",
             ),
-            Decided::new(
+            progressing: Decided::new(
                 CONDITION_PROGRESSING,
                 Some(false),
                 "SettingsRejected",
                 "fix the settings named in SettingsValid",
             ),
-        ];
+        };
     }
     let ready_condition = readiness(fleets, router);
     let (rolling, reason, progress) = if fleets.iter().all(FleetProgress::all_ready) {
@@ -260,7 +276,7 @@ pub fn resolved(
         ),
         None => Decided::new(CONDITION_PROGRESSING, Some(rolling), reason, progress),
     };
-    vec![model, settings, ready_condition, progressing]
+    Conditions { model_resolved: model, settings_valid: settings, ready: ready_condition, progressing }
 }
 
 /// `status.sglang`: the release the rules were evaluated at, and where it came from.
@@ -275,7 +291,7 @@ pub fn sglang_status(choice: &ReleaseChoice) -> SglangStatus {
 /// The complete status object.
 pub fn status(
     previous: Option<&InferenceDeploymentStatus>,
-    decided: &[Decided],
+    decided: &Conditions,
     generation: Option<i64>,
     assessment: Option<&Assessment>,
     workloads: Option<Workloads>,
@@ -293,7 +309,7 @@ pub fn status(
     let previous_conditions = previous.map(|s| s.conditions.as_slice()).unwrap_or_default();
     InferenceDeploymentStatus {
         observed_generation: generation,
-        conditions: conditions(previous_conditions, decided, generation, now),
+        conditions: conditions(previous_conditions, decided.all(), generation, now),
         layout: assessment.map(|a| a.layout.clone()),
         draft_layout: assessment.and_then(|a| a.draft_layout.clone()),
         effective: assessment.filter(|a| a.verdict.outcome != Outcome::Rejected).map(|a| a.verdict.effective.clone()),

@@ -8,5 +8,5 @@ pub mod connector;
 pub mod mapping;
 pub mod metrics;
 pub mod protocol;
-pub mod server;
+pub mod socket;
 pub mod store;

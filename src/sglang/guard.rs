@@ -11,8 +11,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::cmdline::{self, AppendSite, Arg, ArgList, ArgSite, Entry, Invocation};
-use super::flags::{self, Kind, Mode, Parsed, ServerSettings};
-use super::server::Subject;
+use super::flags::{self, DisaggregationMode, Kind, Parsed, ServerSettings};
+use super::server::Assessed;
 use super::server_cli::{self, Reading};
 use super::workload::{self, ContainerSite};
 use crate::api::{
@@ -75,9 +75,9 @@ impl Server {
     /// The role its `--disaggregation-mode` gives it.
     pub fn role(&self) -> ServerRole {
         match self.parsed.settings.mode {
-            Mode::Decode => ServerRole::Decode,
-            Mode::Prefill => ServerRole::Prefill,
-            Mode::Null => ServerRole::WithoutPd,
+            DisaggregationMode::Decode => ServerRole::Decode,
+            DisaggregationMode::Prefill => ServerRole::Prefill,
+            DisaggregationMode::Null => ServerRole::WithoutPd,
         }
     }
 }
@@ -123,12 +123,12 @@ fn strings(container: &Value, key: &str) -> Result<Vec<String>, String> {
 const NOT_SERVERS: &[&str] = &["sglang_router", "smg", "dynamo.frontend", "mooncake"];
 
 /// The disaggregation mode a role's name or type stands for (`prefill`, `decode`, `decoder`).
-fn role_mode(role: &str) -> Option<Mode> {
+fn role_mode(role: &str) -> Option<DisaggregationMode> {
     let role = role.to_ascii_lowercase();
     if role.contains("prefill") {
-        Some(Mode::Prefill)
+        Some(DisaggregationMode::Prefill)
     } else if role.contains("decode") {
-        Some(Mode::Decode)
+        Some(DisaggregationMode::Decode)
     } else {
         None
     }
@@ -237,10 +237,10 @@ pub fn inspect(object: &Value, fallback: &ReleaseChoice) -> Inspection {
 pub fn pair_with_prefill(servers: &mut [&mut Server]) -> Result<(), String> {
     let prefill: Vec<PrefillSpec> = servers
         .iter()
-        .filter(|s| s.parsed.settings.mode == Mode::Prefill)
+        .filter(|s| s.parsed.settings.mode == DisaggregationMode::Prefill)
         .map(|s| super::server::prefill_side(&s.parsed.settings.decode, s.argv.as_ref().unwrap_or(&Reading::default())))
         .collect();
-    let prefill_fleet = servers.iter().find(|s| s.parsed.settings.mode == Mode::Prefill).map(|s| {
+    let prefill_fleet = servers.iter().find(|s| s.parsed.settings.mode == DisaggregationMode::Prefill).map(|s| {
         let words: Vec<String> = s.invocation.args.iter().map(|arg| arg.text.clone()).collect();
         FleetSpec {
             extra_args: server_cli::for_release(s.checked_as.release).full_names(&words),
@@ -254,7 +254,7 @@ pub fn pair_with_prefill(servers: &mut [&mut Server]) -> Result<(), String> {
             "the prefill servers run different attention TP sizes, so rule T1 is not checked against them".into()
         );
     }
-    for server in servers.iter_mut().filter(|s| s.parsed.settings.mode == Mode::Decode) {
+    for server in servers.iter_mut().filter(|s| s.parsed.settings.mode == DisaggregationMode::Decode) {
         server.parsed.settings.disaggregation.prefill = Some(first.clone());
         server.paired_prefill = prefill_fleet.clone();
     }
@@ -631,7 +631,7 @@ pub fn check(server: &Server, configs: &ModelConfigs, rewrite: bool) -> Result<S
     let release = server.checked_as.clone();
     let assess = |on_invalid| {
         let spec = server_spec(server, on_invalid);
-        super::server::assess(Subject::Server { server, spec: &spec }, configs, &release)
+        super::server::assess(Assessed::Server { server, spec: &spec }, configs, &release)
     };
     let fixed = assess(OnInvalid::Rewrite)?;
     let strict = assess(OnInvalid::Reject)?;

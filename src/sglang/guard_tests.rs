@@ -57,7 +57,7 @@ fn servers_settings_env_and_model_source_are_read() {
     );
     assert_eq!(server.release, Some(crate::release::v0_5(23)));
     let settings = &server.parsed.settings;
-    assert_eq!(settings.mode, Mode::Decode);
+    assert_eq!(settings.mode, DisaggregationMode::Decode);
     assert_eq!(settings.decode.tensor_parallel, 2);
     assert_eq!(settings.disaggregation.retraction_backup, Some(RetractionBackup::HostPool));
     let env: Vec<(&str, &str)> =
@@ -543,7 +543,7 @@ fn a_decode_server_compares_its_deepseek_v4_kv_layout_with_its_paired_prefill_se
     };
     let p3 = |object: &Value| -> Vec<String> {
         let inspection = inspect(object, &ReleaseChoice::default_newest());
-        let decode = inspection.servers.iter().find(|s| s.parsed.settings.mode == Mode::Decode).unwrap();
+        let decode = inspection.servers.iter().find(|s| s.parsed.settings.mode == DisaggregationMode::Decode).unwrap();
         let verdict = check(decode, &ModelConfigs::target(dsv4.clone()), false).unwrap();
         verdict.findings.iter().filter(|f| f.violation.rule == "P3").map(|f| f.violation.message.clone()).collect()
     };
@@ -570,7 +570,7 @@ fn a_role_that_disagrees_with_the_mode_flag_is_a_warning() {
         "spec": {"services": {"a": service("decode", "prefill"), "b": service("worker", "decode")}}});
     let inspection = inspect(&object, &ReleaseChoice::default_newest());
     let warnings: Vec<&Vec<String>> = inspection.servers.iter().map(|s| &s.parsed.warnings).collect();
-    assert_eq!(inspection.servers[0].parsed.settings.mode, Mode::Prefill);
+    assert_eq!(inspection.servers[0].parsed.settings.mode, DisaggregationMode::Prefill);
     assert_eq!(
         *warnings[0],
         [

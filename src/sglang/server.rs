@@ -547,7 +547,7 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Vio
 
 /// What a verdict is about.
 #[derive(Clone, Copy)]
-pub enum Subject<'a> {
+pub enum Assessed<'a> {
     /// An InferenceDeployment: the PD service and the pods kvpilot runs for it.
     Resource(&'a InferenceDeploymentSpec),
     /// One SGLang server of a workload the guard read, with the settings its command line maps to
@@ -555,7 +555,7 @@ pub enum Subject<'a> {
     Server { server: &'a Server, spec: &'a InferenceDeploymentSpec },
 }
 
-impl<'a> From<&'a InferenceDeploymentSpec> for Subject<'a> {
+impl<'a> From<&'a InferenceDeploymentSpec> for Assessed<'a> {
     fn from(spec: &'a InferenceDeploymentSpec) -> Self {
         Self::Resource(spec)
     }
@@ -567,12 +567,12 @@ impl<'a> From<&'a InferenceDeploymentSpec> for Subject<'a> {
 /// release's parser (POD8), after the policy's findings. A server's command line answers to the
 /// release's parser first (CLI): SGLang refuses it before any rule runs.
 pub fn assess<'a>(
-    subject: impl Into<Subject<'a>>,
+    subject: impl Into<Assessed<'a>>,
     configs: &ModelConfigs,
     release: &ReleaseChoice,
 ) -> Result<Assessment, LayoutError> {
     match subject.into() {
-        Subject::Resource(spec) => {
+        Assessed::Resource(spec) => {
             let mut assessment =
                 policy::assess(&effective_spec(spec, release.release), configs, release, Checked::Service)?;
             let mut findings = pod_findings(spec, release.release);
@@ -587,7 +587,7 @@ pub fn assess<'a>(
             }
             Ok(assessment)
         }
-        Subject::Server { server, spec } => {
+        Assessed::Server { server, spec } => {
             let checked = Checked::Server { role: server.role(), names: &guard::ServerFlags };
             let mut assessment = policy::assess(spec, configs, release, checked)?;
             let (refusal, warnings) = guard::command_line_rule(server);

@@ -27,9 +27,9 @@ pub enum BadReview {
     NotAReview(String),
 }
 
-/// Which webhook is asking.
+/// Which InferenceDeployment webhook is asking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub enum ResourceWebhook {
     /// `/validate`: allow or deny.
     Validate,
     /// `/mutate`: allow, with a JSON patch applying the rewrites for `onInvalid: Rewrite`.
@@ -40,12 +40,12 @@ pub enum Mode {
 /// base64-encoded, as the API server requires).
 pub async fn review(
     body: &[u8],
-    mode: Mode,
+    webhook: ResourceWebhook,
     source: Option<&ClusterSource>,
     default_release: &ReleaseChoice,
 ) -> Result<Value, BadReview> {
     let (request, api_version) = request_of(body)?;
-    let response = decide(&request, &api_version, mode, source, default_release).await;
+    let response = decide(&request, &api_version, webhook, source, default_release).await;
     Ok(encode(response.into_review()))
 }
 
@@ -74,7 +74,7 @@ pub(crate) fn unsupported_version(response: AdmissionResponse, api_version: &str
 async fn decide(
     request: &AdmissionRequest<DynamicObject>,
     api_version: &str,
-    mode: Mode,
+    webhook: ResourceWebhook,
     source: Option<&ClusterSource>,
     default_release: &ReleaseChoice,
 ) -> AdmissionResponse {
@@ -147,8 +147,8 @@ async fn decide(
         .chain(&assessment.command_line_warnings)
         .cloned()
         .collect();
-    match (verdict.outcome, mode) {
-        (Outcome::Rejected, Mode::Validate) => {
+    match (verdict.outcome, webhook) {
+        (Outcome::Rejected, ResourceWebhook::Validate) => {
             let listed: Vec<String> = verdict.violations.iter().map(ToString::to_string).collect();
             denied(
                 response,
@@ -168,7 +168,7 @@ async fn decide(
                     .iter()
                     .map(|r| format!("{}: {} → {} ({}: {})", r.field, r.from, r.to, r.rule, r.message)),
             );
-            if mode == Mode::Mutate && resource.spec.disaggregation.on_invalid == OnInvalid::Rewrite {
+            if webhook == ResourceWebhook::Mutate && resource.spec.disaggregation.on_invalid == OnInvalid::Rewrite {
                 match rewrite_patch(verdict)
                     .and_then(|patch| response.clone().with_patch(patch).map_err(|e| e.to_string()))
                 {
