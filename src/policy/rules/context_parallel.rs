@@ -1,4 +1,5 @@
-//! Context parallelism: the context-parallel hook's strategy, model and divisibility checks.
+//! Context parallelism: the context-parallel hook's strategy, model and divisibility checks
+//! (`arg_groups/parallel_hook.py`).
 
 use super::predicates::{
     ATTENTION_CP_FIELD, CP_STRATEGY, CP_STRATEGY_FIELD, MIMO_V2, PREFILL_CP, attention_cp_size, attention_dp_size,

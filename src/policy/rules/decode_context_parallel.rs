@@ -1,6 +1,6 @@
 //! Decode context parallelism (`--dcp-size`): the PD hook's DCP checks
 //! (`arg_groups/pd_disaggregation_hook.py`) and the decode-CP hook's communication flags and its refusal of
-//! prefill CP.
+//! prefill CP (`arg_groups/parallel_hook.py`, `handle_decode_context_parallelism`).
 
 use super::predicates::{
     DECODE_CONTEXT_PARALLEL, DECODE_RADIX_CACHE, HIERARCHICAL_CACHE, PREFILL_CP, dcp, hierarchical_off, pd_servers,

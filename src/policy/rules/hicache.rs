@@ -1,5 +1,6 @@
 //! HiCache (`--enable-hierarchical-cache`): the HiCache hook (`arg_groups/hicache_hook.py`) with DCP and
-//! buffer-only host memory, and the cache compatibility check's radix cache requirement.
+//! buffer-only host memory, and the KV cache hook's radix cache requirement
+//! (`arg_groups/kv_cache_hook.py`).
 
 use super::predicates::{
     HIERARCHICAL_CACHE, HOST_MEMORY_MODE, buffer_only, dcp, hierarchical_off, host_memory_mode_unset, host_pool,

@@ -1,5 +1,6 @@
-//! The unified cache's external linker (`--enable-unified-cache-external-linker`, 0.5.20 on): the cache
-//! compatibility check and the HiCache hook.
+//! The unified cache's external linker (`--enable-unified-cache-external-linker`, 0.5.20 on): the KV cache
+//! hook's cache compatibility check (`arg_groups/kv_cache_hook.py`) and the HiCache hook
+//! (`arg_groups/hicache_hook.py`).
 
 use super::predicates::{CacheOptions, LINKER, linker_off, own_radix_cache, service_prefill};
 use super::{EVERY_SERVER, Fix, Rule, text, when};

@@ -1,4 +1,6 @@
-//! LMCache (`--enable-lmcache`, 0.5.21 on): the cache compatibility check and the HiCache hook.
+//! LMCache (`--enable-lmcache`, 0.5.21 on): the KV cache hook's cache compatibility check
+//! (`arg_groups/kv_cache_hook.py`, `handle_cache_compatibility`) and the HiCache hook
+//! (`arg_groups/hicache_hook.py`).
 
 use super::predicates::{buffer_only, dcp, own_radix_cache, runs_dp_attention, speculates};
 use super::{EVERY_SERVER, Fix, PD_SERVERS, Rule, text, text_from, when};

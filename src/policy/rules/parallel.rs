@@ -1,5 +1,6 @@
 //! The data-parallel shape (the data-parallel hook, `arg_groups/parallel_hook.py`), the DP LM head
-//! validation pass, DWDP's handler and quantized communications.
+//! validation pass (`arg_groups/overrides.py`), DWDP's handler (`handle_dwdp` in
+//! `arg_groups/parallel_hook.py`) and quantized communications (`arg_groups/validation_hook.py`).
 
 use super::predicates::{
     DATA_PARALLEL_FIELD, DP_LM_HEAD, DP_LM_HEAD_FIELD, TWO_BATCH_OVERLAP, attention_cp_size, attention_dp_size,

@@ -1,5 +1,5 @@
-//! Pipeline stages with speculative decoding: the validation hook's pipeline statements and
-//! `SGLANG_ENABLE_PP_SPEC`.
+//! Pipeline stages with speculative decoding: the validation hook's pipeline statements
+//! (`arg_groups/validation_hook.py`) and `SGLANG_ENABLE_PP_SPEC`.
 
 use super::predicates::{
     DECODE_DP_ATTENTION, DECODE_PIPELINE, fleets_in_scope, multi_layer_eagle, resolved_speculative_algorithm,

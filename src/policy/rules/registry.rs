@@ -5,7 +5,7 @@
 
 use super::{
     Rule, context_parallel, decode_context_parallel, decode_radix_cache, flags, hicache, hisparse, host_receive,
-    linker, lmcache, mamba, memory, models, parallel, pipeline_parallel, retraction, server_roles, speculative,
+    kv_cache, linker, lmcache, mamba, models, parallel, pipeline_parallel, retraction, server_roles, speculative,
     transfer, tree_cache, unified_memory,
 };
 
@@ -25,7 +25,7 @@ pub(crate) const RULES: &[Rule] = &[
     retraction::S4,
     retraction::S6,
     hicache::S7,
-    memory::S8,
+    kv_cache::S8,
     flags::F3,
     lmcache::L1,
     lmcache::L2,

@@ -1,6 +1,8 @@
-//! The decode retraction backup (`--disaggregation-decode-retraction-backup`) and decode offload: the PD hook's
-//! checks of the flag (`arg_groups/pd_disaggregation_hook.py`), the host pool the KV cache builder mirrors a
-//! model's pool into, and the offload manager's pool types (`disaggregation/decode_kvcache_offload_manager.py`).
+//! The decode retraction backup (`--disaggregation-decode-retraction-backup`) and decode offload: the PD
+//! hook's and the KV cache hook's checks of the flags (`arg_groups/pd_disaggregation_hook.py`,
+//! `arg_groups/kv_cache_hook.py`), the host pool the tree cache mirrors a model's pool into
+//! (`mem_cache/registry.py`), the offload manager's pool types
+//! (`disaggregation/decode_kvcache_offload_manager.py`) and priority retraction (`arg_groups/validation_hook.py`).
 
 use super::predicates::{
     DECODE_OFFLOAD, RETRACTION_BACKUP, dcp, fleets_in_scope, host_pool, mla_like, offload_off, radix,

@@ -1,5 +1,6 @@
-//! Unified memory (`--enable-unified-memory`): the unified-memory pool hook (`arg_groups/memory_hook.py`)
-//! and the KV cache builder's unified pool.
+//! Unified memory (`--enable-unified-memory`): the unified-memory pool hook
+//! (`arg_groups/kv_cache_hook.py`, `handle_unified_memory_pool`) and the KV cache builder's unified pool
+//! (`mem_cache/kv_cache_builder.py`).
 
 use super::predicates::{
     DECODE_OFFLOAD, RETRACTION_BACKUP, UNIFIED_MEMORY, dcp, fleets_in_scope, host_pool, offload_off, radix,

@@ -1,4 +1,5 @@
-//! MiMo-V2: the model hook's fused-QKV and HiCache checks.
+//! MiMo-V2: the model hook's fused-QKV and HiCache checks (`arg_groups/model_hook.py`,
+//! `handle_model_specific_adjustments`).
 
 use crate::api::FleetSpec;
 use crate::policy::argv::given;

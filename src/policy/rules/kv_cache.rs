@@ -1,4 +1,5 @@
-//! The memory hook's range checks (`arg_groups/memory_hook.py`).
+//! The KV cache hook's range check of the hybrid-SWA memory split (`arg_groups/kv_cache_hook.py`,
+//! `handle_cache_compatibility`).
 
 use super::{EVERY_SERVER, Fix, Rule, text, when};
 
