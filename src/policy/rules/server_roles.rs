@@ -1,9 +1,10 @@
 //! Flags SGLang refuses by the role a server runs in (PD decode, PD prefill, no PD): the PD hook's role
 //! checks (`arg_groups/pd_disaggregation_hook.py`: the Rust server's bootstrap port, `prefill_complete`
-//! allocation, the fake backend on a prefill server), the KV cache hook's decode-only flags
+//! allocation, an encoder-only or fake-backend server), the KV cache hook's decode-only flags
 //! (`arg_groups/kv_cache_hook.py`), the validation and serving hooks' response store, watermark and
 //! KV cache sharding (`arg_groups/validation_hook.py`, `arg_groups/serving_hook.py`,
-//! `arg_groups/kv_shard_hook.py`), the encoder and language-model-only handlers (`server_args.py`).
+//! `arg_groups/kv_shard_hook.py`), and the model hook's language-model-only handler
+//! (`arg_groups/model_hook.py`).
 
 use super::predicates::{
     CacheOptions, ENCODER_ONLY, RETRACTION_BACKUP, RUST_SERVER_ENV, attention_cp_size, dcp_of, fleets_in_scope,
