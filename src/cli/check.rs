@@ -114,13 +114,27 @@ async fn assess_one(
         .map_err(|e| format!("{}: {}: model config.json: {e}", found.location, found.name()))
 }
 
-/// What the offline commands start from: a runtime, the manifests read (with the problems met
-/// reading them) and the hub client (None under `--offline`). Prints the error itself.
+/// What the offline commands start from.
+pub(crate) struct Prepared {
+    pub(crate) runtime: tokio::runtime::Runtime,
+    /// The manifests read.
+    pub(crate) set: ManifestSet,
+    /// The problems met reading them.
+    pub(crate) errors: Vec<String>,
+    /// None under `--offline`.
+    pub(crate) hub: Option<HubClient>,
+    /// The release of `--sglang-version`, or the newest known.
+    pub(crate) default_release: ReleaseChoice,
+}
+
+/// Starts an offline command: a runtime, the manifests, the hub client and `--sglang-version`.
+/// Prints the error itself.
 pub(crate) fn prepare(
     command: &str,
     paths: &[PathBuf],
     offline: bool,
-) -> Result<(tokio::runtime::Runtime, ManifestSet, Vec<String>, Option<HubClient>), ExitCode> {
+    sglang: &SglangVersionArg,
+) -> Result<Prepared, ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| {
         eprintln!("kvpilot {command}: cannot start: {e}");
         ExitCode::from(2)
@@ -130,7 +144,8 @@ pub(crate) fn prepare(
         eprintln!("kvpilot {command}: {e}");
         ExitCode::from(2)
     })?;
-    Ok((runtime, set, errors, hub))
+    let default_release = sglang.choice_for(command)?;
+    Ok(Prepared { runtime, set, errors, hub, default_release })
 }
 
 /// Prints the report and the input problems, and gives the offline commands' exit code:
@@ -152,14 +167,11 @@ pub(crate) fn finish(command: &str, rendered: &str, errors: &[String], rejected:
 }
 
 pub(crate) fn run(args: &CheckArgs) -> ExitCode {
-    let (runtime, set, mut errors, hub) = match prepare("check", &args.paths, args.offline) {
-        Ok(prepared) => prepared,
-        Err(code) => return code,
-    };
-    let default_release = match args.sglang.choice_for("check") {
-        Ok(choice) => choice,
-        Err(code) => return code,
-    };
+    let Prepared { runtime, set, mut errors, hub, default_release } =
+        match prepare("check", &args.paths, args.offline, &args.sglang) {
+            Ok(prepared) => prepared,
+            Err(code) => return code,
+        };
     let results = runtime.block_on(assess_all(&set, hub.as_ref(), &args.hub_endpoint, &default_release));
     let mut reports = Vec::new();
     for (index, result) in results {

@@ -9,8 +9,8 @@ use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
 use super::SglangVersionArg;
-use super::check::{Assessed, assess_all, finish, prepare};
-use crate::controller::desired::{RenderOptions, desired_state};
+use super::check::{Assessed, Prepared, assess_all, finish, prepare};
+use crate::controller::desired::desired_state;
 use crate::policy::Outcome;
 use crate::sglang::cmdline::shell_quote;
 use crate::source::DEFAULT_HUB_ENDPOINT;
@@ -35,37 +35,19 @@ pub(crate) struct RenderArgs {
     /// Hub endpoint for hub sources that do not name one.
     #[arg(long, env = "KVPILOT_HUB_ENDPOINT", default_value = DEFAULT_HUB_ENDPOINT)]
     hub_endpoint: String,
-    /// SGLang image of the servers when a fleet's image is unset; `{version}` stands
-    /// for the resource's SGLang release.
-    #[arg(long, env = "KVPILOT_SGLANG_IMAGE", default_value = crate::controller::desired::DEFAULT_SGLANG_IMAGE)]
-    sglang_image: String,
-    /// The kvpilot image of the cache runtime sidecar and the connector's init container
-    /// (resources with spec.cache).
-    #[arg(long, env = "KVPILOT_RUNTIME_IMAGE", default_value = crate::controller::desired::DEFAULT_RUNTIME_IMAGE)]
-    runtime_image: String,
-    /// Image of the SGLang router when spec.router.image is unset (`{version}` as for
-    /// --sglang-image). Unset: the SGLang image, which ships the router.
-    #[arg(long, env = "KVPILOT_ROUTER_IMAGE")]
-    router_image: Option<String>,
+    #[command(flatten)]
+    images: super::ImageArgs,
     #[command(flatten)]
     sglang: SglangVersionArg,
 }
 
 pub(crate) fn run(args: &RenderArgs) -> ExitCode {
-    let (runtime, set, mut errors, hub) = match prepare("render", &args.paths, args.offline) {
-        Ok(prepared) => prepared,
-        Err(code) => return code,
-    };
-    let default_release = match args.sglang.choice_for("render") {
-        Ok(choice) => choice,
-        Err(code) => return code,
-    };
-    let options = RenderOptions {
-        sglang_image: args.sglang_image.clone(),
-        router_image: args.router_image.clone().filter(|image| !image.is_empty()),
-        runtime_image: args.runtime_image.clone(),
-        default_release,
-    };
+    let Prepared { runtime, set, mut errors, hub, default_release } =
+        match prepare("render", &args.paths, args.offline, &args.sglang) {
+            Ok(prepared) => prepared,
+            Err(code) => return code,
+        };
+    let options = args.images.render_options(default_release);
     let mut yaml = String::new();
     let mut items: Vec<Value> = Vec::new();
     let mut rejected = false;

@@ -188,17 +188,7 @@ fn evaluate_on(input: PolicyInput<'_>, subject: Subject, role: ServerRole, names
                     let Fix::Rewrite { apply, .. } = rule.fix else {
                         continue;
                     };
-                    let rule_input = RuleInput {
-                        settings: &settings,
-                        decode: input.decode,
-                        layout: input.layout,
-                        draft: input.draft,
-                        draft_is_the_model: input.draft_is_the_model,
-                        prefill_fleet: input.prefill_fleet,
-                        release: input.release,
-                        subject,
-                    };
-                    let Some(finding) = rule.evaluate(&rule_input) else { continue };
+                    let Some(finding) = rule.evaluate(&rule_input(&settings, input, subject)) else { continue };
                     let (from, to) = apply(&mut settings);
                     changed = true;
                     match rewrites.iter_mut().find(|r| r.field == rule.field) {
@@ -240,14 +230,9 @@ fn evaluate_on(input: PolicyInput<'_>, subject: Subject, role: ServerRole, names
     Verdict { outcome, violations, rewrites, settings, effective, warnings }
 }
 
-fn findings(
-    settings: &DisaggregationSpec,
-    input: PolicyInput<'_>,
-    subject: Subject,
-    role: ServerRole,
-    names: &dyn FieldNames,
-) -> Vec<Violation> {
-    let rule_input = RuleInput {
+/// What the rules see of `input` with the settings as they stand.
+fn rule_input<'a>(settings: &'a DisaggregationSpec, input: PolicyInput<'a>, subject: Subject) -> RuleInput<'a> {
+    RuleInput {
         settings,
         decode: input.decode,
         layout: input.layout,
@@ -256,7 +241,17 @@ fn findings(
         prefill_fleet: input.prefill_fleet,
         release: input.release,
         subject,
-    };
+    }
+}
+
+fn findings(
+    settings: &DisaggregationSpec,
+    input: PolicyInput<'_>,
+    subject: Subject,
+    role: ServerRole,
+    names: &dyn FieldNames,
+) -> Vec<Violation> {
+    let rule_input = rule_input(settings, input, subject);
     rules_for(role)
         .filter_map(|rule| {
             let finding = rule.evaluate(&rule_input)?;
