@@ -63,26 +63,29 @@ async fn mutate(State(state): State<Arc<WebhookState>>, body: Body) -> Response 
 }
 
 async fn guarded(State(state): State<Arc<WebhookState>>, body: Body, webhook: GuardWebhook) -> Response {
-    let bytes = match axum::body::to_bytes(body, MAX_REVIEW_BYTES).await {
-        Ok(bytes) => bytes,
-        Err(e) => {
-            return bad_request(format!("cannot read the request body (at most {MAX_REVIEW_BYTES} bytes): {e}"));
-        }
-    };
-    match workloads::review(&bytes, webhook, state.source.as_ref(), &state.default_release).await {
-        Ok(review) => ([(header::CONTENT_TYPE, "application/json")], review.to_string()).into_response(),
-        Err(e) => bad_request(e.to_string()),
+    match review_body(body).await {
+        Ok(bytes) => reply(workloads::review(&bytes, webhook, state.source.as_ref(), &state.default_release).await),
+        Err(refusal) => refusal,
     }
 }
 
 async fn handle(state: Arc<WebhookState>, body: Body, webhook: ResourceWebhook) -> Response {
-    let bytes = match axum::body::to_bytes(body, MAX_REVIEW_BYTES).await {
-        Ok(bytes) => bytes,
-        Err(e) => {
-            return bad_request(format!("cannot read the request body (at most {MAX_REVIEW_BYTES} bytes): {e}"));
-        }
-    };
-    match admission::review(&bytes, webhook, state.source.as_ref(), &state.default_release).await {
+    match review_body(body).await {
+        Ok(bytes) => reply(admission::review(&bytes, webhook, state.source.as_ref(), &state.default_release).await),
+        Err(refusal) => refusal,
+    }
+}
+
+/// The bytes of an AdmissionReview request, or the answer to a body that cannot be read.
+async fn review_body(body: Body) -> Result<axum::body::Bytes, Response> {
+    axum::body::to_bytes(body, MAX_REVIEW_BYTES)
+        .await
+        .map_err(|e| bad_request(format!("cannot read the request body (at most {MAX_REVIEW_BYTES} bytes): {e}")))
+}
+
+/// The answer to a review: the response review as JSON, or HTTP 400.
+fn reply(review: Result<serde_json::Value, admission::BadReview>) -> Response {
+    match review {
         Ok(review) => ([(header::CONTENT_TYPE, "application/json")], review.to_string()).into_response(),
         Err(e) => bad_request(e.to_string()),
     }
