@@ -1,5 +1,7 @@
-//! (settings, layout) → verdict. The only place the disaggregation rules live; the CLI, the
-//! webhook, the controller and the cache runtime all call [`evaluate`].
+//! (settings, layout) → verdict. The only place the disaggregation rules live (`rules/`, one file
+//! per SGLang concern, assembled by one registry); [`assess`] resolves the layout and evaluates
+//! them for a service or for one server, and `sglang::server::assess`, which every caller decides
+//! with, adds the rules of the command lines.
 
 pub mod argv;
 mod docs;

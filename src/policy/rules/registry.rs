@@ -261,7 +261,7 @@ pub(crate) const RULES: &[Rule] = &[
 /// ask for them.
 pub(crate) const SERVER_ROLE_RULES: &[Rule] = &[server_roles::S1, server_roles::S5, server_roles::R21];
 
-/// A rule whose findings do not come from a [`Rule`]: its id and what it checks.
+/// A rule whose findings do not come from the rules table: its id and what it checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RuleInfo {
     pub id: &'static str,
