@@ -12,6 +12,15 @@
 # `env` with the ports. The admin kubeconfig (client certificate in system:masters) is
 # $KVPILOT_CONTROL_PLANE_DIR/kubeconfig, also linked as target/control-plane/kubeconfig.
 # Ports are free ports chosen at start, so runs with different state directories do not collide.
+#
+# There is no kube-proxy (nor a scheduler or kubelet: scripts/node.sh adds a node). So that a
+# webhook reached through a Service works once its pods run on that node, the API server resolves
+# Services to their endpoints (--enable-aggregator-routing) instead of dialling a ClusterIP
+# nothing routes; it talks to kubelets with a client certificate of its own (kubectl logs);
+# the PersistentVolume binder and protection controllers bind and release the claims of the node
+# tests' weights volumes, the node lifecycle controller lifts the not-ready taint a kubelet
+# registers its node with, and the disruption controller keeps PodDisruptionBudgets' counts,
+# which the Eviction API decides by.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 MODULE="$ROOT/tests/control-plane"
@@ -82,6 +91,9 @@ subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kuberne
     certificate admin "/O=system:masters/CN=kvpilot-admin" "keyUsage=digitalSignature,keyEncipherment
 extendedKeyUsage=clientAuth"
     certificate controller-manager "/CN=system:kube-controller-manager" "keyUsage=digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth"
+    # The API server's identity towards kubelets (logs, exec) when scripts/node.sh joins one.
+    certificate apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "keyUsage=digitalSignature,keyEncipherment
 extendedKeyUsage=clientAuth"
     openssl genrsa -out "$PKI/service-account.key" 2048 2>/dev/null
     openssl rsa -in "$PKI/service-account.key" -pubout -out "$PKI/service-account.pub" 2>/dev/null
@@ -164,6 +176,10 @@ start_apiserver() {
         --enable-admission-plugins=NamespaceLifecycle,ServiceAccount,DefaultTolerationSeconds,ResourceQuota,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy \
         --service-cluster-ip-range="$SERVICE_CIDR" \
         --endpoint-reconciler-type=none \
+        --enable-aggregator-routing=true \
+        --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt" \
+        --kubelet-client-key="$PKI/apiserver-kubelet-client.key" \
+        --kubelet-preferred-address-types=InternalIP \
         --profiling=false \
         --cert-dir="$STATE/apiserver-certs"
     wait_until "kube-apiserver /readyz" 120 kube-apiserver admin_curl /readyz
@@ -221,7 +237,7 @@ EOF
         --authorization-kubeconfig="$STATE/controller-manager.kubeconfig" \
         --cert-dir="$STATE/controller-manager-certs" \
         --leader-elect=false --use-service-account-credentials \
-        --controllers=namespace-controller,garbage-collector-controller,endpointslice-controller,serviceaccount-controller,serviceaccount-token-controller,clusterrole-aggregation-controller,root-ca-certificate-publisher-controller,deployment-controller,replicaset-controller \
+        --controllers=namespace-controller,garbage-collector-controller,endpointslice-controller,serviceaccount-controller,serviceaccount-token-controller,clusterrole-aggregation-controller,root-ca-certificate-publisher-controller,deployment-controller,replicaset-controller,disruption-controller,persistentvolume-binder-controller,persistentvolumeclaim-protection-controller,persistentvolume-protection-controller,node-lifecycle-controller \
         --service-account-private-key-file="$PKI/service-account.key" --root-ca-file="$PKI/ca.crt" \
         --service-cluster-ip-range="$SERVICE_CIDR"
     wait_until "kube-controller-manager /healthz" 60 kube-controller-manager \

@@ -8,6 +8,10 @@
 #                            the cache-runtime socket on a bind mount (when the binary has it);
 #                            uid 65532, read-only root filesystem
 #   scripts/image.sh clean   removes the private image store
+#   scripts/image.sh node-images DIR
+#                            the images scripts/node.sh loads into its containerd, as archives
+#                            in DIR: this one, a pause image and the stand-in SGLang image of the
+#                            node tests (see "Images for the test node" below)
 #
 # Needs root and Debian's buildah, podman and runc (scripts/install-test-tools.sh installs them).
 # Everything lives under target/image (or $KVPILOT_IMAGE_DIR): storage, containers.conf and the
@@ -51,15 +55,17 @@ die() {
     exit 1
 }
 
-# A private containers.conf and storage.conf: vfs storage, runc, cgroupfs, and no default
-# ulimits (the sandboxes these tests run in refuse to raise rlimits; crun refuses their cgroups).
+# A private containers.conf and storage.conf: vfs storage, runc, cgroupfs, no default ulimits
+# (the sandboxes these tests run in refuse to raise rlimits; crun refuses their cgroups), and a
+# network configuration directory of its own (buildah and podman otherwise lock files in
+# /etc/cni/net.d even when no container uses a network).
 configure() {
     [ "$(id -u)" = 0 ] || die "needs root (buildah and podman run rootful here)"
     for tool in buildah podman runc; do
         command -v "$tool" >/dev/null || [ -x "/usr/sbin/$tool" ] ||
             die "$tool is missing; run scripts/install-test-tools.sh (Debian's buildah podman runc)"
     done
-    mkdir -p "$STATE/storage" "$STATE/tmp"
+    mkdir -p "$STATE/storage" "$STATE/tmp" "$STATE/networks"
     # The run root holds sockets, whose paths may not exceed 108 bytes; keep it short.
     RUNROOT="/tmp/kvpilot-image-$(printf %s "$STATE" | sha256sum | cut -c1-12)"
     mkdir -p "$RUNROOT"
@@ -71,6 +77,8 @@ cgroup_manager = "cgroupfs"
 runtime = "runc"
 events_logger = "none"
 tmp_dir = "$RUNROOT/libpod"
+[network]
+network_config_dir = "$STATE/networks"
 EOF
     cat >"$STATE/storage.conf" <<EOF
 [storage]
@@ -84,11 +92,11 @@ EOF
     export CONTAINERS_REGISTRIES_CONF="$STATE/registries.conf"
 }
 
-# The Debian packages of the base, downloaded once into $STATE/debs.
-fetch_packages() {
+# Debian packages (the base's, or the node images'), downloaded once into $STATE/debs.
+fetch_packages() { # package...
     local debs="$STATE/debs" missing=()
     mkdir -p "$debs"
-    for pkg in "${BASE_PACKAGES[@]}"; do
+    for pkg in "$@"; do
         compgen -G "$debs/${pkg}_*.deb" >/dev/null || missing+=("$pkg")
     done
     [ ${#missing[@]} = 0 ] && return
@@ -105,7 +113,7 @@ fetch_packages() {
 # /var/lib/dpkg/status.d, the CA bundle concatenated from ca-certificates' certificates),
 # passwd, group, nsswitch.conf, /tmp and /home/nonroot. Cached under a tag naming its packages.
 build_base() {
-    fetch_packages
+    fetch_packages "${BASE_PACKAGES[@]}"
     local debs=() pkg
     for pkg in "${BASE_PACKAGES[@]}"; do debs+=("$(ls "$STATE/debs/${pkg}"_*.deb | head -1)"); done
     local tag
@@ -399,12 +407,111 @@ clean() {
     rm -rf "$STATE" "$RUNROOT"
 }
 
+# --- Images for the test node (scripts/node.sh) ----------------------------------------------
+# Neither is kvpilot's. The node's pod sandboxes need a pause image, and nothing can be pulled;
+# the node tests run kvpilot's pods with the servers' and router's image pointed at a stand-in
+# (tests/node/standin: `python3 -m sglang.launch_server` and `sglang_router.launch_router` are
+# test programs, not SGLang), built like the kvpilot image from Debian 12 packages.
+PAUSE_IMAGE="localhost/kvpilot-test/pause:busybox"
+PAUSE_PACKAGES=(busybox-static)
+STANDIN_IMAGE="localhost/kvpilot-test/sglang-standin:stand-in"
+STANDIN_SOURCE=tests/node/standin
+# A minimal Python 3: the interpreter, its standard library (http.server, json, ctypes, mmap,
+# ssl) and the shared libraries those modules load; the python3 link.
+STANDIN_PACKAGES=(libc6 libssl3 zlib1g libexpat1 libffi8 libpython3.11-minimal python3.11-minimal
+    libpython3.11-stdlib python3-minimal)
+FINGERPRINT_LABEL=dev.kvpilot.test.fingerprint
+
+# The files of the named packages, downloaded into $STATE/debs, and their fingerprint.
+debs_of() { # package...
+    local pkg
+    for pkg in "$@"; do ls "$STATE/debs/${pkg}"_*.deb | head -1; done
+}
+
+# Whether IMAGE exists and was built from FINGERPRINT.
+built_from() { # image fingerprint
+    [ "$(buildah inspect --type image --format "{{index .OCIv1.Config.Labels \"$FINGERPRINT_LABEL\"}}" "$1" 2>/dev/null)" = "$2" ]
+}
+
+# A sandbox ("pause") image: Debian's static busybox, sleeping until it is told to stop, as the
+# pause binary does, as user 65535 like the upstream pause image.
+build_pause() {
+    fetch_packages "${PAUSE_PACKAGES[@]}"
+    local deb fingerprint
+    deb="$(debs_of "${PAUSE_PACKAGES[@]}")"
+    fingerprint="$(basename "$deb" | sha256sum | cut -c1-16)"
+    if built_from "$PAUSE_IMAGE" "$fingerprint"; then return; fi
+    log "assembling $PAUSE_IMAGE from $(basename "$deb")"
+    local ctr root unpacked
+    ctr="$(buildah from scratch)"
+    root="$(buildah mount "$ctr")"
+    unpacked="$(mktemp -d)"
+    dpkg-deb -x "$deb" "$unpacked"
+    install -D -m 0755 "$unpacked/bin/busybox" "$root/bin/busybox"
+    rm -rf "$unpacked"
+    buildah umount "$ctr" >/dev/null
+    buildah config --user 65535:65535 --label "$FINGERPRINT_LABEL=$fingerprint" \
+        --entrypoint '["/bin/busybox", "sh", "-c", "trap \"exit 0\" TERM INT; while :; do /bin/busybox sleep 3600 & wait $!; done"]' \
+        "$ctr"
+    buildah commit -q --rm "$ctr" "$PAUSE_IMAGE" >/dev/null
+}
+
+# The stand-in SGLang image: Debian's minimal Python 3 with the stand-in's modules in
+# /usr/local/lib/python3.11/dist-packages. It runs as root, as SGLang's image does.
+build_standin() {
+    fetch_packages "${STANDIN_PACKAGES[@]}"
+    local debs=() fingerprint
+    mapfile -t debs < <(debs_of "${STANDIN_PACKAGES[@]}")
+    fingerprint="$( (printf '%s\n' "${debs[@]##*/}"; find "$STANDIN_SOURCE" -name '*.py' | LC_ALL=C sort | xargs sha256sum) |
+        sha256sum | cut -c1-16)"
+    if built_from "$STANDIN_IMAGE" "$fingerprint"; then return; fi
+    log "assembling $STANDIN_IMAGE from ${#debs[@]} Debian packages and $STANDIN_SOURCE"
+    local ctr root deb site
+    ctr="$(buildah from scratch)"
+    root="$(buildah mount "$ctr")"
+    for deb in "${debs[@]}"; do dpkg-deb -x "$deb" "$root"; done
+    site="$root/usr/local/lib/python3.11/dist-packages"
+    mkdir -p "$site"
+    (cd "$STANDIN_SOURCE" && find . -name '*.py' | while read -r file; do install -D -m 0644 "$file" "$site/$file"; done)
+    printf 'root:x:0:0:root:/root:/bin/false\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$root/etc/passwd"
+    printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
+    install -d -m 1777 "$root/tmp"
+    install -d -m 0700 "$root/root"
+    buildah umount "$ctr" >/dev/null
+    buildah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin --workingdir / \
+        --label "$FINGERPRINT_LABEL=$fingerprint" \
+        --label "org.opencontainers.image.description=kvpilot test stand-in for SGLang's server and router (not SGLang)" \
+        "$ctr"
+    buildah commit -q --rm "$ctr" "$STANDIN_IMAGE" >/dev/null
+}
+
+# node_images DIR: builds the pause and stand-in images and writes them, with the kvpilot image
+# (`build` made it), into DIR as docker archives for `ctr images import`; DIR/images.env names
+# them.
+node_images() {
+    local dir="${1:?usage: scripts/image.sh node-images DIR}"
+    configure
+    podman image exists "$IMAGE" || die "no image $IMAGE; run scripts/image.sh build first"
+    build_pause
+    build_standin
+    mkdir -p "$dir"
+    local name image
+    for name in kvpilot pause standin; do
+        case "$name" in kvpilot) image="$IMAGE" ;; pause) image="$PAUSE_IMAGE" ;; standin) image="$STANDIN_IMAGE" ;; esac
+        rm -f "$dir/$name.tar"
+        buildah push -q "$image" "docker-archive:$dir/$name.tar:$image" >/dev/null
+    done
+    printf 'KVPILOT_IMAGE=%s\nPAUSE_IMAGE=%s\nSTANDIN_IMAGE=%s\n' "$IMAGE" "$PAUSE_IMAGE" "$STANDIN_IMAGE" >"$dir/images.env"
+    log "node images in $dir: $IMAGE $PAUSE_IMAGE $STANDIN_IMAGE"
+}
+
 case "${1:-}" in
 build) build ;;
 test) test_image ;;
 clean) clean ;;
+node-images) node_images "${2:-}" ;;
 *)
-    echo "usage: scripts/image.sh build|test|clean" >&2
+    echo "usage: scripts/image.sh build|test|clean|node-images DIR" >&2
     exit 2
     ;;
 esac

@@ -5,6 +5,9 @@
 #   kubernetes-validate  1.37.0 from PyPI, in a virtualenv
 #   lua5.4               from Debian (Argo CD runs health checks in Lua 5.4)
 #   buildah podman runc  from Debian (scripts/image.sh builds and runs the image without Docker)
+#   containerd containernetworking-plugins iptables iproute2
+#                        from Debian (scripts/node.sh runs a real kubelet: containerd 1.6 with runc,
+#                        the bridge and host-local CNI plugins, the kubernetes Service's DNAT rule)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,14 +51,17 @@ if ! command -v lua5.4 >/dev/null; then
 fi
 ln -sf "$(command -v lua5.4)" "$TOOLS/bin/lua5.4"
 
-if ! command -v buildah >/dev/null || ! command -v podman >/dev/null || ! [ -x /usr/sbin/runc ]; then
+if ! command -v buildah >/dev/null || ! command -v podman >/dev/null || ! [ -x /usr/sbin/runc ] ||
+    ! command -v containerd >/dev/null || ! [ -x /usr/lib/cni/bridge ] || ! command -v iptables >/dev/null ||
+    ! command -v ip >/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        packages=(buildah podman runc)
+        packages=(buildah podman runc containerd containernetworking-plugins iptables iproute2)
         apt-get install -y -q --no-install-recommends "${packages[@]}" >/dev/null 2>&1 || {
             apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends "${packages[@]}" >/dev/null
         }
     else
-        echo "install-test-tools: buildah, podman or runc is missing; install Debian's buildah podman runc packages (as root)" >&2
+        echo "install-test-tools: buildah, podman, runc, containerd, the CNI plugins, iptables or ip is missing;" \
+            "install Debian's buildah podman runc containerd containernetworking-plugins iptables iproute2 (as root)" >&2
         exit 1
     fi
 fi

@@ -22,6 +22,7 @@ struct Sidecar {
     child: Child,
     socket: PathBuf,
     metrics: SocketAddr,
+    log: PathBuf,
 }
 
 impl Sidecar {
@@ -31,15 +32,16 @@ impl Sidecar {
             probe.local_addr().unwrap()
         };
         let socket = dir.join("cache.sock");
+        let log = dir.join("sidecar.log");
         let child = Command::new(env!("CARGO_BIN_EXE_kvpilot"))
             .args(["cache-runtime", "--capacity", capacity, "--socket"])
             .arg(&socket)
             .args(["--metrics-addr", &metrics.to_string()])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("start kvpilot cache-runtime");
-        let sidecar = Self { child, socket, metrics };
+        let sidecar = Self { child, socket, metrics, log };
         let deadline = Instant::now() + Duration::from_secs(20);
         while sidecar.http("/readyz").is_none_or(|body| !body.starts_with("HTTP/1.1 200")) || !sidecar.socket.exists() {
             assert!(Instant::now() < deadline, "the sidecar did not become ready");
@@ -63,6 +65,17 @@ impl Sidecar {
             .filter(|line| line.starts_with(&format!("{name} ")) || line.starts_with(&format!("{name}{{")))
             .map(|line| line.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
             .sum()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The process's resident memory, from /proc.
+    fn rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
     }
 
     fn kill(&mut self) {
@@ -345,7 +358,7 @@ fn bad_flags_are_refused_naming_the_flag() {
     std::fs::write(&not_a_socket, "").unwrap();
     for (args, expected) in [
         (vec!["--capacity", "0"], "--capacity must be above 0"),
-        (vec!["--capacity", "lots"], "expected bytes such as 4GiB"),
+        (vec!["--capacity", "lots"], "\"lots\" is not a size in bytes: write a Kubernetes quantity such as 64Gi"),
         (vec!["--capacity", "1GiB", "--socket", not_a_socket.to_str().unwrap()], "exists and is not a socket"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_kvpilot"))
@@ -358,4 +371,69 @@ fn bad_flags_are_refused_naming_the_flag() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
+}
+
+#[test]
+fn a_frame_larger_than_the_store_is_refused_before_it_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let capacity: u64 = 8 << 20;
+    let sidecar = Sidecar::start(dir.path(), "8Mi");
+    let pool = Pool::new(4);
+    for page in 0..4 {
+        pool.fill(page, page as u8 + 7);
+    }
+    let mut good = Client::hello(&sidecar.socket, "model-a", &pool);
+    assert_eq!(good.set(&["k0", "k1", "k2", "k3"], &[0, 1, 2, 3]), [1, 1, 1, 1]);
+    let before = sidecar.rss_bytes();
+
+    // A client that announces a frame of almost 2 GiB (PUT_BYTES) and streams 300 MB of it.
+    let mut greedy = Client::hello(&sidecar.socket, "model-a", &Pool::new(1));
+    greedy.stream.write_all(&((2u32 << 30) - 1).to_le_bytes()).unwrap();
+    let chunk = vec![5u8; 1 << 20];
+    let mut peak = sidecar.rss_bytes();
+    let mut streamed = 0;
+    while streamed < 300 << 20 {
+        if greedy.stream.write_all(&chunk).is_err() {
+            break;
+        }
+        streamed += chunk.len();
+        peak = peak.max(sidecar.rss_bytes());
+    }
+    peak = peak.max(sidecar.rss_bytes());
+    let limit = kvpilot::runtime::memory_limit(capacity);
+    assert!(peak < limit, "RSS {peak} reached the {limit}-byte limit the pod renders (before: {before})");
+    assert!(peak < before + (32 << 20), "RSS grew from {before} to {peak} for a frame it refused");
+
+    // The connection is closed with a reason, said to the client and logged.
+    let (status, reason) = greedy.reply().expect("a refusal reply");
+    assert_eq!(status, 1);
+    let reason = String::from_utf8(reason).unwrap();
+    assert!(
+        reason.contains("exceeds this sidecar's")
+            && reason.contains(&(capacity + kvpilot::runtime::protocol::MAX_FRAME_OVERHEAD).to_string()),
+        "{reason}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !sidecar.log().contains("exceeds this sidecar's") {
+        assert!(Instant::now() < deadline, "the refusal is logged: {}", sidecar.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // The other client's pages are intact, and a frame of a full store still goes through.
+    assert_eq!(good.get(&["k0", "k1", "k2", "k3"], &[0, 1, 2, 3]), [1, 1, 1, 1]);
+    for page in 0..4 {
+        pool.fill(page, 0);
+    }
+    assert_eq!(good.get(&["k0", "k1", "k2", "k3"], &[0, 1, 2, 3]), [1, 1, 1, 1]);
+    let expected = Pool::new(4);
+    for page in 0..4 {
+        expected.fill(page, page as u8 + 7);
+        assert_eq!(pool.page(page), expected.page(page), "page {page}");
+    }
+    let mut body = vec![5u8];
+    encode_keys(&[b"whole".as_slice()], &mut body);
+    body.extend_from_slice(&(capacity / 2).to_le_bytes());
+    body.extend(std::iter::repeat_n(3u8, (capacity / 2) as usize));
+    let (status, stored) = good.request(&body).unwrap();
+    assert_eq!((status, stored), (0, vec![1]));
 }

@@ -157,9 +157,12 @@ fn rbac_has_no_wildcards_and_grants_the_controller_exactly_what_it_uses() {
         assert_eq!(verbs_on("inferencedeployments"), set(&["get", "list", "watch"]), "{name}: never writes spec");
         assert_eq!(verbs_on("inferencedeployments/status"), set(&["get", "patch"]), "{name}");
         assert_eq!(verbs_on("pods"), set(&["get", "list", "watch", "create", "patch", "delete"]), "{name}");
+        assert_eq!(verbs_on("pods/status"), set(&["patch"]), "{name}: the group-ready readiness gate only");
         assert_eq!(verbs_on("configmaps"), set(&["get", "list", "watch", "create", "patch"]), "{name}");
         let kept = set(&["get", "list", "watch", "create", "patch", "delete"]);
-        for router_kind in ["services", "serviceaccounts", "deployments", "roles", "rolebindings"] {
+        for router_kind in
+            ["services", "serviceaccounts", "deployments", "roles", "rolebindings", "poddisruptionbudgets"]
+        {
             assert_eq!(verbs_on(router_kind), kept, "{name}: {router_kind} of the router and the fleets");
         }
         if scoped.is_empty() {

@@ -2,7 +2,7 @@
 //! resolution, hub sources served by a real HTTP server on loopback).
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
@@ -167,29 +167,55 @@ fn manifest(name: &str, source: &str) -> String {
 }
 
 #[test]
-fn check_unreadable_input_exits_2_naming_file_document_and_field() {
+fn check_invalid_input_exits_2_naming_file_document_and_field() {
     let dir = tempfile::tempdir().unwrap();
     let missing_cm = write(dir.path(), "missing-cm.yaml", &manifest("a", "configMapRef: {name: nowhere}"));
     let (code, reports, err) = check_json(&["-f", &missing_cm]);
-    assert_eq!(code, Some(2));
-    assert!(reports.is_empty());
+    assert_eq!(code, Some(3), "a ConfigMap not in the files leaves the resource unchecked: {err}");
+    assert_eq!(reports[0]["verdict"], "unchecked");
     assert!(err.contains(&format!("{missing_cm}, document 1")), "{err}");
     assert!(err.contains("ConfigMap default/nowhere"), "{err}");
 
-    let bad_field = write(
+    // Every type error at once, in the API server's words.
+    let bad_fields = write(
         dir.path(),
         "bad-field.yaml",
-        &(manifest("b", "inline: {num_hidden_layers: 2}") + "  decode:\n    replicas: two\n"),
+        &(manifest("b", "inline: {num_hidden_layers: 2}") + "  decode:\n    replicas: two\n    tensorParallel: 2.5\n"),
     );
-    let (code, _, err) = check_json(&["-f", &bad_field]);
+    let (code, _, err) = check_json(&["-f", &bad_fields]);
     assert_eq!(code, Some(2));
-    assert!(err.contains("field spec.decode.replicas"), "{err}");
+    assert!(
+        err.contains("InferenceDeployment b: spec.decode.replicas: Invalid value: \"two\": spec.decode.replicas in body must be of type integer: \"string\""),
+        "{err}"
+    );
+    assert!(err.contains("spec.decode.tensorParallel: Invalid value: 2.5: "), "{err}");
+
+    // What only the CRD's CEL rules and minimums refuse.
+    let out_of_range = write(
+        dir.path(),
+        "range.yaml",
+        &(manifest("e", "inline: {num_hidden_layers: 2}")
+            + "  decode:\n    tensorParallel: 0\n    nodesPerReplica: 0\n  disaggregation:\n    bootstrapPort: 0\n"),
+    );
+    for command in ["check", "render"] {
+        let out = kvpilot(&[command, "-f", &out_of_range, "--offline"]);
+        assert_eq!(out.status.code(), Some(2), "{command}: {}", stderr(&out));
+        let err = stderr(&out);
+        for expected in [
+            "spec.decode.tensorParallel: Invalid value: \"integer\": tensorParallel must be at least 1",
+            "spec.decode.nodesPerReplica: Invalid value: \"integer\": nodesPerReplica must be at least 1",
+            "spec.disaggregation.bootstrapPort: Invalid value: \"integer\": spec.disaggregation.bootstrapPort must be between 1 and 65535",
+        ] {
+            assert!(err.contains(expected), "{command}: {expected} not in {err}");
+        }
+        assert!(!stdout(&out).contains("tensor-parallel-size 0"), "{command} rendered an invalid resource");
+    }
 
     let two_sources =
         write(dir.path(), "two.yaml", &manifest("c", "inline: {num_hidden_layers: 2}\n      configMapRef: {name: x}"));
     let (code, _, err) = check_json(&["-f", &two_sources]);
     assert_eq!(code, Some(2));
-    assert!(err.contains("inline, configMapRef are all set"), "{err}");
+    assert!(err.contains("spec.model.config: Invalid value: \"object\": set exactly one of config.inline, config.configMapRef or config.hub"), "{err}");
 
     let bad_yaml = write(dir.path(), "bad.yaml", "apiVersion: v1\nkind: [unclosed\n");
     let (code, _, err) = check_json(&["-f", &bad_yaml]);
@@ -205,6 +231,39 @@ fn check_unreadable_input_exits_2_naming_file_document_and_field() {
     let (code, _, err) = check_json(&["-f", "/nonexistent/dir"]);
     assert_eq!(code, Some(2));
     assert!(err.contains("/nonexistent/dir"), "{err}");
+}
+
+#[test]
+fn an_input_with_nothing_to_check_is_not_green() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = write(dir.path(), "empty.yaml", "");
+    let only_a_config_map = write(dir.path(), "cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n");
+    for input in [empty.as_str(), only_a_config_map.as_str()] {
+        for command in ["check", "render"] {
+            let out = kvpilot(&[command, "-f", input]);
+            assert_eq!(out.status.code(), Some(2), "{command} {input}: {}", stderr(&out));
+            assert!(
+                stderr(&out).contains("nothing to check: the input holds no InferenceDeployment"),
+                "{}",
+                stderr(&out)
+            );
+        }
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kvpilot"))
+        .args(["check", "-f", "-"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(2), "`helm template … | kvpilot check -f -` after a failed helm is not green");
+
+    let workload = repo("examples/guard/deployment-rejected.yaml");
+    let out = kvpilot(&["render", "-f", &workload]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("nothing to render: the input holds no InferenceDeployment"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("run `kvpilot check -f` on them"), "{}", stderr(&out));
 }
 
 mod hub {
@@ -259,15 +318,31 @@ mod hub {
 
         let without_token = write(dir.path(), "hub-no-secret.yaml", &hub_manifest(addr, false));
         let path = without_token.clone();
-        let (code, _, err) = tokio::task::spawn_blocking(move || check_json(&["-f", &path])).await.unwrap();
-        assert_eq!(code, Some(2));
+        let (code, reports, err) = tokio::task::spawn_blocking(move || check_json(&["-f", &path])).await.unwrap();
+        assert_eq!(code, Some(3), "a resource whose config the hub refused is not checked: {err}");
         assert!(err.contains("HTTP 401") && err.contains("tokenSecretRef"), "{err}");
+        assert_eq!(reports[0]["verdict"], "unchecked");
 
+        let offline = without_token.clone();
         let (code, reports, err) =
-            tokio::task::spawn_blocking(move || check_json(&["--offline", "-f", &without_token])).await.unwrap();
-        assert_eq!(code, Some(0), "{err}");
-        assert!(reports.is_empty());
-        assert!(err.contains("skipped default/nemotron (--offline"), "{err}");
+            tokio::task::spawn_blocking(move || check_json(&["--offline", "-f", &offline])).await.unwrap();
+        assert_eq!(code, Some(3), "a gate that checked nothing is not green: {err}");
+        assert_eq!(
+            (reports[0]["name"].as_str(), reports[0]["verdict"].as_str()),
+            (Some("default/nemotron"), Some("unchecked"))
+        );
+        assert!(
+            reports[0]["reason"].as_str().unwrap().contains("--offline; its config.json is at http://"),
+            "{reports:?}"
+        );
+        assert!(err.contains("default/nemotron: not checked: --offline"), "{err}");
+
+        let (code, _, err) =
+            tokio::task::spawn_blocking(move || check_json(&["--offline", "--allow-unchecked", "-f", &without_token]))
+                .await
+                .unwrap();
+        assert_eq!(code, Some(0), "--allow-unchecked makes it a warning: {err}");
+        assert!(err.contains("default/nemotron: warning: --offline"), "{err}");
     }
 
     #[test]
@@ -389,7 +464,8 @@ fn render_prints_valid_objects_and_refuses_rejected_resources() {
         .filter(|d: &Value| !d.is_null())
         .collect();
     let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, vec!["ConfigMap", "Service", "Pod", "ConfigMap", "Service", "Pod", "Pod"]);
+    let budget = "PodDisruptionBudget";
+    assert_eq!(kinds, vec!["ConfigMap", "Service", budget, "Pod", "ConfigMap", "Service", budget, "Pod", "Pod"]);
     // The SGLang flags of the effective (rewritten) settings, in the ConfigMap and the header.
     let sglang_args: Value = serde_json::from_str(docs[0]["data"]["sglangArgs.json"].as_str().unwrap()).unwrap();
     let decode: Vec<&str> = sglang_args["decode"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
@@ -397,7 +473,7 @@ fn render_prints_valid_objects_and_refuses_rejected_resources() {
     assert!(decode.windows(2).any(|w| w == ["--disaggregation-mode", "decode"]), "{decode:?}");
     assert!(text.contains("#   sglangArgs decode:  --model-path "), "{text}");
     assert!(text.contains("#   sglangArgs prefill: --model-path "), "{text}");
-    let pod = &docs[2]["spec"]["containers"][0];
+    let pod = &docs[3]["spec"]["containers"][0];
     assert_eq!(pod["image"], "lmsysorg/sglang:v0.5.23-cu129");
     let pod_args: Vec<&str> = pod["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
     assert_eq!(pod_args[..decode.len()], decode[..], "the pod runs the decode flags of the ConfigMap");
@@ -423,22 +499,25 @@ fn render_prints_valid_objects_and_refuses_rejected_resources() {
             vec![
                 "ConfigMap",
                 "Service",
+                "PodDisruptionBudget",
                 "Pod",
                 "Pod",
                 "Service",
+                "PodDisruptionBudget",
                 "Pod",
                 "ServiceAccount",
                 "Role",
                 "RoleBinding",
                 "Deployment",
-                "Service"
+                "Service",
+                "PodDisruptionBudget"
             ]
         ),
         "the decode fleet, the prefill fleet and the router"
     );
-    assert_eq!(list["items"][2]["spec"]["containers"][0]["image"], "registry.local/sglang:0.5.21-rdma");
+    assert_eq!(list["items"][3]["spec"]["containers"][0]["image"], "registry.local/sglang:0.5.21-rdma");
     assert_eq!(
-        list["items"][9]["spec"]["template"]["spec"]["containers"][0]["image"], "registry.local/sglang:0.5.21-rdma",
+        list["items"][11]["spec"]["template"]["spec"]["containers"][0]["image"], "registry.local/sglang:0.5.21-rdma",
         "SGLang's image ships the router"
     );
 
@@ -547,8 +626,8 @@ fn check_and_render_read_the_speculative_draft_model() {
         .replace("configMapRef: {name: draft}", "configMapRef: {name: nowhere}");
     let missing = write(dir.path(), "missing.yaml", &missing);
     let (code, _, err) = check_json(&["-f", &missing, "--offline"]);
-    assert_eq!(code, Some(2));
-    assert!(err.contains("(spec.disaggregation.speculativeDraftModel.config)"), "{err}");
+    assert_eq!(code, Some(3), "a ConfigMap that is not in the files leaves the resource unchecked: {err}");
+    assert!(err.contains("not checked: spec.disaggregation.speculativeDraftModel.config: "), "{err}");
     assert!(
         err.contains("ConfigMap default/nowhere (spec.disaggregation.speculativeDraftModel.config.configMapRef.name)"),
         "{err}"

@@ -40,6 +40,9 @@ fn breaking(rule: &str, path: &str) -> Value {
         _ if (path == "spec.decode" || path == "spec.prefill") && rule.contains("nodesPerReplica") => {
             json!({"replicas": 1, "tensorParallel": 8, "nodesPerReplica": 3})
         }
+        _ if (path == "spec.decode" || path == "spec.prefill") && rule.contains("minReplicas <= self.maxReplicas") => {
+            json!({"replicas": 2, "minReplicas": 4, "maxReplicas": 2})
+        }
         _ => panic!("no invalid value for the rule `{rule}` at {path}: add a case to `breaking`"),
     }
 }
@@ -114,6 +117,18 @@ async fn the_crd_is_established_without_warnings_and_every_example_is_accepted()
             assert!(stored["spec"]["disaggregation"]["onInvalid"].is_string(), "examples/{file}: no default applied");
         }
     }
+}
+
+#[tokio::test]
+async fn plain_kubectl_apply_installs_the_crd() {
+    let cluster = cluster_or_skip!();
+    // Client-side apply writes the whole CRD into its last-applied-configuration annotation,
+    // which the API server limits to 256 KiB; a dry run validates the object it would store.
+    let out = cluster.kubectl(&["apply", "--dry-run=server", "-f", "crds/"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("customresourcedefinition.apiextensions.k8s.io/inferencedeployments.kvpilot.dev")
+    );
 }
 
 fn assert_kept(written: &Value, stored: &Value, path: &str) {

@@ -1,8 +1,10 @@
 //! Decode pods on the real kube-apiserver, etcd and kube-controller-manager of
 //! `scripts/control-plane.sh`: SGLang pods with probes, volumes, RDMA pass-throughs and the
 //! cache runtime as a native sidecar are accepted; a multi-node replica's ranks get DNS names (the EndpointSlice controller's hostname
-//! records for the headless Service, what cluster DNS serves); the replica is Ready only when
-//! every rank is; deleting one rank restarts its group; a new revision replaces groups whole;
+//! records for the headless Service, what cluster DNS serves); through the readiness gate
+//! `kvpilot.dev/group-ready` no rank is Ready until every rank is, and a lost rank turns the
+//! others' gate False before its group is restarted; the fleet's PodDisruptionBudget refuses to
+//! evict a second group while one is down; a new revision replaces groups whole;
 //! an `extraArgs` flag kvpilot decides is refused.
 
 mod common;
@@ -16,13 +18,15 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
 use fleet::{DECODE_PODS, Fleet, condition, is_ready, label, until};
 use kubelet::Timing;
+use kvpilot::controller::desired::GROUP_READY;
 
 fn quick() -> Timing {
     Timing::new(Duration::from_millis(200), Duration::from_millis(300))
@@ -48,10 +52,21 @@ async fn pod_named(fleet: &Fleet, name: &str) -> Option<Pod> {
     fleet.pods().get_opt(name).await.ok().flatten().filter(|p| p.metadata.deletion_timestamp.is_none())
 }
 
-/// Plays the node for a pod the fleet's kubelet leaves alone: binds it and reports it Ready.
-async fn start_by_hand(fleet: &Fleet, name: &str) {
-    assert!(kubelet::bind(&fleet.pods(), name).await, "bind {name}");
-    assert!(kubelet::report_ready(&fleet.pods(), name).await, "ready {name}");
+/// Plays the node for pods the fleet's kubelet leaves alone: binds them, reports them started,
+/// and makes them Ready once the controller opens their readiness gates.
+async fn start_by_hand(fleet: &Fleet, names: &[&str]) {
+    for name in names {
+        assert!(kubelet::bind(&fleet.pods(), name).await, "bind {name}");
+        assert!(kubelet::report_ready(&fleet.pods(), name).await, "start {name}");
+    }
+    until(&format!("{names:?} Ready behind their open readiness gates"), async || {
+        for name in names {
+            kubelet::follow_gates(&fleet.pods(), name).await;
+            pod_named(fleet, name).await.filter(is_ready)?;
+        }
+        Some(())
+    })
+    .await;
 }
 
 /// Hostnames the EndpointSlices of `service` give the pods behind it.
@@ -118,17 +133,26 @@ async fn a_multi_node_replica_is_named_counted_and_restarted_as_one() {
         assert_eq!(init[1].restart_policy.as_deref(), Some("Always"));
     }
 
-    // Rank 0 is up, rank 1 is not: the replica is not ready and no endpoint is offered yet.
-    until("rank 0 ready, the replica not", async || {
-        let rank0_ready = pod_named(&fleet, &rank0).await.is_some_and(|p| is_ready(&p));
+    // Rank 0's containers are up, rank 1's are not: the group is not ready on any rank, so rank 0
+    // is not Ready (its readiness gate waits on rank 1) and no endpoint is offered yet.
+    until("rank 0 started but held back by its group, the replica not ready", async || {
+        let rank0 = pod_named(&fleet, &rank0).await?;
+        let gate = pod_condition(&rank0, GROUP_READY)?;
         let resource = fleet.deployments().get(&name).await.ok()?;
         let decode = resource.status.as_ref()?.decode.clone()?;
-        (rank0_ready && decode.replicas == 1 && decode.ready_replicas == 0 && decode.endpoints.is_empty()).then_some(())
+        (pod_condition(&rank0, "ContainersReady")?.status == "True"
+            && gate.status == "False"
+            && gate.reason.as_deref() == Some("RankNotReady")
+            && !is_ready(&rank0)
+            && decode.replicas == 1
+            && decode.ready_replicas == 0
+            && decode.endpoints.is_empty())
+        .then_some(())
     })
     .await;
     assert_eq!(condition(&fleet.deployments().get(&name).await.unwrap(), "Ready").unwrap().status, "False");
 
-    start_by_hand(&fleet, &rank1).await;
+    start_by_hand(&fleet, &[&rank1]).await;
     let ready = fleet.converged(&name, 1).await;
     let endpoints = ready.status.unwrap().decode.unwrap().endpoints;
     assert_eq!(endpoints, [format!("http://{rank0}.{service}.{}.svc:30000", fleet.ns())]);
@@ -138,17 +162,46 @@ async fn a_multi_node_replica_is_named_counted_and_restarted_as_one() {
     })
     .await;
 
-    // Deleting one rank takes the whole replica down; it comes back whole.
+    for pod_name in [&rank0, &rank1] {
+        let pod = pod_named(&fleet, pod_name).await.unwrap();
+        assert!(is_ready(&pod), "{pod_name}: every rank Ready once the group is");
+    }
+
+    // Deleting one rank takes the whole replica down: the other rank's readiness gate turns False
+    // before the group is recreated (watched, so no moment is missed); it comes back whole.
     let old: Vec<String> = fleet.pods_of(&name).await.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+    let rank0_uid = pod_named(&fleet, &rank0).await.unwrap().uid().unwrap();
+    let unready_before_replaced = {
+        let config = watcher::Config::default().fields(&format!("metadata.name={rank0}"));
+        let mut stream = watcher(fleet.pods(), config).applied_objects().boxed();
+        tokio::spawn(async move {
+            while let Some(Ok(pod)) = stream.next().await {
+                if pod.uid().as_deref() != Some(rank0_uid.as_str()) {
+                    continue;
+                }
+                if pod_condition(&pod, GROUP_READY).is_some_and(|c| c.status == "False") {
+                    return pod.metadata.deletion_timestamp.is_none();
+                }
+                if pod.metadata.deletion_timestamp.is_some() {
+                    return false;
+                }
+            }
+            false
+        })
+    };
     fleet
         .pods()
         .delete(&rank1, &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() })
         .await
         .unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(60), unready_before_replaced).await.unwrap().unwrap(),
+        "rank 0's kvpilot.dev/group-ready turned False before it was deleted for the group's recreation"
+    );
     let replacement =
         until_pods(&fleet, &name, 2, |pods| pods.iter().all(|p| !old.contains(&p.uid().unwrap_or_default()))).await;
     let held = replacement.iter().find(|p| label(p, "kvpilot.dev/rank") == "1").unwrap().name_any();
-    start_by_hand(&fleet, &held).await;
+    start_by_hand(&fleet, &[&held]).await;
     fleet.converged(&name, 1).await;
     operator.assert_no_failures().await;
 }
@@ -261,5 +314,159 @@ async fn extra_args_setting_a_flag_kvpilot_decides_are_refused_in_status() {
         assert_eq!(flag(&args, "--disaggregation-decode-retraction-backup").as_deref(), Some("cpu_tensor"));
         assert_eq!(args.last().map(String::as_str), Some("--trust-remote-code"));
     }
+    operator.assert_no_failures().await;
+}
+
+fn pod_condition<'a>(pod: &'a Pod, type_: &str) -> Option<&'a k8s_openapi::api::core::v1::PodCondition> {
+    pod.status.as_ref()?.conditions.as_ref()?.iter().find(|c| c.type_ == type_)
+}
+
+/// Marks the pod `name` as a kubelet does when its readiness probe starts failing.
+async fn fail_readiness(fleet: &Fleet, name: &str) {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let status = json!({"status": {"conditions": [
+        {"type": "ContainersReady", "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": now},
+        {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "lastTransitionTime": now}
+    ]}});
+    fleet.pods().patch_status(name, &PatchParams::default(), &Patch::Strategic(&status)).await.unwrap();
+}
+
+/// The fleet's PodDisruptionBudget as the disruption controller has counted it:
+/// (expected pods, currently healthy, disruptions allowed).
+async fn budget_counts(fleet: &Fleet, name: &str) -> Option<(i32, i32, i32)> {
+    let budgets: Api<PodDisruptionBudget> = Api::namespaced(fleet.cluster.client().await, fleet.ns());
+    let budget = budgets.get_opt(name).await.ok()??;
+    let status = budget.status?;
+    (status.observed_generation == budget.metadata.generation).then_some((
+        status.expected_pods,
+        status.current_healthy,
+        status.disruptions_allowed,
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_never_takes_a_second_group_down_while_one_is_down() {
+    let cluster = cluster_or_skip!();
+    ensure_node(&cluster);
+    // The kubelet runs group 1; the test plays the node for group 0, which it takes down itself.
+    let fleet =
+        Fleet::with_kubelet_for(&cluster, "pods-pdb", quick(), &format!("{DECODE_PODS},kvpilot.dev/ordinal!=0")).await;
+    let mut operator = fleet.operator(&[], &[]);
+    let name = fleet.create(&fleet.example("llama-3.1-8b-full.yaml", |o| {
+        o["spec"]["decode"] = json!({"replicas": 2, "tensorParallel": 4, "nodesPerReplica": 2});
+    }));
+    let group = |replica: u32| [format!("{name}-decode-{replica}-0"), format!("{name}-decode-{replica}-1")];
+    until("group 0 is created", async || {
+        for pod_name in group(0) {
+            pod_named(&fleet, &pod_name).await?;
+        }
+        Some(())
+    })
+    .await;
+    let [rank0, rank1] = group(0);
+    start_by_hand(&fleet, &[&rank0, &rank1]).await;
+    fleet.converged(&name, 2).await;
+    let budget = format!("{name}-decode");
+    until("the budget allows one group (2 pods) down", async || {
+        (budget_counts(&fleet, &budget).await? == (4, 4, 2)).then_some(())
+    })
+    .await;
+
+    // Rank 1 of group 0 fails its readiness probe: the controller closes group 0's gates, rank 0
+    // follows (its kubelet is the test), and the whole group is down.
+    fail_readiness(&fleet, &group(0)[1]).await;
+    until("rank 0 of group 0 is held back by its group", async || {
+        kubelet::follow_gates(&fleet.pods(), &group(0)[0]).await;
+        pod_named(&fleet, &group(0)[0]).await.filter(|p| !is_ready(p)).map(drop)
+    })
+    .await;
+    until("the budget counts group 0 as down and allows nothing more", async || {
+        (budget_counts(&fleet, &budget).await? == (4, 2, 0)).then_some(())
+    })
+    .await;
+
+    // A drain reaching group 1 is refused; group 0's pods, which serve nothing, may go.
+    let evictions: Api<Pod> = Api::namespaced(cluster.client_without_retries().await, fleet.ns());
+    for pod_name in group(1) {
+        match evictions.evict(&pod_name, &EvictParams::default()).await {
+            Err(kube::Error::Api(status)) => assert_eq!(status.code, 429, "{pod_name}: {status:?}"),
+            other => panic!("{pod_name} was evicted while group 0 is down: {other:?}"),
+        }
+    }
+    evictions.evict(&group(0)[0], &EvictParams::default()).await.expect("an unready rank may be evicted");
+    operator.assert_no_failures().await;
+}
+
+/// Plays a node on which the pod `name` starts and its server exits at once.
+async fn crash(fleet: &Fleet, name: &str) {
+    assert!(kubelet::bind(&fleet.pods(), name).await, "bind {name}");
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let status = json!({"status": {
+        "phase": "Failed",
+        "containerStatuses": [{
+            "name": "sglang", "image": "sglang", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": now, "finishedAt": now}}
+        }]
+    }});
+    fleet.pods().patch_status(name, &PatchParams::default(), &Patch::Strategic(&status)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_that_keeps_failing_is_made_again_at_growing_intervals() {
+    let cluster = cluster_or_skip!();
+    ensure_node(&cluster);
+    // No kubelet runs this fleet's pods: the test crashes every rank 1 it sees, and starts rank 0.
+    let fleet = Fleet::with_kubelet_for(&cluster, "pods-backoff", quick(), "kvpilot.dev/none=none").await;
+    let mut operator = fleet.operator(&[], &[]);
+    let name = fleet.create(&fleet.example("llama-3.1-8b-full.yaml", |o| {
+        o["spec"]["decode"] = json!({"replicas": 1, "tensorParallel": 4, "nodesPerReplica": 2});
+    }));
+    // Each generation of the group: when its rank 1 appeared, crashed at once.
+    let mut generations: Vec<(String, std::time::Instant)> = Vec::new();
+    let started = std::time::Instant::now();
+    while generations.len() < 6 {
+        assert!(
+            started.elapsed() < Duration::from_secs(240),
+            "only {} generations: {generations:?}",
+            generations.len()
+        );
+        let crashing = fleet.pods_of(&name).await.into_iter().find(|p| {
+            label(p, "kvpilot.dev/rank") == "1"
+                && p.metadata.deletion_timestamp.is_none()
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Failed")
+        });
+        if let Some(pod) = crashing {
+            let uid = pod.uid().unwrap();
+            if !generations.iter().any(|(seen, _)| *seen == uid) {
+                generations.push((uid, std::time::Instant::now()));
+                crash(&fleet, &pod.name_any()).await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let gaps: Vec<Duration> = generations.windows(2).map(|pair| pair[1].1 - pair[0].1).collect();
+    // The first failures are recovered from at once; past three in ten minutes the waits double.
+    assert!(gaps[..3].iter().all(|gap| *gap < Duration::from_secs(8)), "{gaps:?}");
+    assert!(gaps[3] >= Duration::from_secs(10) && gaps[4] >= Duration::from_secs(20), "{gaps:?}");
+    assert!(gaps[4] > gaps[3], "growing intervals: {gaps:?}");
+    let resource = fleet.deployments().get(&name).await.unwrap();
+    let degraded = condition(&resource, "Degraded").unwrap();
+    assert_eq!((degraded.status.as_str(), degraded.reason.as_str()), ("True", "ReplicasKeepFailing"));
+    assert!(
+        degraded.message.contains(&format!("rank 1 ({name}-decode-"))
+            && degraded.message.contains("failed: container sglang Error (exit code 1)"),
+        "{}",
+        degraded.message
+    );
+    let recovery = resource.status.unwrap().decode.unwrap().recovery.unwrap();
+    assert!(recovery.failures.len() >= 5 && recovery.retry_after.is_some(), "{recovery:?}");
+    // Each failure is an event naming the rank and why it ended (a series once they repeat).
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(fleet.client.clone(), fleet.ns());
+    let events = events.list(&ListParams::default()).await.unwrap().items;
+    let failed: Vec<_> = events.iter().filter(|e| e.reason.as_deref() == Some("ReplicaFailed")).collect();
+    assert!(
+        failed.iter().any(|e| e.note.as_deref().is_some_and(|n| n.contains("rank 1") && n.contains("exit code 1"))),
+        "{failed:?}"
+    );
     operator.assert_no_failures().await;
 }

@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 
-use kube::CustomResourceExt;
 use kvpilot::api::InferenceDeployment;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -27,7 +26,7 @@ fn committed_crd_files_match_the_generated_crd() {
 
 #[test]
 fn crd_has_the_contracted_shape() {
-    let crd = serde_json::to_value(InferenceDeployment::crd()).unwrap();
+    let crd = serde_json::to_value(kvpilot::api::crd()).unwrap();
     let spec = &crd["spec"];
     assert_eq!(spec["group"], "kvpilot.dev");
     assert_eq!(spec["scope"], "Namespaced");
@@ -70,26 +69,46 @@ fn crd_has_the_contracted_shape() {
 }
 
 #[test]
-fn every_schema_property_has_a_description() {
-    let crd = serde_json::to_value(InferenceDeployment::crd()).unwrap();
+fn every_property_of_kvpilots_own_types_keeps_its_description() {
+    use schemars::generate::{SchemaGenerator, SchemaSettings};
+    // Every type the CRD is made of, each once: kvpilot's own are documented field by field
+    // (`kubectl explain` shows it); the Kubernetes types embedded lose their docs in the CRD.
+    let mut generator = SchemaGenerator::new(SchemaSettings::openapi3());
+    let spec = generator.subschema_for::<kvpilot::api::InferenceDeploymentSpec>();
     let mut missing = Vec::new();
-    walk(&crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"], "spec", &mut missing);
-    assert!(missing.is_empty(), "properties without a description (kubectl explain needs one): {missing:?}");
-}
-
-fn walk(schema: &Value, path: &str, missing: &mut Vec<String>) {
-    if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
-        for (name, child) in properties {
-            let child_path = format!("{path}.{name}");
-            if child.get("description").is_none() {
-                missing.push(child_path.clone());
-            }
-            // Kubernetes' own types (pod fields) come with their own descriptions; walk only ours.
-            if !child_path.starts_with("spec.decode.") || child_path.matches('.').count() < 3 {
-                walk(child, &child_path, missing);
+    for (name, schema) in
+        generator.definitions().iter().chain([(&"InferenceDeploymentSpec".to_string(), spec.as_value())])
+    {
+        if name.starts_with("io.k8s.") {
+            continue;
+        }
+        for (field, property) in schema["properties"].as_object().into_iter().flatten() {
+            if property.get("description").is_none() {
+                missing.push(format!("{name}.{field}"));
             }
         }
     }
+    assert!(missing.is_empty(), "fields without a description (kubectl explain needs one): {missing:?}");
+
+    // In the CRD, kvpilot's fields keep theirs, the embedded Kubernetes types' fields do not.
+    let crd = serde_json::to_value(kvpilot::api::crd()).unwrap();
+    let fleet = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["decode"];
+    assert!(fleet["properties"]["affinity"]["description"].is_string(), "kvpilot's doc of the affinity field");
+    assert!(fleet["properties"]["affinity"]["properties"]["nodeAffinity"].get("description").is_none());
+    assert!(fleet["properties"]["tensorParallel"]["description"].is_string());
+}
+
+#[test]
+fn the_crd_fits_the_annotation_client_side_apply_writes() {
+    // `kubectl apply` (client-side) stores the whole object as JSON in the
+    // kubectl.kubernetes.io/last-applied-configuration annotation; the API server refuses
+    // annotations above 256 KiB in total.
+    let crd = serde_json::to_string(&kvpilot::api::crd()).unwrap();
+    assert!(
+        crd.len() < 200 * 1024,
+        "the CRD is {} bytes as JSON: plain `kubectl apply -f crds/` would fail",
+        crd.len()
+    );
 }
 
 /// The CRD's structural schema as a JSON Schema: `nullable` becomes a null type, objects without
@@ -134,7 +153,7 @@ fn to_json_schema(schema: &Value) -> Value {
 }
 
 fn instance_validator() -> jsonschema::Validator {
-    let crd = serde_json::to_value(InferenceDeployment::crd()).unwrap();
+    let crd = serde_json::to_value(kvpilot::api::crd()).unwrap();
     let mut schema = to_json_schema(&crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]);
     // apiVersion, kind and metadata are checked by the API server itself, not this schema.
     schema["additionalProperties"] = Value::Bool(true);
@@ -184,7 +203,7 @@ fn the_schema_catches_bad_instances() {
 
 /// The CRD's CEL rules, evaluated offline as the API server would (kube's `cel` feature).
 fn cel_errors(doc: &Value) -> Vec<String> {
-    let crd = serde_json::to_value(InferenceDeployment::crd()).unwrap();
+    let crd = serde_json::to_value(kvpilot::api::crd()).unwrap();
     let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
     match kube::core::cel::Validator::new().validate(schema, doc, None) {
         Ok(()) => Vec::new(),
@@ -295,7 +314,7 @@ fn defaults_equal_what_serde_fills_in_for_empty_blocks() {
     use kvpilot::api::{DisaggregationSpec, FleetSpec};
     assert_eq!(DisaggregationSpec::default(), serde_json::from_value::<DisaggregationSpec>(json!({})).unwrap());
     assert_eq!(FleetSpec::default(), serde_json::from_value::<FleetSpec>(json!({})).unwrap());
-    let crd = serde_json::to_value(InferenceDeployment::crd()).unwrap();
+    let crd = serde_json::to_value(kvpilot::api::crd()).unwrap();
     let spec = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
     assert_eq!(spec["disaggregation"]["default"]["decodeContextParallel"], 1);
     assert_eq!(spec["decode"]["default"]["replicas"], 1);

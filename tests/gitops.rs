@@ -71,6 +71,17 @@ fn example(name: &str) -> InferenceDeployment {
 /// exists at the current revision, all of them ready or none (`ready`), or with no pods looked
 /// at (`None`).
 fn with_status(resource: &InferenceDeployment, ready: Option<bool>, generation: i64, observed: i64) -> Value {
+    with_decided(resource, ready, generation, observed, |_| {})
+}
+
+/// As [`with_status`], with the decided conditions changed by `change` before they are written.
+fn with_decided(
+    resource: &InferenceDeployment,
+    ready: Option<bool>,
+    generation: i64,
+    observed: i64,
+    change: impl FnOnce(&mut status::Conditions),
+) -> Value {
     let spec: &InferenceDeploymentSpec = &resource.spec;
     let config = Value::Object(spec.model.config.inline.clone().unwrap());
     let assessment = assess(
@@ -93,8 +104,9 @@ fn with_status(resource: &InferenceDeployment, ready: Option<bool>, generation: 
             Some(FleetProgress { role, desired, counts })
         })
         .collect();
-    let decided = status::resolved(&assessment, "spec.model.config.inline", &fleets, None, None);
-    let written = status::status(None, &decided, Some(observed), Some(&assessment), None, Timestamp::now());
+    let mut decided = status::resolved(&assessment, "spec.model.config.inline", &fleets, None, None);
+    change(&mut decided);
+    let written = status::status(None, &decided, Some(observed), Some(&assessment), None, Vec::new(), Timestamp::now());
     let mut object = serde_json::to_value(resource).unwrap();
     object["metadata"]["generation"] = json!(generation);
     object["status"] = serde_json::to_value(written).unwrap();
@@ -118,6 +130,14 @@ fn argo_cd_health_follows_the_conditions_the_controller_writes() {
     let (state, message) = health(&stale);
     assert_eq!((state.as_str(), message.as_str()), ("Progressing", "Waiting for kvpilot to observe generation 2"));
 
+    let failing = with_decided(&llama, Some(true), 1, 1, |decided| {
+        let message = "spec.decode failed 4 times in 10 min (last: rank 1 failed); its replacements wait 10s";
+        decided.degraded = status::Decided::new("Degraded", Some(true), "ReplicasKeepFailing", message);
+    });
+    let (state, message) = health(&failing);
+    assert_eq!(state, "Degraded");
+    assert!(message.contains("ReplicasKeepFailing") && message.contains("wait 10s"), "{message}");
+
     let rejected = with_status(&example("deepseek-v3-mla-rejected.yaml"), None, 1, 1);
     let (state, message) = health(&rejected);
     assert_eq!(state, "Degraded");
@@ -132,7 +152,8 @@ fn argo_cd_health_follows_the_conditions_the_controller_writes() {
     let mut unresolved = serde_json::to_value(&llama).unwrap();
     let decided = status::unresolved("ConfigMapNotFound", "ConfigMap serving/llama-config not found");
     unresolved["status"] =
-        serde_json::to_value(status::status(None, &decided, Some(1), None, None, Timestamp::now())).unwrap();
+        serde_json::to_value(status::status(None, &decided, Some(1), None, None, Vec::new(), Timestamp::now()))
+            .unwrap();
     let (state, message) = health(&unresolved);
     assert_eq!(state, "Degraded");
     assert!(message.contains("ConfigMapNotFound"), "{message}");

@@ -242,12 +242,15 @@ fn what_the_parser_refuses_is_reported_even_when_the_config_is_not_read() {
     );
     assert!(reports[0].get("layout").is_none(), "{}", reports[0]);
     assert!(reports[0]["warnings"][0].as_str().unwrap().starts_with("the model's config.json was not read"));
-    // Without a refusal such a server is only skipped, as before.
+    // Without a refusal such a server is not checked: listed, and the run is not green.
     let mut accepted = deployment.clone();
     accepted["spec"]["template"]["spec"]["containers"][0]["args"] = json!(["--model-path", "org/model"]);
     let out = kvpilot(&["check", "-o", "json", "--offline", "-f", "-"], Some(&accepted.to_string()));
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(serde_json::from_slice::<Vec<Value>>(&out.stdout).unwrap(), Vec::<Value>::new());
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reports[0]["verdict"], "unchecked");
+    assert_eq!(reports[0]["name"], "deploy/d container sglang (spec.template.spec.containers[0])");
+    assert!(reports[0]["reason"].as_str().unwrap().contains("its config.json is at https://huggingface.co/org/model/"));
 }
 
 #[test]
@@ -420,7 +423,7 @@ fn check_says_which_annotation_a_local_model_path_needs() {
     let mut deployment = every_kind().remove(1);
     deployment["metadata"]["annotations"] = json!({});
     let out = kvpilot(&["check", "-f", "-"], Some(&deployment.to_string()));
-    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(out.status.code(), Some(3), "a server whose model kvpilot cannot find is not checked");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains(
@@ -430,7 +433,9 @@ fn check_says_which_annotation_a_local_model_path_needs() {
             && err.contains("kvpilot.dev/model-config (configmap/NAME, configmap/NAME/KEY or hub/ORG/NAME[@REVISION])"),
         "{err}"
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("0 checked"));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("0 checked: 0 valid, 0 rewritten, 0 rejected; 1 not checked")
+    );
 }
 
 #[test]

@@ -283,9 +283,26 @@ async fn malformed_objects_and_inline_configs_are_denied_naming_the_field() {
     let server = start().await;
     let mut object = pure_swa("Reject");
     object["spec"]["decode"]["replicas"] = json!("two");
-    let response = server.review("/validate", &admission_review("CREATE", &object, None)).await;
+    object["spec"]["decode"]["tensorParallel"] = json!(0);
+    for path in ["/validate", "/mutate"] {
+        let response = server.review(path, &admission_review("CREATE", &object, None)).await;
+        assert_eq!(response["allowed"], false);
+        let message = response["status"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(
+                "spec.decode.replicas: Invalid value: \"two\": spec.decode.replicas in body must be of type integer"
+            ),
+            "{path}: {response}"
+        );
+    }
+    // What only the CRD's CEL rules refuse, before any decision on the settings.
+    object["spec"]["decode"]["replicas"] = json!(1);
+    let response = server.review("/mutate", &admission_review("CREATE", &object, None)).await;
     assert_eq!(response["allowed"], false);
-    assert!(response["status"]["message"].as_str().unwrap().contains("field spec.decode.replicas"), "{response}");
+    assert!(
+        response["status"]["message"].as_str().unwrap().contains("tensorParallel must be at least 1"),
+        "{response}"
+    );
 
     let mut object = pure_swa("Reject");
     object["spec"]["model"]["config"]["inline"] = json!({"architectures": ["LlamaForCausalLM"]});

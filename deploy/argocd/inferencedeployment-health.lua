@@ -1,5 +1,6 @@
 -- Argo CD health check for kvpilot.dev/InferenceDeployment.
--- Degraded: settings rejected for the model's layout, or the model config cannot be read.
+-- Degraded: settings rejected for the model's layout, the model config cannot be read, or
+-- replicas keep failing and their replacements back off.
 -- Progressing: the controller has not seen this generation yet, or pods are rolling out.
 -- Healthy: every decode pod of the current revision is ready.
 -- Written for Lua 5.1 (Argo CD's gopher-lua) and Lua 5.4 alike.
@@ -35,6 +36,12 @@ for _, failure in ipairs(failures) do
     hs.message = failure.meaning .. " (" .. describe(condition) .. ")"
     return hs
   end
+end
+local degraded = conditions["Degraded"]
+if degraded ~= nil and degraded.status == "True" then
+  hs.status = "Degraded"
+  hs.message = "Replicas keep failing (" .. describe(degraded) .. ")"
+  return hs
 end
 local settings = conditions["SettingsValid"]
 local ready = conditions["Ready"]

@@ -1,7 +1,7 @@
 //! The status half of `InferenceDeployment`, and the policy's output types it records.
 
 use k8s_openapi::api::core::v1::EnvVar;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -17,6 +17,8 @@ pub const CONDITION_SETTINGS_VALID: &str = "SettingsValid";
 pub const CONDITION_READY: &str = "Ready";
 /// Condition type: a rollout or scale change is under way.
 pub const CONDITION_PROGRESSING: &str = "Progressing";
+/// Condition type: a fleet's replicas keep failing, and their replacements wait a backoff.
+pub const CONDITION_DEGRADED: &str = "Degraded";
 
 /// What kvpilot observed and decided. Written only by the controller.
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
@@ -56,6 +58,10 @@ pub struct InferenceDeploymentStatus {
     /// The SGLang release the layout and settings were checked against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sglang: Option<SglangStatus>,
+    /// What is worth knowing and is not a violation: the layout's and the policy's warnings, and
+    /// what kvpilot changed of the resources the spec set (as `kvpilot check` prints them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// The SGLang release a resource was checked against and where it came from.
@@ -86,6 +92,10 @@ pub struct RouterStatus {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct FleetStatus {
+    /// Replicas the fleet should run: its spec's, or for a prefill fleet with `ratio` its share
+    /// of the decode fleet's, within its bounds.
+    #[serde(default)]
+    pub desired_replicas: i32,
     /// Replicas that exist, of any revision (a multi-node replica counts once).
     pub replicas: i32,
     /// Replicas of the current revision all of whose pods are ready.
@@ -97,6 +107,23 @@ pub struct FleetStatus {
     /// The URLs of the ready replicas' SGLang servers (rank 0 of each), for a router.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub endpoints: Vec<String>,
+    /// Replicas that broke recently (a rank failed, was evicted or deleted) and when their
+    /// replacements may be made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<RecoveryStatus>,
+}
+
+/// A fleet's recent failures: past a few within ten minutes, replacements wait a backoff.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RecoveryStatus {
+    /// When replicas of the fleet broke within the last ten minutes, oldest first.
+    pub failures: Vec<Time>,
+    /// What broke the last one: the replica, its rank and that rank's last termination reason.
+    pub last_reason: String,
+    /// Replacements are not made before this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after: Option<Time>,
 }
 
 /// One setting kvpilot changed, and why.

@@ -5,7 +5,8 @@
 //! What it models: discovery for the types in [`store::RESOURCES`]; list and watch from a
 //! resourceVersion (replayed from an event log; 410 Gone after [`ApiServer::compact`]); get,
 //! create (with `generateName`), replace (409 on a stale resourceVersion), patch (merge, JSON
-//! patch, strategic merge treated as merge, server-side apply); the status subresource; no-op
+//! patch, strategic merge as a merge that merges `conditions` lists by `type`, server-side
+//! apply); the status subresource; no-op
 //! writes that bump nothing and emit no event; `metadata.generation` bumped on changes outside
 //! metadata and status; label selectors and `metadata.name`/`metadata.namespace` field
 //! selectors; owner-reference garbage collection (synchronous, cascading); Leases; injected
@@ -17,8 +18,8 @@
 //!
 //! What it does not model: authentication and RBAC, the admission chain (webhooks, CEL rules,
 //! schema validation and defaulting), the rest of server-side apply (field removal by a
-//! manager, list merge keys, `managedFields` in responses), strategic-merge list
-//! semantics, finalizers and graceful deletion (deletes are immediate), dry runs, pagination
+//! manager, list merge keys, `managedFields` in responses), strategic-merge list semantics
+//! beyond conditions, finalizers and graceful deletion (deletes are immediate), dry runs, pagination
 //! (lists return everything), watch bookmarks, the scheduler and kubelet (pods stay pending
 //! until a test or the demo marks them ready), and the Deployment and ReplicaSet controllers (a
 //! router Deployment gets no pods; the demo's stand-in reports it ready).
@@ -276,6 +277,35 @@ impl ContinueToken {
         let resource_version = parts.next().and_then(|v| v.parse().ok()).ok_or_else(invalid)?;
         let (Some(namespace), Some(name)) = (parts.next(), parts.next()) else { return Err(invalid()) };
         Ok(Self { resource_version, namespace: namespace.into(), name: name.into() })
+    }
+}
+
+/// A strategic merge patch as far as kvpilot's writers need it: a JSON merge patch, except that
+/// a `conditions` list merges by `type` (a pod's conditions are written by the kubelet and by
+/// the controller of a readiness gate, each keeping the other's).
+fn strategic_merge(target: &mut Value, patch: &Value) {
+    let (Value::Object(target_fields), Value::Object(patch_fields)) = (&mut *target, patch) else {
+        json_patch::merge(target, patch);
+        return;
+    };
+    for (key, value) in patch_fields {
+        match (key.as_str(), target_fields.get_mut(key), value) {
+            (_, _, Value::Null) => {
+                target_fields.remove(key);
+            }
+            ("conditions", Some(Value::Array(current)), Value::Array(changes)) => {
+                for change in changes {
+                    match current.iter_mut().find(|c| c.get("type").is_some_and(|t| Some(t) == change.get("type"))) {
+                        Some(existing) => json_patch::merge(existing, change),
+                        None => current.push(change.clone()),
+                    }
+                }
+            }
+            (_, Some(existing), Value::Object(_)) => strategic_merge(existing, value),
+            _ => {
+                target_fields.insert(key.clone(), value.clone());
+            }
+        }
     }
 }
 
@@ -641,7 +671,11 @@ impl ApiServer {
             }
             ("application/merge-patch+json" | "application/strategic-merge-patch+json", Some(current)) => {
                 let mut new = Value::clone(&current);
-                json_patch::merge(&mut new, &patch);
+                if content_type.starts_with("application/strategic-merge-patch+json") {
+                    strategic_merge(&mut new, &patch);
+                } else {
+                    json_patch::merge(&mut new, &patch);
+                }
                 let expected = patch.pointer("/metadata/resourceVersion").and_then(Value::as_str).map(str::to_string);
                 store.update(rt, namespace, name, new, &Write { expected_version: expected.as_deref(), ..write })?
             }

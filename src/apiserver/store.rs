@@ -71,6 +71,14 @@ pub const RESOURCES: &[ResourceType] = &[
         status_subresource: false,
     },
     ResourceType {
+        group: "policy",
+        version: "v1",
+        kind: "PodDisruptionBudget",
+        plural: "poddisruptionbudgets",
+        namespaced: true,
+        status_subresource: true,
+    },
+    ResourceType {
         group: "apps",
         version: "v1",
         kind: "Deployment",

@@ -17,21 +17,13 @@ use crate::runtime::metrics::{self, Metrics};
 use crate::runtime::store::PageStore;
 use crate::runtime::{connector, socket};
 
-/// Sizes like `4GiB`, `512Mi`, `1G` or plain bytes.
-pub(crate) fn parse_bytes(text: &str) -> Result<u64, String> {
-    text.trim()
-        .parse::<bytesize::ByteSize>()
-        .map(|b| b.as_u64())
-        .map_err(|e| format!("{e}; expected bytes such as 4GiB, 512Mi or 1073741824"))
-}
-
 #[derive(Args, Debug)]
 pub(crate) struct CacheRuntimeArgs {
     /// Unix socket the SGLang connector connects to (extra-config key "socket").
     #[arg(long, value_name = "PATH", default_value = "/run/kvpilot/cache.sock")]
     socket: PathBuf,
     /// Bytes of pages the sidecar keeps in its own memory; the least recently used go first.
-    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    #[arg(long, value_name = "BYTES", value_parser = crate::api::parse_bytes)]
     capacity: u64,
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:9400")]
@@ -134,18 +126,5 @@ pub(crate) fn install_connector(args: &InstallConnectorArgs) -> ExitCode {
             eprintln!("kvpilot install-connector: cannot write into {}: {e}", args.dest.display());
             ExitCode::from(1)
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_bytes;
-
-    #[test]
-    fn byte_sizes_accept_kubernetes_and_iec_suffixes() {
-        assert_eq!(parse_bytes("4GiB"), Ok(4 << 30));
-        assert_eq!(parse_bytes("512Mi"), Ok(512 << 20));
-        assert_eq!(parse_bytes("1073741824"), Ok(1 << 30));
-        assert!(parse_bytes("lots").unwrap_err().contains("expected bytes"));
     }
 }

@@ -26,9 +26,14 @@ pub(crate) struct CheckArgs {
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = OutputFormat::Text)]
     output: OutputFormat,
-    /// Do not fetch hub sources; resources that need one are reported as skipped on stderr.
+    /// Do not fetch hub sources; resources and servers that need one are not checked (exit 3,
+    /// unless --allow-unchecked).
     #[arg(long)]
     offline: bool,
+    /// Report resources and servers whose config.json could not be read (--offline, a network
+    /// error, a ConfigMap not in the files) as warnings instead of failing with exit 3.
+    #[arg(long)]
+    allow_unchecked: bool,
     /// Hub endpoint for hub sources that do not name one.
     #[arg(long, env = "KVPILOT_HUB_ENDPOINT", default_value = DEFAULT_HUB_ENDPOINT)]
     hub_endpoint: String,
@@ -72,7 +77,26 @@ pub(crate) fn hub_client(offline: bool) -> Result<Option<HubClient>, String> {
 /// What became of one resource.
 pub(crate) enum Assessed {
     Report(Box<policy::Assessment>),
-    Skipped(String),
+    /// Its config.json could not be read: why, and where the config is.
+    Unchecked(String),
+}
+
+/// A resource or server that was not checked because its config.json could not be read.
+#[derive(Serialize)]
+pub(crate) struct Unchecked {
+    /// `NAMESPACE/NAME` of a resource, `deploy/NAME container C` of a server.
+    pub(crate) name: String,
+    pub(crate) source: String,
+    /// Always `unchecked`: the JSON report lists these beside the verdicts.
+    pub(crate) verdict: &'static str,
+    /// Why, with where its config.json is.
+    pub(crate) reason: String,
+}
+
+impl Unchecked {
+    pub(crate) fn new(name: String, source: String, reason: String) -> Self {
+        Self { name, source, verdict: "unchecked", reason }
+    }
 }
 
 /// Reads each resource's config and runs layout + policy on it; errors name file, document and field.
@@ -99,16 +123,25 @@ async fn assess_one(
     let release = policy::resource_release(&found.resource.spec, default_release)
         .map_err(|e| format!("{}: {} (spec.sglang.version): {e}", found.location, found.name()))?;
     let context = |field: &'static str| move |e: String| format!("{}: {} ({field}): {e}", found.location, found.name());
-    let target = match set.model_config(found, hub, hub_endpoint).await.map_err(context(MODEL_CONFIG_FIELD))? {
-        ModelConfig::SkippedOffline(url) => return Ok(Assessed::Skipped(url)),
-        ModelConfig::Read(config) => config,
+    let target = match set.model_config(found, hub, hub_endpoint).await {
+        Ok(ModelConfig::Read(config)) => config,
+        Ok(ModelConfig::SkippedOffline(url)) => {
+            return Ok(Assessed::Unchecked(format!("--offline; its config.json is at {url}")));
+        }
+        Err(e) if e.is_unreadable_source() => return Ok(Assessed::Unchecked(format!("{MODEL_CONFIG_FIELD}: {e}"))),
+        Err(e) => return Err(context(MODEL_CONFIG_FIELD)(e.to_string())),
     };
-    let draft =
-        match set.draft_config(found, hub, hub_endpoint).await.transpose().map_err(context(DRAFT_CONFIG_FIELD))? {
-            Some(ModelConfig::SkippedOffline(url)) => return Ok(Assessed::Skipped(url)),
-            Some(ModelConfig::Read(config)) => Some(config),
-            None => None,
-        };
+    let draft = match set.draft_config(found, hub, hub_endpoint).await {
+        None => None,
+        Some(Ok(ModelConfig::Read(config))) => Some(config),
+        Some(Ok(ModelConfig::SkippedOffline(url))) => {
+            return Ok(Assessed::Unchecked(format!("--offline; its draft model's config.json is at {url}")));
+        }
+        Some(Err(e)) if e.is_unreadable_source() => {
+            return Ok(Assessed::Unchecked(format!("{DRAFT_CONFIG_FIELD}: {e}")));
+        }
+        Some(Err(e)) => return Err(context(DRAFT_CONFIG_FIELD)(e.to_string())),
+    };
     crate::sglang::server::assess(&found.resource.spec, &ModelConfigs { target, draft }, &release)
         .map(|a| Assessed::Report(Box::new(a)))
         .map_err(|e| format!("{}: {}: model config.json: {e}", found.location, found.name()))
@@ -148,22 +181,54 @@ pub(crate) fn prepare(
     Ok(Prepared { runtime, set, errors, hub, default_release })
 }
 
+/// How a run of the offline commands ended, for their exit code.
+pub(crate) struct Ending<'a> {
+    pub(crate) errors: &'a [String],
+    pub(crate) rejected: bool,
+    pub(crate) unchecked: &'a [Unchecked],
+    pub(crate) allow_unchecked: bool,
+}
+
+/// The exit code of a run that left something unchecked.
+pub(crate) const UNCHECKED_EXIT: u8 = 3;
+
 /// Prints the report and the input problems, and gives the offline commands' exit code:
-/// 2 for unreadable input, 1 when anything is rejected, else 0.
-pub(crate) fn finish(command: &str, rendered: &str, errors: &[String], rejected: bool) -> ExitCode {
+/// 2 for invalid input, 1 when anything is rejected, 3 when something could not be checked
+/// (unless allowed), else 0.
+pub(crate) fn finish(command: &str, rendered: &str, ending: Ending<'_>) -> ExitCode {
     if super::print_stdout(rendered) != ExitCode::SUCCESS {
         return ExitCode::from(2);
     }
-    for error in errors {
+    for error in ending.errors {
         eprintln!("kvpilot {command}: {error}");
     }
-    if !errors.is_empty() {
+    let severity = if ending.allow_unchecked { "warning" } else { "not checked" };
+    for unchecked in ending.unchecked {
+        eprintln!("kvpilot {command}: {}: {}: {severity}: {}", unchecked.source, unchecked.name, unchecked.reason);
+    }
+    if !ending.errors.is_empty() {
         ExitCode::from(2)
-    } else if rejected {
+    } else if ending.rejected {
         ExitCode::from(1)
+    } else if !ending.unchecked.is_empty() && !ending.allow_unchecked {
+        eprintln!(
+            "kvpilot {command}: {} not checked (exit {UNCHECKED_EXIT}): give their config.json (inline, a ConfigMap \
+             in the files, hub access), or pass --allow-unchecked",
+            ending.unchecked.len()
+        );
+        ExitCode::from(UNCHECKED_EXIT)
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// The input problem of an input that holds nothing to check.
+pub(crate) fn nothing_to_check(set: &ManifestSet) -> Option<String> {
+    (set.deployments.is_empty() && set.workloads.is_empty()).then(|| {
+        "nothing to check: the input holds no InferenceDeployment and no workload that runs containers (an empty \
+         file or standard input, or a `helm template` that failed?)"
+            .to_string()
+    })
 }
 
 pub(crate) fn run(args: &CheckArgs) -> ExitCode {
@@ -172,8 +237,12 @@ pub(crate) fn run(args: &CheckArgs) -> ExitCode {
             Ok(prepared) => prepared,
             Err(code) => return code,
         };
+    if errors.is_empty() {
+        errors.extend(nothing_to_check(&set));
+    }
     let results = runtime.block_on(assess_all(&set, hub.as_ref(), &args.hub_endpoint, &default_release));
     let mut reports = Vec::new();
+    let mut unchecked = Vec::new();
     for (index, result) in results {
         let found = &set.deployments[index];
         match result {
@@ -188,16 +257,18 @@ pub(crate) fn run(args: &CheckArgs) -> ExitCode {
                     effective: assessment.verdict.effective,
                     layout: assessment.layout,
                     draft_layout: assessment.draft_layout,
-                    warnings: assessment.verdict.warnings.into_iter().chain(assessment.command_line_warnings).collect(),
+                    warnings: assessment
+                        .verdict
+                        .warnings
+                        .into_iter()
+                        .chain(assessment.command_line_warnings)
+                        .chain(crate::controller::desired::resources::warnings(&found.resource.spec))
+                        .collect(),
                     sglang: sglang_status(&assessment.release),
                 })
             }
-            Ok(Assessed::Skipped(url)) => {
-                eprintln!(
-                    "kvpilot check: {}: skipped {} (--offline; its config.json is at {url})",
-                    found.location,
-                    found.name()
-                )
+            Ok(Assessed::Unchecked(reason)) => {
+                unchecked.push(Unchecked::new(found.name(), found.location.to_string(), reason));
             }
             Err(e) => errors.push(e),
         }
@@ -208,19 +279,22 @@ pub(crate) fn run(args: &CheckArgs) -> ExitCode {
         &args.hub_endpoint,
         &default_release,
         &mut errors,
+        &mut unchecked,
     ));
     let rendered = match args.output {
         OutputFormat::Json => {
             let mut items: Vec<serde_json::Value> =
                 reports.iter().filter_map(|r| serde_json::to_value(r).ok()).collect();
             items.extend(servers.iter().filter_map(|r| serde_json::to_value(r).ok()));
+            items.extend(unchecked.iter().filter_map(|u| serde_json::to_value(u).ok()));
             serde_json::to_string_pretty(&items).map(|json| json + "\n").unwrap_or_default()
         }
-        OutputFormat::Text => text_report(&reports, &servers),
+        OutputFormat::Text => text_report(&reports, &servers, &unchecked),
     };
     let rejected =
         reports.iter().map(|r| r.verdict).chain(servers.iter().map(|r| r.verdict)).any(|v| v == Outcome::Rejected);
-    finish("check", &rendered, &errors, rejected)
+    let ending = Ending { errors: &errors, rejected, unchecked: &unchecked, allow_unchecked: args.allow_unchecked };
+    finish("check", &rendered, ending)
 }
 
 /// `  layout: …` of a report.
@@ -238,7 +312,7 @@ pub(crate) fn layout_line(l: &AttentionLayout) -> String {
     )
 }
 
-fn text_report(reports: &[Report], servers: &[check_workloads::ServerReport]) -> String {
+fn text_report(reports: &[Report], servers: &[check_workloads::ServerReport], unchecked: &[Unchecked]) -> String {
     let mut out = String::new();
     for r in reports {
         let l = &r.layout;
@@ -282,12 +356,16 @@ fn text_report(reports: &[Report], servers: &[check_workloads::ServerReport]) ->
     out += &check_workloads::text_report(servers);
     let verdicts: Vec<Outcome> = reports.iter().map(|r| r.verdict).chain(servers.iter().map(|r| r.verdict)).collect();
     let count = |o: Outcome| verdicts.iter().filter(|v| **v == o).count();
+    for u in unchecked {
+        out += &format!("{} ({}): not checked\n  ? {}\n", u.name, u.source, u.reason);
+    }
     out += &format!(
-        "{} checked: {} valid, {} rewritten, {} rejected\n",
+        "{} checked: {} valid, {} rewritten, {} rejected; {} not checked\n",
         verdicts.len(),
         count(Outcome::Valid),
         count(Outcome::Rewritten),
-        count(Outcome::Rejected)
+        count(Outcome::Rejected),
+        unchecked.len()
     );
     out
 }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::check::Unchecked;
 use super::manifests::{ManifestSet, ModelConfig};
 use crate::api::{AttentionLayout, EffectiveSettings, SglangStatus};
 use crate::controller::status::sglang_status;
@@ -57,14 +58,15 @@ pub(crate) struct ServerReport {
 
 /// Checks every SGLang server in the set's workloads, rewriting where the workload or its
 /// Namespace (when the files hold it) is labelled `kvpilot.dev/on-invalid: rewrite`. Servers
-/// whose config.json cannot be found get no verdict: their warning goes to stderr, as skipped
-/// InferenceDeployments' do.
+/// whose config.json cannot be found or read are `unchecked`, unless SGLang's parser refuses
+/// their command line, which needs no config.
 pub(crate) async fn check_workloads(
     set: &ManifestSet,
     hub: Option<&HubClient>,
     hub_endpoint: &str,
     default_release: &ReleaseChoice,
     errors: &mut Vec<String>,
+    unchecked: &mut Vec<Unchecked>,
 ) -> Vec<ServerReport> {
     let mut reports = Vec::new();
     let mut inspections: Vec<Inspection> =
@@ -82,27 +84,30 @@ pub(crate) async fn check_workloads(
         let rewrite = namespace_rewrites || guard::asks_for_rewrite(&found.object);
         for server in &inspection.servers {
             let subject = server.subject(&inspection.object);
+            let mut not_checked = |reason: String| match argv_only_report(found, &inspection.object, server, &subject) {
+                Some(refused) => reports.push(refused),
+                None => unchecked.push(Unchecked::new(subject.clone(), found.location.to_string(), reason)),
+            };
             let model = match &server.model {
                 Ok(model) => model,
                 Err(warning) => {
-                    eprintln!("kvpilot check: {}: {subject}: not checked: {warning}", found.location);
-                    reports.extend(argv_only_report(found, &inspection.object, server, &subject));
+                    not_checked(warning.clone());
                     continue;
                 }
             };
             let config = match set.config_for(found.namespace(), model, hub, hub_endpoint).await {
                 Ok(ModelConfig::Read(config)) => config,
                 Ok(ModelConfig::SkippedOffline(url)) => {
-                    eprintln!(
-                        "kvpilot check: {}: skipped {subject} (--offline; its config.json is at {url})",
-                        found.location
-                    );
-                    reports.extend(argv_only_report(found, &inspection.object, server, &subject));
+                    not_checked(format!("--offline; its config.json is at {url}"));
                     continue;
                 }
                 Err(e) => {
-                    let why = naming_annotation(&e, guard::MODEL_CONFIG_ANNOTATION);
-                    errors.push(format!("{}: {subject}: model config.json: {why}", found.location));
+                    let why = naming_annotation(&e.to_string(), guard::MODEL_CONFIG_ANNOTATION);
+                    if e.is_unreadable_source() {
+                        not_checked(format!("model config.json: {why}"));
+                    } else {
+                        errors.push(format!("{}: {subject}: model config.json: {why}", found.location));
+                    }
                     continue;
                 }
             };
@@ -118,7 +123,7 @@ pub(crate) async fn check_workloads(
                         None,
                         Some(format!(
                             "draft model config.json: {}",
-                            naming_annotation(&e, guard::DRAFT_MODEL_CONFIG_ANNOTATION)
+                            naming_annotation(&e.to_string(), guard::DRAFT_MODEL_CONFIG_ANNOTATION)
                         )),
                     ),
                 },

@@ -143,13 +143,18 @@ fn add(location: Location, value: Value, set: &mut ManifestSet, errors: &mut Vec
     let kind = value.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
     match (api_version.as_str(), kind.as_str()) {
         ("kvpilot.dev/v1alpha1", "InferenceDeployment") => {
-            // `kubectl apply` refuses unknown fields (strict field validation): so does kvpilot.
-            let unknown = crate::api::strict::unknown_fields(&value);
-            if !unknown.is_empty() {
-                errors.extend(unknown.iter().map(|u| format!("{location}: InferenceDeployment: {u}")));
-                return;
-            }
-            match typed::<InferenceDeployment>(value) {
+            // What `kubectl apply` refuses (strict field validation, the schema, the CRD's CEL
+            // rules), kvpilot refuses, every problem at once; what it accepts is read as the API
+            // server stores it (nulls unset, defaults applied).
+            let stored = match crate::api::validation::validate(&value) {
+                Ok(stored) => stored,
+                Err(problems) => {
+                    let name = value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("<unnamed>");
+                    errors.extend(problems.iter().map(|p| format!("{location}: InferenceDeployment {name}: {p}")));
+                    return;
+                }
+            };
+            match typed::<InferenceDeployment>(stored) {
                 Ok(resource) => set.deployments.push(Found { location, resource }),
                 Err(e) => errors.push(format!("{location}: InferenceDeployment: {e}")),
             }
@@ -208,6 +213,36 @@ fn namespace_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMet
     meta.namespace.clone().unwrap_or_else(|| "default".into())
 }
 
+/// Why a config.json was not read.
+#[derive(Debug)]
+pub struct ConfigError {
+    message: String,
+    /// The source is well formed but could not be read (a ConfigMap or Secret not in the files,
+    /// the hub unreachable or refusing): the resource is not checked, rather than invalid.
+    unreadable: bool,
+}
+
+impl ConfigError {
+    fn from_source(error: SourceError) -> Self {
+        Self { unreadable: error.is_unreadable(), message: error.to_string() }
+    }
+
+    fn invalid(message: String) -> Self {
+        Self { message, unreadable: false }
+    }
+
+    /// Whether the config could not be read, as opposed to being named or written wrongly.
+    pub fn is_unreadable_source(&self) -> bool {
+        self.unreadable
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// The outcome of reading one resource's config.json.
 pub enum ModelConfig {
     /// The parsed config.json.
@@ -224,7 +259,7 @@ impl ManifestSet {
         found: &Found,
         hub: Option<&HubClient>,
         default_endpoint: &str,
-    ) -> Result<ModelConfig, String> {
+    ) -> Result<ModelConfig, ConfigError> {
         self.config_for(found.namespace(), &found.resource.spec.model, hub, default_endpoint).await
     }
 
@@ -235,11 +270,11 @@ impl ManifestSet {
         found: &Found,
         hub: Option<&HubClient>,
         default_endpoint: &str,
-    ) -> Option<Result<ModelConfig, String>> {
+    ) -> Option<Result<ModelConfig, ConfigError>> {
         let spec = &found.resource.spec;
         let draft = spec.disaggregation.speculative_draft_model.as_ref()?.as_model(&spec.model);
         let read = self.config_at(found.namespace(), &draft, DRAFT_CONFIG_FIELD, hub, default_endpoint).await;
-        Some(read.map_err(|e| e.replace(MODEL_CONFIG_FIELD, DRAFT_CONFIG_FIELD)))
+        Some(read.map_err(|e| ConfigError { message: e.message.replace(MODEL_CONFIG_FIELD, DRAFT_CONFIG_FIELD), ..e }))
     }
 
     /// Reads the config.json `model` names for an object in `namespace`.
@@ -249,7 +284,7 @@ impl ManifestSet {
         model: &ModelSpec,
         hub: Option<&HubClient>,
         default_endpoint: &str,
-    ) -> Result<ModelConfig, String> {
+    ) -> Result<ModelConfig, ConfigError> {
         self.config_at(namespace, model, MODEL_CONFIG_FIELD, hub, default_endpoint).await
     }
 
@@ -260,33 +295,36 @@ impl ManifestSet {
         field: &str,
         hub: Option<&HubClient>,
         default_endpoint: &str,
-    ) -> Result<ModelConfig, String> {
+    ) -> Result<ModelConfig, ConfigError> {
         let namespace = namespace.to_string();
-        match model.config.source_at(field)? {
+        match model.config.source_at(field).map_err(ConfigError::invalid)? {
             ConfigSourceRef::Inline(map) => Ok(ModelConfig::Read(Value::Object(map.clone()))),
             ConfigSourceRef::ConfigMap(reference) => {
                 let Some(data) = self.config_maps.get(&(namespace.clone(), reference.name.clone())) else {
-                    return Err(SourceError::ConfigMapNotFound { namespace, name: reference.name.clone() }.to_string()
-                        + " in the files given; add it with -f, or use an inline config");
+                    let missing = SourceError::ConfigMapNotFound { namespace, name: reference.name.clone() };
+                    return Err(ConfigError {
+                        message: format!("{missing} in the files given; add it with -f, or use an inline config"),
+                        unreadable: true,
+                    });
                 };
                 source::config_from_config_map_data(Some(data), &namespace, &reference.name, &reference.key)
                     .map(ModelConfig::Read)
-                    .map_err(|e| e.to_string())
+                    .map_err(ConfigError::from_source)
             }
             ConfigSourceRef::Hub(spec) => {
-                let location = HubLocation::new(spec, &model.name, default_endpoint).map_err(|e| e.to_string())?;
+                let location =
+                    HubLocation::new(spec, &model.name, default_endpoint).map_err(ConfigError::from_source)?;
                 let Some(hub) = hub else { return Ok(ModelConfig::SkippedOffline(location.url())) };
                 let token = match &spec.token_secret_ref {
                     Some(reference) => match self.secrets.get(&(namespace.clone(), reference.name.clone())) {
                         Some(data) => match data.get(&reference.key) {
                             Some(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
                             None => {
-                                return Err(SourceError::TokenSecretNotFound {
+                                return Err(ConfigError::from_source(SourceError::TokenSecretNotFound {
                                     namespace,
                                     name: reference.name.clone(),
                                     key: reference.key.clone(),
-                                }
-                                .to_string());
+                                }));
                             }
                         },
                         // Secrets are rarely committed next to manifests: fall back to HF_TOKEN.
@@ -294,7 +332,7 @@ impl ManifestSet {
                     },
                     None => std::env::var("HF_TOKEN").ok(),
                 };
-                hub.fetch(&location, token.as_deref()).await.map(ModelConfig::Read).map_err(|e| e.to_string())
+                hub.fetch(&location, token.as_deref()).await.map(ModelConfig::Read).map_err(ConfigError::from_source)
             }
         }
     }

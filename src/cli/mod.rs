@@ -15,11 +15,10 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use kube::CustomResourceExt;
 
-use crate::api::InferenceDeployment;
 use crate::controller::desired::RenderOptions;
 use crate::release::{self, ReleaseChoice, ReleaseError, ReleaseSource};
+use crate::runtime::LogFormat;
 
 /// The images of what kvpilot runs, shared by the commands that render pods.
 #[derive(Args, Debug, Clone)]
@@ -39,14 +38,19 @@ pub(crate) struct ImageArgs {
 }
 
 impl ImageArgs {
-    /// The options pods are rendered with: these images, and `default_release` where a resource
-    /// names none.
-    pub(crate) fn render_options(&self, default_release: ReleaseChoice) -> RenderOptions {
+    /// The options pods are rendered with: these images, `default_release` where a resource
+    /// names none, and the log format the cache runtime sidecars write.
+    pub(crate) fn render_options(
+        &self,
+        default_release: ReleaseChoice,
+        runtime_log_format: LogFormat,
+    ) -> RenderOptions {
         RenderOptions {
             sglang_image: self.sglang_image.clone(),
             router_image: self.router_image.clone().filter(|image| !image.is_empty()),
             runtime_image: self.runtime_image.clone(),
             default_release,
+            runtime_log_format,
         }
     }
 }
@@ -137,7 +141,7 @@ pub fn run(cli: Cli) -> ExitCode {
 
 /// The CRD exactly as `kvpilot crd` prints it and `crds/inferencedeployment.yaml` holds it.
 pub fn crd_yaml() -> String {
-    let crd = InferenceDeployment::crd();
+    let crd = crate::api::crd();
     // Serializing a k8s-openapi object to YAML cannot fail: it is plain data.
     let body = serde_norway::to_string(&crd).unwrap_or_default();
     format!(

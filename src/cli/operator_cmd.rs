@@ -133,7 +133,7 @@ async fn operate(args: &OperatorArgs) -> Result<(), String> {
     if let Some(warning) = default_release.warning() {
         tracing::warn!(%warning, "--sglang-version");
     }
-    let options = args.images.render_options(default_release.clone());
+    let options = args.images.render_options(default_release.clone(), args.log_format);
     let mut context = Context::new(client.clone(), source.clone(), options, metrics.clone());
     context.max_concurrent_reconciles = args.max_concurrent_reconciles;
     context.reconcile_debounce = std::time::Duration::from_millis(args.reconcile_debounce_ms);

@@ -9,7 +9,8 @@ use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
 use super::SglangVersionArg;
-use super::check::{Assessed, Prepared, assess_all, finish, prepare};
+use super::check::{Assessed, Ending, Prepared, Unchecked, assess_all, finish, nothing_to_check, prepare};
+use super::serve::LogFormat;
 use crate::controller::desired::desired_state;
 use crate::policy::Outcome;
 use crate::sglang::cmdline::shell_quote;
@@ -29,14 +30,22 @@ pub(crate) struct RenderArgs {
     /// `yaml`: documents with the verdict in comments; `json`: one v1 List.
     #[arg(long, short = 'o', value_enum, default_value_t = RenderFormat::Yaml)]
     output: RenderFormat,
-    /// Do not fetch hub sources (resources that need one are skipped, said on stderr).
+    /// Do not fetch hub sources; resources that need one are not rendered (exit 3, unless
+    /// --allow-unchecked).
     #[arg(long)]
     offline: bool,
+    /// Skip resources whose config.json could not be read with a warning instead of exit 3.
+    #[arg(long)]
+    allow_unchecked: bool,
     /// Hub endpoint for hub sources that do not name one.
     #[arg(long, env = "KVPILOT_HUB_ENDPOINT", default_value = DEFAULT_HUB_ENDPOINT)]
     hub_endpoint: String,
     #[command(flatten)]
     images: super::ImageArgs,
+    /// The log format of the cache runtime sidecars: the operator gives them its own
+    /// --log-format (the chart's logFormat).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    runtime_log_format: LogFormat,
     #[command(flatten)]
     sglang: SglangVersionArg,
 }
@@ -47,22 +56,28 @@ pub(crate) fn run(args: &RenderArgs) -> ExitCode {
             Ok(prepared) => prepared,
             Err(code) => return code,
         };
-    let options = args.images.render_options(default_release);
+    let options = args.images.render_options(default_release, args.runtime_log_format);
+    if errors.is_empty() && set.deployments.is_empty() {
+        errors.push(match nothing_to_check(&set) {
+            Some(nothing) => nothing,
+            None => "nothing to render: the input holds no InferenceDeployment (render shows what kvpilot would \
+                     create for one); to check the SGLang servers of these workloads, run `kvpilot check -f` on them"
+                .to_string(),
+        });
+    }
     let mut yaml = String::new();
     let mut items: Vec<Value> = Vec::new();
     let mut rejected = false;
+    let mut unchecked = Vec::new();
     for (index, result) in
         runtime.block_on(assess_all(&set, hub.as_ref(), &args.hub_endpoint, &options.default_release))
     {
         let found = &set.deployments[index];
         let assessment = match result {
             Ok(Assessed::Report(assessment)) => assessment,
-            Ok(Assessed::Skipped(url)) => {
-                eprintln!(
-                    "kvpilot render: {}: skipped {} (--offline; its config.json is at {url})",
-                    found.location,
-                    found.name()
-                );
+            Ok(Assessed::Unchecked(reason)) => {
+                yaml += &format!("# {}: not checked, no objects (see stderr)\n", found.name());
+                unchecked.push(Unchecked::new(found.name(), found.location.to_string(), reason));
                 continue;
             }
             Err(e) => {
@@ -104,5 +119,6 @@ pub(crate) fn run(args: &RenderArgs) -> ExitCode {
                 + "\n"
         }
     };
-    finish("render", &rendered, &errors, rejected)
+    let ending = Ending { errors: &errors, rejected, unchecked: &unchecked, allow_unchecked: args.allow_unchecked };
+    finish("render", &rendered, ending)
 }

@@ -9,11 +9,14 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::EventType;
 
+pub use super::desired::GROUP_READY;
 use super::desired::{Fleet, FleetRole, RenderOptions, desired_state};
+use super::recovery;
 use super::rollout::{self, ObservedReplica, resolve_int_or_percent};
 use super::status::{self, Conditions, FleetProgress, Workloads};
 use crate::api::{
-    ConfigSourceRef, FleetStatus, InferenceDeployment, InferenceDeploymentStatus, Rewrite, RolloutSpec, RouterStatus,
+    CONDITION_DEGRADED, ConfigSourceRef, FleetStatus, InferenceDeployment, InferenceDeploymentStatus, RecoveryStatus,
+    Rewrite, RolloutSpec, RouterStatus,
 };
 use crate::policy::{self, Assessment, ModelConfigs, Outcome};
 use crate::source::SourceError;
@@ -39,11 +42,29 @@ pub struct ObservedPod {
     /// Its rank in the replica (`kvpilot.dev/rank`; 0 when absent).
     pub rank: i32,
     pub revision: String,
+    /// Its `Ready` condition: its containers are ready and, through the readiness gate
+    /// [`GROUP_READY`], so is every other rank of its replica. What availability counts.
     pub ready: bool,
+    /// Its containers are ready (`ContainersReady`: its probes pass), which the gate follows.
+    pub containers_ready: bool,
+    /// The status of its [`GROUP_READY`] condition; None before the controller set one.
+    pub group_ready: Option<bool>,
     /// Being deleted.
     pub terminating: bool,
     /// Its phase is Failed: evicted, or a rank of a group whose server exited.
     pub failed: bool,
+    /// Why it ended or its SGLang container last did (`Evicted: …`, `OOMKilled (exit code
+    /// 137)`), when it did.
+    pub termination: Option<String>,
+}
+
+/// A pod whose [`GROUP_READY`] condition is to change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupReadiness {
+    pub pod: String,
+    pub ready: bool,
+    pub reason: &'static str,
+    pub message: String,
 }
 
 /// What one reconcile observed.
@@ -133,6 +154,9 @@ pub struct Decision {
     pub delete: Vec<String>,
     /// Pods to create.
     pub create: Vec<Pod>,
+    /// Pods whose readiness gate [`GROUP_READY`] changes, set before anything is deleted so a
+    /// replica losing a rank stops serving at once.
+    pub group_readiness: Vec<GroupReadiness>,
     /// Events that stand on the resource now.
     pub announcements: Vec<Announcement>,
     pub next: Next,
@@ -147,6 +171,7 @@ impl Decision {
             status: new_status(observed, &decided, None, None),
             delete: Vec::new(),
             create: Vec::new(),
+            group_readiness: group_readiness(observed),
             announcements: vec![Announcement::warning(previous, reason, message)],
             next,
         }
@@ -161,7 +186,9 @@ fn new_status(
 ) -> Option<InferenceDeploymentStatus> {
     let resource = observed.resource;
     let previous = resource.status.as_ref();
-    let new = status::status(previous, decided, resource.metadata.generation, assessment, workloads, observed.now);
+    let warnings = assessment.map(|a| status::warnings(&resource.spec, a)).unwrap_or_default();
+    let new =
+        status::status(previous, decided, resource.metadata.generation, assessment, workloads, warnings, observed.now);
     (previous != Some(&new)).then_some(new)
 }
 
@@ -204,6 +231,7 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
             status: new_status(observed, &decided, Some(&assessment), None),
             delete: Vec::new(),
             create: Vec::new(),
+            group_readiness: group_readiness(observed),
             announcements: vec![warning],
             next: Next::Requeue(USER_ERROR_REQUEUE),
         };
@@ -215,11 +243,31 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
     let mut progress = Vec::new();
     let mut statuses = Vec::new();
     let mut rollout_problems = Vec::new();
+    let mut failures = Vec::new();
+    let mut degraded = Vec::new();
+    let mut wait: Option<Duration> = None;
     for fleet in desired.fleets() {
         let Some(fleet_spec) = fleet.role.fleet(&resource.spec) else { continue };
         let plan = plan_fleet(observed, fleet, &fleet_spec.rollout);
         delete.extend(plan.delete);
         create.extend(plan.create);
+        failures.extend(plan.failures.iter().map(|failure| format!("{}: {failure}", fleet.role.field())));
+        if let Some(recovery) = plan.recovery.as_ref().filter(|r| recovery::keeps_failing(r)) {
+            let next = match plan.wait {
+                Some(left) => format!("its replacements wait {}s", left.as_secs().max(1)),
+                None => "its replacements are being made again".to_string(),
+            };
+            degraded.push(format!(
+                "{} failed {} times in {} min (last: {}); {next}",
+                fleet.role.field(),
+                recovery.failures.len(),
+                recovery::WINDOW.as_secs() / 60,
+                recovery.last_reason,
+            ));
+        }
+        if let Some(left) = plan.wait {
+            wait = Some(wait.map_or(left, |w| w.min(left)));
+        }
         progress.push(FleetProgress { role: fleet.role, desired: fleet.replicas, counts: plan.counts });
         statuses.push(plan.status);
         rollout_problems.extend(plan.rollout_problem);
@@ -236,7 +284,18 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
             ready_replicas: observed.router.as_ref().map_or(0, |r| r.ready_replicas),
         }
     });
-    let decided = status::resolved(&assessment, &source, &progress, router.as_ref(), rollout_problem.as_deref());
+    let mut decided = status::resolved(&assessment, &source, &progress, router.as_ref(), rollout_problem.as_deref());
+    decided.degraded = match degraded.is_empty() {
+        true => {
+            let message = format!(
+                "no fleet failed more than {} times in {} min",
+                recovery::THRESHOLD,
+                recovery::WINDOW.as_secs() / 60
+            );
+            status::Decided::new(CONDITION_DEGRADED, Some(false), "Healthy", message)
+        }
+        false => status::Decided::new(CONDITION_DEGRADED, Some(true), "ReplicasKeepFailing", degraded.join("; ")),
+    };
     let mut statuses = statuses.into_iter();
     let workloads = Workloads {
         decode: statuses.next(),
@@ -246,6 +305,13 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
     };
 
     let mut announcements = Announcement::rewrites(previous, &assessment);
+    announcements.extend(failures.into_iter().map(|failure| Announcement {
+        type_: EventType::Warning,
+        reason: "ReplicaFailed".into(),
+        note: format!("{failure}; the replica is made again whole"),
+        action: "Recreate".into(),
+        recorded: false,
+    }));
     if let Some(warning) = assessment.release.warning() {
         // Once per requested release: status.sglang records it.
         let recorded = previous.and_then(|s| s.sglang.as_ref()) == Some(&status::sglang_status(&assessment.release));
@@ -271,6 +337,9 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
     }
     let next = if observed.settling {
         SETTLE_REQUEUE
+    } else if let Some(wait) = wait {
+        // Look again when the backoff ends, not before.
+        wait.max(SETTLE_REQUEUE)
     } else if create.is_empty() && delete.is_empty() && decided.ready.status == "True" {
         RESYNC
     } else {
@@ -281,6 +350,7 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
         desired: Some(desired),
         delete,
         create,
+        group_readiness: group_readiness(observed),
         announcements,
         next: Next::Requeue(next),
     }
@@ -291,6 +361,11 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
 struct FleetPlan {
     delete: Vec<String>,
     create: Vec<Pod>,
+    /// What broke each replica torn down in this pass.
+    failures: Vec<String>,
+    recovery: Option<RecoveryStatus>,
+    /// How long replacements still wait.
+    wait: Option<Duration>,
     counts: status::PodCounts,
     status: FleetStatus,
     rollout_problem: Option<String>,
@@ -308,21 +383,32 @@ fn plan_fleet(observed: &Observed<'_>, fleet: &Fleet, rollout_spec: &RolloutSpec
         (Err(e), _) | (_, Err(e)) => (1, 0, Some(format!("{}.rollout: {e}", fleet.role.field()))),
     };
     let groups = group_replicas(&pods, fleet);
-    let plan = if observed.settling {
+    let mut plan = if observed.settling {
         rollout::Plan::default()
     } else {
         rollout::plan(&groups.replicas, &fleet.revision, fleet.replicas, max_unavailable, max_surge)
     };
+    // Broken replicas are torn down in this pass, unless settling: then they are failures.
+    let failures = if observed.settling { Vec::new() } else { groups.failures.clone() };
+    let status = observed.resource.status.as_ref();
+    let previous = status.and_then(|s| fleet_status(s, fleet.role)).and_then(|f| f.recovery.as_ref());
+    let recovery = recovery::update(previous, &failures, observed.now);
+    let wait = recovery::waiting(recovery.as_ref(), observed.now);
+    if wait.is_some() {
+        plan.create.clear();
+    }
     // The status counts only replicas that exist and stay: it never claims one being deleted or
     // not yet created (their watch events bring the next count), so readers never see more
     // than is true.
     let counts = count_staying(&groups.replicas, &plan, &fleet.revision);
     let status = FleetStatus {
+        desired_replicas: fleet.replicas,
         replicas: counts.total,
         ready_replicas: counts.ready_updated,
         updated_replicas: counts.updated,
         selector: fleet.selector.clone(),
         endpoints: endpoints(&pods, &groups.replicas, &plan, fleet),
+        recovery: recovery.clone(),
     };
     let mut delete = if observed.settling { Vec::new() } else { groups.broken };
     for replica in &plan.delete {
@@ -331,7 +417,15 @@ fn plan_fleet(observed: &Observed<'_>, fleet: &Fleet, rollout_spec: &RolloutSpec
         );
     }
     let create = plan.create.iter().flat_map(|replica| fleet.replica(*replica)).collect();
-    FleetPlan { delete, create, counts, status, rollout_problem }
+    FleetPlan { delete, create, counts, status, rollout_problem, failures, recovery, wait }
+}
+
+/// A fleet's status.
+fn fleet_status(status: &InferenceDeploymentStatus, role: FleetRole) -> Option<&FleetStatus> {
+    match role {
+        FleetRole::Decode => status.decode.as_ref(),
+        FleetRole::Prefill => status.prefill.as_ref(),
+    }
 }
 
 fn source_description(resource: &InferenceDeployment) -> String {
@@ -345,10 +439,73 @@ fn source_description(resource: &InferenceDeployment) -> String {
     }
 }
 
-/// The replicas the rollout planner sees, and the pods of broken replicas to delete.
+/// The replicas the rollout planner sees, the pods of broken replicas to delete, and what broke
+/// each of them.
 struct Groups {
     replicas: Vec<ObservedReplica>,
     broken: Vec<String>,
+    failures: Vec<String>,
+}
+
+/// What broke a replica: its first rank that failed, was deleted or is missing.
+fn failure_of(replica: u32, members: &[&ObservedPod], nodes: usize) -> Option<String> {
+    let described = |rank: i32, what: String| format!("replica {replica}: rank {rank} {what}");
+    if let Some(pod) = members.iter().find(|p| p.failed) {
+        let why = pod.termination.as_deref().unwrap_or("no reason given");
+        return Some(described(pod.rank, format!("({}) failed: {why}", pod.name)));
+    }
+    if let Some(pod) = members.iter().find(|p| p.terminating) {
+        return Some(described(pod.rank, format!("({}) was deleted", pod.name)));
+    }
+    (0..nodes as i32)
+        .find(|rank| !members.iter().any(|p| p.rank == *rank))
+        .map(|rank| described(rank, "is missing".into()))
+}
+
+/// The readiness gates to change, whatever the verdict on the settings (pods that run keep
+/// being watched over): a replica of a fleet is group-ready while each of its ranks is there,
+/// alive and ready, and every rank is of one revision.
+fn group_readiness(observed: &Observed<'_>) -> Vec<GroupReadiness> {
+    let mut by_replica: BTreeMap<(FleetRole, u32), Vec<&ObservedPod>> = BTreeMap::new();
+    for pod in &observed.pods {
+        by_replica.entry((pod.role, pod.replica)).or_default().push(pod);
+    }
+    let mut changes = Vec::new();
+    for ((role, _), members) in by_replica {
+        let nodes = role.fleet(&observed.resource.spec).map_or(1, |f| f.nodes_per_replica.max(1)) as usize;
+        let live: Vec<&&ObservedPod> = members.iter().filter(|p| !p.terminating).collect();
+        let mixed = live.iter().any(|p| p.revision != live[0].revision);
+        let why_not = not_group_ready(&members, nodes, mixed);
+        let ready = why_not.is_none();
+        let (reason, message) =
+            why_not.unwrap_or(("GroupReady", format!("all {nodes} ranks of the replica are ready")));
+        for pod in members.iter().filter(|p| !p.terminating && p.group_ready != Some(ready)) {
+            changes.push(GroupReadiness { pod: pod.name.clone(), ready, reason, message: message.clone() });
+        }
+    }
+    changes
+}
+
+/// Why a replica's pods are not group-ready: its first rank that is not, or that is missing.
+fn not_group_ready(members: &[&ObservedPod], nodes: usize, mixed: bool) -> Option<(&'static str, String)> {
+    for rank in 0..nodes as i32 {
+        let at_rank = |live: bool| members.iter().find(|p| p.rank == rank && (!live || !p.terminating));
+        match at_rank(true).or_else(|| at_rank(false)) {
+            None => return Some(("RankMissing", format!("rank {rank} of the replica is missing"))),
+            Some(pod) if pod.failed => return Some(("RankFailed", format!("rank {rank} ({}) failed", pod.name))),
+            Some(pod) if pod.terminating => {
+                return Some(("RankTerminating", format!("rank {rank} ({}) is being deleted", pod.name)));
+            }
+            Some(pod) if !pod.containers_ready => {
+                return Some(("RankNotReady", format!("rank {rank} ({}) is not ready", pod.name)));
+            }
+            Some(_) => {}
+        }
+    }
+    if members.iter().filter(|p| !p.terminating).count() > nodes {
+        return Some(("ReplicaReplaced", "the replica has ranks of two generations".to_string()));
+    }
+    mixed.then(|| ("ReplicaReplaced", "the replica's ranks are of different revisions".to_string()))
 }
 
 /// Groups pods into replicas. A replica is ready when all its ranks are there and ready. It is
@@ -362,7 +519,7 @@ fn group_replicas(pods: &[ObservedPod], desired: &Fleet) -> Groups {
         by_replica.entry(pod.replica).or_default().push(pod);
     }
     let nodes = desired.nodes_per_replica.max(1) as usize;
-    let mut groups = Groups { replicas: Vec::new(), broken: Vec::new() };
+    let mut groups = Groups { replicas: Vec::new(), broken: Vec::new(), failures: Vec::new() };
     for (replica, members) in by_replica {
         let live: Vec<&&ObservedPod> = members.iter().filter(|p| !p.terminating).collect();
         let revision = live.first().map_or_else(String::new, |p| p.revision.clone());
@@ -372,6 +529,8 @@ fn group_replicas(pods: &[ObservedPod], desired: &Fleet) -> Groups {
             !live.is_empty() && (members.iter().any(|p| p.failed) || live.len() < members.len() || mixed || incomplete);
         if broken {
             groups.broken.extend(live.iter().map(|p| p.name.clone()));
+            // A replica whose ranks are of two revisions is a rollout's, not a failure.
+            groups.failures.extend(failure_of(replica, &members, nodes));
         }
         groups.replicas.push(ObservedReplica {
             name: replica.to_string(),
@@ -454,8 +613,11 @@ mod tests {
             rank,
             revision: revision.into(),
             ready,
+            containers_ready: ready,
+            group_ready: None,
             terminating: false,
             failed: false,
+            termination: None,
         }
     }
 
@@ -495,10 +657,22 @@ mod tests {
         assert_eq!((decode.replicas, decode.ready_replicas, decode.endpoints.len()), (1, 0, 0));
         assert!(decision.create.is_empty() && decision.delete.is_empty());
 
+        let gates: Vec<_> = decision.group_readiness.iter().map(|g| (g.pod.as_str(), g.ready, g.reason)).collect();
+        assert_eq!(
+            gates,
+            [("m-decode-0-0", false, "RankNotReady"), ("m-decode-0-1", false, "RankNotReady")],
+            "a group with a rank that is not ready is not ready on any rank"
+        );
+
         let ready = vec![pod("m-decode-0-0", 0, 0, &rev, true), pod("m-decode-0-1", 0, 1, &rev, true)];
-        let decode = observe(&resource, &options, ready, false).status.unwrap().decode.unwrap();
+        let decision = observe(&resource, &options, ready.clone(), false);
+        let decode = decision.status.unwrap().decode.unwrap();
         assert_eq!((decode.replicas, decode.ready_replicas), (1, 1));
         assert_eq!(decode.endpoints, ["http://m-decode-0-0.m-decode.ns.svc:30000"]);
+        assert!(decision.group_readiness.iter().all(|g| g.ready) && decision.group_readiness.len() == 2);
+        let gated: Vec<ObservedPod> = ready.into_iter().map(|p| ObservedPod { group_ready: Some(true), ..p }).collect();
+        let decision = observe(&resource, &options, gated, false);
+        assert!(decision.group_readiness.is_empty(), "a gate already set is not written again");
     }
 
     #[test]
@@ -508,8 +682,19 @@ mod tests {
         let rev = revision(&resource, &options);
         let mut deleted = pod("m-decode-0-1", 0, 1, &rev, true);
         deleted.terminating = true;
-        let decision = observe(&resource, &options, vec![pod("m-decode-0-0", 0, 0, &rev, true), deleted], false);
+        let survivor = ObservedPod { group_ready: Some(true), ..pod("m-decode-0-0", 0, 0, &rev, true) };
+        let decision = observe(&resource, &options, vec![survivor, deleted], false);
         assert_eq!(decision.delete, ["m-decode-0-0"]);
+        assert_eq!(
+            decision.group_readiness,
+            [GroupReadiness {
+                pod: "m-decode-0-0".into(),
+                ready: false,
+                reason: "RankTerminating",
+                message: "rank 1 (m-decode-0-1) is being deleted".into()
+            }],
+            "the surviving rank stops serving before it is deleted"
+        );
         let names: Vec<_> = decision.create.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
         assert_eq!(names, ["m-decode-1-0", "m-decode-1-1"], "a whole group replaces it; ordinal 0 stays taken");
 
@@ -522,6 +707,7 @@ mod tests {
         failed.failed = true;
         let decision = observe(&resource, &options, vec![pod("m-decode-0-0", 0, 0, &rev, true), failed], false);
         assert_eq!(decision.delete, ["m-decode-0-0", "m-decode-0-1"]);
+        assert!(decision.group_readiness.iter().all(|g| !g.ready && g.reason == "RankFailed"));
 
         let gone = observe(&resource, &options, Vec::new(), false);
         assert_eq!(gone.create.len(), 2);

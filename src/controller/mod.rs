@@ -8,6 +8,7 @@ pub mod applied;
 pub mod decide;
 pub mod desired;
 pub mod metrics;
+mod recovery;
 pub mod rollout;
 pub mod status;
 pub mod watch_backoff;
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition, PodStatus, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
@@ -32,7 +34,7 @@ use serde_json::json;
 use crate::api::{InferenceDeployment, RouterStatus};
 use crate::source::{ClusterSource, SourceError};
 use applied::{AppliedBodies, ObjectKey, body_hash};
-use decide::{Announcement, Decision, Next, Observed, ObservedPod};
+use decide::{Announcement, Decision, GROUP_READY, Next, Observed, ObservedPod};
 use desired::{FleetRole, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, RenderOptions, with_type_meta};
 use metrics::Metrics;
 
@@ -163,6 +165,7 @@ struct Reconciler {
     service_accounts: Kept<ServiceAccount>,
     roles: Kept<Role>,
     role_bindings: Kept<RoleBinding>,
+    disruption_budgets: Kept<PodDisruptionBudget>,
     /// Router Deployments, trimmed by [`trim_deployment`] to metadata and ready counts.
     deployments: Kept<Deployment, Deployment>,
 }
@@ -202,8 +205,11 @@ fn trim_deployment(deployment: &mut Deployment) {
 /// Drops everything of a pod the controller never reads, before it reaches the cache: with
 /// thousands of pods the specs and managedFields would dominate the operator's memory.
 fn trim_pod(pod: &mut Pod) {
-    let ready = is_ready(pod);
+    let ready = condition(pod, "Ready") == Some(true);
+    let containers_ready = condition(pod, "ContainersReady") == Some(true);
+    let group_ready = condition(pod, GROUP_READY);
     let failed = is_failed(pod);
+    let ended = termination(pod);
     let read = [desired::LABEL_INSTANCE, desired::LABEL_NAME, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION];
     if let Some(labels) = pod.metadata.labels.as_mut() {
         labels.retain(|key, _| read.contains(&key.as_str()));
@@ -213,23 +219,57 @@ fn trim_pod(pod: &mut Pod) {
     pod.metadata.generate_name = None;
     pod.metadata.creation_timestamp = None;
     pod.spec = None;
-    pod.status = (ready || failed).then(|| PodStatus {
+    let kept = |type_: &str, status: bool| PodCondition {
+        type_: type_.into(),
+        status: if status { "True" } else { "False" }.into(),
+        ..PodCondition::default()
+    };
+    let conditions: Vec<PodCondition> =
+        [ready.then(|| kept("Ready", true)), containers_ready.then(|| kept("ContainersReady", true))]
+            .into_iter()
+            .flatten()
+            .chain(group_ready.map(|status| kept(GROUP_READY, status)))
+            .collect();
+    pod.status = (failed || !conditions.is_empty() || ended.is_some()).then(|| PodStatus {
         phase: failed.then(|| "Failed".into()),
-        conditions: ready
-            .then(|| vec![PodCondition { type_: "Ready".into(), status: "True".into(), ..PodCondition::default() }]),
+        conditions: (!conditions.is_empty()).then_some(conditions),
+        // Kept in the one field the summary needs, so the cache holds no container statuses.
+        message: ended,
         ..PodStatus::default()
     });
+}
+
+/// Why a pod ended, or its SGLang container last did: the pod's own reason (an eviction), else
+/// the container's termination reason and exit code.
+fn termination(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    if status.phase.as_deref() == Some("Failed")
+        && let Some(reason) = &status.reason
+    {
+        let message = status.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
+        return Some(format!("{reason}{message}"));
+    }
+    let containers = status.container_statuses.iter().flatten();
+    containers
+        .filter_map(|c| {
+            let state = c.state.as_ref().and_then(|s| s.terminated.as_ref());
+            state.or_else(|| c.last_state.as_ref().and_then(|s| s.terminated.as_ref())).map(|t| (c, t))
+        })
+        .map(|(container, ended)| {
+            let reason = ended.reason.as_deref().unwrap_or("Terminated");
+            format!("container {} {reason} (exit code {})", container.name, ended.exit_code)
+        })
+        .next()
 }
 
 fn is_failed(pod: &Pod) -> bool {
     pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
 }
 
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+/// The status of a pod's condition `type_`, if it has one.
+fn condition(pod: &Pod, type_: &str) -> Option<bool> {
+    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
+    conditions.iter().find(|c| c.type_ == type_).map(|c| c.status == "True")
 }
 
 /// How long reconciles in flight may finish after `shutdown` before [`run`] returns anyway.
@@ -287,6 +327,7 @@ async fn reconcile_until(
     let (kept_service_accounts, service_accounts) = watch_managed(&client, &scope, trim_kept::<ServiceAccount>);
     let (kept_roles, roles) = watch_managed(&client, &scope, trim_kept::<Role>);
     let (kept_role_bindings, role_bindings) = watch_managed(&client, &scope, trim_kept::<RoleBinding>);
+    let (kept_budgets, disruption_budgets) = watch_managed(&client, &scope, trim_kept::<PodDisruptionBudget>);
     let (kept_router_deployments, router_deployments) = watch_managed(&client, &scope, trim_deployment);
     let sources =
         watcher(api::<PartialObjectMeta<ConfigMap>>(&client, &scope), watcher::Config::default()).touched_objects();
@@ -299,6 +340,7 @@ async fn reconcile_until(
         service_accounts: Kept::new(kept_service_accounts),
         roles: Kept::new(kept_roles),
         role_bindings: Kept::new(kept_role_bindings),
+        disruption_budgets: Kept::new(kept_budgets),
         deployments: Kept::new(kept_router_deployments),
     });
     Controller::for_stream(deployment_stream, deployments)
@@ -318,6 +360,7 @@ async fn reconcile_until(
             service_accounts,
             roles,
             role_bindings,
+            disruption_budgets,
             router_deployments,
         ]))
         // A ConfigMap named by the model's or the draft's configMapRef re-reconciles the resources
@@ -472,6 +515,21 @@ async fn act(
         deployments.patch_status(&resource.name_any(), &apply, &Patch::Apply(body)).await.map_err(Error::Kube)?;
     }
     let pods: Api<Pod> = Api::namespaced(context.client.clone(), namespace);
+    for change in &decision.group_readiness {
+        let condition = json!({"status": {"conditions": [{
+            "type": GROUP_READY,
+            "status": if change.ready { "True" } else { "False" },
+            "reason": change.reason,
+            "message": change.message,
+            "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+        }]}});
+        // A strategic merge keeps the kubelet's conditions (they merge by type).
+        match pods.patch_status(&change.pod, &PatchParams::default(), &Patch::Strategic(condition)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => return Err(Error::Kube(e)),
+        }
+    }
     for pod_name in &decision.delete {
         match pods.delete(pod_name, &DeleteParams::default()).await {
             Ok(_) => {}
@@ -519,12 +577,15 @@ impl Reconciler {
         for fleet in desired.fleets() {
             let service = with_type_meta(&fleet.service, "v1", "Service");
             self.services.apply(client, apply, namespace, &name_of(&fleet.service.metadata), service).await?;
+            let budget = with_type_meta(&fleet.disruption_budget, "policy/v1", "PodDisruptionBudget");
+            let budget_name = name_of(&fleet.disruption_budget.metadata);
+            self.disruption_budgets.apply(client, apply, namespace, &budget_name, budget).await?;
         }
         let name = resource.name_any();
         if desired.prefill.is_none() {
-            self.services
-                .remove(client, resource, namespace, &desired::service_name(&name, FleetRole::Prefill))
-                .await?;
+            let prefill = desired::service_name(&name, FleetRole::Prefill);
+            self.services.remove(client, resource, namespace, &prefill).await?;
+            self.disruption_budgets.remove(client, resource, namespace, &prefill).await?;
         }
         let router_name = desired::router_name(&name);
         match &desired.router {
@@ -539,8 +600,11 @@ impl Reconciler {
                 self.deployments.apply(client, apply, namespace, &router_name, deployment).await?;
                 let service = with_type_meta(&router.service, "v1", "Service");
                 self.services.apply(client, apply, namespace, &router_name, service).await?;
+                let budget = with_type_meta(&router.disruption_budget, "policy/v1", "PodDisruptionBudget");
+                self.disruption_budgets.apply(client, apply, namespace, &router_name, budget).await?;
             }
             None => {
+                self.disruption_budgets.remove(client, resource, namespace, &router_name).await?;
                 self.services.remove(client, resource, namespace, &router_name).await?;
                 self.deployments.remove(client, resource, namespace, &router_name).await?;
                 self.role_bindings.remove(client, resource, namespace, &router_name).await?;
@@ -668,9 +732,12 @@ fn observe_pods(cached: &Store<Pod>, namespace: &str, resource: &InferenceDeploy
                 replica: labels.get(LABEL_ORDINAL)?.parse().ok()?,
                 rank: labels.get(LABEL_RANK).and_then(|r| r.parse().ok()).unwrap_or(0),
                 revision: labels.get(LABEL_REVISION).cloned().unwrap_or_default(),
-                ready: is_ready(pod),
+                ready: condition(pod, "Ready") == Some(true),
+                containers_ready: condition(pod, "ContainersReady") == Some(true),
+                group_ready: condition(pod, GROUP_READY),
                 terminating: pod.metadata.deletion_timestamp.is_some(),
                 failed: is_failed(pod),
+                termination: pod.status.as_ref().and_then(|s| s.message.clone()),
             })
         })
         .collect()
@@ -733,13 +800,17 @@ mod tests {
             },
             "spec": {"containers": [{"name": "c", "image": "i"}]},
             "status": {"phase": "Running", "conditions": [
-                {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}
+                {"type": "PodScheduled", "status": "True"}, {"type": "ContainersReady", "status": "True"},
+                {"type": GROUP_READY, "status": "False"}, {"type": "Ready", "status": "False"}
             ]}
         }))
         .unwrap();
         trim_pod(&mut pod);
         assert!(pod.spec.is_none() && pod.metadata.annotations.is_none() && pod.metadata.managed_fields.is_none());
-        assert!(is_ready(&pod) && pod.metadata.deletion_timestamp.is_some());
+        assert_eq!((condition(&pod, "ContainersReady"), condition(&pod, GROUP_READY)), (Some(true), Some(false)));
+        assert_eq!(condition(&pod, "Ready"), None, "not ready, as it said");
+        assert_eq!(pod.status.as_ref().unwrap().conditions.as_ref().unwrap().len(), 2, "only what the planner reads");
+        assert!(pod.metadata.deletion_timestamp.is_some());
         assert_eq!(pod.metadata.owner_references.as_ref().map(Vec::len), Some(1));
         assert_eq!(pod.metadata.labels.as_ref().map(|l| l[LABEL_REVISION].as_str()), Some("abc"));
         assert!(pod.metadata.labels.as_ref().is_some_and(|l| !l.contains_key("team")), "labels nobody reads go");
@@ -749,14 +820,14 @@ mod tests {
         }))
         .unwrap();
         trim_pod(&mut unready);
-        assert!(!is_ready(&unready) && unready.status.is_none());
+        assert!(unready.status.is_none());
 
         let mut failed: Pod = serde_json::from_value(json!({
             "metadata": {"name": "p", "labels": {LABEL_RANK: "1"}}, "status": {"phase": "Failed", "reason": "Evicted"}
         }))
         .unwrap();
         trim_pod(&mut failed);
-        assert!(is_failed(&failed) && !is_ready(&failed));
+        assert!(is_failed(&failed) && condition(&failed, "ContainersReady").is_none());
         assert_eq!(failed.metadata.labels.as_ref().map(|l| l[LABEL_RANK].as_str()), Some("1"));
     }
 }

@@ -4,10 +4,10 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
-use super::desired::FleetRole;
+use super::desired::{FleetRole, resources};
 use crate::api::{
-    CONDITION_MODEL_RESOLVED, CONDITION_PROGRESSING, CONDITION_READY, CONDITION_SETTINGS_VALID, FleetStatus,
-    InferenceDeploymentStatus, RouterStatus, SglangStatus,
+    CONDITION_DEGRADED, CONDITION_MODEL_RESOLVED, CONDITION_PROGRESSING, CONDITION_READY, CONDITION_SETTINGS_VALID,
+    FleetStatus, InferenceDeploymentSpec, InferenceDeploymentStatus, RouterStatus, SglangStatus,
 };
 use crate::policy::{Assessment, Outcome};
 use crate::release::ReleaseChoice;
@@ -32,20 +32,27 @@ impl Decided {
     }
 }
 
-/// The four conditions of a resource, as decided in one pass.
+/// The conditions a pass decides, one of each type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Conditions {
     pub model_resolved: Decided,
     pub settings_valid: Decided,
     pub ready: Decided,
     pub progressing: Decided,
+    /// Whether a fleet's replicas keep failing and their replacements wait.
+    pub degraded: Decided,
 }
 
 impl Conditions {
     /// Each condition, in the order the status lists them.
-    pub fn all(&self) -> [&Decided; 4] {
-        [&self.model_resolved, &self.settings_valid, &self.ready, &self.progressing]
+    pub fn all(&self) -> [&Decided; 5] {
+        [&self.model_resolved, &self.settings_valid, &self.ready, &self.progressing, &self.degraded]
     }
+}
+
+/// `Degraded` when nothing is known to be failing.
+fn not_degraded() -> Decided {
+    Decided::new(CONDITION_DEGRADED, Some(false), "Healthy", "no fleet is waiting out failures")
 }
 
 /// Conditions with `observedGeneration`, keeping the previous `lastTransitionTime` of any
@@ -93,6 +100,7 @@ pub fn unresolved(reason: &str, message: &str) -> Conditions {
             "no pods are managed until the model config is read",
         ),
         progressing: Decided::new(CONDITION_PROGRESSING, Some(false), "ModelUnresolved", message),
+        degraded: not_degraded(),
     }
 }
 
@@ -195,7 +203,7 @@ pub fn resolved(
 ) -> Conditions {
     let layout = &assessment.layout;
     let verdict = &assessment.verdict;
-    let model = Decided::new(
+    let model_resolved = Decided::new(
         CONDITION_MODEL_RESOLVED,
         Some(true),
         "Resolved",
@@ -209,7 +217,7 @@ pub fn resolved(
             layout.layers.ssm
         ),
     );
-    let settings = match verdict.outcome {
+    let settings_valid = match verdict.outcome {
         Outcome::Valid => {
             Decided::new(CONDITION_SETTINGS_VALID, Some(true), "Valid", "the settings are valid for the layout")
         }
@@ -238,8 +246,8 @@ pub fn resolved(
     };
     if verdict.outcome == Outcome::Rejected {
         return Conditions {
-            model_resolved: model,
-            settings_valid: settings,
+            model_resolved,
+            settings_valid,
             ready: Decided::new(
                 CONDITION_READY,
                 Some(false),
@@ -252,9 +260,10 @@ pub fn resolved(
                 "SettingsRejected",
                 "fix the settings named in SettingsValid",
             ),
+            degraded: not_degraded(),
         };
     }
-    let ready_condition = readiness(fleets, router);
+    let ready = readiness(fleets, router);
     let (rolling, reason, progress) = if fleets.iter().all(FleetProgress::all_ready) {
         (false, "Complete", "the current revision is rolled out".to_string())
     } else {
@@ -276,7 +285,7 @@ pub fn resolved(
         ),
         None => Decided::new(CONDITION_PROGRESSING, Some(rolling), reason, progress),
     };
-    Conditions { model_resolved: model, settings_valid: settings, ready: ready_condition, progressing }
+    Conditions { model_resolved, settings_valid, ready, progressing, degraded: not_degraded() }
 }
 
 /// `status.sglang`: the release the rules were evaluated at, and where it came from.
@@ -288,6 +297,19 @@ pub fn sglang_status(choice: &ReleaseChoice) -> SglangStatus {
     }
 }
 
+/// What status says beside the verdict: the layout's and the policy's warnings, what the release's
+/// parser says of the fleets' `extraArgs`, and what the pods' resources change of what the spec set
+/// (`check` prints the same).
+pub fn warnings(spec: &InferenceDeploymentSpec, assessment: &Assessment) -> Vec<String> {
+    let layouts = std::iter::once(&assessment.layout).chain(assessment.draft_layout.as_ref());
+    layouts
+        .flat_map(|layout| layout.warnings.iter().cloned())
+        .chain(assessment.verdict.warnings.iter().cloned())
+        .chain(assessment.command_line_warnings.iter().cloned())
+        .chain(resources::warnings(spec))
+        .collect()
+}
+
 /// The complete status object.
 pub fn status(
     previous: Option<&InferenceDeploymentStatus>,
@@ -295,6 +317,7 @@ pub fn status(
     generation: Option<i64>,
     assessment: Option<&Assessment>,
     workloads: Option<Workloads>,
+    warnings: Vec<String>,
     now: Timestamp,
 ) -> InferenceDeploymentStatus {
     // Keep the last known workloads when this pass could not look at them.
@@ -319,6 +342,7 @@ pub fn status(
         router: workloads.router,
         endpoint: workloads.endpoint,
         sglang: assessment.map(|a| sglang_status(&a.release)),
+        warnings,
     }
 }
 

@@ -31,8 +31,19 @@ pub const MAX_KEY_LEN: usize = 1024;
 pub const MAX_REGIONS_PER_PAGE: usize = 16;
 /// Longest namespace in bytes.
 pub const MAX_NAMESPACE_LEN: usize = 4096;
-/// Largest request body the sidecar accepts: 128 copy-mode pages of 8 MiB fit with room.
-pub const MAX_FRAME: u32 = 2 << 30;
+/// Largest request body any sidecar accepts: 128 copy-mode pages of 8 MiB fit with room.
+pub const MAX_FRAME: u64 = 2 << 30;
+/// What a frame carries beside page bytes, at most: the opcode, the keys with their lengths,
+/// a length per key and the regions of every page.
+pub const MAX_FRAME_OVERHEAD: u64 =
+    (1 + 2 + MAX_KEYS * (2 + MAX_KEY_LEN) + MAX_KEYS * 8 + 1 + MAX_KEYS * MAX_REGIONS_PER_PAGE * 16) as u64;
+
+/// Largest request body a sidecar of `capacity` bytes accepts: the smaller of [`MAX_FRAME`]
+/// and the capacity plus [`MAX_FRAME_OVERHEAD`], since a frame carrying more page bytes than
+/// the store holds could never be stored, and reading it would only grow the sidecar's memory.
+pub fn frame_limit(capacity: u64) -> u64 {
+    MAX_FRAME.min(capacity.saturating_add(MAX_FRAME_OVERHEAD))
+}
 
 /// Reply status: success.
 pub const STATUS_OK: u8 = 0;

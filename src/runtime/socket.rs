@@ -9,15 +9,15 @@ use std::io::{self, IoSliceMut, Read, Write};
 use std::mem::MaybeUninit;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
 use thiserror::Error;
 
 use super::mapping::{MappingError, PoolMapping};
 use super::metrics::Metrics;
-use super::protocol::{self, FrameError, Keys, MAX_FRAME, Regions, Request, STATUS_ERROR, STATUS_OK};
+use super::protocol::{self, FrameError, Keys, Regions, Request, STATUS_ERROR, STATUS_OK};
 use super::store::{Namespace, PageStore};
 
 /// Why a connection was closed by the sidecar.
@@ -27,8 +27,13 @@ pub enum ConnectionError {
     Io(#[from] io::Error),
     #[error("the client closed the connection mid-frame ({got} of {want} bytes)")]
     ClosedMidFrame { got: usize, want: usize },
-    #[error("frame of {0} bytes exceeds the {MAX_FRAME}-byte limit")]
-    FrameTooLarge(u32),
+    #[error(
+        "frame of {len} bytes exceeds this sidecar's {limit}-byte limit (its --capacity and the frame's keys: \
+         larger frames could never be stored)"
+    )]
+    FrameTooLarge { len: u64, limit: u64 },
+    #[error("frames of other connections held the sidecar's {limit}-byte frame memory for {waited:?}; retry")]
+    FrameMemoryBusy { limit: u64, waited: Duration },
     #[error("malformed frame: {0}")]
     Malformed(#[from] FrameError),
     #[error("the pool mapping refused the frame: {0}")]
@@ -43,7 +48,8 @@ impl ConnectionError {
         match self {
             Self::Io(_) => "io",
             Self::ClosedMidFrame { .. } => "closed_mid_frame",
-            Self::FrameTooLarge(_) | Self::Malformed(_) => "malformed",
+            Self::FrameTooLarge { .. } | Self::Malformed(_) => "malformed",
+            Self::FrameMemoryBusy { .. } => "busy",
             Self::Mapping(MappingError::OutOfBounds { .. }) => "bad_region",
             Self::Mapping(_) => "bad_fd",
             Self::Protocol(_) => "protocol",
@@ -51,10 +57,63 @@ impl ConnectionError {
     }
 }
 
-/// A request body and the fd that came with it (HELLO's memfd).
-struct Frame {
+/// A request body and the fd that came with it (HELLO's memfd), holding its share of the
+/// frame memory until it is dropped.
+struct Frame<'a> {
     body: Vec<u8>,
     fd: Option<OwnedFd>,
+    _reserved: Reservation<'a>,
+}
+
+/// The bytes all connections' frames may hold at once: one frame limit, so that however many
+/// ranks send at once, the sidecar's memory stays within `runtime::memory_limit`.
+pub struct FrameBudget {
+    limit: u64,
+    in_use: Mutex<u64>,
+    released: Condvar,
+}
+
+/// How long a frame waits for memory that other connections' frames hold before it is refused:
+/// long enough for any honest frame to be read and stored, short enough that a stalled client
+/// cannot hang every rank.
+const FRAME_MEMORY_WAIT: Duration = Duration::from_secs(30);
+
+impl FrameBudget {
+    /// The budget of a sidecar whose store holds `capacity` bytes.
+    pub fn for_capacity(capacity: u64) -> Self {
+        Self { limit: protocol::frame_limit(capacity), in_use: Mutex::new(0), released: Condvar::new() }
+    }
+
+    /// Reserves `len` bytes for a frame, waiting while other frames hold them.
+    fn reserve(&self, len: u64) -> Result<Reservation<'_>, ConnectionError> {
+        if len > self.limit {
+            return Err(ConnectionError::FrameTooLarge { len, limit: self.limit });
+        }
+        let in_use = self.in_use.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (mut in_use, timeout) = self
+            .released
+            .wait_timeout_while(in_use, FRAME_MEMORY_WAIT, |in_use| *in_use + len > self.limit)
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if timeout.timed_out() && *in_use + len > self.limit {
+            return Err(ConnectionError::FrameMemoryBusy { limit: self.limit, waited: FRAME_MEMORY_WAIT });
+        }
+        *in_use += len;
+        Ok(Reservation { budget: self, len })
+    }
+}
+
+/// Bytes of a [`FrameBudget`] held by one frame.
+struct Reservation<'a> {
+    budget: &'a FrameBudget,
+    len: u64,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        let mut in_use = self.budget.in_use.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        *in_use -= self.len;
+        self.budget.released.notify_all();
+    }
 }
 
 struct Session {
@@ -64,6 +123,7 @@ struct Session {
 
 /// Accepts connections until the listener fails, serving each on its own thread.
 pub fn serve(listener: UnixListener, store: Arc<PageStore>, metrics: Arc<Metrics>) -> io::Result<()> {
+    let budget = Arc::new(FrameBudget::for_capacity(store.capacity()));
     metrics.set_ready();
     for stream in listener.incoming() {
         let stream = match stream {
@@ -72,10 +132,10 @@ pub fn serve(listener: UnixListener, store: Arc<PageStore>, metrics: Arc<Metrics
             Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
             Err(e) => return Err(e),
         };
-        let (store, metrics) = (Arc::clone(&store), Arc::clone(&metrics));
+        let (store, metrics, budget) = (Arc::clone(&store), Arc::clone(&metrics), Arc::clone(&budget));
         std::thread::Builder::new().name("kvpilot-conn".into()).spawn(move || {
             metrics.connection_opened();
-            let connection = Connection { stream, store: &store, metrics: &metrics, session: None };
+            let connection = Connection { stream, store: &store, metrics: &metrics, budget: &budget, session: None };
             let reason = match connection.run() {
                 Ok(()) => "eof",
                 Err(e) => {
@@ -93,25 +153,33 @@ struct Connection<'a> {
     stream: UnixStream,
     store: &'a PageStore,
     metrics: &'a Metrics,
+    budget: &'a FrameBudget,
     session: Option<Session>,
 }
 
 impl Connection<'_> {
     fn run(mut self) -> Result<(), ConnectionError> {
-        while let Some(Frame { body, fd }) = self.read_frame()? {
-            let result =
-                protocol::parse(&body).map_err(ConnectionError::from).and_then(|request| self.handle(request, fd));
+        let budget = self.budget;
+        loop {
+            let result = match self.read_frame(budget) {
+                Ok(None) => return Ok(()),
+                Ok(Some(Frame { body, fd, _reserved })) => {
+                    protocol::parse(&body).map_err(ConnectionError::from).and_then(|request| self.handle(request, fd))
+                }
+                Err(e) => Err(e),
+            };
             if let Err(e) = result {
-                // Best effort: the client may be gone already; the close is what matters.
-                let _ = self.stream.write_all(&protocol::reply(STATUS_ERROR, e.to_string().as_bytes()));
+                if !matches!(e, ConnectionError::Io(_) | ConnectionError::ClosedMidFrame { .. }) {
+                    // Best effort: the client may be gone already; the close is what matters.
+                    let _ = self.stream.write_all(&protocol::reply(STATUS_ERROR, e.to_string().as_bytes()));
+                }
                 return Err(e);
             }
         }
-        Ok(())
     }
 
     /// The next frame's body and the fd that came with it; None at a clean end of stream.
-    fn read_frame(&mut self) -> Result<Option<Frame>, ConnectionError> {
+    fn read_frame<'b>(&mut self, budget: &'b FrameBudget) -> Result<Option<Frame<'b>>, ConnectionError> {
         let mut header = [0u8; 4];
         let mut got = 0;
         let mut fd = None;
@@ -143,17 +211,15 @@ impl Connection<'_> {
             }
             got += received.bytes;
         }
-        let len = u32::from_le_bytes(header);
-        if len > MAX_FRAME {
-            return Err(ConnectionError::FrameTooLarge(len));
-        }
+        let len = u64::from(u32::from_le_bytes(header));
+        let reserved = budget.reserve(len)?;
         // Grows as bytes arrive, so a lying length costs nothing until the data comes.
         let mut body = Vec::new();
-        (&self.stream).take(u64::from(len)).read_to_end(&mut body)?;
+        (&self.stream).take(len).read_to_end(&mut body)?;
         if body.len() < len as usize {
             return Err(ConnectionError::ClosedMidFrame { got: body.len(), want: len as usize });
         }
-        Ok(Some(Frame { body, fd }))
+        Ok(Some(Frame { body, fd, _reserved: reserved }))
     }
 
     fn handle(&mut self, request: Request<'_>, fd: Option<OwnedFd>) -> Result<(), ConnectionError> {

@@ -64,6 +64,28 @@ pub enum SourceError {
 }
 
 impl SourceError {
+    /// Whether the source is well formed but could not be read: a ConfigMap, key or Secret that
+    /// does not exist (yet), the API server or the hub unreachable or refusing. What was read
+    /// but is not a model config, or a source named wrongly, is not.
+    pub fn is_unreadable(&self) -> bool {
+        match self {
+            Self::ConfigMapNotFound { .. }
+            | Self::ConfigMapKeyMissing { .. }
+            | Self::TokenSecretNotFound { .. }
+            | Self::ClusterApi { .. }
+            | Self::HubStatus { .. }
+            | Self::HubUnreachable { .. } => true,
+            Self::At { inner, .. } => inner.is_unreadable(),
+            Self::SourceSelection(_)
+            | Self::InvalidJson { .. }
+            | Self::NotAnObject { .. }
+            | Self::TooLarge { .. }
+            | Self::BadEndpoint { .. } => false,
+        }
+    }
+}
+
+impl SourceError {
     /// A short CamelCase reason for conditions and events.
     pub fn reason(&self) -> &'static str {
         match self {

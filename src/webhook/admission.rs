@@ -101,13 +101,26 @@ async fn decide(
     let Some(object) = &request.object else {
         return denied(response, 400, "BadRequest", format!("{:?} request has no object", request.operation));
     };
-    let resource: InferenceDeployment = match serde_json::to_value(object)
-        .map_err(|e| e.to_string())
-        .and_then(|v| serde_path_to_error::deserialize(v).map_err(|e| format!("field {}: {}", e.path(), e.inner())))
-    {
-        Ok(resource) => resource,
-        Err(e) => return denied(response, 422, "Invalid", format!("InferenceDeployment is malformed: {e}")),
+    // The mutating webhook runs before the API server validates the object against the CRD:
+    // what the CRD refuses is refused here too, in its words, rather than decided on.
+    let stored = match serde_json::to_value(object).map(|v| crate::api::validation::validate(&v)) {
+        Ok(Ok(stored)) => stored,
+        Ok(Err(problems)) => {
+            let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
+            return denied(
+                response,
+                422,
+                "Invalid",
+                format!("InferenceDeployment is invalid: {}", problems.join("; ")),
+            );
+        }
+        Err(e) => return denied(response, 400, "BadRequest", format!("InferenceDeployment is not JSON: {e}")),
     };
+    let resource: InferenceDeployment =
+        match serde_path_to_error::deserialize(stored).map_err(|e| format!("field {}: {}", e.path(), e.inner())) {
+            Ok(resource) => resource,
+            Err(e) => return denied(response, 422, "Invalid", format!("InferenceDeployment is malformed: {e}")),
+        };
     let name = format!("{}/{}", request.namespace.as_deref().unwrap_or("default"), request.name);
     let namespace = request.namespace.clone().unwrap_or_else(|| "default".into());
     let configs = match configs_for(&resource, &namespace, source).await {

@@ -92,7 +92,7 @@ fn reply(review: Result<serde_json::Value, admission::BadReview>) -> Response {
 }
 
 fn bad_request(message: String) -> Response {
-    tracing::warn!(%message, "refused an admission request");
+    tracing::warn!(reason = %message, "refused an admission request");
     (StatusCode::BAD_REQUEST, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], message + "\n").into_response()
 }
 

@@ -182,10 +182,23 @@ impl Cluster {
 
 /// A client for any kubeconfig file.
 pub async fn client_for(kubeconfig: &Path) -> kube::Client {
+    kube::Client::try_from(config_for(kubeconfig).await).expect("client")
+}
+
+async fn config_for(kubeconfig: &Path) -> kube::Config {
     let config = kube::config::Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
     let options = kube::config::KubeConfigOptions::default();
-    let config = kube::Config::from_custom_kubeconfig(config, &options).await.expect("kubeconfig");
-    kube::Client::try_from(config).expect("client")
+    kube::Config::from_custom_kubeconfig(config, &options).await.expect("kubeconfig")
+}
+
+impl Cluster {
+    /// An admin client that does not retry: kube's default client retries a 429 (throttling) for
+    /// as long as the server asks, and an eviction a disruption budget refuses answers 429 too.
+    pub async fn client_without_retries(&self) -> kube::Client {
+        let mut config = config_for(&self.kubeconfig).await;
+        config.default_retry = false;
+        kube::Client::try_from(config).expect("client")
+    }
 }
 
 pub fn text(bytes: &[u8]) -> String {

@@ -1,6 +1,7 @@
 //! The node side of pods for tests against a real API server, which has no kubelet: binds
-//! each decode pod to a node, reports it Running and Ready through the status subresource
-//! after a start-up delay, and, once the pod is being deleted, finishes the deletion after a
+//! each decode pod to a node, reports it Running with its containers ready through the status
+//! subresource after a start-up delay, keeps its `Ready` condition in step with its readiness
+//! gates as a kubelet does, and, once the pod is being deleted, finishes the deletion after a
 //! shutdown delay (a kubelet's final delete with grace period 0). Bound pods are what make a
 //! real API server delete gracefully: an unbound pod is removed at once.
 
@@ -13,6 +14,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
+use kvpilot::apiserver::kubelet;
 use serde_json::json;
 
 /// The node every pod is bound to (no Node object: nothing here checks that it exists).
@@ -49,11 +51,11 @@ impl Drop for Kubelet {
     }
 }
 
-fn is_ready(pod: &Pod) -> bool {
+fn started(pod: &Pod) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "ContainersReady" && c.status == "True"))
 }
 
 /// Work already started for a pod, so a burst of watch events starts it once.
@@ -92,8 +94,10 @@ pub fn start(client: kube::Client, namespace: Option<&str>, selector: &str, timi
                 "stop"
             } else if timing.bind && !bound {
                 "bind"
-            } else if !is_ready(&pod) {
+            } else if !started(&pod) {
                 "start"
+            } else if kubelet::ready_is_stale(&pod) {
+                "gates"
             } else {
                 continue;
             };
@@ -104,8 +108,8 @@ pub fn start(client: kube::Client, namespace: Option<&str>, selector: &str, timi
             tokio::spawn(async move {
                 tokio::time::sleep(match step {
                     "stop" => timing.stop,
-                    "bind" => Duration::ZERO,
-                    _ => timing.start,
+                    "start" => timing.start,
+                    _ => Duration::ZERO,
                 })
                 .await;
                 // A node retries until the API server takes the write (it may be restarting);
@@ -114,9 +118,14 @@ pub fn start(client: kube::Client, namespace: Option<&str>, selector: &str, timi
                     let done = match step {
                         "stop" => finish_deletion(&api, &name, &uid).await,
                         "bind" => bind(&api, &name).await,
+                        "gates" => follow_gates(&api, &name).await,
                         _ => report_ready(&api, &name).await,
                     };
                     if done {
+                        // A later change of the gates is a new step.
+                        if step == "gates" {
+                            in_flight.release(&uid, step);
+                        }
                         return;
                     }
                     tokio::time::sleep(RETRY).await;
@@ -154,22 +163,31 @@ pub async fn bind(api: &Api<Pod>, name: &str) -> bool {
 /// Pod IPs handed out, one per pod started, so that EndpointSlices list each pod apart.
 static STARTED: AtomicU32 = AtomicU32::new(0);
 
-/// Reports the pod `name` Running and Ready, with an address of its own.
+/// Reports the pod `name` Running with its containers ready and an address of its own; `Ready`
+/// as its readiness gates say.
 pub async fn report_ready(api: &Api<Pod>, name: &str) -> bool {
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let pod = match api.get(name).await {
+        Ok(pod) => pod,
+        Err(e) => return settle(Err(e)),
+    };
     let n = STARTED.fetch_add(1, Ordering::Relaxed);
-    let status = json!({"status": {
-        "phase": "Running",
-        "podIP": format!("10.{}.{}.{}", (n >> 16) & 0xff, (n >> 8) & 0xff, (n & 0xff).max(1)),
-        "conditions": [
-            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
-            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
-            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
-            {"type": "Ready", "status": "True", "lastTransitionTime": now}
-        ]
-    }});
+    let ip = format!("10.{}.{}.{}", (n >> 16) & 0xff, (n >> 8) & 0xff, (n & 0xff).max(1));
     let params = PatchParams { field_manager: Some(MANAGER.into()), ..PatchParams::default() };
-    settle(api.patch_status(name, &params, &Patch::Merge(&status)).await.map(drop))
+    let status = kubelet::started_status(&pod, &ip);
+    settle(api.patch_status(name, &params, &Patch::Strategic(&status)).await.map(drop))
+}
+
+/// Sets the pod's `Ready` condition to what its readiness gates say now.
+pub async fn follow_gates(api: &Api<Pod>, name: &str) -> bool {
+    let pod = match api.get(name).await {
+        Ok(pod) => pod,
+        Err(e) => return settle(Err(e)),
+    };
+    if !kubelet::ready_is_stale(&pod) {
+        return true;
+    }
+    let params = PatchParams { field_manager: Some(MANAGER.into()), ..PatchParams::default() };
+    settle(api.patch_status(name, &params, &Patch::Strategic(&kubelet::ready_status(&pod))).await.map(drop))
 }
 
 async fn finish_deletion(api: &Api<Pod>, name: &str, uid: &str) -> bool {

@@ -1,0 +1,43 @@
+//! Pieces of containers that the server pods, the cache runtime and the router share.
+
+use k8s_openapi::api::core::v1::{EnvVar, HTTPGetAction, Probe, VolumeMount};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use crate::api::ImagePullPolicy;
+
+pub(super) fn env_var(name: &str, value: &str) -> EnvVar {
+    EnvVar { name: name.into(), value: Some(value.into()), ..EnvVar::default() }
+}
+
+pub(super) fn image_pull_policy(policy: ImagePullPolicy) -> String {
+    match policy {
+        ImagePullPolicy::Always => "Always",
+        ImagePullPolicy::IfNotPresent => "IfNotPresent",
+        ImagePullPolicy::Never => "Never",
+    }
+    .into()
+}
+
+/// An HTTP GET probe of `path` on the container port named `port`.
+pub(super) fn http_probe(port: &str, path: &str, period: i32, timeout: i32, failures: i32) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String(port.into()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period),
+        failure_threshold: Some(failures),
+        timeout_seconds: Some(timeout),
+        ..Probe::default()
+    }
+}
+
+pub(super) fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    }
+}

@@ -1,0 +1,219 @@
+//! A fleet of SGLang servers: its headless Service, its revision, and the pods of each replica,
+//! made from one pod template.
+
+use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+use super::disruption_budget;
+use super::pod::server_pod_template;
+use super::service::headless_service;
+use super::{
+    FleetRole, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, RenderOptions, managed_labels, pod_name, selector_labels,
+    service_name,
+};
+use crate::api::{FleetSpec, InferenceDeployment};
+use crate::policy::Assessment;
+use crate::sglang::server;
+
+/// What should exist for one fleet of SGLang servers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fleet {
+    pub role: FleetRole,
+    /// Hash of the pod template.
+    pub revision: String,
+    /// Headless `NAME-ROLE`: stable DNS names for the pods.
+    pub service: Service,
+    /// `NAME-ROLE`: what evictions may take down at once.
+    pub disruption_budget: PodDisruptionBudget,
+    /// Pod template; [`Fleet::pod`] names it and gives it its rank.
+    template: Pod,
+    /// Replicas to run: the fleet's `replicas`, or for a prefill fleet with `ratio` its share of
+    /// the decode fleet's.
+    pub replicas: i32,
+    /// Pods per replica.
+    pub nodes_per_replica: i32,
+    /// Label selector (`k=v,k=v`) of the fleet's pods.
+    pub selector: String,
+    name: String,
+    namespace: String,
+    port: i32,
+    /// How many of the container's last arguments are the fleet's `extraArgs`.
+    extra_args: usize,
+}
+
+/// 64-bit FNV-1a: a stable hash (the standard library's is not stable across releases), the
+/// family Kubernetes uses for pod-template hashes.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
+/// The `role` fleet of `resource` as `fleet` (its spec.decode or spec.prefill) describes it.
+pub(super) fn render_fleet(
+    resource: &InferenceDeployment,
+    assessment: &Assessment,
+    options: &RenderOptions,
+    role: FleetRole,
+    fleet: &FleetSpec,
+    owner: &OwnerReference,
+) -> Fleet {
+    let name = resource.metadata.name.clone().unwrap_or_default();
+    let namespace = resource.metadata.namespace.clone();
+    let selector = selector_labels(&name, role);
+    let service = headless_service(&name, &namespace, role, &selector, fleet.port, owner);
+    let replicas = match role {
+        FleetRole::Decode => fleet.replicas,
+        FleetRole::Prefill => resource.spec.prefill_replicas().unwrap_or(fleet.replicas),
+    }
+    .max(0);
+    let nodes_per_replica = fleet.nodes_per_replica.max(1);
+    let disruption_budget = disruption_budget::fleet(
+        service_name(&name, role),
+        &namespace,
+        &selector,
+        owner,
+        (replicas, nodes_per_replica, fleet.max_unavailable),
+    );
+    let template = server_pod_template(resource, assessment, options, role, fleet, managed_labels(&selector), owner);
+    let hashed = format!("{}\n{nodes_per_replica}", serde_json::to_string(&template).unwrap_or_default());
+    let revision = format!("{:016x}", fnv1a(hashed.as_bytes()))[..10].to_string();
+    let selector = selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+    Fleet {
+        role,
+        revision,
+        service,
+        disruption_budget,
+        template,
+        replicas,
+        nodes_per_replica,
+        selector,
+        name,
+        namespace: namespace.unwrap_or_default(),
+        port: fleet.port,
+        extra_args: fleet.extra_args.len(),
+    }
+}
+
+impl Fleet {
+    /// The pods of replica `replica` at this revision, rank 0 first.
+    pub fn replica(&self, replica: u32) -> Vec<Pod> {
+        (0..self.nodes_per_replica).map(|rank| self.pod(replica, rank)).collect()
+    }
+
+    /// The DNS name of a pod through the headless Service.
+    fn host(&self, pod_name: &str) -> String {
+        format!("{pod_name}.{}.{}.svc", service_name(&self.name, self.role), self.namespace)
+    }
+
+    /// The URL a router sends replica `replica`'s requests to: its rank 0.
+    pub fn endpoint(&self, replica: u32) -> String {
+        self.endpoint_of(&pod_name(&self.name, self.role, replica, 0, self.nodes_per_replica))
+    }
+
+    /// The URL of the SGLang server of the pod named `pod_name`.
+    pub fn endpoint_of(&self, pod_name: &str) -> String {
+        format!("http://{}:{}", self.host(pod_name), self.port)
+    }
+
+    /// The pod of rank `rank` in replica `replica` at this revision.
+    pub fn pod(&self, replica: u32, rank: i32) -> Pod {
+        let mut pod = self.template.clone();
+        let name = pod_name(&self.name, self.role, replica, rank, self.nodes_per_replica);
+        pod.metadata.name = Some(name.clone());
+        let labels = pod.metadata.labels.get_or_insert_default();
+        labels.insert(LABEL_REVISION.into(), self.revision.clone());
+        labels.insert(LABEL_ORDINAL.into(), replica.to_string());
+        labels.insert(LABEL_RANK.into(), rank.to_string());
+        let leader = self.host(&pod_name(&self.name, self.role, replica, 0, self.nodes_per_replica));
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.hostname = Some(name);
+            if self.nodes_per_replica > 1
+                && let Some(args) = spec.containers[0].args.as_mut()
+            {
+                // Before extraArgs, which come last.
+                let at = args.len() - self.extra_args;
+                let ranks = server::rank_args(self.nodes_per_replica, rank, &leader);
+                args.splice(at..at, ranks);
+            }
+        }
+        pod
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    use serde_json::json;
+
+    use super::*;
+    use crate::controller::desired::resources::GPU_RESOURCE;
+    use crate::controller::desired::test_support::{container, flag, render, resource};
+
+    #[test]
+    fn a_multi_node_replica_is_a_group_that_finds_rank_zero_by_name() {
+        let desired = render(&resource(
+            json!({"tensorParallel": 16, "nodesPerReplica": 2, "extraArgs": ["--mem-fraction-static", "0.8"]}),
+        ));
+        let group = desired.decode.replica(3);
+        let names: Vec<_> = group.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
+        assert_eq!(names, ["llama-decode-3-0", "llama-decode-3-1"]);
+        for (rank, pod) in group.iter().enumerate() {
+            let args = container(pod).args.as_ref().unwrap();
+            assert_eq!(flag(args, "--nnodes"), Some("2"));
+            assert_eq!(flag(args, "--node-rank"), Some(rank.to_string().as_str()));
+            assert_eq!(flag(args, "--dist-init-addr"), Some("llama-decode-3-0.llama-decode.serving.svc:5000"));
+            assert_eq!(args[args.len() - 2..], ["--mem-fraction-static", "0.8"], "extraArgs stay last");
+            assert_eq!(
+                container(pod).resources.as_ref().unwrap().limits.as_ref().unwrap()[GPU_RESOURCE],
+                Quantity("8".into())
+            );
+            assert_eq!(pod.spec.as_ref().unwrap().restart_policy.as_deref(), Some("Never"));
+            assert_eq!(pod.metadata.labels.as_ref().unwrap()[LABEL_RANK], rank.to_string());
+        }
+        assert_eq!(desired.decode.endpoint(3), "http://llama-decode-3-0.llama-decode.serving.svc:30000");
+        assert_eq!(desired.objects().len(), 3 + 3 * 2, "ConfigMap, Service, budget, 3 groups of 2");
+        // The budget keeps all but one group's pods: a drain takes down one group at a time.
+        let budget = desired.decode.disruption_budget.spec.as_ref().unwrap();
+        assert_eq!(budget.min_available, Some(IntOrString::Int(4)));
+        assert_eq!(budget.max_unavailable, None, "counted in pods, not through the resource's scale");
+        assert_eq!(budget.unhealthy_pod_eviction_policy.as_deref(), Some("AlwaysAllow"));
+        let selected = budget.selector.as_ref().unwrap().match_labels.as_ref().unwrap();
+        let labels = group[0].metadata.labels.as_ref().unwrap();
+        assert!(selected.iter().all(|(k, v)| labels.get(k) == Some(v)), "it selects the fleet's pods");
+        let pod_spec = group[0].spec.as_ref().unwrap();
+        assert_eq!(
+            pod_spec.readiness_gates.as_ref().unwrap()[0].condition_type,
+            "kvpilot.dev/group-ready",
+            "every rank waits on its group"
+        );
+    }
+
+    #[test]
+    fn a_disruption_budget_never_asks_for_more_than_the_fleet_has() {
+        let desired = render(&resource(json!({"replicas": 1, "maxUnavailable": 3})));
+        let budget = desired.decode.disruption_budget.spec.unwrap();
+        assert_eq!(budget.min_available, Some(IntOrString::Int(0)));
+    }
+
+    #[test]
+    fn the_revision_covers_what_affects_a_pod_and_nothing_else() {
+        let base = render(&resource(json!({})));
+        assert_eq!(render(&resource(json!({}))).decode.revision, base.decode.revision, "deterministic");
+        assert_ne!(
+            render(&resource(json!({"tensorParallel": 2}))).decode.revision,
+            base.decode.revision,
+            "TP changes the pods"
+        );
+        assert_ne!(
+            render(&resource(json!({"tensorParallel": 2, "nodesPerReplica": 2}))).decode.revision,
+            render(&resource(json!({"tensorParallel": 2}))).decode.revision
+        );
+        assert_eq!(
+            render(&resource(json!({"replicas": 7}))).decode.revision,
+            base.decode.revision,
+            "scaling is not a rollout"
+        );
+        assert_ne!(render(&resource(json!({"podLabels": {"team": "b"}}))).decode.revision, base.decode.revision);
+    }
+}
