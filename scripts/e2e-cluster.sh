@@ -7,8 +7,10 @@
 #   KVPILOT_E2E_IMAGE            image to build and install (default kvpilot/kvpilot:e2e);
 #                                with "current" it must be pullable by the cluster's nodes
 #
-# Needs docker, kubectl, helm (and kind for the default). It builds the image, installs the CRD
-# with server-side apply and the chart with its defaults (self-signed webhook certificates), then
+# Needs docker, kubectl, helm, go (and kind for the default). It builds the image, installs the CRD
+# and the gang schedulers' CRDs (scripts/gang-crds.sh: examples/deepseek-v3-tp16-volcano.yaml asks
+# for Volcano, which is refused where its API is not served) with server-side apply and the chart
+# with its defaults (self-signed webhook certificates), then
 # checks what a user would: the webhook refuses the rejected example at `kubectl apply` with
 # SGLang's message, the other examples resolve their layout and get decode pods, a headless
 # Service and a ConfigMap with the SGLang flags. Decode pods request nvidia.com/gpu, so on a cluster without
@@ -22,7 +24,7 @@ NAMESPACE=kvpilot-system
 
 need() { command -v "$1" >/dev/null || { echo "e2e: $1 is required" >&2; exit 2; }; }
 fail() { echo "e2e: FAILED: $*" >&2; exit 1; }
-need docker; need kubectl; need helm
+need docker; need kubectl; need helm; need go
 
 echo "== building $IMAGE"
 docker build -t "$IMAGE" .
@@ -36,6 +38,7 @@ fi
 
 echo "== installing the CRD and the chart"
 kubectl apply --server-side -f crds/
+kubectl apply --server-side -R -f "$(bash scripts/gang-crds.sh)"
 helm upgrade --install kvpilot charts/kvpilot --namespace "$NAMESPACE" --create-namespace \
     --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" --wait --timeout 5m
 
@@ -61,7 +64,7 @@ for example in examples/*.yaml; do
     [ "$example" = examples/deepseek-v3-mla-rejected.yaml ] || kubectl apply -f "$example"
 done
 # Every admitted example's namespace/name (tests/gitops.rs keeps this list equal to examples/).
-ADMITTED="default/deepseek-v3-tp16 default/deepseek-v4-mtp default/gemma-3-1b default/gpt-oss-20b default/llama-3-1-8b default/mimo-pure-swa models/qwen3-next"
+ADMITTED="default/deepseek-v3-tp16 default/deepseek-v3-volcano default/deepseek-v4-mtp default/gemma-3-1b default/gpt-oss-20b default/llama-3-1-8b default/mimo-pure-swa models/qwen3-next"
 for target in $ADMITTED; do
     namespace="${target%/*}"; name="${target#*/}"
     kubectl get infd -n "$namespace" "$name" >/dev/null || fail "$target was not created"

@@ -15,6 +15,9 @@ bash scripts/install-test-tools.sh
 
 cargo fmt --check
 cargo clippy --locked --all-targets -- -D warnings
+# The gang schedulers' own CRDs for tests/cluster_gang.rs and the examples' tests, fetched and
+# generated once into target/gang-crds (2-3 minutes cold; cached), so no test waits for it.
+bash scripts/gang-crds.sh >/dev/null
 # A control plane of this run's own (own ports and state directory), stopped on any exit; the
 # node suite's node and control plane too, once started.
 export KVPILOT_CONTROL_PLANE_DIR="$PWD/target/control-plane/test-run-$$"

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const CHART: &str = "charts/kvpilot";
 const RELEASE_NAMESPACE: &str = "kvpilot-system";
@@ -112,6 +112,123 @@ fn every_values_file_lints_renders_and_validates_for_kubernetes_1_33() {
 }
 
 #[test]
+fn hub_token_secrets_are_read_by_name_in_their_namespace_unless_all_are_allowed() {
+    let default = repo(&format!("{CHART}/ci/default-values.yaml"));
+    let secret_rules = |objects: &[Value]| -> Vec<(String, Value)> {
+        objects
+            .iter()
+            .filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole")
+            .flat_map(|role| {
+                let place = format!("{} {}", role["kind"].as_str().unwrap(), role["metadata"]["namespace"]);
+                role["rules"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|r| strings(&r["resources"]).contains(&"secrets"))
+                    .map(move |r| (place.clone(), r.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let operator_namespace = format!("Role \"{RELEASE_NAMESPACE}\"");
+    let elsewhere = |objects: &[Value]| -> Vec<(String, Value)> {
+        secret_rules(objects).into_iter().filter(|(place, _)| *place != operator_namespace).collect()
+    };
+    // By default no Secret outside the operator's own namespace can be read.
+    assert_eq!(elsewhere(&render(&default, &[]).unwrap()), vec![]);
+
+    let listed = render(
+        &default,
+        &[
+            "rbac.hubTokenSecrets[0].namespace=serving,rbac.hubTokenSecrets[0].name=hf-token",
+            "rbac.hubTokenSecrets[1].namespace=serving,rbac.hubTokenSecrets[1].name=gated-token",
+            "rbac.hubTokenSecrets[2].namespace=research,rbac.hubTokenSecrets[2].name=hf-token",
+        ],
+    )
+    .unwrap();
+    let rules = elsewhere(&listed);
+    assert_eq!(
+        rules,
+        vec![
+            (
+                "Role \"research\"".to_string(),
+                json!({"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["hf-token"], "verbs": ["get"]})
+            ),
+            (
+                "Role \"serving\"".to_string(),
+                json!({"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["hf-token", "gated-token"], "verbs": ["get"]})
+            ),
+        ]
+    );
+    let bindings: Vec<&Value> = of_kind(&listed, "RoleBinding")
+        .into_iter()
+        .filter(|b| b["roleRef"]["name"] == "kv-kvpilot-hub-tokens")
+        .collect();
+    assert_eq!(bindings.len(), 2, "one binding per namespace");
+
+    let all = render(&default, &["rbac.readAllSecrets=true"]).unwrap();
+    let rules = elsewhere(&all);
+    assert_eq!(rules.len(), 1, "{rules:?}");
+    assert_eq!(rules[0].0, "ClusterRole null");
+    assert_eq!(rules[0].1["verbs"], json!(["get"]));
+
+    let namespaced = repo(&format!("{CHART}/ci/namespaced-values.yaml"));
+    let outside = render(&namespaced, &["rbac.hubTokenSecrets[0].namespace=elsewhere,rbac.hubTokenSecrets[0].name=t"]);
+    let error = outside.unwrap_err();
+    assert!(error.contains("rbac.hubTokenSecrets: elsewhere/t is outside watchNamespace"), "{error}");
+    assert!(values_schema_refuses(&default, "rbac.hubTokenSecrets[0].name=t"), "a Secret without its namespace");
+}
+
+/// The rules of docs/install.md's RBAC table: (role, resources, by name, verbs).
+fn documented_rules() -> BTreeSet<(String, Vec<String>, bool, Vec<String>)> {
+    let docs = std::fs::read_to_string(repo("docs/install.md")).unwrap();
+    docs.lines()
+        .filter(|line| {
+            ["controller", "hub-tokens", "operator", "webhook-ca"].iter().any(|r| line.starts_with(&format!("| {r} |")))
+        })
+        .map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let resources: Vec<String> = cells[2].split('`').skip(1).step_by(2).map(str::to_string).collect();
+            let verbs = cells[3].split(", ").map(str::to_string).collect();
+            (cells[1].to_string(), resources, cells[2].ends_with("by name"), verbs)
+        })
+        .collect()
+}
+
+#[test]
+fn docs_install_lists_every_rule_the_chart_grants_its_operator() {
+    let default = repo(&format!("{CHART}/ci/default-values.yaml"));
+    let sets = [
+        "rbac.readAllSecrets=true",
+        "rbac.hubTokenSecrets[0].namespace=serving,rbac.hubTokenSecrets[0].name=hf-token",
+        "webhook.mutating.enabled=true",
+    ];
+    let objects = render(&default, &sets).unwrap();
+    let mut granted = BTreeSet::new();
+    for role in objects.iter().filter(|o| o["kind"] == "Role" || o["kind"] == "ClusterRole") {
+        let name = role["metadata"]["name"].as_str().unwrap();
+        let Some(suffix) = ["controller", "hub-tokens", "operator", "webhook-ca"]
+            .into_iter()
+            .find(|suffix| name.ends_with(&format!("-{suffix}")))
+        else {
+            continue;
+        };
+        for rule in role["rules"].as_array().unwrap() {
+            let resources = strings(&rule["resources"]).into_iter().map(str::to_string).collect();
+            let by_name = !strings(&rule["resourceNames"]).is_empty();
+            let verbs = strings(&rule["verbs"]).into_iter().map(str::to_string).collect();
+            granted.insert((suffix.to_string(), resources, by_name, verbs));
+        }
+    }
+    assert_eq!(documented_rules(), granted, "docs/install.md's RBAC table and the chart differ");
+}
+
+/// Whether `helm template` refuses `set` on top of `values` through values.schema.json.
+fn values_schema_refuses(values: &Path, set: &str) -> bool {
+    render(values, &[set]).is_err_and(|e| e.contains("values don't meet the specifications of the schema"))
+}
+
+#[test]
 fn rbac_has_no_wildcards_and_grants_the_controller_exactly_what_it_uses() {
     for values in values_files() {
         let name = values.file_name().unwrap().to_string_lossy().into_owned();
@@ -135,6 +252,12 @@ fn rbac_has_no_wildcards_and_grants_the_controller_exactly_what_it_uses() {
                         "{name}: secrets beyond get only in the operator's namespace: {role}"
                     );
                     assert!(!verbs.contains(&"list") && !verbs.contains(&"watch"), "{name}: listing secrets: {role}");
+                    // Create cannot name what it creates: the webhook's own Secret, in its namespace.
+                    let creates_its_own = in_release_namespace && verbs == ["create"];
+                    assert!(
+                        creates_its_own || !strings(&rule["resourceNames"]).is_empty(),
+                        "{name}: Secrets by name only: {role}"
+                    );
                 }
             }
         }
@@ -165,6 +288,24 @@ fn rbac_has_no_wildcards_and_grants_the_controller_exactly_what_it_uses() {
         {
             assert_eq!(verbs_on(router_kind), kept, "{name}: {router_kind} of the router and the fleets");
         }
+        assert_eq!(
+            verbs_on("podgroups"),
+            set(&["list", "watch", "create", "patch", "delete"]),
+            "{name}: the replicas' PodGroups, watched, applied and deleted"
+        );
+        let pod_group_rules: Vec<&Value> = controller["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| strings(&r["resources"]).contains(&"podgroups"))
+            .collect();
+        assert_eq!(pod_group_rules.len(), 1, "{name}");
+        assert_eq!(
+            strings(&pod_group_rules[0]["apiGroups"]),
+            ["scheduling.volcano.sh", "scheduling.x-k8s.io"],
+            "{name}: Volcano's and scheduler-plugins' PodGroups, no other group's"
+        );
+        assert_eq!(strings(&pod_group_rules[0]["resources"]), ["podgroups"], "{name}");
         if scoped.is_empty() {
             assert_eq!(controller["kind"], "ClusterRole", "{name}");
         } else {

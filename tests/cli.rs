@@ -88,9 +88,9 @@ fn by_name<'a>(reports: &'a [Value], name: &str) -> &'a Value {
 fn check_reports_every_example_and_exits_1_on_a_rejection() {
     let (code, reports, err) = check_json(&["-f", &repo("examples")]);
     assert_eq!(code, Some(1), "{err}");
-    // Eight InferenceDeployments, then the three SGLang servers of examples/guard.
-    assert_eq!(reports.len(), 11);
-    assert!(reports[8..].iter().all(|r| r["container"].is_string()), "{reports:?}");
+    // Nine InferenceDeployments, then the three SGLang servers of examples/guard.
+    assert_eq!(reports.len(), 12);
+    assert!(reports[9..].iter().all(|r| r["container"].is_string()), "{reports:?}");
     let drafted = by_name(&reports, "default/deepseek-v4-mtp");
     assert_eq!(
         (drafted["verdict"].as_str(), drafted["draftLayout"]["architecture"].as_str()),

@@ -35,20 +35,6 @@ fn apply(cluster: &Cluster, object: &Value) -> (bool, String, String) {
     (out.status.success(), text(&out.stdout), text(&out.stderr))
 }
 
-/// Points webhook `kind` (validatingwebhookconfiguration|mutatingwebhookconfiguration) at `url`.
-fn point_at(cluster: &Cluster, kind: &str, name: &str, url: &str) {
-    let patch = json!([
-        {"op": "remove", "path": "/webhooks/0/clientConfig/service"},
-        {"op": "add", "path": "/webhooks/0/clientConfig/url", "value": url},
-    ]);
-    cluster.kubectl_ok(&["patch", kind, name, "--type=json", "-p", &patch.to_string()]);
-}
-
-fn ca_bundle(cluster: &Cluster, kind: &str, name: &str) -> Option<String> {
-    let configuration = cluster.get_json(&[kind, name])?;
-    configuration["webhooks"][0]["clientConfig"]["caBundle"].as_str().map(str::to_string)
-}
-
 #[test]
 fn the_api_server_calls_the_webhook_refuses_rewrites_warns_and_applies_the_failure_policy() {
     let cluster = cluster_or_skip!();
@@ -62,15 +48,19 @@ fn the_api_server_calls_the_webhook_refuses_rewrites_warns_and_applies_the_failu
     );
     let fullname = release.fullname();
     let port = free_port();
-    point_at(&cluster, "validatingwebhookconfiguration", &fullname, &format!("https://localhost:{port}/validate"));
-    point_at(&cluster, "mutatingwebhookconfiguration", &fullname, &format!("https://localhost:{port}/mutate"));
+    cluster.point_webhook_at(
+        "validatingwebhookconfiguration",
+        &fullname,
+        &format!("https://localhost:{port}/validate"),
+    );
+    cluster.point_webhook_at("mutatingwebhookconfiguration", &fullname, &format!("https://localhost:{port}/mutate"));
 
     let dir = tempfile::tempdir().unwrap();
     let mut operator = start_webhook_operator(&cluster, &operator_namespace, &fullname, port, dir.path());
     let bundle = wait_for_blocking("kvpilot sets both caBundles", Duration::from_secs(60), || {
         operator.assert_running();
-        let validating = ca_bundle(&cluster, "validatingwebhookconfiguration", &fullname)?;
-        let mutating = ca_bundle(&cluster, "mutatingwebhookconfiguration", &fullname)?;
+        let validating = cluster.webhook_ca_bundle("validatingwebhookconfiguration", &fullname)?;
+        let mutating = cluster.webhook_ca_bundle("mutatingwebhookconfiguration", &fullname)?;
         (validating == mutating).then_some(validating)
     });
     let secret = format!("{fullname}-webhook-tls");

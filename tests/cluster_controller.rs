@@ -53,6 +53,7 @@ fn documented(file: &str) -> (&'static str, &'static [&'static str]) {
         | "gpt-oss-20b-hybrid-swa.yaml"
         | "llama-3.1-8b-full.yaml"
         | "deepseek-v3-tp16-multinode.yaml"
+        | "deepseek-v3-tp16-volcano.yaml"
         | "deepseek-v4-eagle-draft.yaml" => ("Valid", &[]),
         other => panic!("examples/{other} has no documented state in this test: add it"),
     }
@@ -61,6 +62,8 @@ fn documented(file: &str) -> (&'static str, &'static [&'static str]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_example_reaches_its_documented_state() {
     let cluster = cluster_or_skip!();
+    // examples/deepseek-v3-tp16-volcano.yaml asks for Volcano, whose PodGroup API must be served.
+    cluster.install_gang_crds();
     let fleet = Fleet::new(&cluster, "ctl-examples", quick()).await;
     let mut operator = fleet.operator(&[], &[]);
     // ConfigMaps first, so that a source is there when its resource is first reconciled.

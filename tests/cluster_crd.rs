@@ -22,6 +22,9 @@ fn breaking(rule: &str, path: &str) -> Value {
         "self > 0.0" => json!(0.0),
         "self != ''" | "self.size() > 0" => json!(""),
         _ if rule.starts_with("self.matches(") && path == "spec.sglang.version" => json!("latest"),
+        _ if rule.starts_with("self.matches(") && path == "spec.scheduling.queue" => json!("Team_A"),
+        _ if rule.starts_with("self.matches(") && path.starts_with("spec.placement.") => json!("a rack"),
+        _ if path == "spec.scheduling" => json!({"gang": "coscheduling", "queue": "inference"}),
         _ if path.ends_with(".config") && rule.contains("has(self.inline)") => {
             json!({"inline": {"model_type": "llama"}, "configMapRef": {"name": "model-config"}})
         }
@@ -55,6 +58,9 @@ fn break_spec(object: &mut Value, rule: &str) {
     } else if rule.contains("self.router") {
         spec.remove("prefill");
         spec.insert("router".into(), json!({"replicas": 1}));
+    } else if rule.contains("colocateTopologyKey") {
+        spec.remove("prefill");
+        spec.insert("placement".into(), json!({"colocateTopologyKey": "topology.kubernetes.io/zone"}));
     } else {
         panic!("no invalid spec for the rule `{rule}`: add a case to `break_spec`");
     }

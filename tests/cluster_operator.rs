@@ -64,20 +64,24 @@ fn can_i(cluster: &Cluster, account: &str, args: &[&str]) -> bool {
 fn the_examples_converge_through_the_charts_rbac_and_nothing_more_is_allowed() {
     let cluster = cluster_or_skip!();
     cluster.install_crd();
+    // examples/deepseek-v3-tp16-volcano.yaml asks for Volcano: its PodGroups go through the
+    // chart's RBAC too.
+    cluster.install_gang_crds();
     let operator_namespace = format!("kvp-op-{}", std::process::id());
+    let workload = TestNamespace::create(&cluster, "kvp-examples");
+    let ns = workload.name.as_str();
     // No webhook here (tests/cluster_admission.rs has it): a webhook configuration with
     // failurePolicy Fail and no reachable server would refuse every InferenceDeployment.
+    let token = format!("rbac.hubTokenSecrets[0].namespace={ns},rbac.hubTokenSecrets[0].name=hf-token");
     let release = HelmRelease::install(
         &cluster,
         "rbac-kvpilot",
         &operator_namespace,
-        &["--set", "webhook.enabled=false", "--set", "replicaCount=2"],
+        &["--set", "webhook.enabled=false", "--set", "replicaCount=2", "--set", &token],
     );
     let account = release.fullname();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = cluster.service_account_kubeconfig(dir.path(), &operator_namespace, &account);
-    let workload = TestNamespace::create(&cluster, "kvp-examples");
-    let ns = workload.name.as_str();
 
     // As the chart runs it (--namespace=all, leader election with replicaCount 2).
     let (metrics, health) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
@@ -161,6 +165,26 @@ fn the_examples_converge_through_the_charts_rbac_and_nothing_more_is_allowed() {
     let account_name = format!("system:serviceaccount:{operator_namespace}:{account}");
     assert!(!logs.contains(&account_name), "the chart's RBAC refused a call:\n{logs}");
 
+    // A token the chart does not list: refused by RBAC, and the status says which value to set.
+    let mut gated = deployments.iter().find(|(file, _)| file == "llama-3.1-8b-full.yaml").unwrap().1.clone();
+    gated["metadata"]["name"] = json!("gated");
+    gated["spec"]["model"]["config"] = json!({"hub": {"tokenSecretRef": {"name": "other-token"}}});
+    cluster.kubectl_ok(&["create", "secret", "generic", "other-token", "-n", ns, "--from-literal=token=hf_x"]);
+    let out = cluster.kubectl_with_input(&["create", "-f", "-"], &gated.to_string());
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let refused = wait_for_blocking("the token's refusal in status", CONVERGE, || {
+        operator.assert_running();
+        let object = cluster.get_json(&["infd", "gated", "-n", ns])?;
+        condition(&object, "ModelResolved").filter(|c| c["reason"] == "TokenSecretUnavailable")
+    });
+    let message = refused["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("may not read Secret {ns}/other-token"))
+            && message
+                .contains(&format!("add {{namespace: {ns}, name: other-token}} to the chart's rbac.hubTokenSecrets")),
+        "{message}"
+    );
+
     // The status the operator wrote passed the schema; each status enum is enforced on it too.
     let llama = cluster.get_json(&["infd", "llama-3-1-8b", "-n", ns]).unwrap();
     let mut found = Vec::new();
@@ -201,14 +225,83 @@ fn the_examples_converge_through_the_charts_rbac_and_nothing_more_is_allowed() {
     for verb in ["update", "patch", "create", "delete"] {
         assert!(!can_i(&cluster, &sa, &[verb, "inferencedeployments.kvpilot.dev", "-n", ns]), "{verb} spec");
     }
+    for pod_groups in ["podgroups.scheduling.volcano.sh", "podgroups.scheduling.x-k8s.io"] {
+        assert!(can_i(&cluster, &sa, &["delete", pod_groups, "-n", ns]), "{pod_groups}: replicas' PodGroups go");
+        assert!(!can_i(&cluster, &sa, &["update", pod_groups, "-n", ns]), "{pod_groups}: applied, never updated");
+    }
+    assert!(!can_i(&cluster, &sa, &["create", "workloads.kueue.x-k8s.io", "-n", ns]), "Kueue makes its own");
+    assert!(!can_i(&cluster, &sa, &["create", "queues.scheduling.volcano.sh"]), "no queue of Volcano's");
     assert!(!can_i(&cluster, &sa, &["list", "secrets", "--all-namespaces"]));
     assert!(!can_i(&cluster, &sa, &["list", "secrets", "-n", ns]));
+    // Hub tokens: only those rbac.hubTokenSecrets lists, by name, in their namespace.
+    assert!(can_i(&cluster, &sa, &["get", "secrets/hf-token", "-n", ns]));
+    assert!(!can_i(&cluster, &sa, &["get", "secrets/other-token", "-n", ns]));
+    assert!(!can_i(&cluster, &sa, &["get", "secrets/hf-token", "-n", "kube-system"]));
     assert!(can_i(&cluster, &sa, &["get", "leases/kvpilot-operator", "-n", &operator_namespace]));
     for verb in ["get", "create", "update", "patch", "delete"] {
         assert!(!can_i(&cluster, &sa, &[verb, "leases", "-n", ns]), "{verb} leases elsewhere");
         assert!(!can_i(&cluster, &sa, &[verb, "leases/kvpilot-operator", "-n", "kube-system"]), "{verb} kube-system");
     }
     assert!(!can_i(&cluster, &sa, &["update", "leases/other-lease", "-n", &operator_namespace]));
+    operator.stop();
+}
+
+#[test]
+fn a_namespaced_install_converges_its_namespace_and_may_touch_no_other() {
+    let cluster = cluster_or_skip!();
+    cluster.install_crd();
+    let operator_namespace = format!("kvp-nsop-{}", std::process::id());
+    let watched = TestNamespace::create(&cluster, "kvp-watched");
+    let other = TestNamespace::create(&cluster, "kvp-unwatched");
+    let release = HelmRelease::install(
+        &cluster,
+        "scoped-kvpilot",
+        &operator_namespace,
+        &["--set", "webhook.enabled=false", "--set", &format!("watchNamespace={}", watched.name)],
+    );
+    let account = release.fullname();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = cluster.service_account_kubeconfig(dir.path(), &operator_namespace, &account);
+    let (metrics, health) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    // As the chart runs it with watchNamespace.
+    let namespace_arg = format!("--namespace={}", watched.name);
+    let mut operator = KvpilotProcess::start(
+        &kubeconfig,
+        &["operator", &namespace_arg, "--metrics-addr", &metrics, "--health-addr", &health],
+        &[("POD_NAMESPACE", &operator_namespace), ("POD_NAME", "host-replica")],
+    );
+    let example = |namespace: &str| {
+        examples_in(namespace).into_iter().find(|(file, _)| file == "llama-3.1-8b-full.yaml").unwrap().1
+    };
+    for namespace in [&watched.name, &other.name] {
+        let out = cluster.kubectl_with_input(&["create", "-f", "-"], &example(namespace).to_string());
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    let name = example(&watched.name)["metadata"]["name"].as_str().unwrap().to_string();
+    wait_for_blocking("the watched namespace's resource converges", CONVERGE, || {
+        operator.assert_running();
+        play_kubelet(&cluster, &watched.name, &name);
+        let object = cluster.get_json(&["infd", &name, "-n", &watched.name])?;
+        condition(&object, "Ready").filter(|c| c["status"] == "True")
+    });
+    // The other namespace's resource is not this operator's: no status, no pods.
+    let untouched = cluster.get_json(&["infd", &name, "-n", &other.name]).unwrap();
+    assert!(untouched["status"].is_null(), "{untouched}");
+    assert_eq!(play_kubelet(&cluster, &other.name, &name), 0);
+    let logs = operator.logs();
+    let account_name = format!("system:serviceaccount:{operator_namespace}:{account}");
+    assert!(!logs.contains(&account_name), "the chart's RBAC refused a call:\n{logs}");
+
+    let sa = account_name;
+    let (inside, outside) = (watched.name.as_str(), other.name.as_str());
+    for (verb, resource) in [("create", "pods"), ("delete", "pods"), ("patch", "pods/status"), ("create", "services")] {
+        assert!(can_i(&cluster, &sa, &[verb, resource, "-n", inside]), "{verb} {resource} in the watched namespace");
+        assert!(!can_i(&cluster, &sa, &[verb, resource, "-n", outside]), "{verb} {resource} elsewhere");
+    }
+    assert!(!can_i(&cluster, &sa, &["list", "inferencedeployments.kvpilot.dev", "--all-namespaces"]));
+    assert!(!can_i(&cluster, &sa, &["list", "inferencedeployments.kvpilot.dev", "-n", outside]));
+    assert!(!can_i(&cluster, &sa, &["create", "roles", "-n", outside]));
+    assert!(!can_i(&cluster, &sa, &["get", "secrets", "-n", inside]), "no Secret unless listed");
     operator.stop();
 }
 

@@ -464,3 +464,54 @@ async fn config_map_sources_are_read_through_the_api_server() {
     assert_eq!(response["allowed"], true, "an unreadable source is allowed with a warning");
     assert!(response["warnings"][0].as_str().unwrap().contains("ConfigMap default/missing"), "{response}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_scheduler_the_cluster_does_not_serve_is_denied_naming_what_to_install() {
+    use kvpilot::apiserver::ApiServer;
+    use kvpilot::source::{ClusterSource, HubClient};
+
+    // The in-process API server serves no gang scheduler's API.
+    let api = ApiServer::new();
+    let hub = Arc::new(HubClient::new(Duration::from_secs(60), Duration::from_secs(5), &[]).unwrap());
+    let server = start_with(WebhookState {
+        source: Some(ClusterSource::new(api.client(), hub, "https://huggingface.co")),
+        ..WebhookState::default()
+    })
+    .await;
+    let mut object = example("llama-3.1-8b-full.yaml");
+    for (gang, install) in
+        [("volcano", "install Volcano"), ("coscheduling", "install scheduler-plugins"), ("kueue", "install Kueue")]
+    {
+        object["spec"]["scheduling"] = json!({"gang": gang});
+        let response = server.review("/validate", &admission_review("CREATE", &object, None)).await;
+        assert_eq!(response["allowed"], false, "{response}");
+        let message = response["status"]["message"].as_str().unwrap();
+        assert!(message.contains(&format!("spec.scheduling.gang is {gang}")) && message.contains(install), "{message}");
+        let mutated = server.review("/mutate", &admission_review("CREATE", &object, None)).await;
+        assert_eq!(mutated["allowed"], true, "the validating webhook refuses, not the mutating one: {mutated}");
+    }
+    // Refused settings and the missing scheduler are listed together.
+    let mut rejected = pure_swa("Reject");
+    rejected["spec"]["scheduling"] = json!({"gang": "volcano"});
+    let response = server.review("/validate", &admission_review("CREATE", &rejected, None)).await;
+    let message = response["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("R2 spec.disaggregation.retractionBackup") && message.contains("install Volcano"),
+        "{message}"
+    );
+
+    object["spec"]["scheduling"] = json!({"gang": "none", "schedulerName": "custom"});
+    let response = server.review("/validate", &admission_review("CREATE", &object, None)).await;
+    assert_eq!(response["allowed"], true, "no gang, nothing to install: {response}");
+
+    // Without a client the webhook cannot ask, and says so.
+    let offline = start().await;
+    object["spec"]["scheduling"] = json!({"gang": "volcano"});
+    let response = offline.review("/validate", &admission_review("CREATE", &object, None)).await;
+    assert_eq!(response["allowed"], true, "{response}");
+    let warned = response["warnings"].as_array().unwrap().iter().filter_map(Value::as_str);
+    assert!(
+        warned.into_iter().any(|w| w.contains("could not check that the cluster serves Volcano's API")),
+        "{response}"
+    );
+}

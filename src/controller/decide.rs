@@ -2,7 +2,7 @@
 //! to apply, the status, the pods to delete and create, the events that stand, and when to look
 //! again. [`super::act`] carries a [`Decision`] out; nothing here does I/O.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -10,13 +10,13 @@ use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::EventType;
 
 pub use super::desired::GROUP_READY;
-use super::desired::{Fleet, FleetRole, RenderOptions, desired_state};
+use super::desired::{Fleet, FleetRole, PodGroup, RenderOptions, desired_state};
 use super::recovery;
 use super::rollout::{self, ObservedReplica, resolve_int_or_percent};
 use super::status::{self, Conditions, FleetProgress, Workloads};
 use crate::api::{
-    CONDITION_DEGRADED, ConfigSourceRef, FleetStatus, InferenceDeployment, InferenceDeploymentStatus, RecoveryStatus,
-    Rewrite, RolloutSpec, RouterStatus,
+    CONDITION_DEGRADED, ConfigSourceRef, FleetStatus, GangScheduler, InferenceDeployment, InferenceDeploymentStatus,
+    RecoveryStatus, Rewrite, RolloutSpec, RouterStatus, SchedulerApi,
 };
 use crate::policy::{self, Assessment, ModelConfigs, Outcome};
 use crate::source::SourceError;
@@ -30,6 +30,9 @@ pub const RESYNC: Duration = Duration::from_secs(600);
 pub const ROLLOUT_REQUEUE: Duration = Duration::from_secs(15);
 /// Re-check while pods this controller created have not reached its watch cache yet.
 pub const SETTLE_REQUEUE: Duration = Duration::from_secs(1);
+/// Re-check while the gang scheduler a resource asks for is not installed: installing it
+/// changes nothing the controller watches.
+pub const GANG_SCHEDULER_REQUEUE: Duration = Duration::from_secs(30);
 
 /// One server pod as the controller's watch cache holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,13 +70,29 @@ pub struct GroupReadiness {
     pub message: String,
 }
 
+/// A PodGroup of the resource as the controller's watch cache holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedPodGroup {
+    /// Whose PodGroup it is (Volcano's or scheduler-plugins').
+    pub scheduler: GangScheduler,
+    pub name: String,
+    /// The fleet of its replica (`app.kubernetes.io/name`).
+    pub role: FleetRole,
+    /// Its replica (`kvpilot.dev/ordinal`).
+    pub replica: u32,
+}
+
 /// What one reconcile observed.
 pub struct Observed<'a> {
     pub resource: &'a InferenceDeployment,
     /// The resource's server pods, of both fleets.
     pub pods: Vec<ObservedPod>,
+    /// The resource's PodGroups, of both fleets and both schedulers that take them.
+    pub pod_groups: Vec<ObservedPodGroup>,
     /// The router Deployment's pods, when it exists.
     pub router: Option<RouterStatus>,
+    /// The API the resource's gang scheduler needs and the cluster does not serve.
+    pub missing_scheduler_api: Option<SchedulerApi>,
     /// Pods created by an earlier pass have not all reached the watch cache yet: what is
     /// missing may be on its way, so no pod is created or deleted in this pass.
     pub settling: bool,
@@ -157,6 +176,10 @@ pub struct Decision {
     /// Pods whose readiness gate [`GROUP_READY`] changes, set before anything is deleted so a
     /// replica losing a rank stops serving at once.
     pub group_readiness: Vec<GroupReadiness>,
+    /// PodGroups to apply before the pods are created: those of the current revision's replicas.
+    pub pod_groups: Vec<PodGroup>,
+    /// PodGroups to delete: their replica is gone, or now runs under another scheduler.
+    pub stale_pod_groups: Vec<ObservedPodGroup>,
     /// Events that stand on the resource now.
     pub announcements: Vec<Announcement>,
     pub next: Next,
@@ -169,10 +192,23 @@ impl Decision {
         Self {
             desired: None,
             status: new_status(observed, &decided, None, None),
+            announcements: vec![Announcement::warning(previous, reason, message)],
+            ..Self::keeping_pods(observed, next)
+        }
+    }
+
+    /// Nothing to apply, create or delete, no status and no event (the pods there stay, and
+    /// their group readiness still follows their ranks); look again as `next` says.
+    fn keeping_pods(observed: &Observed<'_>, next: Next) -> Self {
+        Self {
+            desired: None,
+            status: None,
             delete: Vec::new(),
             create: Vec::new(),
             group_readiness: group_readiness(observed),
-            announcements: vec![Announcement::warning(previous, reason, message)],
+            pod_groups: Vec::new(),
+            stale_pod_groups: Vec::new(),
+            announcements: Vec::new(),
             next,
         }
     }
@@ -227,19 +263,28 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
         let settings = &decided.settings_valid;
         let warning = Announcement::warning(previous, &settings.reason, &settings.message);
         return Decision {
-            desired: None,
             status: new_status(observed, &decided, Some(&assessment), None),
-            delete: Vec::new(),
-            create: Vec::new(),
-            group_readiness: group_readiness(observed),
             announcements: vec![warning],
-            next: Next::Requeue(USER_ERROR_REQUEUE),
+            ..Decision::keeping_pods(observed, Next::Requeue(USER_ERROR_REQUEUE))
+        };
+    }
+    if let Some(api) = observed.missing_scheduler_api {
+        // Valid settings that no scheduler would place: nothing is created or changed either.
+        let gang = resource.spec.scheduling.as_ref().map(|s| s.gang).unwrap_or_default();
+        let refusal = api.refusal(gang);
+        let decided = status::gang_scheduler_missing(&assessment, &source, &refusal);
+        return Decision {
+            status: new_status(observed, &decided, Some(&assessment), None),
+            announcements: vec![Announcement::warning(previous, status::GANG_SCHEDULER_MISSING, &refusal)],
+            ..Decision::keeping_pods(observed, Next::Requeue(GANG_SCHEDULER_REQUEUE))
         };
     }
 
     let desired = desired_state(resource, &assessment, observed.options);
     let mut delete = Vec::new();
     let mut create = Vec::new();
+    let mut pod_groups = Vec::new();
+    let mut stale_pod_groups = Vec::new();
     let mut progress = Vec::new();
     let mut statuses = Vec::new();
     let mut rollout_problems = Vec::new();
@@ -268,6 +313,8 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
         if let Some(left) = plan.wait {
             wait = Some(wait.map_or(left, |w| w.min(left)));
         }
+        pod_groups.extend(plan.pod_groups);
+        stale_pod_groups.extend(plan.stale_pod_groups);
         progress.push(FleetProgress { role: fleet.role, desired: fleet.replicas, counts: plan.counts });
         statuses.push(plan.status);
         rollout_problems.extend(plan.rollout_problem);
@@ -276,6 +323,7 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
     delete.extend(
         observed.pods.iter().filter(|p| !p.terminating && desired.fleet(p.role).is_none()).map(|p| p.name.clone()),
     );
+    stale_pod_groups.extend(observed.pod_groups.iter().filter(|g| desired.fleet(g.role).is_none()).cloned());
     let rollout_problem = (!rollout_problems.is_empty()).then(|| rollout_problems.join("; "));
     let router = desired.router.as_ref().map(|router| {
         let desired_pods = router.deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
@@ -351,13 +399,15 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
         delete,
         create,
         group_readiness: group_readiness(observed),
+        pod_groups,
+        stale_pod_groups,
         announcements,
         next: Next::Requeue(next),
     }
 }
 
-/// What one fleet's pass does: pods to delete and create, its counts and status, and why its
-/// rollout settings could not be used.
+/// What one fleet's pass does: pods to delete and create, PodGroups to apply and delete, its
+/// counts and status, and why its rollout settings could not be used.
 struct FleetPlan {
     delete: Vec<String>,
     create: Vec<Pod>,
@@ -366,6 +416,8 @@ struct FleetPlan {
     recovery: Option<RecoveryStatus>,
     /// How long replacements still wait.
     wait: Option<Duration>,
+    pod_groups: Vec<PodGroup>,
+    stale_pod_groups: Vec<ObservedPodGroup>,
     counts: status::PodCounts,
     status: FleetStatus,
     rollout_problem: Option<String>,
@@ -417,7 +469,19 @@ fn plan_fleet(observed: &Observed<'_>, fleet: &Fleet, rollout_spec: &RolloutSpec
         );
     }
     let create = plan.create.iter().flat_map(|replica| fleet.replica(*replica)).collect();
-    FleetPlan { delete, create, counts, status, rollout_problem, failures, recovery, wait }
+    let (pod_groups, stale_pod_groups) = plan_pod_groups(observed, fleet, &groups.replicas, &plan);
+    FleetPlan {
+        delete,
+        create,
+        pod_groups,
+        stale_pod_groups,
+        counts,
+        status,
+        rollout_problem,
+        failures,
+        recovery,
+        wait,
+    }
 }
 
 /// A fleet's status.
@@ -426,6 +490,40 @@ fn fleet_status(status: &InferenceDeploymentStatus, role: FleetRole) -> Option<&
         FleetRole::Decode => status.decode.as_ref(),
         FleetRole::Prefill => status.prefill.as_ref(),
     }
+}
+
+/// The PodGroups of one fleet: each replica of the current revision that stays or is created
+/// has its own, applied before its pods; a replica of an older revision keeps the one it was
+/// created with until it goes; every other PodGroup goes (its replica is gone or going, or now
+/// runs under another scheduler). While created pods are settling nothing is deleted: a
+/// replica just created may not be in the pod cache yet.
+fn plan_pod_groups(
+    observed: &Observed<'_>,
+    fleet: &Fleet,
+    replicas: &[ObservedReplica],
+    plan: &rollout::Plan,
+) -> (Vec<PodGroup>, Vec<ObservedPodGroup>) {
+    let staying = || replicas.iter().filter(|r| !r.terminating && !plan.delete.contains(&r.name));
+    let mut current: BTreeSet<u32> = staying().filter(|r| r.revision == fleet.revision).map(|r| r.ordinal).collect();
+    current.extend(&plan.create);
+    let older: BTreeSet<u32> = staying().filter(|r| r.revision != fleet.revision).map(|r| r.ordinal).collect();
+    let apply = current.iter().filter_map(|replica| fleet.pod_group(*replica)).collect();
+    if observed.settling {
+        return (apply, Vec::new());
+    }
+    let scheduler = fleet.gang_scheduler();
+    let stale = observed
+        .pod_groups
+        .iter()
+        .filter(|group| group.role == fleet.role)
+        .filter(|group| {
+            let kept =
+                older.contains(&group.replica) || (current.contains(&group.replica) && group.scheduler == scheduler);
+            !kept
+        })
+        .cloned()
+        .collect();
+    (apply, stale)
 }
 
 fn source_description(resource: &InferenceDeployment) -> String {
@@ -588,17 +686,36 @@ mod tests {
         resource
     }
 
-    fn observe<'a>(
-        resource: &'a InferenceDeployment,
-        options: &'a RenderOptions,
+    fn observe(
+        resource: &InferenceDeployment,
+        options: &RenderOptions,
         pods: Vec<ObservedPod>,
         settling: bool,
     ) -> Decision {
+        observe_scheduled(resource, options, pods, Vec::new(), None, settling)
+    }
+
+    /// [`observe`] with the PodGroups in the cache and the gang scheduler API discovery missed.
+    fn observe_scheduled(
+        resource: &InferenceDeployment,
+        options: &RenderOptions,
+        pods: Vec<ObservedPod>,
+        pod_groups: Vec<ObservedPodGroup>,
+        missing_scheduler_api: Option<SchedulerApi>,
+        settling: bool,
+    ) -> Decision {
         let config = serde_json::Value::Object(resource.spec.model.config.inline.clone().unwrap());
-        decide(
-            &Observed { resource, pods, router: None, settling, options, now: Timestamp::UNIX_EPOCH },
-            Ok(ModelConfigs::target(config)),
-        )
+        let observed = Observed {
+            resource,
+            pods,
+            pod_groups,
+            router: None,
+            missing_scheduler_api,
+            settling,
+            options,
+            now: Timestamp::UNIX_EPOCH,
+        };
+        decide(&observed, Ok(ModelConfigs::target(config)))
     }
 
     fn revision(resource: &InferenceDeployment, options: &RenderOptions) -> String {
@@ -736,6 +853,124 @@ mod tests {
         let mut evicted = pod("m-decode-0", 0, 0, &rev, false);
         evicted.failed = true;
         assert_eq!(observe(&resource, &options, vec![evicted], false).delete, ["m-decode-0"]);
+    }
+
+    fn gang(resource: &mut InferenceDeployment, gang: GangScheduler) {
+        resource.spec.scheduling = Some(crate::api::SchedulingSpec { gang, ..Default::default() });
+    }
+
+    fn pod_group(scheduler: GangScheduler, replica: u32) -> ObservedPodGroup {
+        ObservedPodGroup { scheduler, name: format!("m-decode-{replica}"), role: FleetRole::Decode, replica }
+    }
+
+    fn names(groups: &[ObservedPodGroup]) -> Vec<&str> {
+        groups.iter().map(|g| g.name.as_str()).collect()
+    }
+
+    #[test]
+    fn a_gang_scheduler_the_cluster_does_not_serve_is_refused_in_status_and_nothing_changes() {
+        let options = RenderOptions::default();
+        let mut resource = resource(json!({"replicas": 1, "tensorParallel": 4, "nodesPerReplica": 2}));
+        gang(&mut resource, GangScheduler::Volcano);
+        let missing = GangScheduler::Volcano.required_api();
+        let running = vec![pod("m-decode-0-0", 0, 0, "old", true), pod("m-decode-0-1", 0, 1, "old", true)];
+        let groups = vec![pod_group(GangScheduler::Volcano, 0)];
+        let decision = observe_scheduled(&resource, &options, running, groups, missing, false);
+        assert!(decision.desired.is_none() && decision.create.is_empty() && decision.delete.is_empty());
+        assert!(decision.pod_groups.is_empty() && decision.stale_pod_groups.is_empty(), "PodGroups stay as they are");
+        let status = decision.status.unwrap();
+        let settings = status.conditions.iter().find(|c| c.type_ == "SettingsValid").unwrap();
+        assert_eq!((settings.status.as_str(), settings.reason.as_str()), ("False", "GangSchedulerMissing"));
+        assert!(settings.message.contains("install Volcano"), "{}", settings.message);
+        let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+        assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("False", "GangSchedulerMissing"));
+        assert_eq!(decision.announcements.len(), 1);
+        assert!(matches!(decision.next, Next::Requeue(after) if after == GANG_SCHEDULER_REQUEUE));
+    }
+
+    #[test]
+    fn a_replicas_pod_group_comes_with_its_pods_and_goes_with_them() {
+        let options = RenderOptions::default();
+        let mut resource = resource(json!({"replicas": 2, "tensorParallel": 4, "nodesPerReplica": 2}));
+        gang(&mut resource, GangScheduler::Volcano);
+        let created = observe(&resource, &options, Vec::new(), false);
+        let applied: Vec<String> = created.pod_groups.iter().map(PodGroup::name).collect();
+        assert_eq!(applied, ["m-decode-0", "m-decode-1"]);
+        assert_eq!(created.create.len(), 4);
+
+        let rev = revision(&resource, &options);
+        let group_of = |replica: u32| {
+            vec![
+                pod(&format!("m-decode-{replica}-0"), replica, 0, &rev, true),
+                pod(&format!("m-decode-{replica}-1"), replica, 1, &rev, true),
+            ]
+        };
+        let running: Vec<ObservedPod> = group_of(0).into_iter().chain(group_of(1)).collect();
+        let cached = vec![
+            pod_group(GangScheduler::Volcano, 0),
+            pod_group(GangScheduler::Volcano, 1),
+            pod_group(GangScheduler::Volcano, 5),
+        ];
+        let steady = observe_scheduled(&resource, &options, running.clone(), cached.clone(), None, false);
+        assert_eq!(steady.pod_groups.len(), 2, "kept applied, so a deleted PodGroup comes back");
+        assert_eq!(names(&steady.stale_pod_groups), ["m-decode-5"], "its replica is gone");
+        let settling = observe_scheduled(&resource, &options, running.clone(), cached.clone(), None, true);
+        assert!(settling.stale_pod_groups.is_empty(), "a replica just created may not be cached yet");
+
+        resource.spec.decode.replicas = 1;
+        let scaled = observe_scheduled(&resource, &options, running.clone(), cached[..2].to_vec(), None, false);
+        assert_eq!(scaled.delete, ["m-decode-1-0", "m-decode-1-1"]);
+        assert_eq!(names(&scaled.stale_pod_groups), ["m-decode-1"], "the PodGroup goes with its group");
+
+        resource.spec.decode.replicas = 2;
+        let mut lost = running.clone();
+        lost[3].terminating = true;
+        let broken = observe_scheduled(&resource, &options, lost, cached[..2].to_vec(), None, false);
+        assert_eq!(broken.delete, ["m-decode-1-0"]);
+        assert_eq!(names(&broken.stale_pod_groups), ["m-decode-1"]);
+    }
+
+    #[test]
+    fn another_scheduler_replaces_the_pod_groups_as_the_replicas_roll() {
+        let options = RenderOptions::default();
+        let mut resource = resource(json!({"replicas": 2, "tensorParallel": 4, "nodesPerReplica": 2}));
+        gang(&mut resource, GangScheduler::Coscheduling);
+        let rev = revision(&resource, &options);
+        let pods = vec![
+            pod("m-decode-0-0", 0, 0, "volcano-rev", true),
+            pod("m-decode-0-1", 0, 1, "volcano-rev", true),
+            // Not ready yet: the old replica stays (maxUnavailable 1).
+            pod("m-decode-1-0", 1, 0, &rev, false),
+            pod("m-decode-1-1", 1, 1, &rev, false),
+        ];
+        let cached = vec![
+            pod_group(GangScheduler::Volcano, 0),
+            pod_group(GangScheduler::Volcano, 1),
+            pod_group(GangScheduler::Coscheduling, 1),
+        ];
+        let decision = observe_scheduled(&resource, &options, pods, cached, None, false);
+        assert_eq!(
+            decision.stale_pod_groups,
+            [pod_group(GangScheduler::Volcano, 1)],
+            "replica 0 keeps the PodGroup its pods were created with until it is replaced"
+        );
+        let applied: Vec<String> = decision.pod_groups.iter().map(PodGroup::name).collect();
+        assert_eq!(applied, ["m-decode-1"]);
+        assert!(matches!(decision.pod_groups[0], PodGroup::Coscheduling(_)));
+    }
+
+    #[test]
+    fn pod_groups_of_a_fleet_no_longer_wanted_go() {
+        let options = RenderOptions::default();
+        let mut resource = resource(json!({"replicas": 1}));
+        gang(&mut resource, GangScheduler::Volcano);
+        let prefill = ObservedPodGroup {
+            role: FleetRole::Prefill,
+            name: "m-prefill-0".into(),
+            ..pod_group(GangScheduler::Volcano, 0)
+        };
+        let decision = observe_scheduled(&resource, &options, Vec::new(), vec![prefill.clone()], None, false);
+        assert_eq!(decision.stale_pod_groups, [prefill]);
     }
 
     #[test]

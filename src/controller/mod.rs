@@ -31,11 +31,14 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::api::{InferenceDeployment, RouterStatus};
+use crate::api::{GangScheduler, InferenceDeployment, RouterStatus};
 use crate::source::{ClusterSource, SourceError};
 use applied::{AppliedBodies, ObjectKey, body_hash};
-use decide::{Announcement, Decision, GROUP_READY, Next, Observed, ObservedPod};
-use desired::{FleetRole, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, RenderOptions, with_type_meta};
+use decide::{Announcement, Decision, GROUP_READY, Next, Observed, ObservedPod, ObservedPodGroup};
+use desired::{
+    CoschedulingPodGroup, FleetRole, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, PodGroup, RenderOptions,
+    VolcanoPodGroup, with_type_meta,
+};
 use metrics::Metrics;
 
 /// The field manager of every write.
@@ -168,6 +171,10 @@ struct Reconciler {
     disruption_budgets: Kept<PodDisruptionBudget>,
     /// Router Deployments, trimmed by [`trim_deployment`] to metadata and ready counts.
     deployments: Kept<Deployment, Deployment>,
+    /// The replicas' PodGroups of Volcano and of scheduler-plugins, trimmed by
+    /// [`trim_pod_group`].
+    volcano_pod_groups: Kept<VolcanoPodGroup>,
+    coscheduling_pod_groups: Kept<CoschedulingPodGroup>,
 }
 
 /// A kind the controller keeps objects of: its watch cache (metadata only, trimmed by
@@ -192,6 +199,18 @@ fn trim_kept_meta(meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::Obj
     meta.labels = None;
     meta.annotations = None;
     meta.creation_timestamp = None;
+}
+
+/// Keeps of a PodGroup's metadata what [`trim_kept`] keeps and the labels that name its
+/// resource, fleet and replica.
+fn trim_pod_group<K>(group: &mut PartialObjectMeta<K>) {
+    let read = [desired::LABEL_INSTANCE, desired::LABEL_NAME, LABEL_ORDINAL];
+    let labels = group.metadata.labels.take().map(|mut labels| {
+        labels.retain(|key, _| read.contains(&key.as_str()));
+        labels
+    });
+    trim_kept_meta(&mut group.metadata);
+    group.metadata.labels = labels;
 }
 
 /// Keeps of a router Deployment its metadata as [`trim_kept`] does and its ready count.
@@ -329,6 +348,9 @@ async fn reconcile_until(
     let (kept_role_bindings, role_bindings) = watch_managed(&client, &scope, trim_kept::<RoleBinding>);
     let (kept_budgets, disruption_budgets) = watch_managed(&client, &scope, trim_kept::<PodDisruptionBudget>);
     let (kept_router_deployments, router_deployments) = watch_managed(&client, &scope, trim_deployment);
+    let (kept_volcano_pod_groups, volcano_pod_groups) = watch_pod_groups::<VolcanoPodGroup>(&client, &scope);
+    let (kept_coscheduling_pod_groups, coscheduling_pod_groups) =
+        watch_pod_groups::<CoschedulingPodGroup>(&client, &scope);
     let sources =
         watcher(api::<PartialObjectMeta<ConfigMap>>(&client, &scope), watcher::Config::default()).touched_objects();
     let users = deployments.clone();
@@ -342,6 +364,8 @@ async fn reconcile_until(
         role_bindings: Kept::new(kept_role_bindings),
         disruption_budgets: Kept::new(kept_budgets),
         deployments: Kept::new(kept_router_deployments),
+        volcano_pod_groups: Kept::new(kept_volcano_pod_groups),
+        coscheduling_pod_groups: Kept::new(kept_coscheduling_pod_groups),
     });
     Controller::for_stream(deployment_stream, deployments)
         .with_config(
@@ -362,6 +386,8 @@ async fn reconcile_until(
             role_bindings,
             disruption_budgets,
             router_deployments,
+            volcano_pod_groups,
+            coscheduling_pod_groups,
         ]))
         // A ConfigMap named by the model's or the draft's configMapRef re-reconciles the resources
         // using it.
@@ -385,26 +411,61 @@ async fn reconcile_until(
         .await;
 }
 
-/// A watch of the objects of kind `K` that kvpilot manages (label `managed-by=kvpilot`), trimmed
-/// by `trim` before they reach the cache: the cache, and the resources whose objects changed.
-fn watch_managed<K>(
-    client: &kube::Client,
-    scope: &Scope,
-    trim: fn(&mut K),
-) -> (Store<K>, futures::stream::BoxStream<'static, ObjectRef<InferenceDeployment>>)
-where
+/// A namespaced kind the controller watches.
+trait Watched:
+    Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
     K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + Clone
         + serde::de::DeserializeOwned
         + std::fmt::Debug
         + Send
         + Sync
-        + 'static,
+        + 'static
 {
+}
+
+/// A watch of the objects of kind `K` that kvpilot manages (label `managed-by=kvpilot`), trimmed
+/// by `trim` before they reach the cache: the cache, and the resources whose objects changed.
+fn watch_managed<K: Watched>(
+    client: &kube::Client,
+    scope: &Scope,
+    trim: fn(&mut K),
+) -> (Store<K>, futures::stream::BoxStream<'static, ObjectRef<InferenceDeployment>>) {
+    let (cache, changed) = watch_labelled(client, scope, trim);
+    (cache, owner_triggers(changed))
+}
+
+/// A watch of the PodGroups kvpilot manages of one scheduler, as [`watch_managed`] watches its
+/// other kinds. A cluster without that scheduler serves no such API: the list fails (404) until
+/// it is installed, retried with kube-runtime's backoff (up to 30 s apart) rather than at once.
+fn watch_pod_groups<K: Watched>(
+    client: &kube::Client,
+    scope: &Scope,
+) -> (Store<PartialObjectMeta<K>>, futures::stream::BoxStream<'static, ObjectRef<InferenceDeployment>>) {
+    let (cache, changed) = watch_labelled(client, scope, trim_pod_group::<K>);
+    (cache, owner_triggers(changed.default_backoff()))
+}
+
+/// The cache of the `managed-by=kvpilot` objects of kind `K`, trimmed by `trim`, and the stream
+/// of their changes that keeps it.
+fn watch_labelled<K: Watched>(
+    client: &kube::Client,
+    scope: &Scope,
+    trim: fn(&mut K),
+) -> (Store<K>, impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static) {
     let (cache, writer) = reflector::store();
     let config = watcher::Config::default().labels("app.kubernetes.io/managed-by=kvpilot");
-    let changed = watcher(api::<K>(client, scope), config).modify(trim).reflect(writer).touched_objects();
-    (cache, owner_triggers(changed))
+    (cache, watcher(api::<K>(client, scope), config).modify(trim).reflect(writer).touched_objects())
 }
 
 /// The InferenceDeployment that controls each object of `stream` (its controller owner
@@ -483,10 +544,13 @@ async fn reconcile_inner(resource: &InferenceDeployment, reconciler: &Reconciler
     let pods = observe_pods(&reconciler.pods, &namespace, resource);
     let settling = reconciler.settling(resource, &pods);
     let router = reconciler.router_status(&namespace, resource);
+    let missing_scheduler_api = context.source.apis().missing_for(&resource.spec).await.map_err(Error::Kube)?;
     let observed = Observed {
         resource,
         pods,
+        pod_groups: reconciler.observe_pod_groups(&namespace, resource),
         router,
+        missing_scheduler_api,
         settling,
         options: &context.options,
         now: k8s_openapi::jiff::Timestamp::now(),
@@ -537,6 +601,9 @@ async fn act(
             Err(e) => return Err(Error::Kube(e)),
         }
     }
+    for group in &decision.pod_groups {
+        reconciler.apply_pod_group(namespace, group, &apply).await?;
+    }
     let mut created = Vec::new();
     for pod in &decision.create {
         let pod_name = pod.metadata.name.clone().unwrap_or_default();
@@ -549,6 +616,9 @@ async fn act(
     }
     if !created.is_empty() {
         reconciler.expect_created(resource, created);
+    }
+    for group in &decision.stale_pod_groups {
+        reconciler.remove_pod_group(resource, namespace, group).await?;
     }
     announce(context, resource, decision.announcements).await;
     match decision.next {
@@ -613,6 +683,64 @@ impl Reconciler {
             }
         }
         Ok(())
+    }
+
+    /// Server-side applies a replica's PodGroup.
+    async fn apply_pod_group(&self, namespace: &str, group: &PodGroup, apply: &PatchParams) -> Result<(), Error> {
+        let client = &self.context.client;
+        let (name, body) = (group.name(), group.to_json());
+        match group {
+            PodGroup::Volcano(_) => self.volcano_pod_groups.apply(client, apply, namespace, &name, body).await,
+            PodGroup::Coscheduling(_) => {
+                self.coscheduling_pod_groups.apply(client, apply, namespace, &name, body).await
+            }
+        }
+    }
+
+    /// Deletes a PodGroup of `resource` that its replica no longer needs.
+    async fn remove_pod_group(
+        &self,
+        resource: &InferenceDeployment,
+        namespace: &str,
+        group: &ObservedPodGroup,
+    ) -> Result<(), Error> {
+        let client = &self.context.client;
+        match group.scheduler {
+            GangScheduler::Volcano => self.volcano_pod_groups.remove(client, resource, namespace, &group.name).await,
+            GangScheduler::Coscheduling => {
+                self.coscheduling_pod_groups.remove(client, resource, namespace, &group.name).await
+            }
+            GangScheduler::None | GangScheduler::Kueue => Ok(()),
+        }
+    }
+
+    /// The resource's PodGroups as the watch caches hold them.
+    fn observe_pod_groups(&self, namespace: &str, resource: &InferenceDeployment) -> Vec<ObservedPodGroup> {
+        let name = resource.name_any();
+        let volcano =
+            self.volcano_pod_groups.cache.state().into_iter().map(|g| (GangScheduler::Volcano, g.metadata.clone()));
+        let coscheduling = self
+            .coscheduling_pod_groups
+            .cache
+            .state()
+            .into_iter()
+            .map(|g| (GangScheduler::Coscheduling, g.metadata.clone()));
+        volcano
+            .chain(coscheduling)
+            .filter(|(_, meta)| meta.namespace.as_deref() == Some(namespace))
+            .filter_map(|(scheduler, meta)| {
+                let labels = meta.labels.as_ref()?;
+                if labels.get(desired::LABEL_INSTANCE) != Some(&name) {
+                    return None;
+                }
+                Some(ObservedPodGroup {
+                    scheduler,
+                    name: meta.name.clone()?,
+                    role: fleet_role(labels.get(desired::LABEL_NAME)?)?,
+                    replica: labels.get(LABEL_ORDINAL)?.parse().ok()?,
+                })
+            })
+            .collect()
     }
 
     /// The router Deployment's ready pods, as its watch cache holds it.
@@ -721,11 +849,7 @@ fn observe_pods(cached: &Store<Pod>, namespace: &str, resource: &InferenceDeploy
             if labels.get(desired::LABEL_INSTANCE) != Some(&name) {
                 return None;
             }
-            let role = match labels.get(desired::LABEL_NAME)?.as_str() {
-                desired::PREFILL_APP => FleetRole::Prefill,
-                desired::DECODE_APP => FleetRole::Decode,
-                _ => return None,
-            };
+            let role = fleet_role(labels.get(desired::LABEL_NAME)?)?;
             Some(ObservedPod {
                 name: pod.metadata.name.clone()?,
                 role,
@@ -741,6 +865,15 @@ fn observe_pods(cached: &Store<Pod>, namespace: &str, resource: &InferenceDeploy
             })
         })
         .collect()
+}
+
+/// The fleet whose pods and PodGroups carry `app.kubernetes.io/name: app`.
+fn fleet_role(app: &str) -> Option<FleetRole> {
+    match app {
+        desired::PREFILL_APP => Some(FleetRole::Prefill),
+        desired::DECODE_APP => Some(FleetRole::Decode),
+        _ => None,
+    }
 }
 
 /// Publishes the events of `standing` (everything that stands on the resource now) that were

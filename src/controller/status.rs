@@ -12,6 +12,9 @@ use crate::api::{
 use crate::policy::{Assessment, Outcome};
 use crate::release::ReleaseChoice;
 
+/// The reason of the conditions while the gang scheduler a resource asks for is not installed.
+pub const GANG_SCHEDULER_MISSING: &str = "GangSchedulerMissing";
+
 /// One condition as the controller decided it, before timestamps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decided {
@@ -191,19 +194,10 @@ fn readiness(fleets: &[FleetProgress], router: Option<&RouterStatus>) -> Decided
     }
 }
 
-/// Conditions for a resolved model: settings verdict, readiness and rollout progress.
-/// `rollout_problem` names an unusable `rollout` of a fleet; Progressing carries it (reason
-/// `InvalidRollout`) for as long as it stands, so the user sees why the defaults are in use.
-pub fn resolved(
-    assessment: &Assessment,
-    source: &str,
-    fleets: &[FleetProgress],
-    router: Option<&RouterStatus>,
-    rollout_problem: Option<&str>,
-) -> Conditions {
+/// ModelResolved for a model whose layout was resolved from `source`.
+fn model_resolved(assessment: &Assessment, source: &str) -> Decided {
     let layout = &assessment.layout;
-    let verdict = &assessment.verdict;
-    let model_resolved = Decided::new(
+    Decided::new(
         CONDITION_MODEL_RESOLVED,
         Some(true),
         "Resolved",
@@ -216,7 +210,44 @@ pub fn resolved(
             layout.layers.sliding_window,
             layout.layers.ssm
         ),
-    );
+    )
+}
+
+/// Conditions for settings that are valid but ask for a gang scheduler whose API the cluster
+/// does not serve (`refusal` says which and what to do): nothing is created or changed, as
+/// for rejected settings, until it does.
+pub fn gang_scheduler_missing(assessment: &Assessment, source: &str, refusal: &str) -> Conditions {
+    Conditions {
+        model_resolved: model_resolved(assessment, source),
+        settings_valid: Decided::new(CONDITION_SETTINGS_VALID, Some(false), GANG_SCHEDULER_MISSING, refusal),
+        ready: Decided::new(
+            CONDITION_READY,
+            Some(false),
+            GANG_SCHEDULER_MISSING,
+            "no pods are created or changed until the cluster serves the gang scheduler's API",
+        ),
+        progressing: Decided::new(
+            CONDITION_PROGRESSING,
+            Some(false),
+            GANG_SCHEDULER_MISSING,
+            "install the gang scheduler named in SettingsValid, or change spec.scheduling.gang",
+        ),
+        degraded: not_degraded(),
+    }
+}
+
+/// Conditions for a resolved model: settings verdict, readiness and rollout progress.
+/// `rollout_problem` names an unusable `rollout` of a fleet; Progressing carries it (reason
+/// `InvalidRollout`) for as long as it stands, so the user sees why the defaults are in use.
+pub fn resolved(
+    assessment: &Assessment,
+    source: &str,
+    fleets: &[FleetProgress],
+    router: Option<&RouterStatus>,
+    rollout_problem: Option<&str>,
+) -> Conditions {
+    let verdict = &assessment.verdict;
+    let model_resolved = model_resolved(assessment, source);
     let settings_valid = match verdict.outcome {
         Outcome::Valid => {
             Decided::new(CONDITION_SETTINGS_VALID, Some(true), "Valid", "the settings are valid for the layout")

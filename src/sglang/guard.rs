@@ -620,6 +620,8 @@ pub fn server_spec(server: &Server, on_invalid: OnInvalid) -> InferenceDeploymen
         router: None,
         sglang: None,
         cache: None,
+        scheduling: None,
+        placement: None,
     }
 }
 

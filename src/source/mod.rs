@@ -1,7 +1,9 @@
 //! Reading a model's config.json from where `spec.model.config` says: inline, a ConfigMap key,
 //! or a Hugging Face-compatible hub over HTTPS (with a TTL cache shared by everything in the
 //! process). The `check` and `render` commands, the controller and the webhook all use this.
+//! `apis.rs`: which gang schedulers' APIs the cluster serves.
 
+mod apis;
 mod python_json;
 
 use std::collections::HashMap;
@@ -12,6 +14,7 @@ use serde_json::Value;
 
 use crate::api::{HubSource, MODEL_CONFIG_FIELD};
 use crate::policy::ModelConfigs;
+pub use apis::{RECHECK as SCHEDULER_API_RECHECK, ServedApis};
 pub use python_json::to_strict_json;
 
 /// Default hub endpoint.
@@ -33,6 +36,14 @@ pub enum SourceError {
     /// The Secret named by `tokenSecretRef` does not exist or lacks the key.
     #[error("Secret {namespace}/{name} with key \"{key}\" (spec.model.config.hub.tokenSecretRef) was not found")]
     TokenSecretNotFound { namespace: String, name: String, key: String },
+    /// RBAC refuses the operator the Secret named by `tokenSecretRef`: the chart grants get only
+    /// on the Secrets it lists.
+    #[error(
+        "the operator may not read Secret {namespace}/{name} (spec.model.config.hub.tokenSecretRef): add {{namespace: \
+         {namespace}, name: {name}}} to the chart's rbac.hubTokenSecrets and upgrade the release (or set \
+         rbac.readAllSecrets: true)"
+    )]
+    TokenSecretForbidden { namespace: String, name: String },
     /// The API server could not be asked (a transient error: retried).
     #[error("reading {what} from the API server failed: {message}")]
     ClusterApi { what: String, message: String },
@@ -72,6 +83,7 @@ impl SourceError {
             Self::ConfigMapNotFound { .. }
             | Self::ConfigMapKeyMissing { .. }
             | Self::TokenSecretNotFound { .. }
+            | Self::TokenSecretForbidden { .. }
             | Self::ClusterApi { .. }
             | Self::HubStatus { .. }
             | Self::HubUnreachable { .. } => true,
@@ -90,7 +102,7 @@ impl SourceError {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::ConfigMapNotFound { .. } | Self::ConfigMapKeyMissing { .. } => "ConfigMapUnavailable",
-            Self::TokenSecretNotFound { .. } => "TokenSecretUnavailable",
+            Self::TokenSecretNotFound { .. } | Self::TokenSecretForbidden { .. } => "TokenSecretUnavailable",
             Self::SourceSelection(_) => "InvalidConfigSource",
             Self::ClusterApi { .. } => "ApiUnavailable",
             Self::InvalidJson { .. } | Self::NotAnObject { .. } | Self::TooLarge { .. } => "InvalidConfigJson",
@@ -280,18 +292,25 @@ impl HubClient {
 }
 
 /// Reads config sources inside a cluster: ConfigMaps and token Secrets through the API server,
-/// hub sources through a shared [`HubClient`].
+/// hub sources through a shared [`HubClient`]; and which gang schedulers' APIs it serves.
 #[derive(Clone)]
 pub struct ClusterSource {
     client: kube::Client,
     hub: std::sync::Arc<HubClient>,
     default_endpoint: String,
+    apis: std::sync::Arc<ServedApis>,
 }
 
 impl ClusterSource {
-    /// A reader using `client` for ConfigMaps and Secrets and `hub` for hub sources.
+    /// A reader using `client` for ConfigMaps, Secrets and discovery and `hub` for hub sources.
     pub fn new(client: kube::Client, hub: std::sync::Arc<HubClient>, default_endpoint: impl Into<String>) -> Self {
-        Self { client, hub, default_endpoint: default_endpoint.into() }
+        let apis = std::sync::Arc::new(ServedApis::new(client.clone()));
+        Self { client, hub, default_endpoint: default_endpoint.into(), apis }
+    }
+
+    /// The cluster's gang scheduler APIs, as discovery lists them.
+    pub fn apis(&self) -> &ServedApis {
+        &self.apis
     }
 
     /// The model's config.json, for a resource in `namespace`.
@@ -365,7 +384,13 @@ impl ClusterSource {
                         let secret = api
                             .get_opt(&reference.name)
                             .await
-                            .map_err(|e| api_error(format!("Secret {namespace}/{}", reference.name), e))?
+                            .map_err(|e| match e {
+                                kube::Error::Api(status) if status.code == 403 => SourceError::TokenSecretForbidden {
+                                    namespace: namespace.into(),
+                                    name: reference.name.clone(),
+                                },
+                                e => api_error(format!("Secret {namespace}/{}", reference.name), e),
+                            })?
                             .ok_or_else(missing)?;
                         let bytes = secret.data.and_then(|d| d.get(&reference.key).cloned()).ok_or_else(missing)?;
                         Some(String::from_utf8_lossy(&bytes.0).into_owned())

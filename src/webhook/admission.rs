@@ -160,9 +160,23 @@ async fn decide(
         .chain(&assessment.command_line_warnings)
         .cloned()
         .collect();
+    let scheduler_refusal = match missing_scheduler(&resource, source).await {
+        Ok(refusal) => refusal,
+        Err(warning) => {
+            warnings.push(warning);
+            None
+        }
+    };
+    if webhook == ResourceWebhook::Validate
+        && verdict.outcome != Outcome::Rejected
+        && let Some(refusal) = &scheduler_refusal
+    {
+        return denied(response, 422, "Invalid", format!("{name}: {refusal}"));
+    }
     match (verdict.outcome, webhook) {
         (Outcome::Rejected, ResourceWebhook::Validate) => {
-            let listed: Vec<String> = verdict.violations.iter().map(ToString::to_string).collect();
+            let listed: Vec<String> =
+                verdict.violations.iter().map(ToString::to_string).chain(scheduler_refusal).collect();
             denied(
                 response,
                 422,
@@ -193,6 +207,28 @@ async fn decide(
             }
         }
         _ => warned(response, warnings),
+    }
+}
+
+/// Why the gang scheduler `resource` asks for cannot place its pods (the cluster does not serve
+/// its API), if it cannot; or a warning when the webhook could not ask.
+async fn missing_scheduler(
+    resource: &InferenceDeployment,
+    source: Option<&ClusterSource>,
+) -> Result<Option<String>, String> {
+    let gang = resource.spec.scheduling.as_ref().map(|s| s.gang).unwrap_or_default();
+    let Some(api) = gang.required_api() else { return Ok(None) };
+    let not_checked = |why: String| {
+        format!(
+            "kvpilot could not check that the cluster serves {}'s API ({why}); the controller checks it, see \
+             SettingsValid",
+            api.scheduler
+        )
+    };
+    let Some(source) = source else { return Err(not_checked("the webhook runs without a Kubernetes client".into())) };
+    match source.apis().serves(api).await {
+        Ok(served) => Ok((!served).then(|| api.refusal(gang))),
+        Err(e) => Err(not_checked(e.to_string())),
     }
 }
 

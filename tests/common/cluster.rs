@@ -29,6 +29,10 @@ pub fn repo(path: &str) -> PathBuf {
 pub const APPLY_CRDS: [&str; 6] =
     ["apply", "--server-side", "--force-conflicts", "--field-manager=kvpilot-tests", "-f", "crds/"];
 
+/// The gang schedulers' CRDs whose APIs kvpilot asks discovery about.
+pub const GANG_CRDS: [&str; 3] =
+    ["crd/podgroups.scheduling.volcano.sh", "crd/podgroups.scheduling.x-k8s.io", "crd/workloads.kueue.x-k8s.io"];
+
 /// The `.yaml` files of a directory of the repository, sorted.
 pub fn yaml_files(dir: &str) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(repo(dir))
@@ -158,6 +162,54 @@ impl Cluster {
             "--timeout=60s",
             "crd/inferencedeployments.kvpilot.dev",
         ]);
+    }
+
+    /// Points the webhook configuration `kind` (validatingwebhookconfiguration or
+    /// mutatingwebhookconfiguration) `name` at `url`: the API server reaches a webhook Service
+    /// only through a kubelet-run pod and kube-proxy, neither of which runs here.
+    pub fn point_webhook_at(&self, kind: &str, name: &str, url: &str) {
+        let patch = serde_json::json!([
+            {"op": "remove", "path": "/webhooks/0/clientConfig/service"},
+            {"op": "add", "path": "/webhooks/0/clientConfig/url", "value": url},
+        ]);
+        self.kubectl_ok(&["patch", kind, name, "--type=json", "-p", &patch.to_string()]);
+    }
+
+    /// The caBundle of the webhook configuration `kind` `name`, once set.
+    pub fn webhook_ca_bundle(&self, kind: &str, name: &str) -> Option<String> {
+        let configuration = self.get_json(&[kind, name])?;
+        configuration["webhooks"][0]["clientConfig"]["caBundle"].as_str().map(str::to_string)
+    }
+
+    /// Installs the gang schedulers' own CRDs (Volcano's, scheduler-plugins' and Kueue's, as
+    /// `scripts/gang-crds.sh` fetches them, cached) and waits until they are Established.
+    pub fn install_gang_crds(&self) {
+        let script = Command::new("bash").arg(repo("scripts/gang-crds.sh")).output().expect("run scripts/gang-crds.sh");
+        let dir = succeeded("scripts/gang-crds.sh", script);
+        let dir = dir.trim();
+        self.kubectl_ok(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=kvpilot-tests",
+            "-R",
+            "-f",
+            dir,
+        ]);
+        let mut wait = vec!["wait", "--for=condition=Established", "--timeout=10s"];
+        wait.extend(GANG_CRDS);
+        // kubectl wait fails outright on a CRD so new that it has no conditions yet.
+        wait_for_blocking("the gang schedulers' CRDs are Established", Duration::from_secs(60), || {
+            self.kubectl(&wait).status.success().then_some(())
+        });
+    }
+
+    /// Deletes the gang schedulers' CRDs (and so every object of theirs), waiting until they
+    /// are gone: a cluster that serves none of their APIs.
+    pub fn remove_gang_crds(&self) {
+        let mut delete = vec!["delete", "--ignore-not-found", "--wait", "--timeout=120s"];
+        delete.extend(GANG_CRDS);
+        self.kubectl_ok(&delete);
     }
 
     /// A kubeconfig (written into `dir`) that authenticates with a fresh token of the

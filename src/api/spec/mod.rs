@@ -11,6 +11,7 @@ mod disaggregation;
 mod fleet;
 mod model;
 mod router;
+mod scheduling;
 
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -21,6 +22,7 @@ pub use disaggregation::*;
 pub use fleet::*;
 pub use model::*;
 pub use router::*;
+pub use scheduling::*;
 
 use super::status::InferenceDeploymentStatus;
 
@@ -70,6 +72,9 @@ use super::status::InferenceDeploymentStatus;
 #[x_kube(validation = Rule::new("!has(self.decode) || (!has(self.decode.ratio) && !has(self.decode.minReplicas) && !has(self.decode.maxReplicas))").message(
     "spec.decode.ratio, minReplicas and maxReplicas are spec.prefill's: the prefill fleet follows the decode fleet's replicas, which spec.decode.replicas (or its scale subresource) sets"
 ))]
+#[x_kube(validation = Rule::new("!has(self.placement) || !has(self.placement.colocateTopologyKey) || has(self.prefill)").message(
+    "spec.placement.colocateTopologyKey keeps the prefill fleet kvpilot runs beside the decode fleet: set spec.prefill, or remove it"
+))]
 pub struct InferenceDeploymentSpec {
     /// The model to serve and where its config.json comes from.
     pub model: ModelSpec,
@@ -97,6 +102,15 @@ pub struct InferenceDeploymentSpec {
     /// every decode server, over shared memory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache: Option<CacheSpec>,
+    /// Which scheduler places the prefill and decode pods: a gang scheduler the cluster runs
+    /// (Volcano, scheduler-plugins' coscheduling, Kueue) that starts each replica's pods all at
+    /// once, the scheduler's name and the pods' priority class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<SchedulingSpec>,
+    /// Where the prefill and decode pods land: a multi-node replica's ranks in one topology
+    /// domain, prefill beside decode, replicas spread across nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<PlacementSpec>,
 }
 
 impl InferenceDeploymentSpec {

@@ -1,18 +1,22 @@
 //! A fleet of SGLang servers: its headless Service, its revision, and the pods of each replica,
 //! made from one pod template.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use super::disruption_budget;
+use super::placement::keep_group_together;
 use super::pod::server_pod_template;
+use super::pod_group::{Gang, PodGroup};
 use super::service::headless_service;
 use super::{
-    FleetRole, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, RenderOptions, managed_labels, pod_name, selector_labels,
-    service_name,
+    FleetRole, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, RenderOptions, managed_labels, owned_meta, pod_name,
+    replica_name, selector_labels, service_name,
 };
-use crate::api::{FleetSpec, InferenceDeployment};
+use crate::api::{FleetSpec, GangScheduler, InferenceDeployment};
 use crate::policy::Assessment;
 use crate::sglang::server;
 
@@ -40,6 +44,11 @@ pub struct Fleet {
     port: i32,
     /// How many of the container's last arguments are the fleet's `extraArgs`.
     extra_args: usize,
+    /// How each replica joins the gang scheduler (`spec.scheduling`).
+    gang: Gang,
+    /// The node label all ranks of a replica share (`spec.placement.groupTopologyKey`).
+    group_topology_key: Option<String>,
+    owner: OwnerReference,
 }
 
 /// 64-bit FNV-1a: a stable hash (the standard library's is not stable across releases), the
@@ -75,7 +84,14 @@ pub(super) fn render_fleet(
         (replicas, nodes_per_replica, fleet.max_unavailable),
     );
     let template = server_pod_template(resource, assessment, options, role, fleet, managed_labels(&selector), owner);
-    let hashed = format!("{}\n{nodes_per_replica}", serde_json::to_string(&template).unwrap_or_default());
+    let gang = Gang::new(&resource.spec, fleet, &template, nodes_per_replica);
+    let group_topology_key = resource.spec.placement.as_ref().and_then(|p| p.group_topology_key.clone());
+    // What each replica adds to the template is decided here, once per revision: hashed with it.
+    let hashed = format!(
+        "{}\n{nodes_per_replica}\n{}\n{group_topology_key:?}",
+        serde_json::to_string(&template).unwrap_or_default(),
+        serde_json::to_string(&gang).unwrap_or_default()
+    );
     let revision = format!("{:016x}", fnv1a(hashed.as_bytes()))[..10].to_string();
     let selector = selector.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
     Fleet {
@@ -91,6 +107,9 @@ pub(super) fn render_fleet(
         namespace: namespace.unwrap_or_default(),
         port: fleet.port,
         extra_args: fleet.extra_args.len(),
+        gang,
+        group_topology_key,
+        owner: owner.clone(),
     }
 }
 
@@ -115,6 +134,26 @@ impl Fleet {
         format!("http://{}:{}", self.host(pod_name), self.port)
     }
 
+    /// The labels every pod of replica `replica` carries, and only they: the fleet's and the
+    /// replica's ordinal.
+    fn replica_labels(&self, replica: u32) -> BTreeMap<String, String> {
+        let mut labels = selector_labels(&self.name, self.role);
+        labels.insert(LABEL_ORDINAL.into(), replica.to_string());
+        labels
+    }
+
+    /// The gang scheduler of this revision's replicas.
+    pub fn gang_scheduler(&self) -> GangScheduler {
+        self.gang.scheduler()
+    }
+
+    /// The PodGroup of replica `replica` at this revision, when its gang scheduler takes one.
+    pub fn pod_group(&self, replica: u32) -> Option<PodGroup> {
+        let name = replica_name(&self.name, self.role, replica);
+        let namespace = Some(self.namespace.clone());
+        self.gang.pod_group(owned_meta(name, &namespace, managed_labels(&self.replica_labels(replica)), &self.owner))
+    }
+
     /// The pod of rank `rank` in replica `replica` at this revision.
     pub fn pod(&self, replica: u32, rank: i32) -> Pod {
         let mut pod = self.template.clone();
@@ -124,9 +163,13 @@ impl Fleet {
         labels.insert(LABEL_REVISION.into(), self.revision.clone());
         labels.insert(LABEL_ORDINAL.into(), replica.to_string());
         labels.insert(LABEL_RANK.into(), rank.to_string());
+        self.gang.join(&mut pod, &replica_name(&self.name, self.role, replica));
         let leader = self.host(&pod_name(&self.name, self.role, replica, 0, self.nodes_per_replica));
         if let Some(spec) = pod.spec.as_mut() {
             spec.hostname = Some(name);
+            if let Some(key) = self.group_topology_key.as_deref().filter(|_| self.nodes_per_replica > 1) {
+                keep_group_together(&mut spec.affinity, key, self.replica_labels(replica));
+            }
             if self.nodes_per_replica > 1
                 && let Some(args) = spec.containers[0].args.as_mut()
             {

@@ -10,9 +10,11 @@
 //! One builder per object kind: `config_map.rs`, `service.rs` (a fleet's headless Service),
 //! `disruption_budget.rs` (a fleet's and the router's PodDisruptionBudget),
 //! `fleet.rs` (a fleet's revision and the pods of its replicas), `pod.rs` (the SGLang server's
-//! pod template), `cache.rs` (what the cache runtime adds to a decode pod), `router.rs` (the
-//! router's objects); `container.rs` holds the container pieces they share, `resources.rs`
-//! their resources. This module holds
+//! pod template), `pod_group.rs` (what a gang scheduler needs of a replica: its PodGroup, its
+//! pods' group labels), `placement.rs` (the affinity and spread of a fleet's pods), `cache.rs`
+//! (what the cache runtime adds to a decode pod), `router.rs` (the router's objects);
+//! `container.rs` holds the container pieces they share, `resources.rs` their resources. This
+//! module holds
 //! what every object shares: names, labels and the owner reference.
 
 mod cache;
@@ -20,7 +22,9 @@ mod config_map;
 mod container;
 mod disruption_budget;
 mod fleet;
+mod placement;
 mod pod;
+mod pod_group;
 pub mod resources;
 mod router;
 mod service;
@@ -36,6 +40,7 @@ use serde_json::json;
 pub use cache::DEFAULT_RUNTIME_IMAGE;
 pub use fleet::Fleet;
 pub use pod::DEFAULT_SGLANG_IMAGE;
+pub use pod_group::{CoschedulingPodGroup, PodGroup, VolcanoPodGroup};
 pub use router::Router;
 
 use crate::api::InferenceDeployment;
@@ -125,17 +130,17 @@ pub fn desired_state(resource: &InferenceDeployment, assessment: &Assessment, op
 
 impl Desired {
     /// Everything a fresh InferenceDeployment gets, as it is applied: the ConfigMap, each
-    /// fleet's Service and the pods of its replicas 0..replicas, and the router's objects.
+    /// fleet's Service and, for its replicas 0..replicas, each one's PodGroup (with a gang
+    /// scheduler that takes one) and pods, and the router's objects.
     pub fn objects(&self) -> Vec<serde_json::Value> {
         let mut objects = vec![with_type_meta(&self.config_map, "v1", "ConfigMap")];
         for fleet in self.fleets() {
             objects.push(with_type_meta(&fleet.service, "v1", "Service"));
             objects.push(with_type_meta(&fleet.disruption_budget, "policy/v1", "PodDisruptionBudget"));
-            objects.extend(
-                (0..fleet.replicas as u32)
-                    .flat_map(|replica| fleet.replica(replica))
-                    .map(|pod| with_type_meta(&pod, "v1", "Pod")),
-            );
+            for replica in 0..fleet.replicas as u32 {
+                objects.extend(fleet.pod_group(replica).map(|group| group.to_json()));
+                objects.extend(fleet.replica(replica).iter().map(|pod| with_type_meta(pod, "v1", "Pod")));
+            }
         }
         if let Some(router) = &self.router {
             objects.extend(router.objects());

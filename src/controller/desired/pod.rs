@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use super::config_map::MODEL_CONFIG_KEY;
 use super::container::{env_var, http_probe, image_pull_policy, mount};
 use super::resources::{self, DEFAULT_SHM_SIZE, ServerMemory};
-use super::{FleetRole, GROUP_READY, RenderOptions, cache, config_map_name, service_name};
+use super::{FleetRole, GROUP_READY, RenderOptions, cache, config_map_name, placement, pod_group, service_name};
 use crate::api::{
     ConfigSourceRef, EffectiveSettings, FleetSpec, InferenceDeployment, InferenceDeploymentSpec, MODELS_DIR,
 };
@@ -231,10 +231,12 @@ pub(super) fn server_pod_template(
             termination_grace_period_seconds: Some(fleet.termination_grace_period_seconds),
             node_selector: (!fleet.node_selector.is_empty()).then(|| fleet.node_selector.clone()),
             tolerations: (!fleet.tolerations.is_empty()).then(|| fleet.tolerations.clone()),
-            affinity: fleet.affinity.clone(),
+            affinity: placement::fleet_affinity(spec, &name, role, fleet.affinity.as_ref()),
+            topology_spread_constraints: Some(vec![placement::spread_across_nodes(&name, role)]),
+            scheduler_name: pod_group::scheduler_name(spec),
             readiness_gates: Some(vec![PodReadinessGate { condition_type: GROUP_READY.into() }]),
             service_account_name: fleet.service_account_name.clone(),
-            priority_class_name: fleet.priority_class_name.clone(),
+            priority_class_name: pod_group::priority_class_name(spec, fleet),
             automount_service_account_token: Some(false),
             ..PodSpec::default()
         }),
