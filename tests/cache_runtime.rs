@@ -357,7 +357,7 @@ fn bad_flags_are_refused_naming_the_flag() {
     let not_a_socket = dir.path().join("file");
     std::fs::write(&not_a_socket, "").unwrap();
     for (args, expected) in [
-        (vec!["--capacity", "0"], "--capacity must be above 0"),
+        (vec!["--capacity", "0"], "invalid value '0' for '--capacity <BYTES>': \"0\" is 0 bytes"),
         (vec!["--capacity", "lots"], "\"lots\" is not a size in bytes: write a Kubernetes quantity such as 64Gi"),
         (vec!["--capacity", "1GiB", "--socket", not_a_socket.to_str().unwrap()], "exists and is not a socket"),
     ] {

@@ -94,7 +94,7 @@ fn the_api_server_calls_the_webhook_refuses_rewrites_warns_and_applies_the_failu
     smuggled["spec"]["decode"]["extraArgs"] = serde_json::json!(["--tp=8", "--enable-hierarchical"]);
     let (admitted, _, refusal) = apply(&cluster, &smuggled);
     assert!(!admitted, "extraArgs setting kvpilot's flags were admitted");
-    assert!(refusal.contains("K1") && refusal.contains("spec.decode.tensorParallel"), "{refusal}");
+    assert!(refusal.contains("POD1") && refusal.contains("spec.decode.tensorParallel"), "{refusal}");
     assert!(refusal.contains("spec.disaggregation.hierarchicalCache"), "{refusal}");
 
     // onInvalid: Rewrite with the mutating webhook: the rewritten spec is what is stored, and the

@@ -297,10 +297,10 @@ async fn extra_args_setting_a_flag_kvpilot_decides_are_refused_in_status() {
         o["spec"]["decode"]["extraArgs"] =
             json!(["--disaggregation-decode-retraction-backup=cpu_tensor", "--trust-remote-code"]);
     }));
-    until("SettingsValid=False with K1", async || {
+    until("SettingsValid=False with POD1", async || {
         let resource = fleet.deployments().get(&name).await.ok()?;
         let settings = condition(&resource, "SettingsValid")?;
-        (settings.status == "False" && settings.reason == "K1").then_some(())
+        (settings.status == "False" && settings.reason == "POD1").then_some(())
     })
     .await;
     let resource = fleet.deployments().get(&name).await.unwrap();

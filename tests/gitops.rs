@@ -82,11 +82,17 @@ fn with_decided(
     ready: Option<bool>,
     generation: i64,
     observed: i64,
-    change: impl FnOnce(&mut status::DecidedConditions),
+    change: impl FnOnce(&mut status::Conditions),
 ) -> Value {
     let spec: &InferenceDeploymentSpec = &resource.spec;
     let config = Value::Object(spec.model.config.inline.clone().unwrap());
-    let assessment = assess(spec, &kvpilot::policy::ModelConfigs::target(config.clone()), &Default::default()).unwrap();
+    let assessment = assess(
+        spec,
+        &kvpilot::policy::ModelConfigs::target(config.clone()),
+        &Default::default(),
+        kvpilot::policy::Checked::Service,
+    )
+    .unwrap();
     let fleets: Vec<FleetProgress> = FleetRole::ALL
         .into_iter()
         .filter_map(|role| {
@@ -265,10 +271,15 @@ fn the_end_to_end_script_checks_every_admitted_example() {
                 Some(inline) => Value::Object(inline),
                 None => config_json_of_config_map(&text),
             };
-            if assess(&resource.spec, &kvpilot::policy::ModelConfigs::target(config.clone()), &Default::default())
-                .unwrap()
-                .verdict
-                .outcome
+            if assess(
+                &resource.spec,
+                &kvpilot::policy::ModelConfigs::target(config.clone()),
+                &Default::default(),
+                kvpilot::policy::Checked::Service,
+            )
+            .unwrap()
+            .verdict
+            .outcome
                 != kvpilot::policy::Outcome::Rejected
             {
                 expected.push(format!(

@@ -235,11 +235,15 @@ async fn mutate_returns_a_base64_json_patch_that_makes_the_spec_valid() {
         assert_eq!(resource.spec.disaggregation.on_invalid, OnInvalid::Rewrite);
         resource.spec.disaggregation.on_invalid = OnInvalid::Reject;
         let config = serde_json::to_value(resource.spec.model.config.inline.clone().unwrap()).unwrap();
-        let release = kvpilot::policy::choose_release(&resource.spec, &Default::default()).unwrap();
-        let verdict =
-            kvpilot::policy::assess(&resource.spec, &kvpilot::policy::ModelConfigs::target(config.clone()), &release)
-                .unwrap()
-                .verdict;
+        let release = kvpilot::policy::resource_release(&resource.spec, &Default::default()).unwrap();
+        let verdict = kvpilot::policy::assess(
+            &resource.spec,
+            &kvpilot::policy::ModelConfigs::target(config.clone()),
+            &release,
+            kvpilot::policy::Checked::Service,
+        )
+        .unwrap()
+        .verdict;
         assert_eq!(verdict.outcome, kvpilot::policy::Outcome::Valid, "{:?}", verdict.violations);
         if resource.spec.sglang.is_some() {
             assert_eq!(resource.spec.disaggregation.retraction_backup, None, "removed by the patch");

@@ -15,7 +15,7 @@ use clap::Args;
 use super::serve::{LogFormat, init_logging, runtime, shutdown_signal};
 use crate::runtime::metrics::{self, Metrics};
 use crate::runtime::store::PageStore;
-use crate::runtime::{connector, server};
+use crate::runtime::{connector, socket};
 
 #[derive(Args, Debug)]
 pub(crate) struct CacheRuntimeArgs {
@@ -71,7 +71,7 @@ async fn serve(args: &CacheRuntimeArgs) -> Result<(), String> {
     let socket = args.socket.clone();
     let accept = {
         let (store, metrics) = (Arc::clone(&store), Arc::clone(&metrics));
-        tokio::task::spawn_blocking(move || server::serve(listener, store, metrics))
+        tokio::task::spawn_blocking(move || socket::serve(listener, store, metrics))
     };
     tracing::info!(socket = %socket.display(), %metrics_addr, capacity = args.capacity, "serving");
     let app = metrics::router(metrics, store);

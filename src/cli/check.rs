@@ -120,7 +120,7 @@ async fn assess_one(
     hub_endpoint: &str,
     default_release: &ReleaseChoice,
 ) -> Result<Assessed, String> {
-    let release = policy::choose_release(&found.resource.spec, default_release)
+    let release = policy::resource_release(&found.resource.spec, default_release)
         .map_err(|e| format!("{}: {} (spec.sglang.version): {e}", found.location, found.name()))?;
     let context = |field: &'static str| move |e: String| format!("{}: {} ({field}): {e}", found.location, found.name());
     let target = match set.model_config(found, hub, hub_endpoint).await {
@@ -147,13 +147,27 @@ async fn assess_one(
         .map_err(|e| format!("{}: {}: model config.json: {e}", found.location, found.name()))
 }
 
-/// What the offline commands start from: a runtime, the manifests read (with the problems met
-/// reading them) and the hub client (None under `--offline`). Prints the error itself.
+/// What the offline commands start from.
+pub(crate) struct Prepared {
+    pub(crate) runtime: tokio::runtime::Runtime,
+    /// The manifests read.
+    pub(crate) set: ManifestSet,
+    /// The problems met reading them.
+    pub(crate) errors: Vec<String>,
+    /// None under `--offline`.
+    pub(crate) hub: Option<HubClient>,
+    /// The release of `--sglang-version`, or the newest known.
+    pub(crate) default_release: ReleaseChoice,
+}
+
+/// Starts an offline command: a runtime, the manifests, the hub client and `--sglang-version`.
+/// Prints the error itself.
 pub(crate) fn prepare(
     command: &str,
     paths: &[PathBuf],
     offline: bool,
-) -> Result<(tokio::runtime::Runtime, ManifestSet, Vec<String>, Option<HubClient>), ExitCode> {
+    sglang: &SglangVersionArg,
+) -> Result<Prepared, ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| {
         eprintln!("kvpilot {command}: cannot start: {e}");
         ExitCode::from(2)
@@ -163,7 +177,8 @@ pub(crate) fn prepare(
         eprintln!("kvpilot {command}: {e}");
         ExitCode::from(2)
     })?;
-    Ok((runtime, set, errors, hub))
+    let default_release = sglang.choice_for(command)?;
+    Ok(Prepared { runtime, set, errors, hub, default_release })
 }
 
 /// How a run of the offline commands ended, for their exit code.
@@ -217,14 +232,11 @@ pub(crate) fn nothing_to_check(set: &ManifestSet) -> Option<String> {
 }
 
 pub(crate) fn run(args: &CheckArgs) -> ExitCode {
-    let (runtime, set, mut errors, hub) = match prepare("check", &args.paths, args.offline) {
-        Ok(prepared) => prepared,
-        Err(code) => return code,
-    };
-    let default_release = match args.sglang.choice_for("check") {
-        Ok(choice) => choice,
-        Err(code) => return code,
-    };
+    let Prepared { runtime, set, mut errors, hub, default_release } =
+        match prepare("check", &args.paths, args.offline, &args.sglang) {
+            Ok(prepared) => prepared,
+            Err(code) => return code,
+        };
     if errors.is_empty() {
         errors.extend(nothing_to_check(&set));
     }
@@ -249,6 +261,7 @@ pub(crate) fn run(args: &CheckArgs) -> ExitCode {
                         .verdict
                         .warnings
                         .into_iter()
+                        .chain(assessment.command_line_warnings)
                         .chain(crate::controller::desired::resources::warnings(&found.resource.spec))
                         .collect(),
                     sglang: sglang_status(&assessment.release),

@@ -13,7 +13,7 @@ use crate::api::{AttentionLayout, EffectiveSettings, SglangStatus};
 use crate::controller::status::sglang_status;
 use crate::policy::{ModelConfigs, Outcome};
 use crate::release::ReleaseChoice;
-use crate::sglang::flags::Mode;
+use crate::sglang::flags::DisaggregationMode;
 use crate::sglang::guard::{self, FlagFinding, FlagRewrite, Inspection, Server};
 use crate::sglang::workload::Member;
 use crate::source::{HubClient, naming_annotation};
@@ -38,7 +38,7 @@ pub(crate) struct ServerReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) member: Option<Member>,
     pub(crate) source: String,
-    pub(crate) mode: Mode,
+    pub(crate) mode: DisaggregationMode,
     /// The SGLang release the server was checked against and where it came from (`Image`: its
     /// tag; `Flag`/`Default`: `--sglang-version` or the newest known release).
     pub(crate) sglang: SglangStatus,

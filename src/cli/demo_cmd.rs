@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use serde::Deserialize;
 use serde_json::Value;
@@ -71,6 +72,21 @@ fn table(rows: Vec<Vec<String>>) -> String {
         .collect()
 }
 
+/// An age as kubectl prints it: seconds up to two minutes, then minutes (with seconds under ten),
+/// hours (with minutes under eight) and days (with hours under eight).
+fn age(seconds: i64) -> String {
+    let (minutes, hours, days) = (seconds / 60, seconds / 3600, seconds / 86_400);
+    match seconds {
+        s if s < 120 => format!("{s}s"),
+        s if minutes < 10 && s % 60 != 0 => format!("{minutes}m{}s", s % 60),
+        _ if hours < 3 => format!("{minutes}m"),
+        _ if hours < 8 && minutes % 60 != 0 => format!("{hours}h{}m", minutes % 60),
+        _ if hours < 48 => format!("{hours}h"),
+        _ if days < 8 && hours % 24 != 0 => format!("{days}d{}h", hours % 24),
+        _ => format!("{days}d"),
+    }
+}
+
 fn text(value: &Value) -> String {
     match value {
         Value::Null => "-".into(),
@@ -117,11 +133,28 @@ fn report(server: &ApiServer, elapsed: Duration) -> String {
         elapsed.as_secs_f64()
     );
     out += "$ kubectl get infd -A -o wide\n";
+    // The CRD's printer columns, those of priority 1 included.
     let mut rows = vec![
-        ["NAMESPACE", "NAME", "MODEL", "LAYOUT", "BACKUP", "SETTINGS", "READY", "DESIRED"].map(String::from).to_vec(),
+        [
+            "NAMESPACE",
+            "NAME",
+            "MODEL",
+            "LAYOUT",
+            "BACKUP",
+            "SETTINGS",
+            "READY",
+            "DESIRED",
+            "PREFILL",
+            "ENDPOINT",
+            "AGE",
+        ]
+        .map(String::from)
+        .to_vec(),
     ];
+    let now = Timestamp::now();
     for d in server.list("kvpilot.dev", "v1alpha1", "inferencedeployments", None) {
         let settings = condition(&d, "SettingsValid").map(|c| text(&c["reason"])).unwrap_or_else(|| "-".into());
+        let created = d["metadata"]["creationTimestamp"].as_str().and_then(|t| t.parse::<Timestamp>().ok());
         rows.push(vec![
             text(&d["metadata"]["namespace"]),
             text(&d["metadata"]["name"]),
@@ -131,6 +164,9 @@ fn report(server: &ApiServer, elapsed: Duration) -> String {
             settings,
             text(&d["status"]["decode"]["readyReplicas"]).replace('-', "0"),
             text(&d["spec"]["decode"]["replicas"]),
+            text(&d["status"]["prefill"]["readyReplicas"]),
+            text(&d["status"]["endpoint"]),
+            created.map_or_else(|| "-".into(), |created| age(now.duration_since(created).as_secs())),
         ]);
     }
     out += &table(rows);
@@ -272,6 +308,20 @@ pub(crate) fn run(args: &DemoArgs) -> ExitCode {
         Err(e) => {
             eprintln!("kvpilot demo: {e}");
             ExitCode::from(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_read_as_kubectl_prints_them() {
+        let ages = [(5, "5s"), (119, "119s"), (125, "2m5s"), (600, "10m"), (3 * 3600 + 60, "3h1m")];
+        let more = [(9 * 3600, "9h"), (50 * 3600, "2d2h"), (10 * 86_400, "10d")];
+        for (seconds, shown) in ages.into_iter().chain(more) {
+            assert_eq!(age(seconds), shown, "{seconds} s");
         }
     }
 }

@@ -16,7 +16,47 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::controller::desired::RenderOptions;
 use crate::release::{self, ReleaseChoice, ReleaseError, ReleaseSource};
+use crate::runtime::LogFormat;
+
+/// The images of what kvpilot runs, shared by the commands that render pods.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct ImageArgs {
+    /// SGLang image of the servers when a fleet's image is unset; `{version}` stands
+    /// for the resource's SGLang release.
+    #[arg(long, env = "KVPILOT_SGLANG_IMAGE", default_value = crate::controller::desired::DEFAULT_SGLANG_IMAGE)]
+    sglang_image: String,
+    /// The kvpilot image of the cache runtime sidecar and the connector's init container
+    /// (resources with spec.cache).
+    #[arg(long, env = "KVPILOT_RUNTIME_IMAGE", default_value = crate::controller::desired::DEFAULT_RUNTIME_IMAGE)]
+    runtime_image: String,
+    /// Image of the SGLang router when spec.router.image is unset (`{version}` as for
+    /// --sglang-image). Unset: the SGLang image, which ships the router.
+    #[arg(long, env = "KVPILOT_ROUTER_IMAGE")]
+    router_image: Option<String>,
+}
+
+impl ImageArgs {
+    /// The options pods are rendered with: these images, `default_release` where a resource
+    /// names none, the log format the cache runtime sidecars write, and whether each fleet gets
+    /// a PodMonitor.
+    pub(crate) fn render_options(
+        &self,
+        default_release: ReleaseChoice,
+        runtime_log_format: LogFormat,
+        pod_monitors: bool,
+    ) -> RenderOptions {
+        RenderOptions {
+            sglang_image: self.sglang_image.clone(),
+            router_image: self.router_image.clone().filter(|image| !image.is_empty()),
+            runtime_image: self.runtime_image.clone(),
+            default_release,
+            runtime_log_format,
+            pod_monitors,
+        }
+    }
+}
 
 /// `--sglang-version`, shared by every command that evaluates rules.
 #[derive(Args, Debug, Clone, Default)]

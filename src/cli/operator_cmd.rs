@@ -15,7 +15,6 @@ use tokio::sync::watch;
 
 use super::serve::{LogFormat, init_logging, runtime, shutdown_signal};
 use super::webhook_cmd::{WebhookTlsArgs, serve_webhook};
-use crate::controller::desired::RenderOptions;
 use crate::controller::metrics::Metrics;
 use crate::controller::{self, Context, Scope};
 use crate::source::{ClusterSource, DEFAULT_HUB_ENDPOINT, HubClient};
@@ -35,18 +34,8 @@ pub(crate) struct OperatorArgs {
     /// Namespace to watch, or `all` for every namespace.
     #[arg(long, env = "KVPILOT_WATCH_NAMESPACE", default_value = "all")]
     namespace: String,
-    /// SGLang image of the servers when a fleet's image is unset; `{version}` stands
-    /// for the resource's SGLang release.
-    #[arg(long, env = "KVPILOT_SGLANG_IMAGE", default_value = crate::controller::desired::DEFAULT_SGLANG_IMAGE)]
-    sglang_image: String,
-    /// The kvpilot image of the cache runtime sidecar and the connector's init container
-    /// (resources with spec.cache).
-    #[arg(long, env = "KVPILOT_RUNTIME_IMAGE", default_value = crate::controller::desired::DEFAULT_RUNTIME_IMAGE)]
-    runtime_image: String,
-    /// Image of the SGLang router when spec.router.image is unset (`{version}` as for
-    /// --sglang-image). Unset: the SGLang image, which ships the router.
-    #[arg(long, env = "KVPILOT_ROUTER_IMAGE")]
-    router_image: Option<String>,
+    #[command(flatten)]
+    images: super::ImageArgs,
     #[command(flatten)]
     sglang: super::SglangVersionArg,
     /// Hub endpoint for hub sources that do not name one.
@@ -149,14 +138,7 @@ async fn operate(args: &OperatorArgs) -> Result<(), String> {
     if let Some(warning) = default_release.warning() {
         tracing::warn!(%warning, "--sglang-version");
     }
-    let options = RenderOptions {
-        sglang_image: args.sglang_image.clone(),
-        router_image: args.router_image.clone().filter(|image| !image.is_empty()),
-        runtime_image: args.runtime_image.clone(),
-        default_release: default_release.clone(),
-        runtime_log_format: args.log_format,
-        pod_monitors: args.pod_monitors,
-    };
+    let options = args.images.render_options(default_release.clone(), args.log_format, args.pod_monitors);
     let mut context = Context::new(client.clone(), source.clone(), options, metrics.clone());
     context.max_concurrent_reconciles = args.max_concurrent_reconciles;
     context.reconcile_debounce = std::time::Duration::from_millis(args.reconcile_debounce_ms);

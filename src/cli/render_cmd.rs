@@ -9,9 +9,9 @@ use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
 use super::SglangVersionArg;
-use super::check::{Assessed, Ending, Unchecked, assess_all, finish, nothing_to_check, prepare};
+use super::check::{Assessed, Ending, Prepared, Unchecked, assess_all, finish, nothing_to_check, prepare};
 use super::serve::LogFormat;
-use crate::controller::desired::{RenderOptions, desired_state};
+use crate::controller::desired::desired_state;
 use crate::policy::Outcome;
 use crate::sglang::cmdline::shell_quote;
 use crate::source::DEFAULT_HUB_ENDPOINT;
@@ -40,18 +40,8 @@ pub(crate) struct RenderArgs {
     /// Hub endpoint for hub sources that do not name one.
     #[arg(long, env = "KVPILOT_HUB_ENDPOINT", default_value = DEFAULT_HUB_ENDPOINT)]
     hub_endpoint: String,
-    /// SGLang image of the servers when a fleet's image is unset; `{version}` stands
-    /// for the resource's SGLang release.
-    #[arg(long, env = "KVPILOT_SGLANG_IMAGE", default_value = crate::controller::desired::DEFAULT_SGLANG_IMAGE)]
-    sglang_image: String,
-    /// The kvpilot image of the cache runtime sidecar and the connector's init container
-    /// (resources with spec.cache).
-    #[arg(long, env = "KVPILOT_RUNTIME_IMAGE", default_value = crate::controller::desired::DEFAULT_RUNTIME_IMAGE)]
-    runtime_image: String,
-    /// Image of the SGLang router when spec.router.image is unset (`{version}` as for
-    /// --sglang-image). Unset: the SGLang image, which ships the router.
-    #[arg(long, env = "KVPILOT_ROUTER_IMAGE")]
-    router_image: Option<String>,
+    #[command(flatten)]
+    images: super::ImageArgs,
     /// The log format of the cache runtime sidecars: the operator gives them its own
     /// --log-format (the chart's logFormat).
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
@@ -65,22 +55,12 @@ pub(crate) struct RenderArgs {
 }
 
 pub(crate) fn run(args: &RenderArgs) -> ExitCode {
-    let (runtime, set, mut errors, hub) = match prepare("render", &args.paths, args.offline) {
-        Ok(prepared) => prepared,
-        Err(code) => return code,
-    };
-    let default_release = match args.sglang.choice_for("render") {
-        Ok(choice) => choice,
-        Err(code) => return code,
-    };
-    let options = RenderOptions {
-        sglang_image: args.sglang_image.clone(),
-        router_image: args.router_image.clone().filter(|image| !image.is_empty()),
-        runtime_image: args.runtime_image.clone(),
-        default_release,
-        runtime_log_format: args.runtime_log_format,
-        pod_monitors: args.pod_monitors,
-    };
+    let Prepared { runtime, set, mut errors, hub, default_release } =
+        match prepare("render", &args.paths, args.offline, &args.sglang) {
+            Ok(prepared) => prepared,
+            Err(code) => return code,
+        };
+    let options = args.images.render_options(default_release, args.runtime_log_format, args.pod_monitors);
     if errors.is_empty() && set.deployments.is_empty() {
         errors.push(match nothing_to_check(&set) {
             Some(nothing) => nothing,

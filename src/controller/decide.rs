@@ -15,7 +15,7 @@ pub use super::desired::GROUP_READY;
 use super::desired::{Fleet, FleetRole, POD_MONITORS_UNSERVED, PodGroup, RenderOptions, desired_state};
 use super::recovery;
 use super::rollout::{self, ObservedReplica, resolve_int_or_percent};
-use super::status::{self, DecidedConditions, FleetProgress, Workloads};
+use super::status::{self, Conditions, FleetProgress, Workloads};
 use crate::api::{
     CONDITION_DEGRADED, ConfigSourceRef, FleetStatus, GangScheduler, InferenceDeployment, InferenceDeploymentStatus,
     RecoveryStatus, Rewrite, RolloutPhase, RouterStatus, SchedulerApi,
@@ -239,7 +239,7 @@ impl Decision {
 
 fn new_status(
     observed: &Observed<'_>,
-    decided: &DecidedConditions,
+    decided: &Conditions,
     assessment: Option<&Assessment>,
     workloads: Option<Workloads>,
 ) -> Option<InferenceDeploymentStatus> {
@@ -263,7 +263,7 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
         Ok(configs) => configs,
         Err(e) => return Decision::unresolved(observed, e.reason(), &e.to_string(), Next::Retry(e)),
     };
-    let release = match policy::choose_release(&resource.spec, &observed.options.default_release) {
+    let release = match policy::resource_release(&resource.spec, &observed.options.default_release) {
         Ok(release) => release,
         Err(e) => {
             let message = format!("spec.sglang.version: {e}");
@@ -1132,7 +1132,7 @@ mod tests {
         assert!(decision.desired.is_none() && decision.create.is_empty() && decision.delete.is_empty());
         let status = decision.status.unwrap();
         let settings = status.conditions.iter().find(|c| c.type_ == "SettingsValid").unwrap();
-        assert_eq!(settings.reason, "K1");
+        assert_eq!(settings.reason, "POD1");
         assert!(settings.message.contains("spec.decode.tensorParallel"), "{}", settings.message);
         assert_eq!(decision.announcements.len(), 1);
     }

@@ -37,7 +37,7 @@ impl Decided {
 
 /// The conditions a pass decides, one of each type.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DecidedConditions {
+pub struct Conditions {
     pub model_resolved: Decided,
     pub settings_valid: Decided,
     pub ready: Decided,
@@ -46,9 +46,9 @@ pub struct DecidedConditions {
     pub degraded: Decided,
 }
 
-impl DecidedConditions {
-    /// The conditions in the order status lists them.
-    fn in_order(&self) -> [&Decided; 5] {
+impl Conditions {
+    /// Each condition, in the order the status lists them.
+    pub fn all(&self) -> [&Decided; 5] {
         [&self.model_resolved, &self.settings_valid, &self.ready, &self.progressing, &self.degraded]
     }
 }
@@ -87,8 +87,8 @@ pub fn conditions<'a>(
 }
 
 /// Status when the model config could not be read or is not a model config.
-pub fn unresolved(reason: &str, message: &str) -> DecidedConditions {
-    DecidedConditions {
+pub fn unresolved(reason: &str, message: &str) -> Conditions {
+    Conditions {
         model_resolved: Decided::new(CONDITION_MODEL_RESOLVED, Some(false), reason, message),
         settings_valid: Decided::new(
             CONDITION_SETTINGS_VALID,
@@ -221,8 +221,8 @@ fn model_resolved(assessment: &Assessment, source: &str) -> Decided {
 /// Conditions for settings that are valid but ask for a gang scheduler whose API the cluster
 /// does not serve (`refusal` says which and what to do): nothing is created or changed, as
 /// for rejected settings, until it does.
-pub fn gang_scheduler_missing(assessment: &Assessment, source: &str, refusal: &str) -> DecidedConditions {
-    DecidedConditions {
+pub fn gang_scheduler_missing(assessment: &Assessment, source: &str, refusal: &str) -> Conditions {
+    Conditions {
         model_resolved: model_resolved(assessment, source),
         settings_valid: Decided::new(CONDITION_SETTINGS_VALID, Some(false), GANG_SCHEDULER_MISSING, refusal),
         ready: Decided::new(
@@ -250,7 +250,7 @@ pub fn resolved(
     fleets: &[FleetProgress],
     router: Option<&RouterStatus>,
     rollout_problem: Option<&str>,
-) -> DecidedConditions {
+) -> Conditions {
     let verdict = &assessment.verdict;
     let model_resolved = model_resolved(assessment, source);
     let settings_valid = match verdict.outcome {
@@ -281,7 +281,7 @@ pub fn resolved(
         ),
     };
     if verdict.outcome == Outcome::Rejected {
-        return DecidedConditions {
+        return Conditions {
             model_resolved,
             settings_valid,
             ready: Decided::new(
@@ -321,7 +321,7 @@ pub fn resolved(
         ),
         None => Decided::new(CONDITION_PROGRESSING, Some(rolling), reason, progress),
     };
-    DecidedConditions { model_resolved, settings_valid, ready, progressing, degraded: not_degraded() }
+    Conditions { model_resolved, settings_valid, ready, progressing, degraded: not_degraded() }
 }
 
 /// `status.sglang`: the release the rules were evaluated at, and where it came from.
@@ -333,13 +333,15 @@ pub fn sglang_status(choice: &ReleaseChoice) -> SglangStatus {
     }
 }
 
-/// What status says beside the verdict: the layout's and the policy's warnings, and what the
-/// pods' resources change of what the spec set (`check` prints the same).
+/// What status says beside the verdict: the layout's and the policy's warnings, what the release's
+/// parser says of the fleets' `extraArgs`, and what the pods' resources change of what the spec set
+/// (`check` prints the same).
 pub fn warnings(spec: &InferenceDeploymentSpec, assessment: &Assessment) -> Vec<String> {
     let layouts = std::iter::once(&assessment.layout).chain(assessment.draft_layout.as_ref());
     layouts
         .flat_map(|layout| layout.warnings.iter().cloned())
         .chain(assessment.verdict.warnings.iter().cloned())
+        .chain(assessment.command_line_warnings.iter().cloned())
         .chain(resources::warnings(spec))
         .collect()
 }
@@ -347,7 +349,7 @@ pub fn warnings(spec: &InferenceDeploymentSpec, assessment: &Assessment) -> Vec<
 /// The complete status object.
 pub fn status(
     previous: Option<&InferenceDeploymentStatus>,
-    decided: &DecidedConditions,
+    decided: &Conditions,
     generation: Option<i64>,
     assessment: Option<&Assessment>,
     workloads: Option<Workloads>,
@@ -368,7 +370,7 @@ pub fn status(
     let previous_conditions = previous.map(|s| s.conditions.as_slice()).unwrap_or_default();
     InferenceDeploymentStatus {
         observed_generation: generation,
-        conditions: conditions(previous_conditions, decided.in_order(), generation, now),
+        conditions: conditions(previous_conditions, decided.all(), generation, now),
         layout: assessment.map(|a| a.layout.clone()),
         draft_layout: assessment.and_then(|a| a.draft_layout.clone()),
         effective: assessment.filter(|a| a.verdict.outcome != Outcome::Rejected).map(|a| a.verdict.effective.clone()),

@@ -118,22 +118,22 @@ impl<'a> ConfigView<'a> {
 
     /// An array of strings, each checked.
     pub(crate) fn strings(&self, key: &str) -> Result<Option<Vec<&'a str>>, LayoutError> {
-        let Some(items) = self.array(key)? else {
-            return Ok(None);
-        };
-        items
-            .iter()
-            .enumerate()
-            .map(|(i, item)| {
-                item.as_str()
-                    .ok_or_else(|| self.error(&format!("{key}[{i}]"), format!("expected a string, got {}", show(item))))
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some)
+        self.items(key, "a string", Value::as_str)
     }
 
     /// An array of non-negative integers, each checked.
     pub(crate) fn uints(&self, key: &str) -> Result<Option<Vec<u64>>, LayoutError> {
+        self.items(key, "a non-negative integer", Value::as_u64)
+    }
+
+    /// An array whose every item `read` takes; an item it refuses is an error naming `what` it
+    /// expected.
+    fn items<T>(
+        &self,
+        key: &str,
+        what: &str,
+        read: impl Fn(&'a Value) -> Option<T>,
+    ) -> Result<Option<Vec<T>>, LayoutError> {
         let Some(items) = self.array(key)? else {
             return Ok(None);
         };
@@ -141,9 +141,8 @@ impl<'a> ConfigView<'a> {
             .iter()
             .enumerate()
             .map(|(i, item)| {
-                item.as_u64().ok_or_else(|| {
-                    self.error(&format!("{key}[{i}]"), format!("expected a non-negative integer, got {}", show(item)))
-                })
+                read(item)
+                    .ok_or_else(|| self.error(&format!("{key}[{i}]"), format!("expected {what}, got {}", show(item))))
             })
             .collect::<Result<Vec<_>, _>>()
             .map(Some)

@@ -1,11 +1,14 @@
-//! (settings, layout) → verdict. The only place the disaggregation rules live; the CLI, the
-//! webhook, the controller and the cache runtime all call [`evaluate`].
+//! (settings, layout) → verdict. The only place the disaggregation rules live (`rules/`, one file
+//! per SGLang concern, assembled by one registry); [`assess`] resolves the layout and evaluates
+//! them for a service or for one server, and `sglang::server::assess`, which every caller decides
+//! with, adds the rules of the command lines.
 
+pub mod argv;
 mod docs;
-#[cfg(test)]
-mod release_tests;
-mod role;
+mod fields;
 mod rules;
+#[cfg(test)]
+mod test_support;
 #[cfg(test)]
 mod tests;
 
@@ -21,16 +24,22 @@ use crate::api::{
     KvPool, LayoutFeature, OnInvalid, RetractionBackup, Rewrite, SettingSource,
 };
 use crate::layout::{self, LayoutError, ResolveOptions};
-use crate::release::{self, Release, ReleaseChoice, ReleaseError, ReleaseSource, v0_5};
-use rules::{Context, Fix, RULES, Scope};
+use crate::release::{self, Release, ReleaseChoice, ReleaseError, ReleaseSource, ServersOf, v0_5};
+use rules::{Fix, RULES, RuleInput, SERVER_ROLE_RULES, Subject};
 
 pub use docs::{RULES_DOC_END, RULES_DOC_START, rules_markdown};
-pub use role::evaluate_non_decode;
-pub use rules::{Phase, RUST_SERVER_ENV, pipeline_stages, prefill_attention_tp};
+pub use fields::{FieldNames, SpecFields, render};
+pub use rules::{
+    COMMAND_LINE, POD_CACHE_CAPACITY, POD_COMMAND_LINE, POD_EXTRA_ARGS, POD_HOST_POOL_SIZE, POD_MODEL_SOURCE,
+    POD_ROUTER, POD_RULES, POD_STORAGE_BACKEND, POD_UNEVEN_REPLICA, Phase, RUST_SERVER_ENV, RuleInfo, ServerRole,
+    pipeline_stages, prefill_attention_tp,
+};
 
 /// The host pool fraction SGLang gives a retraction-only host pool (`BACKUP_ONLY_HICACHE_RATIO`,
 /// 0.5.19 on; from 0.5.21 at least this, more when one max-length request needs more).
 pub const BACKUP_ONLY_HOST_POOL_RATIO: f64 = 0.2;
+/// The field of the host pool's size, as a fraction of the device pool.
+const HOST_POOL_RATIO: &str = "spec.disaggregation.hostPoolRatio";
 /// SGLang 0.5.18's retraction-only host pool: as large as the device pool (R9b).
 pub const FIRST_RELEASE_HOST_POOL_RATIO: f64 = 1.0;
 /// The host pool fraction when hierarchical cache shares the host pool (`--hicache-ratio` default).
@@ -145,37 +154,43 @@ pub struct Verdict {
 /// rewritten / rejected: the decode servers and the prefill servers that run with them (kvpilot
 /// gives both the settings the two sides share, such as the Mamba strategy).
 pub fn evaluate(input: PolicyInput<'_>) -> Verdict {
-    evaluate_on(input, Scope::Service)
+    evaluate_on(input, Subject::Service, ServerRole::Decode, &SpecFields)
 }
 
-/// [`evaluate`] for one PD decode server on its own (the guard's view of a command line).
-pub fn evaluate_decode_server(input: PolicyInput<'_>) -> Verdict {
-    evaluate_on(input, Scope::DecodeServer)
+/// [`evaluate`] for one server on its own (the guard's view of a command line) in `role`. A PD
+/// decode server is checked against every rule. Another server is checked against the rules
+/// SGLang applies to its role (each rule's `roles`), with nothing rewritten: each finding there
+/// asks for a flag to be dropped or changed by hand, and the warnings, about the decode side's
+/// pool and pairing, are not its. Its texts name the spec fields as `names` says.
+pub fn evaluate_server(input: PolicyInput<'_>, role: ServerRole, names: &dyn FieldNames) -> Verdict {
+    if role == ServerRole::Decode {
+        return evaluate_on(input, Subject::DecodeServer, role, names);
+    }
+    let settings = DisaggregationSpec { on_invalid: OnInvalid::Reject, ..input.disaggregation.clone() };
+    let mut verdict =
+        evaluate_on(PolicyInput { disaggregation: &settings, ..input }, Subject::OtherServer, role, names);
+    verdict.warnings.clear();
+    verdict
 }
 
-fn evaluate_on(input: PolicyInput<'_>, scope: Scope) -> Verdict {
+/// The rules SGLang checks on a server of `role`, in report order: those of its role first.
+fn rules_for(role: ServerRole) -> impl Iterator<Item = &'static rules::Rule> {
+    SERVER_ROLE_RULES.iter().chain(RULES).filter(move |rule| rule.roles.contains(&role))
+}
+
+fn evaluate_on(input: PolicyInput<'_>, subject: Subject, role: ServerRole, names: &dyn FieldNames) -> Verdict {
     let mut settings = input.disaggregation.clone();
     let mut rewrites: Vec<Rewrite> = Vec::new();
     let violations = match input.disaggregation.on_invalid {
-        OnInvalid::Reject => findings(&settings, input, scope),
+        OnInvalid::Reject => findings(&settings, input, subject, role, names),
         OnInvalid::Rewrite => {
             for _ in 0..MAX_PASSES {
                 let mut changed = false;
-                for rule in RULES {
+                for rule in rules_for(role) {
                     let Fix::Rewrite { apply, .. } = rule.fix else {
                         continue;
                     };
-                    let context = Context {
-                        settings: &settings,
-                        decode: input.decode,
-                        layout: input.layout,
-                        draft: input.draft,
-                        draft_is_the_model: input.draft_is_the_model,
-                        prefill_fleet: input.prefill_fleet,
-                        release: input.release,
-                        scope,
-                    };
-                    let Some(finding) = rule.evaluate(&context) else { continue };
+                    let Some(finding) = rule.evaluate(&rule_input(&settings, input, subject)) else { continue };
                     let (from, to) = apply(&mut settings);
                     changed = true;
                     match rewrites.iter_mut().find(|r| r.field == rule.field) {
@@ -195,7 +210,7 @@ fn evaluate_on(input: PolicyInput<'_>, scope: Scope) -> Verdict {
                     break;
                 }
             }
-            findings(&settings, input, scope)
+            findings(&settings, input, subject, role, names)
         }
     };
     let outcome = if !violations.is_empty() {
@@ -213,12 +228,13 @@ fn evaluate_on(input: PolicyInput<'_>, scope: Scope) -> Verdict {
         SettingSource::Auto
     };
     let effective = effective_settings(&settings, input, source);
-    let warnings = warnings(&settings, input, &effective, outcome == Outcome::Rejected, scope);
+    let warnings = warnings(&settings, input, &effective, outcome == Outcome::Rejected, subject, names);
     Verdict { outcome, violations, rewrites, settings, effective, warnings }
 }
 
-fn findings(settings: &DisaggregationSpec, input: PolicyInput<'_>, scope: Scope) -> Vec<Violation> {
-    let context = Context {
+/// What the rules see of `input` with the settings as they stand.
+fn rule_input<'a>(settings: &'a DisaggregationSpec, input: PolicyInput<'a>, subject: Subject) -> RuleInput<'a> {
+    RuleInput {
         settings,
         decode: input.decode,
         layout: input.layout,
@@ -226,17 +242,25 @@ fn findings(settings: &DisaggregationSpec, input: PolicyInput<'_>, scope: Scope)
         draft_is_the_model: input.draft_is_the_model,
         prefill_fleet: input.prefill_fleet,
         release: input.release,
-        scope,
-    };
-    RULES
-        .iter()
+        subject,
+    }
+}
+
+fn findings(
+    settings: &DisaggregationSpec,
+    input: PolicyInput<'_>,
+    subject: Subject,
+    role: ServerRole,
+    names: &dyn FieldNames,
+) -> Vec<Violation> {
+    let rule_input = rule_input(settings, input, subject);
+    rules_for(role)
         .filter_map(|rule| {
-            let finding = rule.evaluate(&context)?;
+            let finding = rule.evaluate(&rule_input)?;
+            let hint = render(rule.fix.hint(), names);
             let hint = match rule.fix {
-                Fix::Rewrite { hint, .. } => {
-                    format!("{hint}; or set onInvalid: Rewrite to let kvpilot rewrite it")
-                }
-                Fix::Manual { hint } => hint.to_string(),
+                Fix::Rewrite { .. } => format!("{hint}; or set onInvalid: Rewrite to let kvpilot rewrite it"),
+                Fix::Manual { .. } => hint,
             };
             let message = rule.message(input.release, &finding);
             let fix = match finding.detail {
@@ -354,8 +378,13 @@ fn required_env(settings: &DisaggregationSpec, input: PolicyInput<'_>) -> Vec<En
 
 /// R12: a PD decode server without decode radix cache runs with its radix cache disabled, which
 /// SGLang only logs; the settings that serve a radix cache then do nothing on it.
-fn decode_radix_cache_warnings(settings: &DisaggregationSpec, input: PolicyInput<'_>, scope: Scope) -> Vec<String> {
-    if scope == Scope::OtherServer || settings.decode_radix_cache {
+fn decode_radix_cache_warnings(
+    settings: &DisaggregationSpec,
+    input: PolicyInput<'_>,
+    subject: Subject,
+    names: &dyn FieldNames,
+) -> Vec<String> {
+    if subject == Subject::OtherServer || settings.decode_radix_cache {
         return Vec::new();
     }
     let log = if input.release >= v0_5(22) {
@@ -367,17 +396,14 @@ fn decode_radix_cache_warnings(settings: &DisaggregationSpec, input: PolicyInput
     if let Some(strategy) = settings.mamba_radix_cache_strategy
         && input.layout.uses_ssm_state()
     {
-        let where_used = match scope {
-            Scope::Service => " (the prefill servers use it)",
+        let where_used = match subject {
+            Subject::Service => " (the prefill servers use it)",
             _ => "",
         };
         ignored.push(format!("the Mamba radix cache strategy {}{where_used}", strategy.as_str()));
     }
-    let radix_options = ["--radix-eviction-policy", "--radix-eviction-policy-config"];
-    let words = &input.decode.extra_args;
-    let options = &words[..words.iter().position(|w| w == "--").unwrap_or(words.len())];
-    for option in radix_options {
-        if options.iter().any(|w| w == option || w.starts_with(&format!("{option}="))) {
+    for option in ["--radix-eviction-policy", "--radix-eviction-policy-config"] {
+        if argv::named(&input.decode.extra_args, option) {
             ignored.push(option.to_string());
         }
     }
@@ -385,8 +411,9 @@ fn decode_radix_cache_warnings(settings: &DisaggregationSpec, input: PolicyInput
         return Vec::new();
     }
     vec![format!(
-        "R12: without spec.disaggregation.decodeRadixCache SGLang {} disables the decode servers' radix cache (it \
-         logs \"{log}\"), so {} does nothing there; turn decodeRadixCache on to use it",
+        "R12: without {} SGLang {} disables the decode servers' radix cache (it logs \"{log}\"), so {} does \
+         nothing there; turn decodeRadixCache on to use it",
+        names.name("spec.disaggregation.decodeRadixCache"),
         input.release,
         ignored.join(" and ")
     )]
@@ -397,25 +424,30 @@ fn warnings(
     input: PolicyInput<'_>,
     effective: &EffectiveSettings,
     rejected: bool,
-    scope: Scope,
+    subject: Subject,
+    names: &dyn FieldNames,
 ) -> Vec<String> {
-    let mut warnings = decode_radix_cache_warnings(settings, input, scope);
+    let mut warnings = decode_radix_cache_warnings(settings, input, subject, names);
     let layout = input.layout;
     let t1_applies = RULES.iter().any(|r| r.id == "T1" && r.applies(input.release, settings.transfer_backend));
     if settings.prefill.is_none() && t1_applies && layout.is_hybrid_swa() && !layout.has(LayoutFeature::DeepseekV4) {
-        warnings.push(
-            "spec.disaggregation.prefill is not set, so rule T1 (prefill and decode attention TP must match for this \
-             hybrid-SWA model) cannot be checked"
-                .to_string(),
-        );
+        // A service may describe prefill servers it does not run; a server's are those paired with it.
+        let unknown = match subject {
+            Subject::Service => "spec.disaggregation.prefill is not set",
+            _ => "the prefill servers' parallelism is not known here",
+        };
+        warnings.push(format!(
+            "{unknown}, so rule T1 (prefill and decode attention TP must match for this hybrid-SWA model) cannot be \
+             checked"
+        ));
     }
     // Decode offload builds its own host pool, sized by the same ratio.
     if settings.host_pool_ratio.is_some() && effective.host_pool_ratio.is_none() && !settings.decode_offload_kv_cache {
-        warnings.push(
-            "spec.disaggregation.hostPoolRatio has no effect: the effective retraction backup is cpu_tensor and \
-             neither hierarchical cache nor decode offload builds a host pool"
-                .to_string(),
-        );
+        warnings.push(format!(
+            "{} has no effect: the effective retraction backup is cpu_tensor and neither hierarchical cache nor \
+             decode offload builds a host pool",
+            names.name(HOST_POOL_RATIO)
+        ));
     }
     if !rejected
         && effective.retraction_backup == RetractionBackup::HostPool
@@ -425,8 +457,9 @@ fn warnings(
     {
         warnings.push(format!(
             "SGLang {} sizes the retraction host pool at max(0.2, one max-length request / device pool) of the device \
-             pool; size node memory for a full-context request, or set spec.disaggregation.hostPoolRatio",
-            input.release
+             pool; size node memory for a full-context request, or set {}",
+            input.release,
+            names.name(HOST_POOL_RATIO)
         ));
     }
     if effective.retraction_backup == RetractionBackup::None {
@@ -471,41 +504,55 @@ impl ModelConfigs {
     }
 }
 
-/// A resource's layout and verdict, and the release they were decided for.
+/// A layout and verdict, and the release they were decided for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Assessment {
     /// The resolved layout.
     pub layout: AttentionLayout,
     /// The resolved layout of the speculative draft model, when the spec names one.
     pub draft_layout: Option<AttentionLayout>,
-    /// The policy's verdict on it.
+    /// The policy's verdict on it, with the command-line rules' refusals (`sglang::server::assess`).
     pub verdict: Verdict,
     /// The SGLang release whose classification and rules applied, and where it came from.
     pub release: ReleaseChoice,
+    /// What the release's parser says of the command lines it accepts: abbreviations, deprecated
+    /// options, what it could not judge (`sglang::server::assess`).
+    pub command_line_warnings: Vec<String>,
 }
 
-/// The SGLang release a resource is checked against: `spec.sglang.version`, else the tag of
-/// `spec.decode.image` when it names a version, else `fallback` (the operator's or CLI's
-/// `--sglang-version`, or the newest known release). A version newer than any known gets the
-/// newest profile; a malformed or unknown one in the spec is an error.
-pub fn choose_release(spec: &InferenceDeploymentSpec, fallback: &ReleaseChoice) -> Result<ReleaseChoice, ReleaseError> {
-    if let Some(version) = spec.sglang.as_ref().and_then(|s| s.version.as_deref()) {
-        return release::choose_text(version, ReleaseSource::Spec);
-    }
-    match spec.decode.image.as_deref().and_then(release::from_image).map(|r| release::choose(r, ReleaseSource::Image)) {
-        Some(Ok(choice)) => Ok(choice),
-        // A tag naming a release kvpilot does not model (older than it knows) is not a
-        // statement about the rules to apply: the fallback does.
-        Some(Err(_)) | None => Ok(fallback.clone()),
-    }
+/// What a verdict is about.
+#[derive(Clone, Copy)]
+pub enum Checked<'a> {
+    /// An InferenceDeployment's PD service: its decode servers and the prefill servers kvpilot gives
+    /// the settings both sides share.
+    Service,
+    /// One server of a workload, in its role, whose texts name the spec fields as `names` says.
+    Server { role: ServerRole, names: &'a dyn FieldNames },
+}
+
+/// The SGLang release a resource is checked against ([`release::choose_release`] for a resource):
+/// `spec.sglang.version`, else the tag of `spec.decode.image` when it names a version, else
+/// `fallback`. A version newer than any known gets the newest profile; a malformed or unknown one
+/// in the spec is an error.
+pub fn resource_release(
+    spec: &InferenceDeploymentSpec,
+    fallback: &ReleaseChoice,
+) -> Result<ReleaseChoice, ReleaseError> {
+    let version = spec.sglang.as_ref().and_then(|s| s.version.as_deref());
+    let pinned = version.map(|version| release::choose_text(version, ReleaseSource::Spec)).transpose()?;
+    let image = spec.decode.image.as_deref().and_then(release::from_image);
+    Ok(release::choose_release(pinned, image, ServersOf::Resource, fallback).0)
 }
 
 /// Resolves the layout of `config` as the spec asks (`hybridSwaMemory`) and the release says,
-/// and evaluates the spec's settings against it: the one pipeline every entry point runs.
+/// and evaluates the spec's settings against it for what is `checked`. A service's verdict also
+/// carries the release's and the draft model's warnings; a server's reader (the guard) words the
+/// release it checked as itself.
 pub fn assess(
     spec: &InferenceDeploymentSpec,
     configs: &ModelConfigs,
     release: &ReleaseChoice,
+    checked: Checked<'_>,
 ) -> Result<Assessment, LayoutError> {
     let options = ResolveOptions {
         disable_hybrid_swa_memory: spec.model.hybrid_swa_memory == HybridSwaMemory::Disabled,
@@ -513,7 +560,7 @@ pub fn assess(
     };
     let layout = layout::resolve(&configs.target, options)?;
     let draft_layout = configs.draft.as_ref().map(|draft| resolve_draft(draft, options)).transpose()?;
-    let mut verdict = evaluate(PolicyInput {
+    let input = PolicyInput {
         disaggregation: &spec.disaggregation,
         decode: &spec.decode,
         layout: &layout,
@@ -521,12 +568,19 @@ pub fn assess(
         draft_is_the_model: draft_is_the_model(spec),
         prefill_fleet: spec.prefill.as_deref(),
         release: release.release,
-    });
-    verdict.warnings.extend(release.warning());
-    if let Some(draft) = &draft_layout {
-        verdict.warnings.extend(draft.warnings.iter().map(|w| format!("speculative draft model: {w}")));
-    }
-    Ok(Assessment { layout, draft_layout, verdict, release: release.clone() })
+    };
+    let verdict = match checked {
+        Checked::Service => {
+            let mut verdict = evaluate(input);
+            verdict.warnings.extend(release.warning());
+            if let Some(draft) = &draft_layout {
+                verdict.warnings.extend(draft.warnings.iter().map(|w| format!("speculative draft model: {w}")));
+            }
+            verdict
+        }
+        Checked::Server { role, names } => evaluate_server(input, role, names),
+    };
+    Ok(Assessment { layout, draft_layout, verdict, release: release.clone(), command_line_warnings: Vec::new() })
 }
 
 /// Whether `spec` names a speculative draft model whose servers load it from the model's own

@@ -292,6 +292,50 @@ pub fn choose_text(text: &str, source: ReleaseSource) -> Result<ReleaseChoice, R
     choose(text.trim().parse()?, source)
 }
 
+/// Whose servers a release is chosen for. They differ only in what an image tag naming a release
+/// kvpilot does not model means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServersOf {
+    /// An InferenceDeployment's, which kvpilot runs: such a tag says nothing about the rules to
+    /// apply, so the fallback applies.
+    Resource,
+    /// A workload's that kvpilot only checks: a tag older than every known release is checked as
+    /// the oldest known (with [`ReleaseChoice::warning`] saying so), another one kvpilot does not
+    /// model as the fallback, with a warning saying why.
+    Workload,
+}
+
+/// The SGLang release a verdict is checked against, and a warning where the image's tag was not
+/// used: the release the resource pins (`pinned`), else the one the server image's tag names
+/// (`image`) as [`ServersOf`] says, else `fallback` (the operator's, webhook's or CLI's
+/// `--sglang-version`, or the newest known release).
+pub fn choose_release(
+    pinned: Option<ReleaseChoice>,
+    image: Option<Release>,
+    servers: ServersOf,
+    fallback: &ReleaseChoice,
+) -> (ReleaseChoice, Option<String>) {
+    if let Some(pinned) = pinned {
+        return (pinned, None);
+    }
+    let Some(named) = image else { return (fallback.clone(), None) };
+    let chosen = match servers {
+        ServersOf::Resource => choose(named, ReleaseSource::Image),
+        ServersOf::Workload => older_image(named).map_or_else(|| choose(named, ReleaseSource::Image), Ok),
+    };
+    match (chosen, servers) {
+        (Ok(choice), _) => (choice, None),
+        (Err(_), ServersOf::Resource) => (fallback.clone(), None),
+        (Err(e), ServersOf::Workload) => (
+            fallback.clone(),
+            Some(format!(
+                "the image tag names SGLang {named}, which kvpilot does not model ({e}); checked as SGLang {}",
+                fallback.release
+            )),
+        ),
+    }
+}
+
 /// The SGLang release an SGLang image's tag names (a repository whose name contains `sglang`),
 /// for tags like `v0.5.23-cu129`, `0.5.22.post1` or `v0.5.23-rocm700-mi30x`; None for other
 /// images, a digest-only reference or a tag without a version.

@@ -8,7 +8,7 @@ pub mod connector;
 pub mod mapping;
 pub mod metrics;
 pub mod protocol;
-pub mod server;
+pub mod socket;
 pub mod store;
 
 /// The memory a sidecar of `capacity` bytes may use, which its container's request and limit

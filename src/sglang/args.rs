@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::flags::{self, Mode, ServerSettings};
+use super::flags::{self, DisaggregationMode, ServerSettings};
 use crate::api::{DisaggregationSpec, FleetSpec, InferenceDeploymentSpec, RetractionBackup};
 use crate::policy::Verdict;
 use crate::release::{Release, v0_5};
@@ -25,7 +25,7 @@ pub fn sglang_args(spec: &InferenceDeploymentSpec, verdict: &Verdict, release: R
     let effective = &verdict.effective;
     let settled = &verdict.settings;
     let decode = ServerSettings {
-        mode: Mode::Decode,
+        mode: DisaggregationMode::Decode,
         model_path: Some(spec.model.served_path()),
         // A revision picks a hub commit; weights in a volume are what they are.
         revision: spec.model.revision.clone().filter(|_| spec.model.weights_volume().is_none()),
@@ -55,7 +55,7 @@ pub fn sglang_args(spec: &InferenceDeploymentSpec, verdict: &Verdict, release: R
     };
     let prefill_side = settled.prefill.clone().unwrap_or_default();
     let prefill = ServerSettings {
-        mode: Mode::Prefill,
+        mode: DisaggregationMode::Prefill,
         disaggregation: DisaggregationSpec {
             transfer_backend: settled.transfer_backend,
             speculative_algorithm: settled.speculative_algorithm.clone(),
@@ -108,17 +108,18 @@ mod tests {
             &spec,
             &crate::policy::ModelConfigs::target(config()),
             &ReleaseChoice::default_newest(),
+            crate::policy::Checked::Service,
         )
         .unwrap();
         let args = sglang_args(&spec, &assessment.verdict, assessment.release.release);
         let decode = read_back(&args.decode);
-        assert_eq!(decode.mode, Mode::Decode);
+        assert_eq!(decode.mode, DisaggregationMode::Decode);
         assert_eq!(decode.model_path.as_deref(), Some(spec.model.name.as_str()));
         assert_eq!(decode.disaggregation.retraction_backup, Some(assessment.verdict.effective.retraction_backup));
         assert_eq!(decode.decode.tensor_parallel, spec.decode.tensor_parallel);
         assert_eq!(decode.disaggregation.host_pool_ratio, assessment.verdict.effective.host_pool_ratio);
         let prefill = read_back(&args.prefill);
-        assert_eq!(prefill.mode, Mode::Prefill);
+        assert_eq!(prefill.mode, DisaggregationMode::Prefill);
         assert_eq!((prefill.decode.tensor_parallel, prefill.disaggregation.retraction_backup), (2, None));
         assert_eq!(prefill.disaggregation.transfer_backend, spec.disaggregation.transfer_backend);
         assert_eq!(prefill.decode.page_size, spec.decode.page_size);
@@ -137,6 +138,7 @@ mod tests {
                 spec,
                 &crate::policy::ModelConfigs::target(llama.as_ref().unwrap().clone()),
                 &ReleaseChoice::default_newest(),
+                crate::policy::Checked::Service,
             );
             let assessment = assessment.unwrap();
             read_back(&sglang_args(spec, &assessment.verdict, assessment.release.release).decode)
@@ -153,8 +155,13 @@ mod tests {
     fn no_backup_flag_below_the_release_that_added_it() {
         let spec = spec();
         let release = crate::release::choose(v0_5(17), crate::release::ReleaseSource::Flag).unwrap();
-        let assessment =
-            crate::policy::assess(&spec, &crate::policy::ModelConfigs::target(config()), &release).unwrap();
+        let assessment = crate::policy::assess(
+            &spec,
+            &crate::policy::ModelConfigs::target(config()),
+            &release,
+            crate::policy::Checked::Service,
+        )
+        .unwrap();
         let args = sglang_args(&spec, &assessment.verdict, release.release);
         assert!(!args.decode.iter().any(|a| a.starts_with("--disaggregation-decode-retraction-backup")), "{args:?}");
         let newest = sglang_args(&spec, &assessment.verdict, v0_5(23));

@@ -14,7 +14,7 @@ use crate::release::{Release, v0_5};
 /// `--disaggregation-mode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Mode {
+pub enum DisaggregationMode {
     /// No disaggregation (SGLang's default `null`).
     #[default]
     Null,
@@ -24,7 +24,7 @@ pub enum Mode {
     Decode,
 }
 
-impl Mode {
+impl DisaggregationMode {
     /// The value as SGLang spells it.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -39,7 +39,7 @@ impl Mode {
 /// `DisaggregationSpec` and `FleetSpec` an InferenceDeployment's spec holds.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerSettings {
-    pub mode: Mode,
+    pub mode: DisaggregationMode,
     /// `--model-path`.
     pub model_path: Option<String>,
     /// `--revision`.
@@ -57,7 +57,7 @@ pub struct ServerSettings {
 impl Default for ServerSettings {
     fn default() -> Self {
         Self {
-            mode: Mode::Null,
+            mode: DisaggregationMode::Null,
             model_path: None,
             revision: None,
             draft_model_path: None,
@@ -393,7 +393,14 @@ fn apply(target: Target, value: &str, s: &mut ServerSettings) -> Result<(), Stri
     let d = &mut s.disaggregation;
     match target {
         Target::Mode => {
-            s.mode = one_of(value, &[("null", Mode::Null), ("prefill", Mode::Prefill), ("decode", Mode::Decode)])?;
+            s.mode = one_of(
+                value,
+                &[
+                    ("null", DisaggregationMode::Null),
+                    ("prefill", DisaggregationMode::Prefill),
+                    ("decode", DisaggregationMode::Decode),
+                ],
+            )?;
         }
         Target::ModelPath => s.model_path = Some(value.to_string()),
         Target::Revision => s.revision = Some(value.to_string()),
@@ -554,7 +561,7 @@ fn written(target: Target, s: &ServerSettings, release: Release) -> Written {
     let d = &s.disaggregation;
     let defaults = DisaggregationSpec::default();
     match target {
-        Target::Mode => value(s.mode.as_str(), Mode::Null.as_str()),
+        Target::Mode => value(s.mode.as_str(), DisaggregationMode::Null.as_str()),
         Target::ModelPath => optional(s.model_path.as_deref()),
         Target::Revision => optional(s.revision.as_deref()),
         Target::RetractionBackup => optional(d.retraction_backup.map(RetractionBackup::as_str)),
@@ -665,7 +672,7 @@ mod tests {
         let line = args(&["--tp", "2", "--dp", "2", "--disaggregation-m", "decode", "--hicache-r=-1", "--pp", "2"]);
         let newest = read_newest(&line);
         let s = &newest.settings;
-        assert_eq!((s.decode.tensor_parallel, s.decode.data_parallel, s.mode), (2, 2, Mode::Decode));
+        assert_eq!((s.decode.tensor_parallel, s.decode.data_parallel, s.mode), (2, 2, DisaggregationMode::Decode));
         assert_eq!(newest.last(lookup("--tp-size").unwrap()).unwrap().written, "--tp=2");
         assert!(newest.warnings.iter().any(|w| w.starts_with("--hicache-r=-1: expected a number greater than 0")));
         // 0.5.23 has --pp-max-micro-batch-size and --pp-async-batch-depth: `--pp` is ambiguous there
@@ -723,7 +730,7 @@ mod tests {
         assert_eq!(s.model_path.as_deref(), Some("openai/gpt-oss-20b"));
         assert_eq!((s.decode.tensor_parallel, s.decode.data_parallel, s.decode.pipeline_parallel), (4, 2, 2));
         assert!(s.decode.enable_dp_attention);
-        assert_eq!(s.mode, Mode::Decode);
+        assert_eq!(s.mode, DisaggregationMode::Decode);
         assert_eq!(s.disaggregation.retraction_backup, Some(RetractionBackup::HostPool));
         assert_eq!(s.decode.page_size, Some(16));
         assert_eq!(s.hybrid_swa_memory, HybridSwaMemory::Disabled);
@@ -783,7 +790,11 @@ mod tests {
     }
 
     fn settings() -> impl Strategy<Value = ServerSettings> {
-        let modes = prop_oneof![Just(Mode::Null), Just(Mode::Prefill), Just(Mode::Decode)];
+        let modes = prop_oneof![
+            Just(DisaggregationMode::Null),
+            Just(DisaggregationMode::Prefill),
+            Just(DisaggregationMode::Decode)
+        ];
         let backups =
             prop::option::of(prop_oneof![Just(RetractionBackup::CpuTensor), Just(RetractionBackup::HostPool)]);
         let transfer = prop_oneof![

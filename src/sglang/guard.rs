@@ -11,16 +11,17 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::cmdline::{self, AppendSite, Arg, ArgList, ArgSite, Entry, Invocation};
-use super::flags::{self, Kind, Mode, Parsed, ServerSettings};
+use super::flags::{self, DisaggregationMode, Kind, Parsed, ServerSettings};
+use super::server::Assessed;
 use super::server_cli::{self, Reading};
 use super::workload::{self, ContainerSite};
 use crate::api::{
     AttentionLayout, ConfigMapKeyRef, DisaggregationSpec, DraftModelSpec, EffectiveSettings, FleetSpec, HubSource,
     InferenceDeploymentSpec, ModelConfigSource, ModelSpec, OnInvalid, PrefillSpec, SecretKeyRef,
 };
-use crate::layout::{LayoutError, ResolveOptions};
-use crate::policy::{self, ModelConfigs, Outcome, PolicyInput, Violation};
-use crate::release::{self, Release, ReleaseChoice, ReleaseSource};
+use crate::layout::LayoutError;
+use crate::policy::{self, FieldNames, ModelConfigs, Outcome, ServerRole, Violation};
+use crate::release::{self, Release, ReleaseChoice, ServersOf};
 
 /// Annotation (workload or pod template) naming the model's config.json when `--model-path` is
 /// not a hub id: `configmap/NAME`, `configmap/NAME/KEY` or `hub/ORG/NAME[@REVISION]`.
@@ -43,7 +44,8 @@ pub struct Server {
     pub container: String,
     /// The SGLang release the image tag names (an image whose repository name contains `sglang`).
     pub release: Option<Release>,
-    /// The release it is checked against ([`choose_release`]), and why not the tag's, if not.
+    /// The release it is checked against ([`release::choose_release`]), and why not the tag's, if
+    /// not.
     pub checked_as: ReleaseChoice,
     pub release_warning: Option<String>,
     pub invocation: Invocation,
@@ -68,6 +70,15 @@ impl Server {
     /// `deploy/NAME container C (JSON path)`, with the template for kinds that have several.
     pub fn subject(&self, object: &str) -> String {
         subject(object, &self.site, &self.container)
+    }
+
+    /// The role its `--disaggregation-mode` gives it.
+    pub fn role(&self) -> ServerRole {
+        match self.parsed.settings.mode {
+            DisaggregationMode::Decode => ServerRole::Decode,
+            DisaggregationMode::Prefill => ServerRole::Prefill,
+            DisaggregationMode::Null => ServerRole::WithoutPd,
+        }
     }
 }
 
@@ -112,12 +123,12 @@ fn strings(container: &Value, key: &str) -> Result<Vec<String>, String> {
 const NOT_SERVERS: &[&str] = &["sglang_router", "smg", "dynamo.frontend", "mooncake"];
 
 /// The disaggregation mode a role's name or type stands for (`prefill`, `decode`, `decoder`).
-fn role_mode(role: &str) -> Option<Mode> {
+fn role_mode(role: &str) -> Option<DisaggregationMode> {
     let role = role.to_ascii_lowercase();
     if role.contains("prefill") {
-        Some(Mode::Prefill)
+        Some(DisaggregationMode::Prefill)
     } else if role.contains("decode") {
-        Some(Mode::Decode)
+        Some(DisaggregationMode::Decode)
     } else {
         None
     }
@@ -163,7 +174,8 @@ pub fn inspect(object: &Value, fallback: &ReleaseChoice) -> Inspection {
         for invocation in found.invocations {
             // A Dynamo image's tag is Dynamo's version, not SGLang's.
             let image_release = if invocation.entry == Entry::Dynamo { None } else { release::from_image(image) };
-            let (checked_as, release_warning) = choose_release(image_release, fallback);
+            let (checked_as, release_warning) =
+                release::choose_release(None, image_release, ServersOf::Workload, fallback);
             let cli = server_cli::for_release(checked_as.release);
             // Dynamo hands SGLang's parser what its own leaves (see `DYNAMO_NOT_JUDGED`): the
             // settings are read as SGLang reads them, its refusals are not judged.
@@ -225,10 +237,10 @@ pub fn inspect(object: &Value, fallback: &ReleaseChoice) -> Inspection {
 pub fn pair_with_prefill(servers: &mut [&mut Server]) -> Result<(), String> {
     let prefill: Vec<PrefillSpec> = servers
         .iter()
-        .filter(|s| s.parsed.settings.mode == Mode::Prefill)
+        .filter(|s| s.parsed.settings.mode == DisaggregationMode::Prefill)
         .map(|s| super::server::prefill_side(&s.parsed.settings.decode, s.argv.as_ref().unwrap_or(&Reading::default())))
         .collect();
-    let prefill_fleet = servers.iter().find(|s| s.parsed.settings.mode == Mode::Prefill).map(|s| {
+    let prefill_fleet = servers.iter().find(|s| s.parsed.settings.mode == DisaggregationMode::Prefill).map(|s| {
         let words: Vec<String> = s.invocation.args.iter().map(|arg| arg.text.clone()).collect();
         FleetSpec {
             extra_args: server_cli::for_release(s.checked_as.release).full_names(&words),
@@ -242,7 +254,7 @@ pub fn pair_with_prefill(servers: &mut [&mut Server]) -> Result<(), String> {
             "the prefill servers run different attention TP sizes, so rule T1 is not checked against them".into()
         );
     }
-    for server in servers.iter_mut().filter(|s| s.parsed.settings.mode == Mode::Decode) {
+    for server in servers.iter_mut().filter(|s| s.parsed.settings.mode == DisaggregationMode::Decode) {
         server.parsed.settings.disaggregation.prefill = Some(first.clone());
         server.paired_prefill = prefill_fleet.clone();
     }
@@ -492,66 +504,12 @@ fn unread_draft_config(layout: &AttentionLayout) -> Option<&'static str> {
     }
 }
 
-/// Runs the policy for one server at the SGLang release chosen for it.
-fn assess_server(
-    spec: &InferenceDeploymentSpec,
-    configs: &ModelConfigs,
-    mode: Mode,
-    release: Release,
-) -> Result<(AttentionLayout, policy::Verdict), LayoutError> {
-    let options = ResolveOptions {
-        disable_hybrid_swa_memory: spec.model.hybrid_swa_memory == crate::api::HybridSwaMemory::Disabled,
-        release,
-    };
-    let layout = crate::layout::resolve(&configs.target, options)?;
-    let draft = configs.draft.as_ref().map(|draft| policy::resolve_draft(draft, options)).transpose()?;
-    let input = PolicyInput {
-        disaggregation: &spec.disaggregation,
-        decode: &spec.decode,
-        layout: &layout,
-        draft: draft.as_ref(),
-        draft_is_the_model: policy::draft_is_the_model(spec),
-        prefill_fleet: spec.prefill.as_deref(),
-        release,
-    };
-    let verdict = match mode {
-        Mode::Decode => policy::evaluate_decode_server(input),
-        Mode::Prefill => policy::evaluate_non_decode(input, true),
-        Mode::Null => policy::evaluate_non_decode(input, false),
-    };
-    Ok((layout, verdict))
-}
-
-/// The release a server is checked against: the one its image tag names when kvpilot models it
-/// (the oldest known for a tag older than every known release, with [`ReleaseChoice::warning`]
-/// saying so), else `fallback` (the CLI's or webhook's `--sglang-version`, or the newest known
-/// release), with a warning saying why the tag was not used.
-pub fn choose_release(image: Option<Release>, fallback: &ReleaseChoice) -> (ReleaseChoice, Option<String>) {
-    let chosen = image.map(|named| {
-        (named, release::older_image(named).map_or_else(|| release::choose(named, ReleaseSource::Image), Ok))
-    });
-    match chosen {
-        Some((_, Ok(choice))) => (choice, None),
-        Some((named, Err(e))) => (
-            fallback.clone(),
-            Some(format!(
-                "the image tag names SGLang {named}, which kvpilot does not model ({e}); checked as SGLang {}",
-                fallback.release
-            )),
-        ),
-        None => (fallback.clone(), None),
-    }
-}
-
 /// Why `dynamo.sglang`'s command line is not judged by SGLang's parser: Dynamo's own parser
 /// (which changes with Dynamo's version, and the image tag names Dynamo's) takes its flags and
 /// unique prefixes of them first, rewrites some values (`--disaggregation-mode pd`, `--load-format
 /// gms`) and hands the rest to SGLang's.
 pub const DYNAMO_NOT_JUDGED: &str = "python -m dynamo.sglang parses its own flags (and abbreviations of them) before \
      SGLang's parser sees the rest, so unknown, ambiguous or abbreviated flags are not reported";
-
-/// The rule id of a command line the release's parser refuses (docs/guard.md).
-pub const ARGV_RULE: &str = "CLI";
 
 /// The argv SGLang's server parser receives from an invocation, and for each of its items the
 /// index of the invocation's argument it comes from. `sglang serve` (sglang/cli/serve.py in every
@@ -587,10 +545,9 @@ fn server_parser_argv(invocation: &Invocation) -> (Vec<Arg>, Vec<usize>) {
     (argv, origin)
 }
 
-/// The findings and warnings of the release's parser on a server's argv: a refusal is a
-/// violation (SGLang exits before it starts), abbreviations and what was not judged are warnings.
-/// [`check`] includes them; callers that cannot read a server's config.json report them alone.
-pub fn argv_check(server: &Server) -> (Option<FlagFinding>, Vec<String>) {
+/// The CLI rule: what the release's parser says of a server's argv. A refusal is a violation
+/// (SGLang exits before it starts), abbreviations and what was not judged are warnings.
+pub(super) fn command_line_rule(server: &Server) -> (Option<Violation>, Vec<String>) {
     let Some(reading) = &server.argv else {
         return (None, vec![DYNAMO_NOT_JUDGED.to_string()]);
     };
@@ -607,26 +564,30 @@ pub fn argv_check(server: &Server) -> (Option<FlagFinding>, Vec<String>) {
             u.value
         )
     }));
-    let finding = reading.refusal.as_ref().map(|message| {
-        let (flag, fix) = server_cli::refusal_subject_and_fix(message, release);
-        FlagFinding {
-            flag,
-            violation: Violation {
-                rule: ARGV_RULE,
-                field: "command line",
-                message: message.clone(),
-                fix,
-                phase: "args",
-            },
-        }
+    let refusal = reading.refusal.as_ref().map(|message| {
+        let (_, fix) = server_cli::refusal_subject_and_fix(message, release);
+        Violation { rule: policy::COMMAND_LINE.id, field: "command line", message: message.clone(), fix, phase: "args" }
     });
-    (finding, warnings)
+    (refusal, warnings)
 }
 
-/// Checks one server against its model's config.json. With `rewrite`, the rewrites the policy
-/// can make are made (and [`rewrite_patch`] writes them back); without, every violation stands
-/// and its fix names the flag change.
-pub fn check(server: &Server, configs: &ModelConfigs, rewrite: bool) -> Result<ServerVerdict, LayoutError> {
+/// The CLI rule's finding on the flag the release's parser refuses, and its warnings: what
+/// callers that cannot read a server's config.json report alone ([`check`] includes them).
+pub fn argv_check(server: &Server) -> (Option<FlagFinding>, Vec<String>) {
+    let (refusal, warnings) = command_line_rule(server);
+    (refusal.map(|violation| refused_flag(server, violation)), warnings)
+}
+
+/// The CLI rule's violation on the flag the release's parser names in it.
+fn refused_flag(server: &Server, violation: Violation) -> FlagFinding {
+    let (flag, _) = server_cli::refusal_subject_and_fix(&violation.message, server.checked_as.release);
+    FlagFinding { flag, violation }
+}
+
+/// The settings a server's command line maps to, as the spec the policy reads: the model, the
+/// flag table's settings (`on_invalid` as asked), the command line's words for the rules that read
+/// a flag kvpilot keeps no setting for, and the prefill servers it is paired with.
+pub fn server_spec(server: &Server, on_invalid: OnInvalid) -> InferenceDeploymentSpec {
     let settings = &server.parsed.settings;
     let model = server.model.clone().unwrap_or_else(|_| ModelSpec {
         name: settings.model_path.clone().unwrap_or_default(),
@@ -636,8 +597,8 @@ pub fn check(server: &Server, configs: &ModelConfigs, rewrite: bool) -> Result<S
         hybrid_swa_memory: settings.hybrid_swa_memory,
     });
     let words: Vec<String> = server.invocation.args.iter().map(|arg| arg.text.clone()).collect();
-    let spec_with = |on_invalid| InferenceDeploymentSpec {
-        model: model.clone(),
+    InferenceDeploymentSpec {
+        model,
         disaggregation: DisaggregationSpec {
             on_invalid,
             // The rules ask whether a draft model is given (SD2, SD4); its config.json comes apart.
@@ -662,15 +623,29 @@ pub fn check(server: &Server, configs: &ModelConfigs, rewrite: bool) -> Result<S
         cache: None,
         scheduling: None,
         placement: None,
-    };
+    }
+}
+
+/// Checks one server against its model's config.json. With `rewrite`, the rewrites the policy
+/// can make are made (and [`rewrite_patch`] writes them back); without, every violation stands
+/// and its fix names the flag change.
+pub fn check(server: &Server, configs: &ModelConfigs, rewrite: bool) -> Result<ServerVerdict, LayoutError> {
+    let settings = &server.parsed.settings;
     let release = server.checked_as.clone();
-    let (layout, fixed) = assess_server(&spec_with(OnInvalid::Rewrite), configs, settings.mode, release.release)?;
-    let (_, strict) = assess_server(&spec_with(OnInvalid::Reject), configs, settings.mode, release.release)?;
-    let (argv_finding, argv_warnings) = argv_check(server);
+    let assess = |on_invalid| {
+        let spec = server_spec(server, on_invalid);
+        super::server::assess(Assessed::Server { server, spec: &spec }, configs, &release)
+    };
+    let fixed = assess(OnInvalid::Rewrite)?;
+    let strict = assess(OnInvalid::Reject)?;
+    // SGLang's parser refuses before any rule runs: its finding comes first and the server does
+    // not start, whatever the mode.
+    let refused = strict.verdict.violations.first().is_some_and(|v| v.rule == policy::COMMAND_LINE.id);
+    let layout = strict.layout;
     let mut warnings: Vec<String> = server.release_warning.iter().cloned().chain(release.warning()).collect();
-    warnings.extend(argv_warnings);
+    warnings.extend(strict.command_line_warnings);
     warnings.extend(layout.warnings.iter().cloned());
-    warnings.extend(fixed.warnings.iter().map(|w| translate(w)));
+    warnings.extend(fixed.verdict.warnings.iter().cloned());
     warnings.extend(server.parsed.warnings.iter().cloned());
     if let (Some(path), None, Some(unread)) = (&settings.draft_model_path, &configs.draft, unread_draft_config(&layout))
     {
@@ -678,6 +653,7 @@ pub fn check(server: &Server, configs: &ModelConfigs, rewrite: bool) -> Result<S
     }
     // What rewrite mode changes, by the field it changes: applied with `rewrite`, named in each
     // violation's fix without.
+    let fixed = fixed.verdict;
     let proposals: Vec<(&str, FlagRewrite, Vec<Edit>)> = fixed
         .rewrites
         .iter()
@@ -688,35 +664,33 @@ pub fn check(server: &Server, configs: &ModelConfigs, rewrite: bool) -> Result<S
         .collect();
     // A command line SGLang's parser refuses is not rewritten: where a flag lacks its value, taking
     // another flag out moves the next word into that value.
-    let (outcome, violations, rewrites, edits, effective) = if rewrite && argv_finding.is_none() {
+    let (outcome, violations, rewrites, edits, effective) = if rewrite && !refused {
         let edits = proposals.iter().flat_map(|(_, _, e)| e.clone()).collect();
         let rewrites = proposals.into_iter().map(|(_, r, _)| r).collect();
         (fixed.outcome, fixed.violations, rewrites, edits, fixed.effective)
     } else {
+        let strict = strict.verdict;
         let violations = strict
             .violations
             .into_iter()
             .map(|mut v| {
-                v.fix = match proposals.iter().find(|(field, _, _)| *field == v.field) {
-                    Some((_, proposal, _)) => format!(
+                if let Some((_, proposal, _)) = proposals.iter().find(|(field, _, _)| *field == v.field) {
+                    v.fix = format!(
                         "{}; or label the workload or namespace {ON_INVALID_LABEL}=rewrite to let kvpilot rewrite it",
                         change_text(proposal)
-                    ),
-                    None => translate(&v.fix),
-                };
+                    );
+                }
                 v
             })
             .collect();
         (strict.outcome, violations, Vec::new(), Vec::new(), strict.effective)
     };
-    // SGLang's parser refuses before any rule runs: its finding comes first and the server does
-    // not start, whatever the mode.
-    let outcome = if argv_finding.is_some() { Outcome::Rejected } else { outcome };
-    let findings = argv_finding
+    let findings = violations
         .into_iter()
-        .chain(
-            violations.into_iter().map(|violation| FlagFinding { flag: flag_text(server, violation.field), violation }),
-        )
+        .map(|violation| match violation.rule == policy::COMMAND_LINE.id {
+            true => refused_flag(server, violation),
+            false => FlagFinding { flag: flag_text(server, violation.field), violation },
+        })
         .collect();
     Ok(ServerVerdict { outcome, layout, findings, rewrites, effective, release, warnings, edits })
 }
@@ -725,7 +699,6 @@ fn change_text(rewrite: &FlagRewrite) -> String {
     if rewrite.to.is_empty() { format!("remove {}", rewrite.from) } else { format!("use {}", rewrite.to) }
 }
 
-/// Policy text names spec fields; a command line has flags. Each table field becomes its flag.
 /// The prefill servers' flags that the policy's prefill-side fields stand for: the guard reads
 /// them from the prefill servers it pairs with a decode server.
 const PREFILL_FIELD_FLAGS: &[(&str, &str)] = &[
@@ -734,16 +707,21 @@ const PREFILL_FIELD_FLAGS: &[(&str, &str)] = &[
     ("spec.disaggregation.prefill.kvCacheSharding", "--enable-kv-cache-sharding"),
 ];
 
-fn translate(text: &str) -> String {
-    let mut out = text.to_string();
-    for (field, flag) in PREFILL_FIELD_FLAGS {
-        out = out.replace(field, &format!("the prefill servers' {flag}"));
+/// The names of the spec fields a verdict on a command line mentions: the flag each stands for
+/// (the prefill servers' for the prefill side's), the container's env; a field no flag stands
+/// for keeps its name.
+pub(super) struct ServerFlags;
+
+impl FieldNames for ServerFlags {
+    fn name(&self, field: &str) -> String {
+        if let Some((_, flag)) = PREFILL_FIELD_FLAGS.iter().find(|(prefill_field, _)| *prefill_field == field) {
+            return format!("the prefill servers' {flag}");
+        }
+        if field == "spec.decode.env" {
+            return "the container's env".into();
+        }
+        flags::for_field(field).map_or_else(|| field.to_string(), |flag| flag.name().to_string())
     }
-    for flag in flags::FLAGS.iter().filter(|f| f.field.starts_with("spec.")) {
-        out = out.replace(flag.field, flag.name());
-    }
-    out.replace("spec.decode.env", "the container's env")
-        .replace("spec.disaggregation.prefill is not set", "the prefill servers' parallelism is not known here")
 }
 
 /// The flag a policy field stands for, as written on this server's command line.

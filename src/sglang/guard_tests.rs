@@ -57,7 +57,7 @@ fn servers_settings_env_and_model_source_are_read() {
     );
     assert_eq!(server.release, Some(crate::release::v0_5(23)));
     let settings = &server.parsed.settings;
-    assert_eq!(settings.mode, Mode::Decode);
+    assert_eq!(settings.mode, DisaggregationMode::Decode);
     assert_eq!(settings.decode.tensor_parallel, 2);
     assert_eq!(settings.disaggregation.retraction_backup, Some(RetractionBackup::HostPool));
     let env: Vec<(&str, &str)> =
@@ -543,7 +543,7 @@ fn a_decode_server_compares_its_deepseek_v4_kv_layout_with_its_paired_prefill_se
     };
     let p3 = |object: &Value| -> Vec<String> {
         let inspection = inspect(object, &ReleaseChoice::default_newest());
-        let decode = inspection.servers.iter().find(|s| s.parsed.settings.mode == Mode::Decode).unwrap();
+        let decode = inspection.servers.iter().find(|s| s.parsed.settings.mode == DisaggregationMode::Decode).unwrap();
         let verdict = check(decode, &ModelConfigs::target(dsv4.clone()), false).unwrap();
         verdict.findings.iter().filter(|f| f.violation.rule == "P3").map(|f| f.violation.message.clone()).collect()
     };
@@ -570,7 +570,7 @@ fn a_role_that_disagrees_with_the_mode_flag_is_a_warning() {
         "spec": {"services": {"a": service("decode", "prefill"), "b": service("worker", "decode")}}});
     let inspection = inspect(&object, &ReleaseChoice::default_newest());
     let warnings: Vec<&Vec<String>> = inspection.servers.iter().map(|s| &s.parsed.warnings).collect();
-    assert_eq!(inspection.servers[0].parsed.settings.mode, Mode::Prefill);
+    assert_eq!(inspection.servers[0].parsed.settings.mode, DisaggregationMode::Prefill);
     assert_eq!(
         *warnings[0],
         [
@@ -592,7 +592,7 @@ fn dynamo_servers_are_read_but_their_argv_is_not_judged() {
     let server = one_server(&object);
     assert_eq!((server.argv.as_ref(), server.parsed.settings.decode.tensor_parallel), (None, 2));
     let verdict = check(&server, &ModelConfigs::target(pure_swa()), false).unwrap();
-    assert!(verdict.findings.iter().all(|f| f.violation.rule != ARGV_RULE), "{:?}", verdict.findings);
+    assert!(verdict.findings.iter().all(|f| f.violation.rule != "CLI"), "{:?}", verdict.findings);
     assert!(verdict.warnings.iter().any(|w| w == DYNAMO_NOT_JUDGED), "{:?}", verdict.warnings);
     // The same argv through SGLang's own launcher is refused.
     let object = deployment(
@@ -617,4 +617,36 @@ fn unseen_values_are_warned_about_once() {
     let verdict = check(&one_server(&object), &ModelConfigs::target(pure_swa()), false).unwrap();
     let about = |text: &str| verdict.warnings.iter().filter(|w| w.contains(text)).count();
     assert_eq!((about("$(TP)"), about("--nnodes $(N)"), about("$(POD_IP)")), (1, 1, 0), "{:?}", verdict.warnings);
+}
+
+/// The policy's warnings about a command line name its flags, not the spec fields they map to.
+#[test]
+fn a_server_s_warnings_name_its_flags() {
+    let llama: Value =
+        serde_json::from_str(include_str!("../../tests/fixtures/configs/llama-3.1-8b-instruct.json")).unwrap();
+    let object = deployment(
+        json!(["python3", "-m", "sglang.launch_server"]),
+        json!([
+            "--model-path",
+            "/models/llama",
+            "--disaggregation-mode",
+            "decode",
+            "--disaggregation-decode-retraction-backup",
+            "cpu_tensor",
+            "--hicache-ratio",
+            "2",
+            "--radix-eviction-policy",
+            "lru"
+        ]),
+    );
+    let verdict = check(&one_server(&object), &ModelConfigs::target(llama), false).unwrap();
+    for expected in [
+        "R12: without --disaggregation-decode-enable-radix-cache SGLang 0.5.23 disables the decode servers' radix \
+         cache (it logs \"Radix cache is disabled for decode server\"), so --radix-eviction-policy does nothing there; \
+         turn decodeRadixCache on to use it",
+        "--hicache-ratio has no effect: the effective retraction backup is cpu_tensor and neither hierarchical cache \
+         nor decode offload builds a host pool",
+    ] {
+        assert!(verdict.warnings.iter().any(|w| w == expected), "{expected:?} not among {:?}", verdict.warnings);
+    }
 }

@@ -5,7 +5,8 @@
 //! The policy's input is engine-neutral: `DisaggregationSpec` + `FleetSpec` (+
 //! `ModelSpec.hybridSwaMemory`), the types an InferenceDeployment's spec already is. A command
 //! line maps *into* those types ([`flags::read`]) and out of them ([`flags::write`]) through one
-//! table, so the rules in `policy` neither change nor know about flags.
+//! table, so the rules in `policy` neither change nor know about flags; a verdict's texts name
+//! fields as the reader knows them (`policy::FieldNames`: the guard's are flags).
 //!
 //! - [`args`]: the flags for an InferenceDeployment's effective settings (`sglangArgs`);
 //! - [`cmdline`]: shell-word splitting and finding `python -m sglang.launch_server` / `sglang serve`;
@@ -16,8 +17,9 @@
 //! - [`kv_compat`]: the KV compatibility key, which settings of both sides decide whether a
 //!   prefill and a decode server pair;
 //! - [`guard`]: object → servers → verdicts → JSON patch, pure; the CLI and the webhook drive it;
-//! - [`server`]: the decode server's own flags (port, ranks, …), what `extraArgs` may not set, and
-//!   [`server::assess`], the verdict every entry point decides with.
+//! - [`server`]: the servers' own flags (port, ranks, …), what `extraArgs` may not set (the pod
+//!   rules), and [`server::assess`], the verdict every entry point decides with: the policy, the pod
+//!   rules and the release's parser, for a resource or for one server the guard read.
 
 pub mod args;
 pub mod cmdline;

@@ -5,12 +5,16 @@
 
 use crate::api::{FleetSpec, HICACHE_GIGABYTE, InferenceDeploymentSpec, PrefillSpec, RouterSpec, parse_bytes};
 use crate::layout::LayoutError;
-use crate::policy::{self, Assessment, ModelConfigs, Outcome, Violation};
+use crate::policy::{
+    self, Assessment, Checked, ModelConfigs, Outcome, POD_CACHE_CAPACITY, POD_COMMAND_LINE, POD_EXTRA_ARGS,
+    POD_HOST_POOL_SIZE, POD_MODEL_SOURCE, POD_ROUTER, POD_STORAGE_BACKEND, POD_UNEVEN_REPLICA, Violation, argv,
+};
 use crate::release::{Release, ReleaseChoice};
 
 use super::args::sglang_args;
 use super::cmdline::{Arg, ArgList, ArgSite};
 use super::flags::FLAGS;
+use super::guard::{self, Server};
 use super::server_cli::{self, Reading, Word};
 
 /// The port rank 0 of a multi-node replica listens on for the other ranks (`--dist-init-addr`).
@@ -135,7 +139,7 @@ pub fn effective_spec(
     let cli = server_cli::for_release(release);
     effective.decode.extra_args = cli.full_names(&spec.decode.extra_args);
     // The host pool size kvpilot renders for the decode servers is `--hicache-size` there (H7
-    // reads it; K1 keeps the flag itself out of `extraArgs`).
+    // reads it; POD1 keeps the flag itself out of `extraArgs`).
     effective.decode.extra_args.splice(0..0, host_pool_size_args(spec));
     if let Some(prefill) = effective.prefill.as_mut() {
         prefill.extra_args = cli.full_names(&prefill.extra_args);
@@ -318,7 +322,7 @@ pub fn rank_args(nodes: i32, rank: i32, leader: &str) -> Vec<String> {
 /// deciding it, as `release`'s argparse reads the item: the option it resolves to (`--name`,
 /// `--name=value`, every alias, a prefix unique among all of the release's options), when that
 /// option is one of kvpilot's. An ambiguous prefix, an option the release lacks and a value are
-/// none: argparse refuses the first two (K8 reports that) and takes the value as no option.
+/// none: argparse refuses the first two (POD8 reports that) and takes the value as no option.
 pub fn owned_flag(arg: &str, cache: bool, role: FleetRole, release: Release) -> Option<(&'static str, String)> {
     let Word::Option { option, .. } = server_cli::for_release(release).classify(arg) else { return None };
     let cache_flags = if cache && role == FleetRole::Decode { CACHE_FLAGS } else { &[] };
@@ -348,7 +352,13 @@ fn violation(rule: &'static str, field: &'static str, message: String, fix: Stri
     Violation { rule, field, message, fix, phase: "spec" }
 }
 
-/// K1 for one list of extra arguments: each item that sets a flag kvpilot decides.
+/// POD1 for one list of extra arguments: each item that sets a flag kvpilot decides. `args` are the
+/// items argparse may read as options ([`argv::options`]), each classified on its own, as
+/// argparse's first pass does (`_parse_optional`, before any value is consumed): a word that reads
+/// as an option is never taken as the value of the option before it (`--revision --tp-size` leaves
+/// --revision without its value, a refusal POD8 reports, and --tp-size is still --tp-size), and a
+/// value that looks like one (`-1`) is no option, so no whole-line reading is needed to tell
+/// option words from values. kvpilot writes no `--` of its own before `extraArgs`.
 fn owned_extra_args(
     list: &'static str,
     args: &[String],
@@ -359,7 +369,7 @@ fn owned_extra_args(
             let (flag, field) = owned(arg)?;
             let spelled = if arg.split('=').next() == Some(flag) { String::new() } else { format!(" (as {arg})") };
             Some(violation(
-                "K1",
+                POD_EXTRA_ARGS.id,
                 list,
                 format!("{flag}{spelled} is set by kvpilot from {field}"),
                 format!("remove {arg} from {list} and set {field} instead"),
@@ -368,18 +378,7 @@ fn owned_extra_args(
         .collect()
 }
 
-/// The items of a server's `extraArgs` that argparse may read as options: those before the first
-/// `--` (argparse takes every argument after it as a value). Each is then classified on its own,
-/// as argparse's first pass does (`_parse_optional`, before any value is consumed): a word that
-/// reads as an option is never taken as the value of the option before it (`--revision --tp-size`
-/// leaves --revision without its value, a refusal K8 reports, and --tp-size is still --tp-size),
-/// and a value that looks like one (`-1`) is no option, so no whole-line reading is needed to
-/// tell option words from values. kvpilot writes no `--` of its own before `extraArgs`.
-fn option_words(extra_args: &[String]) -> &[String] {
-    &extra_args[..extra_args.iter().position(|arg| arg == "--").unwrap_or(extra_args.len())]
-}
-
-/// K2 for one fleet: GPUs that do not split evenly over a replica's pods.
+/// POD2 for one fleet: GPUs that do not split evenly over a replica's pods.
 fn uneven_replicas(role: FleetRole, fleet: &FleetSpec) -> Vec<Violation> {
     let (nodes_field, gpus_field) = match role {
         FleetRole::Decode => ("spec.decode.nodesPerReplica", "spec.decode.gpusPerPod"),
@@ -390,7 +389,7 @@ fn uneven_replicas(role: FleetRole, fleet: &FleetSpec) -> Vec<Violation> {
     let nodes = fleet.nodes_per_replica.max(1);
     if gpus % nodes != 0 {
         findings.push(violation(
-            "K2",
+            POD_UNEVEN_REPLICA.id,
             nodes_field,
             format!("{nodes} pods per replica cannot share tensorParallel × pipelineParallel = {gpus} GPUs evenly"),
             format!("set {nodes_field} to a divisor of tensorParallel × pipelineParallel"),
@@ -398,7 +397,7 @@ fn uneven_replicas(role: FleetRole, fleet: &FleetSpec) -> Vec<Violation> {
     }
     if let Some(per_pod) = fleet.gpus_per_pod.filter(|n| nodes > 1 && n * nodes != gpus) {
         findings.push(violation(
-            "K2",
+            POD_UNEVEN_REPLICA.id,
             gpus_field,
             format!("{nodes} pods of {per_pod} GPUs do not hold tensorParallel × pipelineParallel = {gpus} GPUs"),
             format!(
@@ -411,25 +410,25 @@ fn uneven_replicas(role: FleetRole, fleet: &FleetSpec) -> Vec<Violation> {
 }
 
 /// What keeps the pods of `spec` from being built as asked: `extraArgs` setting a flag kvpilot
-/// decides (K1; a server's items read by `release`'s parser), a replica whose GPUs do not split
-/// evenly over its pods (K2), weights in a volume with no volume source (K3), a cache capacity
-/// that is no number of bytes (K4), a storage backend named beside spec.cache's own (K5), a host
-/// pool size SGLang cannot take (K6), fleets the router cannot reach on one port or a router with
-/// no prefill fleet (K7).
+/// decides (POD1; a server's items read by `release`'s parser), a replica whose GPUs do not split
+/// evenly over its pods (POD2), weights in a volume with no volume source (POD3), a cache capacity
+/// that is no number of bytes (POD4), a storage backend named beside spec.cache's own (POD5), a host
+/// pool size SGLang cannot take (POD6), fleets the router cannot reach on one port or a router with
+/// no prefill fleet (POD7).
 pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Violation> {
     let cache = spec.cache.is_some();
-    let mut findings = owned_extra_args("spec.decode.extraArgs", option_words(&spec.decode.extra_args), |a| {
+    let mut findings = owned_extra_args("spec.decode.extraArgs", argv::options(&spec.decode.extra_args), |a| {
         owned_flag(a, cache, FleetRole::Decode, release)
     });
     findings.extend(uneven_replicas(FleetRole::Decode, &spec.decode));
     if let Some(prefill) = &spec.prefill {
-        findings.extend(owned_extra_args("spec.prefill.extraArgs", option_words(&prefill.extra_args), |a| {
+        findings.extend(owned_extra_args("spec.prefill.extraArgs", argv::options(&prefill.extra_args), |a| {
             owned_flag(a, cache, FleetRole::Prefill, release)
         }));
         findings.extend(uneven_replicas(FleetRole::Prefill, prefill));
         if spec.disaggregation.prefill.is_some() {
             findings.push(violation(
-                "K7",
+                POD_ROUTER.id,
                 "spec.disaggregation.prefill",
                 "spec.disaggregation.prefill describes prefill servers kvpilot does not run, and spec.prefill is set"
                     .into(),
@@ -441,7 +440,7 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Vio
         findings.extend(owned_extra_args("spec.router.extraArgs", &router.extra_args, owned_router_flag));
         if router.enabled && spec.prefill.is_none() {
             findings.push(violation(
-                "K7",
+                POD_ROUTER.id,
                 "spec.router",
                 "spec.router routes to the prefill fleet kvpilot runs, and spec.prefill is not set".into(),
                 "set spec.prefill, or spec.router.enabled: false".into(),
@@ -452,7 +451,7 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Vio
         && prefill.port != spec.decode.port
     {
         findings.push(violation(
-            "K7",
+            POD_ROUTER.id,
             "spec.prefill.port",
             format!(
                 "the router finds every server on one port (--service-discovery-port), and spec.prefill.port {} \
@@ -464,7 +463,7 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Vio
     }
     if let Some(Err(problem)) = spec.cache.as_ref().map(|c| c.capacity_bytes()) {
         findings.push(violation(
-            "K4",
+            POD_CACHE_CAPACITY.id,
             "spec.cache.capacity",
             format!("spec.cache.capacity: {problem}"),
             "give the store's size as a Kubernetes quantity (64Gi, 500G)".into(),
@@ -472,7 +471,7 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Vio
     }
     if let Some(backend) = spec.disaggregation.hicache_storage_backend.as_deref().filter(|_| spec.cache.is_some()) {
         findings.push(violation(
-            "K5",
+            POD_STORAGE_BACKEND.id,
             "spec.disaggregation.hicacheStorageBackend",
             format!(
                 "spec.disaggregation.hicacheStorageBackend {backend:?} conflicts with spec.cache, whose store is the \
@@ -483,7 +482,7 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Vio
     }
     if let Some(Err(problem)) = spec.cache.as_ref().and_then(|c| c.host_pool_gigabytes()) {
         findings.push(violation(
-            "K6",
+            POD_HOST_POOL_SIZE.id,
             "spec.cache.hostPoolSize",
             format!("spec.cache.hostPoolSize: {problem}"),
             "give each rank's host pool in bytes of at least 1G (64G, 64Gi), or unset it to size the pools from \
@@ -497,7 +496,7 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Vio
         for quantity in memory.flatten().filter_map(|values| values.get("memory")) {
             if let Err(problem) = parse_bytes(&quantity.0) {
                 findings.push(violation(
-                    "K6",
+                    POD_HOST_POOL_SIZE.id,
                     "spec.decode.resources",
                     format!(
                         "spec.decode.resources memory: {problem}, so spec.cache.hostPoolSize cannot be added to it"
@@ -510,20 +509,20 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Vio
     if let Some(source) = &spec.model.source {
         match (&source.hub, &source.volume) {
             (Some(_), Some(_)) | (None, None) => findings.push(violation(
-                "K3",
+                POD_MODEL_SOURCE.id,
                 "spec.model.source",
                 "spec.model.source must name exactly one of hub or volume".into(),
                 "keep one of spec.model.source.hub and spec.model.source.volume".into(),
             )),
             (None, Some(volume)) if volume.source.is_empty() => findings.push(violation(
-                "K3",
+                POD_MODEL_SOURCE.id,
                 "spec.model.source.volume.source",
                 "spec.model.source.volume.source names no volume source".into(),
                 "set one volume source such as persistentVolumeClaim: {claimName: …}, hostPath or nfs".into(),
             )),
             (None, Some(volume)) if volume.path.starts_with('/') || volume.path.split('/').any(|p| p == "..") => {
                 findings.push(violation(
-                    "K3",
+                    POD_MODEL_SOURCE.id,
                     "spec.model.source.volume.path",
                     format!("spec.model.source.volume.path {:?} leaves the volume", volume.path),
                     "give the model's directory relative to the volume's root, without a leading / or ..".into(),
@@ -535,7 +534,7 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Vio
     let draft_path = spec.disaggregation.speculative_draft_model.as_ref().and_then(|draft| draft.path.as_ref());
     if draft_path.is_some() && spec.model.weights_volume().is_none() {
         findings.push(violation(
-            "K3",
+            POD_MODEL_SOURCE.id,
             "spec.disaggregation.speculativeDraftModel.path",
             "spec.disaggregation.speculativeDraftModel.path is a directory in the model's weights volume, and \
              spec.model.source.volume is not set"
@@ -546,28 +545,63 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Vio
     findings
 }
 
-/// [`policy::assess`] plus [`pod_findings`]: the verdict on a resource whose pods kvpilot runs.
-/// Every entry point (controller, webhook, `check`, `render`) decides with this.
-pub fn assess(
-    spec: &InferenceDeploymentSpec,
+/// What a verdict is about.
+#[derive(Clone, Copy)]
+pub enum Assessed<'a> {
+    /// An InferenceDeployment: the PD service and the pods kvpilot runs for it.
+    Resource(&'a InferenceDeploymentSpec),
+    /// One SGLang server of a workload the guard read, with the settings its command line maps to
+    /// ([`guard::server_spec`]).
+    Server { server: &'a Server, spec: &'a InferenceDeploymentSpec },
+}
+
+impl<'a> From<&'a InferenceDeploymentSpec> for Assessed<'a> {
+    fn from(spec: &'a InferenceDeploymentSpec) -> Self {
+        Self::Resource(spec)
+    }
+}
+
+/// The verdict every entry point decides with (controller, webhooks, `check`, `render`, the
+/// guard): [`policy::assess`], then the rules of the command lines. A resource's pods, as kvpilot
+/// builds them, answer to the pod rules ([`pod_findings`]) and, with their `extraArgs`, to the
+/// release's parser (POD8), after the policy's findings. A server's command line answers to the
+/// release's parser first (CLI): SGLang refuses it before any rule runs.
+pub fn assess<'a>(
+    subject: impl Into<Assessed<'a>>,
     configs: &ModelConfigs,
     release: &ReleaseChoice,
 ) -> Result<Assessment, LayoutError> {
-    let mut assessment = policy::assess(&effective_spec(spec, release.release), configs, release)?;
-    let mut findings = pod_findings(spec, release.release);
-    for role in [FleetRole::Decode, FleetRole::Prefill] {
-        let (refusal, warnings) = extra_args_reading(spec, role, &assessment.verdict, release.release);
-        findings.extend(refusal);
-        assessment.verdict.warnings.extend(warnings);
+    match subject.into() {
+        Assessed::Resource(spec) => {
+            let mut assessment =
+                policy::assess(&effective_spec(spec, release.release), configs, release, Checked::Service)?;
+            let mut findings = pod_findings(spec, release.release);
+            for role in [FleetRole::Decode, FleetRole::Prefill] {
+                let (refusal, warnings) = extra_args_reading(spec, role, &assessment.verdict, release.release);
+                findings.extend(refusal);
+                assessment.command_line_warnings.extend(warnings);
+            }
+            if !findings.is_empty() {
+                assessment.verdict.violations.extend(findings);
+                assessment.verdict.outcome = Outcome::Rejected;
+            }
+            Ok(assessment)
+        }
+        Assessed::Server { server, spec } => {
+            let checked = Checked::Server { role: server.role(), names: &guard::ServerFlags };
+            let mut assessment = policy::assess(spec, configs, release, checked)?;
+            let (refusal, warnings) = guard::command_line_rule(server);
+            assessment.command_line_warnings = warnings;
+            if let Some(refusal) = refusal {
+                assessment.verdict.violations.insert(0, refusal);
+                assessment.verdict.outcome = Outcome::Rejected;
+            }
+            Ok(assessment)
+        }
     }
-    if !findings.is_empty() {
-        assessment.verdict.violations.extend(findings);
-        assessment.verdict.outcome = Outcome::Rejected;
-    }
-    Ok(assessment)
 }
 
-/// K8: the fleet's command line with its `extraArgs`, read by `release`'s own parser. kvpilot's
+/// POD8: the fleet's command line with its `extraArgs`, read by `release`'s own parser. kvpilot's
 /// own flags are ones each release's parser accepts (the parity harness runs them), so what it
 /// refuses comes from `extraArgs`: a refusal (SGLang exits before start-up) and warnings for
 /// abbreviations and deprecated options.
@@ -598,7 +632,7 @@ fn extra_args_reading(
     let warnings = reading.accepted_warnings(release).into_iter().map(|w| format!("{list}: {w}")).collect();
     let refusal = reading.refusal.map(|message| {
         let (_, fix) = server_cli::refusal_subject_and_fix(&message, release);
-        violation("K8", list, message, format!("in {list}: {fix}"))
+        violation(POD_COMMAND_LINE.id, list, message, format!("in {list}: {fix}"))
     });
     (refusal, warnings)
 }
@@ -651,11 +685,11 @@ mod tests {
         );
     }
 
-    /// K1's findings on decode `extraArgs` under `release`, as (message, fix).
-    fn k1_at(extra: serde_json::Value, release: Release) -> Vec<(String, String)> {
+    /// POD1's findings on decode `extraArgs` under `release`, as (message, fix).
+    fn pod1_at(extra: serde_json::Value, release: Release) -> Vec<(String, String)> {
         pod_findings(&spec(json!({"extraArgs": extra}), json!(null)), release)
             .into_iter()
-            .filter(|v| v.rule == "K1")
+            .filter(|v| v.rule == "POD1")
             .map(|v| (v.message, v.fix))
             .collect()
     }
@@ -665,40 +699,40 @@ mod tests {
     }
 
     #[test]
-    fn k1_reads_each_item_as_the_releases_argparse_does() {
+    fn pod1_reads_each_item_as_the_releases_argparse_does() {
         // A prefix unique in the release, of an owned option: reported under the full name.
         assert_eq!(
-            k1_at(json!(["--tp=2"]), NEWEST),
+            pod1_at(json!(["--tp=2"]), NEWEST),
             [(
                 "--tensor-parallel-size (as --tp=2) is set by kvpilot from spec.decode.tensorParallel".to_string(),
                 "remove --tp=2 from spec.decode.extraArgs and set spec.decode.tensorParallel instead".to_string()
             )]
         );
         // An exact owned option, and its `=value` form.
-        let exact = k1_at(json!(["--page-size", "16", "--page-size=16"]), NEWEST);
+        let exact = pod1_at(json!(["--page-size", "16", "--page-size=16"]), NEWEST);
         assert_eq!(
             exact.iter().map(|(message, _)| message.as_str()).collect::<Vec<_>>(),
             ["--page-size is set by kvpilot from spec.decode.pageSize"; 2]
         );
         // Options kvpilot does not own, whole or abbreviated (--mem-frac is --mem-fraction-static).
-        assert_eq!(k1_at(json!(["--mem-frac", "0.8", "--mem-fraction-static=0.8"]), NEWEST), []);
+        assert_eq!(pod1_at(json!(["--mem-frac", "0.8", "--mem-fraction-static=0.8"]), NEWEST), []);
         // A prefix follows each release: --page is --page-size up to 0.5.22 and ambiguous in
         // 0.5.23 (--paged-experts-num-resident); --swa is --swa-full-tokens-ratio up to 0.5.20 and
-        // ambiguous from 0.5.21 (--swa-prefix-tails). argparse refuses an ambiguous prefix: K8's.
+        // ambiguous from 0.5.21 (--swa-prefix-tails). argparse refuses an ambiguous prefix: POD8's.
         for (arg, unique_until, full) in [("--page", 22, "--page-size"), ("--swa", 20, "--swa-full-tokens-ratio")] {
             for release in KNOWN.iter().copied() {
                 let expected = (release <= v0_5(unique_until)).then_some(full);
                 assert_eq!(owned_at(arg, release), expected, "{arg} in {release}");
             }
         }
-        assert_eq!(k1_at(json!(["--page", "16"]), v0_5(22)).len(), 1);
-        assert_eq!(k1_at(json!(["--page", "16"]), v0_5(23)), []);
+        assert_eq!(pod1_at(json!(["--page", "16"]), v0_5(22)).len(), 1);
+        assert_eq!(pod1_at(json!(["--page", "16"]), v0_5(23)), []);
         // What the old prefix match (the first owned flag any of whose names starts with the
         // prefix) reported wrongly: --pp, --enable-hi and --dist are ambiguous in every release
         // (--pp-max-micro-batch-size, --enable-hisparse, --dist-timeout); --attn is
         // --attn-cp-size, not kvpilot's, up to 0.5.21 and ambiguous after; an owned option a
         // release does not have is no option of it (--enable-hicache before 0.5.23,
-        // --attn-dp-size before 0.5.22): K8 reports it unrecognized.
+        // --attn-dp-size before 0.5.22): POD8 reports it unrecognized.
         for release in KNOWN.iter().copied() {
             for arg in ["--pp", "--pp=2", "--enable-hi", "--dist=x:1", "--attn"] {
                 assert_eq!(owned_at(arg, release), None, "{arg} in {release}");
@@ -710,14 +744,14 @@ mod tests {
         assert_eq!(owned_at("--attn-dp-size=2", v0_5(22)), Some("--attn-dp-size"));
         // Values are no options: a word argparse takes as a value, a negative number, anything
         // after `--`. An option word after an option that wants a value is still an option
-        // (argparse leaves --revision without its value, which K8 reports).
+        // (argparse leaves --revision without its value, which POD8 reports).
         assert_eq!(
-            k1_at(json!(["--json-model-override-args", "page-size", "--mem-fraction-static", "-1"]), NEWEST),
+            pod1_at(json!(["--json-model-override-args", "page-size", "--mem-fraction-static", "-1"]), NEWEST),
             []
         );
-        assert_eq!(k1_at(json!(["--", "--tp-size", "2"]), NEWEST), []);
+        assert_eq!(pod1_at(json!(["--", "--tp-size", "2"]), NEWEST), []);
         assert_eq!(
-            k1_at(json!(["--revision", "--tp-size", "2"]), NEWEST)
+            pod1_at(json!(["--revision", "--tp-size", "2"]), NEWEST)
                 .iter()
                 .map(|(message, _)| message.as_str())
                 .collect::<Vec<_>>(),
@@ -738,23 +772,23 @@ mod tests {
 
     #[test]
     fn a_capacity_is_read_as_the_cache_runtime_reads_its_own() {
-        let k4 = |capacity: &str| {
+        let pod4 = |capacity: &str| {
             let mut spec = spec(json!({}), json!(null));
             spec.cache = Some(serde_json::from_value(json!({"capacity": capacity, "offload": true})).unwrap());
-            pod_findings(&spec, NEWEST).into_iter().filter(|v| v.rule == "K4").map(|v| v.message).collect::<Vec<_>>()
+            pod_findings(&spec, NEWEST).into_iter().filter(|v| v.rule == "POD4").map(|v| v.message).collect::<Vec<_>>()
         };
         for accepted in ["64 GB", "64GiB", "64Gi", "1.5Gi", "1e9"] {
-            assert_eq!(k4(accepted), Vec::<String>::new(), "{accepted}");
+            assert_eq!(pod4(accepted), Vec::<String>::new(), "{accepted}");
             assert!(crate::api::parse_capacity(accepted).is_ok(), "{accepted}");
         }
         for refused in ["0", "64 gigs", "-1Gi"] {
             let runtime = crate::api::parse_capacity(refused).unwrap_err();
-            assert_eq!(k4(refused), vec![format!("spec.cache.capacity: {runtime}")], "{refused}: the same words");
+            assert_eq!(pod4(refused), vec![format!("spec.cache.capacity: {runtime}")], "{refused}: the same words");
         }
     }
 
     #[test]
-    fn extra_args_the_release_refuses_are_k8_with_argparses_words() {
+    fn extra_args_the_release_refuses_are_pod8_with_argparses_words() {
         let config: serde_json::Value =
             serde_json::from_str(include_str!("../../tests/fixtures/configs/llama-3.1-8b-instruct.json")).unwrap();
         let assess_at = |extra: serde_json::Value, patch: u16| {
@@ -767,38 +801,39 @@ mod tests {
             .unwrap()
         };
         let refused = assess_at(json!(["--mem-fraction-static", "0.8", "--no-such-flag"]), 23).verdict;
-        let k8: Vec<_> = refused.violations.iter().filter(|v| v.rule == "K8").collect();
-        assert_eq!(k8.len(), 1, "{:?}", refused.violations);
+        let pod8: Vec<_> = refused.violations.iter().filter(|v| v.rule == "POD8").collect();
+        assert_eq!(pod8.len(), 1, "{:?}", refused.violations);
         assert_eq!(
-            (k8[0].field, k8[0].message.as_str()),
+            (pod8[0].field, pod8[0].message.as_str()),
             ("spec.decode.extraArgs", "unrecognized arguments: --no-such-flag")
         );
-        assert!(k8[0].fix.starts_with("in spec.decode.extraArgs: remove them"), "{}", k8[0].fix);
+        assert!(pod8[0].fix.starts_with("in spec.decode.extraArgs: remove them"), "{}", pod8[0].fix);
         assert_eq!(refused.outcome, Outcome::Rejected);
         // An option one release has and another lacks: --enable-hisparse's neighbour in time, the linker flag.
         let linker = json!(["--enable-unified-cache-external-linker"]);
-        assert!(assess_at(linker.clone(), 19).verdict.violations.iter().any(|v| v.rule == "K8"));
-        assert!(!assess_at(linker, 23).verdict.violations.iter().any(|v| v.rule == "K8"));
-        // An ambiguous prefix of an owned option is argparse's refusal (K8), not K1; where the
-        // release reads the prefix as the owned option, it is K1 and argparse accepts it.
+        assert!(assess_at(linker.clone(), 19).verdict.violations.iter().any(|v| v.rule == "POD8"));
+        assert!(!assess_at(linker, 23).verdict.violations.iter().any(|v| v.rule == "POD8"));
+        // An ambiguous prefix of an owned option is argparse's refusal (POD8), not POD1; where the
+        // release reads the prefix as the owned option, it is POD1 and argparse accepts it.
         let rules = |verdict: &policy::Verdict| verdict.violations.iter().map(|v| v.rule).collect::<Vec<_>>();
         let ambiguous = assess_at(json!(["--page", "16"]), 23).verdict;
-        assert_eq!(rules(&ambiguous), ["K8"]);
+        assert_eq!(rules(&ambiguous), ["POD8"]);
         assert_eq!(
             ambiguous.violations[0].message,
             "ambiguous option: --page could match --page-size, --paged-experts-num-resident"
         );
-        assert_eq!(rules(&assess_at(json!(["--page", "16"]), 22).verdict), ["K1"]);
+        assert_eq!(rules(&assess_at(json!(["--page", "16"]), 22).verdict), ["POD1"]);
         // An abbreviation argparse accepts is a warning naming the full option; a $(VAR) value is not judged.
-        let abbreviated = assess_at(json!(["--mem-frac", "0.8", "--max-running-requests", "$(MAX)"]), 23).verdict;
-        assert!(!abbreviated.violations.iter().any(|v| v.rule == "K8"), "{:?}", abbreviated.violations);
+        let abbreviated = assess_at(json!(["--mem-frac", "0.8", "--max-running-requests", "$(MAX)"]), 23);
+        let violations = &abbreviated.verdict.violations;
+        assert!(!violations.iter().any(|v| v.rule == "POD8"), "{violations:?}");
         assert!(
-            abbreviated.warnings.iter().any(|w| w.starts_with(
+            abbreviated.command_line_warnings.iter().any(|w| w.starts_with(
                 "spec.decode.extraArgs: --mem-frac: SGLang 0.5.23's argparse reads this \
                                         abbreviation as --mem-fraction-static"
             )),
             "{:?}",
-            abbreviated.warnings
+            abbreviated.command_line_warnings
         );
     }
 
@@ -807,7 +842,7 @@ mod tests {
         let found =
             pod_findings(&spec(json!({"extraArgs": ["--tp=2", "--mem-fraction-static", "0.8"]}), json!(null)), NEWEST);
         assert_eq!(found.len(), 1);
-        assert_eq!((found[0].rule, found[0].field), ("K1", "spec.decode.extraArgs"));
+        assert_eq!((found[0].rule, found[0].field), ("POD1", "spec.decode.extraArgs"));
         assert!(found[0].message.contains("spec.decode.tensorParallel"), "{}", found[0].message);
         assert!(found[0].fix.contains("remove --tp=2"), "{}", found[0].fix);
 
@@ -862,7 +897,7 @@ mod tests {
         let hub_target = pod_findings(&with_draft(json!(null), Some("eagle3")), NEWEST);
         assert_eq!(
             hub_target.iter().map(|v| (v.rule, v.field)).collect::<Vec<_>>(),
-            [("K3", "spec.disaggregation.speculativeDraftModel.path")]
+            [("POD3", "spec.disaggregation.speculativeDraftModel.path")]
         );
     }
 
@@ -903,27 +938,27 @@ mod tests {
         assert!(with(json!({"prefill": {"replicas": 1}})).is_empty());
         assert_eq!(
             fields(with(json!({"prefill": {"extraArgs": ["--page-size", "16"]}}))),
-            [("K1", "spec.prefill.extraArgs")]
+            [("POD1", "spec.prefill.extraArgs")]
         );
         assert_eq!(
             fields(with(json!({"prefill": {"tensorParallel": 4, "nodesPerReplica": 3}}))),
-            [("K2", "spec.prefill.nodesPerReplica")]
+            [("POD2", "spec.prefill.nodesPerReplica")]
         );
-        assert_eq!(fields(with(json!({"router": {}}))), [("K7", "spec.router")], "a router needs the prefill fleet");
+        assert_eq!(fields(with(json!({"router": {}}))), [("POD7", "spec.router")], "a router needs the prefill fleet");
         assert!(with(json!({"router": {"enabled": false}})).is_empty());
         assert_eq!(
             fields(with(json!({"prefill": {"port": 31000}}))),
-            [("K7", "spec.prefill.port")],
+            [("POD7", "spec.prefill.port")],
             "the router finds both fleets on one port"
         );
         assert!(with(json!({"prefill": {"port": 31000}, "router": {"enabled": false}})).is_empty());
         assert_eq!(
             fields(with(json!({"prefill": {}, "disaggregation": {"prefill": {"tensorParallel": 2}}}))),
-            [("K7", "spec.disaggregation.prefill")]
+            [("POD7", "spec.disaggregation.prefill")]
         );
         assert_eq!(
             fields(with(json!({"prefill": {}, "router": {"extraArgs": ["--service-discovery-port=1"]}}))),
-            [("K1", "spec.router.extraArgs")]
+            [("POD1", "spec.router.extraArgs")]
         );
     }
 
@@ -962,7 +997,7 @@ mod tests {
             let side = prefill(extra_args.clone(), NEWEST).unwrap();
             assert_eq!((side.attention_context_parallel, side.kv_cache_sharding), (cp, sharding), "{extra_args}");
         }
-        // 0.5.21's parser has no --enable-kv-cache-sharding (K8 refuses it there).
+        // 0.5.21's parser has no --enable-kv-cache-sharding (POD8 refuses it there).
         let side = prefill(json!(["--enable-kv-cache-sharding"]), v0_5(21)).unwrap();
         assert!(!side.kv_cache_sharding);
     }
@@ -985,7 +1020,8 @@ mod tests {
             json!({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4, "num_key_value_heads": 8,
                    "head_dim": 128}),
         );
-        let assessment = policy::assess(&effective, &configs, &ReleaseChoice::default_newest()).unwrap();
+        let assessment =
+            policy::assess(&effective, &configs, &ReleaseChoice::default_newest(), Checked::Service).unwrap();
         assert!(
             assessment.verdict.violations.iter().all(|v| v.rule != "P1" && v.rule != "P2"),
             "{:?}",
@@ -1014,8 +1050,13 @@ mod tests {
                 json!({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4, "num_key_value_heads": 8,
                        "head_dim": 128}),
             );
-            let assessment =
-                policy::assess(&effective_spec(&spec, NEWEST), &configs, &ReleaseChoice::default_newest()).unwrap();
+            let assessment = policy::assess(
+                &effective_spec(&spec, NEWEST),
+                &configs,
+                &ReleaseChoice::default_newest(),
+                Checked::Service,
+            )
+            .unwrap();
             assessment.verdict.violations.into_iter().find(|v| v.rule == "P1").map(|v| v.fix)
         };
         assert_eq!(
@@ -1045,7 +1086,8 @@ mod tests {
         let h7 = |spec: &InferenceDeploymentSpec| {
             let effective = effective_spec(spec, NEWEST);
             let configs = ModelConfigs::target(config.clone());
-            let assessment = policy::assess(&effective, &configs, &ReleaseChoice::default_newest()).unwrap();
+            let assessment =
+                policy::assess(&effective, &configs, &ReleaseChoice::default_newest(), Checked::Service).unwrap();
             assessment.verdict.violations.into_iter().find(|v| v.rule == "H7").map(|v| v.field)
         };
         let sized = spec(json!({"reuse": true, "capacity": "64Gi", "hostPoolSize": "8G"}));
@@ -1093,19 +1135,21 @@ mod tests {
         };
         let cache = json!({"offload": true, "capacity": "1Gi"});
         assert_eq!(with_cache(cache.clone(), |_| {}), [], "memory kvpilot adds nothing to is not read");
+        let unreadable = json!({"offload": true, "capacity": "a lot"});
+        assert_eq!(with_cache(unreadable, |_| {}), [("POD4", "spec.cache.capacity")]);
         assert_eq!(
             with_cache(cache.clone(), |s| s.disaggregation.hicache_storage_backend = Some("file".into())),
-            [("K5", "spec.disaggregation.hicacheStorageBackend")]
+            [("POD5", "spec.disaggregation.hicacheStorageBackend")]
         );
         let small = json!({"offload": true, "capacity": "1Gi", "hostPoolSize": "512Mi"});
-        assert_eq!(with_cache(small, |_| {}), [("K6", "spec.cache.hostPoolSize")]);
+        assert_eq!(with_cache(small, |_| {}), [("POD6", "spec.cache.hostPoolSize")]);
         let sized = json!({"offload": true, "capacity": "1Gi", "hostPoolSize": "8G"});
         assert_eq!(with_cache(sized.clone(), |_| {}), [], "1.5Gi is read as the API server reads it");
         let unreadable = |s: &mut InferenceDeploymentSpec| {
             let memory = json!({"limits": {"memory": "64 gigs"}});
             s.decode.resources = Some(serde_json::from_value(memory).unwrap());
         };
-        assert_eq!(with_cache(sized, unreadable), [("K6", "spec.decode.resources")]);
+        assert_eq!(with_cache(sized, unreadable), [("POD6", "spec.decode.resources")]);
     }
 
     #[test]

@@ -155,16 +155,16 @@ pub struct Discovery {
     pub warnings: Vec<String>,
 }
 
-/// A pod spec, or a patch of one, in an object.
+/// One part of what a pod runs: a pod spec, or a patch of one, in an object.
 #[derive(Debug, Clone)]
-struct Layer {
+struct PodSpecPart {
     /// JSON pointer of the pod spec (the object holding `containers`).
     spec: String,
     /// JSON pointer of the object whose `annotations` apply to the pod.
     annotations_at: Option<String>,
 }
 
-impl Layer {
+impl PodSpecPart {
     /// A pod template (`metadata` + `spec`) or a patch of one.
     fn template(pointer: &str) -> Self {
         Self { spec: format!("{pointer}/spec"), annotations_at: Some(format!("{pointer}/metadata")) }
@@ -174,21 +174,21 @@ impl Layer {
 /// One pod shape: a base pod spec and the patches merged onto it, in order.
 #[derive(Debug, Clone)]
 struct Spot {
-    layers: Vec<Layer>,
+    parts: Vec<PodSpecPart>,
     role: Option<String>,
     member: Option<Member>,
     label: Option<String>,
 }
 
 impl Spot {
-    fn new(layers: Vec<Layer>, role: Option<String>, member: Option<Member>) -> Self {
+    fn new(parts: Vec<PodSpecPart>, role: Option<String>, member: Option<Member>) -> Self {
         let label = match (&role, member) {
             (Some(role), Some(member)) => Some(format!("role {role} {}", member.as_str())),
             (Some(role), None) => Some(format!("role {role}")),
             (None, Some(member)) => Some(format!("{}Template", member.as_str())),
             (None, None) => None,
         };
-        Self { layers, role, member, label }
+        Self { parts, role, member, label }
     }
 }
 
@@ -216,8 +216,8 @@ pub fn read_containers(object: &Value) -> Discovery {
             search_unknown(object, &mut discovery);
             return discovery;
         }
-        Some("Pod") => vec![Spot::new(vec![Layer::template("")], None, None)],
-        Some("CronJob") => vec![Spot::new(vec![Layer::template("/spec/jobTemplate/spec/template")], None, None)],
+        Some("Pod") => vec![Spot::new(vec![PodSpecPart::template("")], None, None)],
+        Some("CronJob") => vec![Spot::new(vec![PodSpecPart::template("/spec/jobTemplate/spec/template")], None, None)],
         Some("LeaderWorkerSet") => lws_spots(object),
         Some("RoleBasedGroup") => rbg_spots(object, &mut discovery.warnings),
         Some("ClusterServingRuntime" | "ServingRuntime") => {
@@ -228,10 +228,14 @@ pub fn read_containers(object: &Value) -> Discovery {
         Some("StormService") => (0..array_len(object, "/spec/template/spec/roles"))
             .map(|i| {
                 let role = format!("/spec/template/spec/roles/{i}");
-                Spot::new(vec![Layer::template(&format!("{role}/template"))], Some(role_name(object, &role, i)), None)
+                Spot::new(
+                    vec![PodSpecPart::template(&format!("{role}/template"))],
+                    Some(role_name(object, &role, i)),
+                    None,
+                )
             })
             .collect(),
-        Some(_) => vec![Spot::new(vec![Layer::template("/spec/template")], None, None)],
+        Some(_) => vec![Spot::new(vec![PodSpecPart::template("/spec/template")], None, None)],
     };
     for spot in spots {
         discovery.sites.extend(spot_sites(object, &spot));
@@ -255,16 +259,20 @@ fn lws_spots(object: &Value) -> Vec<Spot> {
     let mut spots = Vec::new();
     // Without a leaderTemplate the leader runs the workerTemplate: reading it once is enough.
     if object.pointer(&format!("{base}/leaderTemplate")).is_some() {
-        spots.push(Spot::new(vec![Layer::template(&format!("{base}/leaderTemplate"))], None, Some(Member::Leader)));
+        spots.push(Spot::new(
+            vec![PodSpecPart::template(&format!("{base}/leaderTemplate"))],
+            None,
+            Some(Member::Leader),
+        ));
     }
-    spots.push(Spot::new(vec![Layer::template(&format!("{base}/workerTemplate"))], None, Some(Member::Worker)));
+    spots.push(Spot::new(vec![PodSpecPart::template(&format!("{base}/workerTemplate"))], None, Some(Member::Worker)));
     spots
 }
 
-/// The template layers of a `template` or `templateRef` (+ `patch`) under `holder`.
-fn template_source(object: &Value, holder: &str, warnings: &mut Vec<String>) -> Vec<Layer> {
+/// The template parts of a `template` or `templateRef` (+ `patch`) under `holder`.
+fn template_source(object: &Value, holder: &str, warnings: &mut Vec<String>) -> Vec<PodSpecPart> {
     if object.pointer(&format!("{holder}/template")).is_some_and(Value::is_object) {
-        return vec![Layer::template(&format!("{holder}/template"))];
+        return vec![PodSpecPart::template(&format!("{holder}/template"))];
     }
     let Some(name) = str_at(object, &format!("{holder}/templateRef/name")) else { return Vec::new() };
     let Some(index) = (0..array_len(object, "/spec/roleTemplates"))
@@ -276,18 +284,18 @@ fn template_source(object: &Value, holder: &str, warnings: &mut Vec<String>) -> 
         ));
         return Vec::new();
     };
-    let mut layers = vec![Layer::template(&format!("/spec/roleTemplates/{index}/template"))];
+    let mut parts = vec![PodSpecPart::template(&format!("/spec/roleTemplates/{index}/template"))];
     if object.pointer(&format!("{holder}/templateRef/patch")).is_some_and(Value::is_object) {
-        layers.push(Layer::template(&format!("{holder}/templateRef/patch")));
+        parts.push(PodSpecPart::template(&format!("{holder}/templateRef/patch")));
     }
-    layers
+    parts
 }
 
 /// Leader and worker spots of a base with optional patches; one spot when neither is patched
 /// (leader and worker then run the same containers).
 fn leader_worker(
     object: &Value,
-    base: Vec<Layer>,
+    base: Vec<PodSpecPart>,
     leader_patch: &str,
     worker_patch: &str,
     role: Option<String>,
@@ -299,11 +307,11 @@ fn leader_worker(
     [(leader_patch, Member::Leader), (worker_patch, Member::Worker)]
         .into_iter()
         .map(|(patch, member)| {
-            let mut layers = base.clone();
+            let mut parts = base.clone();
             if patched(patch) {
-                layers.push(Layer::template(patch));
+                parts.push(PodSpecPart::template(patch));
             }
-            Spot::new(layers, role.clone(), Some(member))
+            Spot::new(parts, role.clone(), Some(member))
         })
         .collect()
 }
@@ -330,9 +338,9 @@ fn rbg_spots(object: &Value, warnings: &mut Vec<String>) -> Vec<Spot> {
         // v1alpha2: one pattern per role.
         let standalone = format!("{role}/standalonePattern");
         if object.pointer(&standalone).is_some() {
-            let layers = template_source(object, &standalone, warnings);
-            if !layers.is_empty() {
-                spots.push(Spot::new(layers, name.clone(), None));
+            let parts = template_source(object, &standalone, warnings);
+            if !parts.is_empty() {
+                spots.push(Spot::new(parts, name.clone(), None));
             }
         }
         let pattern = format!("{role}/leaderWorkerPattern");
@@ -351,7 +359,7 @@ fn rbg_spots(object: &Value, warnings: &mut Vec<String>) -> Vec<Spot> {
         let components = format!("{role}/customComponentsPattern/components");
         for j in 0..array_len(object, &components) {
             let component = format!("{components}/{j}");
-            let mut spot = Spot::new(vec![Layer::template(&format!("{component}/template"))], name.clone(), None);
+            let mut spot = Spot::new(vec![PodSpecPart::template(&format!("{component}/template"))], name.clone(), None);
             let component_name = str_at(object, &format!("{component}/name")).unwrap_or("<unnamed>");
             spot.label = Some(format!("role {} component {component_name}", name.as_deref().unwrap_or_default()));
             spots.push(spot);
@@ -377,12 +385,12 @@ fn ome_spots(object: &Value, components: &[&str]) -> Vec<Spot> {
             continue;
         }
         let role = Some(component.trim_end_matches("Config").to_string());
-        let layer = |spec: String| Layer { spec, annotations_at: Some(at.clone()) };
-        spots.push(Spot::new(vec![layer(at.clone())], role.clone(), None));
+        let part = |spec: String| PodSpecPart { spec, annotations_at: Some(at.clone()) };
+        spots.push(Spot::new(vec![part(at.clone())], role.clone(), None));
         for member in [Member::Leader, Member::Worker] {
             let member_at = format!("{at}/{}", member.as_str());
             if object.pointer(&member_at).is_some_and(Value::is_object) {
-                spots.push(Spot::new(vec![layer(member_at)], role.clone(), Some(member)));
+                spots.push(Spot::new(vec![part(member_at)], role.clone(), Some(member)));
             }
         }
     }
@@ -401,8 +409,8 @@ fn dynamo_spots(object: &Value) -> Vec<Spot> {
                 .iter()
                 .find_map(|key| str_at(object, &format!("{service}/{key}")))
                 .unwrap_or(name);
-            let layer = Layer { spec: format!("{service}/extraPodSpec"), annotations_at: Some(service.clone()) };
-            let mut spot = Spot::new(vec![layer], Some(role.to_string()), None);
+            let part = PodSpecPart { spec: format!("{service}/extraPodSpec"), annotations_at: Some(service.clone()) };
+            let mut spot = Spot::new(vec![part], Some(role.to_string()), None);
             spot.label = Some(format!("service {name}"));
             spots.push(spot);
         }
@@ -411,7 +419,7 @@ fn dynamo_spots(object: &Value) -> Vec<Spot> {
         let component = format!("/spec/components/{i}");
         let name = str_at(object, &format!("{component}/name")).unwrap_or("<unnamed>").to_string();
         let role = str_at(object, &format!("{component}/type")).map_or_else(|| name.clone(), str::to_string);
-        let mut spot = Spot::new(vec![Layer::template(&format!("{component}/podTemplate"))], Some(role), None);
+        let mut spot = Spot::new(vec![PodSpecPart::template(&format!("{component}/podTemplate"))], Some(role), None);
         spot.label = Some(format!("component {name}"));
         spots.push(spot);
     }
@@ -524,23 +532,23 @@ fn string_map(value: Option<&Value>) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
-/// The containers of one spot, merged across its layers, each with the layer it sits in.
+/// The containers of one spot, merged across its parts, each with the part it sits in.
 fn spot_sites(object: &Value, spot: &Spot) -> Vec<ContainerSite> {
-    let present: Vec<(&Layer, &Value)> =
-        spot.layers.iter().filter_map(|layer| Some((layer, object.pointer(&layer.spec)?))).collect();
+    let present: Vec<(&PodSpecPart, &Value)> =
+        spot.parts.iter().filter_map(|part| Some((part, object.pointer(&part.spec)?))).collect();
     let Some(spec) =
         present.iter().map(|(_, spec)| (*spec).clone()).reduce(|base, patch| strategic_merge(&base, &patch))
     else {
         return Vec::new();
     };
     let mut annotations = BTreeMap::new();
-    for layer in &spot.layers {
-        if let Some(at) = &layer.annotations_at {
+    for part in &spot.parts {
+        if let Some(at) = &part.annotations_at {
             annotations.extend(string_map(object.pointer(&format!("{at}/annotations"))));
         }
     }
-    // Each container, with where it sits in each layer: (layer, pointer).
-    let mut found: Vec<(Value, Vec<(&Layer, String)>)> = Vec::new();
+    // Each container, with where it sits in each part: (part, pointer).
+    let mut found: Vec<(Value, Vec<(&PodSpecPart, String)>)> = Vec::new();
     for list in CONTAINER_LISTS {
         for (index, container) in spec.get(*list).and_then(Value::as_array).into_iter().flatten().enumerate() {
             if !container.is_object() {
@@ -549,13 +557,13 @@ fn spot_sites(object: &Value, spot: &Spot) -> Vec<ContainerSite> {
             let name = container.get("name").filter(|n| !n.is_null());
             let holders = present
                 .iter()
-                .filter_map(|(layer, layer_spec)| {
-                    let items = layer_spec.get(*list)?.as_array()?;
+                .filter_map(|(part, part_spec)| {
+                    let items = part_spec.get(*list)?.as_array()?;
                     let at = match name {
                         Some(name) => items.iter().position(|item| item.get("name") == Some(name))?,
                         None => (index < items.len()).then_some(index)?,
                     };
-                    Some((*layer, format!("{}/{list}/{at}", layer.spec)))
+                    Some((*part, format!("{}/{list}/{at}", part.spec)))
                 })
                 .collect();
             found.push((container.clone(), holders));
@@ -565,8 +573,8 @@ fn spot_sites(object: &Value, spot: &Spot) -> Vec<ContainerSite> {
         let Some(container) = spec.get(*key).filter(|c| is_container_shaped(c)) else { continue };
         let holders = present
             .iter()
-            .filter(|(_, layer_spec)| layer_spec.get(*key).is_some())
-            .map(|(layer, _)| (*layer, format!("{}/{key}", layer.spec)))
+            .filter(|(_, part_spec)| part_spec.get(*key).is_some())
+            .map(|(part, _)| (*part, format!("{}/{key}", part.spec)))
             .collect();
         found.push((container.clone(), holders));
     }

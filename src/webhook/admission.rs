@@ -27,9 +27,9 @@ pub enum BadReview {
     NotAReview(String),
 }
 
-/// Which webhook is asking.
+/// Which InferenceDeployment webhook is asking.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub enum ResourceWebhook {
     /// `/validate`: allow or deny.
     Validate,
     /// `/mutate`: allow, with a JSON patch applying the rewrites for `onInvalid: Rewrite`.
@@ -40,12 +40,12 @@ pub enum Mode {
 /// base64-encoded, as the API server requires).
 pub async fn review(
     body: &[u8],
-    mode: Mode,
+    webhook: ResourceWebhook,
     source: Option<&ClusterSource>,
     default_release: &ReleaseChoice,
 ) -> Result<Value, BadReview> {
     let (request, api_version) = request_of(body)?;
-    let response = decide(&request, &api_version, mode, source, default_release).await;
+    let response = decide(&request, &api_version, webhook, source, default_release).await;
     Ok(encode(response.into_review()))
 }
 
@@ -74,7 +74,7 @@ pub(crate) fn unsupported_version(response: AdmissionResponse, api_version: &str
 async fn decide(
     request: &AdmissionRequest<DynamicObject>,
     api_version: &str,
-    mode: Mode,
+    webhook: ResourceWebhook,
     source: Option<&ClusterSource>,
     default_release: &ReleaseChoice,
 ) -> AdmissionResponse {
@@ -135,7 +135,7 @@ async fn decide(
             );
         }
     };
-    let release = match policy::choose_release(&resource.spec, default_release) {
+    let release = match policy::resource_release(&resource.spec, default_release) {
         Ok(release) => release,
         Err(e) => return denied(response, 422, "Invalid", format!("{name}: spec.sglang.version: {e}")),
     };
@@ -152,7 +152,14 @@ async fn decide(
         },
     };
     let verdict = &assessment.verdict;
-    let mut warnings: Vec<String> = assessment.layout.warnings.iter().chain(&verdict.warnings).cloned().collect();
+    let mut warnings: Vec<String> = assessment
+        .layout
+        .warnings
+        .iter()
+        .chain(&verdict.warnings)
+        .chain(&assessment.command_line_warnings)
+        .cloned()
+        .collect();
     let scheduler_refusal = match missing_scheduler(&resource, source).await {
         Ok(refusal) => refusal,
         Err(warning) => {
@@ -160,14 +167,14 @@ async fn decide(
             None
         }
     };
-    if mode == Mode::Validate
+    if webhook == ResourceWebhook::Validate
         && verdict.outcome != Outcome::Rejected
         && let Some(refusal) = &scheduler_refusal
     {
         return denied(response, 422, "Invalid", format!("{name}: {refusal}"));
     }
-    match (verdict.outcome, mode) {
-        (Outcome::Rejected, Mode::Validate) => {
+    match (verdict.outcome, webhook) {
+        (Outcome::Rejected, ResourceWebhook::Validate) => {
             let listed: Vec<String> =
                 verdict.violations.iter().map(ToString::to_string).chain(scheduler_refusal).collect();
             denied(
@@ -188,7 +195,7 @@ async fn decide(
                     .iter()
                     .map(|r| format!("{}: {} → {} ({}: {})", r.field, r.from, r.to, r.rule, r.message)),
             );
-            if mode == Mode::Mutate && resource.spec.disaggregation.on_invalid == OnInvalid::Rewrite {
+            if webhook == ResourceWebhook::Mutate && resource.spec.disaggregation.on_invalid == OnInvalid::Rewrite {
                 match rewrite_patch(verdict)
                     .and_then(|patch| response.clone().with_patch(patch).map_err(|e| e.to_string()))
                 {

@@ -4,8 +4,8 @@
 
 pub mod admission;
 pub mod certs;
-pub mod guard;
 pub mod tls;
+pub mod workloads;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -24,8 +24,8 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::release::ReleaseChoice;
 use crate::source::ClusterSource;
-use admission::Mode;
-use guard::GuardMode;
+use admission::ResourceWebhook;
+use workloads::GuardWebhook;
 
 /// Largest AdmissionReview accepted: an object and its old version at the API server's 1.5 MiB
 /// object limit, plus slack.
@@ -46,43 +46,46 @@ pub fn router(state: WebhookState) -> Router {
     Router::new()
         .route("/validate", post(validate))
         .route("/mutate", post(mutate))
-        .route(GuardMode::Enforce.path(), post(|state, body| guarded(state, body, GuardMode::Enforce)))
-        .route(GuardMode::Warn.path(), post(|state, body| guarded(state, body, GuardMode::Warn)))
-        .route(GuardMode::Rewrite.path(), post(|state, body| guarded(state, body, GuardMode::Rewrite)))
+        .route(GuardWebhook::Enforce.path(), post(|state, body| guarded(state, body, GuardWebhook::Enforce)))
+        .route(GuardWebhook::Warn.path(), post(|state, body| guarded(state, body, GuardWebhook::Warn)))
+        .route(GuardWebhook::Rewrite.path(), post(|state, body| guarded(state, body, GuardWebhook::Rewrite)))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(|| async { "ok" }))
         .with_state(Arc::new(state))
 }
 
 async fn validate(State(state): State<Arc<WebhookState>>, body: Body) -> Response {
-    handle(state, body, Mode::Validate).await
+    handle(state, body, ResourceWebhook::Validate).await
 }
 
 async fn mutate(State(state): State<Arc<WebhookState>>, body: Body) -> Response {
-    handle(state, body, Mode::Mutate).await
+    handle(state, body, ResourceWebhook::Mutate).await
 }
 
-async fn guarded(State(state): State<Arc<WebhookState>>, body: Body, mode: GuardMode) -> Response {
-    let bytes = match axum::body::to_bytes(body, MAX_REVIEW_BYTES).await {
-        Ok(bytes) => bytes,
-        Err(e) => {
-            return bad_request(format!("cannot read the request body (at most {MAX_REVIEW_BYTES} bytes): {e}"));
-        }
-    };
-    match guard::review(&bytes, mode, state.source.as_ref(), &state.default_release).await {
-        Ok(review) => ([(header::CONTENT_TYPE, "application/json")], review.to_string()).into_response(),
-        Err(e) => bad_request(e.to_string()),
+async fn guarded(State(state): State<Arc<WebhookState>>, body: Body, webhook: GuardWebhook) -> Response {
+    match review_body(body).await {
+        Ok(bytes) => reply(workloads::review(&bytes, webhook, state.source.as_ref(), &state.default_release).await),
+        Err(refusal) => refusal,
     }
 }
 
-async fn handle(state: Arc<WebhookState>, body: Body, mode: Mode) -> Response {
-    let bytes = match axum::body::to_bytes(body, MAX_REVIEW_BYTES).await {
-        Ok(bytes) => bytes,
-        Err(e) => {
-            return bad_request(format!("cannot read the request body (at most {MAX_REVIEW_BYTES} bytes): {e}"));
-        }
-    };
-    match admission::review(&bytes, mode, state.source.as_ref(), &state.default_release).await {
+async fn handle(state: Arc<WebhookState>, body: Body, webhook: ResourceWebhook) -> Response {
+    match review_body(body).await {
+        Ok(bytes) => reply(admission::review(&bytes, webhook, state.source.as_ref(), &state.default_release).await),
+        Err(refusal) => refusal,
+    }
+}
+
+/// The bytes of an AdmissionReview request, or the answer to a body that cannot be read.
+async fn review_body(body: Body) -> Result<axum::body::Bytes, Response> {
+    axum::body::to_bytes(body, MAX_REVIEW_BYTES)
+        .await
+        .map_err(|e| bad_request(format!("cannot read the request body (at most {MAX_REVIEW_BYTES} bytes): {e}")))
+}
+
+/// The answer to a review: the response review as JSON, or HTTP 400.
+fn reply(review: Result<serde_json::Value, admission::BadReview>) -> Response {
+    match review {
         Ok(review) => ([(header::CONTENT_TYPE, "application/json")], review.to_string()).into_response(),
         Err(e) => bad_request(e.to_string()),
     }

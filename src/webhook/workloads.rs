@@ -24,7 +24,7 @@ pub const GUARD_LABEL: &str = "kvpilot.dev/guard";
 
 /// Which guard webhook is asking; each is served on its own path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GuardMode {
+pub enum GuardWebhook {
     /// `/guard/enforce`: deny workloads whose SGLang flags the model cannot run.
     Enforce,
     /// `/guard/warn`: allow them, with a warning per violation.
@@ -33,8 +33,8 @@ pub enum GuardMode {
     Rewrite,
 }
 
-impl GuardMode {
-    /// The HTTP path of this mode.
+impl GuardWebhook {
+    /// The HTTP path of this webhook.
     pub fn path(self) -> &'static str {
         match self {
             Self::Enforce => "/guard/enforce",
@@ -47,19 +47,19 @@ impl GuardMode {
 /// Decodes a request body, decides, and returns the response review as JSON.
 pub async fn review(
     body: &[u8],
-    mode: GuardMode,
+    webhook: GuardWebhook,
     source: Option<&ClusterSource>,
     default_release: &ReleaseChoice,
 ) -> Result<Value, BadReview> {
     let (request, api_version) = admission::request_of(body)?;
-    let response = decide(&request, &api_version, mode, source, default_release).await;
+    let response = decide(&request, &api_version, webhook, source, default_release).await;
     Ok(encode(response.into_review()))
 }
 
 async fn decide(
     request: &AdmissionRequest<DynamicObject>,
     api_version: &str,
-    mode: GuardMode,
+    webhook: GuardWebhook,
     source: Option<&ClusterSource>,
     default_release: &ReleaseChoice,
 ) -> AdmissionResponse {
@@ -119,7 +119,7 @@ async fn decide(
             _ => (None, None),
         };
         let checked_server = config.and_then(|target| {
-            guard::check(server, &ModelConfigs { target, draft }, mode == GuardMode::Rewrite)
+            guard::check(server, &ModelConfigs { target, draft }, webhook == GuardWebhook::Rewrite)
                 .map_err(|e| format!("the model config.json is not a model config: {e}"))
         });
         match checked_server {
@@ -151,15 +151,15 @@ async fn decide(
         let subject = server.subject(&inspection.object);
         warnings.extend(verdict.warnings.iter().map(|w| format!("{subject}: {w}")));
     }
-    match mode {
-        GuardMode::Enforce
+    match webhook {
+        GuardWebhook::Enforce
             if !argv_refusals.is_empty() || checked.iter().any(|(_, v)| v.outcome == Outcome::Rejected) =>
         {
             denied(response, 422, "Invalid", format!("SGLang flags the model cannot run: {}", findings.join("; ")))
         }
-        GuardMode::Enforce => warned(response, warnings),
-        GuardMode::Warn => warned(response, findings.into_iter().chain(warnings).collect()),
-        GuardMode::Rewrite => {
+        GuardWebhook::Enforce => warned(response, warnings),
+        GuardWebhook::Warn => warned(response, findings.into_iter().chain(warnings).collect()),
+        GuardWebhook::Rewrite => {
             let pairs: Vec<(&Server, &ServerVerdict)> = checked.iter().map(|(s, v)| (*s, v)).collect();
             let rewrites: Vec<String> = pairs
                 .iter()
