@@ -254,6 +254,25 @@ fn what_the_parser_refuses_is_reported_even_when_the_config_is_not_read() {
 }
 
 #[test]
+fn a_command_line_in_one_command_word_is_refused_as_a_container_that_never_starts() {
+    // As published manifests write it: a folded scalar, one `command` item.
+    let mut deployment = deployment_running("lmsysorg/sglang:v0.5.23", &[]);
+    let container = &mut deployment["spec"]["template"]["spec"]["containers"][0];
+    container["command"] = json!(["python3 -m sglang.launch_server --model-path org/model --tp-size x"]);
+    deployment["metadata"]["annotations"] = json!({});
+    let out = kvpilot(&["check", "-o", "json", "--offline", "-f", "-"], Some(&deployment.to_string()));
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(reports[0]["verdict"], "rejected");
+    let rules: Vec<&str> =
+        reports[0]["violations"].as_array().unwrap().iter().filter_map(|v| v["rule"].as_str()).collect();
+    assert_eq!(rules, ["EXEC", "CLI"], "the container never starts; once split, SGLang refuses --tp-size x");
+    let exec = &reports[0]["violations"][0];
+    assert!(exec["message"].as_str().unwrap().starts_with("command[0] is a whole command line in one word"), "{exec}");
+    assert!(exec["fix"].as_str().unwrap().contains("one item per word"), "{exec}");
+}
+
+#[test]
 fn an_image_older_than_every_known_release_is_checked_as_the_oldest() {
     let list = json!({"apiVersion": "v1", "kind": "List", "items": [
         config_map_json(), deployment_running("lmsysorg/sglang:v0.5.9-cu126", &["--model-path", "/models/m"])]});

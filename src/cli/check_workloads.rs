@@ -162,20 +162,23 @@ fn pair_across_objects(set: &ManifestSet, inspections: &mut [Inspection]) {
     }
 }
 
-/// The report of a server whose config.json was not read: none, unless the release's own parser
-/// refuses its command line, which needs no config (SGLang exits before reading it).
+/// The report of a server whose config.json was not read: none, unless its container cannot
+/// start or the release's own parser refuses its command line, which need no config (SGLang
+/// exits before reading it).
 fn argv_only_report(
     found: &super::manifests::FoundWorkload,
     object: &str,
     server: &Server,
     subject: &str,
 ) -> Option<ServerReport> {
-    let (refusal, mut warnings) = guard::argv_check(server);
-    let refusal = refusal?;
+    let (refusals, mut warnings) = guard::argv_check(server);
+    if refusals.is_empty() {
+        return None;
+    }
     warnings.insert(0, "the model's config.json was not read: only SGLang's parser judged the command line".into());
     let mut report = report_of(found, object, server, subject.to_string(), &server.checked_as);
     report.verdict = Outcome::Rejected;
-    report.violations = vec![refusal];
+    report.violations = refusals;
     report.warnings =
         server.release_warning.iter().cloned().chain(server.checked_as.warning()).chain(warnings).collect();
     Some(report)

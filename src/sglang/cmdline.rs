@@ -85,6 +85,11 @@ pub struct Invocation {
     pub env: Vec<(String, String)>,
     /// Where a new argument goes: after the last one.
     pub append_at: AppendSite,
+    /// The element of `command` or `args` that holds this whole command line as one word
+    /// (`["python3 -m sglang.launch_server --tp 16"]`): the kubelet runs that word as one
+    /// program name, which no file has, so the container never starts. Its words are read as
+    /// they would be once split, with the items after it.
+    pub one_word: Option<(ArgList, usize)>,
 }
 
 /// Where a new argument is inserted.
@@ -348,6 +353,28 @@ fn search(argv: &[Arg], end: AppendSite, found: &mut Found, outer: bool) {
         }
     }
     let Some(program) = rest.first() else { return };
+    // Only in `command`: an `args` item runs under the image's entrypoint, which may be a shell.
+    if outer
+        && program.text.split_whitespace().nth(1).is_some()
+        && let ArgSite::Item { list: list @ ArgList::Command, index } = program.site
+    {
+        let before = found.invocations.len();
+        let mut inside = Found::default();
+        search_script(&program.text, list, index, &mut inside);
+        // Only a server found inside is reported: any other program is not kvpilot's to judge.
+        for mut invocation in inside.invocations {
+            invocation.one_word = Some((list, index));
+            if rest.len() > 1 {
+                invocation.args.extend(rest[1..].iter().cloned());
+                invocation.append_at = end.clone();
+            }
+            found.invocations.push(invocation);
+        }
+        if found.invocations.len() > before {
+            found.warnings.extend(inside.warnings);
+        }
+        return;
+    }
     if SHELLS.contains(&basename(&program.text)) {
         let script_at =
             rest.iter().position(|a| a.text.starts_with('-') && !a.text.starts_with("--") && a.text.ends_with('c'));
@@ -386,7 +413,7 @@ fn search(argv: &[Arg], end: AppendSite, found: &mut Found, outer: bool) {
         None
     };
     if let Some((entry, start)) = server_args {
-        found.invocations.push(Invocation { entry, args: rest[start..].to_vec(), env, append_at: end });
+        found.invocations.push(Invocation { entry, args: rest[start..].to_vec(), env, append_at: end, one_word: None });
     }
 }
 

@@ -571,11 +571,35 @@ pub(super) fn command_line_rule(server: &Server) -> (Option<Violation>, Vec<Stri
     (refusal, warnings)
 }
 
-/// The CLI rule's finding on the flag the release's parser refuses, and its warnings: what
-/// callers that cannot read a server's config.json report alone ([`check`] includes them).
-pub fn argv_check(server: &Server) -> (Option<FlagFinding>, Vec<String>) {
+/// The EXEC rule: a server whose whole command line is one `command` word. The kubelet runs that
+/// word as a program name; no file has that name, so the container never starts (the pod shows
+/// `StartError`/`RunContainerError`), whatever its flags say.
+pub(super) fn one_word_command_rule(server: &Server) -> Option<Violation> {
+    let (list, index) = server.invocation.one_word?;
+    let field = list.key();
+    Some(Violation {
+        rule: policy::ONE_WORD_COMMAND.id,
+        field,
+        message: format!(
+            "{field}[{index}] is a whole command line in one word: the kubelet runs it as a program of that name, \
+             which no file has, so the container never starts"
+        ),
+        fix: format!(
+            "split {field}[{index}] into one item per word (command: [\"python3\", \"-m\", \"sglang.launch_server\"], \
+             the flags in args), or run it through a shell (command: [\"sh\", \"-c\", \"…\"])"
+        ),
+        phase: "container start",
+    })
+}
+
+/// The findings that need no config.json, and the CLI rule's warnings: a command line in one
+/// word (EXEC), then the flag the release's parser refuses (CLI). What callers that cannot read
+/// a server's config.json report alone ([`check`] includes them).
+pub fn argv_check(server: &Server) -> (Vec<FlagFinding>, Vec<String>) {
     let (refusal, warnings) = command_line_rule(server);
-    (refusal.map(|violation| refused_flag(server, violation)), warnings)
+    let one_word = one_word_command_rule(server)
+        .map(|violation| FlagFinding { flag: flag_text(server, violation.field), violation });
+    (one_word.into_iter().chain(refusal.map(|violation| refused_flag(server, violation))).collect(), warnings)
 }
 
 /// The CLI rule's violation on the flag the release's parser names in it.
@@ -640,7 +664,12 @@ pub fn check(server: &Server, configs: &ModelConfigs, rewrite: bool) -> Result<S
     let strict = assess(OnInvalid::Reject)?;
     // SGLang's parser refuses before any rule runs: its finding comes first and the server does
     // not start, whatever the mode.
-    let refused = strict.verdict.violations.first().is_some_and(|v| v.rule == policy::COMMAND_LINE.id);
+    // Nor is one that never starts: its words are not where the patch would put them.
+    let refused = strict
+        .verdict
+        .violations
+        .first()
+        .is_some_and(|v| v.rule == policy::COMMAND_LINE.id || v.rule == policy::ONE_WORD_COMMAND.id);
     let layout = strict.layout;
     let mut warnings: Vec<String> = server.release_warning.iter().cloned().chain(release.warning()).collect();
     warnings.extend(strict.command_line_warnings);

@@ -203,7 +203,7 @@ fn sglang_serve_takes_a_positional_model_path_and_its_own_model_type_flag() {
     );
     let server = one_server(&object);
     assert_eq!(server.parsed.settings.model_path.as_deref(), Some("/models/mimo"));
-    assert_eq!(argv_check(&server).0, None, "no refusal of the positional or of --model-type");
+    assert!(argv_check(&server).0.is_empty(), "no refusal of the positional or of --model-type");
     let verdict = check(&server, &ModelConfigs::target(pure_swa()), true).unwrap();
     let patch = serde_json::to_value(rewrite_patch(&object, &[(&server, &verdict)]).unwrap()).unwrap();
     assert_eq!(
@@ -649,4 +649,44 @@ fn a_server_s_warnings_name_its_flags() {
     ] {
         assert!(verdict.warnings.iter().any(|w| w == expected), "{expected:?} not among {:?}", verdict.warnings);
     }
+}
+
+/// A whole command line in one `command` word (a YAML folded scalar) never starts: the kubelet
+/// runs the word as a file name. Said first, and its flags are still read as once split.
+#[test]
+fn a_command_line_in_one_command_word_never_starts_and_its_flags_are_still_checked() {
+    let line = "python3 -m sglang.launch_server --model-path /models/mimo --disaggregation-mode decode \
+                --disaggregation-decode-retraction-backup host_pool";
+    let object = deployment(json!([line]), json!(["--tp", "2"]));
+    let server = one_server(&object);
+    assert_eq!(server.invocation.one_word, Some((ArgList::Command, 0)));
+    assert_eq!(server.parsed.settings.decode.tensor_parallel, 2, "the args after it are its arguments");
+    for rewrite in [false, true] {
+        let verdict = check(&server, &ModelConfigs::target(pure_swa()), rewrite).unwrap();
+        assert_eq!(verdict.outcome, Outcome::Rejected, "rewrite {rewrite}");
+        let rules: Vec<&str> = verdict.findings.iter().map(|f| f.violation.rule).collect();
+        assert_eq!(rules[0], "EXEC", "{rules:?}");
+        assert!(rules.contains(&"R2"), "the flags inside are checked: {rules:?}");
+        let exec = verdict.findings[0].to_string();
+        assert!(exec.contains("command[0] is a whole command line in one word"), "{exec}");
+        assert!(exec.contains("[\"sh\", \"-c\""), "the fix: {exec}");
+        assert!(
+            verdict.edits.is_empty() && verdict.rewrites.is_empty(),
+            "a container that never starts is not patched"
+        );
+    }
+    let (refusals, _) = argv_check(&server);
+    assert_eq!(refusals.iter().map(|f| f.violation.rule).collect::<Vec<_>>(), ["EXEC"], "needs no config.json");
+
+    // Split into words, or run through a shell, it starts, and only its flags are judged.
+    let split = deployment(
+        json!(["python3", "-m", "sglang.launch_server"]),
+        json!(line.split(' ').skip(3).collect::<Vec<_>>()),
+    );
+    assert_eq!(one_server(&split).invocation.one_word, None);
+    let shell = deployment(json!(["sh", "-c", line]), json!(null));
+    assert_eq!(one_server(&shell).invocation.one_word, None);
+    // Under the image's entrypoint (no command) an args item may be a shell's script: not judged.
+    let under_entrypoint = deployment(json!(null), json!([line]));
+    assert!(inspect(&under_entrypoint, &ReleaseChoice::default_newest()).servers.is_empty());
 }

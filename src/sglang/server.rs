@@ -592,7 +592,8 @@ pub fn assess<'a>(
             let mut assessment = policy::assess(spec, configs, release, checked)?;
             let (refusal, warnings) = guard::command_line_rule(server);
             assessment.command_line_warnings = warnings;
-            if let Some(refusal) = refusal {
+            // The container does not start at all: said first, before what SGLang would say.
+            for refusal in [guard::one_word_command_rule(server), refusal].into_iter().rev().flatten() {
                 assessment.verdict.violations.insert(0, refusal);
                 assessment.verdict.outcome = Outcome::Rejected;
             }

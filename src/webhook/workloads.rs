@@ -131,8 +131,10 @@ async fn decide(
             }
             Err(why) => {
                 warnings.push(format!("{subject}: not checked: {why}"));
-                let (refusal, argv_warnings) = guard::argv_check(server);
-                argv_refusals.extend(refusal.map(|finding| format!("{} {subject}: {finding}", finding.violation.rule)));
+                let (refusals, argv_warnings) = guard::argv_check(server);
+                argv_refusals.extend(
+                    refusals.into_iter().map(|finding| format!("{} {subject}: {finding}", finding.violation.rule)),
+                );
                 warnings.extend(argv_warnings.into_iter().map(|w| format!("{subject}: {w}")));
             }
         }

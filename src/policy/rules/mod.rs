@@ -38,8 +38,8 @@ use crate::release::{Release, Span, v0_5};
 pub(crate) use predicates::{RETRACTION_BACKUP, UNIFIED_RADIX_TREE_ENV, host_receive_on, stage_without_full_layer};
 pub use predicates::{RUST_SERVER_ENV, pipeline_stages, prefill_attention_tp};
 pub use registry::{
-    COMMAND_LINE, POD_CACHE_CAPACITY, POD_COMMAND_LINE, POD_EXTRA_ARGS, POD_HOST_POOL_SIZE, POD_MODEL_SOURCE,
-    POD_ROUTER, POD_RULES, POD_STORAGE_BACKEND, POD_UNEVEN_REPLICA, RuleInfo,
+    COMMAND_LINE, ONE_WORD_COMMAND, POD_CACHE_CAPACITY, POD_COMMAND_LINE, POD_EXTRA_ARGS, POD_HOST_POOL_SIZE,
+    POD_MODEL_SOURCE, POD_ROUTER, POD_RULES, POD_STORAGE_BACKEND, POD_UNEVEN_REPLICA, RuleInfo,
 };
 pub(crate) use registry::{RULES, SERVER_ROLE_RULES};
 

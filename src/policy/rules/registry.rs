@@ -311,6 +311,13 @@ pub const POD_COMMAND_LINE: RuleInfo = RuleInfo {
 /// A server's command line that the release's own parser refuses (the guard, docs/guard.md).
 pub const COMMAND_LINE: RuleInfo = RuleInfo { id: "CLI", about: "the release's own parser refuses the command line" };
 
+/// A server's whole command line written as one `command` word (the guard, docs/guard.md).
+pub const ONE_WORD_COMMAND: RuleInfo = RuleInfo {
+    id: "EXEC",
+    about: "a `command` item holds a whole command line: the kubelet runs it as one file name and the container \
+            never starts",
+};
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -319,12 +326,13 @@ mod tests {
     use super::*;
 
     /// Every id a verdict can carry, once each, by where its findings come from.
-    fn sources() -> [(&'static str, BTreeSet<&'static str>); 4] {
+    fn sources() -> [(&'static str, BTreeSet<&'static str>); 5] {
         [
             ("the rules table", RULES.iter().map(|rule| rule.id).collect()),
             ("the server-role rules", SERVER_ROLE_RULES.iter().map(|rule| rule.id).collect()),
             ("the pod rules", POD_RULES.iter().map(|rule| rule.id).collect()),
             ("SGLang's parser", BTreeSet::from([COMMAND_LINE.id])),
+            ("the kubelet", BTreeSet::from([ONE_WORD_COMMAND.id])),
         ]
     }
 
