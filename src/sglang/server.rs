@@ -3,11 +3,15 @@
 //! and the router's, from tables that also tell which flags `extraArgs` may not set, and the
 //! spec checks that come with running the pods.
 
-use crate::api::{FleetSpec, HICACHE_GIGABYTE, InferenceDeploymentSpec, PrefillSpec, RouterSpec, parse_bytes};
+use crate::api::{
+    AttentionKind, AttentionLayout, FleetSpec, HICACHE_GIGABYTE, InferenceDeploymentSpec, PrefillSpec, RouterSpec,
+    parse_bytes,
+};
 use crate::layout::LayoutError;
 use crate::policy::{
     self, Assessment, Checked, ModelConfigs, Outcome, POD_CACHE_CAPACITY, POD_COMMAND_LINE, POD_EXTRA_ARGS,
-    POD_HOST_POOL_SIZE, POD_MODEL_SOURCE, POD_ROUTER, POD_STORAGE_BACKEND, POD_UNEVEN_REPLICA, Violation, argv,
+    POD_HOST_POOL_SIZE, POD_MODEL_SOURCE, POD_ROUTER, POD_SHARED_PREFIX_READS, POD_STORAGE_BACKEND, POD_UNEVEN_REPLICA,
+    Violation, argv,
 };
 use crate::release::{Release, ReleaseChoice};
 
@@ -576,6 +580,7 @@ pub fn assess<'a>(
             let mut assessment =
                 policy::assess(&effective_spec(spec, release.release), configs, release, Checked::Service)?;
             let mut findings = pod_findings(spec, release.release);
+            findings.extend(prefix_reads_across_nodes(spec, &assessment.layout));
             for role in [FleetRole::Decode, FleetRole::Prefill] {
                 let (refusal, warnings) = extra_args_reading(spec, role, &assessment.verdict, release.release);
                 findings.extend(refusal);
@@ -600,6 +605,31 @@ pub fn assess<'a>(
             Ok(assessment)
         }
     }
+}
+
+/// POD9: prefix reuse from the cache runtime cannot work for an MLA model whose decode replica
+/// spans nodes. Each node has its own sidecar; SGLang writes an MLA page from one rank only
+/// (`is_storage_writer`: TP rank 0, or each DCP shard's first rank) and takes the MIN of every
+/// rank's storage hits (`_sync_prefetch_hit_query`, `managers/cache_controller.py`, 0.5.23), so
+/// the ranks on the other nodes never hit and the replica never reuses a page.
+fn prefix_reads_across_nodes(spec: &InferenceDeploymentSpec, layout: &AttentionLayout) -> Option<Violation> {
+    let reuse = spec.cache.as_ref().is_some_and(|cache| cache.reuse);
+    let nodes = spec.decode.nodes_per_replica;
+    (reuse && layout.attention == AttentionKind::Mla && nodes > 1).then(|| {
+        violation(
+            POD_SHARED_PREFIX_READS.id,
+            "spec.cache.reuse",
+            format!(
+                "spec.cache.reuse: {} stores MLA KV, which SGLang writes to storage from one rank only, and each of \
+                 the {nodes} nodes of a decode replica has a cache runtime of its own; SGLang reuses a prefix only \
+                 when every rank finds it, so the ranks on the other nodes never do and no page is ever reused",
+                layout.architecture
+            ),
+            "set spec.cache.reuse to false (spec.cache.offload still works), or run each decode replica on one node \
+             (spec.decode.nodesPerReplica: 1)"
+                .into(),
+        )
+    })
 }
 
 /// POD8: the fleet's command line with its `extraArgs`, read by `release`'s own parser. kvpilot's
@@ -786,6 +816,33 @@ mod tests {
             let runtime = crate::api::parse_capacity(refused).unwrap_err();
             assert_eq!(pod4(refused), vec![format!("spec.cache.capacity: {runtime}")], "{refused}: the same words");
         }
+    }
+
+    #[test]
+    fn prefix_reuse_is_refused_for_an_mla_model_whose_replicas_span_nodes() {
+        let fired = |fixture: &str, nodes: i32, reuse: bool| {
+            let path = format!("{}/tests/fixtures/configs/{fixture}", env!("CARGO_MANIFEST_DIR"));
+            let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+            let decode = json!({"tensorParallel": 16, "nodesPerReplica": nodes, "gpusPerPod": 16 / nodes});
+            let mut spec = spec(decode, json!(null));
+            spec.cache =
+                Some(serde_json::from_value(json!({"reuse": reuse, "offload": true, "capacity": "64Gi"})).unwrap());
+            let assessment = assess(&spec, &ModelConfigs::target(config), &ReleaseChoice::default_newest()).unwrap();
+            let pod9: Vec<_> = assessment.verdict.violations.into_iter().filter(|v| v.rule == "POD9").collect();
+            pod9
+        };
+        let refused = fired("deepseek-v3.json", 2, true);
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].field, "spec.cache.reuse");
+        assert!(
+            refused[0].message.contains("each of the 2 nodes of a decode replica has a cache runtime"),
+            "{}",
+            refused[0].message
+        );
+        assert!(refused[0].fix.contains("spec.decode.nodesPerReplica: 1"), "{}", refused[0].fix);
+        assert!(fired("deepseek-v3.json", 1, true).is_empty(), "one node: one sidecar every rank reads");
+        assert!(fired("deepseek-v3.json", 2, false).is_empty(), "offload alone writes from rank 0 and works");
+        assert!(fired("llama-3.1-8b-instruct.json", 2, true).is_empty(), "MHA: every rank writes its own shard");
     }
 
     #[test]

@@ -269,7 +269,7 @@ pub struct RuleInfo {
 }
 
 /// kvpilot's checks of the pods it runs for a resource (docs/pods.md).
-pub const POD_RULES: [RuleInfo; 8] = [
+pub const POD_RULES: [RuleInfo; 9] = [
     POD_EXTRA_ARGS,
     POD_UNEVEN_REPLICA,
     POD_MODEL_SOURCE,
@@ -278,6 +278,7 @@ pub const POD_RULES: [RuleInfo; 8] = [
     POD_HOST_POOL_SIZE,
     POD_ROUTER,
     POD_COMMAND_LINE,
+    POD_SHARED_PREFIX_READS,
 ];
 pub const POD_EXTRA_ARGS: RuleInfo = RuleInfo { id: "POD1", about: "`extraArgs` sets a flag kvpilot decides" };
 pub const POD_UNEVEN_REPLICA: RuleInfo = RuleInfo {
@@ -306,6 +307,11 @@ pub const POD_ROUTER: RuleInfo = RuleInfo {
 pub const POD_COMMAND_LINE: RuleInfo = RuleInfo {
     id: "POD8",
     about: "a fleet's command line with its `extraArgs` is one the release's own parser refuses",
+};
+
+pub const POD_SHARED_PREFIX_READS: RuleInfo = RuleInfo {
+    id: "POD9",
+    about: "`spec.cache.reuse` on an MLA model whose decode replicas span nodes (`nodesPerReplica` > 1)",
 };
 
 /// A server's command line that the release's own parser refuses (the guard, docs/guard.md).
