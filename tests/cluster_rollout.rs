@@ -234,7 +234,12 @@ fn quick() -> Timing {
 fn service(fleet: &Fleet, prefill: u32, decode: u32, rollout: Value) -> Value {
     fleet.pd_example("llama-3.1-8b-full.yaml", |o| {
         o["spec"]["model"]["revision"] = json!("r1");
-        o["spec"]["prefill"]["replicas"] = json!(prefill);
+        // Fixed counts: the example's prefill follows decode by a ratio, which this test leaves out.
+        let prefill_spec = o["spec"]["prefill"].as_object_mut().unwrap();
+        for follows in ["ratio", "minReplicas", "maxReplicas"] {
+            prefill_spec.remove(follows);
+        }
+        prefill_spec.insert("replicas".into(), json!(prefill));
         o["spec"]["decode"]["replicas"] = json!(decode);
         o["spec"]["prefill"]["startupTimeoutSeconds"] = json!(30);
         o["spec"]["decode"]["startupTimeoutSeconds"] = json!(30);

@@ -44,7 +44,12 @@ async fn one_resource_is_a_working_pd_service() {
     let mut operator = fleet.operator(&[], &[]);
     let name = fleet.create(&fleet.pd_example("llama-3.1-8b-full.yaml", |o| {
         o["spec"]["decode"]["replicas"] = json!(2);
-        o["spec"]["prefill"]["replicas"] = json!(2);
+        // Two prefill replicas of its own, not the example's ratio of decode.
+        let prefill = o["spec"]["prefill"].as_object_mut().unwrap();
+        for follows in ["ratio", "minReplicas", "maxReplicas"] {
+            prefill.remove(follows);
+        }
+        prefill.insert("replicas".into(), json!(2));
     }));
     let resource = fleet.converged(&name, 2).await;
     let status = resource.status.clone().unwrap();
