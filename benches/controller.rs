@@ -31,6 +31,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::WatchStreamExt;
 use kvpilot::api::InferenceDeployment;
 use kvpilot::apiserver::{ApiServer, kubelet};
+use kvpilot::controller::desired::GROUP_READY;
 use serde_json::{Value, json};
 
 fn env_or(name: &str, default: usize) -> usize {
@@ -483,19 +484,40 @@ async fn real_baseline(kubeconfig: &std::path::Path, deployments: usize, replica
                 }
                 let servers = replicas + desired.prefill.as_ref().map_or(0, |p| p.replicas as usize);
                 let routers = desired.router.is_some() as usize;
-                let ready = || {
-                    pods.state()
-                        .iter()
+                let holds = |pod: &Pod, type_: &str| {
+                    pod.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == type_ && c.status == "True"))
+                };
+                let pod_api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+                loop {
+                    let mine: Vec<std::sync::Arc<Pod>> = pods
+                        .state()
+                        .into_iter()
                         .filter(|p| {
                             p.metadata.labels.as_ref().and_then(|l| l.get("app.kubernetes.io/instance")) == Some(&name)
-                                && p.status
-                                    .as_ref()
-                                    .and_then(|s| s.conditions.as_ref())
-                                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
                         })
-                        .count()
-                };
-                while ready() < servers + routers {
+                        .collect();
+                    if mine.iter().filter(|p| holds(p, "Ready")).count() >= servers + routers {
+                        break;
+                    }
+                    // As the operator does: once every server's containers are ready, each server
+                    // pod's readiness gate is set, which its Ready condition waits for.
+                    let gated: Vec<&std::sync::Arc<Pod>> =
+                        mine.iter().filter(|p| p.spec.as_ref().is_some_and(|s| s.readiness_gates.is_some())).collect();
+                    if gated.len() >= servers && gated.iter().all(|p| holds(p, "ContainersReady")) {
+                        for pod in gated.into_iter().filter(|p| !holds(p, GROUP_READY)) {
+                            let condition = json!({"status": {"conditions": [{"type": GROUP_READY, "status": "True",
+                                "reason": "GroupReady", "message": "",
+                                "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string()}]}});
+                            let pod_name = pod.metadata.name.clone().unwrap();
+                            pod_api
+                                .patch_status(&pod_name, &PatchParams::default(), &Patch::Strategic(condition))
+                                .await
+                                .unwrap();
+                        }
+                    }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 let status = json!({"apiVersion": "kvpilot.dev/v1alpha1", "kind": "InferenceDeployment",
