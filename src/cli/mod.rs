@@ -35,6 +35,26 @@ pub(crate) struct ImageArgs {
     /// --sglang-image). Unset: the SGLang image, which ships the router.
     #[arg(long, env = "KVPILOT_ROUTER_IMAGE")]
     router_image: Option<String>,
+    /// CPU of each cache runtime sidecar, its request and limit (a Kubernetes quantity: 1,
+    /// 500m). The chart's cacheRuntime.cpu.
+    #[arg(long, env = "KVPILOT_CACHE_RUNTIME_CPU", default_value = crate::controller::desired::DEFAULT_CACHE_RUNTIME_CPU,
+          value_parser = cpu_quantity)]
+    cache_runtime_cpu: String,
+}
+
+/// A CPU quantity as the API server takes one (`1`, `500m`, `0.5`), above zero.
+fn cpu_quantity(text: &str) -> Result<String, String> {
+    let (number, milli) = match text.strip_suffix('m') {
+        Some(number) => (number, true),
+        None => (text, false),
+    };
+    let value: f64 = number.parse().map_err(|_| format!("{text:?} is not a CPU quantity: write 1, 2 or 500m"))?;
+    let whole_milli = !milli || !number.contains('.');
+    if value > 0.0 && value.is_finite() && whole_milli && !number.starts_with(['+', '-']) {
+        Ok(text.to_string())
+    } else {
+        Err(format!("{text:?} is not a CPU quantity above zero: write 1, 2 or 500m"))
+    }
 }
 
 impl ImageArgs {
@@ -54,6 +74,7 @@ impl ImageArgs {
             default_release,
             runtime_log_format,
             pod_monitors,
+            cache_runtime_cpu: self.cache_runtime_cpu.clone(),
         }
     }
 }
@@ -165,6 +186,21 @@ pub(crate) fn print_stdout(text: &str) -> ExitCode {
         Err(e) => {
             eprintln!("kvpilot: cannot write to stdout: {e}");
             ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cpu_quantity;
+
+    #[test]
+    fn the_cache_runtime_cpu_is_a_quantity_above_zero() {
+        for accepted in ["1", "2", "0.5", "500m", "100m"] {
+            assert_eq!(cpu_quantity(accepted).as_deref(), Ok(accepted));
+        }
+        for refused in ["0", "0m", "-1", "lots", "1.5m", "", "1Gi"] {
+            assert!(cpu_quantity(refused).unwrap_err().contains("write 1, 2 or 500m"), "{refused}");
         }
     }
 }

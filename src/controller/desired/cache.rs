@@ -72,7 +72,7 @@ pub(super) fn init_containers(resource: &InferenceDeployment, options: &RenderOp
             container_port: CACHE_METRICS_PORT,
             ..ContainerPort::default()
         }]),
-        resources: Some(resources::cache_runtime(capacity)),
+        resources: Some(resources::cache_runtime(&options.cache_runtime_cpu, capacity)),
         startup_probe: Some(http_probe("cache-metrics", "/readyz", 1, 2, 30)),
         readiness_probe: Some(http_probe("cache-metrics", "/readyz", 10, 2, 3)),
         liveness_probe: Some(http_probe("cache-metrics", "/healthz", 10, 2, 3)),

@@ -79,6 +79,9 @@ pub const PREFILL_APP: &str = "kvpilot-prefill";
 /// `app.kubernetes.io/name` of router pods.
 pub const ROUTER_APP: &str = "kvpilot-router";
 
+/// The cache runtime's CPU by default: copies between the ranks' host pools and its store.
+pub const DEFAULT_CACHE_RUNTIME_CPU: &str = "1";
+
 /// Operator-wide settings that shape the objects.
 #[derive(Debug, Clone)]
 pub struct RenderOptions {
@@ -96,6 +99,8 @@ pub struct RenderOptions {
     /// A Prometheus Operator PodMonitor per fleet (`--pod-monitors`) instead of scrape
     /// annotations on the pods.
     pub pod_monitors: bool,
+    /// The CPU of each cache runtime sidecar, request and limit (`--cache-runtime-cpu`).
+    pub cache_runtime_cpu: String,
 }
 
 impl Default for RenderOptions {
@@ -107,6 +112,7 @@ impl Default for RenderOptions {
             default_release: ReleaseChoice::default_newest(),
             runtime_log_format: LogFormat::default(),
             pod_monitors: false,
+            cache_runtime_cpu: DEFAULT_CACHE_RUNTIME_CPU.into(),
         }
     }
 }

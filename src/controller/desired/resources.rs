@@ -25,8 +25,6 @@ const MIN_SERVER_CPU: u64 = 4;
 /// Memory each rank's process holds besides what kvpilot counts (Python, the CUDA context's
 /// pinned host buffers), when its fleet sets none.
 const PROCESS_MEMORY_PER_GPU: u64 = 4 << 30;
-/// The cache runtime's CPU: copies between the ranks' host pools and its store.
-const CACHE_RUNTIME_CPU: &str = "1";
 /// What the connector installer needs to copy a few Python files.
 const INSTALLER_CPU: &str = "100m";
 const INSTALLER_MEMORY: &str = "64Mi";
@@ -120,9 +118,9 @@ fn guaranteed(cpu: &str, memory: Quantity) -> ResourceRequirements {
     ResourceRequirements { requests: Some(values.clone()), limits: Some(values), ..ResourceRequirements::default() }
 }
 
-/// The cache runtime sidecar: Guaranteed, its memory [`crate::runtime::memory_limit`].
-pub(super) fn cache_runtime(capacity: u64) -> ResourceRequirements {
-    guaranteed(CACHE_RUNTIME_CPU, memory_quantity(crate::runtime::memory_limit(capacity)))
+/// The cache runtime sidecar: Guaranteed, `cpu` and its memory [`crate::runtime::memory_limit`].
+pub(super) fn cache_runtime(cpu: &str, capacity: u64) -> ResourceRequirements {
+    guaranteed(cpu, memory_quantity(crate::runtime::memory_limit(capacity)))
 }
 
 /// The connector installer init container: Guaranteed.
