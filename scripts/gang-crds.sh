@@ -26,8 +26,10 @@ VOLCANO_TYPES=volcano.sh/apis/pkg/apis/scheduling/v1beta1
 
 log() { echo "gang-crds: $*" >&2; }
 die() { log "$*"; exit 1; }
+# shellcheck source=scripts/pinned-module.sh
+source "$ROOT/scripts/pinned-module.sh"
 
-stamp="$(cat "$0" "$MODULE/go.mod" "$MODULE/go.sum" | sha256sum | cut -d' ' -f1)"
+stamp="$(cat "$0" "$ROOT/scripts/pinned-module.sh" "$MODULE/go.mod" "$MODULE/go.sum" | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$OUT/.stamp" 2>/dev/null)" = "$stamp" ]; then
     echo "$OUT"
     exit 0
@@ -38,20 +40,10 @@ work="$OUT.partial"
 rm -rf "$work"
 mkdir -p "$work/kueue" "$work/scheduler-plugins" "$work/volcano" "$work/bin"
 
-# The module's directory in the module cache, after checking its hash against the pin (the Go
-# checksum database has checked it too, as for any download).
-module_dir() { # module@version sum
-    local json dir sum
-    json="$(cd "$MODULE" && go mod download -json "$1")" || die "go mod download $1 failed"
-    dir="$(python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])' <<<"$json")"
-    sum="$(python3 -c 'import json, sys; print(json.load(sys.stdin)["Sum"])' <<<"$json")"
-    [ "$sum" = "$2" ] || die "$1 has hash $sum, not the pinned $2"
-    echo "$dir"
-}
 
-kueue="$(module_dir "$KUEUE" "$KUEUE_SUM")"
+kueue="$(pinned_module_dir "$MODULE" "$KUEUE" "$KUEUE_SUM")"
 cp "$kueue"/config/components/crd/bases/*.yaml "$work/kueue/"
-plugins="$(module_dir "$SCHEDULER_PLUGINS" "$SCHEDULER_PLUGINS_SUM")"
+plugins="$(pinned_module_dir "$MODULE" "$SCHEDULER_PLUGINS" "$SCHEDULER_PLUGINS_SUM")"
 cp "$plugins/config/crd/bases/scheduling.x-k8s.io_podgroups.yaml" "$work/scheduler-plugins/"
 chmod -R u+w "$work"
 

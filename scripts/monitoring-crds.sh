@@ -24,8 +24,10 @@ KEDA_SUM=h1:SR60v8uIcelbveS8n/1jcl8tLdBBIbHMxmdOHw8tKqA=
 
 log() { echo "monitoring-crds: $*" >&2; }
 die() { log "$*"; exit 1; }
+# shellcheck source=scripts/pinned-module.sh
+source "$ROOT/scripts/pinned-module.sh"
 
-stamp="$(sha256sum "$0" | cut -d' ' -f1)"
+stamp="$(cat "$0" "$ROOT/scripts/pinned-module.sh" | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$OUT/.stamp" 2>/dev/null)" = "$stamp" ]; then
     echo "$OUT"
     exit 0
@@ -37,22 +39,13 @@ rm -rf "$work"
 mkdir -p "$work/prometheus-operator" "$work/keda"
 # Outside any module, so that no go.mod of ours decides what is downloaded.
 scratch="$(mktemp -d)"
+export GOFLAGS=-mod=mod
 trap 'rm -rf "$scratch"' EXIT
 
-# The module's directory in the module cache, after checking its hash against the pin (the Go
-# checksum database has checked it too, as for any download).
-module_dir() { # module@version sum
-    local json dir sum
-    json="$(cd "$scratch" && GOFLAGS=-mod=mod go mod download -json "$1")" || die "go mod download $1 failed"
-    dir="$(python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])' <<<"$json")"
-    sum="$(python3 -c 'import json, sys; print(json.load(sys.stdin)["Sum"])' <<<"$json")"
-    [ "$sum" = "$2" ] || die "$1 has hash $sum, not the pinned $2"
-    echo "$dir"
-}
 
-operator="$(module_dir "$PROMETHEUS_OPERATOR" "$PROMETHEUS_OPERATOR_SUM")"
+operator="$(pinned_module_dir "$scratch" "$PROMETHEUS_OPERATOR" "$PROMETHEUS_OPERATOR_SUM")"
 cp "$operator/example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml" "$work/prometheus-operator/"
-keda="$(module_dir "$KEDA" "$KEDA_SUM")"
+keda="$(pinned_module_dir "$scratch" "$KEDA" "$KEDA_SUM")"
 cp "$keda/config/crd/bases/keda.sh_scaledobjects.yaml" "$work/keda/"
 chmod -R u+w "$work"
 
