@@ -11,6 +11,7 @@ pub mod desired;
 pub mod metrics;
 mod recovery;
 pub mod rollout;
+mod server_pod;
 pub mod status;
 pub mod watch_backoff;
 
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStatus};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodCondition, PodStatus, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -41,6 +42,7 @@ use desired::{
     POD_MONITORS_UNSERVED, PodGroup, PodMonitor, RenderOptions, VolcanoPodGroup, with_type_meta,
 };
 use metrics::Metrics;
+use server_pod::ServerPod;
 
 /// The field manager of every write.
 pub const FIELD_MANAGER: &str = "kvpilot";
@@ -168,8 +170,8 @@ where
 /// What one run of the controller reads instead of asking the API server: its watch caches.
 struct Reconciler {
     context: Arc<Context>,
-    /// Prefill and decode pods, trimmed by [`trim_pod`] to what the planner reads.
-    pods: Store<Pod>,
+    /// Prefill and decode pods, as much of them as the planner reads ([`ServerPod`]).
+    pods: Store<ServerPod>,
     /// The objects the controller keeps for each resource: the ConfigMap, the fleets' and the
     /// router's Services, and the router's identity and Deployment.
     config_maps: Kept<ConfigMap>,
@@ -242,77 +244,6 @@ fn trim_deployment(deployment: &mut Deployment) {
     });
 }
 
-/// Drops everything of a pod the controller never reads, before it reaches the cache: with
-/// thousands of pods the specs and managedFields would dominate the operator's memory.
-fn trim_pod(pod: &mut Pod) {
-    let ready = condition(pod, "Ready") == Some(true);
-    let containers_ready = condition(pod, "ContainersReady") == Some(true);
-    let group_ready = condition(pod, GROUP_READY);
-    let failed = is_failed(pod);
-    let ended = termination(pod);
-    let read =
-        [desired::LABEL_INSTANCE, desired::LABEL_NAME, LABEL_ORDINAL, LABEL_RANK, LABEL_REVISION, LABEL_KV_COMPAT];
-    if let Some(labels) = pod.metadata.labels.as_mut() {
-        labels.retain(|key, _| read.contains(&key.as_str()));
-    }
-    pod.metadata.managed_fields = None;
-    pod.metadata.annotations = None;
-    pod.metadata.generate_name = None;
-    pod.metadata.creation_timestamp = None;
-    pod.spec = None;
-    let kept = |type_: &str, status: bool| PodCondition {
-        type_: type_.into(),
-        status: if status { "True" } else { "False" }.into(),
-        ..PodCondition::default()
-    };
-    let conditions: Vec<PodCondition> =
-        [ready.then(|| kept("Ready", true)), containers_ready.then(|| kept("ContainersReady", true))]
-            .into_iter()
-            .flatten()
-            .chain(group_ready.map(|status| kept(GROUP_READY, status)))
-            .collect();
-    pod.status = (failed || !conditions.is_empty() || ended.is_some()).then(|| PodStatus {
-        phase: failed.then(|| "Failed".into()),
-        conditions: (!conditions.is_empty()).then_some(conditions),
-        // Kept in the one field the summary needs, so the cache holds no container statuses.
-        message: ended,
-        ..PodStatus::default()
-    });
-}
-
-/// Why a pod ended, or its SGLang container last did: the pod's own reason (an eviction), else
-/// the container's termination reason and exit code.
-fn termination(pod: &Pod) -> Option<String> {
-    let status = pod.status.as_ref()?;
-    if status.phase.as_deref() == Some("Failed")
-        && let Some(reason) = &status.reason
-    {
-        let message = status.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
-        return Some(format!("{reason}{message}"));
-    }
-    let containers = status.container_statuses.iter().flatten();
-    containers
-        .filter_map(|c| {
-            let state = c.state.as_ref().and_then(|s| s.terminated.as_ref());
-            state.or_else(|| c.last_state.as_ref().and_then(|s| s.terminated.as_ref())).map(|t| (c, t))
-        })
-        .map(|(container, ended)| {
-            let reason = ended.reason.as_deref().unwrap_or("Terminated");
-            format!("container {} {reason} (exit code {})", container.name, ended.exit_code)
-        })
-        .next()
-}
-
-fn is_failed(pod: &Pod) -> bool {
-    pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")
-}
-
-/// The status of a pod's condition `type_`, if it has one.
-fn condition(pod: &Pod, type_: &str) -> Option<bool> {
-    let conditions = pod.status.as_ref()?.conditions.as_ref()?;
-    conditions.iter().find(|c| c.type_ == type_).map(|c| c.status == "True")
-}
-
 /// How long reconciles in flight may finish after `shutdown` before [`run`] returns anyway.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
@@ -357,10 +288,10 @@ async fn reconcile_until(
         .modify(|d| d.metadata.managed_fields = None)
         .reflect(deployments_writer)
         .applied_objects();
-    let (pods, pods_writer) = reflector::store::<Pod>();
+    let (pods, pods_writer) = reflector::store::<ServerPod>();
     let servers = format!("{} in ({},{})", desired::LABEL_NAME, desired::DECODE_APP, desired::PREFILL_APP);
-    let pod_stream = watcher(api::<Pod>(&client, &scope), listed().labels(&servers))
-        .modify(trim_pod)
+    let pod_stream = watcher(api::<ServerPod>(&client, &scope), listed().labels(&servers))
+        .modify(server_pod::trim)
         .reflect(pods_writer)
         .touched_objects();
     let (kept_config_maps, config_maps) = watch_managed(&client, &scope, trim_kept::<ConfigMap>);
@@ -627,7 +558,8 @@ async fn act(
         let body = json!({"apiVersion": "kvpilot.dev/v1alpha1", "kind": "InferenceDeployment", "status": status});
         deployments.patch_status(&resource.name_any(), &apply, &Patch::Apply(body)).await.map_err(Error::Kube)?;
     }
-    let pods: Api<Pod> = Api::namespaced(context.client.clone(), namespace);
+    // Answers are decoded as the cache decodes pods: a pod's spec would be read for nothing.
+    let pods: Api<ServerPod> = Api::namespaced(context.client.clone(), namespace);
     for change in &decision.group_readiness {
         let condition = json!({"status": {"conditions": [{
             "type": GROUP_READY,
@@ -937,7 +869,7 @@ fn observe_router(deployment: &Deployment) -> ObservedRouter {
 
 /// The resource's server pods as the watch cache holds them.
 fn observe_pods(
-    cached: &Store<Pod>,
+    cached: &Store<ServerPod>,
     namespace: &str,
     resource: &InferenceDeployment,
     deleted_by_controller: &HashSet<String>,
@@ -960,13 +892,13 @@ fn observe_pods(
                 rank: labels.get(LABEL_RANK).and_then(|r| r.parse().ok()).unwrap_or(0),
                 revision: labels.get(LABEL_REVISION).cloned().unwrap_or_default(),
                 key: labels.get(LABEL_KV_COMPAT).cloned().unwrap_or_default(),
-                ready: condition(pod, "Ready") == Some(true),
-                containers_ready: condition(pod, "ContainersReady") == Some(true),
-                group_ready: condition(pod, GROUP_READY),
+                ready: pod.state.ready,
+                containers_ready: pod.state.containers_ready,
+                group_ready: pod.state.group_ready,
                 terminating: pod.metadata.deletion_timestamp.is_some(),
                 deleted_by_controller: pod.metadata.uid.as_ref().is_some_and(|uid| deleted_by_controller.contains(uid)),
-                failed: is_failed(pod),
-                termination: pod.status.as_ref().and_then(|s| s.message.clone()),
+                failed: pod.state.failed,
+                termination: pod.state.termination.clone(),
             })
         })
         .collect()
@@ -1018,54 +950,5 @@ async fn publish(
     };
     if let Err(e) = context.recorder.publish(&event, &resource.object_ref(&())).await {
         tracing::warn!(error = %e, "cannot publish an event");
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn trimmed_pods_keep_what_the_planner_and_the_owner_trigger_read() {
-        let mut pod: Pod = serde_json::from_value(json!({
-            "metadata": {
-                "name": "llama-decode-0", "namespace": "serving", "uid": "u1",
-                "labels": {LABEL_ORDINAL: "0", LABEL_REVISION: "abc", "team": "a"},
-                "annotations": {"big": "x"},
-                "deletionTimestamp": "2026-01-01T00:00:00Z",
-                "ownerReferences": [{"apiVersion": "kvpilot.dev/v1alpha1", "kind": "InferenceDeployment", "name": "llama", "uid": "o1", "controller": true}],
-                "managedFields": [{"manager": "kvpilot", "operation": "Apply"}]
-            },
-            "spec": {"containers": [{"name": "c", "image": "i"}]},
-            "status": {"phase": "Running", "conditions": [
-                {"type": "PodScheduled", "status": "True"}, {"type": "ContainersReady", "status": "True"},
-                {"type": GROUP_READY, "status": "False"}, {"type": "Ready", "status": "False"}
-            ]}
-        }))
-        .unwrap();
-        trim_pod(&mut pod);
-        assert!(pod.spec.is_none() && pod.metadata.annotations.is_none() && pod.metadata.managed_fields.is_none());
-        assert_eq!((condition(&pod, "ContainersReady"), condition(&pod, GROUP_READY)), (Some(true), Some(false)));
-        assert_eq!(condition(&pod, "Ready"), None, "not ready, as it said");
-        assert_eq!(pod.status.as_ref().unwrap().conditions.as_ref().unwrap().len(), 2, "only what the planner reads");
-        assert!(pod.metadata.deletion_timestamp.is_some());
-        assert_eq!(pod.metadata.owner_references.as_ref().map(Vec::len), Some(1));
-        assert_eq!(pod.metadata.labels.as_ref().map(|l| l[LABEL_REVISION].as_str()), Some("abc"));
-        assert!(pod.metadata.labels.as_ref().is_some_and(|l| !l.contains_key("team")), "labels nobody reads go");
-
-        let mut unready: Pod = serde_json::from_value(json!({
-            "metadata": {"name": "p"}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}
-        }))
-        .unwrap();
-        trim_pod(&mut unready);
-        assert!(unready.status.is_none());
-
-        let mut failed: Pod = serde_json::from_value(json!({
-            "metadata": {"name": "p", "labels": {LABEL_RANK: "1"}}, "status": {"phase": "Failed", "reason": "Evicted"}
-        }))
-        .unwrap();
-        trim_pod(&mut failed);
-        assert!(is_failed(&failed) && condition(&failed, "ContainersReady").is_none());
-        assert_eq!(failed.metadata.labels.as_ref().map(|l| l[LABEL_RANK].as_str()), Some("1"));
     }
 }
