@@ -78,14 +78,15 @@ pub struct VolumeWeights {
 }
 
 /// A Kubernetes volume source: a `Volume` without its `name` (kvpilot names the volumes it
-/// mounts).
+/// mounts). Boxed: a `Volume` is 3 KB inline, set or not, and the controller's watch cache
+/// holds a spec for every InferenceDeployment.
 #[derive(Clone, Debug, PartialEq)]
-pub struct VolumeSource(pub Volume);
+pub struct VolumeSource(pub Box<Volume>);
 
 impl VolumeSource {
     /// The volume under `name`.
     pub fn named(&self, name: &str) -> Volume {
-        Volume { name: name.to_string(), ..self.0.clone() }
+        Volume { name: name.to_string(), ..(*self.0).clone() }
     }
 }
 
@@ -105,7 +106,9 @@ impl<'de> Deserialize<'de> for VolumeSource {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let mut map = serde_json::Map::deserialize(deserializer)?;
         map.insert("name".into(), "model".into());
-        Volume::deserialize(serde_json::Value::Object(map)).map(Self).map_err(serde::de::Error::custom)
+        Volume::deserialize(serde_json::Value::Object(map))
+            .map(|volume| Self(Box::new(volume)))
+            .map_err(serde::de::Error::custom)
     }
 }
 
