@@ -129,11 +129,19 @@ fn identity() -> String {
 async fn operate(args: &OperatorArgs) -> Result<(), String> {
     let mut config = kube::Config::infer().await.map_err(|e| format!("cannot find the Kubernetes API: {e}"))?;
     config.read_timeout = Some(READ_TIMEOUT);
-    let client = kube::Client::try_from(config).map_err(|e| format!("cannot reach the Kubernetes API: {e}"))?;
+    let metrics = Metrics::default();
+    let counted = metrics.clone();
+    let counting = tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
+        counted.count_request(&request);
+        request
+    });
+    let client = kube::client::ClientBuilder::try_from(config)
+        .map_err(|e| format!("cannot reach the Kubernetes API: {e}"))?
+        .with_layer(&counting)
+        .build();
     let hub = HubClient::new(Duration::from_secs(args.hub_cache_seconds), Duration::from_secs(20), &[])
         .map_err(|e| format!("cannot build the hub client: {e}"))?;
     let source = ClusterSource::new(client.clone(), Arc::new(hub), args.hub_endpoint.clone());
-    let metrics = Metrics::default();
     let default_release = args.sglang.choice().map_err(|e| format!("--sglang-version: {e}"))?;
     if let Some(warning) = default_release.warning() {
         tracing::warn!(%warning, "--sglang-version");
