@@ -13,9 +13,11 @@
 //! (`scripts/control-plane.sh up`), the same run also reconciles the same fleet against
 //! kube-apiserver + etcd, with the test kubelet (`tests/kubelet`) marking pods ready, in a
 //! namespace of its own (deleted at the end). Both modes report the API requests per
-//! reconcile the operator made: from kube-apiserver's `apiserver_request_total` (scraped
-//! before and after, the bench's own and the kubelet's requests taken out) and from the
-//! in-process server's request log; reconciles from the operator's own metrics.
+//! reconcile the operator sent, by verb and resource, and its reconciles, from its own metrics
+//! (`kvpilot_api_requests_total`, `kvpilot_reconciliations_total`). Against kube-apiserver the
+//! run also reports what `apiserver_request_total` counted for the same kinds in the same
+//! window, every client's: the operator's, the test kubelet's (which counts its own) and
+//! kube-controller-manager's.
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
@@ -43,9 +45,33 @@ mod real_kubelet;
 
 /// The operator's own counters, from its `/metrics`.
 async fn operator_counter(metrics_addr: &str, name: &str) -> f64 {
-    let Ok(response) = reqwest::get(format!("http://{metrics_addr}/metrics")).await else { return 0.0 };
-    let text = response.text().await.unwrap_or_default();
+    let text = operator_metrics(metrics_addr).await;
     text.lines().filter(|l| l.starts_with(name)).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
+async fn operator_metrics(metrics_addr: &str) -> String {
+    let Ok(response) = reqwest::get(format!("http://{metrics_addr}/metrics")).await else { return String::new() };
+    response.text().await.unwrap_or_default()
+}
+
+/// The requests the operator sent, from its `kvpilot_api_requests_total`, keyed "VERB resource".
+async fn operator_requests(metrics_addr: &str) -> BTreeMap<String, f64> {
+    let mut requests = BTreeMap::new();
+    for line in operator_metrics(metrics_addr).await.lines().filter(|l| l.starts_with("kvpilot_api_requests_total{")) {
+        let (Some(verb), Some(resource)) = (metric_label(line, "verb"), metric_label(line, "resource")) else {
+            continue;
+        };
+        let value: f64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0);
+        let resource = if resource.is_empty() { "(discovery)".to_string() } else { resource };
+        *requests.entry(format!("{verb} {resource}")).or_insert(0.0) += value;
+    }
+    requests
+}
+
+/// The value of label `name` in a line of the Prometheus text format.
+fn metric_label(line: &str, name: &str) -> Option<String> {
+    let start = line.find(&format!("{name}=\""))? + name.len() + 2;
+    Some(line[start..].split('"').next()?.to_string())
 }
 
 fn free_addr() -> String {
@@ -58,9 +84,12 @@ struct Run {
     elapsed: Duration,
     peak_kib: u64,
     reconciles: f64,
-    /// Requests the operator made, by verb (kube-apiserver's: LIST, WATCH, GET, APPLY for
-    /// server-side apply, PATCH, DELETE, POST).
+    /// Requests the operator sent, keyed "VERB resource" (kube-apiserver's verbs: LIST, WATCH,
+    /// GET, APPLY for server-side apply, PATCH, DELETE, POST).
     requests: BTreeMap<String, f64>,
+    /// On kube-apiserver: the requests it counted for the kinds the operator uses while the
+    /// operator ran (every client's), and the test kubelet's share of them.
+    served: Option<(f64, f64)>,
 }
 
 impl Run {
@@ -76,8 +105,24 @@ impl Run {
         println!("  {:<50} {:>12}", "operator peak RSS (VmHWM)", format!("{:.1} MiB", self.peak_kib as f64 / 1024.0));
         println!("  {:<50} {:>12}", "reconciles", format!("{:.0}", self.reconciles));
         println!("  {:<50} {:>12}", "API requests per reconcile", format!("{:.2}", total / self.reconciles.max(1.0)));
-        for verb in self.requests.keys() {
-            println!("  {:<50} {:>12}", format!("  {verb} per reconcile"), format!("{:.3}", per(verb)));
+        let (listed, rare): (Vec<&String>, Vec<&String>) = self.requests.keys().partition(|key| per(key) >= 0.001);
+        for key in listed {
+            println!("  {:<50} {:>12}", format!("  {key} per reconcile"), format!("{:.3}", per(key)));
+        }
+        let rare: f64 = rare.iter().map(|key| self.requests[*key]).sum();
+        println!("  {:<50} {:>12}", "  the rest (lists, watches, discovery), in all", format!("{rare:.0}"));
+        if let Some((served, kubelet)) = self.served {
+            let kind = |key: &str| key.split([' ', '/']).nth(1).unwrap_or_default().to_string();
+            let counted = |key: &&String| OPERATOR_RESOURCES.contains(&kind(key).as_str());
+            let operator: f64 = self.requests.iter().filter(|(key, _)| counted(key)).map(|(_, n)| n).sum();
+            println!("  {:<50} {:>12}", "kube-apiserver's count, same kinds, every client", format!("{served:.0}"));
+            println!("  {:<50} {:>12}", "  of them the operator's (its own count)", format!("{operator:.0}"));
+            println!("  {:<50} {:>12}", "  the test kubelet's (its own count)", format!("{kubelet:.0}"));
+            println!(
+                "  {:<50} {:>12}",
+                "  the rest (kube-controller-manager's)",
+                format!("{:.0}", served - operator - kubelet)
+            );
         }
     }
 }
@@ -144,7 +189,7 @@ fn resource(index: usize, replicas: usize) -> InferenceDeployment {
 }
 
 /// The resources the operator reads and writes, whose requests the bench counts.
-const OPERATOR_RESOURCES: [&str; 9] = [
+const OPERATOR_RESOURCES: [&str; 10] = [
     "pods",
     "configmaps",
     "services",
@@ -152,6 +197,7 @@ const OPERATOR_RESOURCES: [&str; 9] = [
     "roles",
     "rolebindings",
     "deployments",
+    "poddisruptionbudgets",
     "inferencedeployments",
     "events",
 ];
@@ -235,40 +281,13 @@ async fn baseline(deployments: usize, replicas: usize) -> Duration {
     start.elapsed()
 }
 
-/// The operator's requests to the in-process server by verb: collection GETs are lists and
-/// watches (the log keeps paths, not queries), the kubelet's pod status writes are left out.
-fn in_process_requests(server: &ApiServer, before: &[(String, u64)]) -> BTreeMap<String, f64> {
-    let before: BTreeMap<&str, u64> = before.iter().map(|(k, n)| (k.as_str(), *n)).collect();
-    let mut by_verb = BTreeMap::new();
-    for (key, count) in server.request_log() {
-        let count = count - before.get(key.as_str()).copied().unwrap_or(0);
-        let Some((method, path)) = key.split_once(' ') else { continue };
-        if method == "PATCH" && (path.contains("/pods/") || path.contains("/deployments/")) && path.ends_with("/status")
-        {
-            continue;
-        }
-        // Leases too: the in-process log cannot tell the operator's leader election apart.
-        let plural_last =
-            path.rsplit('/').next().is_some_and(|last| OPERATOR_RESOURCES.contains(&last) || last == "leases");
-        let verb = match method {
-            "GET" if plural_last => "LIST+WATCH",
-            other => other,
-        };
-        *by_verb.entry(verb.to_string()).or_insert(0.0) += count as f64;
-    }
-    by_verb
-}
-
 /// `apiserver_request_total` summed by verb over the resources the operator touches.
 async fn apiserver_requests(client: &kube::Client) -> BTreeMap<(String, String, String), f64> {
     let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
     let text = client.request_text(request).await.expect("scrape kube-apiserver /metrics");
     let mut totals = BTreeMap::new();
     for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
-        let label = |name: &str| {
-            let start = line.find(&format!("{name}=\""))? + name.len() + 2;
-            Some(line[start..].split('"').next()?.to_string())
-        };
+        let label = |name: &str| metric_label(line, name);
         let (Some(verb), Some(resource)) = (label("verb"), label("resource")) else { continue };
         let subresource = label("subresource").unwrap_or_default();
         if !OPERATOR_RESOURCES.contains(&resource.as_str()) {
@@ -296,14 +315,13 @@ async fn in_process(deployments: usize, replicas: usize) -> Run {
         .await;
     let _kubelet = kubelet::spawn(client.clone(), SERVED_PODS, Duration::ZERO);
     let _routers = kubelet::spawn_deployments(client, "app.kubernetes.io/name=kvpilot-router", Duration::ZERO);
-    let before = server.request_log();
     let (elapsed, peak_kib, mut operator, metrics) =
         run_operator(&kubeconfig, deployments, || std::future::ready(ready_count(&server))).await;
     let reconciles = operator_counter(&metrics, "kvpilot_reconciliations_total").await;
-    let requests = in_process_requests(&server, &before);
+    let requests = operator_requests(&metrics).await;
     let _ = operator.kill();
     let _ = operator.wait();
-    Run { elapsed, peak_kib, reconciles, requests }
+    Run { elapsed, peak_kib, reconciles, requests, served: None }
 }
 
 /// Waits until nothing writes or reads the kinds the bench uses for 3 s (at most 5 minutes):
@@ -362,6 +380,7 @@ async fn real_api_server(kubeconfig: &std::path::Path, deployments: usize, repli
     );
     watched.wait_until_ready().await.expect("watch the bench's InferenceDeployments");
     let before = apiserver_requests(&client).await;
+    let kubelet_before = real_kubelet::requests_sent();
     let ready = || {
         let ready = watched
             .state()
@@ -374,22 +393,15 @@ async fn real_api_server(kubeconfig: &std::path::Path, deployments: usize, repli
     };
     let (elapsed, peak_kib, mut operator, metrics) = run_operator(kubeconfig, deployments, ready).await;
     let reconciles = operator_counter(&metrics, "kvpilot_reconciliations_total").await;
+    let requests = operator_requests(&metrics).await;
     let after = apiserver_requests(&client).await;
+    let kubelet = real_kubelet::requests_sent() - kubelet_before;
     watching.abort();
     let _ = operator.kill();
     let _ = operator.wait();
-    let mut requests = BTreeMap::new();
-    for (key, value) in &after {
-        let (verb, resource, subresource) = key;
-        let delta = value - before.get(key).copied().unwrap_or(0.0);
-        // The kubelet's status writes are not the operator's.
-        if resource == "pods" && subresource == "status" && verb == "PATCH" {
-            continue;
-        }
-        *requests.entry(verb.clone()).or_insert(0.0) += delta.max(0.0);
-    }
+    let served: f64 = after.iter().map(|(key, value)| (value - before.get(key).copied().unwrap_or(0.0)).max(0.0)).sum();
     delete_namespace(&namespaces, &namespace).await;
-    Run { elapsed, peak_kib, reconciles, requests }
+    Run { elapsed, peak_kib, reconciles, requests, served: Some((served, kubelet as f64)) }
 }
 
 /// A client for the admin kubeconfig of a real control plane.
@@ -555,7 +567,6 @@ fn main() {
             "ratio operator / baseline",
             format!("{:.2}x", run.elapsed.as_secs_f64() / baseline.as_secs_f64())
         );
-        println!("  (LIST+WATCH: collection GETs; the in-process log keeps no query to tell them apart)");
         if let Some(kubeconfig) = real {
             let run = real_api_server(&kubeconfig, deployments, replicas).await;
             run.print("kube-apiserver + etcd", deployments, replicas);

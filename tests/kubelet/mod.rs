@@ -6,7 +6,7 @@
 //! real API server delete gracefully: an unbound pod is removed at once.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,6 +21,17 @@ use serde_json::json;
 pub const NODE: &str = "kvpilot-test-node";
 /// The field manager of the kubelet's writes.
 pub const MANAGER: &str = "kvpilot-test-kubelet";
+
+/// The single-object requests this process's kubelets have sent (their watches, a list and
+/// then a watch every few minutes, are not counted), so that a count of the API server's
+/// requests can tell them apart.
+static SENT: AtomicU64 = AtomicU64::new(0);
+
+/// The requests the kubelets have sent so far.
+#[allow(dead_code, reason = "the controller bench reads it; the cluster tests share this module")]
+pub fn requests_sent() -> u64 {
+    SENT.load(Ordering::Relaxed)
+}
 
 /// How the fake node behaves.
 #[derive(Debug, Clone, Copy)]
@@ -156,6 +167,7 @@ pub async fn bind(api: &Api<Pod>, name: &str) -> bool {
         "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
         "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}
     });
+    SENT.fetch_add(1, Ordering::Relaxed);
     let bound = api.create_subresource::<_, serde_json::Value>("binding", name, &PostParams::default(), &binding).await;
     settle(bound.map(drop))
 }
@@ -166,6 +178,7 @@ static STARTED: AtomicU32 = AtomicU32::new(0);
 /// Reports the pod `name` Running with its containers ready and an address of its own; `Ready`
 /// as its readiness gates say.
 pub async fn report_ready(api: &Api<Pod>, name: &str) -> bool {
+    SENT.fetch_add(1, Ordering::Relaxed);
     let pod = match api.get(name).await {
         Ok(pod) => pod,
         Err(e) => return settle(Err(e)),
@@ -174,11 +187,13 @@ pub async fn report_ready(api: &Api<Pod>, name: &str) -> bool {
     let ip = format!("10.{}.{}.{}", (n >> 16) & 0xff, (n >> 8) & 0xff, (n & 0xff).max(1));
     let params = PatchParams { field_manager: Some(MANAGER.into()), ..PatchParams::default() };
     let status = kubelet::started_status(&pod, &ip);
+    SENT.fetch_add(1, Ordering::Relaxed);
     settle(api.patch_status(name, &params, &Patch::Strategic(&status)).await.map(drop))
 }
 
 /// Sets the pod's `Ready` condition to what its readiness gates say now.
 pub async fn follow_gates(api: &Api<Pod>, name: &str) -> bool {
+    SENT.fetch_add(1, Ordering::Relaxed);
     let pod = match api.get(name).await {
         Ok(pod) => pod,
         Err(e) => return settle(Err(e)),
@@ -187,6 +202,7 @@ pub async fn follow_gates(api: &Api<Pod>, name: &str) -> bool {
         return true;
     }
     let params = PatchParams { field_manager: Some(MANAGER.into()), ..PatchParams::default() };
+    SENT.fetch_add(1, Ordering::Relaxed);
     settle(api.patch_status(name, &params, &Patch::Strategic(&kubelet::ready_status(&pod))).await.map(drop))
 }
 
@@ -196,5 +212,6 @@ async fn finish_deletion(api: &Api<Pod>, name: &str, uid: &str) -> bool {
         preconditions: Some(Preconditions { uid: Some(uid.to_string()), resource_version: None }),
         ..DeleteParams::default()
     };
+    SENT.fetch_add(1, Ordering::Relaxed);
     settle(api.delete(name, &params).await.map(drop))
 }
