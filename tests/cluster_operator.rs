@@ -6,6 +6,9 @@
 
 mod common;
 
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::time::Duration;
 
 use common::cluster::{
@@ -18,6 +21,26 @@ const CONVERGE: Duration = Duration::from_secs(90);
 
 fn condition(object: &Value, kind: &str) -> Option<Value> {
     object["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == kind).cloned()
+}
+
+/// The operator's `kvpilot_api_requests_total` from its `/metrics` on `addr`, by (verb, resource).
+fn requests_sent(addr: &str) -> BTreeMap<(String, String), f64> {
+    let mut stream = TcpStream::connect(addr).expect("connect to the operator's /metrics");
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let label = |line: &str, name: &str| {
+        let start = line.find(&format!("{name}=\""))? + name.len() + 2;
+        Some(line[start..].split('"').next()?.to_string())
+    };
+    response
+        .lines()
+        .filter(|line| line.starts_with("kvpilot_api_requests_total{"))
+        .filter_map(|line| {
+            let count = line.rsplit(' ').next()?.parse().ok()?;
+            Some(((label(line, "verb")?, label(line, "resource")?), count))
+        })
+        .collect()
 }
 
 /// Marks every pod of `instance` Ready, as a kubelet would once its containers pass their probes.
@@ -154,6 +177,15 @@ fn the_examples_converge_through_the_charts_rbac_and_nothing_more_is_allowed() {
     let settled = versions();
     std::thread::sleep(Duration::from_secs(5));
     assert_eq!(versions(), settled, "objects keep changing after convergence");
+    // By the operator's own count: it read no pod from the API server (its watch cache has them),
+    // and it applied every server pod there is (the router's are its ReplicaSet's).
+    let sent = requests_sent(&metrics);
+    let sent_as = |verb: &str, resource: &str| sent.get(&(verb.into(), resource.into())).copied().unwrap_or(0.0);
+    assert_eq!(sent_as("GET", "pods"), 0.0, "{sent:?}");
+    let servers = "app.kubernetes.io/name in (kvpilot-decode,kvpilot-prefill)";
+    let pods = cluster.get_json(&["pods", "-n", ns, "-l", servers]).unwrap()["items"].as_array().unwrap().len();
+    assert!(pods > 0 && sent_as("APPLY", "pods") >= pods as f64, "{pods} pods, sent {sent:?}");
+    assert!(sent_as("WATCH", "pods") >= 1.0 && sent_as("APPLY", "inferencedeployments/status") >= 1.0, "{sent:?}");
     let table = cluster.kubectl_ok(&["get", "infd", "-n", ns, "-o", "wide"]);
     let llama: Vec<&str> = table.lines().find(|l| l.starts_with("llama-3-1-8b ")).unwrap().split_whitespace().collect();
     assert_eq!(llama[1..7], ["meta-llama/Llama-3.1-8B-Instruct", "full", "host_pool", "Valid", "2", "2"], "{table}");
