@@ -36,10 +36,10 @@ impl RequestLabels {
             _ => &[][..],
         };
         let rest = match rest {
-            ["namespaces", _namespace, resource, rest @ ..] => [&[*resource][..], rest].concat(),
-            other => other.to_vec(),
+            ["namespaces", _namespace, rest @ ..] if !rest.is_empty() => rest,
+            other => other,
         };
-        let (resource, named) = match rest.as_slice() {
+        let (resource, named) = match rest {
             [resource] => ((*resource).to_string(), false),
             [resource, _name] => ((*resource).to_string(), true),
             [resource, _name, subresource, ..] => (format!("{resource}/{subresource}"), true),
