@@ -374,8 +374,8 @@ async fn a_drain_never_takes_a_second_group_down_while_one_is_down() {
     start_by_hand(&fleet, &[&rank0, &rank1]).await;
     fleet.converged(&name, 2).await;
     let budget = format!("{name}-decode");
-    until("the budget allows one group (2 pods) down", async || {
-        (budget_counts(&fleet, &budget).await? == (4, 4, 2)).then_some(())
+    until("the budget allows one pod down, which breaks one group", async || {
+        (budget_counts(&fleet, &budget).await? == (4, 4, 1)).then_some(())
     })
     .await;
 
@@ -401,6 +401,128 @@ async fn a_drain_never_takes_a_second_group_down_while_one_is_down() {
         }
     }
     evictions.evict(&group(0)[0], &EvictParams::default()).await.expect("an unready rank may be evicted");
+    operator.assert_no_failures().await;
+}
+
+/// How a test sends its evictions: all at once, or one after another in either order.
+#[derive(Clone, Copy, Debug)]
+enum Arrival {
+    Together,
+    Ascending,
+    Descending,
+}
+
+/// Evicts each of `pods` as `arrival` says; the outcome of each, in the order of `pods`.
+async fn evict_all(api: &Api<Pod>, pods: &[String], arrival: Arrival) -> Vec<Result<(), kube::Error>> {
+    let evict = |name: String| {
+        let api = api.clone();
+        async move { api.evict(&name, &EvictParams::default()).await.map(drop) }
+    };
+    match arrival {
+        Arrival::Together => {
+            // Every request is in flight before any is answered, as when a drain evicts a node's
+            // pods from parallel goroutines.
+            let start = Arc::new(tokio::sync::Barrier::new(pods.len()));
+            let tasks: Vec<_> = pods
+                .iter()
+                .map(|name| {
+                    let (start, evict) = (Arc::clone(&start), evict(name.clone()));
+                    tokio::spawn(async move {
+                        start.wait().await;
+                        evict.await
+                    })
+                })
+                .collect();
+            let mut outcomes = Vec::new();
+            for task in tasks {
+                outcomes.push(task.await.expect("eviction task"));
+            }
+            outcomes
+        }
+        Arrival::Ascending | Arrival::Descending => {
+            let mut order: Vec<usize> = (0..pods.len()).collect();
+            if matches!(arrival, Arrival::Descending) {
+                order.reverse();
+            }
+            let mut outcomes: Vec<Option<Result<(), kube::Error>>> = pods.iter().map(|_| None).collect();
+            for i in order {
+                outcomes[i] = Some(evict(pods[i].clone()).await);
+            }
+            outcomes.into_iter().map(Option::unwrap).collect()
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evictions_arriving_before_kvpilot_reacts_break_at_most_max_unavailable_groups() {
+    let cluster = cluster_or_skip!();
+    ensure_node(&cluster);
+    let fleet = Fleet::with_kubelet_for(&cluster, "pods-evict", quick(), DECODE_PODS).await;
+    let mut operator = fleet.operator(&[], &[]);
+    // A fleet per case: an eviction counts as a failure of its fleet, and a fleet evicted three
+    // times would wait out the recovery backoff before it is whole again.
+    let cases: Vec<(i32, Arrival)> = [1, 2]
+        .into_iter()
+        .flat_map(|max_unavailable| {
+            [Arrival::Together, Arrival::Ascending, Arrival::Descending].map(|arrival| (max_unavailable, arrival))
+        })
+        .collect();
+    let names: Vec<String> = cases
+        .iter()
+        .enumerate()
+        .map(|(i, (max_unavailable, _))| {
+            fleet.create(&fleet.example("llama-3.1-8b-full.yaml", |o| {
+                o["metadata"]["name"] = json!(format!("evict-{i}"));
+                o["spec"]["decode"] = json!({
+                    "replicas": 3, "tensorParallel": 4, "nodesPerReplica": 2, "maxUnavailable": max_unavailable
+                });
+            }))
+        })
+        .collect();
+    for ((max_unavailable, _), name) in cases.iter().zip(&names) {
+        fleet.converged(name, 3).await;
+        let budget = format!("{name}-decode");
+        until(&format!("{budget} allows {max_unavailable} of 6 pods down"), async || {
+            (budget_counts(&fleet, &budget).await? == (6, 6, *max_unavailable)).then_some(())
+        })
+        .await;
+    }
+
+    let evictions: Api<Pod> = Api::namespaced(cluster.client_without_retries().await, fleet.ns());
+    for ((max_unavailable, arrival), name) in cases.iter().zip(&names) {
+        // Rank 0 of every group: were each eviction allowed, every group would be broken.
+        let rank0: Vec<String> = (0..3).map(|replica| format!("{name}-decode-{replica}-0")).collect();
+        let mut uids = Vec::new();
+        for pod in &rank0 {
+            uids.push(pod_named(&fleet, pod).await.and_then(|p| p.uid()).expect(pod));
+        }
+        let outcomes = evict_all(&evictions, &rank0, *arrival).await;
+        for (pod, outcome) in rank0.iter().zip(&outcomes) {
+            if let Err(error) = outcome {
+                assert!(
+                    matches!(error, kube::Error::Api(status) if status.code == 429),
+                    "{arrival:?}, maxUnavailable {max_unavailable}: {pod} refused otherwise than by its budget: {error:?}"
+                );
+            }
+        }
+        // The groups that lost a pod, as the API server has them: rank 0 gone, terminating or new.
+        let mut broken = 0;
+        for (pod, uid) in rank0.iter().zip(&uids) {
+            let now = fleet.pods().get_opt(pod).await.unwrap();
+            if now.is_none_or(|p| p.metadata.deletion_timestamp.is_some() || p.uid().as_ref() != Some(uid)) {
+                broken += 1;
+            }
+        }
+        let evicted = outcomes.iter().filter(|o| o.is_ok()).count();
+        assert_eq!(broken, evicted, "{arrival:?}: every group whose eviction was allowed lost its pod, no other");
+        assert!(
+            (1..=*max_unavailable as usize).contains(&broken),
+            "{arrival:?}, maxUnavailable {max_unavailable}: {broken} of 3 groups broken: {outcomes:?}"
+        );
+        if !matches!(arrival, Arrival::Together) {
+            assert_eq!(broken, *max_unavailable as usize, "{arrival:?}: the budget allows exactly that many");
+        }
+    }
     operator.assert_no_failures().await;
 }
 

@@ -4,11 +4,16 @@
 //! A fleet's budget is written as `minAvailable` pods, not `maxUnavailable`: with
 //! `maxUnavailable` the disruption controller counts the pods it expects through their owner's
 //! scale subresource, and an InferenceDeployment's scales the decode replicas, not the pods of
-//! a fleet (a group of N ranks is N pods, and the prefill fleet has its own count). With the
-//! readiness gate `kvpilot.dev/group-ready`, every rank of a replica that lost one is unready,
-//! so a down group uses up its whole share of the budget and a second group is not evicted
-//! while it is down. Pods that are not ready may always be evicted (`AlwaysAllow`): they serve
-//! nothing, and a drain must not wait on them.
+//! a fleet (a group of N ranks is N pods, and the prefill fleet has its own count).
+//!
+//! The budget allows `maxUnavailable` *pods* down, not `maxUnavailable × N`: one evicted pod
+//! breaks its whole group, and concurrent evictions (a drain evicts a node's pods at once) all
+//! arrive before kvpilot has closed any gate, so with a budget of `maxUnavailable × N` pods, one
+//! rank of each of that many groups could go and break them all. With `maxUnavailable` pods, at
+//! most `maxUnavailable` groups lose a pod whatever the order. Once kvpilot reacts, the readiness
+//! gate `kvpilot.dev/group-ready` makes every rank of a broken group unready, so a down group
+//! uses up N of the budget. Pods that are not ready may always be evicted (`AlwaysAllow`): they
+//! serve nothing, and a drain must not wait on them.
 
 use std::collections::BTreeMap;
 
@@ -38,8 +43,8 @@ fn budget(
     }
 }
 
-/// The budget of a fleet of `replicas` replicas of `nodes_per_replica` pods: all but
-/// `max_unavailable` replicas' pods stay available.
+/// The budget of a fleet of `replicas` replicas of `nodes_per_replica` pods: all its pods but
+/// `max_unavailable` stay available, so no more than `max_unavailable` replicas lose a pod.
 pub(super) fn fleet(
     object_name: String,
     namespace: &Option<String>,
@@ -47,7 +52,8 @@ pub(super) fn fleet(
     owner: &OwnerReference,
     (replicas, nodes_per_replica, max_unavailable): (i32, i32, i32),
 ) -> PodDisruptionBudget {
-    let available = replicas.saturating_sub(max_unavailable.max(0)).max(0).saturating_mul(nodes_per_replica.max(1));
+    let pods = replicas.max(0).saturating_mul(nodes_per_replica.max(1));
+    let available = pods.saturating_sub(max_unavailable.max(0)).max(0);
     budget(object_name, namespace, selector, owner, (Some(IntOrString::Int(available)), None))
 }
 

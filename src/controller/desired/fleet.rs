@@ -229,9 +229,9 @@ mod tests {
         }
         assert_eq!(desired.decode.endpoint(3), "http://llama-decode-3-0.llama-decode.serving.svc:30000");
         assert_eq!(desired.objects().len(), 3 + 3 * 2, "ConfigMap, Service, budget, 3 groups of 2");
-        // The budget keeps all but one group's pods: a drain takes down one group at a time.
+        // The budget keeps all pods but one: however evictions arrive, at most one group breaks.
         let budget = desired.decode.disruption_budget.spec.as_ref().unwrap();
-        assert_eq!(budget.min_available, Some(IntOrString::Int(4)));
+        assert_eq!(budget.min_available, Some(IntOrString::Int(5)));
         assert_eq!(budget.max_unavailable, None, "counted in pods, not through the resource's scale");
         assert_eq!(budget.unhealthy_pod_eviction_policy.as_deref(), Some("AlwaysAllow"));
         let selected = budget.selector.as_ref().unwrap().match_labels.as_ref().unwrap();
@@ -243,6 +243,29 @@ mod tests {
             "kvpilot.dev/group-ready",
             "every rank waits on its group"
         );
+    }
+
+    #[test]
+    fn concurrent_evictions_within_the_budget_break_at_most_max_unavailable_groups() {
+        for replicas in 0..6 {
+            for nodes_per_replica in 1..5 {
+                for max_unavailable in 0..8 {
+                    let desired = render(&resource(json!({
+                        "replicas": replicas, "tensorParallel": 4 * nodes_per_replica,
+                        "nodesPerReplica": nodes_per_replica, "maxUnavailable": max_unavailable
+                    })));
+                    let budget = desired.decode.disruption_budget.spec.unwrap();
+                    let Some(IntOrString::Int(min_available)) = budget.min_available else { panic!("{budget:?}") };
+                    let pods = replicas * nodes_per_replica;
+                    // Each pod evicted before kvpilot reacts may be a rank of a different group.
+                    let evictable = pods - min_available;
+                    assert!(
+                        evictable <= max_unavailable && evictable == max_unavailable.min(pods) && min_available >= 0,
+                        "{replicas} x {nodes_per_replica}, maxUnavailable {max_unavailable}: minAvailable {min_available}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
