@@ -97,6 +97,29 @@ fn the_api_server_calls_the_webhook_refuses_rewrites_warns_and_applies_the_failu
     assert!(refusal.contains("POD1") && refusal.contains("spec.decode.tensorParallel"), "{refusal}");
     assert!(refusal.contains("spec.disaggregation.hierarchicalCache"), "{refusal}");
 
+    // An image of a release kvpilot does not model is refused naming the field that pins one; an
+    // image that names no release is admitted with a warning saying how to pin it.
+    let mut old = llama.clone();
+    old["metadata"]["name"] = json!("old-release");
+    old["spec"]["decode"]["image"] = json!("lmsysorg/sglang:v0.5.9-cu129");
+    let (admitted, _, refusal) = apply(&cluster, &old);
+    assert!(!admitted, "an image of SGLang 0.5.9 was admitted");
+    assert!(
+        refusal.contains(
+            "old-release: spec.sglang.version: the tag of spec.decode.image lmsysorg/sglang:v0.5.9-cu129 names SGLang 0.5.9"
+        ) && refusal.contains("known releases: 0.5.17"),
+        "{refusal}"
+    );
+    let mut latest = llama.clone();
+    latest["metadata"]["name"] = json!("latest-release");
+    latest["spec"]["decode"]["image"] = json!("lmsysorg/sglang:latest");
+    let (admitted, _, warnings) = apply(&cluster, &latest);
+    assert!(admitted, "{warnings}");
+    assert!(
+        warnings.contains("Warning: spec.decode.image lmsysorg/sglang:latest names no SGLang release"),
+        "{warnings}"
+    );
+
     // onInvalid: Rewrite with the mutating webhook: the rewritten spec is what is stored, and the
     // rewrite reaches kubectl's output as a warning.
     let (admitted, _, warnings) = apply(&cluster, &example(ns, "mimo-pure-swa-rewrite.yaml"));

@@ -256,6 +256,50 @@ async fn a_config_map_edit_to_an_unrunnable_model_is_rejected_and_leaves_the_pod
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_of_a_release_kvpilot_does_not_model_is_refused_until_one_is_pinned() {
+    let cluster = cluster_or_skip!();
+    let fleet = Fleet::new(&cluster, "ctl-release", quick()).await;
+    let mut operator = fleet.operator(&[], &[]);
+    let name = fleet.create(&fleet.example("llama-3.1-8b-full.yaml", |o| {
+        o["spec"]["decode"]["image"] = json!("lmsysorg/sglang:v0.5.9-cu129");
+    }));
+    until("the resource is refused naming spec.sglang.version", async || {
+        let resource = fleet.deployments().get(&name).await.ok()?;
+        let resolved = condition(&resource, "ModelResolved")?;
+        let expected =
+            "spec.sglang.version: the tag of spec.decode.image lmsysorg/sglang:v0.5.9-cu129 names SGLang 0.5.9";
+        (resolved.status == "False"
+            && resolved.reason == "UnknownSglangVersion"
+            && resolved.message.starts_with(expected))
+        .then_some(())
+    })
+    .await;
+    assert!(fleet.pods_of(&name).await.is_empty(), "no pod for a release no rule models");
+    // Pinned, the same image runs, checked as the release the spec names.
+    fleet.patch_spec(&name, json!({"sglang": {"version": "0.5.17"}})).await;
+    let sglang = fleet.converged(&name, 2).await.status.unwrap().sglang.unwrap();
+    assert_eq!((sglang.version.as_str(), sglang.source.as_str()), ("0.5.17", "Spec"));
+
+    let latest = fleet.create(&fleet.example("llama-3.1-8b-full.yaml", |o| {
+        o["metadata"]["name"] = json!("latest");
+        o["spec"]["decode"]["image"] = json!("lmsysorg/sglang:latest");
+    }));
+    let status = fleet.converged(&latest, 2).await.status.unwrap();
+    let sglang = status.sglang.unwrap();
+    assert_eq!((sglang.version.as_str(), sglang.source.as_str()), ("0.5.23", "Default"));
+    assert!(
+        status
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("spec.decode.image lmsysorg/sglang:latest names no SGLang release")
+                && w.contains("spec.sglang.version")),
+        "{:?}",
+        status.warnings
+    );
+    operator.assert_no_failures().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edit_of_the_speculative_draft_s_config_map_is_checked_against_the_model() {
     let cluster = cluster_or_skip!();
     let fleet = Fleet::new(&cluster, "ctl-draft", quick()).await;

@@ -115,10 +115,13 @@ fn check_applies_the_flag_and_the_spec_field_wins() {
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(reports[0]["sglang"], serde_json::json!({"version": "0.5.23", "source": "Spec"}));
 
+    // No release can check it: refused as the webhook and the controller refuse it.
     let unknown = write(dir.path(), "unknown.yaml", &gpt_oss_with_radix(Some("0.5.9")));
-    let (code, _, err) = check_json(&["-f", &unknown]);
-    assert_eq!(code, Some(2));
-    assert!(err.contains("(spec.sglang.version): SGLang 0.5.9 is not a release kvpilot knows"), "{err}");
+    let (code, reports, err) = check_json(&["-f", &unknown]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(reports[0]["verdict"], "rejected");
+    let reason = reports[0]["reason"].as_str().unwrap();
+    assert!(reason.starts_with("spec.sglang.version: SGLang 0.5.9 is not a release kvpilot knows"), "{reason}");
 
     let out = kvpilot(&["check", "-f", &unpinned, "--sglang-version", "five"]);
     assert_eq!(out.status.code(), Some(2));
@@ -129,6 +132,67 @@ fn check_applies_the_flag_and_the_spec_field_wins() {
         "{err}"
     );
     assert_eq!(reports[0]["sglang"], serde_json::json!({"version": "0.5.23", "requested": "0.5.31", "source": "Flag"}));
+}
+
+/// The gpt-oss example with decode radix cache on (refused by 0.5.18, valid from 0.5.20) in
+/// `image`, no release pinned.
+fn gpt_oss_in_image(image: &str) -> String {
+    gpt_oss_with_radix(None).replace("  decode:\n", &format!("  decode:\n    image: {image}\n"))
+}
+
+#[test]
+fn check_refuses_an_image_of_a_release_kvpilot_does_not_model_and_warns_of_one_that_names_none() {
+    let dir = tempfile::tempdir().unwrap();
+    for (file, image) in [("old.yaml", "lmsysorg/sglang:v0.5.9-cu129"), ("post.yaml", "lmsysorg/sglang:v0.5.22.post1")]
+    {
+        let manifest = write(dir.path(), file, &gpt_oss_in_image(image));
+        assert!(std::fs::read_to_string(&manifest).unwrap().contains(image));
+        for flag in [&[][..], &["--sglang-version", "0.5.20"][..]] {
+            let mut args = vec!["-f", manifest.as_str()];
+            args.extend_from_slice(flag);
+            let (code, reports, err) = check_json(&args);
+            assert_eq!(code, Some(1), "{image} {flag:?}: {err}");
+            assert_eq!(reports[0]["verdict"], "rejected", "{image}");
+            let reason = reports[0]["reason"].as_str().unwrap();
+            assert!(
+                reason.starts_with(&format!("spec.sglang.version: the tag of spec.decode.image {image} names SGLang"))
+                    && reason.contains("set spec.sglang.version")
+                    && reason.contains("known releases: 0.5.17, 0.5.18, 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23"),
+                "{reason}"
+            );
+        }
+        let out = kvpilot(&["check", "-f", &manifest]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            stdout(&out).contains("rejected\n  ✗ spec.sglang.version: the tag of spec.decode.image"),
+            "{}",
+            stdout(&out)
+        );
+    }
+    // Pinned, the same image is checked as the release the spec names.
+    let pinned = gpt_oss_in_image("lmsysorg/sglang:v0.5.9-cu129")
+        .replace("spec:\n", "spec:\n  sglang:\n    version: \"0.5.18\"\n");
+    let (code, reports, err) = check_json(&["-f", &write(dir.path(), "pinned.yaml", &pinned)]);
+    assert_eq!(
+        (code, &reports[0]["sglang"]),
+        (Some(1), &serde_json::json!({"version": "0.5.18", "source": "Spec"})),
+        "{err}"
+    );
+    assert_eq!(reports[0]["violations"][0]["rule"], "R13");
+
+    for image in ["lmsysorg/sglang:latest", "lmsysorg/sglang", "lmsysorg/sglang@sha256:0123456789abcdef"] {
+        let manifest = write(dir.path(), "latest.yaml", &gpt_oss_in_image(image));
+        let (code, reports, err) = check_json(&["-f", &manifest]);
+        assert_eq!(code, Some(0), "{image}: {err}");
+        assert_eq!(reports[0]["sglang"], serde_json::json!({"version": "0.5.23", "source": "Default"}));
+        let warnings = reports[0]["warnings"].to_string();
+        assert!(
+            warnings.contains(&format!("spec.decode.image {image} names no SGLang release"))
+                && warnings.contains("checked as SGLang 0.5.23, the newest release kvpilot knows")
+                && warnings.contains("pin the release it runs with spec.sglang.version"),
+            "{warnings}"
+        );
+    }
 }
 
 #[test]

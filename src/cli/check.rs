@@ -79,6 +79,20 @@ pub(crate) enum Assessed {
     Report(Box<policy::Assessment>),
     /// Its config.json could not be read: why, and where the config is.
     Unchecked(String),
+    /// No release kvpilot models can check it (`spec.sglang.version` or the image's tag names
+    /// another): refused, as the webhook and the controller refuse it. The message names the field.
+    UnknownRelease(String),
+}
+
+/// A resource refused before any rule ran: no release kvpilot models can check it.
+#[derive(Serialize)]
+struct Refused {
+    name: String,
+    source: String,
+    /// Always `rejected`, as a report's verdict says.
+    verdict: &'static str,
+    /// The field to change and why.
+    reason: String,
 }
 
 /// A resource or server that was not checked because its config.json could not be read.
@@ -120,8 +134,10 @@ async fn assess_one(
     hub_endpoint: &str,
     default_release: &ReleaseChoice,
 ) -> Result<Assessed, String> {
-    let release = policy::resource_release(&found.resource.spec, default_release)
-        .map_err(|e| format!("{}: {} (spec.sglang.version): {e}", found.location, found.name()))?;
+    let release = match policy::resource_release(&found.resource.spec, default_release) {
+        Ok(release) => release,
+        Err(e) => return Ok(Assessed::UnknownRelease(format!("spec.sglang.version: {e}"))),
+    };
     let context = |field: &'static str| move |e: String| format!("{}: {} ({field}): {e}", found.location, found.name());
     let target = match set.model_config(found, hub, hub_endpoint).await {
         Ok(ModelConfig::Read(config)) => config,
@@ -242,6 +258,7 @@ pub(crate) fn run(args: &CheckArgs) -> ExitCode {
     }
     let results = runtime.block_on(assess_all(&set, hub.as_ref(), &args.hub_endpoint, &default_release));
     let mut reports = Vec::new();
+    let mut refused = Vec::new();
     let mut unchecked = Vec::new();
     for (index, result) in results {
         let found = &set.deployments[index];
@@ -270,6 +287,14 @@ pub(crate) fn run(args: &CheckArgs) -> ExitCode {
             Ok(Assessed::Unchecked(reason)) => {
                 unchecked.push(Unchecked::new(found.name(), found.location.to_string(), reason));
             }
+            Ok(Assessed::UnknownRelease(reason)) => {
+                refused.push(Refused {
+                    name: found.name(),
+                    source: found.location.to_string(),
+                    verdict: "rejected",
+                    reason,
+                });
+            }
             Err(e) => errors.push(e),
         }
     }
@@ -285,14 +310,15 @@ pub(crate) fn run(args: &CheckArgs) -> ExitCode {
         OutputFormat::Json => {
             let mut items: Vec<serde_json::Value> =
                 reports.iter().filter_map(|r| serde_json::to_value(r).ok()).collect();
+            items.extend(refused.iter().filter_map(|r| serde_json::to_value(r).ok()));
             items.extend(servers.iter().filter_map(|r| serde_json::to_value(r).ok()));
             items.extend(unchecked.iter().filter_map(|u| serde_json::to_value(u).ok()));
             serde_json::to_string_pretty(&items).map(|json| json + "\n").unwrap_or_default()
         }
-        OutputFormat::Text => text_report(&reports, &servers, &unchecked),
+        OutputFormat::Text => text_report(&reports, &refused, &servers, &unchecked),
     };
-    let rejected =
-        reports.iter().map(|r| r.verdict).chain(servers.iter().map(|r| r.verdict)).any(|v| v == Outcome::Rejected);
+    let rejected = !refused.is_empty()
+        || reports.iter().map(|r| r.verdict).chain(servers.iter().map(|r| r.verdict)).any(|v| v == Outcome::Rejected);
     let ending = Ending { errors: &errors, rejected, unchecked: &unchecked, allow_unchecked: args.allow_unchecked };
     finish("check", &rendered, ending)
 }
@@ -312,7 +338,12 @@ pub(crate) fn layout_line(l: &AttentionLayout) -> String {
     )
 }
 
-fn text_report(reports: &[Report], servers: &[check_workloads::ServerReport], unchecked: &[Unchecked]) -> String {
+fn text_report(
+    reports: &[Report],
+    refused: &[Refused],
+    servers: &[check_workloads::ServerReport],
+    unchecked: &[Unchecked],
+) -> String {
     let mut out = String::new();
     for r in reports {
         let l = &r.layout;
@@ -353,8 +384,16 @@ fn text_report(reports: &[Report], servers: &[check_workloads::ServerReport], un
             out += &format!("  ! {w}\n");
         }
     }
+    for r in refused {
+        out += &format!("{} ({}): rejected\n  ✗ {}\n", r.name, r.source, r.reason);
+    }
     out += &check_workloads::text_report(servers);
-    let verdicts: Vec<Outcome> = reports.iter().map(|r| r.verdict).chain(servers.iter().map(|r| r.verdict)).collect();
+    let verdicts: Vec<Outcome> = reports
+        .iter()
+        .map(|r| r.verdict)
+        .chain(refused.iter().map(|_| Outcome::Rejected))
+        .chain(servers.iter().map(|r| r.verdict))
+        .collect();
     let count = |o: Outcome| verdicts.iter().filter(|v| **v == o).count();
     for u in unchecked {
         out += &format!("{} ({}): not checked\n  ? {}\n", u.name, u.source, u.reason);

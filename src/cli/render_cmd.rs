@@ -84,6 +84,12 @@ pub(crate) fn run(args: &RenderArgs) -> ExitCode {
                 unchecked.push(Unchecked::new(found.name(), found.location.to_string(), reason));
                 continue;
             }
+            Ok(Assessed::UnknownRelease(reason)) => {
+                rejected = true;
+                eprintln!("kvpilot render: {} is rejected; nothing would be created:\n  {reason}", found.name());
+                yaml += &format!("# {}: rejected, no objects (see stderr)\n", found.name());
+                continue;
+            }
             Err(e) => {
                 errors.push(e);
                 continue;

@@ -24,7 +24,7 @@ use crate::api::{
     KvPool, LayoutFeature, OnInvalid, RetractionBackup, Rewrite, SettingSource,
 };
 use crate::layout::{self, LayoutError, ResolveOptions};
-use crate::release::{self, Release, ReleaseChoice, ReleaseError, ReleaseSource, ServersOf, v0_5};
+use crate::release::{self, Release, ReleaseChoice, ReleaseError, ReleaseSource, v0_5};
 use rules::{Fix, RULES, RuleInput, SERVER_ROLE_RULES, Subject};
 
 pub use docs::{RULES_DOC_END, RULES_DOC_START, rules_markdown};
@@ -530,18 +530,17 @@ pub enum Checked<'a> {
     Server { role: ServerRole, names: &'a dyn FieldNames },
 }
 
-/// The SGLang release a resource is checked against ([`release::choose_release`] for a resource):
+/// The SGLang release a resource is checked against ([`release::choose_for_resource`]):
 /// `spec.sglang.version`, else the tag of `spec.decode.image` when it names a version, else
-/// `fallback`. A version newer than any known gets the newest profile; a malformed or unknown one
-/// in the spec is an error.
+/// `fallback`. A version newer than any known gets the newest profile; a malformed or unknown one,
+/// in the spec or the image's tag, is an error.
 pub fn resource_release(
     spec: &InferenceDeploymentSpec,
     fallback: &ReleaseChoice,
 ) -> Result<ReleaseChoice, ReleaseError> {
     let version = spec.sglang.as_ref().and_then(|s| s.version.as_deref());
     let pinned = version.map(|version| release::choose_text(version, ReleaseSource::Spec)).transpose()?;
-    let image = spec.decode.image.as_deref().and_then(release::from_image);
-    Ok(release::choose_release(pinned, image, ServersOf::Resource, fallback).0)
+    release::choose_for_resource(pinned, spec.decode.image.as_deref(), fallback)
 }
 
 /// Resolves the layout of `config` as the spec asks (`hybridSwaMemory`) and the release says,

@@ -209,6 +209,9 @@ pub struct ReleaseChoice {
     pub requested: Release,
     /// Where the request came from.
     pub source: ReleaseSource,
+    /// The server image, when it names no release (`:latest`, no tag, a digest) and the
+    /// fallback stands in for what it runs.
+    pub unversioned_image: Option<String>,
 }
 
 impl Default for ReleaseChoice {
@@ -221,7 +224,7 @@ impl ReleaseChoice {
     /// The newest known release, chosen because nothing named one.
     pub fn default_newest() -> Self {
         let newest = Release::newest_known();
-        Self { release: newest, requested: newest, source: ReleaseSource::Default }
+        Self { release: newest, requested: newest, source: ReleaseSource::Default, unversioned_image: None }
     }
 
     /// Whether a release kvpilot does not know was asked for and the nearest known profile
@@ -230,10 +233,11 @@ impl ReleaseChoice {
         self.requested != self.release
     }
 
-    /// The warning to show when the profile only approximates the requested release.
+    /// The warning to show when the profile only approximates the requested release, or stands
+    /// in for an image that names none.
     pub fn warning(&self) -> Option<String> {
         let (relation, extreme) = if self.requested > self.release { ("newer", "newest") } else { ("older", "oldest") };
-        self.approximate().then(|| {
+        let approximate = self.approximate().then(|| {
             format!(
                 "SGLang {} ({}) is {relation} than any release kvpilot knows; its rules are checked as SGLang {}, the \
                  {extreme} known",
@@ -241,7 +245,23 @@ impl ReleaseChoice {
                 self.source.as_str(),
                 self.release
             )
-        })
+        });
+        let unversioned = self.unversioned_image.as_ref().map(|image| {
+            let chosen = match self.source {
+                ReleaseSource::Flag => "the --sglang-version kvpilot runs with",
+                _ => "the newest release kvpilot knows",
+            };
+            format!(
+                "spec.decode.image {image} names no SGLang release (a latest tag, no tag or a digest); its rules are \
+                 checked as SGLang {}, {chosen}: pin the release it runs with spec.sglang.version or a versioned \
+                 tag such as lmsysorg/sglang:v{}-cu129",
+                self.release, self.release
+            )
+        });
+        match (approximate, unversioned) {
+            (Some(a), Some(u)) => Some(format!("{a}; {u}")),
+            (a, u) => a.or(u),
+        }
     }
 }
 
@@ -259,6 +279,20 @@ pub enum ReleaseError {
         /// The known releases, listed.
         known: String,
     },
+    /// The tag of a resource's server image names a release kvpilot does not model.
+    #[error(
+        "the tag of spec.decode.image {image} names SGLang {requested}, which is not a release kvpilot knows; \
+         known releases: {known}; set spec.sglang.version to the known release its settings are to be checked \
+         against, or run an image of a known release"
+    )]
+    UnknownImage {
+        /// The image reference.
+        image: String,
+        /// The release its tag names.
+        requested: Release,
+        /// The known releases, listed.
+        known: String,
+    },
 }
 
 /// The known releases as a list for messages: `0.5.17, 0.5.18, …`.
@@ -271,9 +305,9 @@ pub fn known_list() -> String {
 pub fn choose(requested: Release, source: ReleaseSource) -> Result<ReleaseChoice, ReleaseError> {
     let newest = Release::newest_known();
     if requested.is_known() {
-        Ok(ReleaseChoice { release: requested, requested, source })
+        Ok(ReleaseChoice { release: requested, requested, source, unversioned_image: None })
     } else if requested > newest {
-        Ok(ReleaseChoice { release: newest, requested, source })
+        Ok(ReleaseChoice { release: newest, requested, source, unversioned_image: None })
     } else {
         Err(ReleaseError::Unknown { requested, known: known_list() })
     }
@@ -284,7 +318,12 @@ pub fn choose(requested: Release, source: ReleaseSource) -> Result<ReleaseChoice
 /// None for a tag that is not older than every known release.
 pub fn older_image(named: Release) -> Option<ReleaseChoice> {
     let oldest = Release::oldest_known();
-    (named < oldest).then_some(ReleaseChoice { release: oldest, requested: named, source: ReleaseSource::Image })
+    (named < oldest).then_some(ReleaseChoice {
+        release: oldest,
+        requested: named,
+        source: ReleaseSource::Image,
+        unversioned_image: None,
+    })
 }
 
 /// Parses and checks a version string (see [`choose`]).
@@ -292,47 +331,67 @@ pub fn choose_text(text: &str, source: ReleaseSource) -> Result<ReleaseChoice, R
     choose(text.trim().parse()?, source)
 }
 
-/// Whose servers a release is chosen for. They differ only in what an image tag naming a release
-/// kvpilot does not model means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ServersOf {
-    /// An InferenceDeployment's, which kvpilot runs: such a tag says nothing about the rules to
-    /// apply, so the fallback applies.
-    Resource,
-    /// A workload's that kvpilot only checks: a tag older than every known release is checked as
-    /// the oldest known (with [`ReleaseChoice::warning`] saying so), another one kvpilot does not
-    /// model as the fallback, with a warning saying why.
-    Workload,
-}
-
-/// The SGLang release a verdict is checked against, and a warning where the image's tag was not
-/// used: the release the resource pins (`pinned`), else the one the server image's tag names
-/// (`image`) as [`ServersOf`] says, else `fallback` (the operator's, webhook's or CLI's
-/// `--sglang-version`, or the newest known release).
-pub fn choose_release(
-    pinned: Option<ReleaseChoice>,
-    image: Option<Release>,
-    servers: ServersOf,
-    fallback: &ReleaseChoice,
-) -> (ReleaseChoice, Option<String>) {
-    if let Some(pinned) = pinned {
-        return (pinned, None);
-    }
+/// The SGLang release a workload's server is checked against, and a warning where the image's
+/// tag was not used: the release the server image's tag names (`image`), else `fallback` (the
+/// webhook's or CLI's `--sglang-version`, or the newest known release). kvpilot only checks such
+/// servers, so a tag it does not model still gets a verdict: one older than every known release
+/// is checked as the oldest known (with [`ReleaseChoice::warning`] saying so), another one as the
+/// fallback, with a warning saying why.
+pub fn choose_for_workload(image: Option<Release>, fallback: &ReleaseChoice) -> (ReleaseChoice, Option<String>) {
     let Some(named) = image else { return (fallback.clone(), None) };
-    let chosen = match servers {
-        ServersOf::Resource => choose(named, ReleaseSource::Image),
-        ServersOf::Workload => older_image(named).map_or_else(|| choose(named, ReleaseSource::Image), Ok),
-    };
-    match (chosen, servers) {
-        (Ok(choice), _) => (choice, None),
-        (Err(_), ServersOf::Resource) => (fallback.clone(), None),
-        (Err(e), ServersOf::Workload) => (
+    match older_image(named).map_or_else(|| choose(named, ReleaseSource::Image), Ok) {
+        Ok(choice) => (choice, None),
+        Err(e) => (
             fallback.clone(),
             Some(format!(
                 "the image tag names SGLang {named}, which kvpilot does not model ({e}); checked as SGLang {}",
                 fallback.release
             )),
         ),
+    }
+}
+
+/// The SGLang release an InferenceDeployment's servers are checked against: the release it pins
+/// (`pinned`, spec.sglang.version), else the one the tag of its server `image` names, else
+/// `fallback` (the operator's, webhook's or CLI's `--sglang-version`, or the newest known
+/// release). kvpilot runs these servers, so a tag naming a release it does not model (older than
+/// every known one, or never published) is an error, not a guess; an image that names no release
+/// (`:latest`, no tag, a digest) gets the fallback with a warning saying how to pin one.
+pub fn choose_for_resource(
+    pinned: Option<ReleaseChoice>,
+    image: Option<&str>,
+    fallback: &ReleaseChoice,
+) -> Result<ReleaseChoice, ReleaseError> {
+    if let Some(pinned) = pinned {
+        return Ok(pinned);
+    }
+    let Some(image) = image else { return Ok(fallback.clone()) };
+    match from_image(image) {
+        Some(named) => choose(named, ReleaseSource::Image).map_err(|_| ReleaseError::UnknownImage {
+            image: image.to_string(),
+            requested: named,
+            known: known_list(),
+        }),
+        None if names_no_release(image) => {
+            Ok(ReleaseChoice { unversioned_image: Some(image.to_string()), ..fallback.clone() })
+        }
+        None => Ok(fallback.clone()),
+    }
+}
+
+/// Whether `image` is an SGLang image whose tag names no release, or any image referenced by
+/// `latest`, by no tag or by digest alone: what it runs changes under the same name, or cannot be
+/// read from it.
+fn names_no_release(image: &str) -> bool {
+    let (reference, digest) = match image.split_once('@') {
+        Some((reference, _)) => (reference, true),
+        None => (image, false),
+    };
+    let name_end = reference.rfind('/').map_or(0, |i| i + 1);
+    match reference[name_end..].split_once(':') {
+        None => true,
+        Some((_, "latest")) => true,
+        Some((name, _)) => !digest && name.to_ascii_lowercase().contains("sglang"),
     }
 }
 

@@ -110,3 +110,68 @@ fn an_image_older_than_every_known_release_gets_the_oldest_profile_and_a_warning
     assert_eq!(older_image(v0_5(17)), None);
     assert_eq!(older_image(v0_5(20)), None);
 }
+
+#[test]
+fn a_resource_image_naming_an_unmodelled_release_is_an_error_naming_the_field_to_set() {
+    let fallback = ReleaseChoice::default_newest();
+    for image in ["lmsysorg/sglang:v0.5.9-cu129", "lmsysorg/sglang:v0.5.22.post1", "lmsysorg/sglang:v0.4.10"] {
+        let error = choose_for_resource(None, Some(image), &fallback).unwrap_err().to_string();
+        assert!(
+            error.contains(&format!("spec.decode.image {image}"))
+                && error.contains("set spec.sglang.version")
+                && error.contains("known releases: 0.5.17, 0.5.18, 0.5.19, 0.5.20, 0.5.21, 0.5.22, 0.5.23"),
+            "{error}"
+        );
+    }
+    // The spec's pin wins over the tag: a user running 0.5.9 states what to check it as.
+    let pinned = choose_text("0.5.17", ReleaseSource::Spec).unwrap();
+    let chosen = choose_for_resource(Some(pinned.clone()), Some("lmsysorg/sglang:v0.5.9-cu129"), &fallback);
+    assert_eq!(chosen, Ok(pinned));
+    let newer = choose_for_resource(None, Some("lmsysorg/sglang:v0.5.30-cu129"), &fallback).unwrap();
+    assert_eq!((newer.release, newer.source), (v0_5(23), ReleaseSource::Image));
+    assert!(newer.warning().unwrap().contains("newer than any release kvpilot knows"));
+}
+
+#[test]
+fn a_resource_image_naming_no_release_gets_the_fallback_and_a_warning_saying_how_to_pin() {
+    let newest = ReleaseChoice::default_newest();
+    let flag = choose_text("0.5.20", ReleaseSource::Flag).unwrap();
+    for image in [
+        "lmsysorg/sglang:latest",
+        "lmsysorg/sglang",
+        "lmsysorg/sglang@sha256:0123",
+        "registry:5000/sglang:dev",
+        "myco/server",
+    ] {
+        let chosen = choose_for_resource(None, Some(image), &newest).unwrap();
+        assert_eq!((chosen.release, chosen.source), (v0_5(23), ReleaseSource::Default), "{image}");
+        let warning = chosen.warning().unwrap_or_else(|| panic!("{image}: no warning"));
+        assert!(
+            warning.contains(&format!("spec.decode.image {image} names no SGLang release"))
+                && warning.contains("checked as SGLang 0.5.23, the newest release kvpilot knows")
+                && warning.contains("spec.sglang.version"),
+            "{warning}"
+        );
+        let chosen = choose_for_resource(None, Some(image), &flag).unwrap();
+        assert_eq!((chosen.release, chosen.source), (v0_5(20), ReleaseSource::Flag), "{image}");
+        assert!(chosen.warning().unwrap().contains("SGLang 0.5.20, the --sglang-version kvpilot runs with"));
+    }
+    // A versioned tag of an image that is not SGLang's says nothing either way: no warning.
+    for image in ["myco/inference:2.1", "myco/inference:2.1@sha256:0123"] {
+        let chosen = choose_for_resource(None, Some(image), &newest).unwrap();
+        assert_eq!((chosen.clone(), chosen.warning()), (newest.clone(), None), "{image}");
+    }
+    assert_eq!(choose_for_resource(None, None, &newest), Ok(newest));
+}
+
+#[test]
+fn a_workload_image_keeps_its_warnings_and_never_fails() {
+    let fallback = ReleaseChoice::default_newest();
+    let (older, warning) = choose_for_workload(Some(Release::new(0, 5, 9)), &fallback);
+    assert_eq!((older.release, warning), (v0_5(17), None));
+    assert!(older.warning().unwrap().contains("older than any release kvpilot knows"));
+    let (unpublished, warning) = choose_for_workload(Some(Release { post: Some(1), ..v0_5(22) }), &fallback);
+    assert_eq!(unpublished.release, v0_5(23));
+    assert!(warning.unwrap().contains("which kvpilot does not model"));
+    assert_eq!(choose_for_workload(None, &fallback), (fallback, None));
+}

@@ -21,7 +21,7 @@ use crate::api::{
 };
 use crate::layout::LayoutError;
 use crate::policy::{self, FieldNames, ModelConfigs, Outcome, ServerRole, Violation};
-use crate::release::{self, Release, ReleaseChoice, ServersOf};
+use crate::release::{self, Release, ReleaseChoice};
 
 /// Annotation (workload or pod template) naming the model's config.json when `--model-path` is
 /// not a hub id: `configmap/NAME`, `configmap/NAME/KEY` or `hub/ORG/NAME[@REVISION]`.
@@ -44,7 +44,7 @@ pub struct Server {
     pub container: String,
     /// The SGLang release the image tag names (an image whose repository name contains `sglang`).
     pub release: Option<Release>,
-    /// The release it is checked against ([`release::choose_release`]), and why not the tag's, if
+    /// The release it is checked against ([`release::choose_for_workload`]), and why not the tag's, if
     /// not.
     pub checked_as: ReleaseChoice,
     pub release_warning: Option<String>,
@@ -174,8 +174,7 @@ pub fn inspect(object: &Value, fallback: &ReleaseChoice) -> Inspection {
         for invocation in found.invocations {
             // A Dynamo image's tag is Dynamo's version, not SGLang's.
             let image_release = if invocation.entry == Entry::Dynamo { None } else { release::from_image(image) };
-            let (checked_as, release_warning) =
-                release::choose_release(None, image_release, ServersOf::Workload, fallback);
+            let (checked_as, release_warning) = release::choose_for_workload(image_release, fallback);
             let cli = server_cli::for_release(checked_as.release);
             // Dynamo hands SGLang's parser what its own leaves (see `DYNAMO_NOT_JUDGED`): the
             // settings are read as SGLang reads them, its refusals are not judged.
