@@ -276,9 +276,9 @@ async fn an_image_of_a_release_kvpilot_does_not_model_is_refused_until_one_is_pi
     .await;
     assert!(fleet.pods_of(&name).await.is_empty(), "no pod for a release no rule models");
     // Pinned, the same image runs, checked as the release the spec names.
-    fleet.patch_spec(&name, json!({"sglang": {"version": "0.5.17"}})).await;
+    fleet.patch_spec(&name, json!({"sglang": {"version": "0.5.19"}})).await;
     let sglang = fleet.converged(&name, 2).await.status.unwrap().sglang.unwrap();
-    assert_eq!((sglang.version.as_str(), sglang.source.as_str()), ("0.5.17", "Spec"));
+    assert_eq!((sglang.version.as_str(), sglang.source.as_str()), ("0.5.19", "Spec"));
 
     let latest = fleet.create(&fleet.example("llama-3.1-8b-full.yaml", |o| {
         o["metadata"]["name"] = json!("latest");

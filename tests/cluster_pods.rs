@@ -479,13 +479,19 @@ async fn evictions_arriving_before_kvpilot_reacts_break_at_most_max_unavailable_
             }))
         })
         .collect();
-    for ((max_unavailable, _), name) in cases.iter().zip(&names) {
+    let mut allowed = Vec::new();
+    for name in &names {
         fleet.converged(name, 3).await;
         let budget = format!("{name}-decode");
-        until(&format!("{budget} allows {max_unavailable} of 6 pods down"), async || {
-            (budget_counts(&fleet, &budget).await? == (6, 6, *max_unavailable)).then_some(())
-        })
-        .await;
+        let mut last = String::new();
+        let counted =
+            fleet::wait_for_or(&format!("{budget} counts 6 healthy pods"), fleet::SETTLE, &mut last, async |last| {
+                let counts = budget_counts(&fleet, &budget).await?;
+                *last = format!("{counts:?}");
+                (counts.0 == 6 && counts.1 == 6).then_some(counts.2)
+            })
+            .await;
+        allowed.push(counted);
     }
 
     let evictions: Api<Pod> = Api::namespaced(cluster.client_without_retries().await, fleet.ns());
@@ -523,6 +529,8 @@ async fn evictions_arriving_before_kvpilot_reacts_break_at_most_max_unavailable_
             assert_eq!(broken, *max_unavailable as usize, "{arrival:?}: the budget allows exactly that many");
         }
     }
+    let wanted: Vec<i32> = cases.iter().map(|(max_unavailable, _)| *max_unavailable).collect();
+    assert_eq!(allowed, wanted, "each budget allowed maxUnavailable pods down");
     operator.assert_no_failures().await;
 }
 
