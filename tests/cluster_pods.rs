@@ -924,3 +924,47 @@ fn the_autoscaling_examples_are_accepted_and_scale_an_example_inference_deployme
         assert!(dry_run(&cluster, &broken).is_err(), "{file}: strict validation refuses unknown fields");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_router_is_admitted_where_the_namespace_enforces_the_restricted_pod_security_level() {
+    let cluster = cluster_or_skip!();
+    ensure_node(&cluster);
+    let fleet = Fleet::new(&cluster, "pods-restricted", quick()).await;
+    let enforce =
+        ["pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/enforce-version=latest"];
+    let out = cluster.kubectl(&["label", "namespace", fleet.ns(), enforce[0], enforce[1]]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // The API server's PodSecurity admission enforces it: a pod with no security context is refused.
+    let bare = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare", "namespace": fleet.ns()},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+    let out = cluster.kubectl_with_input(&["create", "-f", "-"], &bare.to_string());
+    let refusal = text(&out.stderr);
+    assert!(!out.status.success() && refusal.contains("violates PodSecurity \"restricted:latest\""), "{refusal}");
+
+    let _operator = fleet.operator(&[], &[]);
+    let name = fleet.create(&fleet.pd_example("llama-3.1-8b-full.yaml", |o| {
+        o["spec"]["decode"]["replicas"] = json!(1);
+    }));
+    // The ReplicaSet controller creates the router's pod, which PodSecurity admits.
+    let selector = format!("app.kubernetes.io/name=kvpilot-router,app.kubernetes.io/instance={name}");
+    let mut last = String::new();
+    let pod = fleet::wait_for_or("the router's pod is admitted", fleet::SETTLE, &mut last, async |last| {
+        let replica_sets: Api<k8s_openapi::api::apps::v1::ReplicaSet> =
+            Api::namespaced(fleet.client.clone(), fleet.ns());
+        let conditions: Vec<String> = replica_sets
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .ok()?
+            .items
+            .iter()
+            .flat_map(|rs| rs.status.iter().flat_map(|s| s.conditions.iter().flatten()))
+            .map(|c| format!("{}: {}", c.type_, c.message.clone().unwrap_or_default()))
+            .collect();
+        *last = format!("ReplicaSet conditions {conditions:?}");
+        fleet.pods().list(&ListParams::default().labels(&selector)).await.ok()?.items.into_iter().next()
+    })
+    .await;
+    let container = &pod.spec.unwrap().containers[0];
+    let limits = container.resources.as_ref().and_then(|r| r.limits.clone()).unwrap_or_default();
+    assert!(limits.contains_key("memory"), "the router's memory is bounded: {:?}", container.resources);
+}

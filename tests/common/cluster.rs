@@ -156,12 +156,12 @@ impl Cluster {
     /// waits until it is Established.
     pub fn install_crd(&self) {
         self.kubectl_ok(&APPLY_CRDS);
-        self.kubectl_ok(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/inferencedeployments.kvpilot.dev",
-        ]);
+        let wait = ["wait", "--for=condition=Established", "--timeout=10s", "crd/inferencedeployments.kvpilot.dev"];
+        // kubectl wait fails outright on a CRD so new that it has no conditions yet (seen on a
+        // control plane just started: `.status.conditions accessor error: <nil>`).
+        wait_for_blocking("the CRD is Established", Duration::from_secs(60), || {
+            self.kubectl(&wait).status.success().then_some(())
+        });
     }
 
     /// Points the webhook configuration `kind` (validatingwebhookconfiguration or

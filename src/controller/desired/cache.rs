@@ -3,7 +3,8 @@
 //! the SGLang container, and the connector on SGLang's `PYTHONPATH`.
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, SecurityContext, Volume, VolumeMount,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, SeccompProfile, SecurityContext, Volume,
+    VolumeMount,
 };
 
 use super::container::{env_var, http_probe, mount};
@@ -22,7 +23,9 @@ const CACHE_METRICS_PORT: i32 = 9400;
 /// User and group the kvpilot containers run as (the image's non-root user).
 const RUNTIME_UID: i64 = 65532;
 
-/// The kvpilot containers' security: non-root, nothing to escalate, a read-only root.
+/// The kvpilot containers' security: what the Pod Security Standards' `restricted` level asks
+/// (non-root, nothing to escalate, no capability, the runtime's default seccomp profile), and a
+/// read-only root.
 fn runtime_security() -> SecurityContext {
     SecurityContext {
         run_as_non_root: Some(true),
@@ -31,6 +34,7 @@ fn runtime_security() -> SecurityContext {
         allow_privilege_escalation: Some(false),
         read_only_root_filesystem: Some(true),
         capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Capabilities::default() }),
+        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }),
         ..SecurityContext::default()
     }
 }
@@ -136,7 +140,15 @@ mod tests {
         // Guaranteed: requests equal limits, the memory a store of 1Gi may use, in binary units.
         for container in [&init[0], sidecar] {
             let resources = container.resources.as_ref().unwrap();
-            assert_eq!(resources.requests, resources.limits, "{}", container.name);
+            let requests = resources.requests.as_ref().unwrap_or_else(|| panic!("{}: no requests", container.name));
+            assert!(
+                requests.contains_key("cpu") && requests.contains_key("memory"),
+                "{}: {requests:?}",
+                container.name
+            );
+            assert_eq!(resources.limits.as_ref(), Some(requests), "{}", container.name);
+            let security = container.security_context.as_ref().unwrap();
+            assert_eq!(security.seccomp_profile.as_ref().map(|p| p.type_.as_str()), Some("RuntimeDefault"));
         }
         let memory = &sidecar.resources.as_ref().unwrap().limits.as_ref().unwrap()["memory"];
         let bytes = crate::runtime::memory_limit(1 << 30);

@@ -440,4 +440,43 @@ mod tests {
         assert_eq!(strategy.rolling_update.unwrap().max_unavailable, Some(IntOrString::Int(0)));
         assert_ne!(router.deployment, before);
     }
+
+    #[test]
+    fn the_router_runs_as_the_restricted_pod_security_level_asks_with_its_memory_bounded() {
+        let mut pd = resource(json!({}));
+        pd.spec.prefill = Some(serde_json::from_value(json!({"replicas": 1})).unwrap());
+        let router = render(&pd).router.unwrap();
+        let pod = router.deployment.spec.unwrap().template.spec.unwrap();
+        let container = &pod.containers[0];
+        let security = container.security_context.clone().unwrap();
+        assert_eq!(
+            (security.run_as_non_root, security.run_as_user, security.allow_privilege_escalation),
+            (Some(true), Some(router::ROUTER_UID), Some(false))
+        );
+        assert_eq!(security.read_only_root_filesystem, Some(true));
+        assert_eq!(security.capabilities.unwrap().drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(security.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        assert_eq!(pod.security_context.unwrap().seccomp_profile.unwrap().type_, "RuntimeDefault");
+        // Its one writable directory, also HOME, is a volume.
+        let mount = &container.volume_mounts.as_ref().unwrap()[0];
+        assert_eq!(mount.mount_path, "/tmp");
+        assert!(pod.volumes.unwrap().iter().any(|v| v.name == mount.name && v.empty_dir.is_some()));
+        assert!(container.env.as_ref().unwrap().iter().any(|e| e.name == "HOME" && e.value.as_deref() == Some("/tmp")));
+        let resources = container.resources.clone().unwrap();
+        let (requests, limits) = (resources.requests.unwrap(), resources.limits.unwrap());
+        assert_eq!((requests["cpu"].0.as_str(), requests["memory"].0.as_str()), ("500m", "512Mi"));
+        assert_eq!(limits.iter().map(|(k, v)| (k.as_str(), v.0.as_str())).collect::<Vec<_>>(), [("memory", "512Mi")]);
+
+        // A limit the user sets is kept, and is the request where the spec sets none.
+        let mut sized = pd.clone();
+        sized.spec.router =
+            Some(serde_json::from_value(json!({"resources": {"limits": {"memory": "2Gi", "cpu": "2"}}})).unwrap());
+        let resources = render(&sized).router.unwrap().deployment.spec.unwrap().template.spec.unwrap().containers[0]
+            .resources
+            .clone()
+            .unwrap();
+        let (requests, limits) = (resources.requests.unwrap(), resources.limits.unwrap());
+        assert_eq!((requests["memory"].0.as_str(), limits["memory"].0.as_str()), ("2Gi", "2Gi"));
+        assert_eq!((requests["cpu"].0.as_str(), limits["cpu"].0.as_str()), ("2", "2"));
+    }
 }

@@ -128,7 +128,10 @@ pub(super) fn installer() -> ResourceRequirements {
     guaranteed(INSTALLER_CPU, Quantity(INSTALLER_MEMORY.into()))
 }
 
-/// The router container: `spec.router.resources`, with CPU and memory requests filled in.
+/// The router container: `spec.router.resources`, with CPU and memory requests filled in, and a
+/// memory limit (its request, where the spec sets none): a router that leaks is restarted
+/// alone instead of pressing on the node's servers. No CPU limit is added, so a burst of
+/// requests is not throttled; a user who wants one sets it.
 pub(super) fn router(given: Option<&ResourceRequirements>) -> ResourceRequirements {
     let mut resources = given.cloned().unwrap_or_default();
     let limits = resources.limits.clone().unwrap_or_default();
@@ -138,6 +141,8 @@ pub(super) fn router(given: Option<&ResourceRequirements>) -> ResourceRequiremen
             requests.insert(name.into(), limits.get(name).cloned().unwrap_or_else(|| Quantity(default.into())));
         }
     }
+    let memory = requests["memory"].clone();
+    resources.limits.get_or_insert_default().entry("memory".into()).or_insert(memory);
     resources
 }
 

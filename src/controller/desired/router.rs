@@ -4,7 +4,8 @@
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, PodSpec, PodTemplateSpec, Service, ServiceAccount, ServicePort, ServiceSpec,
+    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, PodSecurityContext, PodSpec, PodTemplateSpec,
+    SeccompProfile, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
@@ -24,6 +25,25 @@ use crate::sglang::server::{self, ROUTER_METRICS_PORT};
 
 /// The router container's name.
 const ROUTER_CONTAINER: &str = "router";
+/// The user and group the router runs as: not root, in any image (the SGLang image's files are
+/// world-readable; the router writes nothing but under `/tmp`).
+pub const ROUTER_UID: i64 = 65532;
+/// The writable directory of a router whose root filesystem is read-only, also its `HOME`.
+const ROUTER_TMP: &str = "/tmp";
+
+/// What the Pod Security Standards' `restricted` level asks of a container, and a read-only root.
+fn router_security() -> SecurityContext {
+    SecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(ROUTER_UID),
+        run_as_group: Some(ROUTER_UID),
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Capabilities::default() }),
+        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }),
+        ..SecurityContext::default()
+    }
+}
 
 /// The router's objects, all named `NAME-router`.
 #[derive(Debug, Clone, PartialEq)]
@@ -115,6 +135,14 @@ pub(super) fn render_router(
         resources: Some(resources::router(router.resources.as_ref())),
         readiness_probe: Some(http_probe("http", "/readiness", 5, 5, 3)),
         liveness_probe: Some(http_probe("http", "/liveness", 10, 5, 3)),
+        // Python and the launcher write their caches and temporary files under HOME and /tmp.
+        env: Some(vec![EnvVar { name: "HOME".into(), value: Some(ROUTER_TMP.into()), ..EnvVar::default() }]),
+        volume_mounts: Some(vec![VolumeMount {
+            name: "tmp".into(),
+            mount_path: ROUTER_TMP.into(),
+            ..VolumeMount::default()
+        }]),
+        security_context: Some(router_security()),
         ..Container::default()
     };
     let mut template_labels = selector.clone();
@@ -138,6 +166,20 @@ pub(super) fn render_router(
                 metadata: Some(ObjectMeta { labels: Some(template_labels), ..ObjectMeta::default() }),
                 spec: Some(PodSpec {
                     containers: vec![container],
+                    volumes: Some(vec![Volume {
+                        name: "tmp".into(),
+                        empty_dir: Some(EmptyDirVolumeSource::default()),
+                        ..Volume::default()
+                    }]),
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        fs_group: Some(ROUTER_UID),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".into(),
+                            ..SeccompProfile::default()
+                        }),
+                        ..PodSecurityContext::default()
+                    }),
                     service_account_name: Some(object_name.clone()),
                     node_selector: (!router.node_selector.is_empty()).then(|| router.node_selector.clone()),
                     tolerations: (!router.tolerations.is_empty()).then(|| router.tolerations.clone()),
