@@ -289,7 +289,15 @@ async fn reconcile_until(
         .reflect(deployments_writer)
         .applied_objects();
     let (pods, pods_writer) = reflector::store::<ServerPod>();
-    let servers = format!("{} in ({},{})", desired::LABEL_NAME, desired::DECODE_APP, desired::PREFILL_APP);
+    // The router's pods too: an old API server sets no `terminatingReplicas` on the router's
+    // Deployment, and a router pod of the old key still routes while it terminates.
+    let servers = format!(
+        "{} in ({},{},{})",
+        desired::LABEL_NAME,
+        desired::DECODE_APP,
+        desired::PREFILL_APP,
+        desired::ROUTER_APP
+    );
     let pod_stream = watcher(api::<ServerPod>(&client, &scope), listed().labels(&servers))
         .modify(server_pod::trim)
         .reflect(pods_writer)
@@ -339,7 +347,7 @@ async fn reconcile_until(
         // combinator per kind, and polling seven of them overflowed a 2 MiB worker stack in
         // debug builds.
         .reconcile_on(futures::stream::select_all([
-            owner_triggers(pod_stream),
+            pod_triggers(pod_stream),
             config_maps,
             services,
             service_accounts,
@@ -449,15 +457,44 @@ where
                     return None;
                 }
             };
-            let meta = object.meta();
-            let owner = meta.owner_references.iter().flatten().find(|owner| {
-                owner.controller == Some(true)
-                    && owner.kind == "InferenceDeployment"
-                    && owner.api_version.starts_with("kvpilot.dev/")
-            })?;
-            Some(ObjectRef::new(&owner.name).within(meta.namespace.as_deref()?))
+            owning_resource(object.meta())
         })
         .boxed()
+}
+
+/// The InferenceDeployment that controls the object of `meta`.
+fn owning_resource(meta: &kube::api::ObjectMeta) -> Option<ObjectRef<InferenceDeployment>> {
+    let owner = meta.owner_references.iter().flatten().find(|owner| {
+        owner.controller == Some(true)
+            && owner.kind == "InferenceDeployment"
+            && owner.api_version.starts_with("kvpilot.dev/")
+    })?;
+    Some(ObjectRef::new(&owner.name).within(meta.namespace.as_deref()?))
+}
+
+/// The resource of each server pod (its owner) and of each router pod (whose owner is the router
+/// Deployment's ReplicaSet: its instance label), so that a router pod of an old key going away
+/// lets a rollout go on.
+fn pod_triggers(
+    stream: impl futures::Stream<Item = Result<ServerPod, watcher::Error>> + Send + 'static,
+) -> futures::stream::BoxStream<'static, ObjectRef<InferenceDeployment>> {
+    stream
+        .filter_map(|pod| async move {
+            let pod = pod.ok()?;
+            owning_resource(&pod.metadata).or_else(|| {
+                let (_, instance) = router_pod_of(&pod)?;
+                Some(ObjectRef::new(instance).within(pod.metadata.namespace.as_deref()?))
+            })
+        })
+        .boxed()
+}
+
+/// The key a router pod selects and the resource it routes for; None for other pods.
+fn router_pod_of(pod: &ServerPod) -> Option<(&str, &str)> {
+    let labels = pod.metadata.labels.as_ref()?;
+    (labels.get(desired::LABEL_NAME).map(String::as_str) == Some(desired::ROUTER_APP)).then_some(())?;
+    let key = labels.get(LABEL_KV_COMPAT).map_or("", String::as_str);
+    Some((key, labels.get(desired::LABEL_INSTANCE)?.as_str()))
 }
 
 /// Backoff for transient errors: 100 ms doubling per consecutive failure up to five minutes
@@ -732,11 +769,20 @@ impl Reconciler {
             .collect()
     }
 
-    /// The router Deployment as its watch cache holds it.
+    /// The router Deployment and its pods (terminating ones too) as the watch caches hold them.
     fn router_status(&self, namespace: &str, resource: &InferenceDeployment) -> Option<ObservedRouter> {
-        let name = desired::router_name(&resource.name_any());
+        let resource_name = resource.name_any();
+        let name = desired::router_name(&resource_name);
         let deployment = self.deployments.cache.get(&ObjectRef::new(&name).within(namespace))?;
-        Some(observe_router(&deployment))
+        let pods = self.pods.state();
+        let keys: Vec<&str> = pods
+            .iter()
+            .filter(|pod| pod.metadata.namespace.as_deref() == Some(namespace))
+            .filter_map(|pod| router_pod_of(pod))
+            .filter(|(_, instance)| *instance == resource_name)
+            .map(|(key, _)| key)
+            .collect();
+        Some(observe_router(&deployment, &keys))
     }
 
     /// Whether pods the last pass created for `resource` are still missing from `observed`
@@ -853,17 +899,22 @@ where
 
 /// A router Deployment as the planner reads it: settled once the Deployment controller has seen
 /// its current spec and every pod runs it, none of an earlier template left or terminating.
-fn observe_router(deployment: &Deployment) -> ObservedRouter {
+/// `pod_keys` are the keys the router's pods select, terminating ones included: API servers
+/// before `terminatingReplicas` (and those with its feature gate off) leave it unset, and
+/// `replicas` never counts a terminating pod, which still routes until it exits.
+fn observe_router(deployment: &Deployment, pod_keys: &[&str]) -> ObservedRouter {
     let status = deployment.status.clone().unwrap_or_default();
     let wanted = deployment.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
     let seen = status.observed_generation.is_some_and(|seen| Some(seen) >= deployment.metadata.generation);
+    let key = deployment.metadata.labels.as_ref().and_then(|l| l.get(LABEL_KV_COMPAT)).cloned().unwrap_or_default();
     ObservedRouter {
         ready_replicas: status.ready_replicas.unwrap_or(0),
-        key: deployment.metadata.labels.as_ref().and_then(|l| l.get(LABEL_KV_COMPAT)).cloned().unwrap_or_default(),
         settled: seen
             && status.updated_replicas.unwrap_or(0) == wanted
             && status.replicas.unwrap_or(0) == wanted
-            && status.terminating_replicas.unwrap_or(0) == 0,
+            && status.terminating_replicas.unwrap_or(0) == 0
+            && pod_keys.iter().all(|pod_key| *pod_key == key),
+        key,
     }
 }
 
@@ -950,5 +1001,63 @@ async fn publish(
     };
     if let Err(e) = context.recorder.publish(&event, &resource.object_ref(&())).await {
         tracing::warn!(error = %e, "cannot publish an event");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use serde_json::json;
+
+    use super::*;
+
+    /// A router Deployment of `key` rolled out whole, as an API server without
+    /// `terminatingReplicas` reports it.
+    fn rolled_out(key: &str) -> Deployment {
+        Deployment {
+            metadata: ObjectMeta {
+                generation: Some(2),
+                labels: Some([(LABEL_KV_COMPAT.to_string(), key.to_string())].into()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(DeploymentSpec { replicas: Some(2), ..DeploymentSpec::default() }),
+            status: Some(DeploymentStatus {
+                observed_generation: Some(2),
+                replicas: Some(2),
+                updated_replicas: Some(2),
+                ready_replicas: Some(2),
+                ..DeploymentStatus::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn a_router_pod_of_another_key_still_terminating_keeps_the_router_unsettled_without_terminating_replicas() {
+        let deployment = rolled_out("new");
+        assert!(!observe_router(&deployment, &["new", "new", "old"]).settled, "an old-key pod still routes");
+        assert!(observe_router(&deployment, &["new", "new"]).settled);
+        assert!(observe_router(&deployment, &[]).settled, "pods not yet seen hold nothing back");
+        let mut newer = deployment.clone();
+        newer.status.as_mut().unwrap().terminating_replicas = Some(1);
+        assert!(!observe_router(&newer, &["new", "new"]).settled, "a server that counts them is believed");
+    }
+
+    #[test]
+    fn router_pods_trigger_their_resource_by_label_and_server_pods_by_owner() {
+        let router: ServerPod = serde_json::from_value(json!({"metadata": {"name": "r", "namespace": "ns",
+            "labels": {desired::LABEL_NAME: desired::ROUTER_APP, desired::LABEL_INSTANCE: "llama", LABEL_KV_COMPAT: "k1"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "llama-router-1", "uid": "u", "controller": true}]}}))
+        .unwrap();
+        assert_eq!(router_pod_of(&router), Some(("k1", "llama")));
+        let server: ServerPod = serde_json::from_value(json!({"metadata": {"name": "s", "namespace": "ns",
+            "labels": {desired::LABEL_NAME: desired::DECODE_APP, desired::LABEL_INSTANCE: "llama"},
+            "ownerReferences": [{"apiVersion": "kvpilot.dev/v1alpha1", "kind": "InferenceDeployment", "name": "llama", "uid": "u", "controller": true}]}}))
+        .unwrap();
+        assert_eq!(router_pod_of(&server), None);
+        let triggers = futures::executor::block_on(
+            pod_triggers(futures::stream::iter([Ok(router), Ok(server)])).collect::<Vec<_>>(),
+        );
+        let expected = ObjectRef::<InferenceDeployment>::new("llama").within("ns");
+        assert_eq!(triggers, [expected.clone(), expected]);
     }
 }
