@@ -3,10 +3,13 @@
 //! check what the rendering grants and runs. `bash scripts/install-test-tools.sh` installs the
 //! tools (`bash scripts/test.sh` runs it first).
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use common::{repo, test_tool as tool};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -14,23 +17,6 @@ const CHART: &str = "charts/kvpilot";
 const RELEASE_NAMESPACE: &str = "kvpilot-system";
 /// Kinds without a schema in kubernetes-validate (third-party CRDs); checked structurally here.
 const THIRD_PARTY_KINDS: &[&str] = &["Certificate", "Issuer", "ServiceMonitor"];
-
-fn repo(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
-fn tool(name: &str) -> PathBuf {
-    let dir = std::env::var_os("KVPILOT_TOOLS")
-        .map(|d| PathBuf::from(d).join("bin"))
-        .unwrap_or_else(|| repo("target/test-tools/bin"));
-    let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run `bash scripts/install-test-tools.sh` (`bash scripts/test.sh` does it first)",
-        path.display()
-    );
-    path
-}
 
 fn run(program: &Path, args: &[&str]) -> Output {
     Command::new(program).args(args).current_dir(repo("")).output().expect("run tool")

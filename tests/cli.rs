@@ -2,20 +2,13 @@
 //! resolution, hub sources served by a real HTTP server on loopback).
 
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
 mod common;
 use common::output::{stderr, stdout, write};
-
-fn kvpilot(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kvpilot")).args(args).output().expect("run kvpilot")
-}
-
-fn repo(path: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path).display().to_string()
-}
+use common::{kvpilot, repo_arg as repo};
 
 #[test]
 fn crd_prints_the_committed_file() {

@@ -1,15 +1,14 @@
 //! The committed CRD files equal `kvpilot crd`, and every example validates against the
 //! generated schema.
 
-use std::path::{Path, PathBuf};
+mod common;
 
+use std::path::Path;
+
+use common::repo;
 use kvpilot::api::InferenceDeployment;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-
-fn repo(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
-}
 
 const REGENERATE: &str = "regenerate with: cargo run -q -- crd > crds/inferencedeployment.yaml && \
                           cp crds/inferencedeployment.yaml charts/kvpilot/crds/inferencedeployment.yaml";

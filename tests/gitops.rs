@@ -2,10 +2,12 @@
 //! the controller's own status code produces, the Flux HelmRelease's values against the chart's
 //! schema, and the CI example's commands against the binary.
 
-use std::path::PathBuf;
+mod common;
+
 use std::process::Command;
 use std::time::Duration;
 
+use common::{repo, test_tool};
 use k8s_openapi::jiff::Timestamp;
 use kvpilot::api::{InferenceDeployment, InferenceDeploymentSpec, RolloutPhase, RolloutStatus};
 use kvpilot::controller::coherent;
@@ -14,19 +16,6 @@ use kvpilot::controller::status::{self, FleetProgress, PodCounts};
 use kvpilot::policy::assess;
 use serde::Deserialize;
 use serde_json::{Value, json};
-
-fn repo(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
-fn lua() -> PathBuf {
-    let dir = std::env::var_os("KVPILOT_TOOLS")
-        .map(|d| PathBuf::from(d).join("bin"))
-        .unwrap_or_else(|| repo("target/test-tools/bin"));
-    let path = dir.join("lua5.4");
-    assert!(path.exists(), "{} is missing: run `bash scripts/install-test-tools.sh`", path.display());
-    path
-}
 
 /// A JSON value as a Lua table constructor (null fields are left out, as Argo CD's are absent).
 fn lua_literal(value: &Value) -> String {
@@ -53,7 +42,7 @@ fn health(object: &Value) -> (String, String) {
         "obj = {}\nlocal hs = dofile(\"deploy/argocd/inferencedeployment-health.lua\")\nio.write(hs.status, \"\\n\", hs.message)",
         lua_literal(object)
     );
-    let out = Command::new(lua()).args(["-e", &program]).current_dir(repo("")).output().unwrap();
+    let out = Command::new(test_tool("lua5.4")).args(["-e", &program]).current_dir(repo("")).output().unwrap();
     assert!(out.status.success(), "lua failed: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
     let (status, message) = text.split_once('\n').unwrap();

@@ -3,10 +3,9 @@
 //! model's ConfigMap from the in-process API server, applying its JSON patch with `json-patch`
 //! and reading the command line back.
 
+mod common;
+
 use kvpilot::release::ReleaseChoice;
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,23 +22,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-fn repo(path: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path).display().to_string()
-}
-
-fn kvpilot(args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kvpilot"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run kvpilot");
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.unwrap_or_default().as_bytes()).unwrap();
-    drop(input);
-    child.wait_with_output().unwrap()
-}
+use common::{kvpilot, kvpilot_with_input, repo_arg as repo};
 
 fn documents(path: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(repo(path)).unwrap();
@@ -113,7 +96,7 @@ fn check_reads_every_workload_kind_from_standard_input() {
     let mut items = every_kind();
     items.push(config_map_json());
     let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
-    let out = kvpilot(&["check", "-o", "json", "-f", "-"], Some(&list.to_string()));
+    let out = kvpilot_with_input(&["check", "-o", "json", "-f", "-"], &list.to_string());
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
     let seen: Vec<(String, &str, &str)> = reports
@@ -157,7 +140,7 @@ fn check_reads_every_workload_kind_from_standard_input() {
 
 #[test]
 fn check_text_names_object_container_and_flag() {
-    let out = kvpilot(&["check", "-f", &repo("examples/guard/deployment-rejected.yaml")], None);
+    let out = kvpilot(&["check", "-f", &repo("examples/guard/deployment-rejected.yaml")]);
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -171,7 +154,7 @@ fn check_text_names_object_container_and_flag() {
     assert!(text.contains("SGLang release: 0.5.23 (Image)"), "{text}");
     assert!(text.contains("1 checked: 0 valid, 0 rewritten, 1 rejected"), "{text}");
 
-    let out = kvpilot(&["check", "-f", &repo("examples/guard/leaderworkerset-rewritten.yaml")], None);
+    let out = kvpilot(&["check", "-f", &repo("examples/guard/leaderworkerset-rewritten.yaml")]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("2 checked: 0 valid, 2 rewritten, 0 rejected"));
 }
@@ -192,7 +175,7 @@ fn check_reports_what_the_release_s_parser_refuses_in_argparse_s_words() {
     let args = ["--model-path", "/models/m", "--cuda-graph-bs", "8", "--mem-frac", "0.8"];
     let list = json!({"apiVersion": "v1", "kind": "List", "items": [
         config_map_json(), deployment_running("lmsysorg/sglang:v0.5.23-cu129", &args)]});
-    let out = kvpilot(&["check", "-o", "json", "-f", "-"], Some(&list.to_string()));
+    let out = kvpilot_with_input(&["check", "-o", "json", "-f", "-"], &list.to_string());
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
     let violation = &reports[0]["violations"][0];
@@ -205,7 +188,7 @@ fn check_reports_what_the_release_s_parser_refuses_in_argparse_s_words() {
     // The same command line on 0.5.17, where --cuda-graph-bs is an option of its own.
     let list = json!({"apiVersion": "v1", "kind": "List", "items": [
         config_map_json(), deployment_running("lmsysorg/sglang:v0.5.17", &args)]});
-    let out = kvpilot(&["check", "-f", "-"], Some(&list.to_string()));
+    let out = kvpilot_with_input(&["check", "-f", "-"], &list.to_string());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!text.contains("✗ CLI"), "{text}");
     assert!(
@@ -215,7 +198,7 @@ fn check_reports_what_the_release_s_parser_refuses_in_argparse_s_words() {
     // Unknown flags, in the text report with the rule first.
     let list = json!({"apiVersion": "v1", "kind": "List", "items": [config_map_json(), deployment_running(
         "lmsysorg/sglang:v0.5.23", &["--model-path", "/models/m", "--enable-deepep-moe", "--tp-size", "two"])]});
-    let out = kvpilot(&["check", "-f", "-"], Some(&list.to_string()));
+    let out = kvpilot_with_input(&["check", "-f", "-"], &list.to_string());
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -232,7 +215,7 @@ fn what_the_parser_refuses_is_reported_even_when_the_config_is_not_read() {
     // A hub model skipped by --offline: no rule is checked, but SGLang would exit on the argv.
     let mut deployment = deployment_running("lmsysorg/sglang:v0.5.23", &["--model-path", "org/model", "--tp-size=x"]);
     deployment["metadata"]["annotations"] = json!({});
-    let out = kvpilot(&["check", "-o", "json", "--offline", "-f", "-"], Some(&deployment.to_string()));
+    let out = kvpilot_with_input(&["check", "-o", "json", "--offline", "-f", "-"], &deployment.to_string());
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(reports[0]["verdict"], "rejected");
@@ -245,7 +228,7 @@ fn what_the_parser_refuses_is_reported_even_when_the_config_is_not_read() {
     // Without a refusal such a server is not checked: listed, and the run is not green.
     let mut accepted = deployment.clone();
     accepted["spec"]["template"]["spec"]["containers"][0]["args"] = json!(["--model-path", "org/model"]);
-    let out = kvpilot(&["check", "-o", "json", "--offline", "-f", "-"], Some(&accepted.to_string()));
+    let out = kvpilot_with_input(&["check", "-o", "json", "--offline", "-f", "-"], &accepted.to_string());
     assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
     let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(reports[0]["verdict"], "unchecked");
@@ -260,7 +243,7 @@ fn a_command_line_in_one_command_word_is_refused_as_a_container_that_never_start
     let container = &mut deployment["spec"]["template"]["spec"]["containers"][0];
     container["command"] = json!(["python3 -m sglang.launch_server --model-path org/model --tp-size x"]);
     deployment["metadata"]["annotations"] = json!({});
-    let out = kvpilot(&["check", "-o", "json", "--offline", "-f", "-"], Some(&deployment.to_string()));
+    let out = kvpilot_with_input(&["check", "-o", "json", "--offline", "-f", "-"], &deployment.to_string());
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(reports[0]["verdict"], "rejected");
@@ -276,7 +259,7 @@ fn a_command_line_in_one_command_word_is_refused_as_a_container_that_never_start
 fn an_image_older_than_every_known_release_is_checked_as_the_oldest() {
     let list = json!({"apiVersion": "v1", "kind": "List", "items": [
         config_map_json(), deployment_running("lmsysorg/sglang:v0.5.9-cu126", &["--model-path", "/models/m"])]});
-    let out = kvpilot(&["check", "-o", "json", "-f", "-"], Some(&list.to_string()));
+    let out = kvpilot_with_input(&["check", "-o", "json", "-f", "-"], &list.to_string());
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
     let sglang = &reports[0]["sglang"];
@@ -300,7 +283,7 @@ fn check_rewrites_in_a_namespace_labelled_for_rewrites() {
     let namespace = json!({"apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": "inference", "labels": {"kvpilot.dev/guard": "enforce", guard::ON_INVALID_LABEL: "rewrite"}}});
     let list = json!({"apiVersion": "v1", "kind": "List", "items": [namespace, config_map, deployment]});
-    let out = kvpilot(&["check", "-o", "json", "-f", "-"], Some(&list.to_string()));
+    let out = kvpilot_with_input(&["check", "-o", "json", "-f", "-"], &list.to_string());
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
@@ -324,7 +307,7 @@ fn check_pairs_prefill_and_decode_deployments_of_one_model_for_t1() {
         "items": [config_map, side("gpt-prefill", "prefill", "2"), side("gpt-decode", "decode", "4")]});
     // The image tag names no release kvpilot models, so --sglang-version decides: up to 0.5.21
     // mooncake needs equal attention TP for a hybrid-SWA model, from 0.5.22 it does not.
-    let out = kvpilot(&["check", "-o", "json", "--sglang-version", "0.5.21", "-f", "-"], Some(&list.to_string()));
+    let out = kvpilot_with_input(&["check", "-o", "json", "--sglang-version", "0.5.21", "-f", "-"], &list.to_string());
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
     let decode = reports.iter().find(|r| r["name"] == "deploy/gpt-decode").unwrap();
@@ -337,7 +320,7 @@ fn check_pairs_prefill_and_decode_deployments_of_one_model_for_t1() {
             .contains("does NOT support PD different TP sizes for non-MLA SWA hybrid models"),
         "{decode}"
     );
-    let out = kvpilot(&["check", "-o", "json", "--sglang-version", "0.5.23", "-f", "-"], Some(&list.to_string()));
+    let out = kvpilot_with_input(&["check", "-o", "json", "--sglang-version", "0.5.23", "-f", "-"], &list.to_string());
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
 }
 
@@ -357,7 +340,8 @@ fn check_reads_the_paired_prefill_s_attention_cp_and_kv_sharding_for_the_handsha
         let list = json!({"apiVersion": "v1", "kind": "List", "items": [config_map.clone(),
             side("dsv3-prefill", &[&["--disaggregation-mode", "prefill"], prefill].concat()),
             side("dsv3-decode", &[&["--disaggregation-mode", "decode"], decode].concat())]});
-        let out = kvpilot(&["check", "-o", "json", "--sglang-version", "0.5.23", "-f", "-"], Some(&list.to_string()));
+        let out =
+            kvpilot_with_input(&["check", "-o", "json", "--sglang-version", "0.5.23", "-f", "-"], &list.to_string());
         let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
         let decode = reports.iter().find(|r| r["name"] == "deploy/dsv3-decode").unwrap().clone();
         decode["violations"]
@@ -412,7 +396,8 @@ fn check_reads_the_speculative_draft_model_s_config_for_t11() {
             fixture_config_map("dsv4", "deepseek-v4"), fixture_config_map("draft", draft), deployment]})
         .to_string()
     };
-    let out = kvpilot(&["check", "-o", "json", "-f", "-"], Some(&list("deepseek-v4-nextn-window-64", &deployment)));
+    let out =
+        kvpilot_with_input(&["check", "-o", "json", "-f", "-"], &list("deepseek-v4-nextn-window-64", &deployment));
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
     let t11: Vec<&Value> = reports[0]["violations"].as_array().unwrap().iter().filter(|v| v["rule"] == "T11").collect();
@@ -422,12 +407,13 @@ fn check_reads_the_speculative_draft_model_s_config_for_t11() {
         t11[0]["message"],
         "DSV4 target and draft pools must share paged SWA geometry: target=(256, 128), draft=(256, 64)"
     );
-    let out = kvpilot(&["check", "-o", "json", "-f", "-"], Some(&list("deepseek-v4-nextn", &deployment)));
+    let out = kvpilot_with_input(&["check", "-o", "json", "-f", "-"], &list("deepseek-v4-nextn", &deployment));
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
 
     // A draft whose config.json cannot be found: checked with the model's own window, and said so.
     deployment["metadata"]["annotations"] = json!({guard::MODEL_CONFIG_ANNOTATION: "configmap/dsv4"});
-    let out = kvpilot(&["check", "-o", "json", "-f", "-"], Some(&list("deepseek-v4-nextn-window-64", &deployment)));
+    let out =
+        kvpilot_with_input(&["check", "-o", "json", "-f", "-"], &list("deepseek-v4-nextn-window-64", &deployment));
     assert_eq!(out.status.code(), Some(0));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--speculative-draft-model-path /models/dsv4-nextn is not a hub id"), "{err}");
@@ -441,7 +427,7 @@ fn check_reads_the_speculative_draft_model_s_config_for_t11() {
 fn check_says_which_annotation_a_local_model_path_needs() {
     let mut deployment = every_kind().remove(1);
     deployment["metadata"]["annotations"] = json!({});
-    let out = kvpilot(&["check", "-f", "-"], Some(&deployment.to_string()));
+    let out = kvpilot_with_input(&["check", "-f", "-"], &deployment.to_string());
     assert_eq!(out.status.code(), Some(3), "a server whose model kvpilot cannot find is not checked");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -459,7 +445,7 @@ fn check_says_which_annotation_a_local_model_path_needs() {
 
 #[test]
 fn check_refuses_malformed_input_on_standard_input() {
-    let out = kvpilot(&["check", "-f", "-"], Some("kind: [unclosed"));
+    let out = kvpilot_with_input(&["check", "-f", "-"], "kind: [unclosed");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("standard input, document 1: not valid YAML"));
 }
@@ -802,7 +788,7 @@ fn check_reads_iquest_q1_s_mtp_draft_config_for_its_draft_checks() {
         deployment["metadata"]["annotations"] = annotations;
         items.push(deployment);
         let list = json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string();
-        let out = kvpilot(&["check", "-o", "json", "-f", "-"], Some(&list));
+        let out = kvpilot_with_input(&["check", "-o", "json", "-f", "-"], &list);
         let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
         let rules: Vec<String> = reports[0]["violations"]
             .as_array()

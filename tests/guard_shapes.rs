@@ -4,33 +4,13 @@
 //! written where the command line sits, patched templates included; and no manifest that
 //! parses as YAML makes `kvpilot check` exit 2.
 
-use std::io::Write;
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+mod common;
 
+use common::{kvpilot_with_input, repo};
 use kvpilot::release::ReleaseChoice;
 use kvpilot::sglang::guard;
 use proptest::prelude::*;
 use serde_json::{Value, json};
-
-fn repo(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
-fn kvpilot(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kvpilot"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run kvpilot");
-    let mut input = child.stdin.take().unwrap();
-    // A child that exits early (bad input) closes its end; that is its answer, not an error here.
-    let _ = input.write_all(stdin.as_bytes());
-    drop(input);
-    child.wait_with_output().unwrap()
-}
 
 /// The fixture followed by the ConfigMap its `kvpilot.dev/model-config` annotation names.
 fn with_model_config(fixture: &str) -> String {
@@ -67,7 +47,7 @@ fn found(name: &str, path: &str, role: Option<&str>, member: Option<&str>, mode:
 
 /// Checks the fixture; returns the servers reported and stderr.
 fn check(fixture: &str) -> (Vec<Found>, String) {
-    let out = kvpilot(&["check", "-o", "json", "-f", "-"], &with_model_config(fixture));
+    let out = kvpilot_with_input(&["check", "-o", "json", "-f", "-"], &with_model_config(fixture));
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(0), "{fixture}: {stderr}");
     let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
@@ -427,7 +407,7 @@ proptest! {
     fn no_yaml_workload_makes_check_exit_2(kind in 0..KINDS.len(), metadata in yamlish(), spec in yamlish()) {
         let (api_version, kind) = KINDS[kind];
         let object = json!({"apiVersion": api_version, "kind": kind, "metadata": metadata, "spec": spec});
-        let out = kvpilot(&["check", "--offline", "-f", "-"], &serde_json::to_string(&object).unwrap());
+        let out = kvpilot_with_input(&["check", "--offline", "-f", "-"], &serde_json::to_string(&object).unwrap());
         let stderr = String::from_utf8_lossy(&out.stderr);
         let nothing_to_check = stderr.contains("nothing to check: the input holds no InferenceDeployment");
         prop_assert!(

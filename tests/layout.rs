@@ -1,5 +1,5 @@
-//! `config.json` → layout for every family of `sglang-rules.md` §4. The expected values are
-//! written from that table, not from running the resolver.
+//! `config.json` → layout for every family of docs/layout.md. The expected values are written
+//! from that table, not from running the resolver.
 
 use std::path::PathBuf;
 
@@ -344,8 +344,8 @@ fn kv_shapes_follow_the_config() {
     assert!(layout_of("mamba2-2.7b").warnings.is_empty(), "pure Mamba-2 heads are read from num_heads/head_dim");
 }
 
-/// A probe config: `model_type` llama with only the architecture, layer types and window set,
-/// as the drift study's cross-release oracle run used (`sglang-drift.md` §5.6).
+/// A probe config: `model_type` llama with only the architecture, layer types and window set, so
+/// that only the architecture decides the classification.
 fn probe(architecture: &str, model_type: &str, layer_types: &[&str], extra: serde_json::Value) -> serde_json::Value {
     let mut config = serde_json::json!({
         "architectures": [architecture], "model_type": model_type, "num_hidden_layers": layer_types.len(),

@@ -3,20 +3,12 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
 use serde_json::Value;
 
 mod common;
+use common::kvpilot;
 use common::output::{stderr, stdout, write};
-
-fn kvpilot(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kvpilot"))
-        .args(args)
-        .env_remove("KVPILOT_SGLANG_VERSION")
-        .output()
-        .expect("run kvpilot")
-}
 
 const EMBEDDING_GEMMA2: &str = r#"{"architectures": ["EmbeddingGemma2Model"], "model_type": "gemma2", "num_hidden_layers": 4,
     "num_key_value_heads": 4, "head_dim": 64, "sliding_window": 512,

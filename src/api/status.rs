@@ -201,7 +201,7 @@ pub struct RecoveryStatus {
 #[derive(JsonSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Rewrite {
-    /// The rule that required the change (ids of `sglang-rules.md`, for example `R2`).
+    /// The rule that required the change (an id of docs/rules.md, for example `R2`).
     pub rule: String,
     /// Field path of the setting, for example `spec.disaggregation.retractionBackup`.
     pub field: String,

@@ -1,5 +1,6 @@
-//! Architecture lists SGLang classifies by name (`sglang-rules.md` §3), keyed by the release
-//! that added each entry (`sglang-drift.md` §5), and the architectures each release serves.
+//! Architecture lists SGLang classifies by name (docs/layout.md), keyed by the release that
+//! added each entry, and the architectures each release serves (`served_architectures.tsv`, which
+//! the parity harness checks against each release's model code).
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -7,7 +8,7 @@ use std::sync::LazyLock;
 use crate::release::{Release, Span, v0_5};
 
 /// One architecture of a release-keyed list and the first release that has it. The lists only
-/// grow from 0.5.17 to 0.5.23 (`sglang-drift.md` §5), so a first release is all an entry needs.
+/// grow from 0.5.17 to 0.5.23 (the parity harness's `served` part checks it), so a first release is all an entry needs.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Listed {
     pub(crate) arch: &'static str,

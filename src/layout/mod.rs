@@ -1,5 +1,5 @@
 //! `config.json` → [`AttentionLayout`], the way SGLang classifies a model
-//! (`sglang-rules.md` §3–§4). Pure: no I/O, never panics, and every error names the field.
+//! (docs/layout.md). Pure: no I/O, never panics, and every error names the field.
 
 mod arch;
 mod config;

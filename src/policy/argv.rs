@@ -1,5 +1,5 @@
 //! The one reader of a server's arguments as the rules see them: a fleet's `extraArgs` or a
-//! command line, each option named in full (`sglang::launch::effective_spec` and the guard name
+//! command line, each option named in full (`sglang::server::effective_spec` and the guard name
 //! them as the release's parser resolves them), the option words being those before the first
 //! `--`, after which argparse takes every word as a value.
 

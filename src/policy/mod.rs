@@ -113,7 +113,7 @@ impl Outcome {
 /// A setting the layout cannot run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Violation {
-    /// Rule id of `sglang-rules.md` / `sglang-drift.md` (`R2`, `T1`, `P1`, …).
+    /// Rule id as docs/rules.md lists it (`R2`, `T1`, `P1`, …).
     pub rule: &'static str,
     /// Field path the rule is about.
     pub field: &'static str,

@@ -82,8 +82,8 @@ pub(crate) fn host_pool(s: &mut DisaggregationSpec) {
     s.retraction_backup = Some(RetractionBackup::HostPool);
 }
 
-/// The release the catalogue (`sglang-rules.md`) describes best (drift §0.1): the tests of the
-/// catalogue's rules run at it; release differences have their own tests.
+/// The release the tests of the rules' catalogue (docs/rules.md) run at, the one the catalogue was
+/// first written against; release differences have their own tests.
 pub(crate) const CATALOGUE: Release = v0_5(19);
 
 pub(crate) fn run(settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout) -> Verdict {

@@ -21,9 +21,7 @@ pub const REQUIRE_ENV: &str = "KVPILOT_REQUIRE_CLUSTER";
 /// Optional: the kubectl binary (default: the one `scripts/control-plane.sh` built).
 pub const KUBECTL_ENV: &str = "KVPILOT_CLUSTER_KUBECTL";
 
-pub fn repo(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
-}
+pub use super::repo;
 
 /// kubectl arguments that server-side apply `crds/` as the tests' field manager.
 pub const APPLY_CRDS: [&str; 6] =
@@ -447,12 +445,7 @@ pub fn wait_for_blocking<T>(what: &str, timeout: Duration, mut check: impl FnMut
 
 /// The pinned helm binary of `scripts/install-test-tools.sh`.
 pub fn helm_binary() -> PathBuf {
-    let dir = std::env::var_os("KVPILOT_TOOLS")
-        .map(|d| PathBuf::from(d).join("bin"))
-        .unwrap_or_else(|| repo("target/test-tools/bin"));
-    let helm = dir.join("helm");
-    assert!(helm.exists(), "{} is missing: run `bash scripts/install-test-tools.sh`", helm.display());
-    helm
+    super::test_tool("helm")
 }
 
 impl Cluster {

@@ -1,7 +1,7 @@
 """Rule messages per release, checked against each release's source (a static table, not an
 executed check: these rules fire at pool build, handshake or transfer time, which needs a GPU).
 
-Each row: rule id (sglang-drift.md), a fragment of SGLang's message, the file under sglang/srt/,
+Each row: rule id (docs/rules.md), a fragment of SGLang's message, the file under sglang/srt/,
 and the first/last release that has it (None = open-ended). The fragment is looked for in the
 file's string constants as Python joins them (implicit concatenation and f-string parts), so a
 message split across source lines is still found. A row fails when the fragment is missing from
