@@ -2,12 +2,9 @@
 //! that installs SGLang's connector, the runtime as a native sidecar, the volumes they share with
 //! the SGLang container, and the connector on SGLang's `PYTHONPATH`.
 
-use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, SeccompProfile, SecurityContext, Volume,
-    VolumeMount,
-};
+use k8s_openapi::api::core::v1::{Container, ContainerPort, EmptyDirVolumeSource, EnvVar, Volume, VolumeMount};
 
-use super::container::{env_var, http_probe, mount};
+use super::container::{env_var, http_probe, mount, restricted_security};
 use super::{RenderOptions, resources};
 use crate::api::InferenceDeployment;
 use crate::sglang::server;
@@ -23,22 +20,6 @@ const CACHE_METRICS_PORT: i32 = 9400;
 /// User and group the kvpilot containers run as (the image's non-root user).
 const RUNTIME_UID: i64 = 65532;
 
-/// The kvpilot containers' security: what the Pod Security Standards' `restricted` level asks
-/// (non-root, nothing to escalate, no capability, the runtime's default seccomp profile), and a
-/// read-only root.
-fn runtime_security() -> SecurityContext {
-    SecurityContext {
-        run_as_non_root: Some(true),
-        run_as_user: Some(RUNTIME_UID),
-        run_as_group: Some(RUNTIME_UID),
-        allow_privilege_escalation: Some(false),
-        read_only_root_filesystem: Some(true),
-        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Capabilities::default() }),
-        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }),
-        ..SecurityContext::default()
-    }
-}
-
 /// With `spec.cache`: the init container that writes the SGLang connector where SGLang imports
 /// it from, and the cache runtime as a native sidecar (an init container that keeps running),
 /// which is up before SGLang starts and restarts on its own. Both are Guaranteed; the sidecar's
@@ -53,7 +34,7 @@ pub(super) fn init_containers(resource: &InferenceDeployment, options: &RenderOp
         args: Some(vec!["install-connector".into(), CONNECTOR_DIR.into()]),
         volume_mounts: Some(vec![mount("kvpilot-py", CONNECTOR_DIR, false)]),
         resources: Some(resources::installer()),
-        security_context: Some(runtime_security()),
+        security_context: Some(restricted_security(RUNTIME_UID)),
         ..Container::default()
     };
     let sidecar = Container {
@@ -81,7 +62,7 @@ pub(super) fn init_containers(resource: &InferenceDeployment, options: &RenderOp
         readiness_probe: Some(http_probe("cache-metrics", "/readyz", 10, 2, 3)),
         liveness_probe: Some(http_probe("cache-metrics", "/healthz", 10, 2, 3)),
         volume_mounts: Some(vec![mount("kvpilot-run", RUN_DIR, false)]),
-        security_context: Some(runtime_security()),
+        security_context: Some(restricted_security(RUNTIME_UID)),
         ..Container::default()
     };
     Some(vec![installer, sidecar])

@@ -1,6 +1,8 @@
 //! Pieces of containers that the server pods, the cache runtime and the router share.
 
-use k8s_openapi::api::core::v1::{EnvVar, HTTPGetAction, Probe, VolumeMount};
+use k8s_openapi::api::core::v1::{
+    Capabilities, EnvVar, HTTPGetAction, Probe, SeccompProfile, SecurityContext, VolumeMount,
+};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::api::ImagePullPolicy;
@@ -39,5 +41,21 @@ pub(super) fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
         mount_path: path.into(),
         read_only: read_only.then_some(true),
         ..VolumeMount::default()
+    }
+}
+
+/// A container's security as the Pod Security Standards' `restricted` level asks (non-root as
+/// `uid`, nothing to escalate, no capability, the runtime's default seccomp profile), with a
+/// read-only root: kvpilot's own containers and the router.
+pub(super) fn restricted_security(uid: i64) -> SecurityContext {
+    SecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(uid),
+        run_as_group: Some(uid),
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Capabilities::default() }),
+        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }),
+        ..SecurityContext::default()
     }
 }

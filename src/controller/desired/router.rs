@@ -4,15 +4,15 @@
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, PodSecurityContext, PodSpec, PodTemplateSpec,
-    SeccompProfile, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
+    Container, ContainerPort, EmptyDirVolumeSource, EnvVar, PodSecurityContext, PodSpec, PodTemplateSpec,
+    SeccompProfile, Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::container::{http_probe, image_pull_policy};
+use super::container::{http_probe, image_pull_policy, restricted_security};
 use super::disruption_budget;
 use super::{
     FleetRole, LABEL_KV_COMPAT, ROUTER_APP, RenderOptions, app_labels, managed_labels, owned_meta, resources,
@@ -30,20 +30,6 @@ const ROUTER_CONTAINER: &str = "router";
 pub const ROUTER_UID: i64 = 65532;
 /// The writable directory of a router whose root filesystem is read-only, also its `HOME`.
 const ROUTER_TMP: &str = "/tmp";
-
-/// What the Pod Security Standards' `restricted` level asks of a container, and a read-only root.
-fn router_security() -> SecurityContext {
-    SecurityContext {
-        run_as_non_root: Some(true),
-        run_as_user: Some(ROUTER_UID),
-        run_as_group: Some(ROUTER_UID),
-        allow_privilege_escalation: Some(false),
-        read_only_root_filesystem: Some(true),
-        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Capabilities::default() }),
-        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }),
-        ..SecurityContext::default()
-    }
-}
 
 /// The router's objects, all named `NAME-router`.
 #[derive(Debug, Clone, PartialEq)]
@@ -142,7 +128,7 @@ pub(super) fn render_router(
             mount_path: ROUTER_TMP.into(),
             ..VolumeMount::default()
         }]),
-        security_context: Some(router_security()),
+        security_context: Some(restricted_security(ROUTER_UID)),
         ..Container::default()
     };
     let mut template_labels = selector.clone();
