@@ -34,6 +34,8 @@ SERVICE_CIDR=10.0.0.0/16
 
 log() { echo "control-plane: $*" >&2; }
 die() { log "$*"; exit 1; }
+# shellcheck source=scripts/lib/processes.sh
+. "$ROOT/scripts/lib/processes.sh"
 
 # Rebuilds when the module, its checksums or the version stamp changed; Go's build cache keeps
 # a rebuild incremental.
@@ -59,17 +61,6 @@ build() {
         k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
         k8s.io/kubernetes/cmd/kubectl ./etcd) || die "building the control plane failed"
     echo "$fingerprint" >"$BIN/.fingerprint"
-}
-
-# Free loopback ports, all bound at once so they are distinct.
-free_ports() {
-    python3 - "$1" <<'EOF'
-import socket, sys
-sockets = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in sockets:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in sockets))
-EOF
 }
 
 certificate() { # name subject [extensions]
@@ -123,48 +114,12 @@ current-context: kvpilot-test
 EOF
 }
 
-# Starts a binary in the background with its own log and pid file.
-start() { # name args...
-    local name="$1"; shift
-    "$BIN/$name" "$@" >"$STATE/logs/$name.log" 2>&1 &
-    echo $! >"$STATE/$name.pid"
-}
-
-running() { # name
-    local pid
-    pid="$(cat "$STATE/$1.pid" 2>/dev/null)" || return 1
-    kill -0 "$pid" 2>/dev/null
-}
-
-stop() { # name
-    local pid
-    pid="$(cat "$STATE/$1.pid" 2>/dev/null)" || return 0
-    if kill -0 "$pid" 2>/dev/null; then
-        kill -TERM "$pid" 2>/dev/null || true
-        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$pid" 2>/dev/null || true
-        while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
-    fi
-    rm -f "$STATE/$1.pid"
-}
-
-wait_until() { # what seconds process command...
-    local what="$1" seconds="$2" process="$3"; shift 3
-    local deadline=$((SECONDS + seconds))
-    until "$@" >/dev/null 2>&1; do
-        running "$process" || die "$process exited while waiting for $what; its log: $STATE/logs/$process.log
-$(tail -n 20 "$STATE/logs/$process.log")"
-        [ "$SECONDS" -lt "$deadline" ] || die "$what did not happen within ${seconds}s; see $STATE/logs/"
-        sleep 0.5
-    done
-}
-
 admin_curl() { # path
     curl -sf --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "https://127.0.0.1:$API_PORT$1"
 }
 
 start_apiserver() {
-    start kube-apiserver \
+    start kube-apiserver "$BIN/kube-apiserver" \
         --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$API_PORT" \
         --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
         --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
@@ -220,7 +175,7 @@ EOF
     kubeconfig "$STATE/kubeconfig" admin
     kubeconfig "$STATE/controller-manager.kubeconfig" controller-manager
 
-    start etcd --name=kvpilot-test --data-dir="$STATE/etcd" \
+    start etcd "$BIN/etcd" --name=kvpilot-test --data-dir="$STATE/etcd" \
         --listen-client-urls="http://127.0.0.1:$ETCD_PORT" --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
         --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
         --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
@@ -230,7 +185,7 @@ EOF
 
     start_apiserver
 
-    start kube-controller-manager \
+    start kube-controller-manager "$BIN/kube-controller-manager" \
         --bind-address=127.0.0.1 --secure-port="$CONTROLLER_MANAGER_PORT" \
         --kubeconfig="$STATE/controller-manager.kubeconfig" \
         --authentication-kubeconfig="$STATE/controller-manager.kubeconfig" \

@@ -82,6 +82,8 @@ API_SERVICE_IP=10.0.0.1
 
 log() { echo "node: $*" >&2; }
 die() { log "$*"; exit 1; }
+# shellcheck source=scripts/lib/processes.sh
+. "$ROOT/scripts/lib/processes.sh"
 
 # --- build -----------------------------------------------------------------------------------
 
@@ -114,16 +116,6 @@ build() {
 
 # --- helpers ---------------------------------------------------------------------------------
 
-free_ports() {
-    python3 - "$1" <<'EOF'
-import socket, sys
-sockets = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in sockets:
-    s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in sockets))
-EOF
-}
-
 certificate() { # name subject
     openssl req -new -nodes -newkey rsa:2048 -keyout "$STATE/pki/$1.key" -subj "$2" -out "$STATE/pki/$1.csr" 2>/dev/null
     openssl x509 -req -in "$STATE/pki/$1.csr" -CA "$CP_PKI/ca.crt" -CAkey "$CP_PKI/ca.key" -CAcreateserial \
@@ -152,46 +144,6 @@ contexts:
   context: {cluster: kvpilot-test, user: $2}
 current-context: kvpilot-test
 EOF
-}
-
-start() { # name binary args...
-    local name="$1"; shift
-    "$@" >"$STATE/logs/$name.log" 2>&1 &
-    echo $! >"$STATE/$name.pid"
-}
-
-running() {
-    local pid
-    pid="$(cat "$STATE/$1.pid" 2>/dev/null)" || return 1
-    kill -0 "$pid" 2>/dev/null
-}
-
-stop_pid() { # pid [seconds]
-    local pid="$1" tenths=$((${2:-10} * 10))
-    kill -0 "$pid" 2>/dev/null || return 0
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq "$tenths"); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
-}
-
-stop() { # name [seconds]
-    local pid
-    pid="$(cat "$STATE/$1.pid" 2>/dev/null)" || return 0
-    stop_pid "$pid" "${2:-10}"
-    rm -f "$STATE/$1.pid"
-}
-
-wait_until() { # what seconds process command...
-    local what="$1" seconds="$2" process="$3"; shift 3
-    local deadline=$((SECONDS + seconds))
-    until "$@" >/dev/null 2>&1; do
-        running "$process" || die "$process exited while waiting for $what; its log: $STATE/logs/$process.log
-$(tail -n 30 "$STATE/logs/$process.log")"
-        [ "$SECONDS" -lt "$deadline" ] || die "$what did not happen within ${seconds}s; see $STATE/logs/
-$(tail -n 30 "$STATE/logs/$process.log")"
-        sleep 0.5
-    done
 }
 
 kubectl_admin() { "$BIN/kubectl" --kubeconfig "$CONTROL_PLANE/kubeconfig" "$@"; }
