@@ -14,8 +14,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::{WatchStreamExt, watcher};
-use kvpilot::apiserver::kubelet;
-use serde_json::json;
+use serde_json::{Value, json};
 
 /// The node every pod is bound to (no Node object: nothing here checks that it exists).
 pub const NODE: &str = "kvpilot-test-node";
@@ -107,7 +106,7 @@ pub fn start(client: kube::Client, namespace: Option<&str>, selector: &str, timi
                 "bind"
             } else if !started(&pod) {
                 "start"
-            } else if kubelet::ready_is_stale(&pod) {
+            } else if ready_is_stale(&pod) {
                 "gates"
             } else {
                 continue;
@@ -186,7 +185,7 @@ pub async fn report_ready(api: &Api<Pod>, name: &str) -> bool {
     let n = STARTED.fetch_add(1, Ordering::Relaxed);
     let ip = format!("10.{}.{}.{}", (n >> 16) & 0xff, (n >> 8) & 0xff, (n & 0xff).max(1));
     let params = PatchParams { field_manager: Some(MANAGER.into()), ..PatchParams::default() };
-    let status = kubelet::started_status(&pod, &ip);
+    let status = started_status(&pod, &ip);
     SENT.fetch_add(1, Ordering::Relaxed);
     settle(api.patch_status(name, &params, &Patch::Strategic(&status)).await.map(drop))
 }
@@ -198,12 +197,12 @@ pub async fn follow_gates(api: &Api<Pod>, name: &str) -> bool {
         Ok(pod) => pod,
         Err(e) => return settle(Err(e)),
     };
-    if !kubelet::ready_is_stale(&pod) {
+    if !ready_is_stale(&pod) {
         return true;
     }
     let params = PatchParams { field_manager: Some(MANAGER.into()), ..PatchParams::default() };
     SENT.fetch_add(1, Ordering::Relaxed);
-    settle(api.patch_status(name, &params, &Patch::Strategic(&kubelet::ready_status(&pod))).await.map(drop))
+    settle(api.patch_status(name, &params, &Patch::Strategic(&ready_status(&pod))).await.map(drop))
 }
 
 async fn finish_deletion(api: &Api<Pod>, name: &str, uid: &str) -> bool {
@@ -214,4 +213,51 @@ async fn finish_deletion(api: &Api<Pod>, name: &str, uid: &str) -> bool {
     };
     SENT.fetch_add(1, Ordering::Relaxed);
     settle(api.delete(name, &params).await.map(drop))
+}
+
+// The kubelet's readiness rule, written here from Kubernetes' documentation of pod readiness
+// ("Pod readiness gates": a pod is ready only when all its containers are ready and every
+// condition its readiness gates name is True; a gate whose condition is missing counts as False),
+// and not taken from kvpilot's own in-process kubelet, so that the tests of kvpilot's gates do not
+// check kvpilot against itself.
+
+fn condition_is_true(pod: &Pod, type_: &str) -> bool {
+    let conditions = pod.status.iter().flat_map(|s| s.conditions.iter().flatten());
+    conditions.into_iter().any(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// Whether a kubelet reports the pod Ready, given its containers are ready.
+fn gates_open(pod: &Pod) -> bool {
+    let gates = pod.spec.iter().flat_map(|s| s.readiness_gates.iter().flatten());
+    gates.into_iter().all(|gate| condition_is_true(pod, &gate.condition_type))
+}
+
+/// Whether a started pod's `Ready` condition disagrees with its containers and gates.
+fn ready_is_stale(pod: &Pod) -> bool {
+    condition_is_true(pod, "ContainersReady") && condition_is_true(pod, "Ready") != gates_open(pod)
+}
+
+fn status_word(ready: bool) -> &'static str {
+    if ready { "True" } else { "False" }
+}
+
+/// What a kubelet reports once the pod's containers started and pass their probes.
+fn started_status(pod: &Pod, pod_ip: &str) -> Value {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    json!({"status": {
+        "phase": "Running",
+        "podIP": pod_ip,
+        "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+            {"type": "Ready", "status": status_word(gates_open(pod)), "lastTransitionTime": now}
+        ]
+    }})
+}
+
+/// The `Ready` condition of a started pod after its gates changed.
+fn ready_status(pod: &Pod) -> Value {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    json!({"status": {"conditions": [{"type": "Ready", "status": status_word(gates_open(pod)), "lastTransitionTime": now}]}})
 }
