@@ -808,3 +808,51 @@ fn check_reads_iquest_q1_s_mtp_draft_config_for_its_draft_checks() {
     assert_eq!(code, Some(0));
     assert!(warnings.contains("IQuest Q1's MTP draft checks that read it"), "{warnings}");
 }
+
+/// The ConfigMap and first pod `kvpilot render` makes of an example with `spec.cache`.
+fn rendered_cache_pod() -> (Value, Value) {
+    let out = kvpilot(&["render", "-o", "json", "-f", &repo("examples/deepseek-v3-tp16-multinode.yaml")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let items = list["items"].as_array().unwrap();
+    let find = |kind: &str| items.iter().find(|i| i["kind"] == kind).unwrap().clone();
+    (find("ConfigMap"), find("Pod"))
+}
+
+fn container_named<'a>(pod: &'a mut Value, list: &str, name: &str) -> &'a mut Value {
+    pod["spec"][list].as_array_mut().unwrap().iter_mut().find(|c| c["name"] == name).unwrap()
+}
+
+#[test]
+fn check_refuses_a_cache_pod_whose_server_cannot_reach_the_runtime_or_import_the_connector() {
+    let (config_map, pod) = rendered_cache_pod();
+    let check = |pod: &Value| {
+        let list = json!({"apiVersion": "v1", "kind": "List", "items": [config_map, pod]});
+        let out = kvpilot_with_input(&["check", "-o", "json", "-f", "-"], &list.to_string());
+        let reports: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        (out.status.code(), reports)
+    };
+    let (code, reports) = check(&pod);
+    assert_eq!((code, reports[0]["verdict"].as_str()), (Some(0), Some("valid")), "{reports:?}");
+
+    // The server mounts the socket's volume somewhere else than the path its argv names.
+    let mut socket_elsewhere = pod.clone();
+    let mounts = container_named(&mut socket_elsewhere, "containers", "sglang")["volumeMounts"].as_array_mut().unwrap();
+    mounts.iter_mut().find(|m| m["mountPath"] == "/run/kvpilot").unwrap()["mountPath"] = json!("/run/kvpilot-sidecar");
+    // The installer writes the connector one directory below the server's PYTHONPATH.
+    let mut installer_elsewhere = pod.clone();
+    container_named(&mut installer_elsewhere, "initContainers", "install-connector")["args"] =
+        json!(["install-connector", "/opt/kvpilot-py/lib"]);
+    for (broken, field, says) in [
+        (&socket_elsewhere, "--hicache-storage-backend-extra-config", "sees at /run/kvpilot-sidecar/cache.sock"),
+        (&installer_elsewhere, "env PYTHONPATH", "cannot import kvpilot_sglang.hicache"),
+    ] {
+        let (code, reports) = check(broken);
+        assert_eq!(code, Some(1), "{reports:?}");
+        let violations = reports[0]["violations"].as_array().unwrap();
+        let pod10: Vec<&Value> = violations.iter().filter(|v| v["rule"] == "POD10").collect();
+        assert_eq!(pod10.len(), 1, "{violations:?}");
+        assert_eq!(pod10[0]["field"], field);
+        assert!(pod10[0]["message"].as_str().unwrap().contains(says), "{}", pod10[0]["message"]);
+    }
+}

@@ -460,7 +460,7 @@ fn containers_mut<'a>(pod: &'a mut Value, list: &str, name: &str) -> &'a mut Val
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cache_pod_whose_server_misses_the_connector_or_the_socket_never_gets_ready_though_static_checks_pass() {
+async fn a_cache_pod_whose_server_misses_the_connector_or_the_socket_is_refused_by_check_and_never_gets_ready() {
     let cluster = cluster_or_skip!();
     let node = node_or_skip!();
     let client = cluster.client().await;
@@ -488,23 +488,31 @@ async fn a_cache_pod_whose_server_misses_the_connector_or_the_socket_never_gets_
         server["volumeMounts"].as_array_mut().unwrap().iter_mut().find(|m| m["mountPath"] == "/run/kvpilot").unwrap();
     mount["mountPath"] = json!("/run/kvpilot-sidecar");
 
-    // Every static check passes them: the API server's validation (a dry run), and kvpilot's
-    // guard on their SGLang command lines.
+    // The API server's validation (a dry run) passes them; kvpilot's guard refuses each (POD10)
+    // naming what the server misses, and passes the controls.
     let broken = [installer_elsewhere, socket_elsewhere];
-    for pod in &broken {
+    let check = |pod: &Value| {
         let mut pod = pod.clone();
         pod["metadata"]["namespace"] = json!(ns);
         let list = json!({"apiVersion": "v1", "kind": "List", "items": [config_map, pod]});
+        (list.clone(), common::kvpilot_with_input(&["check", "-f", "-"], &list.to_string()))
+    };
+    for (pod, refused) in [(&broken[0], "env PYTHONPATH"), (&broken[1], "--hicache-storage-backend-extra-config")] {
+        let (list, out) = check(pod);
         succeeded(
             "kubectl create --dry-run=server",
             cluster.kubectl_with_input(&["create", "--dry-run=server", "-f", "-"], &list.to_string()),
         );
-        let file = tempfile::Builder::new().suffix(".yaml").tempfile().unwrap();
-        std::fs::write(file.path(), format!("{config_map}\n---\n{pod}\n")).unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kvpilot"))
-            .args(["check", "-f", file.path().to_str().unwrap()])
-            .output()
-            .unwrap();
+        let report = text(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{report}");
+        assert!(
+            report.contains("1 checked: 0 valid, 0 rewritten, 1 rejected") && report.contains("✗ POD10"),
+            "{report}"
+        );
+        assert!(report.contains(&format!("): {refused}: ")), "{report}");
+    }
+    for pod in [&control, &other_user] {
+        let (_, out) = check(pod);
         let report = succeeded("kvpilot check", out);
         assert!(report.contains("1 checked: 1 valid"), "{report}");
     }

@@ -77,7 +77,9 @@ pub fn rules_markdown() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::rules::{COMMAND_LINE, ONE_WORD_COMMAND, POD_RULES, SERVER_ROLE_RULES, ServerRole};
+    use crate::policy::rules::{
+        CACHE_WIRING, COMMAND_LINE, ONE_WORD_COMMAND, POD_RULES, SERVER_ROLE_RULES, ServerRole,
+    };
 
     /// The marker lines around the generated table of the other ids in docs/rules.md.
     const OTHER_RULES_DOC_START: &str = "<!-- kvpilot rules outside the table: generated, do not edit -->";
@@ -109,6 +111,10 @@ mod tests {
         out += &format!(
             "| {} | {} | any server's container, by the guard ([guard.md](guard.md)) |\n",
             ONE_WORD_COMMAND.id, ONE_WORD_COMMAND.about
+        );
+        out += &format!(
+            "| {} | {} | a workload's pod running the cache runtime or its installer, by the guard ([guard.md](guard.md)) |\n",
+            CACHE_WIRING.id, CACHE_WIRING.about
         );
         out
     }

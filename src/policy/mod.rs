@@ -30,9 +30,9 @@ use rules::{Fix, RULES, RuleInput, SERVER_ROLE_RULES, Subject};
 pub use docs::{RULES_DOC_END, RULES_DOC_START, rules_markdown};
 pub use fields::{FieldNames, SpecFields, render};
 pub use rules::{
-    COMMAND_LINE, ONE_WORD_COMMAND, POD_CACHE_CAPACITY, POD_COMMAND_LINE, POD_EXTRA_ARGS, POD_HOST_POOL_SIZE,
-    POD_MODEL_SOURCE, POD_ROUTER, POD_RULES, POD_SHARED_PREFIX_READS, POD_STORAGE_BACKEND, POD_UNEVEN_REPLICA, Phase,
-    RUST_SERVER_ENV, RuleInfo, ServerRole, pipeline_stages, prefill_attention_tp,
+    CACHE_WIRING, COMMAND_LINE, ONE_WORD_COMMAND, POD_CACHE_CAPACITY, POD_COMMAND_LINE, POD_EXTRA_ARGS,
+    POD_HOST_POOL_SIZE, POD_MODEL_SOURCE, POD_ROUTER, POD_RULES, POD_SHARED_PREFIX_READS, POD_STORAGE_BACKEND,
+    POD_UNEVEN_REPLICA, Phase, RUST_SERVER_ENV, RuleInfo, ServerRole, pipeline_stages, prefill_attention_tp,
 };
 
 /// The host pool fraction SGLang gives a retraction-only host pool (`BACKUP_ONLY_HICACHE_RATIO`,

@@ -591,14 +591,26 @@ pub(super) fn one_word_command_rule(server: &Server) -> Option<Violation> {
     })
 }
 
+/// The POD10 rule: a server using kvpilot's connector must reach the cache runtime of its pod
+/// and import the connector the pod's installer writes ([`super::cache_wiring`]).
+pub(super) fn cache_wiring_rule(server: &Server) -> Vec<Violation> {
+    let Some(pod) = &server.site.pod else { return Vec::new() };
+    let mut env = literal_env(&server.site.container);
+    env.extend(server.invocation.env.iter().cloned());
+    super::cache_wiring::findings(pod, &server.site.container, &server.invocation.args, &env)
+}
+
 /// The findings that need no config.json, and the CLI rule's warnings: a command line in one
-/// word (EXEC), then the flag the release's parser refuses (CLI). What callers that cannot read
-/// a server's config.json report alone ([`check`] includes them).
+/// word (EXEC), then the flag the release's parser refuses (CLI), then a cache runtime the server
+/// cannot reach (POD10). What callers that cannot read a server's config.json report alone
+/// ([`check`] includes them).
 pub fn argv_check(server: &Server) -> (Vec<FlagFinding>, Vec<String>) {
     let (refusal, warnings) = command_line_rule(server);
-    let one_word = one_word_command_rule(server)
-        .map(|violation| FlagFinding { flag: flag_text(server, violation.field), violation });
-    (one_word.into_iter().chain(refusal.map(|violation| refused_flag(server, violation))).collect(), warnings)
+    let located = |violation: Violation| FlagFinding { flag: flag_text(server, violation.field), violation };
+    let one_word = one_word_command_rule(server).map(located);
+    let wiring = cache_wiring_rule(server).into_iter().map(located);
+    let findings = one_word.into_iter().chain(refusal.map(|violation| refused_flag(server, violation))).chain(wiring);
+    (findings.collect(), warnings)
 }
 
 /// The CLI rule's violation on the flag the release's parser names in it.

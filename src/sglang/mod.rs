@@ -22,6 +22,7 @@
 //!   rules and the release's parser, for a resource or for one server the guard read.
 
 pub mod args;
+pub mod cache_wiring;
 pub mod cmdline;
 pub mod flags;
 pub mod guard;

@@ -602,6 +602,12 @@ pub fn assess<'a>(
                 assessment.verdict.violations.insert(0, refusal);
                 assessment.verdict.outcome = Outcome::Rejected;
             }
+            // The pod starts, and its server never becomes ready: said after SGLang's own.
+            let wiring = guard::cache_wiring_rule(server);
+            if !wiring.is_empty() {
+                assessment.verdict.violations.extend(wiring);
+                assessment.verdict.outcome = Outcome::Rejected;
+            }
             Ok(assessment)
         }
     }

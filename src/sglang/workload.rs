@@ -145,6 +145,8 @@ pub struct ContainerSite {
     /// What the template is within the object, for reports: `leaderTemplate`, `role decode`,
     /// `role decode leader`; `None` for kinds with one template.
     pub label: Option<String>,
+    /// The pod spec it is a container of, patches merged: its other containers and volumes.
+    pub pod: Option<Value>,
 }
 
 /// Every container [`read_containers`] found in an object, and what it could not follow.
@@ -598,6 +600,7 @@ fn spot_sites(object: &Value, spot: &Spot) -> Vec<ContainerSite> {
                 role: spot.role.clone(),
                 member: spot.member,
                 label: spot.label.clone(),
+                pod: Some(spec.clone()),
             })
         })
         .collect()
@@ -654,6 +657,8 @@ fn search_unknown(object: &Value, discovery: &mut Discovery) {
                             member: None,
                             // The JSON path in the subject says where it is.
                             label: None,
+                            // The map holding the container list, where it is one.
+                            pod: CONTAINER_LISTS.contains(&key.as_str()).then(|| value.clone()),
                         });
                     }
                 }

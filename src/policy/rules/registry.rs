@@ -324,6 +324,14 @@ pub const ONE_WORD_COMMAND: RuleInfo = RuleInfo {
             never starts",
 };
 
+/// A pod whose SGLang server cannot reach the kvpilot cache runtime beside it (the guard,
+/// docs/guard.md).
+pub const CACHE_WIRING: RuleInfo = RuleInfo {
+    id: "POD10",
+    about: "a server using kvpilot's connector whose socket is not where the pod's cache runtime listens, or whose \
+            `PYTHONPATH` misses the directory the pod's installer writes the connector to",
+};
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -332,13 +340,14 @@ mod tests {
     use super::*;
 
     /// Every id a verdict can carry, once each, by where its findings come from.
-    fn sources() -> [(&'static str, BTreeSet<&'static str>); 5] {
+    fn sources() -> [(&'static str, BTreeSet<&'static str>); 6] {
         [
             ("the rules table", RULES.iter().map(|rule| rule.id).collect()),
             ("the server-role rules", SERVER_ROLE_RULES.iter().map(|rule| rule.id).collect()),
             ("the pod rules", POD_RULES.iter().map(|rule| rule.id).collect()),
             ("SGLang's parser", BTreeSet::from([COMMAND_LINE.id])),
             ("the kubelet", BTreeSet::from([ONE_WORD_COMMAND.id])),
+            ("a workload's pod spec", BTreeSet::from([CACHE_WIRING.id])),
         ]
     }
 
