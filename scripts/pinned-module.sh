@@ -1,5 +1,5 @@
 # Sourced by the scripts that take CRDs from published Go modules (gang-crds.sh,
-# monitoring-crds.sh); they define `die`.
+# third-party-crds.sh); they define `die`.
 
 # The directory of module@version in the Go module cache, downloaded from `dir` (a module, or a
 # scratch directory outside any), after checking its hash against the pinned `sum` (the Go

@@ -18,9 +18,9 @@ cargo clippy --locked --all-targets -- -D warnings
 # The gang schedulers' own CRDs for tests/cluster_gang.rs and the examples' tests, fetched and
 # generated once into target/gang-crds (2-3 minutes cold; cached), so no test waits for it.
 bash scripts/gang-crds.sh >/dev/null
-# The Prometheus Operator's PodMonitor CRD and KEDA's ScaledObject CRD for tests/cluster_pods.rs
-# (about 7 MB of module zips cold; cached in target/monitoring-crds).
-bash scripts/monitoring-crds.sh >/dev/null
+# The Prometheus Operator's, KEDA's and cert-manager's CRDs for tests/cluster_pods.rs and
+# tests/cluster_helm.rs (about 20 MB of module zips cold; cached in target/third-party-crds).
+bash scripts/third-party-crds.sh >/dev/null
 # A control plane of this run's own (own ports and state directory), stopped on any exit; the
 # node suite's node and control plane too, once started.
 export KVPILOT_CONTROL_PLANE_DIR="$PWD/target/control-plane/test-run-$$"

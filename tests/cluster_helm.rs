@@ -1,7 +1,8 @@
 //! `helm install`, `helm upgrade` and `helm uninstall` of charts/kvpilot into a real
 //! kube-apiserver, with its defaults and with every values file of charts/kvpilot/ci. The
-//! cert-manager and ServiceMonitor values files get stand-in CRDs
-//! (tests/fixtures/cluster/third-party-crds.yaml) so their objects are really created.
+//! cert-manager and ServiceMonitor values files get those projects' own CRDs (from their published
+//! Go modules, `scripts/third-party-crds.sh`), so their objects are created and validated against
+//! the real schemas.
 //! Without a kubelet the operator pods never run, so no install waits for them.
 
 mod common;
@@ -51,9 +52,13 @@ fn left_over(cluster: &Cluster, release: &str) -> String {
 fn the_chart_installs_upgrades_and_uninstalls_with_every_values_file() {
     let cluster = cluster_or_skip!();
     cluster.install_crd();
-    cluster.kubectl_ok(&["apply", "--server-side", "-f", "tests/fixtures/cluster/third-party-crds.yaml"]);
-    for crd in ["certificates.cert-manager.io", "issuers.cert-manager.io", "servicemonitors.monitoring.coreos.com"] {
-        cluster.kubectl_ok(&["wait", "--for=condition=Established", "--timeout=60s", &format!("crd/{crd}")]);
+    let crds = common::cluster::third_party_crds();
+    for (file, crd) in [
+        ("cert-manager/cert-manager.io_certificates.yaml", "certificates.cert-manager.io"),
+        ("cert-manager/cert-manager.io_issuers.yaml", "issuers.cert-manager.io"),
+        ("prometheus-operator/monitoring.coreos.com_servicemonitors.yaml", "servicemonitors.monitoring.coreos.com"),
+    ] {
+        cluster.install_crd_file(&crds.join(file), &format!("crd/{crd}"));
     }
     let watched = TestNamespace::create(&cluster, "kvp-watched");
 

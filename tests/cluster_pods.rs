@@ -9,7 +9,7 @@
 //! growing intervals; every pod kvpilot makes gets a Burstable or Guaranteed QoS class from the
 //! API server. Scaling decode through the `/scale` subresource, as an HPA does, brings prefill to
 //! ceil(decode × ratio) within its bounds; with `--pod-monitors` each fleet gets a PodMonitor as
-//! the Prometheus Operator's own CRD (`scripts/monitoring-crds.sh`) stores it, and a clear warning
+//! the Prometheus Operator's own CRD (`scripts/third-party-crds.sh`) stores it, and a clear warning
 //! while that CRD is missing; the autoscaling examples (an HPA, a KEDA ScaledObject checked
 //! against KEDA's CRD) are accepted.
 
@@ -30,7 +30,7 @@ use kube::api::{Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
-use common::cluster::{Cluster, TestNamespace, examples_in, succeeded, text, wait_for_blocking, yaml_documents};
+use common::cluster::{Cluster, TestNamespace, examples_in, text, wait_for_blocking, yaml_documents};
 use fleet::{DECODE_PODS, Fleet, condition, is_ready, label, until};
 use kubelet::Timing;
 use kvpilot::controller::desired::GROUP_READY;
@@ -737,25 +737,6 @@ async fn scaling_decode_through_its_scale_subresource_keeps_prefill_at_its_ratio
 
 const POD_MONITOR_CRD: &str = "crd/podmonitors.monitoring.coreos.com";
 
-/// The CRDs `scripts/monitoring-crds.sh` fetches (cached): their directory.
-fn monitoring_crds() -> std::path::PathBuf {
-    let script = std::process::Command::new("bash")
-        .arg(common::cluster::repo("scripts/monitoring-crds.sh"))
-        .output()
-        .expect("run scripts/monitoring-crds.sh");
-    std::path::PathBuf::from(succeeded("scripts/monitoring-crds.sh", script).trim())
-}
-
-/// Installs one CRD file with server-side apply and waits until `crd` is Established.
-fn install_crd_file(cluster: &Cluster, path: &std::path::Path, crd: &str) {
-    let file = path.to_str().unwrap();
-    cluster.kubectl_ok(&["apply", "--server-side", "--force-conflicts", "--field-manager=kvpilot-tests", "-f", file]);
-    // kubectl wait fails outright on a CRD so new that it has no conditions yet.
-    wait_for_blocking(&format!("{crd} is Established"), Duration::from_secs(60), || {
-        cluster.kubectl(&["wait", "--for=condition=Established", "--timeout=10s", crd]).status.success().then_some(())
-    });
-}
-
 /// The stored PodMonitor `name`, or None.
 fn pod_monitor(cluster: &Cluster, namespace: &str, name: &str) -> Option<serde_json::Value> {
     cluster.get_json(&["podmonitors.monitoring.coreos.com", name, "-n", namespace])
@@ -799,9 +780,8 @@ async fn pod_monitors_are_made_per_fleet_once_their_crd_is_served_and_go_with_th
     }
 
     // The Prometheus Operator's own CRD: a PodMonitor per fleet, as the API server stores it.
-    install_crd_file(
-        &cluster,
-        &monitoring_crds().join("prometheus-operator/monitoring.coreos.com_podmonitors.yaml"),
+    cluster.install_crd_file(
+        &common::cluster::third_party_crds().join("prometheus-operator/monitoring.coreos.com_podmonitors.yaml"),
         POD_MONITOR_CRD,
     );
     let uid = fleet.deployments().get(&name).await.unwrap().metadata.uid.unwrap();
@@ -871,7 +851,10 @@ fn dry_run(cluster: &Cluster, object: &serde_json::Value) -> Result<String, Stri
 fn the_autoscaling_examples_are_accepted_and_scale_an_example_inference_deployment() {
     let cluster = cluster_or_skip!();
     cluster.install_crd();
-    install_crd_file(&cluster, &monitoring_crds().join("keda/keda.sh_scaledobjects.yaml"), "crd/scaledobjects.keda.sh");
+    cluster.install_crd_file(
+        &common::cluster::third_party_crds().join("keda/keda.sh_scaledobjects.yaml"),
+        "crd/scaledobjects.keda.sh",
+    );
     let namespace = TestNamespace::create(&cluster, "pods-autoscaling");
     let examples: Vec<serde_json::Value> =
         examples_in("default").into_iter().map(|(_, o)| o).filter(|o| o["kind"] == "InferenceDeployment").collect();

@@ -162,6 +162,16 @@ impl Cluster {
         });
     }
 
+    /// Installs one CRD file with server-side apply and waits until `crd` is Established.
+    pub fn install_crd_file(&self, path: &Path, crd: &str) {
+        let file = path.to_str().unwrap();
+        self.kubectl_ok(&["apply", "--server-side", "--force-conflicts", "--field-manager=kvpilot-tests", "-f", file]);
+        // kubectl wait fails outright on a CRD so new that it has no conditions yet.
+        wait_for_blocking(&format!("{crd} is Established"), Duration::from_secs(60), || {
+            self.kubectl(&["wait", "--for=condition=Established", "--timeout=10s", crd]).status.success().then_some(())
+        });
+    }
+
     /// Points the webhook configuration `kind` (validatingwebhookconfiguration or
     /// mutatingwebhookconfiguration) `name` at `url`: the API server reaches a webhook Service
     /// only through a kubelet-run pod and kube-proxy, neither of which runs here.
@@ -249,6 +259,16 @@ impl Cluster {
         config.default_retry = false;
         kube::Client::try_from(config).expect("client")
     }
+}
+
+/// The directory of the other projects' CRDs `scripts/third-party-crds.sh` fetches from their
+/// published Go modules (cached): `prometheus-operator/`, `keda/`, `cert-manager/`.
+pub fn third_party_crds() -> PathBuf {
+    let script = Command::new("bash")
+        .arg(repo("scripts/third-party-crds.sh"))
+        .output()
+        .expect("run scripts/third-party-crds.sh");
+    PathBuf::from(succeeded("scripts/third-party-crds.sh", script).trim())
 }
 
 pub fn text(bytes: &[u8]) -> String {
