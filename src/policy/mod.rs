@@ -85,6 +85,28 @@ impl<'a> PolicyInput<'a> {
     ) -> Self {
         Self { disaggregation, decode, layout, draft: None, draft_is_the_model: false, prefill_fleet: None, release }
     }
+
+    /// [`PolicyInput::alone`] on the default decode fleet; the `with_*` methods set the rest.
+    pub(crate) fn of(disaggregation: &'a DisaggregationSpec, layout: &'a AttentionLayout, release: Release) -> Self {
+        static DEFAULT_FLEET: std::sync::LazyLock<FleetSpec> = std::sync::LazyLock::new(FleetSpec::default);
+        Self::alone(disaggregation, &DEFAULT_FLEET, layout, release)
+    }
+
+    pub(crate) fn with_decode(self, decode: &'a FleetSpec) -> Self {
+        Self { decode, ..self }
+    }
+
+    pub(crate) fn with_draft(self, draft: Option<&'a AttentionLayout>) -> Self {
+        Self { draft, ..self }
+    }
+
+    pub(crate) fn with_draft_is_the_model(self, draft_is_the_model: bool) -> Self {
+        Self { draft_is_the_model, ..self }
+    }
+
+    pub(crate) fn with_prefill(self, prefill_fleet: Option<&'a FleetSpec>) -> Self {
+        Self { prefill_fleet, ..self }
+    }
 }
 
 /// The three possible verdicts.

@@ -223,15 +223,7 @@ pub(crate) fn at_with_draft(
     layout: &AttentionLayout,
     draft: Option<&AttentionLayout>,
 ) -> Verdict {
-    evaluate(PolicyInput {
-        disaggregation: settings,
-        decode: &FleetSpec::default(),
-        layout,
-        draft,
-        draft_is_the_model: false,
-        prefill_fleet: None,
-        release: v0_5(patch),
-    })
+    evaluate(PolicyInput::of(settings, layout, v0_5(patch)).with_draft(draft))
 }
 
 /// The messages of `rule` on each release 0.5.17…0.5.23 (None where it does not fire).

@@ -385,15 +385,7 @@ fn r12_says_which_settings_a_decode_server_without_radix_cache_ignores() {
     let eviction =
         FleetSpec { extra_args: vec!["--radix-eviction-policy".into(), "lfu".into()], ..FleetSpec::default() };
     let r12 = |settings: &DisaggregationSpec, decode: &FleetSpec, layout: &AttentionLayout, patch, server: bool| {
-        let input = PolicyInput {
-            disaggregation: settings,
-            decode,
-            layout,
-            draft: None,
-            draft_is_the_model: false,
-            prefill_fleet: None,
-            release: v0_5(patch),
-        };
+        let input = PolicyInput::of(settings, layout, v0_5(patch)).with_decode(decode);
         let verdict = if server { evaluate_server(input, ServerRole::Decode, &SpecFields) } else { evaluate(input) };
         verdict.warnings.into_iter().filter(|w| w.starts_with("R12")).collect::<Vec<_>>()
     };

@@ -390,10 +390,7 @@ mod tests {
         let service = |prefill_args: &[&str]| {
             let prefill_fleet = page_size(prefill_args);
             let decode = page_size(&[]);
-            let input = PolicyInput {
-                prefill_fleet: Some(&prefill_fleet),
-                ..PolicyInput::alone(&no_buffer, &decode, &ssm, v0_5(23))
-            };
+            let input = PolicyInput::alone(&no_buffer, &decode, &ssm, v0_5(23)).with_prefill(Some(&prefill_fleet));
             rule_ids(evaluate(input))
         };
         assert_eq!(service(&[]), ["M3"]);
@@ -434,15 +431,7 @@ mod tests {
             })
         };
         let rules = |settings: &DisaggregationSpec, decode: &FleetSpec, prefill: Option<&FleetSpec>| {
-            let input = PolicyInput {
-                disaggregation: settings,
-                decode,
-                layout: &qwen_next,
-                draft: None,
-                draft_is_the_model: false,
-                prefill_fleet: prefill,
-                release: v0_5(23),
-            };
+            let input = PolicyInput::of(settings, &qwen_next, v0_5(23)).with_decode(decode).with_prefill(prefill);
             evaluate(input).violations.into_iter().map(|v| v.rule).collect::<Vec<_>>()
         };
         // The prefill fleet keeps its radix cache: its own extraArgs decide M5 there.

@@ -390,8 +390,7 @@ mod tests {
         let plain = parallel_fleet(4, 1, false, &[]);
         let llama = full();
         let service = |settings: &DisaggregationSpec, decode: &FleetSpec, prefill: &FleetSpec| {
-            let input =
-                PolicyInput { prefill_fleet: Some(prefill), ..PolicyInput::alone(settings, decode, &llama, v0_5(17)) };
+            let input = PolicyInput::alone(settings, decode, &llama, v0_5(17)).with_prefill(Some(prefill));
             evaluate(input).violations.into_iter().map(|v| v.rule).filter(|rule| all.contains(rule)).collect::<Vec<_>>()
         };
         let defaults = DisaggregationSpec::default();

@@ -456,8 +456,7 @@ mod tests {
         };
         let (decode, llama, defaults) = (FleetSpec::default(), full(), DisaggregationSpec::default());
         let service = |settings: &DisaggregationSpec, prefill: &FleetSpec| {
-            let input =
-                PolicyInput { prefill_fleet: Some(prefill), ..PolicyInput::alone(settings, &decode, &llama, v0_5(23)) };
+            let input = PolicyInput::alone(settings, &decode, &llama, v0_5(23)).with_prefill(Some(prefill));
             evaluate(input).violations.into_iter().filter(|v| v.rule == "BP1").map(|v| v.message).collect::<Vec<_>>()
         };
         let port_9000 = with(|s| s.bootstrap_port = 9000);
@@ -617,15 +616,7 @@ mod tests {
     fn rules_of(settings: &DisaggregationSpec, prefill: bool) -> Vec<&'static str> {
         let layout = llama();
         let decode = FleetSpec::default();
-        let input = PolicyInput {
-            disaggregation: settings,
-            decode: &decode,
-            layout: &layout,
-            draft: None,
-            draft_is_the_model: false,
-            prefill_fleet: None,
-            release: crate::release::Release::newest_known(),
-        };
+        let input = PolicyInput::of(settings, &layout, crate::release::Release::newest_known()).with_decode(&decode);
         evaluate_other_server(input, prefill).violations.iter().map(|v| v.rule).collect()
     }
 
@@ -651,15 +642,7 @@ mod tests {
         let layout = llama();
         let settings = DisaggregationSpec::default();
         let decode = FleetSpec { swa_full_tokens_ratio: Some(0.0), ..FleetSpec::default() };
-        let input = PolicyInput {
-            disaggregation: &settings,
-            decode: &decode,
-            layout: &layout,
-            draft: None,
-            draft_is_the_model: false,
-            prefill_fleet: None,
-            release: crate::release::Release::newest_known(),
-        };
+        let input = PolicyInput::of(&settings, &layout, crate::release::Release::newest_known()).with_decode(&decode);
         for prefill in [true, false] {
             let rules: Vec<_> = evaluate_other_server(input, prefill).violations.iter().map(|v| v.rule).collect();
             assert_eq!(rules, ["S8"], "prefill: {prefill}");
@@ -681,15 +664,9 @@ mod tests {
         // DeepSeek-V4 runs EAGLE with one draft token per step only (V2).
         let decode =
             FleetSpec { extra_args: vec!["--speculative-eagle-topk".into(), "1".into()], ..FleetSpec::default() };
-        let input = PolicyInput {
-            disaggregation: &settings,
-            decode: &decode,
-            layout: &target,
-            draft: Some(&draft),
-            draft_is_the_model: false,
-            prefill_fleet: None,
-            release: crate::release::Release::newest_known(),
-        };
+        let input = PolicyInput::of(&settings, &target, crate::release::Release::newest_known())
+            .with_decode(&decode)
+            .with_draft(Some(&draft));
         let rules =
             |prefill| evaluate_other_server(input, prefill).violations.iter().map(|v| v.rule).collect::<Vec<_>>();
         assert_eq!(rules(true), ["T11"]);

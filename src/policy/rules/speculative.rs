@@ -618,15 +618,8 @@ mod tests {
         assert!(fired(22, "NGRAM", &dp_attention(1)).is_empty(), "one attention-DP group from 0.5.22");
 
         // A PD prefill server runs DSPARK's pipeline stages; one without PD does not.
-        let input = PolicyInput {
-            disaggregation: &speculating("DSPARK"),
-            decode: &stages,
-            layout: &full(),
-            draft: None,
-            draft_is_the_model: false,
-            prefill_fleet: None,
-            release: v0_5(23),
-        };
+        let (settings, layout) = (speculating("DSPARK"), full());
+        let input = PolicyInput::of(&settings, &layout, v0_5(23)).with_decode(&stages);
         let rules =
             |prefill| evaluate_other_server(input, prefill).violations.into_iter().map(|v| v.rule).collect::<Vec<_>>();
         assert!(!rules(true).contains(&"SD6"));

@@ -1232,15 +1232,7 @@ mod tests {
             |settings: &DisaggregationSpec, prefill: &FleetSpec, layout: &AttentionLayout, scope_server: bool| {
                 (17..=23)
                     .map(|patch| {
-                        let input = PolicyInput {
-                            disaggregation: settings,
-                            decode: &FleetSpec::default(),
-                            layout,
-                            draft: None,
-                            draft_is_the_model: false,
-                            prefill_fleet: Some(prefill),
-                            release: v0_5(patch),
-                        };
+                        let input = PolicyInput::of(settings, layout, v0_5(patch)).with_prefill(Some(prefill));
                         let verdict = if scope_server {
                             evaluate_server(input, ServerRole::Decode, &SpecFields)
                         } else {
@@ -1269,15 +1261,8 @@ mod tests {
         assert_eq!(rules(&decode_running(Some("DSPARK")), &plain_prefill, &dsv4(), true), vec![None; 7]);
         // A service's prefill servers run the decode side's algorithm.
         assert_eq!(rules(&decode_running(Some("DSPARK")), &plain_prefill, &dsv41, false), vec![None; 7]);
-        let input = PolicyInput {
-            disaggregation: &decode_running(Some("DSPARK")),
-            decode: &FleetSpec::default(),
-            layout: &dsv41,
-            draft: None,
-            draft_is_the_model: false,
-            prefill_fleet: Some(&dspark_prefill),
-            release: v0_5(23),
-        };
+        let dspark = decode_running(Some("DSPARK"));
+        let input = PolicyInput::of(&dspark, &dsv41, v0_5(23)).with_prefill(Some(&dspark_prefill));
         assert!(evaluate_server(input, ServerRole::Decode, &SpecFields).violations.iter().any(|v| v.rule == "P4"));
     }
 
@@ -1287,15 +1272,7 @@ mod tests {
             // As effective_spec describes the prefill fleet kvpilot runs.
             let side = PrefillSpec { kv_cache_dtype: prefill.kv_cache_dtype.clone(), ..PrefillSpec::default() };
             let settings = with(|s| s.prefill = Some(side));
-            let input = PolicyInput {
-                disaggregation: &settings,
-                decode,
-                layout,
-                draft: None,
-                draft_is_the_model: false,
-                prefill_fleet: Some(prefill),
-                release: v0_5(23),
-            };
+            let input = PolicyInput::of(&settings, layout, v0_5(23)).with_decode(decode).with_prefill(Some(prefill));
             evaluate(input).violations.into_iter().filter(|v| v.rule == "P3").map(|v| v.message).collect::<Vec<_>>()
         };
         let p3 = |prefill: &str, decode: &str| {
@@ -1354,15 +1331,8 @@ mod tests {
         }
         assert_eq!(messages("T1hnd", &none, &env_fleet("SGLANG_USE_HND_KVCACHE", "0"), &full()), vec![None; 7]);
         // A service's prefill fleet registers its buffers too.
-        let input = PolicyInput {
-            disaggregation: &none,
-            decode: &FleetSpec::default(),
-            layout: &full(),
-            draft: None,
-            draft_is_the_model: false,
-            prefill_fleet: Some(&hnd),
-            release: v0_5(23),
-        };
+        let model = full();
+        let input = PolicyInput::of(&none, &model, v0_5(23)).with_prefill(Some(&hnd));
         assert!(evaluate(input).violations.iter().any(|v| v.rule == "T1hnd"));
     }
 }

@@ -651,15 +651,8 @@ mod tests {
         // unified tree before FlexKV is considered.
         assert_eq!(messages("N5", &cpu, &flexkv, &ssm()), vec![None; 7]);
         // A service's prefill servers keep their radix cache, so FlexKV there is refused.
-        let input = PolicyInput {
-            disaggregation: &cpu,
-            decode: &FleetSpec::default(),
-            layout: &ssm(),
-            draft: None,
-            draft_is_the_model: false,
-            prefill_fleet: Some(&flexkv),
-            release: v0_5(23),
-        };
+        let model = ssm();
+        let input = PolicyInput::of(&cpu, &model, v0_5(23)).with_prefill(Some(&flexkv));
         assert!(evaluate(input).violations.iter().any(|v| v.rule == "N5" && v.message == n5));
     }
 
@@ -697,15 +690,8 @@ mod tests {
         assert_eq!(messages("H7", &cpu, &sized, &dsv4()), vec![None; 7]);
         // A service's prefill servers with HiCache and a size in their own extraArgs.
         let prefill = args(&["--enable-hierarchical-cache", "--hicache-size", "8"]);
-        let input = PolicyInput {
-            disaggregation: &cpu,
-            decode: &FleetSpec::default(),
-            layout: &dsv4(),
-            draft: None,
-            draft_is_the_model: false,
-            prefill_fleet: Some(&prefill),
-            release: v0_5(23),
-        };
+        let model = dsv4();
+        let input = PolicyInput::of(&cpu, &model, v0_5(23)).with_prefill(Some(&prefill));
         assert!(evaluate(input).violations.iter().any(|v| v.rule == "H7" && v.message == h7));
     }
 
@@ -739,15 +725,8 @@ mod tests {
         // A service's prefill servers with the linker in their own extraArgs plan their draft too.
         let prefill =
             FleetSpec { extra_args: vec!["--enable-unified-cache-external-linker".into()], ..FleetSpec::default() };
-        let input = PolicyInput {
-            disaggregation: &no_linker,
-            decode: &FleetSpec::default(),
-            layout: &full(),
-            draft: None,
-            draft_is_the_model: false,
-            prefill_fleet: Some(&prefill),
-            release: v0_5(22),
-        };
+        let model = full();
+        let input = PolicyInput::of(&no_linker, &model, v0_5(22)).with_prefill(Some(&prefill));
         assert!(evaluate(input).violations.iter().any(|v| v.rule == "X4" && v.message == x4));
     }
 
@@ -808,15 +787,8 @@ mod tests {
         // A service's prefill servers with the linker and multi-layer EAGLE in their own extraArgs.
         let prefill = fleet(&["--enable-unified-cache-external-linker", "--enable-multi-layer-eagle"]);
         let eagle3 = with(|s| s.speculative_algorithm = Some("EAGLE3".into()));
-        let input = PolicyInput {
-            disaggregation: &eagle3,
-            decode: &FleetSpec::default(),
-            layout: &full(),
-            draft: None,
-            draft_is_the_model: false,
-            prefill_fleet: Some(&prefill),
-            release: v0_5(23),
-        };
+        let model = full();
+        let input = PolicyInput::of(&eagle3, &model, v0_5(23)).with_prefill(Some(&prefill));
         assert!(evaluate(input).violations.iter().any(|v| v.rule == "X5" && v.message == x5));
     }
 
@@ -866,15 +838,8 @@ mod tests {
         // A service's prefill servers run without HiCache (kvpilot gives it to the decode side), so
         // they plan a draft backup only when their extraArgs turn it on.
         let prefill_n6 = |prefill: &FleetSpec| {
-            let input = PolicyInput {
-                disaggregation: &radix,
-                decode: &FleetSpec::default(),
-                layout: &full(),
-                draft: None,
-                draft_is_the_model: false,
-                prefill_fleet: Some(prefill),
-                release: v0_5(23),
-            };
+            let model = full();
+            let input = PolicyInput::of(&radix, &model, v0_5(23)).with_prefill(Some(prefill));
             evaluate(input).violations.iter().any(|v| v.rule == "N6")
         };
         assert!(!prefill_n6(&flexkv));
@@ -966,15 +931,8 @@ mod tests {
         let unified = FleetSpec { env: env_fleet("SGLANG_ENABLE_UNIFIED_RADIX_TREE", "1").env, ..session.clone() };
         let cpu = with(|s| s.retraction_backup = Some(RetractionBackup::CpuTensor));
         let h2_on = |prefill: &FleetSpec, patch| {
-            let input = PolicyInput {
-                disaggregation: &cpu,
-                decode: &FleetSpec::default(),
-                layout: &full(),
-                draft: None,
-                draft_is_the_model: false,
-                prefill_fleet: Some(prefill),
-                release: v0_5(patch),
-            };
+            let model = full();
+            let input = PolicyInput::of(&cpu, &model, v0_5(patch)).with_prefill(Some(prefill));
             evaluate(input).violations.into_iter().filter(|v| v.rule == "H2").map(|v| v.message).collect::<Vec<_>>()
         };
         // 0.5.17's prefill servers build the plain RadixCache for a dense model, unless their env asks

@@ -510,10 +510,7 @@ mod tests {
                        decode: &FleetSpec,
                        prefill: &FleetSpec,
                        patch| {
-            let input = PolicyInput {
-                prefill_fleet: Some(prefill),
-                ..PolicyInput::alone(settings, decode, layout, v0_5(patch))
-            };
+            let input = PolicyInput::alone(settings, decode, layout, v0_5(patch)).with_prefill(Some(prefill));
             evaluate(input).violations.into_iter().map(|v| v.rule).filter(|rule| all.contains(rule)).collect::<Vec<_>>()
         };
         let defaults = DisaggregationSpec::default();
@@ -529,10 +526,8 @@ mod tests {
         let staged = FleetSpec { pipeline_parallel: 2, ..parallel_fleet(4, 1, false, &interleaved) };
         assert_eq!(service(&defaults, &dsa, &plain, &staged, 23), ["LS5"]);
         let message = |patch| {
-            let input = PolicyInput {
-                prefill_fleet: Some(&parallel_fleet(4, 1, false, &split)),
-                ..PolicyInput::alone(&defaults, &plain, &dsa, v0_5(patch))
-            };
+            let prefill = parallel_fleet(4, 1, false, &split);
+            let input = PolicyInput::alone(&defaults, &plain, &dsa, v0_5(patch)).with_prefill(Some(&prefill));
             evaluate(input).violations.into_iter().find(|v| v.rule == "LS3").map(|v| v.message)
         };
         assert!(message(19).is_some_and(|m| m.ends_with("--nsa-prefill-cp-mode round-robin-split).")));
@@ -587,15 +582,8 @@ mod tests {
         assert!(fired(23, &dcp(|_| ()), &plain, &mla()).is_empty(), "DeepSeek-V3 has no DSA");
 
         // A server without PD runs DSA DCP (K2 is a PD server's rule).
-        let input = PolicyInput {
-            disaggregation: &dcp(|_| ()),
-            decode: &plain,
-            layout: &dsa,
-            draft: None,
-            draft_is_the_model: false,
-            prefill_fleet: None,
-            release: v0_5(23),
-        };
+        let settings = dcp(|_| ());
+        let input = PolicyInput::of(&settings, &dsa, v0_5(23)).with_decode(&plain);
         let colocated: Vec<_> = evaluate_other_server(input, false).violations.into_iter().map(|v| v.rule).collect();
         assert!(!colocated.contains(&"K2"), "{colocated:?}");
 

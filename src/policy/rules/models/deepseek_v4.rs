@@ -284,15 +284,11 @@ mod tests {
         }
         // A service's prefill servers run the same algorithm and need the top-k too.
         let prefill = FleetSpec::default();
-        let service = evaluate(PolicyInput {
-            disaggregation: &speculating("EAGLE"),
-            decode: &top_k("1"),
-            layout: &dsv4(),
-            draft: None,
-            draft_is_the_model: false,
-            prefill_fleet: Some(&prefill),
-            release: v0_5(23),
-        });
+        let service = evaluate(
+            PolicyInput::of(&speculating("EAGLE"), &dsv4(), v0_5(23))
+                .with_decode(&top_k("1"))
+                .with_prefill(Some(&prefill)),
+        );
         assert_eq!(fired(service), [v2]);
 
         let v41 = layout_at(json!({
@@ -358,15 +354,9 @@ mod tests {
         let service = |patch: u16, prefill_args: &[&str]| {
             let prefill =
                 FleetSpec { extra_args: prefill_args.iter().map(|a| a.to_string()).collect(), ..FleetSpec::default() };
-            evaluate(PolicyInput {
-                disaggregation: &dspark(|_| ()),
-                decode: &plain,
-                layout: &v41,
-                draft: None,
-                draft_is_the_model: false,
-                prefill_fleet: Some(&prefill),
-                release: v0_5(patch),
-            })
+            evaluate(
+                PolicyInput::of(&dspark(|_| ()), &v41, v0_5(patch)).with_decode(&plain).with_prefill(Some(&prefill)),
+            )
             .violations
             .into_iter()
             .any(|v| v.rule == "V4")

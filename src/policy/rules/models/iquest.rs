@@ -361,15 +361,12 @@ mod tests {
             |patch: u16, settings: &DisaggregationSpec, draft: Option<&AttentionLayout>, args: &[&str], own: bool| {
                 let decode =
                     FleetSpec { extra_args: args.iter().map(|a| a.to_string()).collect(), ..FleetSpec::default() };
-                let verdict = evaluate(PolicyInput {
-                    disaggregation: settings,
-                    decode: &decode,
-                    layout: &target,
-                    draft,
-                    draft_is_the_model: own,
-                    prefill_fleet: None,
-                    release: v0_5(patch),
-                });
+                let verdict = evaluate(
+                    PolicyInput::of(settings, &target, v0_5(patch))
+                        .with_decode(&decode)
+                        .with_draft(draft)
+                        .with_draft_is_the_model(own),
+                );
                 verdict.violations.into_iter().map(|v| v.rule).filter(|rule| rule.starts_with("IQ")).collect::<Vec<_>>()
             };
         assert!(fired(20, &eagle(false), None, &[], false).is_empty(), "before 0.5.21");

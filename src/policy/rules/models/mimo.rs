@@ -204,8 +204,7 @@ mod tests {
 
         let prefill = parallel_fleet(1, 1, false, &["--enable-hierarchical-cache"]);
         let defaults = DisaggregationSpec::default();
-        let input =
-            PolicyInput { prefill_fleet: Some(&prefill), ..PolicyInput::alone(&defaults, &unified, &flash, v0_5(18)) };
+        let input = PolicyInput::alone(&defaults, &unified, &flash, v0_5(18)).with_prefill(Some(&prefill));
         let verdict = evaluate(input);
         assert!(verdict.violations.iter().any(|v| v.rule == "MV3"), "the prefill servers run HiCache without the env");
     }
