@@ -53,6 +53,30 @@ fn items(cluster: &Cluster, kind: &str, namespace: &str, selector: &str) -> Vec<
     list["items"].as_array().cloned().unwrap_or_default()
 }
 
+/// Quantities of a stored object as numbers: CPU in millicores, the rest in their units.
+fn amounts(quantities: &Value) -> std::collections::BTreeMap<String, u64> {
+    let parse = |resource: &str, text: &str| {
+        if resource == "cpu" { kvpilot::api::parse_millis(text) } else { kvpilot::api::parse_bytes(text) }.unwrap()
+    };
+    quantities.as_object().unwrap().iter().map(|(r, q)| (r.clone(), parse(r, q.as_str().unwrap()))).collect()
+}
+
+/// What the stored `pods` request together: each container and native sidecar, as the API
+/// server has them (kvpilot's regular init container asks for less than those).
+fn requested(pods: &[Value]) -> std::collections::BTreeMap<String, u64> {
+    let mut total = std::collections::BTreeMap::new();
+    for pod in pods {
+        let sidecars =
+            pod["spec"]["initContainers"].as_array().into_iter().flatten().filter(|c| c["restartPolicy"] == "Always");
+        for container in pod["spec"]["containers"].as_array().unwrap().iter().chain(sidecars) {
+            for (resource, amount) in amounts(&container["resources"]["requests"]) {
+                *total.entry(resource).or_default() += amount;
+            }
+        }
+    }
+    total
+}
+
 fn names(objects: &[Value]) -> Vec<&str> {
     let mut names: Vec<&str> = objects.iter().filter_map(|o| o["metadata"]["name"].as_str()).collect();
     names.sort();
@@ -139,7 +163,22 @@ fn gang_schedulers_are_refused_until_installed_then_each_replica_gets_its_group(
     assert_eq!(names(&groups), [format!("{name}-decode-0"), format!("{name}-decode-1"), format!("{name}-prefill-0")]);
     for group in &groups {
         assert_eq!(group["spec"]["minMember"], 2, "{group}");
-        assert_eq!(group["spec"]["minResources"], json!({"nvidia.com/gpu": "16", "rdma/rdma_shared_device_a": "2"}));
+        assert_eq!(
+            group["spec"]["minResources"],
+            json!({"cpu": "32", "memory": "128Gi", "nvidia.com/gpu": "16", "rdma/rdma_shared_device_a": "2"})
+        );
+        // The group's pods: those of its fleet and replica (a PodGroup carries their labels).
+        let labels = group["metadata"]["labels"].as_object().unwrap();
+        let selector = ["app.kubernetes.io/instance", "app.kubernetes.io/name", "kvpilot.dev/ordinal"]
+            .map(|key| format!("{key}={}", labels[key].as_str().unwrap()))
+            .join(",");
+        let members = items(&cluster, "pods", ns, &selector);
+        assert_eq!(members.len(), 2, "{group}");
+        assert_eq!(
+            amounts(&group["spec"]["minResources"]),
+            requested(&members),
+            "every container's requests of the group"
+        );
         assert_eq!(group["spec"]["queue"], "inference");
         assert_eq!(group["metadata"]["ownerReferences"][0]["uid"], uid, "owned by the resource");
     }
@@ -175,10 +214,10 @@ fn gang_schedulers_are_refused_until_installed_then_each_replica_gets_its_group(
         (groups.len() == 1 && items(&cluster, "pods", ns, &instance(name)).len() == 2).then(|| groups[0].clone())
     });
     assert_eq!(group["metadata"]["name"], format!("{name}-decode-0"));
-    assert_eq!(
-        (group["spec"]["minMember"].as_i64(), &group["spec"]["minResources"]),
-        (Some(2), &json!({"nvidia.com/gpu": "4"}))
-    );
+    assert_eq!(group["spec"]["minMember"].as_i64(), Some(2));
+    assert_eq!(group["spec"]["minResources"]["nvidia.com/gpu"], "4");
+    let members = items(&cluster, "pods", ns, &instance(name));
+    assert_eq!(amounts(&group["spec"]["minResources"]), requested(&members), "every container's requests of the group");
     for pod in items(&cluster, "pods", ns, &instance(name)) {
         assert_eq!(pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"], format!("{name}-decode-0"));
         assert_eq!(pod["spec"]["schedulerName"], "scheduler-plugins-scheduler");

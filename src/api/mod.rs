@@ -11,7 +11,7 @@ pub mod validation;
 
 pub use crd::crd;
 pub use layout_types::*;
-pub use quantity::{format_bytes, parse_bytes, parse_capacity};
+pub use quantity::{format_bytes, parse_bytes, parse_capacity, parse_millis};
 pub use spec::*;
 pub use status::*;
 

@@ -38,6 +38,17 @@ fn multiplier(unit: &str) -> Option<(u128, u128)> {
 /// The number of bytes `text` stands for, rounded up to a whole byte as Kubernetes rounds a
 /// memory quantity; errors in the words every caller uses.
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    parse_scaled(text, 1)
+}
+
+/// Thousandths of the quantity `text` (a CPU quantity in millicores: `500m` → 500, `2` → 2000),
+/// rounded up as Kubernetes rounds a CPU quantity.
+pub fn parse_millis(text: &str) -> Result<u64, String> {
+    parse_scaled(text, 1000)
+}
+
+/// `text` times `scale`, rounded up to a whole number.
+fn parse_scaled(text: &str, scale: u128) -> Result<u64, String> {
     let trimmed = text.trim();
     let number_end = trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+')).unwrap_or(trimmed.len());
     let (number, rest) = trimmed.split_at(number_end);
@@ -61,7 +72,11 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
     let mantissa: u128 = format!("{whole}{fraction}").parse().map_err(|_| not_a_size(text))?;
     let denominator = 10u128.pow(fraction.len() as u32) * denominator_scale;
     let too_many = || format!("{text:?} is more bytes than any machine has");
-    let bytes = mantissa.checked_mul(numerator_scale).ok_or_else(too_many)?.div_ceil(denominator);
+    let bytes = mantissa
+        .checked_mul(numerator_scale)
+        .and_then(|n| n.checked_mul(scale))
+        .ok_or_else(too_many)?
+        .div_ceil(denominator);
     u64::try_from(bytes).map_err(|_| too_many())
 }
 
@@ -91,6 +106,16 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn cpu_quantities_read_in_millicores() {
+        for (text, millis) in
+            [("500m", 500), ("2", 2000), ("0.5", 500), ("1.5", 1500), ("100m", 100), ("1e3", 1_000_000)]
+        {
+            assert_eq!(parse_millis(text), Ok(millis), "{text}");
+        }
+        assert!(parse_millis("two").is_err());
+    }
 
     #[test]
     fn kubernetes_quantities_and_byte_units_read_alike() {

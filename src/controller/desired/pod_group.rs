@@ -2,8 +2,8 @@
 //! the cluster runs starts a replica's pods all at once or not at all:
 //!
 //! - Volcano: a `scheduling.volcano.sh/v1beta1` PodGroup per replica (`minMember` = its pods,
-//!   `minResources` = the GPUs and other extended resources they request together, the queue and
-//!   priority class), and on each pod `schedulerName: volcano` and Volcano's group annotation;
+//!   `minResources` = everything its pods request together, GPUs, CPU and memory of the servers
+//!   and of kvpilot's sidecars, the queue and priority class), and on each pod `schedulerName: volcano` and Volcano's group annotation;
 //! - scheduler-plugins' coscheduling: a `scheduling.x-k8s.io/v1alpha1` PodGroup per replica and
 //!   the pod label the plugin reads;
 //! - Kueue: its plain-pod group labels and annotations, which make a replica one workload.
@@ -19,7 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::CustomResource;
 use serde::{Deserialize, Serialize};
 
-use crate::api::{FleetSpec, GangScheduler, InferenceDeploymentSpec, parse_bytes};
+use crate::api::{FleetSpec, GangScheduler, InferenceDeploymentSpec, format_bytes, parse_bytes, parse_millis};
 
 /// The scheduler name Volcano's scheduler runs under.
 pub const VOLCANO_SCHEDULER: &str = "volcano";
@@ -37,10 +37,6 @@ pub const KUEUE_GROUP_TOTAL_COUNT_ANNOTATION: &str = "kueue.x-k8s.io/pod-group-t
 pub const KUEUE_GROUP_SERVING_ANNOTATION: &str = "kueue.x-k8s.io/pod-group-serving";
 /// Pod label: the Kueue LocalQueue.
 pub const KUEUE_QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
-
-/// Resources every node offers that gang admission does not count: a group fits or not by its
-/// GPUs and other extended resources.
-const NODE_RESOURCES: [&str; 3] = ["cpu", "memory", "ephemeral-storage"];
 
 /// Volcano's PodGroup (`volcano.sh/apis` `scheduling/v1beta1`), the fields kvpilot sets.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -204,24 +200,74 @@ pub(super) fn priority_class_name(spec: &InferenceDeploymentSpec, fleet: &FleetS
     fleet.priority_class_name.clone().or_else(|| spec.scheduling.as_ref()?.priority_class_name.clone())
 }
 
-/// What `members` pods like `template` request together of the resources that decide whether
-/// a group fits: its GPUs and other extended resources (requests equal limits for those).
+/// What `members` pods like `template` request together, every resource of every container:
+/// what a gang scheduler must find free for the whole group at once (scheduler-plugins'
+/// Coscheduling checks it before placing a member, Volcano before it admits the group). A pod
+/// requests, for each resource, what the kubelet and scheduler reserve for it: the larger of its
+/// containers and native sidecars together, and its largest regular init container with the
+/// sidecars started before it. A container's request defaults to its limit.
 fn group_resources(template: &Pod, members: i32) -> BTreeMap<String, Quantity> {
-    let containers = template.spec.iter().flat_map(|spec| &spec.containers);
-    let mut per_pod: BTreeMap<String, u64> = BTreeMap::new();
-    for limits in containers.filter_map(|c| c.resources.as_ref()?.limits.as_ref()) {
-        for (resource, quantity) in limits {
-            if NODE_RESOURCES.contains(&resource.as_str()) || resource.starts_with("hugepages-") {
-                continue;
-            }
-            // The API server refuses a pod whose extended resource is no whole number.
-            if let Ok(count) = parse_bytes(&quantity.0) {
-                *per_pod.entry(resource.clone()).or_default() += count;
+    let Some(spec) = template.spec.as_ref() else { return BTreeMap::new() };
+    let mut running: BTreeMap<String, u64> = BTreeMap::new();
+    let mut starting: BTreeMap<String, u64> = BTreeMap::new();
+    let mut sidecars: BTreeMap<String, u64> = BTreeMap::new();
+    for init in spec.init_containers.iter().flatten() {
+        let asked = container_requests(init);
+        if init.restart_policy.as_deref() == Some("Always") {
+            add(&mut sidecars, &asked);
+        } else {
+            let mut at_start = sidecars.clone();
+            add(&mut at_start, &asked);
+            for (resource, amount) in at_start {
+                let most = starting.entry(resource).or_default();
+                *most = (*most).max(amount);
             }
         }
     }
+    add(&mut running, &sidecars);
+    for container in &spec.containers {
+        add(&mut running, &container_requests(container));
+    }
+    for (resource, amount) in starting {
+        let total = running.entry(resource).or_default();
+        *total = (*total).max(amount);
+    }
     let members = u64::try_from(members.max(1)).unwrap_or(1);
-    per_pod.into_iter().map(|(resource, count)| (resource, Quantity((count * members).to_string()))).collect()
+    running.into_iter().map(|(resource, amount)| (resource.clone(), quantity(&resource, amount * members))).collect()
+}
+
+fn add(total: &mut BTreeMap<String, u64>, more: &BTreeMap<String, u64>) {
+    for (resource, amount) in more {
+        *total.entry(resource.clone()).or_default() += amount;
+    }
+}
+
+/// A container's requests (its limits where it sets no request), CPU in millicores and every
+/// other resource in its own unit (bytes, devices); a quantity the API server would refuse is
+/// left out.
+fn container_requests(container: &k8s_openapi::api::core::v1::Container) -> BTreeMap<String, u64> {
+    let resources = container.resources.as_ref();
+    let limits = resources.and_then(|r| r.limits.clone()).unwrap_or_default();
+    let mut asked = limits;
+    asked.extend(resources.and_then(|r| r.requests.clone()).unwrap_or_default());
+    asked
+        .into_iter()
+        .filter_map(|(resource, amount)| {
+            let parsed = if resource == "cpu" { parse_millis(&amount.0) } else { parse_bytes(&amount.0) };
+            Some((resource, parsed.ok()?))
+        })
+        .collect()
+}
+
+/// `amount` of `resource` as a quantity: CPU from millicores, memory in binary units.
+fn quantity(resource: &str, amount: u64) -> Quantity {
+    Quantity(match resource {
+        "cpu" if amount.is_multiple_of(1000) => (amount / 1000).to_string(),
+        "cpu" => format!("{amount}m"),
+        "memory" | "ephemeral-storage" => format_bytes(amount),
+        _ if resource.starts_with("hugepages-") => format_bytes(amount),
+        _ => amount.to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -246,6 +292,85 @@ mod tests {
         pod.metadata.labels.clone().unwrap_or_default()
     }
 
+    /// Quantities as numbers: CPU in millicores, the rest in their units.
+    fn parsed(quantities: &BTreeMap<String, Quantity>) -> BTreeMap<String, u64> {
+        quantities
+            .iter()
+            .map(|(r, q)| (r.clone(), if r == "cpu" { parse_millis(&q.0) } else { parse_bytes(&q.0) }.unwrap()))
+            .collect()
+    }
+
+    /// What `pods` request together, summed container by container as the API server stores them
+    /// (every container and native sidecar; a regular init container only where it asks for more
+    /// than those, which none of kvpilot's does).
+    fn requested(pods: &[Pod]) -> BTreeMap<String, u64> {
+        let mut total = BTreeMap::new();
+        for pod in pods {
+            let spec = pod.spec.as_ref().unwrap();
+            let sidecars =
+                spec.init_containers.iter().flatten().filter(|c| c.restart_policy.as_deref() == Some("Always"));
+            for container in spec.containers.iter().chain(sidecars) {
+                let requests = container.resources.as_ref().and_then(|r| r.requests.as_ref()).expect("requests");
+                for (resource, amount) in parsed(requests) {
+                    *total.entry(resource).or_default() += amount;
+                }
+            }
+        }
+        total
+    }
+
+    #[test]
+    fn min_resources_is_everything_the_group_s_containers_request_for_each_gang_scheduler_with_a_pod_group() {
+        for gang in ["volcano", "coscheduling"] {
+            let mut resource =
+                with_gang(json!({"replicas": 1, "tensorParallel": 8, "nodesPerReplica": 2}), json!({"gang": gang}));
+            resource.spec.cache = Some(serde_json::from_value(json!({"offload": true, "capacity": "4Gi"})).unwrap());
+            let desired = render(&resource);
+            let pods = desired.decode.replica(0);
+            let min_resources = match desired.decode.pod_group(0) {
+                Some(PodGroup::Volcano(group)) => group.spec.min_resources,
+                Some(PodGroup::Coscheduling(group)) => group.spec.min_resources,
+                None => panic!("{gang}: no PodGroup"),
+            };
+            let installer = &pods[0].spec.as_ref().unwrap().init_containers.as_ref().unwrap()[0];
+            assert_eq!(installer.restart_policy, None, "the installer is a regular init container");
+            let wanted = requested(&pods);
+            assert_eq!(parsed(&min_resources), wanted, "{gang}");
+            // The servers' and the sidecars' memory: more than the servers' alone.
+            let servers: u64 = pods
+                .iter()
+                .map(|p| {
+                    parse_bytes(
+                        &p.spec.as_ref().unwrap().containers[0].resources.as_ref().unwrap().requests.as_ref().unwrap()
+                            ["memory"]
+                            .0,
+                    )
+                    .unwrap()
+                })
+                .sum();
+            assert!(wanted["memory"] > servers, "{gang}: {wanted:?}");
+        }
+    }
+
+    #[test]
+    fn a_pod_reserves_its_largest_init_container_where_that_asks_for_more_than_it_runs() {
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {
+            "initContainers": [
+                {"name": "sidecar", "restartPolicy": "Always", "resources": {"requests": {"cpu": "100m", "memory": "1Gi"}}},
+                {"name": "warm", "resources": {"requests": {"cpu": "4", "memory": "512Mi"}}}
+            ],
+            "containers": [{"name": "server", "resources": {"limits": {"cpu": "1", "memory": "2Gi", "nvidia.com/gpu": "2"}}}]
+        }}))
+        .unwrap();
+        let expected = BTreeMap::from([
+            // The init container with the sidecar started before it: 4.1 CPUs, more than the 1.1 running.
+            ("cpu".to_string(), Quantity("8200m".into())),
+            ("memory".to_string(), Quantity("6Gi".into())),
+            ("nvidia.com/gpu".to_string(), Quantity("4".into())),
+        ]);
+        assert_eq!(group_resources(&pod, 2), expected);
+    }
+
     #[test]
     fn volcano_gets_a_pod_group_per_replica_with_its_pods_and_gpus_and_schedules_its_pods() {
         let resource = with_gang(
@@ -264,11 +389,14 @@ mod tests {
         assert_eq!(
             group.spec.min_resources,
             BTreeMap::from([
+                ("cpu".to_string(), Quantity("16".into())),
+                ("memory".to_string(), Quantity("96Gi".into())),
                 ("nvidia.com/gpu".to_string(), Quantity("16".into())),
                 ("rdma/rdma_shared_device_a".to_string(), Quantity("2".into())),
             ]),
-            "two pods' GPUs and RDMA devices; CPU is no gang resource"
+            "two pods' GPUs, RDMA devices, CPU (the 8 the spec limits it to) and memory"
         );
+        assert_eq!(parsed(&group.spec.min_resources), requested(&desired.decode.replica(1)));
         assert_eq!(
             (group.spec.queue.as_deref(), group.spec.priority_class_name.as_deref()),
             (Some("inference"), Some("serving"))
