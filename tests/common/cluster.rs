@@ -154,10 +154,16 @@ impl Cluster {
     /// waits until it is Established.
     pub fn install_crd(&self) {
         self.kubectl_ok(&APPLY_CRDS);
-        let wait = ["wait", "--for=condition=Established", "--timeout=10s", "crd/inferencedeployments.kvpilot.dev"];
-        // kubectl wait fails outright on a CRD so new that it has no conditions yet (seen on a
-        // control plane just started: `.status.conditions accessor error: <nil>`).
-        wait_for_blocking("the CRD is Established", Duration::from_secs(60), || {
+        self.wait_established(&["crd/inferencedeployments.kvpilot.dev"]);
+    }
+
+    /// Waits until every CRD of `crds` (`crd/NAME`) is Established. `kubectl wait` fails outright
+    /// on a CRD so new that it has no conditions yet (seen on a control plane just started:
+    /// `.status.conditions accessor error: <nil>`), so it is asked again until it answers.
+    pub fn wait_established(&self, crds: &[&str]) {
+        let mut wait = vec!["wait", "--for=condition=Established", "--timeout=10s"];
+        wait.extend_from_slice(crds);
+        wait_for_blocking(&format!("{crds:?} Established"), Duration::from_secs(60), || {
             self.kubectl(&wait).status.success().then_some(())
         });
     }
@@ -166,10 +172,7 @@ impl Cluster {
     pub fn install_crd_file(&self, path: &Path, crd: &str) {
         let file = path.to_str().unwrap();
         self.kubectl_ok(&["apply", "--server-side", "--force-conflicts", "--field-manager=kvpilot-tests", "-f", file]);
-        // kubectl wait fails outright on a CRD so new that it has no conditions yet.
-        wait_for_blocking(&format!("{crd} is Established"), Duration::from_secs(60), || {
-            self.kubectl(&["wait", "--for=condition=Established", "--timeout=10s", crd]).status.success().then_some(())
-        });
+        self.wait_established(&[crd]);
     }
 
     /// Points the webhook configuration `kind` (validatingwebhookconfiguration or
@@ -204,12 +207,7 @@ impl Cluster {
             "-f",
             dir,
         ]);
-        let mut wait = vec!["wait", "--for=condition=Established", "--timeout=10s"];
-        wait.extend(GANG_CRDS);
-        // kubectl wait fails outright on a CRD so new that it has no conditions yet.
-        wait_for_blocking("the gang schedulers' CRDs are Established", Duration::from_secs(60), || {
-            self.kubectl(&wait).status.success().then_some(())
-        });
+        self.wait_established(&GANG_CRDS);
     }
 
     /// Deletes the gang schedulers' CRDs (and so every object of theirs), waiting until they
