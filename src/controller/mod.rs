@@ -480,7 +480,7 @@ fn pod_triggers(
 ) -> futures::stream::BoxStream<'static, ObjectRef<InferenceDeployment>> {
     stream
         .filter_map(|pod| async move {
-            let pod = pod.ok()?;
+            let pod = pod.map_err(|e| tracing::debug!(error = %e, "server and router pods' watch")).ok()?;
             owning_resource(&pod.metadata).or_else(|| {
                 let (_, instance) = router_pod_of(&pod)?;
                 Some(ObjectRef::new(instance).within(pod.metadata.namespace.as_deref()?))
