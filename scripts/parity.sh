@@ -11,6 +11,7 @@
 # disagreement; the last line is "N passed, N failed".
 #   KVPILOT_BIN     the binary to compare (default target/debug/kvpilot)
 #   PARITY_PYTHON   the Python that builds the venvs (default python3; 3.10 or newer)
+#   PARITY_JOBS     releases checked side by side (default: one per core)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -79,4 +80,5 @@ if [ "$(cat "$router_venv/.installed" 2>/dev/null)" != "$router_hash" ]; then
     echo "$router_hash" > "$router_venv/.installed"
 fi
 
-exec "$python" tests/parity/run.py --src "$parity_dir/src" --venvs "$parity_dir" --kvpilot "$kvpilot_bin"
+exec "$python" tests/parity/run.py --src "$parity_dir/src" --venvs "$parity_dir" --kvpilot "$kvpilot_bin" \
+    ${PARITY_JOBS:+--jobs "$PARITY_JOBS"}

@@ -8,6 +8,7 @@ import random
 import sys
 import tempfile
 import textwrap
+import threading
 import types
 import unittest
 
@@ -19,6 +20,7 @@ import handshake  # noqa: E402
 import pd_args  # noqa: E402
 import rule_messages  # noqa: E402
 import run  # noqa: E402
+from compare import arg_checks, classification, common  # noqa: E402
 import served_architectures  # noqa: E402
 import server_cli  # noqa: E402
 import tree_cache  # noqa: E402
@@ -122,7 +124,7 @@ class PipelineOrderTest(unittest.TestCase):
     def test_unknown_flags_are_refused_with_their_values_as_argparse_lists_them(self):
         args = {"enable_unified_cache_external_linker": True,
                 "disaggregation_decode_retraction_backup": "host_pool"}
-        self.assertEqual(run.unrecognized(args, sorted(args)),
+        self.assertEqual(arg_checks.unrecognized(args, sorted(args)),
                          "unrecognized arguments: --disaggregation-decode-retraction-backup host_pool "
                          "--enable-unified-cache-external-linker")
 
@@ -175,14 +177,14 @@ class VersionKeyTest(unittest.TestCase):
 class ServedRangeTest(unittest.TestCase):
     def test_first_and_last_are_inclusive_and_dash_is_open(self):
         served = {"Old": ("0.5.17", "0.5.19"), "New": ("0.5.21", None)}
-        self.assertTrue(run.is_served(served, "Old", "0.5.19"))
-        self.assertFalse(run.is_served(served, "Old", "0.5.20"))
-        self.assertFalse(run.is_served(served, "New", "0.5.20"))
-        self.assertTrue(run.is_served(served, "New", "0.5.99"))
-        self.assertFalse(run.is_served(served, "Unknown", "0.5.23"))
+        self.assertTrue(classification.is_served(served, "Old", "0.5.19"))
+        self.assertFalse(classification.is_served(served, "Old", "0.5.20"))
+        self.assertFalse(classification.is_served(served, "New", "0.5.20"))
+        self.assertTrue(classification.is_served(served, "New", "0.5.99"))
+        self.assertFalse(classification.is_served(served, "Unknown", "0.5.23"))
 
     def test_the_committed_file_parses(self):
-        served = run.served_architectures()
+        served = classification.served_architectures()
         self.assertIn("LlamaForCausalLM", served)
         self.assertTrue(all(first.count(".") >= 2 for first, _ in served.values()))
 
@@ -286,7 +288,7 @@ class FirstRefusalTest(unittest.TestCase):
                    "d": {"violations": [violation("P5", "P5")]}}
         printed = io.StringIO()
         with contextlib.redirect_stdout(printed):
-            agreements, failed, rules = run.compare_first_refusal(
+            agreements, failed, rules = common.compare_first_refusal(
                 scenarios, theirs, reports, lambda v: v["phase"] == "handshake", lambda s: s["id"])
         self.assertEqual((agreements, failed, rules), (2, 2, "P1 1"))
         self.assertEqual(printed.getvalue().splitlines(), [
@@ -535,6 +537,39 @@ class HandshakeTest(unittest.TestCase):
                 """))
         self.assertEqual(handshake.handshake_names(srt, {"requests": None, "logger": None,
                                                          "StateType": None}), ["new_helper"])
+
+
+class ReleaseWorkersTest(unittest.TestCase):
+    def test_each_release_prints_whole_and_in_release_order_whatever_finishes_first(self):
+        later_done = threading.Event()
+
+        def check(release):
+            print(f"{release} first line")
+            if release == "0.5.17":
+                # The earlier release waits until the later one has finished and printed.
+                self.assertTrue(later_done.wait(5))
+            print(f"{release} last line")
+            if release == "0.5.18":
+                later_done.set()
+            return release.upper()
+
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            with run.ReleaseWorkers(2) as workers:
+                print("before")
+                results = list(workers.map(check, ["0.5.17", "0.5.18"]))
+            print("after")
+        self.assertEqual(results, ["0.5.17", "0.5.18"])
+        self.assertEqual(printed.getvalue().splitlines(), [
+            "before", "0.5.17 first line", "0.5.17 last line", "0.5.18 first line", "0.5.18 last line",
+            "after"])
+
+    def test_a_failing_release_raises_in_the_driver(self):
+        def check(release):
+            raise RuntimeError(f"{release} broke")
+
+        with run.ReleaseWorkers(2) as workers, self.assertRaisesRegex(RuntimeError, "0.5.17 broke"):
+            list(workers.map(check, ["0.5.17", "0.5.18"]))
 
 
 if __name__ == "__main__":
