@@ -27,7 +27,10 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 use common::cluster::{Cluster, HelmRelease, examples_in, repo, succeeded, text, wait_for_blocking};
-use node::{Node, SeenPod, container, http_get, is_ready, metric, pod_ip, ready_pods, standin_report, started_at};
+use node::{
+    Node, PodHistory, SeenPod, condition, container, http_get, is_ready, metric, pod_ip, ready_pods, standin_report,
+    started_at,
+};
 
 /// Long enough for pods to start (or stop) on a loaded 2-core machine, with room for a missed
 /// startup probe (every 30 s); failures show the pods' states and the events.
@@ -306,10 +309,45 @@ async fn a_multi_node_decode_group_with_the_cache_runtime_runs_recovers_and_leav
         (ready_replicas() == Some(1)).then_some(())
     });
 
+    // A rank's server dies, as SGLang's does on a fatal error. The rank cannot rejoin a running
+    // group, so its pod does not restart (restartPolicy Never) and the kubelet fails it; kvpilot
+    // closes the surviving rank's readiness gate before it deletes the group, so a rank whose own
+    // probe still passes stops counting as ready, and the group comes back whole.
+    let history = PodHistory::record(&client, &namespace, &selector).await;
+    let (status, body) = http_get(pod_ip(&pods[1]), 30000, "/kvpilot-standin/die").await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    let died: BTreeSet<&str> = pods.iter().map(|p| p.metadata.uid.as_deref().unwrap()).collect();
+    let pods =
+        node::wait_pods(&client, &namespace, &selector, "the group restarted whole after a death", START, |now| {
+            let fresh = now.iter().all(|p| !died.contains(p.metadata.uid.as_deref().unwrap()));
+            now.len() == 2 && fresh && now.iter().all(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none())
+        })
+        .await;
+    let [survivor, dead] = [0, 1].map(|rank| history.of(&seen[rank].uid));
+    assert!(
+        dead.iter().any(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")),
+        "the kubelet failed the rank whose server died:\n{}",
+        node::describe(&dead)
+    );
+    let closed_in_time = survivor.iter().any(|p| {
+        p.metadata.deletion_timestamp.is_none()
+            && condition(p, "ContainersReady") == Some("True")
+            && condition(p, "kvpilot.dev/group-ready") == Some("False")
+    });
+    assert!(
+        closed_in_time,
+        "the surviving rank's gate closed while its own probe passed, before it was deleted:\n{}",
+        node::describe(&survivor)
+    );
+    drop(history);
+    seen.extend(pods.iter().map(|p| SeenPod::of(&node, p)));
+
     // A rank deleted: the group is restarted whole (SGLang cannot take a rank back), both ranks
     // come back Ready through their probes, and the page round trip works again.
     let before: BTreeSet<String> = pods.iter().map(|p| p.metadata.uid.clone().unwrap()).collect();
-    succeeded("kubectl delete pod", cluster.kubectl(&["delete", "pod", &ranks[1], "-n", &namespace, "--wait=false"]));
+    // The group that replaced the first may have a new ordinal: the rank is named as it runs now.
+    let rank_1 = pods[1].metadata.name.as_deref().unwrap();
+    succeeded("kubectl delete pod", cluster.kubectl(&["delete", "pod", rank_1, "-n", &namespace, "--wait=false"]));
     let replaced = node::wait_pods(&client, &namespace, &selector, "the group restarted whole", START, |pods| {
         let fresh = pods.iter().all(|p| !before.contains(p.metadata.uid.as_deref().unwrap()));
         pods.len() == 2 && fresh && pods.iter().all(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none())

@@ -10,10 +10,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use kube::api::{Api, ListParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 
 use crate::common::cluster::{Cluster, repo, succeeded, text};
@@ -339,6 +342,58 @@ fn cluster_events(namespace: &str) -> String {
     let Some(cluster) = Cluster::from_env() else { return String::new() };
     let out = cluster.kubectl(&["get", "events", "-n", namespace, "--sort-by=.lastTimestamp"]);
     format!("events:\n{}{}", text(&out.stdout), text(&out.stderr))
+}
+
+/// Every state of the pods of `namespace` matching `selector` that the API server's watch shows,
+/// in order, from when it is made until it is dropped: what happened between two polls, such as
+/// a condition that changed just before the pod was deleted.
+pub struct PodHistory {
+    seen: Arc<Mutex<Vec<Pod>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PodHistory {
+    /// Starts watching; returns once the watch has listed the pods there are now.
+    pub async fn record(client: &kube::Client, namespace: &str, selector: &str) -> PodHistory {
+        let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (listed, is_listed) = tokio::sync::oneshot::channel();
+        let mut listed = Some(listed);
+        let mut stream = watcher(api, watcher::Config::default().labels(selector)).default_backoff().boxed();
+        let recorded = seen.clone();
+        let task = tokio::spawn(async move {
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => {
+                        recorded.lock().unwrap().push(pod)
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        if let Some(listed) = listed.take() {
+                            let _ = listed.send(());
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) => eprintln!("pod watch: {e} (retrying)"),
+                }
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(60), is_listed)
+            .await
+            .expect("the pod watch listed within 60 s")
+            .expect("the pod watch ran");
+        PodHistory { seen, task }
+    }
+
+    /// The states of pod `uid` seen so far, oldest first.
+    pub fn of(&self, uid: &str) -> Vec<Pod> {
+        self.seen.lock().unwrap().iter().filter(|p| p.metadata.uid.as_deref() == Some(uid)).cloned().collect()
+    }
+}
+
+impl Drop for PodHistory {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// GET http://`ip`:`port``path` from the host, as the kubelet's probes reach pods: (status, body).

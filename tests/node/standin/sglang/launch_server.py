@@ -254,7 +254,15 @@ def main() -> None:
         now = status()
         return (503 if now["problems"] else 200), {"problems": now["problems"]}
 
-    routes = {"/health": health, "/health_generate": health, "/kvpilot-standin": lambda: (200, status())}
+    def die():
+        # What a fatal error does to SGLang's server: the process exits non-zero. After the
+        # answer is written, so the test knows the request arrived.
+        log(WHO, "asked to die: exiting with code 1")
+        threading.Timer(0.2, os._exit, (1,)).start()
+        return 200, {"exiting": 1}
+
+    routes = {"/health": health, "/health_generate": health, "/kvpilot-standin": lambda: (200, status()),
+              "/kvpilot-standin/die": die}
     if mode == "prefill":
         bootstrap = int(one(flags, "--disaggregation-bootstrap-port", "8998"))
         report["bootstrap_port"] = bootstrap
