@@ -24,6 +24,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use kvpilot::controller::desired::GROUP_READY;
 use serde_json::{Value, json};
 
 use common::cluster::{Cluster, HelmRelease, examples_in, repo, succeeded, text, wait_for_blocking};
@@ -316,13 +317,8 @@ async fn a_multi_node_decode_group_with_the_cache_runtime_runs_recovers_and_leav
     let history = PodHistory::record(&client, &namespace, &selector).await;
     let (status, body) = http_get(pod_ip(&pods[1]), 30000, "/kvpilot-standin/die").await.unwrap();
     assert_eq!(status, 200, "{body}");
-    let died: BTreeSet<&str> = pods.iter().map(|p| p.metadata.uid.as_deref().unwrap()).collect();
     let pods =
-        node::wait_pods(&client, &namespace, &selector, "the group restarted whole after a death", START, |now| {
-            let fresh = now.iter().all(|p| !died.contains(p.metadata.uid.as_deref().unwrap()));
-            now.len() == 2 && fresh && now.iter().all(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none())
-        })
-        .await;
+        node::wait_group_replaced(&client, &namespace, &selector, &pods, "after a rank's server died", START).await;
     let [survivor, dead] = [0, 1].map(|rank| history.of(&seen[rank].uid));
     assert!(
         dead.iter().any(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed")),
@@ -332,7 +328,7 @@ async fn a_multi_node_decode_group_with_the_cache_runtime_runs_recovers_and_leav
     let closed_in_time = survivor.iter().any(|p| {
         p.metadata.deletion_timestamp.is_none()
             && condition(p, "ContainersReady") == Some("True")
-            && condition(p, "kvpilot.dev/group-ready") == Some("False")
+            && condition(p, GROUP_READY) == Some("False")
     });
     assert!(
         closed_in_time,
@@ -344,15 +340,11 @@ async fn a_multi_node_decode_group_with_the_cache_runtime_runs_recovers_and_leav
 
     // A rank deleted: the group is restarted whole (SGLang cannot take a rank back), both ranks
     // come back Ready through their probes, and the page round trip works again.
-    let before: BTreeSet<String> = pods.iter().map(|p| p.metadata.uid.clone().unwrap()).collect();
     // The group that replaced the first may have a new ordinal: the rank is named as it runs now.
     let rank_1 = pods[1].metadata.name.as_deref().unwrap();
     succeeded("kubectl delete pod", cluster.kubectl(&["delete", "pod", rank_1, "-n", &namespace, "--wait=false"]));
-    let replaced = node::wait_pods(&client, &namespace, &selector, "the group restarted whole", START, |pods| {
-        let fresh = pods.iter().all(|p| !before.contains(p.metadata.uid.as_deref().unwrap()));
-        pods.len() == 2 && fresh && pods.iter().all(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none())
-    })
-    .await;
+    let replaced =
+        node::wait_group_replaced(&client, &namespace, &selector, &pods, "after a rank was deleted", START).await;
     for pod in &replaced {
         assert_cache_pod(&node, pod).await;
         seen.push(SeenPod::of(&node, pod));

@@ -309,6 +309,27 @@ pub async fn ready_pods(
     .await
 }
 
+/// Waits until `group` (the pods matching `selector`) is replaced whole: as many pods, none of
+/// them one of `group`, each Ready and not terminating; returns them.
+pub async fn wait_group_replaced(
+    client: &kube::Client,
+    namespace: &str,
+    selector: &str,
+    group: &[Pod],
+    why: &str,
+    timeout: Duration,
+) -> Vec<Pod> {
+    let old: BTreeSet<&str> = group.iter().map(|p| p.metadata.uid.as_deref().unwrap()).collect();
+    let what = format!("the group restarted whole {why}");
+    wait_pods(client, namespace, selector, &what, timeout, |pods| {
+        let fresh = pods.iter().all(|p| !old.contains(p.metadata.uid.as_deref().unwrap()));
+        pods.len() == group.len()
+            && fresh
+            && pods.iter().all(|p| is_ready(p) && p.metadata.deletion_timestamp.is_none())
+    })
+    .await
+}
+
 /// Waits until pod `name` is Ready, and returns it; a failure shows its state and the events.
 pub async fn ready_pod(client: &kube::Client, namespace: &str, name: &str, timeout: Duration) -> Pod {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
