@@ -35,7 +35,6 @@ import glob
 import os
 import re
 import sys
-import json
 import types
 
 import server_argv
@@ -235,11 +234,7 @@ def _server_args_record(defaults):
         dataclasses.field(default=defaults.get("disaggregation_bootstrap_port")))])
 
 
-def main(argv):
-    if len(argv) != 2:
-        sys.exit(__doc__)
-    src = argv[1]
-    scenarios = json.load(sys.stdin)
+def main(src, scenarios):
     sglang_env.install(src)
     srt = os.path.join(src, "sglang", "srt")
     pd_path = os.path.join(srt, "arg_groups", "pd_disaggregation_hook.py")
@@ -301,9 +296,8 @@ def main(argv):
         except (ValueError, AssertionError, NotImplementedError) as e:
             error = str(e)
         results.append({"id": scenario["id"], "error": error})
-    print(json.dumps({"prefixes": prefixes, "results": results}))
-    return 0
+    return {"prefixes": prefixes, "results": results}
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(sglang_env.release_main(__doc__, main))

@@ -55,7 +55,6 @@ platform checks for HIP, NPU and MUSA pass.
 
 import ast
 import inspect
-import json
 import os
 import logging
 import sys
@@ -199,8 +198,8 @@ def _layer_split_without_dsa(srt):
     return compile(ast.fix_missing_locations(ast.Module(body=checks, type_ignores=[])), path, "exec")
 
 
-def main(argv):
-    srt, scenarios, release, parser = server_argv.release_script(argv, __doc__)
+def main(src, scenarios):
+    srt, release, parser = server_argv.release_parts(src)
 
     release.expose_model_config()
     is_multimodal = release.mc.get("is_multimodal_model")
@@ -278,9 +277,8 @@ def main(argv):
             exec(statements, namespace)
 
         results.append(server_argv.refusal_result(path, scenario, run))
-    print(json.dumps(results))
-    return 0
+    return results
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(sglang_env.release_main(__doc__, main))

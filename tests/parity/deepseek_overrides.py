@@ -25,13 +25,13 @@ backend is left unset; `get_platform()` is a CUDA GPU's (kvpilot's servers run o
 """
 
 import ast
-import json
 import os
 import sys
 import types
 
 import classify
 import context_parallel
+import sglang_env
 
 PROVIDERS = os.path.join("arg_groups", "model_overrides", "deepseek_v2.py")
 PROVIDER = "_deepseek_family_overrides"
@@ -67,11 +67,7 @@ def _provider_parts(path):
     return code, dsa_dcp, kpool_code
 
 
-def main(argv):
-    if len(argv) != 2:
-        sys.exit(__doc__)
-    src = argv[1]
-    scenarios = json.load(sys.stdin)
+def main(src, scenarios):
     release = classify.Release(src)
     path = os.path.join(src, "sglang", "srt", PROVIDERS)
     has_provider = os.path.exists(path)
@@ -104,9 +100,8 @@ def main(argv):
             except ValueError as e:
                 message = str(e)
         results.append({"id": scenario["id"], "raised": message is not None, "message": message})
-    print(json.dumps(results))
-    return 0
+    return results
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(sglang_env.release_main(__doc__, main))

@@ -66,7 +66,6 @@ Stood in, and why:
 import ast
 import builtins
 import inspect
-import json
 import os
 import sys
 import types
@@ -299,11 +298,7 @@ class OtherPoolStandIn(PoolStandIn):
     """Any pool the configurator builds for a non-DeepSeek-V4 model."""
 
 
-def main(argv):
-    if len(argv) != 2:
-        sys.exit(__doc__)
-    src = argv[1]
-    scenarios = json.load(sys.stdin)
+def main(src, scenarios):
     srt = os.path.join(src, "sglang", "srt")
     release = Release(src)
     statement, test_names = dsv4_draft_statement(srt)
@@ -385,9 +380,8 @@ def main(argv):
             "targetPage": geometry["target"][0], "draftPage": geometry["draft"][0],
             "notes": notes,
         })
-    print(json.dumps(results))
-    return 0
+    return results
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(sglang_env.release_main(__doc__, main))

@@ -27,7 +27,6 @@ kvpilot's servers run; `torch.cuda.get_device_capability` answers the GPU genera
 import ast
 import contextlib
 import io
-import json
 import os
 import sys
 import types
@@ -65,8 +64,8 @@ def _torch_cuda():
     return sys.modules["torch.cuda"]
 
 
-def main(argv):
-    srt, scenarios, release, parser = server_argv.release_script(argv, __doc__)
+def main(src, scenarios):
+    srt, release, parser = server_argv.release_parts(src)
     family = _hook_family(srt)
     # The check imports is_deepseek_dsa from here; the release's own, as classify loaded it.
     release.expose_model_config()
@@ -106,9 +105,8 @@ def main(argv):
                              f"({' '.join(scenario['argv'])}) on GPUs {GPUS}: the GPU decides it")
         message = answers.pop()
         results.append({"id": scenario["id"], "raised": message is not None, "message": message})
-    print(json.dumps(results))
-    return 0
+    return results
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(sglang_env.release_main(__doc__, main))

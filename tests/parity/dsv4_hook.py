@@ -108,12 +108,9 @@ def _v41_statements(path, tree):
             compile(ast.fix_missing_locations(table), path, "exec"))
 
 
-def main(argv):
-    if len(argv) != 2:
-        sys.exit(__doc__)
-    srt = os.path.join(argv[1], "sglang", "srt")
-    scenarios = json.load(sys.stdin)
-    sglang_env.install(argv[1])
+def main(src, scenarios):
+    srt = os.path.join(src, "sglang", "srt")
+    sglang_env.install(src)
     hook_path = os.path.join(srt, HOOK)
     tree = _parse(hook_path)
     speculative = _speculative_statement(hook_path, tree)
@@ -151,9 +148,8 @@ def main(argv):
         except (AssertionError, ValueError) as e:
             message = str(e)
         results.append({"id": scenario["id"], "raised": message is not None, "message": message})
-    print(json.dumps(results))
-    return 0
+    return results
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(sglang_env.release_main(__doc__, main))

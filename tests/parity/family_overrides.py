@@ -32,7 +32,6 @@ checked here.
 
 import contextlib
 import io
-import json
 import sys
 import types
 
@@ -54,8 +53,8 @@ class HopperPlatform:
         raise AttributeError(name)
 
 
-def main(argv):
-    srt, scenarios, release, parser = server_argv.release_script(argv, __doc__)
+def main(src, scenarios):
+    srt, release, parser = server_argv.release_parts(src)
     deprecated_dp = server_argv.deprecated_dp_attention(srt)
     results = []
     for scenario in scenarios:
@@ -87,9 +86,8 @@ def main(argv):
                                      f"({' '.join(scenario['argv'])}): {type(e).__name__}: {e}") from e
         results.append({"id": scenario["id"], "raised": message is not None, "message": message,
                         "providers": [fn.__qualname__ for fn in ours]})
-    print(json.dumps(results))
-    return 0
+    return results
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(sglang_env.release_main(__doc__, main))

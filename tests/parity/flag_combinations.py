@@ -48,7 +48,6 @@ any of the release's files).
 
 import ast
 import glob
-import json
 import os
 import sys
 
@@ -156,8 +155,8 @@ def _handler_checks(srt, last, other):
     return None
 
 
-def main(argv):
-    srt, scenarios, _release, parser = server_argv.release_script(argv, __doc__)
+def main(src, scenarios):
+    srt, _release, parser = server_argv.release_parts(src)
     version = _version_key(os.path.basename(os.path.dirname(os.path.dirname(srt))))
     steps = []
     deprecated = server_argv.deprecated_dp_attention(srt)
@@ -216,8 +215,7 @@ def main(argv):
                     message = str(error)
                     break
         results.append({"id": scenario["id"], "raised": message is not None, "message": message})
-    print(json.dumps(results))
-    return 0
+    return results
 
 
 def _declare(server, fields):
@@ -231,4 +229,4 @@ def _version_key(version):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(sglang_env.release_main(__doc__, main))

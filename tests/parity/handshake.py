@@ -83,7 +83,6 @@ import ast
 import dataclasses
 import inspect
 import itertools
-import json
 import os
 import sys
 import types
@@ -355,11 +354,7 @@ def handshake(manager, scenario):
         return argument[0] if isinstance(argument, tuple) and len(argument) == 1 else str(e)
 
 
-def main(argv):
-    if len(argv) != 2:
-        sys.exit(__doc__)
-    src = argv[1]
-    scenarios = json.load(sys.stdin)
+def main(src, scenarios):
     srt = os.path.join(src, "sglang", "srt")
     release = Release(src)
     is_deepseek_v4 = release.mc.get("is_deepseek_v4")
@@ -475,9 +470,8 @@ def main(argv):
                         "gpuDependent": len(messages) > 1,
                         "startRefused": "; ".join(refusals) if not answers else None,
                         "prefillAttnTp": prefill_tp, "decodeAttnTp": decode_tp, "notes": notes})
-    print(json.dumps(results))
-    return 0
+    return results
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(sglang_env.release_main(__doc__, main))

@@ -26,13 +26,13 @@ GPU's; the PD hook sees no attention DP.
 import ast
 import contextlib
 import io
-import json
 import os
 import sys
 import types
 
 import context_parallel
 import server_argv
+import sglang_env
 
 PD_HOOK = (os.path.join("arg_groups", "pd_disaggregation_hook.py"), "sglang.srt.arg_groups.pd_disaggregation_hook",
            None, "handle_pd_disaggregation")
@@ -56,8 +56,8 @@ def _validation(srt):
     return path, server_argv.hook_globals(path, module), compile(ast.fix_missing_locations(body), path, "exec")
 
 
-def main(argv):
-    srt, scenarios, release, parser = server_argv.release_script(argv, __doc__)
+def main(src, scenarios):
+    srt, release, parser = server_argv.release_parts(src)
     release.expose_model_config()
     pd_path, pd_module, _name, _fn = server_argv.hook_function(srt, (PD_HOOK,), "PD hook")
     pd_handle = server_argv.hook_globals(pd_path, pd_module)["handle_pd_disaggregation"]
@@ -85,9 +85,8 @@ def main(argv):
             check(server)
 
         results.append(server_argv.refusal_result(path, scenario, run))
-    print(json.dumps(results))
-    return 0
+    return results
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(sglang_env.release_main(__doc__, main))

@@ -26,7 +26,6 @@ Stood in: `resolving_view` reads the parsed namespace, on which `declare_resolut
 
 import contextlib
 import io
-import json
 import os
 import shutil
 import sys
@@ -43,8 +42,8 @@ PROVIDER_MODULE = "sglang.srt.arg_groups.model_overrides.iquest_q1"
 DRAFT_PATH = "/models/draft"
 
 
-def main(argv):
-    srt, scenarios, release, parser = server_argv.release_script(argv, __doc__)
+def main(src, scenarios):
+    srt, release, parser = server_argv.release_parts(src)
     hook = pd_args.speculative_hook_function(srt, HOOK)
     drafts = tempfile.mkdtemp(prefix="kvpilot-parity-drafts-")
     draft_dirs = {}
@@ -86,9 +85,8 @@ def main(argv):
             results.append({"id": scenario["id"], "raised": message is not None, "message": message})
     finally:
         shutil.rmtree(drafts, ignore_errors=True)
-    print(json.dumps(results))
-    return 0
+    return results
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(sglang_env.release_main(__doc__, main))

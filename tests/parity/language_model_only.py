@@ -20,20 +20,20 @@ Stood in: `resolving_view` reads the parsed namespace; the model config (`model_
 multimodal flags the handler refuses first.
 """
 
-import json
 import os
 import sys
 import types
 
 import server_argv
+import sglang_env
 
 HANDLERS = ((os.path.join("arg_groups", "model_hook.py"), "sglang.srt.arg_groups.model_hook", None,
              "handle_language_model_only"),
             ("server_args.py", "sglang.srt.server_args", "ServerArgs", "_handle_language_model_only"))
 
 
-def main(argv):
-    srt, scenarios, release, parser = server_argv.release_script(argv, __doc__)
+def main(src, scenarios):
+    srt, release, parser = server_argv.release_parts(src)
     path, module, name, _fn = server_argv.hook_function(srt, HANDLERS, "language-model-only handler")
     server_args_cls, _unloaded = server_argv.load_server_args()
     if module == "sglang.srt.server_args":
@@ -50,9 +50,8 @@ def main(argv):
         server.get_model_config = lambda model_config=model_config: model_config
         handler.__globals__["model_config_of"] = lambda _args, model_config=model_config: model_config
         results.append(server_argv.refusal_result(path, scenario, lambda server=server: handler(server)))
-    print(json.dumps(results))
-    return 0
+    return results
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(sglang_env.release_main(__doc__, main))

@@ -27,7 +27,6 @@ is read from the release's own copy of the kernel (hardware_backend/xpu/kernels/
 """
 
 import ast
-import json
 import os
 import sys
 import types
@@ -70,11 +69,7 @@ def _stand_ins(module_globals, model_config):
         is_cuda=lambda: True, is_musa=lambda: False, is_npu=lambda: False, is_hip=lambda: False)
 
 
-def main(argv):
-    if len(argv) != 2:
-        sys.exit(__doc__)
-    src = argv[1]
-    scenarios = json.load(sys.stdin)
+def main(src, scenarios):
     release = Release(src)
     srt = os.path.join(src, "sglang", "srt")
     pd_path = os.path.join(srt, "arg_groups", "pd_disaggregation_hook.py")
@@ -131,9 +126,8 @@ def main(argv):
         except (ValueError, AssertionError, NotImplementedError) as e:
             error = str(e) or type(e).__name__
         results.append({"id": scenario["id"], "error": error})
-    print(json.dumps(results))
-    return 0
+    return results
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(sglang_env.release_main(__doc__, main))

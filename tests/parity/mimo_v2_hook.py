@@ -32,11 +32,11 @@ other architectures.
 """
 
 import ast
-import json
 import os
 import sys
 
 import server_argv
+import sglang_env
 
 MODEL_HOOKS = ((os.path.join("arg_groups", "model_hook.py"), "sglang.srt.arg_groups.model_hook", None,
                 "handle_model_specific_adjustments"),
@@ -70,8 +70,8 @@ def _config(release, path):
         return PretrainedConfig.from_json_file(path)
 
 
-def main(argv):
-    srt, scenarios, release, parser = server_argv.release_script(argv, __doc__)
+def main(src, scenarios):
+    srt, release, parser = server_argv.release_parts(src)
     deprecated = server_argv.deprecated_dp_attention(srt)
     path, module, code = _mimo_v2_checks(srt)
     module_globals = dict(server_argv.hook_globals(path, module), **server_argv.VIEWS)
@@ -90,9 +90,8 @@ def main(argv):
                             model_arch=hf_config.architectures[0]))
 
         results.append(server_argv.refusal_result(path, scenario, run))
-    print(json.dumps(results))
-    return 0
+    return results
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(sglang_env.release_main(__doc__, main))

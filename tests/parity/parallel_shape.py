@@ -32,12 +32,12 @@ no check here can fail).
 """
 
 import ast
-import json
 import os
 import sys
 import traceback
 
 import server_argv
+import sglang_env
 
 SERVER_ARGS = ("server_args.py", "sglang.srt.server_args", "ServerArgs")
 DATA_PARALLEL_HOOKS = ((os.path.join("arg_groups", "parallel_hook.py"), "sglang.srt.arg_groups.parallel_hook", None,
@@ -100,8 +100,8 @@ def _bare_assert(error, path):
     return f"AssertionError ({statement})"
 
 
-def main(argv):
-    srt, scenarios, _release, parser = server_argv.release_script(argv, __doc__)
+def main(src, scenarios):
+    srt, _release, parser = server_argv.release_parts(src)
     steps = []
     deprecated = server_argv.deprecated_dp_attention(srt)
     if deprecated is not None:
@@ -122,9 +122,8 @@ def main(argv):
                 message = str(error) or _bare_assert(error, path)
                 break
         results.append({"id": scenario["id"], "raised": message is not None, "message": message})
-    print(json.dumps(results))
-    return 0
+    return results
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(sglang_env.release_main(__doc__, main))

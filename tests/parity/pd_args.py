@@ -22,7 +22,6 @@ defaults of ServerArgs and arg_groups/fields/*.py, read with ast) overlaid with 
 
 import ast
 import glob
-import json
 import os
 import shutil
 import sys
@@ -122,11 +121,7 @@ def resolved_name(alias, algorithm, draft_config):
         shutil.rmtree(model_dir, ignore_errors=True)
 
 
-def main(argv):
-    if len(argv) != 2:
-        sys.exit(__doc__)
-    src = argv[1]
-    scenarios = json.load(sys.stdin)
+def main(src, scenarios):
     sglang_env.install(src)
     srt = os.path.join(src, "sglang", "srt")
     path = os.path.join(srt, "arg_groups", "pd_disaggregation_hook.py")
@@ -164,9 +159,8 @@ def main(argv):
         except (ValueError, AssertionError) as e:
             error = str(e)
         results.append({"id": scenario["id"], "error": error})
-    print(json.dumps({"prefixes": prefixes, "results": results}))
-    return 0
+    return {"prefixes": prefixes, "results": results}
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(sglang_env.release_main(__doc__, main))

@@ -19,12 +19,12 @@ The host-pool ratio is reported only where the release computes it from flags al
 0.5.20); from 0.5.21 it also depends on the pool's size and context length, which need a GPU.
 """
 
-import json
 import os
 import sys
 import types
 
 from classify import Release
+import sglang_env
 
 
 class _StandInPool:
@@ -127,16 +127,13 @@ def resolve(release, scenario, resolver, reads_pool_size):
     return result
 
 
-def main(argv):
-    if len(argv) != 2:
-        sys.exit(__doc__)
-    scenarios = json.load(sys.stdin)
-    release = Release(argv[1])
+def main(src, scenarios):
+    release = Release(src)
     resolver = release.kvb.get("resolve_decode_retraction_backup")
     if resolver is None:
         # Before 0.5.18 there is no resolver and no flag: retraction always copies to
         # per-request CPU tensors. Said only when the release's source has no such flag at all.
-        srt = os.path.join(argv[1], "sglang", "srt")
+        srt = os.path.join(src, "sglang", "srt")
         has_flag = any("disaggregation_decode_retraction_backup" in open(
             os.path.join(d, f), encoding="utf-8-sig").read()
             for d, _, files in os.walk(srt) for f in files if f.endswith(".py"))
@@ -148,16 +145,14 @@ def main(argv):
                 answers.append({"id": s["id"], "skipped": "this release cannot load the config"})
             else:
                 answers.append({"id": s["id"], "backend": "cpu_tensor"})
-        print(json.dumps(answers))
-        return 0
+        return answers
     names = set(resolver.__code__.co_names)
     reads_pool_size = "decode_retraction_max_tokens" in names
-    source = open(os.path.join(argv[1], "sglang", "srt", "mem_cache", "kv_cache_builder.py"),
+    source = open(os.path.join(src, "sglang", "srt", "mem_cache", "kv_cache_builder.py"),
                   encoding="utf-8").read()
     release.host_receive_off = 1.0 if "host_receive_threshold < 1" in source else 0.0
-    print(json.dumps([resolve(release, s, resolver, reads_pool_size) for s in scenarios]))
-    return 0
+    return [resolve(release, s, resolver, reads_pool_size) for s in scenarios]
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(sglang_env.release_main(__doc__, main))

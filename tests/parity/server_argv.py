@@ -22,7 +22,6 @@ import ast
 import contextlib
 import dataclasses
 import io
-import json
 import os
 import sys
 import traceback
@@ -123,18 +122,13 @@ def field_defaults():
             if field.default is not msgspec.NODEFAULT}
 
 
-def release_script(argv, usage):
+def release_parts(src):
     """What a script that runs one release's hooks on parsed argvs starts from: (the release's
-    `sglang/srt` folder, the scenarios on stdin, the release as `classify.Release` loads it, its
-    argument parser). Exits with `usage` unless `argv` names the release's sources. The parser's
-    pydantic-typed fields accept the harness's inert stand-ins."""
-    if len(argv) != 2:
-        sys.exit(usage)
-    src = argv[1]
-    scenarios = json.load(sys.stdin)
+    `sglang/srt` folder, the release as `classify.Release` loads it, its argument parser). The
+    parser's pydantic-typed fields accept the harness's inert stand-ins."""
     sglang_env.Inert.__get_pydantic_core_schema__ = _any_schema
     release = classify.Release(src)
-    return os.path.join(src, "sglang", "srt"), scenarios, release, argument_parser()
+    return os.path.join(src, "sglang", "srt"), release, argument_parser()
 
 
 def declare(server, _source, **fields):
@@ -264,14 +258,11 @@ def parse_only(server_args_cls, cases):
     return results
 
 
-def main(argv):
-    if len(argv) != 2:
-        sys.exit(__doc__)
-    cases = json.load(sys.stdin)
+def main(src, cases):
     # server_args imports the OpenAI protocol models, whose pydantic fields name types of
     # packages the harness stubs (xgrammar): such a field accepts anything, as the stub does.
     sglang_env.Inert.__get_pydantic_core_schema__ = _any_schema
-    sglang_env.install(argv[1])
+    sglang_env.install(src)
     ServerArgs, unloaded = load_server_args()
 
     results = []
@@ -296,8 +287,8 @@ def main(argv):
         parsed = {name: getattr(namespace, name, None) for name in PAIRED}
         results.append({"id": case["id"], "error": None, "postInit": post_init(ServerArgs, namespace),
                         "parsed": parsed})
-    json.dump({"results": results}, sys.stdout)
+    return {"results": results}
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    sys.exit(sglang_env.release_main(__doc__, main))

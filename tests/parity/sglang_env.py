@@ -17,6 +17,7 @@ import contextlib
 import importlib.abc
 import importlib.machinery
 import io
+import json
 import logging
 import os
 import sys
@@ -288,3 +289,14 @@ def exec_subset(path, modname, keep_classes=()):
         except Exception as e:  # a statement that needs what is absent here
             SKIPPED.append(f"{os.path.basename(path)}:{node.lineno} {type(e).__name__}: {e}")
     return namespace
+
+
+def release_main(usage, run):
+    """The entry of every release-side script, `python3 SCRIPT SGLANG_SRC < scenarios.json`:
+    `run(src, scenarios)` with the release's unpacked sources and the scenarios read from stdin,
+    and what it returns printed on stdout as JSON, which the harness's driver reads. Exits with
+    `usage` unless the command line names the sources."""
+    if len(sys.argv) != 2:
+        sys.exit(usage)
+    print(json.dumps(run(sys.argv[1], json.load(sys.stdin))))
+    return 0

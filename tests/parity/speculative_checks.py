@@ -38,7 +38,6 @@ Stood in: the server is a namespace of the scenario's settings whose other field
 """
 
 import ast
-import json
 import os
 import sys
 import types
@@ -153,11 +152,7 @@ def _validate_pipeline(overrides, server, pipeline, module_globals, scenario, pa
     return None
 
 
-def main(argv):
-    if len(argv) != 2:
-        sys.exit(__doc__)
-    src = argv[1]
-    scenarios = json.load(sys.stdin)
+def main(src, scenarios):
     srt = os.path.join(src, "sglang", "srt")
     sglang_env.install(src)
     hook_path = os.path.join(srt, HOOK)
@@ -218,9 +213,8 @@ def main(argv):
                 message = _validate_pipeline(overrides, server, pipeline, pipeline_globals, scenario, pipeline_path)
         results.append({"id": scenario["id"], "raised": message is not None, "message": message,
                         "handler": called[0] if called else None})
-    print(json.dumps(results))
-    return 0
+    return results
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(sglang_env.release_main(__doc__, main))

@@ -18,7 +18,6 @@ config and is not in the list).
 """
 
 import ast
-import json
 import os
 import sys
 
@@ -31,11 +30,7 @@ def _fail(path, what):
     raise SystemExit(f"{path}: {what}")
 
 
-def main(argv):
-    if len(argv) != 2:
-        sys.exit(__doc__)
-    src = argv[1]
-    names = json.load(sys.stdin)
+def main(src, names):
     srt = os.path.join(src, "sglang", "srt")
     sglang_env.install(src)
     hook_path = os.path.join(srt, HOOK)
@@ -62,9 +57,8 @@ def main(argv):
                             "algorithm": getattr(algorithm, "name", str(algorithm))})
         except ValueError as e:
             results.append({"name": name, "raised": True, "message": str(e), "algorithm": None})
-    print(json.dumps(results))
-    return 0
+    return results
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(sglang_env.release_main(__doc__, main))

@@ -93,7 +93,6 @@ Stood in, and why:
 
 import ast
 import inspect
-import json
 import os
 import sys
 import types
@@ -539,11 +538,7 @@ class DraftPlanner:
         return sglang_env.quietly(worker._build_hicache_draft_plan)
 
 
-def main(argv):
-    if len(argv) != 2:
-        sys.exit(__doc__)
-    src = argv[1]
-    scenarios = json.load(sys.stdin)
+def main(src, scenarios):
     srt = os.path.join(src, "sglang", "srt")
     release = Release(src)
     path = os.path.join(srt, REGISTRY)
@@ -637,9 +632,8 @@ def main(argv):
                         "cache": type(cache).__name__, "factoryRefused": None, "notes": notes})
     # The override providers' declarations, shared by every result as the other notes are.
     notes.extend(sorted(planner.notes))
-    print(json.dumps(results))
-    return 0
+    return results
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(sglang_env.release_main(__doc__, main))
