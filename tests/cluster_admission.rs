@@ -17,9 +17,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::cluster::{
-    Cluster, HelmRelease, TestNamespace, examples_in, free_port, start_webhook_operator, text, wait_for_blocking,
-};
+use common::cluster::{ChartWebhooks, Cluster, TestNamespace, examples_in, text, wait_for_blocking};
 use serde_json::{Value, json};
 
 fn example(namespace: &str, file: &str) -> Value {
@@ -40,29 +38,14 @@ fn the_api_server_calls_the_webhook_refuses_rewrites_warns_and_applies_the_failu
     let cluster = cluster_or_skip!();
     cluster.install_crd();
     let operator_namespace = format!("kvp-adm-{}", std::process::id());
-    let release = HelmRelease::install(
+    let mut chart = ChartWebhooks::install(
         &cluster,
         "adm-kvpilot",
         &operator_namespace,
         &["--set", "webhook.mutating.enabled=true", "--set", "replicaCount=1"],
     );
-    let fullname = release.fullname();
-    let port = free_port();
-    cluster.point_webhook_at(
-        "validatingwebhookconfiguration",
-        &fullname,
-        &format!("https://localhost:{port}/validate"),
-    );
-    cluster.point_webhook_at("mutatingwebhookconfiguration", &fullname, &format!("https://localhost:{port}/mutate"));
-
-    let dir = tempfile::tempdir().unwrap();
-    let mut operator = start_webhook_operator(&cluster, &operator_namespace, &fullname, port, dir.path());
-    let bundle = wait_for_blocking("kvpilot sets both caBundles", Duration::from_secs(60), || {
-        operator.assert_running();
-        let validating = cluster.webhook_ca_bundle("validatingwebhookconfiguration", &fullname)?;
-        let mutating = cluster.webhook_ca_bundle("mutatingwebhookconfiguration", &fullname)?;
-        (validating == mutating).then_some(validating)
-    });
+    let fullname = chart.fullname.clone();
+    let bundle = chart.ca_bundle.clone();
     let secret = format!("{fullname}-webhook-tls");
     let stored = cluster.get_json(&["secret", &secret, "-n", &operator_namespace]).unwrap();
     assert_eq!(stored["data"]["ca.crt"].as_str(), Some(bundle.as_str()), "the caBundle is the Secret's CA");
@@ -72,7 +55,7 @@ fn the_api_server_calls_the_webhook_refuses_rewrites_warns_and_applies_the_failu
     let llama = example(ns, "llama-3.1-8b-full.yaml");
     // The API server reaches the webhook once the TLS files are written and it listens.
     wait_for_blocking("the API server calls the webhook", Duration::from_secs(60), || {
-        operator.assert_running();
+        chart.operator.assert_running();
         let out = cluster
             .kubectl_with_input(&["create", "--dry-run=server", "-f", "-"], &serde_json::to_string(&llama).unwrap());
         out.status.success().then_some(())
@@ -136,7 +119,7 @@ fn the_api_server_calls_the_webhook_refuses_rewrites_warns_and_applies_the_failu
     assert!(admitted, "{stderr}");
 
     // Every webhook replica stopped: failurePolicy Fail (the chart's default) refuses writes ...
-    operator.stop();
+    chart.operator.stop();
     let mut gemma = example(ns, "gemma-3-1b-sliding-full-pool.yaml");
     let (admitted, _, refusal) = apply(&cluster, &gemma);
     assert!(!admitted, "admitted with no webhook and failurePolicy Fail");
@@ -149,5 +132,5 @@ fn the_api_server_calls_the_webhook_refuses_rewrites_warns_and_applies_the_failu
     gemma["metadata"]["name"] = json!("gemma-unchecked");
     let (admitted, _, stderr) = apply(&cluster, &gemma);
     assert!(admitted, "refused with failurePolicy Ignore: {stderr}");
-    drop(release);
+    drop(chart);
 }

@@ -12,9 +12,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::cluster::{
-    Cluster, HelmRelease, TestNamespace, examples_in, free_port, start_webhook_operator, text, wait_for_blocking,
-};
+use common::cluster::{ChartWebhooks, Cluster, TestNamespace, examples_in, text, wait_for_blocking};
 use serde_json::{Value, json};
 
 /// Long enough on a loaded 2-core machine for discovery's recheck and the controller's requeue.
@@ -112,20 +110,8 @@ fn gang_schedulers_are_refused_until_installed_then_each_replica_gets_its_group(
     // The chart, its webhooks pointed at `kvpilot operator` running as the chart's ServiceAccount,
     // so every call it makes goes through the chart's RBAC.
     let operator_namespace = format!("kvp-gang-op-{}", std::process::id());
-    let release = HelmRelease::install(&cluster, "gang-kvpilot", &operator_namespace, &["--set", "replicaCount=1"]);
-    let fullname = release.fullname();
-    let port = free_port();
-    cluster.point_webhook_at(
-        "validatingwebhookconfiguration",
-        &fullname,
-        &format!("https://localhost:{port}/validate"),
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let mut operator = start_webhook_operator(&cluster, &operator_namespace, &fullname, port, dir.path());
-    wait_for_blocking("kvpilot sets the caBundle", SETTLE, || {
-        operator.assert_running();
-        cluster.webhook_ca_bundle("validatingwebhookconfiguration", &fullname)
-    });
+    let mut chart = ChartWebhooks::install(&cluster, "gang-kvpilot", &operator_namespace, &["--set", "replicaCount=1"]);
+    let fullname = chart.fullname.clone();
 
     // No gang scheduler's API is served: each resource is refused in status, naming what to install.
     for (object, install) in
@@ -133,7 +119,7 @@ fn gang_schedulers_are_refused_until_installed_then_each_replica_gets_its_group(
     {
         let name = object["metadata"]["name"].as_str().unwrap();
         let settings = wait_for_blocking(&format!("{name} refused for its gang scheduler"), SETTLE, || {
-            operator.assert_running();
+            chart.operator.assert_running();
             let settings = condition(&cluster.get_json(&["infd", name, "-n", ns])?, "SettingsValid")?;
             (settings["reason"] == "GangSchedulerMissing").then_some(settings)
         });
@@ -145,7 +131,7 @@ fn gang_schedulers_are_refused_until_installed_then_each_replica_gets_its_group(
     // ... and at `kubectl create`, by the webhook.
     let late = llama(ns, "llama-volcano", json!({"gang": "volcano", "queue": "inference"}));
     let refusal = wait_for_blocking("the API server calls the webhook", SETTLE, || {
-        operator.assert_running();
+        chart.operator.assert_running();
         create(&cluster, &late).err().filter(|stderr| stderr.contains("denied the request"))
     });
     assert!(refusal.contains("spec.scheduling.gang is volcano") && refusal.contains("install Volcano"), "{refusal}");
@@ -155,7 +141,7 @@ fn gang_schedulers_are_refused_until_installed_then_each_replica_gets_its_group(
     let name = volcano["metadata"]["name"].as_str().unwrap();
     let uid = cluster.get_json(&["infd", name, "-n", ns]).unwrap()["metadata"]["uid"].clone();
     let groups = wait_for_blocking("the Volcano example's PodGroups and pods", SETTLE, || {
-        operator.assert_running();
+        chart.operator.assert_running();
         let groups = items(&cluster, VOLCANO_PODGROUPS, ns, &instance(name));
         let servers = items(&cluster, "pods", ns, &format!("{},kvpilot.dev/rank", instance(name)));
         (groups.len() == 3 && servers.len() == 6).then_some(groups)
@@ -264,10 +250,10 @@ fn gang_schedulers_are_refused_until_installed_then_each_replica_gets_its_group(
         items(&cluster, VOLCANO_PODGROUPS, ns, &instance(name)).is_empty().then_some(())
     });
 
-    let logs = operator.logs();
+    let logs = chart.operator.logs();
     let account = format!("system:serviceaccount:{operator_namespace}:{fullname}");
     assert!(!logs.contains(&account), "the chart's RBAC refused a call:\n{logs}");
-    operator.stop();
-    drop(release);
+    chart.operator.stop();
+    drop(chart);
     cluster.kubectl_ok(&["delete", "priorityclass", PRIORITY_CLASS, "--ignore-not-found"]);
 }

@@ -15,41 +15,12 @@ mod common;
 use std::time::Duration;
 
 use common::cluster::{
-    Cluster, HelmRelease, TestNamespace, free_port, repo, start_webhook_operator, succeeded, text, wait_for_blocking,
-    yaml_documents,
+    ChartWebhooks, Cluster, TestNamespace, repo, succeeded, text, wait_for_blocking, yaml_documents,
 };
 use serde_json::{Value, json};
 
 const SGLANG_MESSAGE: &str = "Host-pool retraction does not support pure-SWA models.";
 const BAD_FLAG: &str = "--disaggregation-decode-retraction-backup=host_pool";
-
-/// Points every webhook of configuration `kind`/`name` at `base` + the path of its Service
-/// client config, keeping everything else (selectors, rules, caBundle) as rendered.
-fn point_every_webhook_at(cluster: &Cluster, kind: &str, name: &str, base: &str) {
-    let configuration = cluster.get_json(&[kind, name]).unwrap();
-    let webhooks = configuration["webhooks"].as_array().unwrap();
-    let patch: Vec<Value> = webhooks
-        .iter()
-        .enumerate()
-        .flat_map(|(i, webhook)| {
-            let path = webhook["clientConfig"]["service"]["path"].as_str().unwrap();
-            [
-                json!({"op": "remove", "path": format!("/webhooks/{i}/clientConfig/service")}),
-                json!({"op": "add", "path": format!("/webhooks/{i}/clientConfig/url"), "value": format!("{base}{path}")}),
-            ]
-        })
-        .collect();
-    cluster.kubectl_ok(&["patch", kind, name, "--type=json", "-p", &Value::from(patch).to_string()]);
-}
-
-fn every_ca_bundle(cluster: &Cluster, kind: &str, name: &str) -> Option<Vec<String>> {
-    let configuration = cluster.get_json(&[kind, name])?;
-    configuration["webhooks"]
-        .as_array()?
-        .iter()
-        .map(|w| w["clientConfig"]["caBundle"].as_str().map(str::to_string))
-        .collect()
-}
 
 /// The rejected example (a Deployment and the ConfigMap holding its model's config.json),
 /// moved into `namespace`: (deployment, configmap).
@@ -221,24 +192,16 @@ fn the_api_server_refuses_warns_rewrites_and_ignores_by_namespace_label() {
     let _workload_crds = WorkloadCrds::install(&cluster);
     let operator_namespace = format!("kvp-guard-{}", std::process::id());
     // The chart's defaults: guard enabled with rewrites, failurePolicy Ignore for workloads.
-    let release = HelmRelease::install(&cluster, "guard-kvpilot", &operator_namespace, &["--set", "replicaCount=1"]);
-    let fullname = release.fullname();
-    let port = free_port();
-    let base = format!("https://localhost:{port}");
-    point_every_webhook_at(&cluster, "validatingwebhookconfiguration", &fullname, &base);
-    point_every_webhook_at(&cluster, "mutatingwebhookconfiguration", &fullname, &base);
-
-    let dir = tempfile::tempdir().unwrap();
-    let mut operator = start_webhook_operator(&cluster, &operator_namespace, &fullname, port, dir.path());
-    wait_for_blocking("kvpilot sets the caBundle of every webhook", Duration::from_secs(60), || {
-        operator.assert_running();
-        let validating = every_ca_bundle(&cluster, "validatingwebhookconfiguration", &fullname)?;
-        let mutating = every_ca_bundle(&cluster, "mutatingwebhookconfiguration", &fullname)?;
-        // The InferenceDeployment webhook and the guard's enforce and warn; the guard's two rewrites.
-        assert_eq!((validating.len(), mutating.len()), (3, 2), "the chart's webhook entries changed");
-        let first = validating[0].clone();
-        validating.iter().chain(&mutating).all(|b| *b == first).then_some(())
-    });
+    let mut chart =
+        ChartWebhooks::install(&cluster, "guard-kvpilot", &operator_namespace, &["--set", "replicaCount=1"]);
+    let fullname = chart.fullname.clone();
+    // The InferenceDeployment webhook and the guard's enforce and warn; the guard's two rewrites.
+    let entries = |kind| cluster.webhook_ca_bundles(kind, &fullname).unwrap().len();
+    assert_eq!(
+        (entries("validatingwebhookconfiguration"), entries("mutatingwebhookconfiguration")),
+        (3, 2),
+        "the chart's webhook entries changed"
+    );
 
     let enforce = guarded_namespace(&cluster, "kvp-guard-enforce", &["kvpilot.dev/guard=enforce"]);
     let warn = guarded_namespace(&cluster, "kvp-guard-warn", &["kvpilot.dev/guard=warn"]);
@@ -252,7 +215,7 @@ fn the_api_server_refuses_warns_rewrites_and_ignores_by_namespace_label() {
     // failurePolicy Ignore admits while the webhook is not yet reachable: wait for a refusal.
     let (deployment, _) = guard_example(&enforce.name);
     wait_for_blocking("the API server calls the guard", Duration::from_secs(60), || {
-        operator.assert_running();
+        chart.operator.assert_running();
         let out = cluster.kubectl_with_input(&["create", "--dry-run=server", "-f", "-"], &deployment.to_string());
         (!out.status.success()).then_some(())
     });
@@ -457,10 +420,10 @@ fn the_api_server_refuses_warns_rewrites_and_ignores_by_namespace_label() {
 
     // The chart's guard.failurePolicy Ignore: with kvpilot down, guarded namespaces still admit
     // workloads (unchecked) instead of blocking every Deployment.
-    operator.assert_running();
-    operator.stop();
+    chart.operator.assert_running();
+    chart.operator.stop();
     let (deployment, _) = guard_example(&enforce.name);
     let (admitted, _, stderr) = apply(&cluster, &deployment);
     assert!(admitted, "refused with kvpilot down and failurePolicy Ignore: {stderr}");
-    drop(release);
+    drop(chart);
 }

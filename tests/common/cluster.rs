@@ -175,21 +175,37 @@ impl Cluster {
         self.wait_established(&[crd]);
     }
 
-    /// Points the webhook configuration `kind` (validatingwebhookconfiguration or
-    /// mutatingwebhookconfiguration) `name` at `url`: the API server reaches a webhook Service
-    /// only through a kubelet-run pod and kube-proxy, neither of which runs here.
-    pub fn point_webhook_at(&self, kind: &str, name: &str, url: &str) {
-        let patch = serde_json::json!([
-            {"op": "remove", "path": "/webhooks/0/clientConfig/service"},
-            {"op": "add", "path": "/webhooks/0/clientConfig/url", "value": url},
-        ]);
-        self.kubectl_ok(&["patch", kind, name, "--type=json", "-p", &patch.to_string()]);
+    /// Points every webhook of the configuration `kind` (validatingwebhookconfiguration or
+    /// mutatingwebhookconfiguration) `name` at `base` + the path of its Service client config,
+    /// keeping everything else (selectors, rules, caBundle) as rendered: the API server reaches a
+    /// webhook Service only through a kubelet-run pod and kube-proxy, neither of which runs here.
+    pub fn point_every_webhook_at(&self, kind: &str, name: &str, base: &str) {
+        let configuration = self.get_json(&[kind, name]).unwrap();
+        let webhooks = configuration["webhooks"].as_array().unwrap();
+        let patch: Vec<Value> = webhooks
+            .iter()
+            .enumerate()
+            .flat_map(|(i, webhook)| {
+                let path = webhook["clientConfig"]["service"]["path"].as_str().unwrap();
+                [
+                    serde_json::json!({"op": "remove", "path": format!("/webhooks/{i}/clientConfig/service")}),
+                    serde_json::json!({
+                        "op": "add", "path": format!("/webhooks/{i}/clientConfig/url"), "value": format!("{base}{path}")
+                    }),
+                ]
+            })
+            .collect();
+        self.kubectl_ok(&["patch", kind, name, "--type=json", "-p", &Value::from(patch).to_string()]);
     }
 
-    /// The caBundle of the webhook configuration `kind` `name`, once set.
-    pub fn webhook_ca_bundle(&self, kind: &str, name: &str) -> Option<String> {
+    /// The caBundle of every webhook of the configuration `kind` `name`, once each is set.
+    pub fn webhook_ca_bundles(&self, kind: &str, name: &str) -> Option<Vec<String>> {
         let configuration = self.get_json(&[kind, name])?;
-        configuration["webhooks"][0]["clientConfig"]["caBundle"].as_str().map(str::to_string)
+        configuration["webhooks"]
+            .as_array()?
+            .iter()
+            .map(|w| w["clientConfig"]["caBundle"].as_str().map(str::to_string))
+            .collect()
     }
 
     /// Installs the gang schedulers' own CRDs (Volcano's, scheduler-plugins' and Kueue's, as
@@ -366,6 +382,53 @@ pub fn start_webhook_operator(
         ],
         &[("POD_NAMESPACE", namespace)],
     )
+}
+
+/// The webhook configurations the chart renders.
+pub const WEBHOOK_CONFIGURATIONS: [&str; 2] = ["validatingwebhookconfiguration", "mutatingwebhookconfiguration"];
+
+/// The chart installed, with every webhook it renders served by `kvpilot operator` on the host
+/// ([`start_webhook_operator`]: as the chart's ServiceAccount, so every call it makes goes through
+/// the chart's RBAC), once the operator has written one CA into every webhook's caBundle. What
+/// each test of the API server calling kvpilot's webhooks starts from. Dropped, it stops the
+/// operator, then uninstalls the chart.
+pub struct ChartWebhooks {
+    pub operator: KvpilotProcess,
+    pub release: HelmRelease,
+    pub fullname: String,
+    /// The CA every webhook's caBundle holds.
+    pub ca_bundle: String,
+    /// The operator's credentials and certificates.
+    _dir: tempfile::TempDir,
+}
+
+impl ChartWebhooks {
+    /// `helm install NAME charts/kvpilot -n OPERATOR_NAMESPACE HELM_ARGS...`, every webhook pointed
+    /// at the operator, and the caBundles set.
+    pub fn install(cluster: &Cluster, name: &str, operator_namespace: &str, helm_args: &[&str]) -> ChartWebhooks {
+        let release = HelmRelease::install(cluster, name, operator_namespace, helm_args);
+        let fullname = release.fullname();
+        let port = free_port();
+        let rendered: Vec<&str> =
+            WEBHOOK_CONFIGURATIONS.into_iter().filter(|kind| cluster.get_json(&[kind, &fullname]).is_some()).collect();
+        assert!(!rendered.is_empty(), "the chart rendered no webhook configuration {fullname}");
+        for kind in &rendered {
+            cluster.point_every_webhook_at(kind, &fullname, &format!("https://localhost:{port}"));
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut operator = start_webhook_operator(cluster, operator_namespace, &fullname, port, dir.path());
+        let ca_bundle =
+            wait_for_blocking("kvpilot sets the caBundle of every webhook", Duration::from_secs(60), || {
+                operator.assert_running();
+                let bundles: Vec<String> = rendered
+                    .iter()
+                    .map(|kind| cluster.webhook_ca_bundles(kind, &fullname))
+                    .collect::<Option<Vec<_>>>()?
+                    .concat();
+                bundles.iter().all(|bundle| *bundle == bundles[0]).then(|| bundles[0].clone())
+            });
+        ChartWebhooks { operator, release, fullname, ca_bundle, _dir: dir }
+    }
 }
 
 /// A `kvpilot` subcommand running as a host process, killed when dropped (also when the test
