@@ -41,14 +41,8 @@ die() { log "$*"; exit 1; }
 # a rebuild incremental.
 build() {
     command -v go >/dev/null || die "go is not installed (Go 1.26 or newer builds tests/control-plane)"
-    local major minor ldflags fingerprint
-    major="${KUBE_VERSION#v}"; major="${major%%.*}"
-    minor="${KUBE_VERSION#v*.}"; minor="${minor%%.*}"
-    ldflags="-s -w"
-    for package in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-        ldflags+=" -X $package.gitVersion=$KUBE_VERSION -X $package.gitMajor=$major -X $package.gitMinor=$minor"
-        ldflags+=" -X $package.gitTreeState=clean"
-    done
+    local ldflags fingerprint
+    ldflags="$(kube_version_ldflags)"
     fingerprint="$(cat "$MODULE/go.mod" "$MODULE/go.sum" "$MODULE/etcd/main.go" <(echo "$ldflags") | sha256sum | cut -d' ' -f1)"
     local missing=0
     for binary in "${BINARIES[@]}"; do [ -x "$BIN/$binary" ] || missing=1; done
@@ -91,27 +85,7 @@ extendedKeyUsage=clientAuth"
 }
 
 kubeconfig() { # file user
-    local file="$1" user="$2"
-    cat >"$file" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: kvpilot-test
-  cluster:
-    server: https://127.0.0.1:$API_PORT
-    certificate-authority-data: $(base64 -w0 <"$PKI/ca.crt")
-users:
-- name: $user
-  user:
-    client-certificate-data: $(base64 -w0 <"$PKI/$user.crt")
-    client-key-data: $(base64 -w0 <"$PKI/$user.key")
-contexts:
-- name: kvpilot-test
-  context:
-    cluster: kvpilot-test
-    user: $user
-current-context: kvpilot-test
-EOF
+    write_kubeconfig "$1" "$2" "$API_PORT" "$PKI/ca.crt" "$PKI/$2.crt" "$PKI/$2.key"
 }
 
 admin_curl() { # path

@@ -90,14 +90,8 @@ die() { log "$*"; exit 1; }
 # Same module, flags and stamp as scripts/control-plane.sh; Go's build cache shares the work.
 build() {
     command -v go >/dev/null || die "go is not installed (Go 1.26 or newer builds tests/control-plane)"
-    local major minor ldflags fingerprint missing=0 binary
-    major="${KUBE_VERSION#v}"; major="${major%%.*}"
-    minor="${KUBE_VERSION#v*.}"; minor="${minor%%.*}"
-    ldflags="-s -w"
-    for package in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-        ldflags+=" -X $package.gitVersion=$KUBE_VERSION -X $package.gitMajor=$major -X $package.gitMinor=$minor"
-        ldflags+=" -X $package.gitTreeState=clean"
-    done
+    local ldflags fingerprint missing=0 binary
+    ldflags="$(kube_version_ldflags)"
     fingerprint="$(cat "$MODULE/go.mod" "$MODULE/go.sum" "$MODULE"/test-device-plugin/*.go "$MODULE"/cri-sweep/*.go \
         <(echo "$ldflags") | sha256sum | cut -d' ' -f1)"
     for binary in "${BINARIES[@]}"; do [ -x "$BIN/$binary" ] || missing=1; done
@@ -126,24 +120,7 @@ certificate() { # name subject
 }
 
 kubeconfig() { # file user
-    cat >"$1" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: kvpilot-test
-  cluster:
-    server: https://127.0.0.1:$API_PORT
-    certificate-authority-data: $(base64 -w0 <"$CP_PKI/ca.crt")
-users:
-- name: $2
-  user:
-    client-certificate-data: $(base64 -w0 <"$STATE/pki/$2.crt")
-    client-key-data: $(base64 -w0 <"$STATE/pki/$2.key")
-contexts:
-- name: kvpilot-test
-  context: {cluster: kvpilot-test, user: $2}
-current-context: kvpilot-test
-EOF
+    write_kubeconfig "$1" "$2" "$API_PORT" "$CP_PKI/ca.crt" "$STATE/pki/$2.crt" "$STATE/pki/$2.key"
 }
 
 kubectl_admin() { "$BIN/kubectl" --kubeconfig "$CONTROL_PLANE/kubeconfig" "$@"; }

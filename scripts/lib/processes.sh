@@ -1,6 +1,7 @@
 # Process helpers of the test infrastructure's scripts (scripts/control-plane.sh, scripts/node.sh),
-# sourced by each. The caller defines `log` and `die` (with its own prefix) and STATE: its state
-# directory, holding logs/NAME.log and NAME.pid for each process it starts.
+# and the kubeconfig each writes for its components, sourced by each. The caller defines `log`
+# and `die` (with its own prefix) and STATE: its state directory, holding logs/NAME.log and
+# NAME.pid for each process it starts.
 
 # Free loopback ports, all bound at once so they are distinct.
 free_ports() { # count
@@ -55,4 +56,40 @@ $(tail -n 30 "$STATE/logs/$process.log")"
 $(tail -n 30 "$STATE/logs/$process.log")"
         sleep 0.5
     done
+}
+
+# A kubeconfig for `user` on the API server at 127.0.0.1:`port`, its certificate and key inlined.
+write_kubeconfig() { # file user port ca.crt user.crt user.key
+    cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: kvpilot-test
+  cluster:
+    server: https://127.0.0.1:$3
+    certificate-authority-data: $(base64 -w0 <"$4")
+users:
+- name: $2
+  user:
+    client-certificate-data: $(base64 -w0 <"$5")
+    client-key-data: $(base64 -w0 <"$6")
+contexts:
+- name: kvpilot-test
+  context: {cluster: kvpilot-test, user: $2}
+current-context: kvpilot-test
+EOF
+}
+
+# The -ldflags stamping KUBE_VERSION into the Kubernetes binaries as a release build does (their
+# `--version`, and the version the API server reports).
+kube_version_ldflags() {
+    local major minor ldflags package
+    major="${KUBE_VERSION#v}"; major="${major%%.*}"
+    minor="${KUBE_VERSION#v*.}"; minor="${minor%%.*}"
+    ldflags="-s -w"
+    for package in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        ldflags+=" -X $package.gitVersion=$KUBE_VERSION -X $package.gitMajor=$major -X $package.gitMinor=$minor"
+        ldflags+=" -X $package.gitTreeState=clean"
+    done
+    printf '%s' "$ldflags"
 }
