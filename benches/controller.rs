@@ -477,7 +477,7 @@ async fn real_baseline(kubeconfig: &std::path::Path, deployments: usize, replica
                 let config = Value::Object(resource.spec.model.config.inline.clone().unwrap());
                 let configs = kvpilot::policy::ModelConfigs::target(config);
                 let assessment =
-                    kvpilot::sglang::server::assess(&resource.spec, &configs, &Default::default()).unwrap();
+                    kvpilot::sglang::verdict::assess(&resource.spec, &configs, &Default::default()).unwrap();
                 let desired = desired_state(&resource, &assessment, &options);
                 // Every object the operator would write, as it renders them (pods of all replicas).
                 for object in desired.objects() {

@@ -618,7 +618,7 @@ async fn an_inference_deployment_s_own_pods_pass_the_guard() {
     for file in files {
         let resource: kvpilot::api::InferenceDeployment = serde_json::from_value(documents(file).remove(0)).unwrap();
         let config = Value::Object(resource.spec.model.config.inline.clone().unwrap());
-        let assessment = kvpilot::sglang::server::assess(
+        let assessment = kvpilot::sglang::verdict::assess(
             &resource.spec,
             &kvpilot::policy::ModelConfigs::target(config),
             &ReleaseChoice::default_newest(),

@@ -9,6 +9,7 @@ mod common;
 use common::{kvpilot_with_input, repo};
 use kvpilot::release::ReleaseChoice;
 use kvpilot::sglang::guard;
+use kvpilot::sglang::verdict::server_flags::{self, ServerVerdict};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -263,10 +264,11 @@ fn rewrites_patch_the_container_where_it_sits() {
     let fallback = ReleaseChoice::default_newest();
     let inspection = guard::inspect(&object, &fallback);
     assert_eq!(inspection.servers.len(), 2);
-    let verdicts: Vec<guard::ServerVerdict> =
-        inspection.servers.iter().map(|s| guard::check(s, &configs, true).unwrap()).collect();
-    let checked: Vec<(&guard::Server, &guard::ServerVerdict)> = inspection.servers.iter().zip(&verdicts).collect();
-    let patch = guard::rewrite_patch(&object, &checked).unwrap();
+    let verdicts: Vec<ServerVerdict> =
+        inspection.servers.iter().map(|s| server_flags::check(s, &configs, true).unwrap()).collect();
+    let rewritten: Vec<guard::Rewritten> =
+        inspection.servers.iter().zip(&verdicts).map(|(s, v)| v.rewritten(s)).collect();
+    let patch = guard::rewrite_patch(&object, &rewritten).unwrap();
     let mut patched = object.clone();
     json_patch::patch(&mut patched, &patch).unwrap();
     let lwp = &patched["spec"]["roles"][0]["leaderWorkerPattern"];
@@ -290,7 +292,7 @@ fn rewrites_patch_the_container_where_it_sits() {
     );
     // Rewritten, both pods pass.
     let again = guard::inspect(&patched, &fallback);
-    assert!(again.servers.iter().all(|s| guard::check(s, &configs, false).unwrap().findings.is_empty()));
+    assert!(again.servers.iter().all(|s| server_flags::check(s, &configs, false).unwrap().findings.is_empty()));
 }
 
 /// The flags in the base template's `command` (as in rbg's pd-disagg-leader-worker.yaml), the
@@ -314,11 +316,12 @@ fn an_edit_to_a_shared_base_list_is_made_once() {
     let fallback = ReleaseChoice::default_newest();
     let inspection = guard::inspect(&object, &fallback);
     assert_eq!(inspection.servers.len(), 2);
-    let verdicts: Vec<guard::ServerVerdict> =
-        inspection.servers.iter().map(|s| guard::check(s, &configs, true).unwrap()).collect();
+    let verdicts: Vec<ServerVerdict> =
+        inspection.servers.iter().map(|s| server_flags::check(s, &configs, true).unwrap()).collect();
     assert!(verdicts.iter().all(|v| !v.rewrites.is_empty()), "both pods need the radix cache off");
-    let checked: Vec<(&guard::Server, &guard::ServerVerdict)> = inspection.servers.iter().zip(&verdicts).collect();
-    let patch = guard::rewrite_patch(&object, &checked).unwrap();
+    let rewritten: Vec<guard::Rewritten> =
+        inspection.servers.iter().zip(&verdicts).map(|(s, v)| v.rewritten(s)).collect();
+    let patch = guard::rewrite_patch(&object, &rewritten).unwrap();
     let removals =
         serde_json::to_value(&patch).unwrap().as_array().unwrap().iter().filter(|op| op["op"] == "remove").count();
     assert_eq!(removals, 1);

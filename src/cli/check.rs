@@ -12,6 +12,7 @@ use serde::Serialize;
 use super::SglangVersionArg;
 use super::check_workloads;
 use super::manifests::{self, Found, ManifestSet, ModelConfig};
+use super::report::{Unchecked, layout_line};
 use crate::api::{AttentionLayout, DRAFT_CONFIG_FIELD, EffectiveSettings, MODEL_CONFIG_FIELD, Rewrite, SglangStatus};
 use crate::controller::status::sglang_status;
 use crate::policy::{self, ModelConfigs, Outcome, Violation};
@@ -95,24 +96,6 @@ struct Refused {
     reason: String,
 }
 
-/// A resource or server that was not checked because its config.json could not be read.
-#[derive(Serialize)]
-pub(crate) struct Unchecked {
-    /// `NAMESPACE/NAME` of a resource, `deploy/NAME container C` of a server.
-    pub(crate) name: String,
-    pub(crate) source: String,
-    /// Always `unchecked`: the JSON report lists these beside the verdicts.
-    pub(crate) verdict: &'static str,
-    /// Why, with where its config.json is.
-    pub(crate) reason: String,
-}
-
-impl Unchecked {
-    pub(crate) fn new(name: String, source: String, reason: String) -> Self {
-        Self { name, source, verdict: "unchecked", reason }
-    }
-}
-
 /// Reads each resource's config and runs layout + policy on it; errors name file, document and field.
 pub(crate) async fn assess_all(
     set: &ManifestSet,
@@ -158,7 +141,7 @@ async fn assess_one(
         }
         Some(Err(e)) => return Err(context(DRAFT_CONFIG_FIELD)(e.to_string())),
     };
-    crate::sglang::server::assess(&found.resource.spec, &ModelConfigs { target, draft }, &release)
+    crate::sglang::verdict::assess(&found.resource.spec, &ModelConfigs { target, draft }, &release)
         .map(|a| Assessed::Report(Box::new(a)))
         .map_err(|e| format!("{}: {}: model config.json: {e}", found.location, found.name()))
 }
@@ -321,21 +304,6 @@ pub(crate) fn run(args: &CheckArgs) -> ExitCode {
         || reports.iter().map(|r| r.verdict).chain(servers.iter().map(|r| r.verdict)).any(|v| v == Outcome::Rejected);
     let ending = Ending { errors: &errors, rejected, unchecked: &unchecked, allow_unchecked: args.allow_unchecked };
     finish("check", &rendered, ending)
-}
-
-/// `  layout: …` of a report.
-pub(crate) fn layout_line(l: &AttentionLayout) -> String {
-    format!(
-        "  layout: {} {} — {} layers ({} full, {} sliding, {} ssm){}, attention {}\n",
-        l.architecture,
-        l.kv_pool.as_str(),
-        l.layers.total,
-        l.layers.full_attention,
-        l.layers.sliding_window,
-        l.layers.ssm,
-        l.sliding_window.map(|w| format!(", window {w}")).unwrap_or_default(),
-        if l.attention == crate::api::AttentionKind::Mla { "mla" } else { "mha" },
-    )
 }
 
 fn text_report(

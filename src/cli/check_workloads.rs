@@ -7,14 +7,15 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::check::Unchecked;
 use super::manifests::{ManifestSet, ModelConfig};
+use super::report::{Unchecked, layout_line};
 use crate::api::{AttentionLayout, EffectiveSettings, SglangStatus};
 use crate::controller::status::sglang_status;
 use crate::policy::{ModelConfigs, Outcome};
 use crate::release::ReleaseChoice;
 use crate::sglang::flags::DisaggregationMode;
-use crate::sglang::guard::{self, FlagFinding, FlagRewrite, Inspection, Server};
+use crate::sglang::guard::{self, FlagRewrite, Inspection, Server};
+use crate::sglang::verdict::server_flags::{self, FlagFinding, ServerVerdict};
 use crate::sglang::workload::Member;
 use crate::source::{HubClient, naming_annotation};
 
@@ -130,7 +131,7 @@ pub(crate) async fn check_workloads(
                 Some(Err(warning)) => (None, Some(warning.clone())),
                 None => (None, None),
             };
-            match guard::check(server, &ModelConfigs { target: config, draft }, rewrite) {
+            match server_flags::check(server, &ModelConfigs { target: config, draft }, rewrite) {
                 Ok(verdict) => {
                     if let (Some(problem), true) = (&draft_problem, verdict.reads_draft_config()) {
                         eprintln!("kvpilot check: {}: {subject}: {problem}", found.location);
@@ -171,7 +172,7 @@ fn argv_only_report(
     server: &Server,
     subject: &str,
 ) -> Option<ServerReport> {
-    let (refusals, mut warnings) = guard::argv_check(server);
+    let (refusals, mut warnings) = server_flags::argv_check(server);
     if refusals.is_empty() {
         return None;
     }
@@ -189,7 +190,7 @@ fn report(
     object: &str,
     server: &Server,
     subject: String,
-    verdict: guard::ServerVerdict,
+    verdict: ServerVerdict,
 ) -> ServerReport {
     ServerReport {
         verdict: verdict.outcome,
@@ -244,7 +245,7 @@ pub(crate) fn text_report(reports: &[ServerReport]) -> String {
             r.mode.as_str()
         );
         if let Some(layout) = &r.layout {
-            out += &super::check::layout_line(layout);
+            out += &layout_line(layout);
         }
         for v in &r.violations {
             out += &format!("  ✗ {} {}: {v}\n", v.violation.rule, r.subject);

@@ -8,6 +8,7 @@ mod layout_cmd;
 mod manifests;
 mod operator_cmd;
 mod render_cmd;
+mod report;
 mod serve;
 mod webhook_cmd;
 

@@ -9,7 +9,8 @@ use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
 use super::SglangVersionArg;
-use super::check::{Assessed, Ending, Prepared, Unchecked, assess_all, finish, nothing_to_check, prepare};
+use super::check::{Assessed, Ending, Prepared, assess_all, finish, nothing_to_check, prepare};
+use super::report::Unchecked;
 use super::serve::LogFormat;
 use crate::controller::desired::desired_state;
 use crate::policy::Outcome;

@@ -270,7 +270,7 @@ pub fn decide(observed: &Observed<'_>, configs: Result<ModelConfigs, SourceError
             return Decision::unresolved(observed, "UnknownSglangVersion", &message, Next::Requeue(USER_ERROR_REQUEUE));
         }
     };
-    let assessment = match crate::sglang::server::assess(&resource.spec, &configs, &release) {
+    let assessment = match crate::sglang::verdict::assess(&resource.spec, &configs, &release) {
         Ok(assessment) => assessment,
         Err(e) => {
             let message = format!("the model config.json is not a model config: {e}");

@@ -1,6 +1,7 @@
 //! The release × rule table of `docs/rules.md`, generated from [`RULES`] so that it cannot drift
-//! from the code (`kvpilot rules` prints it; a test keeps the docs copy current, and the table of
-//! the ids whose findings come from elsewhere beside it).
+//! from the code, with where each rule comes from in SGLang (`kvpilot rules` prints it; a test
+//! keeps the docs copy current, and the table of the ids whose findings come from elsewhere
+//! beside it).
 
 use super::fields::{SpecFields, render};
 use super::rules::{Fix, RULES, Rule};
@@ -31,7 +32,8 @@ fn cell(rule: &Rule, release: crate::release::Release) -> String {
     }
 }
 
-/// The table and, for rules whose text changes, each text with the releases that print it.
+/// The table; for rules whose text changes, each text with the releases that print it; each
+/// rule's field, message and fix; and the SGLang function each reproduces.
 pub fn rules_markdown() -> String {
     let mut out = String::new();
     out += "| rule | about | phase | backends |";
@@ -71,51 +73,48 @@ pub fn rules_markdown() -> String {
         let message = rule.messages.last().map_or("", |m| m.text);
         out += &format!("- **{}** ({}), `{}`: `{message}` — fix ({how}): {hint}\n", rule.id, rule.about, rule.field);
     }
+    out += "\nWhere each rule comes from: the SGLang function (with its class where it is a method) and file, under \
+            the `sglang/` package, whose check the rule reproduces, with the releases each location holds for:\n\n";
+    for rule in RULES {
+        out += &format!("- **{}** ({}): `{}`\n", rule.id, rule.about, rule.reproduces);
+    }
     out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::rules::{
-        CACHE_WIRING, COMMAND_LINE, ONE_WORD_COMMAND, POD_RULES, SERVER_ROLE_RULES, ServerRole,
-    };
+    use crate::policy::rules::{CACHE_WIRING, COMMAND_LINE, ONE_WORD_COMMAND, SERVER_ROLE_RULES, ServerRole, pod};
 
     /// The marker lines around the generated table of the other ids in docs/rules.md.
     const OTHER_RULES_DOC_START: &str = "<!-- kvpilot rules outside the table: generated, do not edit -->";
     /// See [`OTHER_RULES_DOC_START`].
     const OTHER_RULES_DOC_END: &str = "<!-- end of kvpilot rules outside the table -->";
 
-    /// The ids whose findings do not come from [`RULES`], with what each checks and who checks it:
-    /// the guard's checks of a server's role, kvpilot's own checks of the pods it runs, and SGLang's
-    /// parser.
+    /// The ids whose findings do not come from [`RULES`], with what each checks, who checks it and
+    /// what it reproduces: the guard's checks of a server's role, kvpilot's own checks of the pods
+    /// it runs, and SGLang's parser.
     fn other_rules_markdown() -> String {
-        let mut out = "| rule | about | checked on |\n|---|---|---|\n".to_string();
+        let mut out = "| rule | about | checked on | reproduces |\n|---|---|---|---|\n".to_string();
         for rule in SERVER_ROLE_RULES {
             let servers = match rule.roles {
                 [ServerRole::Prefill] => "prefill servers",
                 _ => "prefill servers and servers without PD",
             };
-            out += &format!("| {} | {} | {servers}, by the guard |\n", rule.id, rule.about);
+            out += &format!("| {} | {} | {servers}, by the guard | `{}` |\n", rule.id, rule.about, rule.reproduces);
         }
-        for rule in POD_RULES {
-            out += &format!(
-                "| {} | {} | a resource, for the pods kvpilot runs ([pods.md](pods.md)) |\n",
-                rule.id, rule.about
-            );
+        let pods = "a resource, for the pods kvpilot runs ([pods.md](pods.md))";
+        let others = [
+            (COMMAND_LINE, "any server, by the guard ([guard.md](guard.md))"),
+            (ONE_WORD_COMMAND, "any server's container, by the guard ([guard.md](guard.md))"),
+            (
+                CACHE_WIRING,
+                "a workload's pod running the cache runtime or its installer, by the guard ([guard.md](guard.md))",
+            ),
+        ];
+        for (rule, checked_on) in pod::ALL.iter().copied().map(|rule| (rule, pods)).chain(others) {
+            out += &format!("| {} | {} | {checked_on} | `{}` |\n", rule.id, rule.about, rule.reproduces);
         }
-        out += &format!(
-            "| {} | {} | any server, by the guard ([guard.md](guard.md)) |\n",
-            COMMAND_LINE.id, COMMAND_LINE.about
-        );
-        out += &format!(
-            "| {} | {} | any server's container, by the guard ([guard.md](guard.md)) |\n",
-            ONE_WORD_COMMAND.id, ONE_WORD_COMMAND.about
-        );
-        out += &format!(
-            "| {} | {} | a workload's pod running the cache runtime or its installer, by the guard ([guard.md](guard.md)) |\n",
-            CACHE_WIRING.id, CACHE_WIRING.about
-        );
         out
     }
 

@@ -1,6 +1,6 @@
 //! (settings, layout) → verdict. The only place the disaggregation rules live (`rules/`, one file
 //! per SGLang concern, assembled by one registry); [`assess`] resolves the layout and evaluates
-//! them for a service or for one server, and `sglang::server::assess`, which every caller decides
+//! them for a service or for one server, and `sglang::verdict::assess`, which every caller decides
 //! with, adds the rules of the command lines.
 
 pub mod argv;
@@ -30,9 +30,8 @@ use rules::{Fix, RULES, RuleInput, SERVER_ROLE_RULES, Subject};
 pub use docs::{RULES_DOC_END, RULES_DOC_START, rules_markdown};
 pub use fields::{FieldNames, SpecFields, render};
 pub use rules::{
-    CACHE_WIRING, COMMAND_LINE, ONE_WORD_COMMAND, POD_CACHE_CAPACITY, POD_COMMAND_LINE, POD_EXTRA_ARGS,
-    POD_HOST_POOL_SIZE, POD_MODEL_SOURCE, POD_ROUTER, POD_RULES, POD_SHARED_PREFIX_READS, POD_STORAGE_BACKEND,
-    POD_UNEVEN_REPLICA, Phase, RUST_SERVER_ENV, RuleInfo, ServerRole, pipeline_stages, prefill_attention_tp,
+    CACHE_WIRING, COMMAND_LINE, ONE_WORD_COMMAND, Phase, RUST_SERVER_ENV, RuleInfo, ServerRole, pipeline_stages, pod,
+    prefill_attention_tp,
 };
 
 /// The host pool fraction SGLang gives a retraction-only host pool (`BACKUP_ONLY_HICACHE_RATIO`,
@@ -533,12 +532,12 @@ pub struct Assessment {
     pub layout: AttentionLayout,
     /// The resolved layout of the speculative draft model, when the spec names one.
     pub draft_layout: Option<AttentionLayout>,
-    /// The policy's verdict on it, with the command-line rules' refusals (`sglang::server::assess`).
+    /// The policy's verdict on it, with the command-line rules' refusals (`sglang::verdict::assess`).
     pub verdict: Verdict,
     /// The SGLang release whose classification and rules applied, and where it came from.
     pub release: ReleaseChoice,
     /// What the release's parser says of the command lines it accepts: abbreviations, deprecated
-    /// options, what it could not judge (`sglang::server::assess`).
+    /// options, what it could not judge (`sglang::verdict::assess`).
     pub command_line_warnings: Vec<String>,
 }
 

@@ -11,16 +11,11 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::cmdline::{self, AppendSite, Arg, ArgList, ArgSite, Entry, Invocation};
-use super::flags::{self, DisaggregationMode, Kind, Parsed, ServerSettings};
-use super::server::Assessed;
+use super::flags::{self, DisaggregationMode, Parsed, ServerSettings};
 use super::server_cli::{self, Reading};
 use super::workload::{self, ContainerSite};
-use crate::api::{
-    AttentionLayout, ConfigMapKeyRef, DisaggregationSpec, DraftModelSpec, EffectiveSettings, FleetSpec, HubSource,
-    InferenceDeploymentSpec, ModelConfigSource, ModelSpec, OnInvalid, PrefillSpec, SecretKeyRef,
-};
-use crate::layout::LayoutError;
-use crate::policy::{self, FieldNames, ModelConfigs, Outcome, ServerRole, Violation};
+use crate::api::{ConfigMapKeyRef, FleetSpec, HubSource, ModelConfigSource, ModelSpec, PrefillSpec, SecretKeyRef};
+use crate::policy::{self, ServerRole};
 use crate::release::{self, Release, ReleaseChoice};
 
 /// Annotation (workload or pod template) naming the model's config.json when `--model-path` is
@@ -161,7 +156,7 @@ pub fn inspect(object: &Value, fallback: &ReleaseChoice) -> Inspection {
             }
         };
         let image = container.get("image").and_then(Value::as_str).unwrap_or_default();
-        let found = cmdline::find_invocations(&command, &args, &literal_env(container));
+        let found = cmdline::find_invocations(&command, &args, &workload::literal_env(container));
         inspection.warnings.extend(found.warnings.iter().map(|w| format!("{subject}: {w}")));
         let runs_other_program = command.iter().chain(&args).any(|word| NOT_SERVERS.iter().any(|p| word.contains(p)));
         if found.invocations.is_empty() && image.contains("sglang") && found.warnings.is_empty() && !runs_other_program
@@ -288,24 +283,6 @@ fn read_env(container: &Value, invocation: &Invocation, parsed: &mut Parsed) -> 
     warnings
 }
 
-/// The container's `env` entries with a literal value, in order: what the kubelet expands
-/// `$(NAME)` in command and args from.
-fn literal_env(container: &Value) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = Vec::new();
-    for var in container.get("env").and_then(Value::as_array).into_iter().flatten() {
-        let Some(name) = var.get("name").and_then(Value::as_str) else { continue };
-        if var.get("valueFrom").is_some() {
-            // Unknown here: an earlier literal of the same name no longer holds.
-            env.retain(|(defined, _)| defined != name);
-            continue;
-        }
-        // A value may refer to the variables before it, as the kubelet expands them.
-        let (value, _) = cmdline::expand_references(var.get("value").and_then(Value::as_str).unwrap_or_default(), &env);
-        env.push((name.to_string(), value));
-    }
-    env
-}
-
 /// A hub repository id: `ORG/NAME` with no path-like start.
 fn is_hub_id(path: &str) -> bool {
     let mut parts = path.split('/');
@@ -418,22 +395,6 @@ impl Located {
     }
 }
 
-/// A violation on the flag that carries it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct FlagFinding {
-    /// The flag as written (`--disaggregation-decode-retraction-backup=host_pool`), or the
-    /// default it stands for.
-    pub flag: String,
-    #[serde(flatten)]
-    pub violation: Violation,
-}
-
-impl std::fmt::Display for FlagFinding {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {} (fix: {})", self.flag, self.violation.message, self.violation.fix)
-    }
-}
-
 /// One flag change: `from` and `to` as written on the command line (`to` empty: removed).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct FlagRewrite {
@@ -455,7 +416,7 @@ impl std::fmt::Display for FlagRewrite {
 
 /// A change to make to a command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Edit {
+pub enum Edit {
     /// Replace the argument at `site` with `text`.
     Replace { site: ArgSite, text: String },
     /// Remove the argument at `site`.
@@ -463,52 +424,6 @@ enum Edit {
     /// Add `args` at the end of the invocation.
     Append { args: Vec<String> },
 }
-
-/// The verdict on one server.
-#[derive(Debug, Clone)]
-pub struct ServerVerdict {
-    pub outcome: Outcome,
-    pub layout: AttentionLayout,
-    /// Violations left standing.
-    pub findings: Vec<FlagFinding>,
-    /// Flag rewrites made (rewrite mode).
-    pub rewrites: Vec<FlagRewrite>,
-    pub effective: EffectiveSettings,
-    /// The SGLang release the server was checked against, and where it came from.
-    pub release: ReleaseChoice,
-    pub warnings: Vec<String>,
-    edits: Vec<Edit>,
-}
-
-impl ServerVerdict {
-    /// Whether the check read the speculative draft's config.json: only a DeepSeek-V4 model's
-    /// (T11 compares the two sliding windows) and IQuest Q1's (its MTP draft checks) do, so a
-    /// draft that could not be read is worth a word only then.
-    pub fn reads_draft_config(&self) -> bool {
-        unread_draft_config(&self.layout).is_some()
-    }
-}
-
-/// What the check assumes or skips when the draft's config.json of a model with `layout` was
-/// not read; None where no rule reads it.
-fn unread_draft_config(layout: &AttentionLayout) -> Option<&'static str> {
-    if layout.has(crate::api::LayoutFeature::DeepseekV4) {
-        Some("T11 took the draft's sliding window to be the model's")
-    } else if layout.architecture == "IQuestQ1ForCausalLM" {
-        Some(
-            "IQuest Q1's MTP draft checks that read it (IQ10-IQ12, and IQ16 without --speculative-num-steps) were not made",
-        )
-    } else {
-        None
-    }
-}
-
-/// Why `dynamo.sglang`'s command line is not judged by SGLang's parser: Dynamo's own parser
-/// (which changes with Dynamo's version, and the image tag names Dynamo's) takes its flags and
-/// unique prefixes of them first, rewrites some values (`--disaggregation-mode pd`, `--load-format
-/// gms`) and hands the rest to SGLang's.
-pub const DYNAMO_NOT_JUDGED: &str = "python -m dynamo.sglang parses its own flags (and abbreviations of them) before \
-     SGLang's parser sees the rest, so unknown, ambiguous or abbreviated flags are not reported";
 
 /// The argv SGLang's server parser receives from an invocation, and for each of its items the
 /// index of the invocation's argument it comes from. `sglang serve` (sglang/cli/serve.py in every
@@ -544,286 +459,17 @@ fn server_parser_argv(invocation: &Invocation) -> (Vec<Arg>, Vec<usize>) {
     (argv, origin)
 }
 
-/// The CLI rule: what the release's parser says of a server's argv. A refusal is a violation
-/// (SGLang exits before it starts), abbreviations and what was not judged are warnings.
-pub(super) fn command_line_rule(server: &Server) -> (Option<Violation>, Vec<String>) {
-    let Some(reading) = &server.argv else {
-        return (None, vec![DYNAMO_NOT_JUDGED.to_string()]);
-    };
-    let release = server.checked_as.release;
-    let mut warnings = reading.accepted_warnings(release);
-    warnings.extend(reading.not_judged.iter().cloned());
-    // The table's flags say so themselves (flags::read): the others are said here.
-    let read_by_table = |at: usize| server.parsed.occurrences.iter().any(|o| o.name_at == at || o.value_at == Some(at));
-    warnings.extend(reading.unseen_values.iter().filter(|u| !read_by_table(u.at)).map(|u| {
-        format!(
-            "{} {}: the value is a shell or $(VAR) expansion kvpilot cannot see; whether SGLang's parser accepts it is \
-             not checked",
-            u.option.display_name(),
-            u.value
-        )
-    }));
-    let refusal = reading.refusal.as_ref().map(|message| {
-        let (_, fix) = server_cli::refusal_subject_and_fix(message, release);
-        Violation { rule: policy::COMMAND_LINE.id, field: "command line", message: message.clone(), fix, phase: "args" }
-    });
-    (refusal, warnings)
-}
-
-/// The EXEC rule: a server whose whole command line is one `command` word. The kubelet runs that
-/// word as a program name; no file has that name, so the container never starts (the pod shows
-/// `StartError`/`RunContainerError`), whatever its flags say.
-pub(super) fn one_word_command_rule(server: &Server) -> Option<Violation> {
-    let (list, index) = server.invocation.one_word?;
-    let field = list.key();
-    Some(Violation {
-        rule: policy::ONE_WORD_COMMAND.id,
-        field,
-        message: format!(
-            "{field}[{index}] is a whole command line in one word: the kubelet runs it as a program of that name, \
-             which no file has, so the container never starts"
-        ),
-        fix: format!(
-            "split {field}[{index}] into one item per word (command: [\"python3\", \"-m\", \"sglang.launch_server\"], \
-             the flags in args), or run it through a shell (command: [\"sh\", \"-c\", \"…\"])"
-        ),
-        phase: "container start",
-    })
-}
-
-/// The POD10 rule: a server using kvpilot's connector must reach the cache runtime of its pod
-/// and import the connector the pod's installer writes ([`super::cache_wiring`]).
-pub(super) fn cache_wiring_rule(server: &Server) -> Vec<Violation> {
-    let Some(pod) = &server.site.pod else { return Vec::new() };
-    let mut env = literal_env(&server.site.container);
-    env.extend(server.invocation.env.iter().cloned());
-    super::cache_wiring::findings(pod, &server.site.container, &server.invocation.args, &env)
-}
-
-/// The findings that need no config.json, and the CLI rule's warnings: a command line in one
-/// word (EXEC), then the flag the release's parser refuses (CLI), then a cache runtime the server
-/// cannot reach (POD10). What callers that cannot read a server's config.json report alone
-/// ([`check`] includes them).
-pub fn argv_check(server: &Server) -> (Vec<FlagFinding>, Vec<String>) {
-    let (refusal, warnings) = command_line_rule(server);
-    let located = |violation: Violation| FlagFinding { flag: flag_text(server, violation.field), violation };
-    let one_word = one_word_command_rule(server).map(located);
-    let wiring = cache_wiring_rule(server).into_iter().map(located);
-    let findings = one_word.into_iter().chain(refusal.map(|violation| refused_flag(server, violation))).chain(wiring);
-    (findings.collect(), warnings)
-}
-
-/// The CLI rule's violation on the flag the release's parser names in it.
-fn refused_flag(server: &Server, violation: Violation) -> FlagFinding {
-    let (flag, _) = server_cli::refusal_subject_and_fix(&violation.message, server.checked_as.release);
-    FlagFinding { flag, violation }
-}
-
-/// The settings a server's command line maps to, as the spec the policy reads: the model, the
-/// flag table's settings (`on_invalid` as asked), the command line's words for the rules that read
-/// a flag kvpilot keeps no setting for, and the prefill servers it is paired with.
-pub fn server_spec(server: &Server, on_invalid: OnInvalid) -> InferenceDeploymentSpec {
-    let settings = &server.parsed.settings;
-    let model = server.model.clone().unwrap_or_else(|_| ModelSpec {
-        name: settings.model_path.clone().unwrap_or_default(),
-        revision: None,
-        source: None,
-        config: ModelConfigSource::default(),
-        hybrid_swa_memory: settings.hybrid_swa_memory,
-    });
-    let words: Vec<String> = server.invocation.args.iter().map(|arg| arg.text.clone()).collect();
-    InferenceDeploymentSpec {
-        model,
-        disaggregation: DisaggregationSpec {
-            on_invalid,
-            // The rules ask whether a draft model is given (SD2, SD4); its config.json comes apart.
-            speculative_draft_model: settings.draft_model_path.as_ref().map(|path| DraftModelSpec {
-                name: path.clone(),
-                revision: settings.draft_revision.clone(),
-                path: None,
-                config: ModelConfigSource::default(),
-            }),
-            ..settings.disaggregation.clone()
-        },
-        // The command line's words, for the rules that read a flag kvpilot keeps no setting for
-        // (M5: --disable-overlap-schedule).
-        decode: FleetSpec {
-            extra_args: server_cli::for_release(server.checked_as.release).full_names(&words),
-            ..settings.decode.clone()
-        },
-        prefill: server.paired_prefill.clone().map(Box::new),
-        router: None,
-        rollout: Default::default(),
-        sglang: None,
-        cache: None,
-        scheduling: None,
-        placement: None,
-    }
-}
-
-/// Checks one server against its model's config.json. With `rewrite`, the rewrites the policy
-/// can make are made (and [`rewrite_patch`] writes them back); without, every violation stands
-/// and its fix names the flag change.
-pub fn check(server: &Server, configs: &ModelConfigs, rewrite: bool) -> Result<ServerVerdict, LayoutError> {
-    let settings = &server.parsed.settings;
-    let release = server.checked_as.clone();
-    let assess = |on_invalid| {
-        let spec = server_spec(server, on_invalid);
-        super::server::assess(Assessed::Server { server, spec: &spec }, configs, &release)
-    };
-    let fixed = assess(OnInvalid::Rewrite)?;
-    let strict = assess(OnInvalid::Reject)?;
-    // SGLang's parser refuses before any rule runs: its finding comes first and the server does
-    // not start, whatever the mode.
-    // Nor is one that never starts: its words are not where the patch would put them.
-    let refused = strict
-        .verdict
-        .violations
-        .first()
-        .is_some_and(|v| v.rule == policy::COMMAND_LINE.id || v.rule == policy::ONE_WORD_COMMAND.id);
-    let layout = strict.layout;
-    let mut warnings: Vec<String> = server.release_warning.iter().cloned().chain(release.warning()).collect();
-    warnings.extend(strict.command_line_warnings);
-    warnings.extend(layout.warnings.iter().cloned());
-    warnings.extend(fixed.verdict.warnings.iter().cloned());
-    warnings.extend(server.parsed.warnings.iter().cloned());
-    if let (Some(path), None, Some(unread)) = (&settings.draft_model_path, &configs.draft, unread_draft_config(&layout))
-    {
-        warnings.push(format!("the config.json of the draft model {path} was not read: {unread}"));
-    }
-    // What rewrite mode changes, by the field it changes: applied with `rewrite`, named in each
-    // violation's fix without.
-    let fixed = fixed.verdict;
-    let proposals: Vec<(&str, FlagRewrite, Vec<Edit>)> = fixed
-        .rewrites
-        .iter()
-        .filter_map(|r| {
-            let (rewrite, edits) = flag_rewrite(server, &r.field, &r.to, &r.rule, &r.message)?;
-            Some((r.field.as_str(), rewrite, edits))
-        })
-        .collect();
-    // A command line SGLang's parser refuses is not rewritten: where a flag lacks its value, taking
-    // another flag out moves the next word into that value.
-    let (outcome, violations, rewrites, edits, effective) = if rewrite && !refused {
-        let edits = proposals.iter().flat_map(|(_, _, e)| e.clone()).collect();
-        let rewrites = proposals.into_iter().map(|(_, r, _)| r).collect();
-        (fixed.outcome, fixed.violations, rewrites, edits, fixed.effective)
-    } else {
-        let strict = strict.verdict;
-        let violations = strict
-            .violations
-            .into_iter()
-            .map(|mut v| {
-                if let Some((_, proposal, _)) = proposals.iter().find(|(field, _, _)| *field == v.field) {
-                    v.fix = format!(
-                        "{}; or label the workload or namespace {ON_INVALID_LABEL}=rewrite to let kvpilot rewrite it",
-                        change_text(proposal)
-                    );
-                }
-                v
-            })
-            .collect();
-        (strict.outcome, violations, Vec::new(), Vec::new(), strict.effective)
-    };
-    let findings = violations
-        .into_iter()
-        .map(|violation| match violation.rule == policy::COMMAND_LINE.id {
-            true => refused_flag(server, violation),
-            false => FlagFinding { flag: flag_text(server, violation.field), violation },
-        })
-        .collect();
-    Ok(ServerVerdict { outcome, layout, findings, rewrites, effective, release, warnings, edits })
-}
-
-fn change_text(rewrite: &FlagRewrite) -> String {
-    if rewrite.to.is_empty() { format!("remove {}", rewrite.from) } else { format!("use {}", rewrite.to) }
-}
-
-/// The prefill servers' flags that the policy's prefill-side fields stand for: the guard reads
-/// them from the prefill servers it pairs with a decode server.
-const PREFILL_FIELD_FLAGS: &[(&str, &str)] = &[
-    ("spec.disaggregation.prefill.pipelineParallel", "--pipeline-parallel-size"),
-    ("spec.disaggregation.prefill.attentionContextParallel", "--attn-cp-size"),
-    ("spec.disaggregation.prefill.kvCacheSharding", "--enable-kv-cache-sharding"),
-];
-
-/// The names of the spec fields a verdict on a command line mentions: the flag each stands for
-/// (the prefill servers' for the prefill side's), the container's env; a field no flag stands
-/// for keeps its name.
-pub(super) struct ServerFlags;
-
-impl FieldNames for ServerFlags {
-    fn name(&self, field: &str) -> String {
-        if let Some((_, flag)) = PREFILL_FIELD_FLAGS.iter().find(|(prefill_field, _)| *prefill_field == field) {
-            return format!("the prefill servers' {flag}");
-        }
-        if field == "spec.decode.env" {
-            return "the container's env".into();
-        }
-        flags::for_field(field).map_or_else(|| field.to_string(), |flag| flag.name().to_string())
-    }
-}
-
-/// The flag a policy field stands for, as written on this server's command line.
-fn flag_text(server: &Server, field: &str) -> String {
-    if field == "spec.decode.env" {
-        let names: Vec<&str> = server.parsed.settings.decode.env.iter().map(|v| v.name.as_str()).collect();
-        return format!("env {}", names.join(", "));
-    }
-    if let Some((_, flag)) = PREFILL_FIELD_FLAGS.iter().find(|(prefill_field, _)| *prefill_field == field) {
-        return format!("the prefill servers' {flag}");
-    }
-    // A flag kvpilot writes for its cache runtime (`spec.cache`): the server's option.
-    if let Some(flag) = super::server::CACHE_FLAGS.iter().find(|flag| flag.field == field) {
-        return flag.names[0].to_string();
-    }
-    // An option kvpilot reads from extraArgs: `spec.decode.extraArgs[--option]`.
-    if let Some(option) = field.strip_prefix("spec.decode.extraArgs[").and_then(|rest| rest.strip_suffix(']')) {
-        return option.to_string();
-    }
-    let Some(flag) = flags::for_field(field) else { return field.to_string() };
-    match server.parsed.last(flag) {
-        Some(occurrence) => occurrence.written.clone(),
-        None => format!("{} (not set)", flag.name()),
-    }
-}
-
-/// The flag change for a policy rewrite of `field` to `to`, and the edits that make it.
-fn flag_rewrite(server: &Server, field: &str, to: &str, rule: &str, message: &str) -> Option<(FlagRewrite, Vec<Edit>)> {
-    let flag = flags::for_field(field)?;
-    let occurrences: Vec<&flags::Occurrence> =
-        server.parsed.occurrences.iter().filter(|o| std::ptr::eq(o.flag, flag)).collect();
-    let args = &server.invocation.args;
-    let from = occurrences.last().map_or_else(|| flag.name().to_string(), |o| o.written.clone());
-    let (to_text, edits) = match flag.kind {
-        Kind::Switch if to == "false" => {
-            (String::new(), occurrences.iter().map(|o| Edit::Remove { site: args[o.name_at].site.clone() }).collect())
-        }
-        Kind::Switch => (flag.name().to_string(), vec![Edit::Append { args: vec![flag.name().to_string()] }]),
-        Kind::Value if occurrences.is_empty() => (
-            format!("{}={to}", flag.name()),
-            vec![Edit::Append { args: vec![flag.name().to_string(), to.to_string()] }],
-        ),
-        Kind::Value => {
-            let edits = occurrences
-                .iter()
-                .map(|o| match o.value_at {
-                    Some(at) => Edit::Replace { site: args[at].site.clone(), text: to.to_string() },
-                    None => {
-                        let name = o.written.split_once('=').map_or(o.written.as_str(), |(name, _)| name);
-                        Edit::Replace { site: args[o.name_at].site.clone(), text: format!("{name}={to}") }
-                    }
-                })
-                .collect();
-            let name = from.split_once('=').map_or(flag.name(), |(name, _)| name);
-            (format!("{name}={to}"), edits)
-        }
-    };
-    Some((FlagRewrite { rule: rule.into(), from, to: to_text, message: message.into() }, edits))
-}
-
 fn pointer(text: &str) -> Result<PointerBuf, String> {
     PointerBuf::parse(text).map_err(|e| format!("bad JSON pointer {text}: {e}"))
+}
+
+/// What the patch writes back into one server's command line: its flag rewrites, recorded in the
+/// [`REWRITES_ANNOTATION`], and the edits making them (a verdict's `rewritten`).
+#[derive(Debug, Clone, Copy)]
+pub struct Rewritten<'a> {
+    pub server: &'a Server,
+    pub rewrites: &'a [FlagRewrite],
+    pub edits: &'a [Edit],
 }
 
 /// The JSON patch that applies each server's rewrites to `object`: index-exact `replace` and
@@ -831,7 +477,7 @@ fn pointer(text: &str) -> Result<PointerBuf, String> {
 /// container that holds them (a template patch's, where the patch sets them), and the
 /// [`REWRITES_ANNOTATION`] on the template holding them. An edit several servers make to the
 /// same list (the leader and workers of one base template) is made once.
-pub fn rewrite_patch(object: &Value, checked: &[(&Server, &ServerVerdict)]) -> Result<Patch, String> {
+pub fn rewrite_patch(object: &Value, rewritten: &[Rewritten<'_>]) -> Result<Patch, String> {
     let mut operations = Vec::new();
     let mut records: BTreeMap<String, Vec<String>> = BTreeMap::new();
     // Containers' lists in order, each with all its edits.
@@ -839,7 +485,7 @@ pub fn rewrite_patch(object: &Value, checked: &[(&Server, &ServerVerdict)]) -> R
     // Servers reading the same list (a leader and its workers running a base template's
     // `command`) make the same edit to it: it is made once. (list pointer, edit) of those made.
     let mut made: Vec<(String, &Edit)> = Vec::new();
-    for (server, verdict) in checked {
+    for Rewritten { server, rewrites, edits } in rewritten {
         let site = &server.site;
         let list_of = |list: ArgList| {
             let owner = match list {
@@ -848,8 +494,7 @@ pub fn rewrite_patch(object: &Value, checked: &[(&Server, &ServerVerdict)]) -> R
             };
             format!("{owner}/{}", list.key())
         };
-        let new_edits: Vec<(String, &Edit)> = verdict
-            .edits
+        let new_edits: Vec<(String, &Edit)> = edits
             .iter()
             .map(|edit| {
                 let list = match edit {
@@ -872,7 +517,7 @@ pub fn rewrite_patch(object: &Value, checked: &[(&Server, &ServerVerdict)]) -> R
         made.extend(new_edits);
         if let Some(at) = &site.annotations_at {
             let record = records.entry(at.clone()).or_default();
-            record.extend(verdict.rewrites.iter().map(|r| format!("{}: {r}", server.container)));
+            record.extend(rewrites.iter().map(|r| format!("{}: {r}", server.container)));
         }
     }
     for ((command_at, args_at), edits) in &by_lists {
@@ -953,7 +598,7 @@ fn container_operations(
         // Word spans index the script as the kubelet expands it; where `$(VAR)` or `$$` changed
         // it, they do not index the text written in the object.
         let container = &edits[0].0.site.container;
-        if cmdline::expand_references(script, &literal_env(container)).0 != script {
+        if cmdline::expand_references(script, &workload::literal_env(container)).0 != script {
             return Err(format!(
                 "{item}: the script holds $(VAR) references or $$, so its words cannot be rewritten in place"
             ));
@@ -990,5 +635,153 @@ pub fn asks_for_rewrite(object: &Value) -> bool {
 }
 
 #[cfg(test)]
-#[path = "guard_tests.rs"]
-mod tests;
+pub(super) mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::api::RetractionBackup;
+    use crate::release::ReleaseChoice;
+
+    pub(crate) fn pure_swa() -> Value {
+        serde_json::from_str(include_str!("../../tests/fixtures/configs/custom-pure-swa.json")).unwrap()
+    }
+
+    pub(crate) fn deployment(command: Value, args: Value) -> Value {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web-decode", "annotations": {MODEL_CONFIG_ANNOTATION: "configmap/mimo"}},
+            "spec": {"template": {"metadata": {"labels": {"app": "decode"}}, "spec": {"containers": [
+                {"name": "sidecar", "image": "busybox", "command": ["sleep", "inf"]},
+                {"name": "sglang", "image": "lmsysorg/sglang:v0.5.23-cu129", "command": command, "args": args}
+            ]}}}
+        })
+    }
+
+    pub(crate) fn one_server(object: &Value) -> Server {
+        let inspection = inspect(object, &ReleaseChoice::default_newest());
+        assert_eq!(inspection.servers.len(), 1, "{:?}", inspection.warnings);
+        inspection.servers.into_iter().next().unwrap()
+    }
+
+    #[test]
+    fn servers_settings_env_and_model_source_are_read() {
+        let object = deployment(
+            json!(["sh", "-c"]),
+            json!(["SGLANG_DISAGG_STAGING_BUFFER=1 exec python3 -m sglang.launch_server --model-path /models/mimo \
+                    --disaggregation-mode decode --tp 2 --disaggregation-decode-retraction-backup host_pool"]),
+        );
+        let mut object = object;
+        object["spec"]["template"]["spec"]["containers"][1]["env"] = json!([{"name": "SGLANG_ENABLE_UNIFIED_RADIX_TREE", "value": "1"}, {"name": "HF_TOKEN", "valueFrom": {}},
+                   {"name": "SGLANG_X", "valueFrom": {"configMapKeyRef": {"name": "a", "key": "b"}}}]);
+        object["spec"]["template"]["spec"]["containers"][1]["envFrom"] = json!([{"configMapRef": {"name": "env"}}]);
+        let server = one_server(&object);
+        assert_eq!(
+            server.subject("deploy/web-decode"),
+            "deploy/web-decode container sglang (spec.template.spec.containers[1])"
+        );
+        assert_eq!(server.release, Some(crate::release::v0_5(23)));
+        let settings = &server.parsed.settings;
+        assert_eq!(settings.mode, DisaggregationMode::Decode);
+        assert_eq!(settings.decode.tensor_parallel, 2);
+        assert_eq!(settings.disaggregation.retraction_backup, Some(RetractionBackup::HostPool));
+        let env: Vec<(&str, &str)> =
+            settings.decode.env.iter().map(|v| (v.name.as_str(), v.value.as_deref().unwrap_or_default())).collect();
+        assert_eq!(env, [("SGLANG_ENABLE_UNIFIED_RADIX_TREE", "1"), ("SGLANG_DISAGG_STAGING_BUFFER", "1")]);
+        let warnings = server.parsed.warnings.join("\n");
+        assert!(
+            warnings.contains("env SGLANG_X comes from valueFrom") && warnings.contains("envFrom is not inspected")
+        );
+        let model = server.model.unwrap();
+        assert_eq!(model.name, "/models/mimo");
+        assert_eq!(model.config.config_map_ref.unwrap().key, "config.json");
+    }
+
+    #[test]
+    fn model_sources_come_from_the_annotation_or_a_hub_id() {
+        let server_with = |annotation: Option<&str>, path: &str| {
+            let mut object =
+                deployment(json!(["sglang", "serve", "--model-path", path, "--revision", "r1"]), json!([]));
+            match annotation {
+                Some(value) => {
+                    object["spec"]["template"]["metadata"]["annotations"] = json!({MODEL_CONFIG_ANNOTATION: value})
+                }
+                None => object["metadata"]["annotations"] = json!({HUB_TOKEN_ANNOTATION: "hf/key"}),
+            }
+            one_server(&object).model
+        };
+        let hub = server_with(None, "openai/gpt-oss-20b").unwrap();
+        let source = hub.config.hub.unwrap();
+        assert_eq!((hub.name.as_str(), source.revision.as_deref()), ("openai/gpt-oss-20b", Some("r1")));
+        assert_eq!(source.token_secret_ref.unwrap().key, "key");
+        let annotated = server_with(Some("hub/XiaomiMiMo/MiMo-V2-Flash@abc"), "/models/x").unwrap();
+        let source = annotated.config.hub.unwrap();
+        assert_eq!(
+            (source.repo.as_deref(), source.revision.as_deref()),
+            (Some("XiaomiMiMo/MiMo-V2-Flash"), Some("abc"))
+        );
+        let config_map =
+            server_with(Some("configmap/mimo/cfg.json"), "/models/x").unwrap().config.config_map_ref.unwrap();
+        assert_eq!((config_map.name.as_str(), config_map.key.as_str()), ("mimo", "cfg.json"));
+        for bad in ["configmap/", "hub/only-one", "s3/bucket", "hub/a/b@"] {
+            let error = server_with(Some(bad), "/models/x").unwrap_err();
+            assert!(error.contains(MODEL_CONFIG_ANNOTATION) && error.contains("configmap/NAME/KEY"), "{bad}: {error}");
+        }
+        let mut local = deployment(json!(["sglang", "serve", "--model-path", "/models/x"]), json!([]));
+        local["metadata"]["annotations"] = json!({});
+        let error = one_server(&local).model.unwrap_err();
+        assert!(error.contains("/models/x is not a hub id") && error.contains(MODEL_CONFIG_ANNOTATION), "{error}");
+    }
+
+    #[test]
+    fn objects_ask_for_rewrites_by_label() {
+        let mut object = deployment(json!([]), json!([]));
+        assert!(!asks_for_rewrite(&object));
+        object["metadata"]["annotations"] = json!({ON_INVALID_LABEL: "rewrite"});
+        assert!(!asks_for_rewrite(&object), "the webhook's objectSelector sees labels only");
+        object["metadata"]["labels"] = json!({ON_INVALID_LABEL: "rewrite"});
+        assert!(asks_for_rewrite(&object));
+    }
+
+    #[test]
+    fn unreadable_containers_are_warnings() {
+        let object = deployment(json!("python3 -m sglang.launch_server"), json!([]));
+        let inspection = inspect(&object, &ReleaseChoice::default_newest());
+        assert!(inspection.servers.is_empty());
+        assert_eq!(
+            inspection.warnings,
+            [
+                "deploy/web-decode container sglang (spec.template.spec.containers[1]): command is not a list of strings; not checked"
+            ]
+        );
+        let no_server = deployment(json!(["/entrypoint.sh"]), json!([]));
+        assert!(
+            inspect(&no_server, &ReleaseChoice::default_newest()).warnings[0]
+                .contains("no `python -m sglang.launch_server`, `sglang serve` or `python -m dynamo.sglang`")
+        );
+    }
+
+    /// A role named or typed prefill/decode whose server's flag says otherwise is checked by the
+    /// flag (SGLang runs by it), with a warning; a role that names no mode says nothing.
+    #[test]
+    fn a_role_that_disagrees_with_the_mode_flag_is_a_warning() {
+        let service = |sub_component: &str, mode: &str| {
+            json!({"componentType": "worker", "subComponentType": sub_component, "extraPodSpec": {"mainContainer": {
+                "image": "nvcr.io/nvidia/ai-dynamo/sglang-runtime:1.3.1", "command": ["python3", "-m", "dynamo.sglang"],
+                "args": ["--model-path", "/models/m", "--disaggregation-mode", mode]}}})
+        };
+        let object = json!({"apiVersion": "nvidia.com/v1alpha1", "kind": "DynamoGraphDeployment",
+            "metadata": {"name": "g", "annotations": {MODEL_CONFIG_ANNOTATION: "configmap/m"}},
+            "spec": {"services": {"a": service("decode", "prefill"), "b": service("worker", "decode")}}});
+        let inspection = inspect(&object, &ReleaseChoice::default_newest());
+        let warnings: Vec<&Vec<String>> = inspection.servers.iter().map(|s| &s.parsed.warnings).collect();
+        assert_eq!(inspection.servers[0].parsed.settings.mode, DisaggregationMode::Prefill);
+        assert_eq!(
+            *warnings[0],
+            [
+                "the role decode names the decode side but --disaggregation-mode is prefill; checked as prefill (SGLang runs by its flags)"
+            ]
+        );
+        assert!(warnings[1].is_empty(), "{:?}", warnings[1]);
+        assert_eq!(inspection.servers[0].release, None, "a Dynamo image's tag is not an SGLang release");
+    }
+}

@@ -22,11 +22,11 @@
 //!   rules and the release's parser, for a resource or for one server the guard read.
 
 pub mod args;
-pub mod cache_wiring;
 pub mod cmdline;
 pub mod flags;
 pub mod guard;
 pub mod kv_compat;
 pub mod server;
 pub mod server_cli;
+pub mod verdict;
 pub mod workload;

@@ -139,7 +139,7 @@ async fn decide(
         Ok(release) => release,
         Err(e) => return denied(response, 422, "Invalid", format!("{name}: spec.sglang.version: {e}")),
     };
-    let assessment = match crate::sglang::server::assess(&resource.spec, &configs, &release) {
+    let assessment = match crate::sglang::verdict::assess(&resource.spec, &configs, &release) {
         Ok(assessment) => assessment,
         // An inline config is part of this object: refuse it. An external one can still be fixed.
         Err(e) => match inline_config_at_fault(&resource, &e) {

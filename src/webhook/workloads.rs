@@ -15,7 +15,8 @@ use serde_json::Value;
 use super::admission::{self, BadReview, denied, encode, warned};
 use crate::policy::{ModelConfigs, Outcome};
 use crate::release::ReleaseChoice;
-use crate::sglang::guard::{self, Server, ServerVerdict};
+use crate::sglang::guard::{self, Server};
+use crate::sglang::verdict::server_flags::{self, ServerVerdict};
 use crate::sglang::workload;
 use crate::source::{ClusterSource, naming_annotation};
 
@@ -119,7 +120,7 @@ async fn decide(
             _ => (None, None),
         };
         let checked_server = config.and_then(|target| {
-            guard::check(server, &ModelConfigs { target, draft }, webhook == GuardWebhook::Rewrite)
+            server_flags::check(server, &ModelConfigs { target, draft }, webhook == GuardWebhook::Rewrite)
                 .map_err(|e| format!("the model config.json is not a model config: {e}"))
         });
         match checked_server {
@@ -131,7 +132,7 @@ async fn decide(
             }
             Err(why) => {
                 warnings.push(format!("{subject}: not checked: {why}"));
-                let (refusals, argv_warnings) = guard::argv_check(server);
+                let (refusals, argv_warnings) = server_flags::argv_check(server);
                 argv_refusals.extend(
                     refusals.into_iter().map(|finding| format!("{} {subject}: {finding}", finding.violation.rule)),
                 );
@@ -162,18 +163,18 @@ async fn decide(
         GuardWebhook::Enforce => warned(response, warnings),
         GuardWebhook::Warn => warned(response, findings.into_iter().chain(warnings).collect()),
         GuardWebhook::Rewrite => {
-            let pairs: Vec<(&Server, &ServerVerdict)> = checked.iter().map(|(s, v)| (*s, v)).collect();
-            let rewrites: Vec<String> = pairs
+            let rewritten: Vec<guard::Rewritten> = checked.iter().map(|(s, v)| v.rewritten(s)).collect();
+            let rewrites: Vec<String> = rewritten
                 .iter()
-                .flat_map(|(server, verdict)| {
-                    let subject = server.subject(&inspection.object);
-                    verdict.rewrites.iter().map(move |r| format!("kvpilot rewrote {subject}: {r}"))
+                .flat_map(|done| {
+                    let subject = done.server.subject(&inspection.object);
+                    done.rewrites.iter().map(move |r| format!("kvpilot rewrote {subject}: {r}"))
                 })
                 .collect();
             if rewrites.is_empty() {
                 return warned(response, warnings);
             }
-            match guard::rewrite_patch(&object, &pairs)
+            match guard::rewrite_patch(&object, &rewritten)
                 .and_then(|patch: Patch| response.clone().with_patch(patch).map_err(|e| e.to_string()))
             {
                 Ok(patched) => warned(patched, rewrites.into_iter().chain(warnings).collect()),

@@ -6,7 +6,7 @@ use serde_json::json;
 use super::{Desired, LABEL_INSTANCE, RenderOptions, desired_state};
 use crate::api::{InferenceDeployment, InferenceDeploymentSpec};
 use crate::release::ReleaseChoice;
-use crate::sglang::server::assess;
+use crate::sglang::verdict::assess;
 
 /// `llama` in `serving`: Llama 3.1 8B with three decode replicas, spec.decode extended by `decode`.
 pub(super) fn resource(decode: serde_json::Value) -> InferenceDeployment {

@@ -13,6 +13,7 @@ use crate::release::{Span, v0_5};
 pub(super) const CP2: Rule = Rule {
     id: "CP2",
     about: "Nemotron-H × attention context parallelism",
+    reproduces: "_boundary_parallelism_overrides, srt/arg_groups/parallel_hook.py (0.5.21–0.5.23)",
     field: ATTENTION_CP_FIELD,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -30,6 +31,7 @@ pub(super) const CP2: Rule = Rule {
 pub(super) const CP3: Rule = Rule {
     id: "CP3",
     about: "LongCat-Flash prefill CP × attention CP",
+    reproduces: "_boundary_parallelism_overrides, srt/arg_groups/parallel_hook.py (0.5.21–0.5.23)",
     field: ATTENTION_CP_FIELD,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -42,6 +44,7 @@ pub(super) const CP3: Rule = Rule {
 pub(super) const CP4: Rule = Rule {
     id: "CP4",
     about: "DeepSeek-V3.2 prefill CP × the zigzag strategy",
+    reproduces: "handle_context_parallelism, srt/arg_groups/parallel_hook.py (0.5.20–0.5.23)",
     field: CP_STRATEGY_FIELD,
     span: Span::since(v0_5(20)),
     roles: EVERY_SERVER,
@@ -59,6 +62,8 @@ pub(super) const CP4: Rule = Rule {
 pub(super) const CP5: Rule = Rule {
     id: "CP5",
     about: "MiMo-V2 prefill CP needs the zigzag strategy",
+    reproduces: "ServerArgs._handle_context_parallelism, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_context_parallelism, srt/arg_groups/parallel_hook.py (0.5.19–0.5.23)",
     field: CP_STRATEGY_FIELD,
     roles: EVERY_SERVER,
     messages: &[
@@ -82,6 +87,8 @@ pub(super) const CP5: Rule = Rule {
 pub(super) const CP1: Rule = Rule {
     id: "CP1",
     about: "prefill CP needs a strategy",
+    reproduces: "ServerArgs._handle_context_parallelism, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_context_parallelism, srt/arg_groups/parallel_hook.py (0.5.19–0.5.23)",
     field: CP_STRATEGY_FIELD,
     roles: EVERY_SERVER,
     messages: &[text("--cp-strategy must be set when --enable-prefill-cp is enabled.")],
@@ -93,6 +100,8 @@ pub(super) const CP1: Rule = Rule {
 pub(super) const CP7: Rule = Rule {
     id: "CP7",
     about: "attention CP must divide TP",
+    reproduces: "ServerArgs._handle_context_parallelism, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_context_parallelism, srt/arg_groups/parallel_hook.py (0.5.19–0.5.23)",
     field: ATTENTION_CP_FIELD,
     roles: EVERY_SERVER,
     messages: &[text("tp_size must be divisible by attn_cp_size")],
@@ -106,6 +115,8 @@ pub(super) const CP7: Rule = Rule {
 pub(super) const CP8: Rule = Rule {
     id: "CP8",
     about: "attention DP × attention CP must divide TP",
+    reproduces: "ServerArgs._handle_context_parallelism, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_context_parallelism, srt/arg_groups/parallel_hook.py (0.5.19–0.5.23)",
     field: ATTENTION_CP_FIELD,
     roles: EVERY_SERVER,
     messages: &[

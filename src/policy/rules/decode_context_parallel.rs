@@ -14,6 +14,7 @@ use crate::release::{Span, v0_5};
 pub(super) const DC1: Rule = Rule {
     id: "DC1",
     about: "decode CP × prefill CP",
+    reproduces: "handle_decode_context_parallelism, srt/arg_groups/parallel_hook.py (0.5.22–0.5.23)",
     field: DECODE_CONTEXT_PARALLEL,
     span: Span::since(v0_5(22)),
     roles: EVERY_SERVER,
@@ -30,6 +31,9 @@ pub(super) const DC1: Rule = Rule {
 pub(super) const DF1: Rule = Rule {
     id: "DF1",
     about: "an all-to-all DCP backend without DCP",
+    reproduces: "ServerArgs._handle_dcp_validation, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_dcp_validation, srt/arg_groups/parallel_hook.py (0.5.19); \
+                 handle_decode_context_parallelism, srt/arg_groups/parallel_hook.py (0.5.20–0.5.23)",
     field: "spec.decode.extraArgs[--dcp-comm-backend]",
     roles: EVERY_SERVER,
     messages: &[text(
@@ -53,6 +57,9 @@ pub(super) const DF1: Rule = Rule {
 pub(super) const DF2: Rule = Rule {
     id: "DF2",
     about: "a replicated DCP Q projection without DCP",
+    reproduces: "ServerArgs._handle_dcp_validation, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_dcp_validation, srt/arg_groups/parallel_hook.py (0.5.19); \
+                 handle_decode_context_parallelism, srt/arg_groups/parallel_hook.py (0.5.20–0.5.23)",
     field: "spec.decode.extraArgs[--dcp-replicate-q-proj]",
     roles: EVERY_SERVER,
     messages: &[text("--dcp-replicate-q-proj requires --dcp-size > 1.")],
@@ -67,6 +74,9 @@ pub(super) const DF2: Rule = Rule {
 pub(super) const DF3: Rule = Rule {
     id: "DF3",
     about: "a replicated DCP Q projection without an all-to-all DCP backend",
+    reproduces: "ServerArgs._handle_dcp_validation, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_dcp_validation, srt/arg_groups/parallel_hook.py (0.5.19); \
+                 handle_decode_context_parallelism, srt/arg_groups/parallel_hook.py (0.5.20–0.5.23)",
     field: "spec.decode.extraArgs[--dcp-replicate-q-proj]",
     roles: EVERY_SERVER,
     messages: &[text(
@@ -90,6 +100,7 @@ pub(super) const DF3: Rule = Rule {
 pub(super) const R19_BACKEND: Rule = Rule {
     id: "R19",
     about: "decode DCP transfer backend",
+    reproduces: "handle_pd_disaggregation, srt/arg_groups/pd_disaggregation_hook.py (0.5.17–0.5.23)",
     field: TRANSFER_BACKEND,
     messages: &[
         text("PD decode DCP requires --disaggregation-transfer-backend mooncake or nixl, got '{backend}'."),
@@ -128,6 +139,7 @@ pub(super) const R19_BACKEND: Rule = Rule {
 pub(super) const R19_RADIX: Rule = Rule {
     id: "R19",
     about: "decode DCP × decode radix",
+    reproduces: "handle_pd_disaggregation, srt/arg_groups/pd_disaggregation_hook.py (0.5.17–0.5.20)",
     field: DECODE_RADIX_CACHE,
     span: Span::between(v0_5(17), v0_5(20)),
     messages: &[text(
@@ -141,6 +153,7 @@ pub(super) const R19_RADIX: Rule = Rule {
 pub(super) const R19_HICACHE: Rule = Rule {
     id: "R19",
     about: "decode DCP × HiCache",
+    reproduces: "handle_pd_disaggregation, srt/arg_groups/pd_disaggregation_hook.py (0.5.17–0.5.20)",
     field: HIERARCHICAL_CACHE,
     span: Span::between(v0_5(17), v0_5(20)),
     messages: &[text("PD decode DCP currently requires chunk cache; --enable-hierarchical-cache is not supported.")],

@@ -10,6 +10,7 @@ use crate::release::{Span, v0_5};
 pub(super) const R13: Rule = Rule {
     id: "R13",
     about: "decode radix × SWA",
+    reproduces: "build_kv_cache, srt/mem_cache/kv_cache_builder.py (0.5.17–0.5.20)",
     field: DECODE_RADIX_CACHE,
     span: Span::between(v0_5(17), v0_5(20)),
     phase: Phase::PoolBuild,
@@ -45,6 +46,8 @@ pub(super) const R13: Rule = Rule {
 pub(super) const R14: Rule = Rule {
     id: "R14",
     about: "decode radix × SWA × HiCache",
+    reproduces: "build_kv_cache, srt/mem_cache/kv_cache_builder.py (0.5.19–0.5.22); \
+                 validate_decode_radix_cache, srt/mem_cache/kv_cache_builder.py (0.5.23)",
     field: DECODE_RADIX_CACHE,
     span: Span::since(v0_5(19)),
     phase: Phase::PoolBuild,
@@ -60,6 +63,8 @@ pub(super) const R14: Rule = Rule {
 pub(super) const R15: Rule = Rule {
     id: "R15",
     about: "decode radix × DeepSeek-V4",
+    reproduces: "build_kv_cache, srt/mem_cache/kv_cache_builder.py (0.5.19–0.5.22); \
+                 validate_decode_radix_cache, srt/mem_cache/kv_cache_builder.py (0.5.23)",
     field: DECODE_RADIX_CACHE,
     span: Span::since(v0_5(19)),
     phase: Phase::PoolBuild,
@@ -91,6 +96,8 @@ pub(super) const R15: Rule = Rule {
 pub(super) const R16: Rule = Rule {
     id: "R16",
     about: "decode radix × SWA-compress",
+    reproduces: "build_kv_cache, srt/mem_cache/kv_cache_builder.py (0.5.19–0.5.22); \
+                 validate_decode_radix_cache, srt/mem_cache/kv_cache_builder.py (0.5.23)",
     field: DECODE_RADIX_CACHE,
     span: Span::since(v0_5(19)),
     phase: Phase::PoolBuild,
@@ -106,6 +113,7 @@ pub(super) const R16: Rule = Rule {
 pub(super) const R17: Rule = Rule {
     id: "R17",
     about: "decode radix × SSM",
+    reproduces: "build_kv_cache, srt/mem_cache/kv_cache_builder.py (0.5.17–0.5.20)",
     field: DECODE_RADIX_CACHE,
     span: Span::between(v0_5(17), v0_5(20)),
     phase: Phase::PoolBuild,
@@ -118,6 +126,7 @@ pub(super) const R17: Rule = Rule {
 pub(super) const R18A: Rule = Rule {
     id: "R18a",
     about: "decode radix × HiSparse",
+    reproduces: "handle_pd_disaggregation, srt/arg_groups/pd_disaggregation_hook.py (0.5.17–0.5.23)",
     field: DECODE_RADIX_CACHE,
     messages: &[text("--disaggregation-decode-enable-radix-cache is incompatible with --enable-hisparse")],
     check: |c| when(radix(c) && c.settings.hisparse),
@@ -128,6 +137,7 @@ pub(super) const R18A: Rule = Rule {
 pub(super) const R18B: Rule = Rule {
     id: "R18b",
     about: "decode radix × fake backend",
+    reproduces: "handle_pd_disaggregation, srt/arg_groups/pd_disaggregation_hook.py (0.5.17–0.5.23)",
     field: DECODE_RADIX_CACHE,
     messages: &[text(
         "--disaggregation-decode-enable-radix-cache is incompatible with --disaggregation-transfer-backend fake",
@@ -140,6 +150,8 @@ pub(super) const R18B: Rule = Rule {
 pub(super) const R18C: Rule = Rule {
     id: "R18c",
     about: "decode radix × speculative decoding",
+    reproduces: "handle_pd_disaggregation, srt/arg_groups/pd_disaggregation_hook.py (0.5.17–0.5.22); \
+                 handle_speculative_decoding, srt/arg_groups/speculative_hook.py (0.5.23)",
     field: DECODE_RADIX_CACHE,
     messages: &[text(
         "--disaggregation-decode-enable-radix-cache is incompatible with speculative decoding \

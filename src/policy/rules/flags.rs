@@ -12,6 +12,9 @@ use crate::release::{Span, v0_5};
 pub(super) const F1: Rule = Rule {
     id: "F1",
     about: "retraction-backup flag unknown",
+    reproduces: "argparse's refusal in prepare_server_args, srt/server_args.py (0.5.17): the parser \
+                 ServerArgs.add_cli_args builds has no --disaggregation-decode-retraction-backup (the field is \
+                 declared from 0.5.18)",
     field: RETRACTION_BACKUP,
     span: Span::between(v0_5(17), v0_5(17)),
     messages: &[text("unrecognized arguments: --disaggregation-decode-retraction-backup {value}")],
@@ -30,6 +33,9 @@ pub(super) const F1: Rule = Rule {
 pub(super) const F2: Rule = Rule {
     id: "F2",
     about: "retraction backup none unknown",
+    reproduces: "argparse's refusal in prepare_server_args, srt/server_args.py (0.5.18–0.5.20) of a value outside the \
+                 choices ['cpu_tensor', 'host_pool'] of the disaggregation_decode_retraction_backup field: ServerArgs, \
+                 srt/server_args.py (0.5.18–0.5.19); Disagg, srt/arg_groups/fields/disagg.py (0.5.20)",
     field: RETRACTION_BACKUP,
     span: Span::between(v0_5(18), v0_5(20)),
     messages: &[text(
@@ -44,6 +50,9 @@ pub(super) const F2: Rule = Rule {
 pub(super) const F4: Rule = Rule {
     id: "F4",
     about: "host-receive threshold flag unknown",
+    reproduces: "argparse's refusal in prepare_server_args, srt/server_args.py (0.5.17–0.5.20): the parser \
+                 ServerArgs.add_cli_args builds has no --disaggregation-decode-host-receive-threshold (the Disagg \
+                 field, srt/arg_groups/fields/disagg.py, is declared from 0.5.21)",
     field: HOST_RECEIVE,
     span: Span::between(v0_5(17), v0_5(20)),
     messages: &[text("unrecognized arguments: --disaggregation-decode-host-receive-threshold {value}")],
@@ -61,6 +70,9 @@ pub(super) const F4: Rule = Rule {
 pub(super) const F3: Rule = Rule {
     id: "F3",
     about: "external cache linker flag unknown",
+    reproduces: "argparse's refusal in prepare_server_args, srt/server_args.py (0.5.17–0.5.19): the parser \
+                 ServerArgs.add_cli_args builds has no --enable-unified-cache-external-linker (the Memory field, \
+                 srt/arg_groups/fields/memory.py, is declared from 0.5.20)",
     field: LINKER,
     span: Span::between(v0_5(17), v0_5(19)),
     roles: EVERY_SERVER,
@@ -73,6 +85,9 @@ pub(super) const F3: Rule = Rule {
 pub(super) const F5: Rule = Rule {
     id: "F5",
     about: "HiCache host memory mode flag unknown",
+    reproduces: "argparse's refusal in prepare_server_args, srt/server_args.py (0.5.17–0.5.18): the parser \
+                 ServerArgs.add_cli_args builds has no --hicache-host-memory-mode (the ServerArgs field, \
+                 srt/server_args.py, is declared from 0.5.19)",
     field: HOST_MEMORY_MODE,
     span: Span::between(v0_5(17), v0_5(18)),
     roles: EVERY_SERVER,

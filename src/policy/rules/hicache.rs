@@ -14,6 +14,8 @@ use crate::release::{Span, v0_5};
 pub(super) const S7: Rule = Rule {
     id: "S7",
     about: "HiCache without decode radix cache",
+    reproduces: "ServerArgs._handle_cache_compatibility, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_cache_compatibility, srt/arg_groups/kv_cache_hook.py (0.5.19–0.5.23)",
     field: HIERARCHICAL_CACHE,
     roles: EVERY_SERVER,
     messages: &[text(
@@ -34,6 +36,7 @@ pub(super) const S7: Rule = Rule {
 pub(super) const H3: Rule = Rule {
     id: "H3",
     about: "buffer-only host memory needs a storage backend",
+    reproduces: "validate_hicache_host_memory_mode, srt/arg_groups/hicache_hook.py (0.5.19–0.5.23)",
     field: HOST_MEMORY_MODE,
     span: Span::since(v0_5(19)),
     roles: EVERY_SERVER,
@@ -49,6 +52,7 @@ pub(super) const H3: Rule = Rule {
 pub(super) const H8: Rule = Rule {
     id: "H8",
     about: "buffer-only host memory × the write-back policy",
+    reproduces: "validate_hicache_host_memory_mode, srt/arg_groups/hicache_hook.py (0.5.19–0.5.21)",
     field: HOST_MEMORY_MODE,
     span: Span::between(v0_5(19), v0_5(21)),
     roles: EVERY_SERVER,
@@ -71,6 +75,7 @@ pub(super) const H8: Rule = Rule {
 pub(super) const H4: Rule = Rule {
     id: "H4",
     about: "buffer-only host memory on decode",
+    reproduces: "validate_hicache_host_memory_mode, srt/arg_groups/hicache_hook.py (0.5.19–0.5.23)",
     field: HOST_MEMORY_MODE,
     span: Span::since(v0_5(19)),
     messages: &[text(
@@ -86,6 +91,8 @@ pub(super) const H4: Rule = Rule {
 pub(super) const D1: Rule = Rule {
     id: "D1",
     about: "HiCache × DCP × storage backend",
+    reproduces: "ServerArgs._resolve_hicache_dcp_compatibility, srt/server_args.py (0.5.17–0.5.18); \
+                 resolve_hicache_dcp_compatibility, srt/arg_groups/hicache_hook.py (0.5.19–0.5.22)",
     field: HIERARCHICAL_CACHE,
     span: Span::between(v0_5(17), v0_5(22)),
     roles: EVERY_SERVER,
@@ -102,6 +109,7 @@ pub(super) const D1: Rule = Rule {
 pub(super) const D6: Rule = Rule {
     id: "D6",
     about: "HiCache × DCP × storage backend × buffer-only host memory",
+    reproduces: "resolve_hicache_dcp_compatibility, srt/arg_groups/hicache_hook.py (0.5.23)",
     field: HIERARCHICAL_CACHE,
     span: Span::since(v0_5(23)),
     roles: EVERY_SERVER,
@@ -114,6 +122,8 @@ pub(super) const D6: Rule = Rule {
 pub(super) const D2: Rule = Rule {
     id: "D2",
     about: "HiCache × DCP × speculative decoding",
+    reproduces: "ServerArgs._resolve_hicache_dcp_compatibility, srt/server_args.py (0.5.17–0.5.18); \
+                 resolve_hicache_dcp_compatibility, srt/arg_groups/hicache_hook.py (0.5.19–0.5.23)",
     field: HIERARCHICAL_CACHE,
     roles: EVERY_SERVER,
     messages: &[
@@ -140,6 +150,8 @@ pub(super) const D2: Rule = Rule {
 pub(super) const D3: Rule = Rule {
     id: "D3",
     about: "HiCache × DCP × LMCache",
+    reproduces: "ServerArgs._resolve_hicache_dcp_compatibility, srt/server_args.py (0.5.17–0.5.18); \
+                 resolve_hicache_dcp_compatibility, srt/arg_groups/hicache_hook.py (0.5.19–0.5.23)",
     field: HIERARCHICAL_CACHE,
     roles: EVERY_SERVER,
     messages: &[text(
@@ -153,6 +165,8 @@ pub(super) const D3: Rule = Rule {
 pub(super) const D4: Rule = Rule {
     id: "D4",
     about: "HiCache × DCP × HiSparse",
+    reproduces: "ServerArgs._resolve_hicache_dcp_compatibility, srt/server_args.py (0.5.17–0.5.18); \
+                 resolve_hicache_dcp_compatibility, srt/arg_groups/hicache_hook.py (0.5.19–0.5.23)",
     field: HIERARCHICAL_CACHE,
     roles: EVERY_SERVER,
     messages: &[text(
@@ -167,6 +181,8 @@ pub(super) const D4: Rule = Rule {
 pub(super) const D5: Rule = Rule {
     id: "D5",
     about: "HiCache × DCP needs an MLA model",
+    reproduces: "ServerArgs._resolve_hicache_dcp_compatibility, srt/server_args.py (0.5.17–0.5.18); \
+                 resolve_hicache_dcp_compatibility, srt/arg_groups/hicache_hook.py (0.5.19–0.5.23)",
     field: HIERARCHICAL_CACHE,
     roles: EVERY_SERVER,
     messages: &[text(

@@ -9,6 +9,7 @@ use crate::release::v0_5;
 pub(super) const HS1: Rule = Rule {
     id: "HS1",
     about: "HiSparse on a model without sparse attention",
+    reproduces: "validate_hisparse, srt/arg_groups/hisparse_hook.py (0.5.17–0.5.23)",
     field: HISPARSE,
     roles: EVERY_SERVER,
     messages: &[
@@ -39,6 +40,7 @@ pub(super) const HS1: Rule = Rule {
 pub(super) const HS2: Rule = Rule {
     id: "HS2",
     about: "HiSparse with a radix cache",
+    reproduces: "validate_hisparse, srt/arg_groups/hisparse_hook.py (0.5.17–0.5.23)",
     field: HISPARSE,
     roles: EVERY_SERVER,
     messages: &[text("Hierarchical sparse attention currently requires --disable-radix-cache.")],

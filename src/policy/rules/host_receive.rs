@@ -10,6 +10,7 @@ use crate::release::{Span, v0_5};
 pub(super) const N2: Rule = Rule {
     id: "N2",
     about: "host-receive threshold range",
+    reproduces: "handle_pd_disaggregation, srt/arg_groups/pd_disaggregation_hook.py (0.5.21–0.5.23)",
     field: HOST_RECEIVE,
     span: Span::since(v0_5(21)),
     messages: &[text("--disaggregation-decode-host-receive-threshold must be between 0 and 1")],
@@ -21,6 +22,7 @@ pub(super) const N2: Rule = Rule {
 pub(super) const N3: Rule = Rule {
     id: "N3",
     about: "host receive × HiSparse",
+    reproduces: "handle_pd_disaggregation, srt/arg_groups/pd_disaggregation_hook.py (0.5.21–0.5.23)",
     field: HOST_RECEIVE,
     span: Span::since(v0_5(21)),
     messages: &[text("Decode host receive does not yet support HiSparse or role switching")],
@@ -32,6 +34,7 @@ pub(super) const N3: Rule = Rule {
 pub(super) const N1: Rule = Rule {
     id: "N1",
     about: "host receive needs host_pool",
+    reproduces: "handle_pd_disaggregation, srt/arg_groups/pd_disaggregation_hook.py (0.5.21–0.5.23)",
     field: HOST_RECEIVE,
     span: Span::since(v0_5(21)),
     messages: &[text("Decode host KV buffering requires host_pool retraction")],
@@ -43,6 +46,7 @@ pub(super) const N1: Rule = Rule {
 pub(super) const N4: Rule = Rule {
     id: "N4",
     about: "host receive × a page-first storage layout",
+    reproduces: "handle_hicache, srt/arg_groups/hicache_hook.py (0.5.21–0.5.23)",
     field: HOST_RECEIVE,
     span: Span::since(v0_5(21)),
     messages: &[text(
@@ -71,6 +75,7 @@ pub(super) const N4: Rule = Rule {
 pub(super) const N7: Rule = Rule {
     id: "N7",
     about: "host receive needs a host-capable transfer backend",
+    reproduces: "DecodePreallocQueue._init_kv_manager, srt/disaggregation/decode.py (0.5.21–0.5.23)",
     field: HOST_RECEIVE,
     span: Span::since(v0_5(21)),
     phase: Phase::PoolBuild,

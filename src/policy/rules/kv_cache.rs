@@ -6,6 +6,8 @@ use super::{EVERY_SERVER, Fix, Rule, text, when};
 pub(super) const S8: Rule = Rule {
     id: "S8",
     about: "SWA full-tokens ratio range",
+    reproduces: "ServerArgs._handle_cache_compatibility, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_cache_compatibility, srt/arg_groups/kv_cache_hook.py (0.5.19–0.5.23)",
     field: DECODE_SWA_RATIO,
     roles: EVERY_SERVER,
     messages: &[text("--swa-full-tokens-ratio should be in range (0, 1.0].")],

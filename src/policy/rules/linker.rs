@@ -10,6 +10,7 @@ use crate::release::{Span, v0_5};
 pub(super) const LD1: Rule = Rule {
     id: "LD1",
     about: "MLA deduplication needs the Mooncake linker",
+    reproduces: "handle_hicache, srt/arg_groups/hicache_hook.py (0.5.21–0.5.23)",
     field: "spec.decode.extraArgs[--enable-linker-mla-dedup]",
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -38,6 +39,7 @@ pub(super) const LD1: Rule = Rule {
 pub(super) const X1: Rule = Rule {
     id: "X1",
     about: "external cache linker needs the radix cache",
+    reproduces: "handle_hicache, srt/arg_groups/hicache_hook.py (0.5.23)",
     field: LINKER,
     span: Span::since(v0_5(23)),
     roles: EVERY_SERVER,
@@ -56,6 +58,7 @@ pub(super) const X1: Rule = Rule {
 pub(super) const X2: Rule = Rule {
     id: "X2",
     about: "external cache linker × HiCache",
+    reproduces: "handle_hicache, srt/arg_groups/hicache_hook.py (0.5.20–0.5.23)",
     field: LINKER,
     span: Span::since(v0_5(20)),
     roles: EVERY_SERVER,
@@ -68,6 +71,7 @@ pub(super) const X2: Rule = Rule {
 pub(super) const X3: Rule = Rule {
     id: "X3",
     about: "external cache linker × storage backend",
+    reproduces: "handle_hicache, srt/arg_groups/hicache_hook.py (0.5.20–0.5.23)",
     field: LINKER,
     span: Span::since(v0_5(20)),
     roles: EVERY_SERVER,

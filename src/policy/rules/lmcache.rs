@@ -10,6 +10,7 @@ use crate::release::{Span, v0_5};
 pub(super) const L1: Rule = Rule {
     id: "L1",
     about: "LMCache × HiCache",
+    reproduces: "handle_cache_compatibility, srt/arg_groups/kv_cache_hook.py (0.5.21–0.5.23)",
     field: LMCACHE,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -22,6 +23,7 @@ pub(super) const L1: Rule = Rule {
 pub(super) const L2: Rule = Rule {
     id: "L2",
     about: "LMCache × external cache linker",
+    reproduces: "handle_cache_compatibility, srt/arg_groups/kv_cache_hook.py (0.5.21–0.5.23)",
     field: LMCACHE,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -34,6 +36,7 @@ pub(super) const L2: Rule = Rule {
 pub(super) const L3: Rule = Rule {
     id: "L3",
     about: "LMCache needs the radix cache",
+    reproduces: "handle_cache_compatibility, srt/arg_groups/kv_cache_hook.py (0.5.21–0.5.23)",
     field: LMCACHE,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -52,6 +55,7 @@ pub(super) const L3: Rule = Rule {
 pub(super) const L4: Rule = Rule {
     id: "L4",
     about: "LMCache × speculative decoding",
+    reproduces: "handle_cache_compatibility, srt/arg_groups/kv_cache_hook.py (0.5.21–0.5.23)",
     field: LMCACHE,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -64,6 +68,7 @@ pub(super) const L4: Rule = Rule {
 pub(super) const L5: Rule = Rule {
     id: "L5",
     about: "LMCache × DP attention",
+    reproduces: "handle_cache_compatibility, srt/arg_groups/kv_cache_hook.py (0.5.21–0.5.23)",
     field: LMCACHE,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -80,6 +85,7 @@ pub(super) const L5: Rule = Rule {
 pub(super) const L6: Rule = Rule {
     id: "L6",
     about: "LMCache × DCP",
+    reproduces: "handle_cache_compatibility, srt/arg_groups/kv_cache_hook.py (0.5.21–0.5.23)",
     field: LMCACHE,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -94,6 +100,7 @@ pub(super) const L6: Rule = Rule {
 pub(super) const L7: Rule = Rule {
     id: "L7",
     about: "LMCache under PD disaggregation",
+    reproduces: "handle_cache_compatibility, srt/arg_groups/kv_cache_hook.py (0.5.21–0.5.23)",
     field: LMCACHE,
     span: Span::since(v0_5(21)),
     roles: PD_SERVERS,
@@ -106,6 +113,7 @@ pub(super) const L7: Rule = Rule {
 pub(super) const L8: Rule = Rule {
     id: "L8",
     about: "LMCache × buffer-only host memory",
+    reproduces: "handle_cache_compatibility, srt/arg_groups/kv_cache_hook.py (0.5.21–0.5.23)",
     field: LMCACHE,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,

@@ -11,6 +11,8 @@ use crate::release::{Release, Span, v0_5};
 pub(super) const M1: Rule = Rule {
     id: "M1",
     about: "extra_buffer_lazy under PD",
+    reproduces: "ServerArgs._validate_mamba_extra_buffer, srt/server_args.py (0.5.17–0.5.18); \
+                 validate_mamba_extra_buffer, srt/arg_groups/mamba_hook.py (0.5.19–0.5.23)",
     field: MAMBA_STRATEGY,
     roles: PD_SERVERS,
     messages: &[text(
@@ -29,6 +31,9 @@ pub(super) const M1: Rule = Rule {
 pub(super) const M2: Rule = Rule {
     id: "M2",
     about: "extra_buffer track interval × page size",
+    reproduces: "ServerArgs._validate_mamba_extra_buffer, srt/server_args.py (0.5.17–0.5.18); \
+                 validate_mamba_extra_buffer, srt/arg_groups/mamba_hook.py (0.5.19–0.5.23): the bare assert on the \
+                 track interval",
     field: DECODE_PAGE_SIZE,
     roles: EVERY_SERVER,
     messages: &[text(
@@ -56,6 +61,8 @@ pub(super) const M2: Rule = Rule {
 pub(super) const M6: Rule = Rule {
     id: "M6",
     about: "extra_buffer chunk size × page size",
+    reproduces: "ServerArgs.mamba_cache_chunk_size, srt/server_args.py (0.5.17–0.5.18); \
+                 mamba_cache_chunk_size, srt/arg_groups/overrides.py (0.5.19–0.5.23)",
     field: DECODE_PAGE_SIZE,
     roles: EVERY_SERVER,
     messages: &[text(
@@ -85,6 +92,8 @@ pub(super) const M6: Rule = Rule {
 pub(super) const M7: Rule = Rule {
     id: "M7",
     about: "extra_buffer on a model or backend without it",
+    reproduces: "ServerArgs._validate_mamba_extra_buffer, srt/server_args.py (0.5.17–0.5.18); \
+                 validate_mamba_extra_buffer, srt/arg_groups/mamba_hook.py (0.5.19–0.5.23)",
     field: MAMBA_STRATEGY,
     roles: EVERY_SERVER,
     messages: &[text("extra_buffer is not supported for {architecture}; use no_buffer.")],
@@ -108,6 +117,8 @@ pub(super) const M7: Rule = Rule {
 pub(super) const M5: Rule = Rule {
     id: "M5",
     about: "no_buffer with the overlap schedule",
+    reproduces: "ServerArgs._validate_mamba_no_buffer, srt/server_args.py (0.5.17–0.5.18); \
+                 validate_mamba_no_buffer, srt/arg_groups/mamba_hook.py (0.5.19–0.5.23)",
     field: MAMBA_STRATEGY,
     roles: EVERY_SERVER,
     messages: &[text("no_buffer do not support overlap schedule. Try to set disable_overlap_schedule=True.")],
@@ -134,6 +145,7 @@ pub(super) const M5: Rule = Rule {
 pub(super) const M4: Rule = Rule {
     id: "M4",
     about: "extra-buffer strategy without Mamba state",
+    reproduces: "handle_mamba_radix_cache, srt/arg_groups/model_hook.py (0.5.21–0.5.23)",
     field: MAMBA_STRATEGY,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -153,6 +165,8 @@ pub(super) const M4: Rule = Rule {
 pub(super) const M3: Rule = Rule {
     id: "M3",
     about: "no_buffer page size",
+    reproduces: "ServerArgs._validate_mamba_no_buffer, srt/server_args.py (0.5.17–0.5.18); \
+                 validate_mamba_no_buffer, srt/arg_groups/mamba_hook.py (0.5.19–0.5.23)",
     field: DECODE_PAGE_SIZE,
     roles: EVERY_SERVER,
     messages: &[text("no_buffer only supports page_size=1.")],

@@ -37,11 +37,7 @@ use crate::release::{Release, Span, v0_5};
 
 pub(crate) use predicates::{RETRACTION_BACKUP, UNIFIED_RADIX_TREE_ENV, host_receive_on, stage_without_full_layer};
 pub use predicates::{RUST_SERVER_ENV, pipeline_stages, prefill_attention_tp};
-pub use registry::{
-    CACHE_WIRING, COMMAND_LINE, ONE_WORD_COMMAND, POD_CACHE_CAPACITY, POD_COMMAND_LINE, POD_EXTRA_ARGS,
-    POD_HOST_POOL_SIZE, POD_MODEL_SOURCE, POD_ROUTER, POD_RULES, POD_SHARED_PREFIX_READS, POD_STORAGE_BACKEND,
-    POD_UNEVEN_REPLICA, RuleInfo,
-};
+pub use registry::{CACHE_WIRING, COMMAND_LINE, ONE_WORD_COMMAND, RuleInfo, pod};
 pub(crate) use registry::{RULES, SERVER_ROLE_RULES};
 
 /// What a rule sees: the settings as they stand (maybe already partly rewritten), the decode
@@ -159,6 +155,13 @@ pub(crate) struct Rule {
     pub(crate) id: &'static str,
     /// Short description, unique together with `id` (the docs table's row label).
     pub(crate) about: &'static str,
+    /// Where SGLang does what the rule reproduces, on one line: the function (with its class
+    /// where it is a method) and its file under the `sglang/` package, with the releases each
+    /// location holds for (`ServerArgs._handle_cache_compatibility, srt/server_args.py
+    /// (0.5.18); handle_cache_compatibility, srt/arg_groups/kv_cache_hook.py (0.5.19–0.5.23)`),
+    /// naming every release of `span` (docs/rules.md shows it; the registry's tests refuse an
+    /// entry without one).
+    pub(crate) reproduces: &'static str,
     pub(crate) field: &'static str,
     pub(crate) span: Span,
     /// The transfer backends it holds for; empty for every backend.
@@ -178,11 +181,12 @@ pub(crate) struct Rule {
 impl Rule {
     /// What an entry of the table need not state: every release and transfer backend, a PD
     /// decode server's rule, raised while SGLang reads its arguments, one message with one
-    /// condition. Every entry states its id, what it is about, its field, message, check and fix
-    /// (the registry's tests refuse an entry that keeps these placeholders).
+    /// condition. Every entry states its id, what it is about, what it reproduces, its field,
+    /// message, check and fix (the registry's tests refuse an entry that keeps these placeholders).
     pub(crate) const DEFAULT: Rule = Rule {
         id: "",
         about: "",
+        reproduces: "",
         field: "",
         span: Span::always(),
         backends: &[],

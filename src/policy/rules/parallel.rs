@@ -14,6 +14,7 @@ use crate::release::{Span, v0_5};
 pub(super) const LH2: Rule = Rule {
     id: "LH2",
     about: "TP LM-head all-to-all without DP attention",
+    reproduces: "_dp_lm_head_validation, srt/arg_groups/overrides.py (0.5.18–0.5.23)",
     field: TP_LM_HEAD_ALL_TO_ALL_FIELD,
     span: Span::since(v0_5(18)),
     roles: EVERY_SERVER,
@@ -31,6 +32,7 @@ pub(super) const LH2: Rule = Rule {
 pub(super) const LH3: Rule = Rule {
     id: "LH3",
     about: "TP LM-head all-to-all × DP LM head",
+    reproduces: "_dp_lm_head_validation, srt/arg_groups/overrides.py (0.5.18–0.5.23)",
     field: TP_LM_HEAD_ALL_TO_ALL_FIELD,
     span: Span::since(v0_5(18)),
     roles: EVERY_SERVER,
@@ -45,6 +47,7 @@ pub(super) const LH3: Rule = Rule {
 pub(super) const LH4: Rule = Rule {
     id: "LH4",
     about: "TP LM-head all-to-all needs TP equal to attention DP",
+    reproduces: "_dp_lm_head_validation, srt/arg_groups/overrides.py (0.5.18–0.5.23)",
     field: TP_LM_HEAD_ALL_TO_ALL_FIELD,
     span: Span::since(v0_5(18)),
     roles: EVERY_SERVER,
@@ -65,6 +68,7 @@ pub(super) const LH4: Rule = Rule {
 pub(super) const LH5: Rule = Rule {
     id: "LH5",
     about: "TP LM-head all-to-all × attention CP",
+    reproduces: "_dp_lm_head_validation, srt/arg_groups/overrides.py (0.5.18–0.5.23)",
     field: TP_LM_HEAD_ALL_TO_ALL_FIELD,
     span: Span::since(v0_5(18)),
     roles: EVERY_SERVER,
@@ -78,6 +82,7 @@ pub(super) const LH1: Rule =
     Rule {
         id: "LH1",
         about: "DP LM head on data-parallel replicas",
+        reproduces: "_dp_lm_head_validation, srt/arg_groups/overrides.py (0.5.17–0.5.23)",
         field: DP_LM_HEAD_FIELD,
         roles: EVERY_SERVER,
         messages: &[
@@ -101,6 +106,8 @@ pub(super) const LH1: Rule =
 pub(super) const WD1: Rule = Rule {
     id: "WD1",
     about: "DWDP size must equal TP",
+    reproduces: "ServerArgs._handle_dwdp, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_dwdp, srt/arg_groups/parallel_hook.py (0.5.19–0.5.23)",
     field: DWDP_FIELD,
     roles: EVERY_SERVER,
     messages: &[text("dwdp_size ({dwdp}) must equal tp_size ({tp})")],
@@ -118,6 +125,8 @@ pub(super) const WD1: Rule = Rule {
 pub(super) const WD2: Rule = Rule {
     id: "WD2",
     about: "DWDP on a PD decode server",
+    reproduces: "ServerArgs._handle_dwdp, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_dwdp, srt/arg_groups/parallel_hook.py (0.5.19–0.5.23)",
     field: DWDP_FIELD,
     messages: &[text("DWDP requires --disaggregation-mode null or prefill")],
     // The decode servers only (a service's prefill servers may run it; the guard's server is a
@@ -132,6 +141,8 @@ pub(super) const WD2: Rule = Rule {
 pub(super) const WD3: Rule = Rule {
     id: "WD3",
     about: "DWDP × EPLB",
+    reproduces: "ServerArgs._handle_dwdp, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_dwdp, srt/arg_groups/parallel_hook.py (0.5.19–0.5.23)",
     field: DWDP_FIELD,
     roles: EVERY_SERVER,
     messages: &[text("EPLB dynamic migration conflicts with static DWDP partitioning")],
@@ -143,6 +154,8 @@ pub(super) const WD3: Rule = Rule {
 pub(super) const WD4: Rule = Rule {
     id: "WD4",
     about: "DWDP × speculative decoding",
+    reproduces: "ServerArgs._handle_dwdp, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_dwdp, srt/arg_groups/parallel_hook.py (0.5.19–0.5.23)",
     field: DWDP_FIELD,
     roles: EVERY_SERVER,
     messages: &[text("DWDP does not support speculative decoding (MTP/draft workers)")],
@@ -159,6 +172,8 @@ pub(super) const WD4: Rule = Rule {
 pub(super) const WD5: Rule = Rule {
     id: "WD5",
     about: "DWDP × pipeline stages",
+    reproduces: "ServerArgs._handle_dwdp, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_dwdp, srt/arg_groups/parallel_hook.py (0.5.19–0.5.23)",
     field: DWDP_FIELD,
     roles: EVERY_SERVER,
     messages: &[text("DWDP requires pp_size == 1")],
@@ -170,6 +185,8 @@ pub(super) const WD5: Rule = Rule {
 pub(super) const WD6: Rule = Rule {
     id: "WD6",
     about: "DWDP × two-batch overlap",
+    reproduces: "ServerArgs._handle_dwdp, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_dwdp, srt/arg_groups/parallel_hook.py (0.5.19–0.5.23)",
     field: DWDP_FIELD,
     roles: EVERY_SERVER,
     messages: &[text("DWDP's prefetch event protocol does not support two-batch overlap")],
@@ -181,6 +198,8 @@ pub(super) const WD6: Rule = Rule {
 pub(super) const QC1: Rule = Rule {
     id: "QC1",
     about: "quantized communications at TP 1",
+    reproduces: "ServerArgs.check_server_args, srt/server_args.py (0.5.17–0.5.18); \
+                 check_server_args, srt/arg_groups/validation_hook.py (0.5.19–0.5.23)",
     field: "spec.decode.extraArgs[--enable-quant-communications]",
     roles: EVERY_SERVER,
     messages: &[text("Communications quantization is only used with tp_size != 1")],
@@ -192,6 +211,8 @@ pub(super) const QC1: Rule = Rule {
 pub(super) const QC2: Rule = Rule {
     id: "QC2",
     about: "quantized communications off an NPU",
+    reproduces: "ServerArgs.check_server_args, srt/server_args.py (0.5.17–0.5.18); \
+                 check_server_args, srt/arg_groups/validation_hook.py (0.5.19–0.5.23)",
     field: "spec.decode.extraArgs[--enable-quant-communications]",
     roles: EVERY_SERVER,
     messages: &[text("Communications quantization is only supported for NPU device")],
@@ -205,6 +226,7 @@ pub(super) const QC2: Rule = Rule {
 pub(super) const DP3: Rule = Rule {
     id: "DP3",
     about: "data-parallel replicas × attention DP",
+    reproduces: "handle_data_parallelism, srt/arg_groups/parallel_hook.py (0.5.22–0.5.23)",
     field: DATA_PARALLEL_FIELD,
     span: Span::since(v0_5(22)),
     roles: EVERY_SERVER,
@@ -225,6 +247,8 @@ pub(super) const DP3: Rule = Rule {
 pub(super) const DP1: Rule = Rule {
     id: "DP1",
     about: "attention DP must divide TP",
+    reproduces: "ServerArgs._handle_data_parallelism, srt/server_args.py (0.5.17–0.5.18); handle_data_parallelism, \
+                 srt/arg_groups/parallel_hook.py (0.5.19–0.5.23): the bare assert under DP attention",
     field: DATA_PARALLEL_FIELD,
     roles: EVERY_SERVER,
     messages: &[
@@ -247,6 +271,8 @@ pub(super) const DP1: Rule = Rule {
 pub(super) const DP4: Rule = Rule {
     id: "DP4",
     about: "TP × PP over the nodes",
+    reproduces: "ServerArgs.check_server_args, srt/server_args.py (0.5.17–0.5.18); \
+                 check_server_args, srt/arg_groups/validation_hook.py (0.5.19–0.5.23)",
     field: NODES_FIELD,
     roles: EVERY_SERVER,
     messages: &[text("tp_size must be divisible by number of nodes")],
@@ -259,6 +285,8 @@ pub(super) const DP4: Rule = Rule {
 pub(super) const DP2: Rule = Rule {
     id: "DP2",
     about: "data-parallel replicas across nodes",
+    reproduces: "ServerArgs.check_server_args, srt/server_args.py (0.5.17–0.5.18); \
+                 check_server_args, srt/arg_groups/validation_hook.py (0.5.19–0.5.23)",
     field: DATA_PARALLEL_FIELD,
     roles: EVERY_SERVER,
     messages: &[

@@ -13,6 +13,9 @@ use crate::release::{Span, v0_5};
 pub(super) const PP1: Rule = Rule {
     id: "PP1",
     about: "pipeline stages × speculative decoding",
+    reproduces: "ServerArgs.check_server_args, srt/server_args.py (0.5.17–0.5.18); \
+                 check_server_args, srt/arg_groups/validation_hook.py (0.5.19–0.5.20); \
+                 check_pipeline_parallel_compat, srt/arg_groups/validation_hook.py (0.5.21–0.5.23)",
     field: DECODE_PIPELINE,
     roles: EVERY_SERVER,
     messages: &[
@@ -41,6 +44,7 @@ pub(super) const PP1: Rule = Rule {
 pub(super) const PP2: Rule = Rule {
     id: "PP2",
     about: "pipeline stages × EAGLE off a PD prefill server",
+    reproduces: "check_pipeline_parallel_compat, srt/arg_groups/validation_hook.py (0.5.21–0.5.23)",
     field: DECODE_PIPELINE,
     span: Span::since(v0_5(21)),
     roles: NOT_PREFILL,
@@ -58,6 +62,7 @@ pub(super) const PP2: Rule = Rule {
 pub(super) const PP3: Rule = Rule {
     id: "PP3",
     about: "SGLANG_ENABLE_PP_SPEC × DSPARK on a PD prefill server",
+    reproduces: "check_pipeline_parallel_compat, srt/arg_groups/validation_hook.py (0.5.21–0.5.23)",
     field: PP_SPEC_ENV_FIELD,
     span: Span::since(v0_5(21)),
     roles: PD_SERVERS,
@@ -76,6 +81,7 @@ pub(super) const PP3: Rule = Rule {
 pub(super) const PP4: Rule = Rule {
     id: "PP4",
     about: "SGLANG_ENABLE_PP_SPEC under PD",
+    reproduces: "check_pipeline_parallel_compat, srt/arg_groups/validation_hook.py (0.5.21–0.5.23)",
     field: PP_SPEC_ENV_FIELD,
     span: Span::since(v0_5(21)),
     roles: PD_SERVERS,
@@ -91,6 +97,7 @@ pub(super) const PP4: Rule = Rule {
 pub(super) const PP5: Rule = Rule {
     id: "PP5",
     about: "SGLANG_ENABLE_PP_SPEC × adaptive speculative decoding",
+    reproduces: "check_pipeline_parallel_compat, srt/arg_groups/validation_hook.py (0.5.21–0.5.23)",
     field: ADAPTIVE_FIELD,
     span: Span::since(v0_5(21)),
     roles: NOT_PREFILL,
@@ -103,6 +110,7 @@ pub(super) const PP5: Rule = Rule {
 pub(super) const PP6: Rule = Rule {
     id: "PP6",
     about: "SGLANG_ENABLE_PP_SPEC × DP attention",
+    reproduces: "check_pipeline_parallel_compat, srt/arg_groups/validation_hook.py (0.5.21–0.5.23)",
     field: DECODE_DP_ATTENTION,
     span: Span::since(v0_5(21)),
     roles: NOT_PREFILL,

@@ -261,67 +261,126 @@ pub(crate) const RULES: &[Rule] = &[
 /// ask for them.
 pub(crate) const SERVER_ROLE_RULES: &[Rule] = &[server_roles::S1, server_roles::S5, server_roles::R21];
 
-/// A rule whose findings do not come from the rules table: its id and what it checks.
+/// A rule whose findings do not come from the rules table: its id, what it checks and what it
+/// reproduces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RuleInfo {
     pub id: &'static str,
     pub about: &'static str,
+    /// Where what it checks comes from, on one line, as [`Rule::reproduces`] says it: the SGLang
+    /// function and file it reproduces, or, for a check of kvpilot's own, what it stands for (the
+    /// kubelet's behaviour, what SGLang then does with the pod).
+    pub reproduces: &'static str,
 }
 
-/// kvpilot's checks of the pods it runs for a resource (docs/pods.md).
-pub const POD_RULES: [RuleInfo; 9] = [
-    POD_EXTRA_ARGS,
-    POD_UNEVEN_REPLICA,
-    POD_MODEL_SOURCE,
-    POD_CACHE_CAPACITY,
-    POD_STORAGE_BACKEND,
-    POD_HOST_POOL_SIZE,
-    POD_ROUTER,
-    POD_COMMAND_LINE,
-    POD_SHARED_PREFIX_READS,
-];
-pub const POD_EXTRA_ARGS: RuleInfo = RuleInfo { id: "POD1", about: "`extraArgs` sets a flag kvpilot decides" };
-pub const POD_UNEVEN_REPLICA: RuleInfo = RuleInfo {
-    id: "POD2",
-    about: "`nodesPerReplica` does not divide TP × PP, or `gpusPerPod` × `nodesPerReplica` ≠ TP × PP",
-};
-pub const POD_MODEL_SOURCE: RuleInfo = RuleInfo {
-    id: "POD3",
-    about: "`spec.model.source` names neither or both of hub and volume, a volume with no source, or a path \
-            leaving the volume",
-};
-pub const POD_CACHE_CAPACITY: RuleInfo = RuleInfo { id: "POD4", about: "`spec.cache.capacity` is no number of bytes" };
-pub const POD_STORAGE_BACKEND: RuleInfo = RuleInfo {
-    id: "POD5",
-    about: "`spec.disaggregation.hicacheStorageBackend` names a backend beside `spec.cache`'s own",
-};
-pub const POD_HOST_POOL_SIZE: RuleInfo = RuleInfo {
-    id: "POD6",
-    about: "`spec.cache.hostPoolSize` under 1G, or a memory in `spec.decode.resources` it cannot be added to",
-};
-pub const POD_ROUTER: RuleInfo = RuleInfo {
-    id: "POD7",
-    about: "`spec.prefill` together with `spec.disaggregation.prefill`; an enabled `spec.router` without \
-            `spec.prefill`; prefill and decode ports that differ while a router runs",
-};
-pub const POD_COMMAND_LINE: RuleInfo = RuleInfo {
-    id: "POD8",
-    about: "a fleet's command line with its `extraArgs` is one the release's own parser refuses",
-};
+/// kvpilot's checks of the pods it runs for a resource, POD1–POD9 (docs/pods.md), each checked
+/// in `sglang::verdict::pod_rules`. Exported whole: a new pod rule is a line here, its check there.
+pub mod pod {
+    use super::RuleInfo;
 
-pub const POD_SHARED_PREFIX_READS: RuleInfo = RuleInfo {
-    id: "POD9",
-    about: "`spec.cache.reuse` on an MLA model whose decode replicas span nodes (`nodesPerReplica` > 1)",
-};
+    /// Every pod rule, in the order `pod_findings` reports them.
+    pub const ALL: &[RuleInfo] = &[
+        EXTRA_ARGS,
+        UNEVEN_REPLICA,
+        MODEL_SOURCE,
+        CACHE_CAPACITY,
+        STORAGE_BACKEND,
+        HOST_POOL_SIZE,
+        ROUTER,
+        COMMAND_LINE,
+        SHARED_PREFIX_READS,
+    ];
+    pub const EXTRA_ARGS: RuleInfo = RuleInfo {
+        id: "POD1",
+        about: "`extraArgs` sets a flag kvpilot decides",
+        reproduces: "kvpilot's own: an extraArgs item that names a flag kvpilot sets, each item read as Python 3.11's \
+                     argparse reads an option word (ArgumentParser._parse_optional: a name, --name=value, a unique prefix) \
+                     against the options of the parser ServerArgs.add_cli_args builds, srt/server_args.py (0.5.17–0.5.23); \
+                     a router item by kvpilot's router flags and their prefixes",
+    };
+    pub const UNEVEN_REPLICA: RuleInfo = RuleInfo {
+        id: "POD2",
+        about: "`nodesPerReplica` does not divide TP × PP, or `gpusPerPod` × `nodesPerReplica` ≠ TP × PP",
+        reproduces: "kvpilot's own, for the pods of a replica: SGLang asserts 'tp_size must be divisible by number of \
+                     nodes' (ServerArgs.check_server_args, srt/server_args.py (0.5.17–0.5.18); check_server_args, \
+                     srt/arg_groups/validation_hook.py (0.5.19–0.5.23), as DP4) and gives each node its share of the ranks \
+                     (_calculate_rank_ranges, srt/entrypoints/engine.py (0.5.17–0.5.23)), which each of kvpilot's pods \
+                     runs on its gpusPerPod GPUs",
+    };
+    pub const MODEL_SOURCE: RuleInfo = RuleInfo {
+        id: "POD3",
+        about: "`spec.model.source` names neither or both of hub and volume, a volume with no source, or a path \
+                leaving the volume",
+        reproduces: "kvpilot's own, for the pods it builds: the weights come from the hub or from one Kubernetes volume, \
+                     which needs a volume source, read at a path within it (and a draft's path is in that volume); \
+                     no SGLang function",
+    };
+    pub const CACHE_CAPACITY: RuleInfo = RuleInfo {
+        id: "POD4",
+        about: "`spec.cache.capacity` is no number of bytes",
+        reproduces: "kvpilot's own: its cache runtime reads spec.cache.capacity as a number of bytes (the same reading, \
+                     the same words); no SGLang function",
+    };
+    pub const STORAGE_BACKEND: RuleInfo = RuleInfo {
+        id: "POD5",
+        about: "`spec.disaggregation.hicacheStorageBackend` names a backend beside `spec.cache`'s own",
+        reproduces: "kvpilot's own: with spec.cache a server's one --hicache-storage-backend is dynamic, kvpilot's \
+                     connector (StorageBackendFactory._create_dynamic_backend, srt/mem_cache/storage/backend_factory.py \
+                     (0.5.17–0.5.23)), so no other backend can be named beside it",
+    };
+    pub const HOST_POOL_SIZE: RuleInfo = RuleInfo {
+        id: "POD6",
+        about: "`spec.cache.hostPoolSize` under 1G, or a memory in `spec.decode.resources` it cannot be added to",
+        reproduces: "kvpilot's own: SGLang's --hicache-size counts whole gigabytes and HostKVCache.__init__, \
+                     srt/mem_cache/pool_host/base.py (0.5.17–0.5.23) sizes the host pool from --hicache-ratio when it is \
+                     0, so a size under 1G is not the pool asked for; \
+                     kvpilot adds the pools to a memory it reads as a Kubernetes quantity",
+    };
+    pub const ROUTER: RuleInfo = RuleInfo {
+        id: "POD7",
+        about: "`spec.prefill` together with `spec.disaggregation.prefill`; an enabled `spec.router` without \
+                `spec.prefill`; prefill and decode ports that differ while a router runs",
+        reproduces: "kvpilot's own, for the pods and Services it runs for a PD service: one prefill fleet, spec.prefill, \
+                     and one port on which the router finds every server (its --service-discovery-port); \
+                     no SGLang function",
+    };
+    pub const COMMAND_LINE: RuleInfo = RuleInfo {
+        id: "POD8",
+        about: "a fleet's command line with its `extraArgs` is one the release's own parser refuses",
+        reproduces: "argparse's refusal in prepare_server_args, srt/server_args.py (0.5.17–0.5.23), by the parser each \
+                     release's ServerArgs.add_cli_args builds (its options read from the release wheels by \
+                     tests/parity/server_cli.py), of a fleet's command line with its extraArgs",
+    };
+
+    pub const SHARED_PREFIX_READS: RuleInfo = RuleInfo {
+        id: "POD9",
+        about: "`spec.cache.reuse` on an MLA model whose decode replicas span nodes (`nodesPerReplica` > 1)",
+        reproduces: "kvpilot's own, for the cache runtime of each node: SGLang's HiCache writes an MLA page to storage \
+                     from one rank only (HiCacheController.attach_storage_backend's backup_skip, \
+                     srt/managers/cache_controller.py (0.5.17–0.5.22); HiCacheStorageConfig.is_storage_writer, \
+                     srt/mem_cache/hicache_storage.py (0.5.23)) and reuses a prefix only as far as every rank finds it, a \
+                     MIN over the ranks' hits (HiCacheController.prefetch_thread_func (0.5.17–0.5.21), \
+                     HiCacheController._sync_prefetch_hit_query (0.5.22–0.5.23), srt/managers/cache_controller.py)",
+    };
+}
 
 /// A server's command line that the release's own parser refuses (the guard, docs/guard.md).
-pub const COMMAND_LINE: RuleInfo = RuleInfo { id: "CLI", about: "the release's own parser refuses the command line" };
+pub const COMMAND_LINE: RuleInfo = RuleInfo {
+    id: "CLI",
+    about: "the release's own parser refuses the command line",
+    reproduces: "argparse's refusal in prepare_server_args, srt/server_args.py (0.5.17–0.5.23), by the parser each \
+                 release's ServerArgs.add_cli_args builds (its options read from the release wheels by \
+                 tests/parity/server_cli.py), of a server's whole command line",
+};
 
 /// A server's whole command line written as one `command` word (the guard, docs/guard.md).
 pub const ONE_WORD_COMMAND: RuleInfo = RuleInfo {
     id: "EXEC",
     about: "a `command` item holds a whole command line: the kubelet runs it as one file name and the container \
             never starts",
+    reproduces: "the kubelet: it runs a container's first command item as the name of the program's file, and no file \
+                 is named by a whole command line, so the container never starts (StartError, RunContainerError); \
+                 no SGLang function",
 };
 
 /// A pod whose SGLang server cannot reach the kvpilot cache runtime beside it (the guard,
@@ -330,6 +389,11 @@ pub const CACHE_WIRING: RuleInfo = RuleInfo {
     id: "POD10",
     about: "a server using kvpilot's connector whose socket is not where the pod's cache runtime listens, or whose \
             `PYTHONPATH` misses the directory the pod's installer writes the connector to",
+    reproduces: "kvpilot's own check of a pod's volume mounts, for what SGLang does next: \
+                 StorageBackendFactory._create_dynamic_backend, srt/mem_cache/storage/backend_factory.py \
+                 (0.5.17–0.5.23) imports the connector (module_path kvpilot_sglang.hicache) from PYTHONPATH, and the \
+                 connector opens the socket its extra config names; both must reach, through the same volume, where \
+                 the pod's installer writes the connector and its cache runtime listens",
 };
 
 #[cfg(test)]
@@ -338,13 +402,14 @@ mod tests {
     use std::path::Path;
 
     use super::*;
+    use crate::release::{KNOWN, Release, v0_5};
 
     /// Every id a verdict can carry, once each, by where its findings come from.
     fn sources() -> [(&'static str, BTreeSet<&'static str>); 6] {
         [
             ("the rules table", RULES.iter().map(|rule| rule.id).collect()),
             ("the server-role rules", SERVER_ROLE_RULES.iter().map(|rule| rule.id).collect()),
-            ("the pod rules", POD_RULES.iter().map(|rule| rule.id).collect()),
+            ("the pod rules", pod::ALL.iter().map(|rule| rule.id).collect()),
             ("SGLang's parser", BTreeSet::from([COMMAND_LINE.id])),
             ("the kubelet", BTreeSet::from([ONE_WORD_COMMAND.id])),
             ("a workload's pod spec", BTreeSet::from([CACHE_WIRING.id])),
@@ -360,7 +425,7 @@ mod tests {
                 assert!(shared.is_empty(), "{source} and {other} both use {shared:?}");
             }
         }
-        assert_eq!(POD_RULES.iter().map(|rule| rule.id).collect::<BTreeSet<_>>().len(), POD_RULES.len());
+        assert_eq!(pod::ALL.iter().map(|rule| rule.id).collect::<BTreeSet<_>>().len(), pod::ALL.len());
     }
 
     #[test]
@@ -380,6 +445,77 @@ mod tests {
             let named = !rule.id.is_empty() && !rule.about.is_empty() && rule.field.starts_with("spec.");
             assert!(named, "an entry without its id, about or field: {} {}", rule.id, rule.about);
             assert!(!rule.messages.is_empty() && !rule.fix.hint().is_empty(), "{} {}", rule.id, rule.about);
+        }
+    }
+
+    /// What a citation may name instead of a file of SGLang's: a check of kvpilot's own, or the
+    /// kubelet's behaviour.
+    const OTHER_SOURCES: &[&str] = &["kvpilot's own", "the kubelet"];
+
+    /// Whether `reproduces` names its source: a Python file of SGLang's (`srt/….py`), or, at its
+    /// start, one of [`OTHER_SOURCES`].
+    fn names_a_source(reproduces: &str) -> bool {
+        let names_a_file = reproduces
+            .split([' ', ',', ';', '(', ')'])
+            .any(|word| word.starts_with("srt/") && word.ends_with(".py") && word.len() > "srt/.py".len());
+        names_a_file || OTHER_SOURCES.iter().any(|source| reproduces.starts_with(source))
+    }
+
+    /// The releases `reproduces` names: each `0.5.N`, and every release of a range `0.5.A–0.5.B`.
+    fn releases_named(reproduces: &str) -> BTreeSet<Release> {
+        let release = |word: &str| word.trim_end_matches('.').strip_prefix("0.5.")?.parse().ok().map(v0_5);
+        reproduces
+            .split(|c: char| !(c.is_ascii_digit() || c == '.' || c == '–'))
+            .flat_map(|word| match word.split_once('–') {
+                Some((first, last)) => match (release(first), release(last)) {
+                    (Some(first), Some(last)) => KNOWN.iter().copied().filter(|r| (first..=last).contains(r)).collect(),
+                    _ => Vec::new(),
+                },
+                None => release(word).into_iter().collect(),
+            })
+            .collect()
+    }
+
+    /// Why `reproduces` is no citation, if it is none: empty, more than one line, or naming no source.
+    fn citation_problem(reproduces: &str) -> Option<&'static str> {
+        if reproduces.trim().is_empty() {
+            Some("says nothing of what it reproduces")
+        } else if reproduces.contains('\n') {
+            Some("says what it reproduces on more than one line")
+        } else if !names_a_source(reproduces) {
+            Some("names no SGLang file (srt/….py) it reproduces, nor another source (kvpilot's own, the kubelet)")
+        } else {
+            None
+        }
+    }
+
+    #[test]
+    fn a_citation_names_its_source_and_its_releases() {
+        assert_eq!(citation_problem(""), Some("says nothing of what it reproduces"));
+        assert!(citation_problem("the PD hook").is_some(), "no file");
+        assert!(citation_problem("handle_dwdp, srt/.py (0.5.19)").is_some(), "no file name");
+        assert_eq!(citation_problem("handle_dwdp, srt/arg_groups/parallel_hook.py (0.5.19–0.5.23)"), None);
+        assert_eq!(citation_problem("the kubelet: it runs the first command item"), None);
+        let named = releases_named("f, srt/a.py (0.5.17–0.5.18, 0.5.21); g, srt/b.py (0.5.23).");
+        assert_eq!(named, BTreeSet::from([v0_5(17), v0_5(18), v0_5(21), v0_5(23)]));
+    }
+
+    #[test]
+    fn every_entry_says_what_it_reproduces_in_each_of_its_releases() {
+        for rule in RULES.iter().chain(SERVER_ROLE_RULES) {
+            if let Some(problem) = citation_problem(rule.reproduces) {
+                panic!("{} ({}) {problem}: {:?}", rule.id, rule.about, rule.reproduces);
+            }
+            let named = releases_named(rule.reproduces);
+            let unnamed: Vec<String> =
+                KNOWN.iter().filter(|r| rule.span.contains(**r) && !named.contains(r)).map(|r| r.to_string()).collect();
+            assert!(unnamed.is_empty(), "{} ({}) says not what it reproduces in {unnamed:?}", rule.id, rule.about);
+        }
+        let others = pod::ALL.iter().copied().chain([COMMAND_LINE, ONE_WORD_COMMAND, CACHE_WIRING]);
+        for rule in others {
+            if let Some(problem) = citation_problem(rule.reproduces) {
+                panic!("{} ({}) {problem}: {:?}", rule.id, rule.about, rule.reproduces);
+            }
         }
     }
 
@@ -418,7 +554,7 @@ mod tests {
                         continue;
                     }
                     *out += &text;
-                } else if let Some(at) = text.find("#[cfg(test)]\nmod tests") {
+                } else if let Some(at) = test_module_at(&text) {
                     *out += &text[at..];
                 }
             }
@@ -428,6 +564,30 @@ mod tests {
             walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join(dir), &mut out);
         }
         out
+    }
+
+    /// Where a file's `#[cfg(test)] mod tests` starts, whatever its visibility (a module whose
+    /// helpers other modules' tests use is `pub(super)`).
+    fn test_module_at(text: &str) -> Option<usize> {
+        text.match_indices("#[cfg(test)]\n").map(|(at, _)| at).find(|at| {
+            let next = text[at + "#[cfg(test)]\n".len()..].lines().next().unwrap_or_default();
+            next.strip_suffix(" {").unwrap_or(next).split_whitespace().last() == Some("tests")
+                && next.split_whitespace().any(|word| word == "mod")
+        })
+    }
+
+    #[test]
+    fn the_test_sources_hold_every_test_module() {
+        let tests = test_sources();
+        // Tests of sglang::guard's and sglang::server's modules, which are pub(super) (verdict's
+        // tests use their helpers); named in two halves, so that this file does not hold them.
+        for (first, second) in [
+            ("fn servers_settings_env_and_model_source", "_are_read"),
+            ("fn host_pool_memory_is_every_pool", "_of_every_rank_on_the_pod"),
+        ] {
+            assert!(tests.contains(&format!("{first}{second}")), "{first}{second}");
+        }
+        assert_eq!(test_module_at("fn f() {}\n#[cfg(test)]\nfn helper() {}\n"), None);
     }
 
     /// Whether a test names the rule's id, or asserts one of its messages (up to the first value

@@ -16,6 +16,8 @@ use crate::release::{Span, v0_5};
 pub(super) const S2: Rule = Rule {
     id: "S2",
     about: "host_pool × DCP",
+    reproduces: "ServerArgs._handle_cache_compatibility, srt/server_args.py (0.5.18); \
+                 handle_cache_compatibility, srt/arg_groups/kv_cache_hook.py (0.5.19–0.5.23)",
     field: RETRACTION_BACKUP,
     span: Span::since(v0_5(18)),
     messages: &[text("--disaggregation-decode-retraction-backup=host_pool does not support --dcp-size > 1.")],
@@ -27,6 +29,8 @@ pub(super) const S2: Rule = Rule {
 pub(super) const S3: Rule = Rule {
     id: "S3",
     about: "host_pool × priority preemption",
+    reproduces: "ServerArgs._handle_cache_compatibility, srt/server_args.py (0.5.18); \
+                 handle_cache_compatibility, srt/arg_groups/kv_cache_hook.py (0.5.19–0.5.23)",
     field: RETRACTION_BACKUP,
     span: Span::since(v0_5(18)),
     messages: &[text(
@@ -41,6 +45,8 @@ pub(super) const S3: Rule = Rule {
 pub(super) const S4: Rule = Rule {
     id: "S4",
     about: "host_pool × decode offload",
+    reproduces: "ServerArgs._handle_cache_compatibility, srt/server_args.py (0.5.18); \
+                 handle_cache_compatibility, srt/arg_groups/kv_cache_hook.py (0.5.19–0.5.23)",
     field: RETRACTION_BACKUP,
     span: Span::since(v0_5(18)),
     messages: &[text(
@@ -55,6 +61,8 @@ pub(super) const S4: Rule = Rule {
 pub(super) const S6: Rule = Rule {
     id: "S6",
     about: "decode offload without a storage backend",
+    reproduces: "ServerArgs._handle_cache_compatibility, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_cache_compatibility, srt/arg_groups/kv_cache_hook.py (0.5.19–0.5.23)",
     field: DECODE_OFFLOAD,
     messages: &[text(
         "The argument disaggregation-decode-enable-offload-kvcache is only supported when hicache-storage-backend \
@@ -72,6 +80,8 @@ pub(super) const S6: Rule = Rule {
 pub(super) const RP1: Rule = Rule {
     id: "RP1",
     about: "priority retraction without priority scheduling",
+    reproduces: "ServerArgs.check_server_args, srt/server_args.py (0.5.17–0.5.18); \
+                 check_server_args, srt/arg_groups/validation_hook.py (0.5.19–0.5.23)",
     field: "spec.decode.extraArgs[--retraction-policy]",
     roles: EVERY_SERVER,
     messages: &[text("--retraction-policy priority requires --enable-priority-scheduling")],
@@ -91,6 +101,8 @@ pub(super) const RP1: Rule = Rule {
 pub(super) const R1: Rule = Rule {
     id: "R1",
     about: "host_pool × Mamba",
+    reproduces: "_create_unified_radix_cache, srt/mem_cache/registry.py (0.5.18–0.5.20); \
+                 create_unified_radix_cache, srt/mem_cache/registry.py (0.5.21–0.5.23)",
     field: RETRACTION_BACKUP,
     span: Span::since(v0_5(18)),
     phase: Phase::PoolBuild,
@@ -103,6 +115,8 @@ pub(super) const R1: Rule = Rule {
 pub(super) const R2: Rule = Rule {
     id: "R2",
     about: "host_pool × pure SWA",
+    reproduces: "_create_unified_radix_cache, srt/mem_cache/registry.py (0.5.18–0.5.20); \
+                 create_unified_radix_cache, srt/mem_cache/registry.py (0.5.21–0.5.23)",
     field: RETRACTION_BACKUP,
     span: Span::since(v0_5(18)),
     phase: Phase::PoolBuild,
@@ -130,6 +144,8 @@ pub(super) const R2: Rule = Rule {
 pub(super) const R9: Rule = Rule {
     id: "R9",
     about: "host_pool needs an MHA or hybrid-SWA host stack",
+    reproduces: "UnifiedRadixCache.validate_retraction_host_capacity, srt/mem_cache/unified_radix_cache.py \
+                 (0.5.18–0.5.23)",
     field: RETRACTION_BACKUP,
     span: Span::since(v0_5(18)),
     phase: Phase::PoolBuild,
@@ -144,6 +160,8 @@ pub(super) const R9: Rule = Rule {
 pub(super) const O1: Rule = Rule {
     id: "O1",
     about: "decode offload needs an MHA or MLA pool",
+    reproduces: "DecodeKVCacheOffloadManager.__init__, srt/disaggregation/decode_kvcache_offload_manager.py \
+                 (0.5.17–0.5.23)",
     field: DECODE_OFFLOAD,
     phase: Phase::PoolBuild,
     messages: &[text("Unsupported KV cache type for decode offload")],

@@ -22,6 +22,9 @@ use crate::release::{Release, Span, v0_5};
 pub(super) const S1: Rule = Rule {
     id: "S1",
     about: "host_pool off the decode side",
+    reproduces: "ServerArgs._handle_cache_compatibility, srt/server_args.py (0.5.18); \
+                 handle_cache_compatibility, srt/arg_groups/kv_cache_hook.py (0.5.19–0.5.23); 0.5.17 has no such flag, \
+                 and argparse refuses it in prepare_server_args, srt/server_args.py (0.5.17)",
     field: RETRACTION_BACKUP,
     roles: NOT_DECODE,
     messages: &[text("--disaggregation-decode-retraction-backup=host_pool is only supported on a PD decode server.")],
@@ -36,6 +39,8 @@ pub(super) const S1: Rule = Rule {
 pub(super) const S5: Rule = Rule {
     id: "S5",
     about: "decode offload off the decode side",
+    reproduces: "ServerArgs._handle_cache_compatibility, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_cache_compatibility, srt/arg_groups/kv_cache_hook.py (0.5.19–0.5.23)",
     field: "spec.disaggregation.decodeOffloadKvCache",
     roles: NOT_DECODE,
     messages: &[text("The argument disaggregation-decode-enable-offload-kvcache is only supported for decode side.")],
@@ -50,6 +55,7 @@ pub(super) const S5: Rule = Rule {
 pub(super) const R21: Rule = Rule {
     id: "R21",
     about: "a prefill server on the fake transfer backend",
+    reproduces: "handle_pd_disaggregation, srt/arg_groups/pd_disaggregation_hook.py (0.5.17–0.5.23)",
     field: "spec.disaggregation.transferBackend",
     roles: PREFILL_SERVERS,
     messages: &[text("Prefill server does not support 'fake' as the transfer backend")],
@@ -61,6 +67,7 @@ pub(super) const R21: Rule = Rule {
 pub(super) const BP1: Rule = Rule {
     id: "BP1",
     about: "prefill on SGLang's Rust server × a bootstrap port of its own",
+    reproduces: "_alias_bootstrap_port_to_api_port, srt/arg_groups/pd_disaggregation_hook.py (0.5.17–0.5.23)",
     field: BOOTSTRAP_PORT,
     roles: PD_SERVERS,
     messages: &[text(
@@ -85,6 +92,8 @@ pub(super) const BP1: Rule = Rule {
 pub(super) const LO1: Rule = Rule {
     id: "LO1",
     about: "a language-model-only server under PD",
+    reproduces: "ServerArgs._handle_language_model_only, srt/server_args.py (0.5.18); \
+                 handle_language_model_only, srt/arg_groups/model_hook.py (0.5.19–0.5.23)",
     field: LANGUAGE_MODEL_ONLY_FIELD,
     span: Span::since(v0_5(18)),
     roles: PD_SERVERS,
@@ -103,6 +112,8 @@ pub(super) const LO1: Rule = Rule {
 pub(super) const LO2: Rule = Rule {
     id: "LO2",
     about: "a language-model-only server of an architecture without it",
+    reproduces: "ServerArgs._handle_language_model_only, srt/server_args.py (0.5.18); \
+                 handle_language_model_only, srt/arg_groups/model_hook.py (0.5.19–0.5.23)",
     field: LANGUAGE_MODEL_ONLY_FIELD,
     span: Span::since(v0_5(18)),
     roles: EVERY_SERVER,
@@ -132,6 +143,8 @@ pub(super) const LO2: Rule = Rule {
 pub(super) const EN1: Rule = Rule {
     id: "EN1",
     about: "an encoder-only server under PD",
+    reproduces: "ServerArgs._handle_encoder_disaggregation, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_encoder_disaggregation, srt/arg_groups/pd_disaggregation_hook.py (0.5.19–0.5.23)",
     field: ENCODER_ONLY_FIELD,
     roles: PD_SERVERS,
     messages: &[text("Cannot set --encoder-only and --disaggregation-mode prefill/decode together")],
@@ -148,6 +161,7 @@ pub(super) const EN1: Rule = Rule {
 pub(super) const RS1: Rule = Rule {
     id: "RS1",
     about: "the response store on a PD server",
+    reproduces: "validate_response_store, srt/arg_groups/validation_hook.py (0.5.20–0.5.23)",
     field: "spec.decode.extraArgs[--enable-response-store]",
     span: Span::since(v0_5(20)),
     roles: PD_SERVERS,
@@ -165,6 +179,7 @@ pub(super) const RS1: Rule = Rule {
 pub(super) const KS1: Rule = Rule {
     id: "KS1",
     about: "KV cache sharding off a PD prefill server",
+    reproduces: "handle_kv_cache_sharding, srt/arg_groups/kv_shard_hook.py (0.5.22–0.5.23)",
     field: "spec.decode.extraArgs[--enable-kv-cache-sharding]",
     span: Span::since(v0_5(22)),
     roles: NOT_PREFILL,
@@ -185,6 +200,7 @@ pub(super) const KS1: Rule = Rule {
 pub(super) const WM1: Rule = Rule {
     id: "WM1",
     about: "the watermark on a PD server",
+    reproduces: "check_watermark_server_args, srt/arg_groups/validation_hook.py (0.5.22–0.5.23)",
     field: WATERMARK_FIELD,
     span: Span::since(v0_5(22)),
     roles: PD_SERVERS,
@@ -197,6 +213,7 @@ pub(super) const WM1: Rule = Rule {
 pub(super) const WM2: Rule = Rule {
     id: "WM2",
     about: "the watermark × a speculative algorithm it does not sample",
+    reproduces: "check_watermark_server_args, srt/arg_groups/validation_hook.py (0.5.22–0.5.23)",
     field: WATERMARK_FIELD,
     span: Span::since(v0_5(22)),
     roles: EVERY_SERVER,
@@ -214,6 +231,7 @@ pub(super) const WM2: Rule = Rule {
 pub(super) const WM3: Rule = Rule {
     id: "WM3",
     about: "the watermark × pipeline stages that speculate",
+    reproduces: "check_watermark_server_args, srt/arg_groups/validation_hook.py (0.5.22–0.5.23)",
     field: WATERMARK_FIELD,
     span: Span::since(v0_5(22)),
     roles: EVERY_SERVER,
@@ -228,6 +246,7 @@ pub(super) const WM3: Rule = Rule {
 pub(super) const WM4: Rule = Rule {
     id: "WM4",
     about: "the watermark on SGLang's Rust server",
+    reproduces: "check_watermark_server_args, srt/arg_groups/validation_hook.py (0.5.22–0.5.23)",
     field: WATERMARK_FIELD,
     span: Span::since(v0_5(22)),
     roles: EVERY_SERVER,
@@ -240,6 +259,7 @@ pub(super) const WM4: Rule = Rule {
 pub(super) const PC1: Rule = Rule {
     id: "PC1",
     about: "prefill_complete allocation on a PD server that does not support it",
+    reproduces: "_validate_prefill_complete, srt/arg_groups/pd_disaggregation_hook.py (0.5.22–0.5.23)",
     field: ALLOCATION_POLICY_FIELD,
     span: Span::since(v0_5(22)),
     roles: PD_SERVERS,
@@ -256,6 +276,7 @@ pub(super) const PC1: Rule = Rule {
 pub(super) const PC2: Rule = Rule {
     id: "PC2",
     about: "prefill_complete allocation on a server without PD",
+    reproduces: "_validate_prefill_complete, srt/arg_groups/pd_disaggregation_hook.py (0.5.22–0.5.23)",
     field: ALLOCATION_POLICY_FIELD,
     span: Span::since(v0_5(22)),
     roles: NOT_PREFILL,
@@ -269,6 +290,7 @@ pub(super) const PC2: Rule = Rule {
 pub(super) const PC3: Rule = Rule {
     id: "PC3",
     about: "prefill_complete allocation without optimistic prefill",
+    reproduces: "handle_other_validations, srt/arg_groups/serving_hook.py (0.5.22–0.5.23)",
     field: ALLOCATION_POLICY_FIELD,
     span: Span::since(v0_5(22)),
     roles: PD_SERVERS,

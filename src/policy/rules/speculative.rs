@@ -16,6 +16,7 @@ use crate::release::{Release, Span, v0_5};
 pub(super) const SD1: Rule = Rule {
     id: "SD1",
     about: "unknown speculative algorithm",
+    reproduces: "SpeculativeAlgorithm.from_string, srt/speculative/spec_info.py (0.5.17–0.5.23)",
     field: SPECULATIVE_ALGORITHM,
     roles: EVERY_SERVER,
     messages: &[text("Unknown speculative algorithm name: {name}")],
@@ -34,6 +35,7 @@ pub(super) const SD1: Rule = Rule {
 pub(super) const SD2: Rule = Rule {
     id: "SD2",
     about: "DFLASH without a draft model",
+    reproduces: "_handle_dflash, srt/arg_groups/speculative_hook.py (0.5.17–0.5.23)",
     field: SPECULATIVE_DRAFT_MODEL,
     roles: EVERY_SERVER,
     messages: &[text("DFLASH speculative decoding requires setting --speculative-draft-model-path.")],
@@ -45,6 +47,7 @@ pub(super) const SD2: Rule = Rule {
 pub(super) const SD3: Rule = Rule {
     id: "SD3",
     about: "DFLASH with pipeline parallelism",
+    reproduces: "_handle_dflash, srt/arg_groups/speculative_hook.py (0.5.17–0.5.23)",
     field: DECODE_PIPELINE,
     roles: EVERY_SERVER,
     messages: &[text("Currently DFLASH speculative decoding only supports pp_size == 1.")],
@@ -56,6 +59,7 @@ pub(super) const SD3: Rule = Rule {
 pub(super) const SD4: Rule = Rule {
     id: "SD4",
     about: "UNO with a draft model",
+    reproduces: "_handle_uno, srt/arg_groups/speculative_hook.py (0.5.20–0.5.23)",
     field: SPECULATIVE_DRAFT_MODEL,
     span: Span::since(v0_5(20)),
     roles: EVERY_SERVER,
@@ -68,6 +72,7 @@ pub(super) const SD4: Rule = Rule {
 pub(super) const SD5: Rule = Rule {
     id: "SD5",
     about: "EAGLE3 with a Gemma-4 assistant draft",
+    reproduces: "_resolve_speculative_algorithm_alias, srt/arg_groups/speculative_hook.py (0.5.17–0.5.23)",
     field: SPECULATIVE_ALGORITHM,
     roles: EVERY_SERVER,
     messages: &[text(
@@ -85,6 +90,7 @@ pub(super) const SD5: Rule = Rule {
 pub(super) const SD6: Rule = Rule {
     id: "SD6",
     about: "DSPARK with pipeline stages off a PD prefill server",
+    reproduces: "_handle_dspark, srt/arg_groups/speculative_hook.py (0.5.21–0.5.23)",
     field: DECODE_PIPELINE,
     span: Span::since(v0_5(21)),
     roles: NOT_PREFILL,
@@ -103,6 +109,7 @@ pub(super) const SD6: Rule = Rule {
 pub(super) const SD7: Rule = Rule {
     id: "SD7",
     about: "STANDALONE with DP attention",
+    reproduces: "_handle_eagle_family, srt/arg_groups/speculative_hook.py (0.5.17–0.5.23)",
     field: DECODE_DP_ATTENTION,
     roles: EVERY_SERVER,
     messages: &[text("Currently standalone speculative decoding does not support dp attention.")],
@@ -119,6 +126,7 @@ pub(super) const SD7: Rule = Rule {
 pub(super) const SD8: Rule = Rule {
     id: "SD8",
     about: "NGRAM with DP attention",
+    reproduces: "_handle_ngram, srt/arg_groups/speculative_hook.py (0.5.17–0.5.23)",
     field: DECODE_DP_ATTENTION,
     roles: EVERY_SERVER,
     messages: &[text("Currently ngram speculative decoding does not support dp attention.")],
@@ -135,6 +143,7 @@ pub(super) const SD8: Rule = Rule {
 pub(super) const SD9: Rule = Rule {
     id: "SD9",
     about: "DSPARK with pipeline stages",
+    reproduces: "_handle_dspark, srt/arg_groups/speculative_hook.py (0.5.17–0.5.20)",
     field: DECODE_PIPELINE,
     span: Span::between(v0_5(17), v0_5(20)),
     roles: EVERY_SERVER,
@@ -150,6 +159,7 @@ pub(super) const SD9: Rule = Rule {
 pub(super) const SD10: Rule = Rule {
     id: "SD10",
     about: "DFLASH with DP attention",
+    reproduces: "_handle_dflash, srt/arg_groups/speculative_hook.py (0.5.17–0.5.23)",
     field: DECODE_DP_ATTENTION,
     roles: EVERY_SERVER,
     messages: &[
@@ -176,6 +186,7 @@ pub(super) const SD10: Rule = Rule {
 pub(super) const SD11: Rule = Rule {
     id: "SD11",
     about: "DFLASH with DP attention × attention CP",
+    reproduces: "_handle_dflash, srt/arg_groups/speculative_hook.py (0.5.23)",
     field: ATTENTION_CP_FIELD,
     span: Span::since(v0_5(23)),
     roles: EVERY_SERVER,
@@ -193,6 +204,7 @@ pub(super) const SD11: Rule = Rule {
 pub(super) const SD12: Rule = Rule {
     id: "SD12",
     about: "DFLASH with DP attention × DP speculative prefill coordination",
+    reproduces: "_handle_dflash, srt/arg_groups/speculative_hook.py (0.5.23)",
     field: "spec.decode.env[SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION]",
     span: Span::since(v0_5(23)),
     roles: EVERY_SERVER,
@@ -212,6 +224,7 @@ pub(super) const SD12: Rule = Rule {
 pub(super) const SD13: Rule = Rule {
     id: "SD13",
     about: "DSPARK with DP attention needs the DP LM head",
+    reproduces: "_handle_dspark, srt/arg_groups/speculative_hook.py (0.5.17–0.5.23)",
     field: DP_LM_HEAD_FIELD,
     roles: EVERY_SERVER,
     messages: &[text("DSpark with dp attention requires --enable-dp-lm-head.")],
@@ -232,6 +245,7 @@ pub(super) const SD13: Rule = Rule {
 pub(super) const SD15: Rule = Rule {
     id: "SD15",
     about: "DSPARK with DP attention × the MoE all-to-all backend",
+    reproduces: "_handle_dspark, srt/arg_groups/speculative_hook.py (0.5.17–0.5.23)",
     field: MOE_A2A_FIELD,
     roles: EVERY_SERVER,
     messages: &[
@@ -264,6 +278,7 @@ pub(super) const SD15: Rule = Rule {
 pub(super) const SD16: Rule = Rule {
     id: "SD16",
     about: "DSPARK with DP attention × ragged verification",
+    reproduces: "_handle_dspark, srt/arg_groups/speculative_hook.py (0.5.18–0.5.23)",
     field: "spec.decode.env[SGLANG_RAGGED_VERIFY_MODE]",
     span: Span::since(v0_5(18)),
     roles: EVERY_SERVER,
@@ -290,6 +305,7 @@ pub(super) const SD16: Rule = Rule {
 pub(super) const SD14: Rule = Rule {
     id: "SD14",
     about: "DSPARK with DP attention × attention CP",
+    reproduces: "_handle_dspark, srt/arg_groups/speculative_hook.py (0.5.17–0.5.23)",
     field: ATTENTION_CP_FIELD,
     roles: EVERY_SERVER,
     messages: &[text("DSpark with dp attention does not support context parallel (attn_cp_size={size}).")],
@@ -306,6 +322,7 @@ pub(super) const SD14: Rule = Rule {
 pub(super) const SD17: Rule = Rule {
     id: "SD17",
     about: "DP speculative prefill coordination without single-layer EAGLE",
+    reproduces: "handle_speculative_decoding, srt/arg_groups/speculative_hook.py (0.5.21–0.5.23)",
     field: "spec.decode.env[SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION]",
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -334,6 +351,7 @@ pub(super) const SD17: Rule = Rule {
 pub(super) const DB1: Rule = Rule {
     id: "DB1",
     about: "a DFLASH block size that is not positive",
+    reproduces: "_handle_dflash, srt/arg_groups/speculative_hook.py (0.5.17–0.5.23)",
     field: DFLASH_BLOCK_SIZE_FIELD,
     roles: EVERY_SERVER,
     messages: &[text("DFLASH requires --speculative-dflash-block-size to be positive, got {size}.")],
@@ -348,6 +366,7 @@ pub(super) const DB1: Rule = Rule {
 pub(super) const DB2: Rule = Rule {
     id: "DB2",
     about: "DFLASH draft tokens other than its block size",
+    reproduces: "_handle_dflash, srt/arg_groups/speculative_hook.py (0.5.17–0.5.23)",
     field: DFLASH_BLOCK_SIZE_FIELD,
     roles: EVERY_SERVER,
     messages: &[text(
@@ -371,6 +390,7 @@ pub(super) const DB2: Rule = Rule {
 pub(super) const DB3: Rule = Rule {
     id: "DB3",
     about: "a DFLASH draft window narrower than its block",
+    reproduces: "_handle_dflash, srt/arg_groups/speculative_hook.py (0.5.17–0.5.23)",
     field: "spec.decode.extraArgs[--speculative-draft-window-size]",
     roles: EVERY_SERVER,
     messages: &[text(

@@ -15,6 +15,7 @@ use crate::release::{Span, v0_5};
 pub(super) const R19D: Rule = Rule {
     id: "R19d",
     about: "decode DCP needs an MLA pool",
+    reproduces: "CommonKVManager.try_ensure_parallel_info, srt/disaggregation/common/conn.py (0.5.17–0.5.23)",
     field: DECODE_CONTEXT_PARALLEL,
     phase: Phase::Handshake,
     messages: &[text("PD decode DCP requires an MLA or hybrid-MLA KV pool.")],
@@ -26,6 +27,7 @@ pub(super) const R19D: Rule = Rule {
 pub(super) const R19E: Rule = Rule {
     id: "R19e",
     about: "decode DCP × prefill attention CP",
+    reproduces: "CommonKVManager.try_ensure_parallel_info, srt/disaggregation/common/conn.py (0.5.17–0.5.23)",
     field: PREFILL_CONTEXT_PARALLEL,
     phase: Phase::Handshake,
     messages: &[text("PD decode DCP currently requires prefill attention CP=1, got {cp}.")],
@@ -43,6 +45,7 @@ pub(super) const R19E: Rule = Rule {
 pub(super) const R19F: Rule = Rule {
     id: "R19f",
     about: "decode DCP × prefill KV cache sharding",
+    reproduces: "CommonKVManager.try_ensure_parallel_info, srt/disaggregation/common/conn.py (0.5.23)",
     field: PREFILL_KV_SHARDING,
     span: Span::since(v0_5(23)),
     phase: Phase::Handshake,
@@ -58,6 +61,7 @@ pub(super) const R19F: Rule = Rule {
 pub(super) const R20: Rule = Rule {
     id: "R20",
     about: "staging buffer backend",
+    reproduces: "handle_pd_disaggregation, srt/arg_groups/pd_disaggregation_hook.py (0.5.17–0.5.23)",
     field: DECODE_ENV,
     roles: PD_SERVERS,
     messages: &[text(
@@ -79,6 +83,7 @@ pub(super) const R20: Rule = Rule {
 pub(super) const P1: Rule = Rule {
     id: "P1",
     about: "prefill and decode page size",
+    reproduces: "CommonKVManager.try_ensure_parallel_info, srt/disaggregation/common/conn.py (0.5.17–0.5.23)",
     field: DECODE_PAGE_SIZE,
     phase: Phase::Handshake,
     messages: &[text(
@@ -100,6 +105,7 @@ pub(super) const P1: Rule = Rule {
 pub(super) const P2: Rule = Rule {
     id: "P2",
     about: "prefill and decode KV cache dtype",
+    reproduces: "CommonKVManager.try_ensure_parallel_info, srt/disaggregation/common/conn.py (0.5.17–0.5.23)",
     field: DECODE_KV_CACHE_DTYPE,
     phase: Phase::Handshake,
     messages: &[text(
@@ -124,6 +130,7 @@ pub(super) const P2: Rule = Rule {
 pub(super) const T1_MORI: Rule = Rule {
     id: "T1",
     about: "SWA state × TP mismatch (mori)",
+    reproduces: "MoriKVManager._send_swa_dsa_state, srt/disaggregation/mori/conn.py (0.5.17–0.5.23)",
     field: DECODE_TP,
     backends: &[TransferBackend::Mori],
     phase: Phase::Transfer,
@@ -139,6 +146,8 @@ pub(super) const T1_MORI: Rule = Rule {
 pub(super) const T1: Rule = Rule {
     id: "T1",
     about: "SWA state × TP mismatch (mooncake, nixl)",
+    reproduces: "MooncakeKVManager.maybe_send_extra, srt/disaggregation/mooncake/conn.py (0.5.17–0.5.21); \
+                 NixlKVManager.maybe_send_extra, srt/disaggregation/nixl/conn.py (0.5.17–0.5.21)",
     field: DECODE_TP,
     span: Span::between(v0_5(17), v0_5(21)),
     backends: MOONCAKE_NIXL,
@@ -152,6 +161,7 @@ pub(super) const T1: Rule = Rule {
 pub(super) const T1HND: Rule = Rule {
     id: "T1hnd",
     about: "HND KV cache layout on a PD server",
+    reproduces: "MHATokenToKVPool.get_contiguous_buf_infos, srt/mem_cache/memory_pool.py (0.5.17–0.5.23)",
     field: DECODE_ENV,
     roles: PD_SERVERS,
     phase: Phase::PoolBuild,
@@ -185,6 +195,7 @@ pub(super) const T1HND: Rule = Rule {
 pub(super) const T1PP: Rule = Rule {
     id: "T1pp",
     about: "SWA head slicing × prefill PP (mooncake, nixl)",
+    reproduces: "CommonKVManager._get_mha_head_slice_blocks, srt/disaggregation/common/conn.py (0.5.22–0.5.23)",
     field: DECODE_TP,
     span: Span::since(v0_5(22)),
     backends: MOONCAKE_NIXL,
@@ -206,6 +217,10 @@ pub(super) const T1PP: Rule = Rule {
 pub(super) const T1_BLOCK_SCALES: Rule = Rule {
     id: "T1",
     about: "MXFP8 block scales × TP mismatch (mooncake, nixl)",
+    reproduces: "MooncakeKVManager.maybe_send_extra, srt/disaggregation/mooncake/conn.py (0.5.19–0.5.21); \
+                 NixlKVManager.maybe_send_extra, srt/disaggregation/nixl/conn.py (0.5.21; 0.5.20's sends no \
+                 BLOCK_SCALE state: its last branch refuses any with 'PD Disaggregation via NIXL does NOT support {st} \
+                 hybrid models yet.')",
     field: DECODE_TP,
     span: Span::between(v0_5(19), v0_5(21)),
     backends: MOONCAKE_NIXL,
@@ -226,6 +241,7 @@ pub(super) const T1_BLOCK_SCALES: Rule = Rule {
 pub(super) const T1MX: Rule = Rule {
     id: "T1mx",
     about: "MXFP8 KV × attention TP mismatch",
+    reproduces: "CommonKVManager.try_ensure_parallel_info, srt/disaggregation/common/conn.py (0.5.22–0.5.23)",
     field: DECODE_TP,
     span: Span::since(v0_5(22)),
     phase: Phase::Handshake,
@@ -247,6 +263,7 @@ pub(super) const T1MX: Rule = Rule {
 pub(super) const P5: Rule = Rule {
     id: "P5",
     about: "MLA KV cache sharding × attention TP mismatch",
+    reproduces: "CommonKVManager._resolve_rank_mapping, srt/disaggregation/common/conn.py (0.5.23)",
     field: DECODE_TP,
     span: Span::since(v0_5(23)),
     phase: Phase::Handshake,
@@ -279,6 +296,7 @@ pub(super) const P5: Rule = Rule {
 pub(super) const P3: Rule = Rule {
     id: "P3",
     about: "DeepSeek-V4 KV layout mismatch",
+    reproduces: "CommonKVManager.try_ensure_parallel_info, srt/disaggregation/common/conn.py (0.5.23)",
     field: DECODE_ENV,
     span: Span::since(v0_5(23)),
     phase: Phase::Handshake,
@@ -307,6 +325,7 @@ pub(super) const P3: Rule = Rule {
 pub(super) const P4: Rule = Rule {
     id: "P4",
     about: "DeepSeek-V4.1 DSpark × attention TP mismatch",
+    reproduces: "CommonKVManager.try_ensure_parallel_info, srt/disaggregation/common/conn.py (0.5.21–0.5.23)",
     field: DECODE_TP,
     span: Span::since(v0_5(21)),
     phase: Phase::Handshake,
@@ -329,6 +348,7 @@ pub(super) const P4: Rule = Rule {
 pub(super) const P4B: Rule = Rule {
     id: "P4b",
     about: "DeepSeek-V4.1 DSpark on one side only",
+    reproduces: "CommonKVManager.try_ensure_parallel_info, srt/disaggregation/common/conn.py (0.5.21–0.5.23)",
     field: SPECULATIVE_ALGORITHM,
     span: Span::since(v0_5(21)),
     phase: Phase::Handshake,
@@ -353,6 +373,7 @@ pub(super) const P4B: Rule = Rule {
 pub(super) const P6: Rule = Rule {
     id: "P6",
     about: "decode pipeline stages × prefill pipeline stages",
+    reproduces: "CommonKVManager._resolve_rank_mapping, srt/disaggregation/common/conn.py (0.5.17–0.5.23)",
     field: DECODE_PIPELINE,
     phase: Phase::Handshake,
     // An assert whose message is a one-element tuple: SGLang prints it in parentheses.
@@ -375,6 +396,7 @@ pub(super) const P6: Rule = Rule {
 pub(super) const T11_WINDOW: Rule = Rule {
     id: "T11",
     about: "DeepSeek-V4 draft window ≠ target window",
+    reproduces: "setup_state_kv_args, srt/disaggregation/utils.py (0.5.17–0.5.23)",
     field: SPECULATIVE_DRAFT_MODEL,
     roles: PD_SERVERS,
     phase: Phase::PoolBuild,
@@ -390,6 +412,7 @@ pub(super) const T11_WINDOW: Rule = Rule {
 pub(super) const T11_DCP_PAGES: Rule = Rule {
     id: "T11",
     about: "DeepSeek-V4 draft pages × decode DCP",
+    reproduces: "setup_state_kv_args, srt/disaggregation/utils.py (0.5.17–0.5.23)",
     field: DECODE_CONTEXT_PARALLEL,
     roles: PD_SERVERS,
     phase: Phase::PoolBuild,
@@ -405,6 +428,8 @@ pub(super) const T11_DCP_PAGES: Rule = Rule {
 pub(super) const T4_PP: Rule = Rule {
     id: "T4",
     about: "MiniMax sparse state × prefill PP (mooncake, nixl)",
+    reproduces: "MooncakeKVManager.maybe_send_extra, srt/disaggregation/mooncake/conn.py (0.5.17–0.5.23); \
+                 NixlKVManager.maybe_send_extra, srt/disaggregation/nixl/conn.py (0.5.17–0.5.23)",
     field: PREFILL_PIPELINE,
     backends: MOONCAKE_NIXL,
     phase: Phase::Transfer,
@@ -417,6 +442,7 @@ pub(super) const T4_PP: Rule = Rule {
 pub(super) const T4_PP_MORI: Rule = Rule {
     id: "T4",
     about: "MiniMax sparse state × prefill PP (mori)",
+    reproduces: "MoriKVManager._send_swa_dsa_state, srt/disaggregation/mori/conn.py (0.5.17–0.5.19)",
     field: PREFILL_PIPELINE,
     span: Span::between(v0_5(17), v0_5(19)),
     backends: &[TransferBackend::Mori],
@@ -430,6 +456,7 @@ pub(super) const T4_PP_MORI: Rule = Rule {
 pub(super) const T5_PP: Rule = Rule {
     id: "T5",
     about: "MiniMax sparse state × prefill PP (mori)",
+    reproduces: "MoriKVManager._send_swa_dsa_state, srt/disaggregation/mori/conn.py (0.5.20–0.5.23)",
     field: PREFILL_PIPELINE,
     span: Span::since(v0_5(20)),
     backends: &[TransferBackend::Mori],
@@ -446,6 +473,8 @@ pub(super) const T5_PP: Rule = Rule {
 pub(super) const T4_TP: Rule = Rule {
     id: "T4",
     about: "MiniMax sparse state × attention TP mismatch (mooncake, nixl)",
+    reproduces: "MooncakeKVManager.maybe_send_extra, srt/disaggregation/mooncake/conn.py (0.5.17–0.5.22); \
+                 NixlKVManager.maybe_send_extra, srt/disaggregation/nixl/conn.py (0.5.17–0.5.22)",
     field: DECODE_TP,
     span: Span::between(v0_5(17), v0_5(22)),
     backends: MOONCAKE_NIXL,
@@ -459,6 +488,7 @@ pub(super) const T4_TP: Rule = Rule {
 pub(super) const T4_TP_MORI: Rule = Rule {
     id: "T4",
     about: "MiniMax sparse state × attention TP mismatch (mori)",
+    reproduces: "MoriKVManager._send_swa_dsa_state, srt/disaggregation/mori/conn.py (0.5.17–0.5.19)",
     field: DECODE_TP,
     span: Span::between(v0_5(17), v0_5(19)),
     backends: &[TransferBackend::Mori],
@@ -472,6 +502,7 @@ pub(super) const T4_TP_MORI: Rule = Rule {
 pub(super) const T5_TP: Rule = Rule {
     id: "T5",
     about: "MiniMax sparse state × attention TP mismatch (mori)",
+    reproduces: "MoriKVManager._send_swa_dsa_state, srt/disaggregation/mori/conn.py (0.5.20–0.5.22)",
     field: DECODE_TP,
     span: Span::between(v0_5(20), v0_5(22)),
     backends: &[TransferBackend::Mori],
@@ -485,6 +516,7 @@ pub(super) const T5_TP: Rule = Rule {
 pub(super) const T4C: Rule = Rule {
     id: "T4c",
     about: "MiniMax sparse state × attention TP mismatch (handshake)",
+    reproduces: "CommonKVManager.try_ensure_parallel_info, srt/disaggregation/common/conn.py (0.5.23)",
     field: DECODE_TP,
     span: Span::since(v0_5(23)),
     backends: &[TransferBackend::Mooncake, TransferBackend::Nixl, TransferBackend::Mori],

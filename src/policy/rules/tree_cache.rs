@@ -14,6 +14,7 @@ use crate::release::{Span, v0_5};
 pub(super) const H1: Rule = Rule {
     id: "H1",
     about: "buffer-only host memory needs the unified tree",
+    reproduces: "create_tree_cache, srt/mem_cache/registry.py (0.5.19–0.5.23)",
     field: HOST_MEMORY_MODE,
     span: Span::since(v0_5(19)),
     roles: EVERY_SERVER,
@@ -39,6 +40,7 @@ pub(super) const H1: Rule = Rule {
 pub(super) const H2: Rule = Rule {
     id: "H2",
     about: "session radix cache needs the unified tree",
+    reproduces: "create_tree_cache, srt/mem_cache/registry.py (0.5.17–0.5.23)",
     field: SESSION_RADIX_CACHE_FIELD,
     roles: EVERY_SERVER,
     phase: Phase::PoolBuild,
@@ -65,6 +67,7 @@ pub(super) const H2: Rule = Rule {
 pub(super) const H5: Rule = Rule {
     id: "H5",
     about: "T-LRU eviction needs the unified tree",
+    reproduces: "create_tree_cache, srt/mem_cache/registry.py (0.5.21–0.5.23)",
     field: EVICTION_POLICY_FIELD,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -87,6 +90,7 @@ pub(super) const H5: Rule = Rule {
 pub(super) const H6: Rule = Rule {
     id: "H6",
     about: "streaming sessions need the unified tree",
+    reproduces: "create_tree_cache, srt/mem_cache/registry.py (0.5.22–0.5.23)",
     field: STREAMING_SESSION_FIELD,
     span: Span::since(v0_5(22)),
     roles: EVERY_SERVER,
@@ -106,6 +110,7 @@ pub(super) const H6: Rule = Rule {
 pub(super) const H7: Rule = Rule {
     id: "H7",
     about: "DeepSeek-V4 host pools are sized by ratio",
+    reproduces: "_deepseek_v4_num_host_pages, srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py (0.5.17–0.5.23)",
     field: HOST_POOL_SIZE_FIELD,
     roles: EVERY_SERVER,
     phase: Phase::PoolBuild,
@@ -121,6 +126,7 @@ pub(super) const H7: Rule = Rule {
 pub(super) const N5: Rule = Rule {
     id: "N5",
     about: "Mamba state needs the unified tree",
+    reproduces: "create_tree_cache, srt/mem_cache/registry.py (0.5.22–0.5.23)",
     field: FLEXKV_FIELD,
     span: Span::since(v0_5(22)),
     roles: EVERY_SERVER,
@@ -139,6 +145,7 @@ pub(super) const N5: Rule = Rule {
 pub(super) const N6: Rule = Rule {
     id: "N6",
     about: "a HiCache draft sidecar needs the unified tree",
+    reproduces: "maybe_register_hicache_draft, srt/mem_cache/kv_cache_builder.py (0.5.19–0.5.23)",
     field: SPECULATIVE_ALGORITHM,
     span: Span::since(v0_5(19)),
     roles: EVERY_SERVER,
@@ -162,6 +169,7 @@ pub(super) const N6: Rule = Rule {
 pub(super) const X4: Rule = Rule {
     id: "X4",
     about: "external cache linker × sidecar draft",
+    reproduces: "BaseSpecWorker._build_hicache_draft_plan, srt/speculative/base_spec_worker.py (0.5.20–0.5.22)",
     field: LINKER,
     span: Span::between(v0_5(20), v0_5(22)),
     roles: EVERY_SERVER,
@@ -181,6 +189,7 @@ pub(super) const X4: Rule = Rule {
 pub(super) const X5: Rule = Rule {
     id: "X5",
     about: "external cache linker × multi-layer sidecar draft",
+    reproduces: "BaseSpecWorker._build_hicache_draft_plan, srt/speculative/base_spec_worker.py (0.5.23)",
     field: LINKER,
     span: Span::since(v0_5(23)),
     roles: EVERY_SERVER,
@@ -206,6 +215,7 @@ pub(super) const X5: Rule = Rule {
 pub(super) const R8: Rule = Rule {
     id: "R8",
     about: "host_pool needs UnifiedRadixCache",
+    reproduces: "build_kv_cache, srt/mem_cache/kv_cache_builder.py (0.5.18–0.5.23)",
     field: RETRACTION_BACKUP,
     span: Span::since(v0_5(18)),
     phase: Phase::PoolBuild,

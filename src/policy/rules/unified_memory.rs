@@ -13,6 +13,7 @@ use crate::release::{Span, v0_5};
 pub(super) const U6A: Rule = Rule {
     id: "U6a",
     about: "unified memory host_pool × decode radix",
+    reproduces: "handle_unified_memory_pool, srt/arg_groups/kv_cache_hook.py (0.5.21)",
     field: RETRACTION_BACKUP,
     span: Span::between(v0_5(21), v0_5(21)),
     messages: &[text(
@@ -27,6 +28,7 @@ pub(super) const U6A: Rule = Rule {
 pub(super) const U6B: Rule = Rule {
     id: "U6b",
     about: "unified memory host_pool × hybrid Mamba",
+    reproduces: "handle_unified_memory_pool, srt/arg_groups/kv_cache_hook.py (0.5.21–0.5.23)",
     field: RETRACTION_BACKUP,
     span: Span::since(v0_5(21)),
     messages: &[text("--enable-unified-memory host-pool decode retraction does not support hybrid-Mamba models.")],
@@ -38,6 +40,7 @@ pub(super) const U6B: Rule = Rule {
 pub(super) const U6C: Rule = Rule {
     id: "U6c",
     about: "unified memory host_pool × hybrid SWA",
+    reproduces: "handle_unified_memory_pool, srt/arg_groups/kv_cache_hook.py (0.5.21)",
     field: RETRACTION_BACKUP,
     span: Span::between(v0_5(21), v0_5(21)),
     messages: &[text(
@@ -51,6 +54,7 @@ pub(super) const U6C: Rule = Rule {
 pub(super) const U7_MLA: Rule = Rule {
     id: "U7",
     about: "unified memory decode offload × MLA",
+    reproduces: "handle_unified_memory_pool, srt/arg_groups/kv_cache_hook.py (0.5.21–0.5.23)",
     field: DECODE_OFFLOAD,
     span: Span::since(v0_5(21)),
     messages: &[text("--enable-unified-memory decode KV offload does not support MLA models yet.")],
@@ -62,6 +66,7 @@ pub(super) const U7_MLA: Rule = Rule {
 pub(super) const U7_MAMBA: Rule = Rule {
     id: "U7",
     about: "unified memory decode offload × hybrid Mamba",
+    reproduces: "handle_unified_memory_pool, srt/arg_groups/kv_cache_hook.py (0.5.21–0.5.23)",
     field: DECODE_OFFLOAD,
     span: Span::since(v0_5(21)),
     messages: &[text("--enable-unified-memory decode KV offload does not support hybrid-Mamba models.")],
@@ -73,6 +78,7 @@ pub(super) const U7_MAMBA: Rule = Rule {
 pub(super) const U7_SWA: Rule = Rule {
     id: "U7",
     about: "unified memory decode offload × hybrid SWA",
+    reproduces: "handle_unified_memory_pool, srt/arg_groups/kv_cache_hook.py (0.5.21–0.5.23)",
     field: DECODE_OFFLOAD,
     span: Span::since(v0_5(21)),
     messages: &[text("--enable-unified-memory decode KV offload does not support hybrid-SWA H2D/D2H transfers yet.")],
@@ -84,6 +90,8 @@ pub(super) const U7_SWA: Rule = Rule {
 pub(super) const U1: Rule = Rule {
     id: "U1",
     about: "unified memory under PD",
+    reproduces: "ServerArgs._handle_unified_memory_pool, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_unified_memory_pool, srt/arg_groups/kv_cache_hook.py (0.5.19–0.5.23)",
     field: UNIFIED_MEMORY,
     roles: PD_SERVERS,
     messages: &[
@@ -115,6 +123,8 @@ pub(super) const U1: Rule = Rule {
 pub(super) const U1_PP: Rule = Rule {
     id: "U1",
     about: "unified memory under PD × PP",
+    reproduces: "ServerArgs._handle_unified_memory_pool, srt/server_args.py (0.5.18); \
+                 handle_unified_memory_pool, srt/arg_groups/kv_cache_hook.py (0.5.19–0.5.23)",
     field: UNIFIED_MEMORY,
     span: Span::since(v0_5(18)),
     roles: PD_SERVERS,
@@ -130,6 +140,7 @@ pub(super) const U1_PP: Rule = Rule {
 pub(super) const U1_SPECULATIVE: Rule = Rule {
     id: "U1",
     about: "unified memory under PD × speculative decoding",
+    reproduces: "handle_unified_memory_pool, srt/arg_groups/kv_cache_hook.py (0.5.21–0.5.23)",
     field: UNIFIED_MEMORY,
     span: Span::since(v0_5(21)),
     roles: PD_SERVERS,
@@ -146,6 +157,8 @@ pub(super) const U1_SPECULATIVE: Rule = Rule {
 pub(super) const U4: Rule = Rule {
     id: "U4",
     about: "unified memory × DCP",
+    reproduces: "ServerArgs._handle_unified_memory_pool, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_unified_memory_pool, srt/arg_groups/kv_cache_hook.py (0.5.19)",
     field: UNIFIED_MEMORY,
     span: Span::between(v0_5(17), v0_5(19)),
     roles: EVERY_SERVER,
@@ -162,6 +175,7 @@ pub(super) const U4: Rule = Rule {
 pub(super) const U4_MLA: Rule = Rule {
     id: "U4",
     about: "unified memory × DCP needs an MLA model",
+    reproduces: "_validate_unified_memory_dcp, srt/arg_groups/kv_cache_hook.py (0.5.20–0.5.23)",
     field: UNIFIED_MEMORY,
     span: Span::since(v0_5(20)),
     roles: EVERY_SERVER,
@@ -178,6 +192,7 @@ pub(super) const U4_MLA: Rule = Rule {
 pub(super) const U4_SWA: Rule = Rule {
     id: "U4",
     about: "unified memory × DCP × hybrid SWA",
+    reproduces: "_validate_unified_memory_dcp, srt/arg_groups/kv_cache_hook.py (0.5.20–0.5.23)",
     field: UNIFIED_MEMORY,
     span: Span::since(v0_5(20)),
     roles: EVERY_SERVER,
@@ -194,6 +209,8 @@ pub(super) const U4_SWA: Rule = Rule {
 pub(super) const U16: Rule = Rule {
     id: "U16",
     about: "unified memory under PD without lazy compaction",
+    reproduces: "ServerArgs._handle_unified_memory_pool, srt/server_args.py (0.5.18); \
+                 handle_unified_memory_pool, srt/arg_groups/kv_cache_hook.py (0.5.19–0.5.23)",
     field: "spec.decode.env[SGLANG_DISABLE_LAZY_COMPACTION]",
     span: Span::since(v0_5(18)),
     roles: PD_SERVERS,
@@ -209,6 +226,7 @@ pub(super) const U16: Rule = Rule {
 pub(super) const U4C: Rule = Rule {
     id: "U4c",
     about: "unified memory × DCP under PD",
+    reproduces: "_validate_unified_memory_dcp, srt/arg_groups/kv_cache_hook.py (0.5.20–0.5.23)",
     field: UNIFIED_MEMORY,
     span: Span::since(v0_5(20)),
     roles: PD_SERVERS,
@@ -226,6 +244,8 @@ pub(super) const U4C: Rule = Rule {
 pub(super) const U8: Rule = Rule {
     id: "U8",
     about: "unified memory × speculative algorithm",
+    reproduces: "ServerArgs._handle_unified_memory_pool, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_unified_memory_pool, srt/arg_groups/kv_cache_hook.py (0.5.19–0.5.23)",
     field: UNIFIED_MEMORY,
     roles: EVERY_SERVER,
     messages: &[
@@ -274,6 +294,8 @@ pub(super) const U8: Rule = Rule {
 pub(super) const U9: Rule = Rule {
     id: "U9",
     about: "unified memory under PD × HiSparse",
+    reproduces: "ServerArgs._handle_unified_memory_pool, srt/server_args.py (0.5.18); \
+                 handle_unified_memory_pool, srt/arg_groups/kv_cache_hook.py (0.5.19–0.5.23)",
     field: UNIFIED_MEMORY,
     span: Span::since(v0_5(18)),
     roles: PD_SERVERS,
@@ -290,6 +312,8 @@ pub(super) const U9: Rule = Rule {
 pub(super) const U10: Rule = Rule {
     id: "U10",
     about: "unified memory × host-tiered KV cache",
+    reproduces: "ServerArgs._handle_unified_memory_pool, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_unified_memory_pool, srt/arg_groups/kv_cache_hook.py (0.5.19–0.5.23)",
     field: UNIFIED_MEMORY,
     roles: EVERY_SERVER,
     messages: &[
@@ -320,6 +344,7 @@ pub(super) const U10: Rule = Rule {
 pub(super) const U11: Rule = Rule {
     id: "U11",
     about: "unified memory × external cache linker",
+    reproduces: "handle_unified_memory_pool, srt/arg_groups/kv_cache_hook.py (0.5.22–0.5.23)",
     field: UNIFIED_MEMORY,
     span: Span::since(v0_5(22)),
     roles: EVERY_SERVER,
@@ -339,6 +364,7 @@ pub(super) const U11: Rule = Rule {
 pub(super) const U12: Rule = Rule {
     id: "U12",
     about: "unified memory decode offload needs file storage",
+    reproduces: "handle_unified_memory_pool, srt/arg_groups/kv_cache_hook.py (0.5.21–0.5.23)",
     field: UNIFIED_MEMORY,
     span: Span::since(v0_5(21)),
     messages: &[text(
@@ -355,6 +381,7 @@ pub(super) const U12: Rule = Rule {
 pub(super) const U13: Rule = Rule {
     id: "U13",
     about: "unified memory EAGLE needs a unified target",
+    reproduces: "handle_unified_memory_pool, srt/arg_groups/kv_cache_hook.py (0.5.22–0.5.23)",
     field: UNIFIED_MEMORY,
     span: Span::since(v0_5(22)),
     roles: EVERY_SERVER,
@@ -377,6 +404,7 @@ pub(super) const U13: Rule = Rule {
 pub(super) const U14: Rule = Rule {
     id: "U14",
     about: "unified memory EAGLE × host_pool",
+    reproduces: "handle_unified_memory_pool, srt/arg_groups/kv_cache_hook.py (0.5.22–0.5.23)",
     field: UNIFIED_MEMORY,
     span: Span::since(v0_5(22)),
     messages: &[text(
@@ -392,6 +420,7 @@ pub(super) const U14: Rule = Rule {
 pub(super) const U15: Rule = Rule {
     id: "U15",
     about: "unified memory EAGLE × HiCache",
+    reproduces: "handle_unified_memory_pool, srt/arg_groups/kv_cache_hook.py (0.5.22–0.5.23)",
     field: UNIFIED_MEMORY,
     span: Span::since(v0_5(22)),
     roles: EVERY_SERVER,
@@ -408,6 +437,7 @@ pub(super) const U15: Rule = Rule {
 pub(super) const U2: Rule = Rule {
     id: "U2",
     about: "unified memory × MHA Mamba",
+    reproduces: "KVCacheConfigurator._init_pools, srt/mem_cache/kv_cache_configurator.py (0.5.18–0.5.19)",
     field: UNIFIED_MEMORY,
     span: Span::between(v0_5(18), v0_5(19)),
     roles: PD_SERVERS,
@@ -424,6 +454,7 @@ pub(super) const U2: Rule = Rule {
 pub(super) const U3: Rule = Rule {
     id: "U3",
     about: "unified memory × hybrid SWA",
+    reproduces: "KVCacheConfigurator._init_pools, srt/mem_cache/kv_cache_configurator.py (0.5.18–0.5.19)",
     field: UNIFIED_MEMORY,
     span: Span::between(v0_5(18), v0_5(19)),
     roles: PD_SERVERS,

@@ -10,8 +10,10 @@
 
 use serde_json::Value;
 
-use super::cmdline::Arg;
 use crate::policy::{CACHE_WIRING, Violation};
+use crate::sglang::cmdline::Arg;
+use crate::sglang::guard::Server;
+use crate::sglang::workload;
 
 /// The connector module kvpilot's cache runtime is reached through.
 const CONNECTOR_MODULE: &str = "kvpilot_sglang.hicache";
@@ -220,6 +222,15 @@ pub fn findings(pod: &Value, server: &Value, args: &[Arg], env: &[(String, Strin
         }
     }
     found
+}
+
+/// The POD10 rule: a server using kvpilot's connector must reach the cache runtime of its pod
+/// and import the connector the pod's installer writes ([`findings`]).
+pub(super) fn rule(server: &Server) -> Vec<Violation> {
+    let Some(pod) = &server.site.pod else { return Vec::new() };
+    let mut env = workload::literal_env(&server.site.container);
+    env.extend(server.invocation.env.iter().cloned());
+    findings(pod, &server.site.container, &server.invocation.args, &env)
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ use crate::release::{Release, Span, v0_5};
 pub(in crate::policy::rules) const K1: Rule = Rule {
     id: "K1",
     about: "DSA decode context parallelism × HiSparse or HiCache",
+    reproduces: "_dsa_dcp_overrides, srt/arg_groups/model_overrides/deepseek_v2.py (0.5.22–0.5.23)",
     field: DECODE_CONTEXT_PARALLEL,
     span: Span::since(v0_5(22)),
     roles: EVERY_SERVER,
@@ -28,6 +29,7 @@ pub(in crate::policy::rules) const K1: Rule = Rule {
 pub(in crate::policy::rules) const K2: Rule = Rule {
     id: "K2",
     about: "DSA decode context parallelism under PD",
+    reproduces: "_dsa_dcp_overrides, srt/arg_groups/model_overrides/deepseek_v2.py (0.5.22–0.5.23)",
     field: DECODE_CONTEXT_PARALLEL,
     span: Span::since(v0_5(22)),
     roles: PD_SERVERS,
@@ -43,6 +45,7 @@ pub(in crate::policy::rules) const K2: Rule = Rule {
 pub(in crate::policy::rules) const K3: Rule = Rule {
     id: "K3",
     about: "DSA decode context parallelism needs one draft token per step",
+    reproduces: "_dsa_dcp_overrides, srt/arg_groups/model_overrides/deepseek_v2.py (0.5.22–0.5.23)",
     field: EAGLE_TOPK_FIELD,
     span: Span::since(v0_5(22)),
     roles: EVERY_SERVER,
@@ -59,6 +62,7 @@ pub(in crate::policy::rules) const K3: Rule = Rule {
 pub(in crate::policy::rules) const K6: Rule = Rule {
     id: "K6",
     about: "DSA pooled index keys × decode context parallelism",
+    reproduces: "_deepseek_family_overrides, srt/arg_groups/model_overrides/deepseek_v2.py (0.5.22–0.5.23)",
     field: DECODE_CONTEXT_PARALLEL,
     span: Span::since(v0_5(22)),
     roles: EVERY_SERVER,
@@ -80,6 +84,7 @@ pub(in crate::policy::rules) const K6: Rule = Rule {
 pub(in crate::policy::rules) const K4: Rule = Rule {
     id: "K4",
     about: "HYV4 × decode context parallelism",
+    reproduces: "_deepseek_family_overrides, srt/arg_groups/model_overrides/deepseek_v2.py (0.5.20–0.5.23)",
     field: DECODE_CONTEXT_PARALLEL,
     span: Span::since(v0_5(20)),
     roles: EVERY_SERVER,
@@ -99,6 +104,7 @@ pub(in crate::policy::rules) const K4: Rule = Rule {
 pub(in crate::policy::rules) const K5: Rule = Rule {
     id: "K5",
     about: "HYV4 × prefill context parallelism",
+    reproduces: "_deepseek_family_overrides, srt/arg_groups/model_overrides/deepseek_v2.py (0.5.20–0.5.23)",
     field: PREFILL_CP_FIELD,
     span: Span::since(v0_5(20)),
     roles: EVERY_SERVER,
@@ -122,6 +128,8 @@ pub(in crate::policy::rules) const K5: Rule = Rule {
 pub(in crate::policy::rules) const CP9: Rule = Rule {
     id: "CP9",
     about: "DSA prefill CP with the interleave strategy × DP",
+    reproduces: "_deepseek_family_overrides, srt/arg_groups/overrides.py (0.5.17–0.5.18); \
+                 _deepseek_family_overrides, srt/arg_groups/model_overrides/deepseek_v2.py (0.5.19–0.5.21)",
     field: DATA_PARALLEL_FIELD,
     span: Span::between(v0_5(17), v0_5(21)),
     roles: EVERY_SERVER,
@@ -144,6 +152,9 @@ pub(in crate::policy::rules) const CP9: Rule = Rule {
 pub(in crate::policy::rules) const CP10: Rule = Rule {
     id: "CP10",
     about: "DeepSeek prefill CP beyond one machine",
+    reproduces: "DSA models: _deepseek_family_overrides, srt/arg_groups/overrides.py (0.5.17–0.5.18), \
+                 srt/arg_groups/model_overrides/deepseek_v2.py (0.5.19–0.5.23); \
+                 DeepSeek-V4: validate_deepseek_v4_cp, srt/arg_groups/deepseek_v4_hook.py (0.5.17–0.5.23)",
     field: DECODE_TP,
     roles: EVERY_SERVER,
     messages: &[text(
@@ -163,6 +174,8 @@ pub(in crate::policy::rules) const CP10: Rule = Rule {
 pub(in crate::policy::rules) const CP6: Rule = Rule {
     id: "CP6",
     about: "DSA prefill CP on a PD decode server",
+    reproduces: "ServerArgs._handle_model_specific_adjustments, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_model_specific_adjustments, srt/arg_groups/model_hook.py (0.5.19–0.5.23)",
     field: "spec.decode.extraArgs[--enable-prefill-cp]",
     messages: &[text("CP is only supported for prefill when PD disaggregation, please remove --enable-prefill-cp.")],
     check: |c| when(c.subject != Subject::OtherServer && model_hook_dsa(c) && given(&c.decode.extra_args, PREFILL_CP)),
@@ -175,6 +188,8 @@ pub(in crate::policy::rules) const CP6: Rule = Rule {
 pub(in crate::policy::rules) const LS0: Rule = Rule {
     id: "LS0",
     about: "DSA cache layer split on a model without DSA",
+    reproduces: "ServerArgs._handle_model_specific_adjustments, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_model_specific_adjustments, srt/arg_groups/model_hook.py (0.5.19–0.5.23)",
     field: DSA_CACHE_LAYER_SPLIT_FIELD,
     roles: EVERY_SERVER,
     messages: &[text("--enable-dsa-cache-layer-split is only supported for DSA (DeepSeek Sparse Attention) models.")],
@@ -191,6 +206,8 @@ pub(in crate::policy::rules) const LS0: Rule = Rule {
 pub(in crate::policy::rules) const LS1: Rule = Rule {
     id: "LS1",
     about: "DSA cache layer split on a PD decode server",
+    reproduces: "ServerArgs._handle_model_specific_adjustments, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_model_specific_adjustments, srt/arg_groups/model_hook.py (0.5.19–0.5.23)",
     field: DSA_CACHE_LAYER_SPLIT_FIELD,
     messages: &[text(
         "--enable-dsa-cache-layer-split is not supported on decode workers. This flag is a prefill-CP \
@@ -214,6 +231,8 @@ pub(in crate::policy::rules) const LS1: Rule = Rule {
 pub(in crate::policy::rules) const LS2: Rule = Rule {
     id: "LS2",
     about: "DSA cache layer split on a server without PD",
+    reproduces: "ServerArgs._handle_model_specific_adjustments, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_model_specific_adjustments, srt/arg_groups/model_hook.py (0.5.19–0.5.23)",
     field: DSA_CACHE_LAYER_SPLIT_FIELD,
     roles: NOT_PREFILL,
     messages: &[text(
@@ -235,6 +254,8 @@ pub(in crate::policy::rules) const LS2: Rule = Rule {
 pub(in crate::policy::rules) const LS3: Rule = Rule {
     id: "LS3",
     about: "DSA cache layer split without interleaved prefill CP",
+    reproduces: "ServerArgs._handle_model_specific_adjustments, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_model_specific_adjustments, srt/arg_groups/model_hook.py (0.5.19–0.5.23)",
     field: DSA_CACHE_LAYER_SPLIT_FIELD,
     roles: EVERY_SERVER,
     messages: &[
@@ -259,6 +280,8 @@ pub(in crate::policy::rules) const LS3: Rule = Rule {
 pub(in crate::policy::rules) const LS4: Rule = Rule {
     id: "LS4",
     about: "DSA cache layer split off Mooncake",
+    reproduces: "ServerArgs._handle_model_specific_adjustments, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_model_specific_adjustments, srt/arg_groups/model_hook.py (0.5.19–0.5.23)",
     field: DSA_CACHE_LAYER_SPLIT_FIELD,
     roles: EVERY_SERVER,
     messages: &[text(
@@ -279,6 +302,8 @@ pub(in crate::policy::rules) const LS4: Rule = Rule {
 pub(in crate::policy::rules) const LS5: Rule = Rule {
     id: "LS5",
     about: "DSA cache layer split × pipeline stages",
+    reproduces: "ServerArgs._handle_model_specific_adjustments, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_model_specific_adjustments, srt/arg_groups/model_hook.py (0.5.19–0.5.23)",
     field: DSA_CACHE_LAYER_SPLIT_FIELD,
     roles: EVERY_SERVER,
     messages: &[text(
@@ -296,6 +321,7 @@ pub(in crate::policy::rules) const LS5: Rule = Rule {
 pub(in crate::policy::rules) const DT2: Rule = Rule {
     id: "DT2",
     about: "DSA learnable attention sinks × a KV cache dtype other than bfloat16",
+    reproduces: "_dsa_kv_cache_dtype_default, srt/arg_groups/overrides.py (0.5.20–0.5.23)",
     field: DECODE_KV_CACHE_DTYPE,
     span: Span::since(v0_5(20)),
     roles: EVERY_SERVER,
@@ -311,6 +337,7 @@ pub(in crate::policy::rules) const DT2: Rule = Rule {
 pub(in crate::policy::rules) const DT1: Rule = Rule {
     id: "DT1",
     about: "DSA KV cache dtype other than bfloat16 or fp8_e4m3",
+    reproduces: "_dsa_kv_cache_dtype_default, srt/arg_groups/overrides.py (0.5.17–0.5.23)",
     field: DECODE_KV_CACHE_DTYPE,
     roles: EVERY_SERVER,
     messages: &[text("DeepSeek DSA only supports bf16/bfloat16 or fp8_e4m3 kv_cache_dtype")],

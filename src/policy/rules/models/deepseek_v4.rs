@@ -15,6 +15,7 @@ use crate::release::{Span, v0_5};
 pub(in crate::policy::rules) const V1: Rule = Rule {
     id: "V1",
     about: "DeepSeek-V4 speculative algorithm",
+    reproduces: "apply_deepseek_v4_defaults, srt/arg_groups/deepseek_v4_hook.py (0.5.17–0.5.23)",
     field: SPECULATIVE_ALGORITHM,
     roles: EVERY_SERVER,
     messages: &[text("Only EAGLE and DSPARK speculative algorithms are supported for DeepseekV4ForCausalLM")],
@@ -29,6 +30,7 @@ pub(in crate::policy::rules) const V1: Rule = Rule {
 pub(in crate::policy::rules) const V2: Rule = Rule {
     id: "V2",
     about: "DeepSeek-V4 EAGLE needs one draft token per step",
+    reproduces: "apply_deepseek_v4_defaults, srt/arg_groups/deepseek_v4_hook.py (0.5.17–0.5.23)",
     field: EAGLE_TOPK_FIELD,
     roles: EVERY_SERVER,
     messages: &[text("Only EAGLE speculative algorithm with topk == 1 is supported for DeepseekV4ForCausalLM")],
@@ -48,6 +50,7 @@ pub(in crate::policy::rules) const V2: Rule = Rule {
 pub(in crate::policy::rules) const V3_SPECULATIVE: Rule = Rule {
     id: "V3",
     about: "DeepSeek-V4.1 × speculative decoding other than DSpark",
+    reproduces: "validate_deepseek_v41_features, srt/arg_groups/deepseek_v4_hook.py (0.5.21–0.5.23)",
     field: SPECULATIVE_ALGORITHM,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -63,6 +66,7 @@ pub(in crate::policy::rules) const V3_SPECULATIVE: Rule = Rule {
 pub(in crate::policy::rules) const V3_HISPARSE: Rule = Rule {
     id: "V3",
     about: "DeepSeek-V4.1 × HiSparse",
+    reproduces: "validate_deepseek_v41_features, srt/arg_groups/deepseek_v4_hook.py (0.5.21–0.5.23)",
     field: HISPARSE,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -83,6 +87,7 @@ pub(in crate::policy::rules) const V3_HISPARSE: Rule = Rule {
 pub(in crate::policy::rules) const V3_TWO_BATCH_OVERLAP: Rule = Rule {
     id: "V3",
     about: "DeepSeek-V4.1 × two-batch overlap",
+    reproduces: "validate_deepseek_v41_features, srt/arg_groups/deepseek_v4_hook.py (0.5.21–0.5.23)",
     field: TWO_BATCH_OVERLAP_FIELD,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -95,6 +100,7 @@ pub(in crate::policy::rules) const V3_TWO_BATCH_OVERLAP: Rule = Rule {
 pub(in crate::policy::rules) const V3_PIPELINE: Rule = Rule {
     id: "V3",
     about: "DeepSeek-V4.1 × pipeline parallelism",
+    reproduces: "validate_deepseek_v41_features, srt/arg_groups/deepseek_v4_hook.py (0.5.21–0.5.23)",
     field: DECODE_PIPELINE,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -107,6 +113,7 @@ pub(in crate::policy::rules) const V3_PIPELINE: Rule = Rule {
 pub(in crate::policy::rules) const V4: Rule = Rule {
     id: "V4",
     about: "DeepSeek-V4.1 DSpark PD needs Mooncake or NIXL and no context or data parallelism",
+    reproduces: "validate_deepseek_v41_features, srt/arg_groups/deepseek_v4_hook.py (0.5.21–0.5.23)",
     field: SPECULATIVE_ALGORITHM,
     span: Span::since(v0_5(21)),
     roles: PD_SERVERS,
@@ -146,6 +153,7 @@ pub(in crate::policy::rules) const V4: Rule = Rule {
 pub(in crate::policy::rules) const CP11: Rule = Rule {
     id: "CP11",
     about: "DeepSeek-V4 prefill CP × a strategy it does not run",
+    reproduces: "validate_deepseek_v4_cp, srt/arg_groups/deepseek_v4_hook.py (0.5.17–0.5.23)",
     field: CP_STRATEGY_FIELD,
     roles: EVERY_SERVER,
     messages: &[
@@ -167,6 +175,7 @@ pub(in crate::policy::rules) const CP11: Rule = Rule {
 pub(in crate::policy::rules) const CP12: Rule = Rule {
     id: "CP12",
     about: "DeepSeek-V4 prefill CP × the zigzag strategy on a GPU",
+    reproduces: "validate_deepseek_v4_cp, srt/arg_groups/deepseek_v4_hook.py (0.5.21–0.5.23)",
     field: CP_STRATEGY_FIELD,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -185,6 +194,7 @@ pub(in crate::policy::rules) const CP12: Rule = Rule {
 pub(in crate::policy::rules) const CP13: Rule = Rule {
     id: "CP13",
     about: "DeepSeek-V4 prefill CP × DP",
+    reproduces: "validate_deepseek_v4_cp, srt/arg_groups/deepseek_v4_hook.py (0.5.17–0.5.23)",
     field: DATA_PARALLEL_FIELD,
     roles: EVERY_SERVER,
     messages: &[text("For round-robin split mode, dp attention is not supported.")],

@@ -7,6 +7,7 @@ use crate::release::{Span, v0_5};
 pub(in crate::policy::rules) const E1: Rule = Rule {
     id: "E1",
     about: "ERNIE 4.5 VL MoE × DP attention",
+    reproduces: "_ernie45_vl_overrides, srt/arg_groups/model_overrides/ernie45_vl.py (0.5.22–0.5.23)",
     field: DECODE_DP_ATTENTION,
     span: Span::since(v0_5(22)),
     roles: EVERY_SERVER,

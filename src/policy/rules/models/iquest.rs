@@ -14,6 +14,7 @@ use crate::release::{Span, v0_5};
 pub(in crate::policy::rules) const IQ1: Rule = Rule {
     id: "IQ1",
     about: "IQuest Q1 needs FA3 attention",
+    reproduces: "_iquest_q1_overrides, srt/arg_groups/model_overrides/iquest_q1.py (0.5.21–0.5.23)",
     field: "spec.decode.extraArgs[--attention-backend]",
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -35,6 +36,7 @@ pub(in crate::policy::rules) const IQ1: Rule = Rule {
 pub(in crate::policy::rules) const IQ2: Rule = Rule {
     id: "IQ2",
     about: "IQuest Q1 drafts with EAGLE or NEXTN only",
+    reproduces: "_iquest_q1_overrides, srt/arg_groups/model_overrides/iquest_q1.py (0.5.21–0.5.23)",
     field: SPECULATIVE_ALGORITHM,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -47,6 +49,7 @@ pub(in crate::policy::rules) const IQ2: Rule = Rule {
 pub(in crate::policy::rules) const IQ3: Rule = Rule {
     id: "IQ3",
     about: "IQuest Q1's MTP draft needs FA3 attention",
+    reproduces: "_iquest_q1_overrides, srt/arg_groups/model_overrides/iquest_q1.py (0.5.21–0.5.23)",
     field: "spec.decode.extraArgs[--speculative-draft-attention-backend]",
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -65,6 +68,7 @@ pub(in crate::policy::rules) const IQ3: Rule = Rule {
 pub(in crate::policy::rules) const IQ4: Rule = Rule {
     id: "IQ4",
     about: "IQuest Q1 × context parallelism",
+    reproduces: "_iquest_q1_overrides, srt/arg_groups/model_overrides/iquest_q1.py (0.5.21–0.5.23)",
     field: DECODE_CONTEXT_PARALLEL,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -87,6 +91,7 @@ pub(in crate::policy::rules) const IQ4: Rule = Rule {
 pub(in crate::policy::rules) const IQ5: Rule = Rule {
     id: "IQ5",
     about: "IQuest Q1 drafts one token per step",
+    reproduces: "_iquest_q1_overrides, srt/arg_groups/model_overrides/iquest_q1.py (0.5.21–0.5.23)",
     field: EAGLE_TOPK_FIELD,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -101,6 +106,7 @@ pub(in crate::policy::rules) const IQ5: Rule = Rule {
 pub(in crate::policy::rules) const IQ6: Rule = Rule {
     id: "IQ6",
     about: "IQuest Q1 × multi-layer EAGLE",
+    reproduces: "_iquest_q1_overrides, srt/arg_groups/model_overrides/iquest_q1.py (0.5.21–0.5.23)",
     field: "spec.decode.extraArgs[--enable-multi-layer-eagle]",
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -115,6 +121,7 @@ pub(in crate::policy::rules) const IQ6: Rule = Rule {
 pub(in crate::policy::rules) const IQ7: Rule = Rule {
     id: "IQ7",
     about: "IQuest Q1 × DP attention",
+    reproduces: "_iquest_q1_overrides, srt/arg_groups/model_overrides/iquest_q1.py (0.5.21–0.5.23)",
     field: DECODE_DP_ATTENTION,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -128,6 +135,7 @@ pub(in crate::policy::rules) const IQ7: Rule = Rule {
 pub(in crate::policy::rules) const IQ8: Rule = Rule {
     id: "IQ8",
     about: "IQuest Q1 × pipeline stages",
+    reproduces: "_iquest_q1_overrides, srt/arg_groups/model_overrides/iquest_q1.py (0.5.21–0.5.23)",
     field: DECODE_PIPELINE,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -140,6 +148,7 @@ pub(in crate::policy::rules) const IQ8: Rule = Rule {
 pub(in crate::policy::rules) const IQ9: Rule = Rule {
     id: "IQ9",
     about: "IQuest Q1 drafts with an MTP checkpoint of its own",
+    reproduces: "_handle_iquest_q1_mtp_draft, srt/arg_groups/speculative_hook.py (0.5.21–0.5.23)",
     field: SPECULATIVE_DRAFT_MODEL,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -154,6 +163,7 @@ pub(in crate::policy::rules) const IQ9: Rule = Rule {
 pub(in crate::policy::rules) const IQ10: Rule = Rule {
     id: "IQ10",
     about: "IQuest Q1's draft is an IQuest Q1 MTP checkpoint",
+    reproduces: "_handle_iquest_q1_mtp_draft, srt/arg_groups/speculative_hook.py (0.5.21–0.5.23)",
     field: SPECULATIVE_DRAFT_MODEL,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -172,6 +182,7 @@ pub(in crate::policy::rules) const IQ10: Rule = Rule {
 pub(in crate::policy::rules) const IQ11: Rule = Rule {
     id: "IQ11",
     about: "IQuest Q1's MTP draft has the target's hidden and vocabulary sizes",
+    reproduces: "_handle_iquest_q1_mtp_draft, srt/arg_groups/speculative_hook.py (0.5.21–0.5.23)",
     field: SPECULATIVE_DRAFT_MODEL,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -188,6 +199,7 @@ pub(in crate::policy::rules) const IQ11: Rule = Rule {
 pub(in crate::policy::rules) const IQ12: Rule = Rule {
     id: "IQ12",
     about: "IQuest Q1's MTP draft was trained for the target's layer count",
+    reproduces: "_handle_iquest_q1_mtp_draft, srt/arg_groups/speculative_hook.py (0.5.21–0.5.23)",
     field: SPECULATIVE_DRAFT_MODEL,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -206,6 +218,7 @@ pub(in crate::policy::rules) const IQ12: Rule = Rule {
 pub(in crate::policy::rules) const IQ13: Rule = Rule {
     id: "IQ13",
     about: "IQuest Q1's MTP draft × a speculative token map",
+    reproduces: "_handle_iquest_q1_mtp_draft, srt/arg_groups/speculative_hook.py (0.5.21–0.5.23)",
     field: "spec.decode.extraArgs[--speculative-token-map]",
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -223,6 +236,7 @@ pub(in crate::policy::rules) const IQ13: Rule = Rule {
 pub(in crate::policy::rules) const IQ14: Rule = Rule {
     id: "IQ14",
     about: "IQuest Q1's MTP draft runs at least one step",
+    reproduces: "_handle_iquest_q1_mtp_draft, srt/arg_groups/speculative_hook.py (0.5.21–0.5.23)",
     field: NUM_STEPS_FIELD,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -243,6 +257,7 @@ pub(in crate::policy::rules) const IQ14: Rule = Rule {
 pub(in crate::policy::rules) const IQ15: Rule = Rule {
     id: "IQ15",
     about: "IQuest Q1's MTP draft × a top-k below 1",
+    reproduces: "_handle_iquest_q1_mtp_draft, srt/arg_groups/speculative_hook.py (0.5.21–0.5.23)",
     field: EAGLE_TOPK_FIELD,
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,
@@ -261,6 +276,7 @@ pub(in crate::policy::rules) const IQ15: Rule = Rule {
 pub(in crate::policy::rules) const IQ16: Rule = Rule {
     id: "IQ16",
     about: "IQuest Q1's MTP draft verifies its steps and one token",
+    reproduces: "_handle_iquest_q1_mtp_draft, srt/arg_groups/speculative_hook.py (0.5.21–0.5.23)",
     field: "spec.decode.extraArgs[--speculative-num-draft-tokens]",
     span: Span::since(v0_5(21)),
     roles: EVERY_SERVER,

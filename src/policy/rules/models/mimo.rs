@@ -13,6 +13,7 @@ use crate::release::{Span, v0_5};
 pub(in crate::policy::rules) const MV1: Rule = Rule {
     id: "MV1",
     about: "MiMo-V2 fused QKV projection layout",
+    reproduces: "get_mimo_v2_fused_qkv_expected_tp_size, srt/configs/model_config.py (0.5.17–0.5.23)",
     field: MODEL_CONFIG,
     roles: EVERY_SERVER,
     messages: &[
@@ -41,6 +42,8 @@ pub(in crate::policy::rules) const MV1: Rule = Rule {
 pub(in crate::policy::rules) const MV2: Rule = Rule {
     id: "MV2",
     about: "MiMo-V2 fused QKV weights × attention TP",
+    reproduces: "ServerArgs._handle_model_specific_adjustments, srt/server_args.py (0.5.17–0.5.18); \
+                 handle_model_specific_adjustments, srt/arg_groups/model_hook.py (0.5.19–0.5.23)",
     field: DECODE_TP,
     roles: EVERY_SERVER,
     messages: &[
@@ -69,6 +72,7 @@ pub(in crate::policy::rules) const MV2: Rule = Rule {
 pub(in crate::policy::rules) const MV3: Rule = Rule {
     id: "MV3",
     about: "MiMo-V2 × HiCache without the unified radix tree",
+    reproduces: "ServerArgs._handle_model_specific_adjustments, srt/server_args.py (0.5.17–0.5.18)",
     field: HIERARCHICAL_CACHE,
     span: Span::between(v0_5(17), v0_5(18)),
     roles: EVERY_SERVER,

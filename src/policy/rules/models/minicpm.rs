@@ -11,6 +11,7 @@ use crate::release::{Span, v0_5};
 pub(in crate::policy::rules) const MC1: Rule = Rule {
     id: "MC1",
     about: "MiniCPM × DP attention",
+    reproduces: "_minicpm_sala_overrides, srt/arg_groups/model_overrides/minicpm.py (0.5.19–0.5.23)",
     field: DECODE_DP_ATTENTION,
     span: Span::since(v0_5(19)),
     roles: EVERY_SERVER,
@@ -31,6 +32,7 @@ pub(in crate::policy::rules) const MC1: Rule = Rule {
 pub(in crate::policy::rules) const MC2: Rule = Rule {
     id: "MC2",
     about: "MiniCPM-SALA hybrid attention × HiCache",
+    reproduces: "_minicpm_sala_overrides, srt/arg_groups/model_overrides/minicpm.py (0.5.19–0.5.23)",
     field: HIERARCHICAL_CACHE,
     span: Span::since(v0_5(19)),
     roles: EVERY_SERVER,
@@ -49,6 +51,7 @@ pub(in crate::policy::rules) const MC2: Rule = Rule {
 pub(in crate::policy::rules) const MC3: Rule = Rule {
     id: "MC3",
     about: "MiniCPM sparse attention under PD",
+    reproduces: "_minicpm_sala_overrides, srt/arg_groups/model_overrides/minicpm.py (0.5.19–0.5.23)",
     field: "spec.decode.extraArgs[--attention-backend]",
     span: Span::since(v0_5(19)),
     roles: PD_SERVERS,

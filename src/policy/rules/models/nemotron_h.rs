@@ -8,6 +8,7 @@ use crate::release::{Span, v0_5};
 pub(in crate::policy::rules) const NH1: Rule = Rule {
     id: "NH1",
     about: "Nemotron-H expert remapping × the flashinfer_trtllm MoE runner",
+    reproduces: "_validate_expert_remap, srt/arg_groups/model_overrides/nemotron_h.py (0.5.23)",
     field: MOE_RUNNER_FIELD,
     span: Span::since(v0_5(23)),
     roles: EVERY_SERVER,
@@ -31,6 +32,7 @@ pub(in crate::policy::rules) const NH1: Rule = Rule {
 pub(in crate::policy::rules) const NH2: Rule = Rule {
     id: "NH2",
     about: "Nemotron-H EPLB × flashinfer_cutedsl without an all-to-all backend",
+    reproduces: "_validate_expert_remap, srt/arg_groups/model_overrides/nemotron_h.py (0.5.23)",
     field: MOE_RUNNER_FIELD,
     span: Span::since(v0_5(23)),
     roles: EVERY_SERVER,

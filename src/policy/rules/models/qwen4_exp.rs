@@ -8,6 +8,7 @@ use crate::release::{Span, v0_5};
 pub(in crate::policy::rules) const QX1: Rule = Rule {
     id: "QX1",
     about: "Qwen4-Exp PD over MORI × pipeline stages",
+    reproduces: "_qwen4_exp_overrides, srt/arg_groups/model_overrides/qwen4_exp.py (0.5.20–0.5.23)",
     field: DECODE_PIPELINE,
     span: Span::since(v0_5(20)),
     roles: PD_SERVERS,
@@ -24,6 +25,7 @@ pub(in crate::policy::rules) const QX1: Rule = Rule {
 pub(in crate::policy::rules) const QX2: Rule = Rule {
     id: "QX2",
     about: "Qwen4-Exp × unified memory",
+    reproduces: "_qwen4_exp_overrides, srt/arg_groups/model_overrides/qwen4_exp.py (0.5.20–0.5.23)",
     field: UNIFIED_MEMORY,
     span: Span::since(v0_5(20)),
     roles: EVERY_SERVER,
