@@ -84,6 +84,28 @@ RULES = [
 ]
 
 
+# Names a function reads, for rules whose condition is a branch with no message of its own. Each
+# row: rule id, the attribute name (`StateType.BLOCK_SCALE` reads `BLOCK_SCALE`), the file under
+# sglang/srt/, the function (any class's), and the first/last release whose function reads it.
+NAMES = [
+    ("T1nx: MXFP8 pools register BLOCK_SCALE state", "BLOCK_SCALE", "disaggregation/utils.py",
+     "setup_state_kv_args", "0.5.19", None),
+    ("T1nx / T1 (nixl): NIXL's sender has a branch for BLOCK_SCALE state", "BLOCK_SCALE", NIXL,
+     "maybe_send_extra", "0.5.21", None),
+]
+
+
+def _reads_name(path, function, name):
+    with open(path, encoding="utf-8-sig") as f:
+        tree = ast.parse(f.read(), path)
+    functions = [node for node in ast.walk(tree)
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function]
+    if not functions:
+        raise SystemExit(f"{path}: {function} did not define")
+    return any(isinstance(node, ast.Attribute) and node.attr == name
+               for fn in functions for node in ast.walk(fn))
+
+
 def _string_constants(path):
     with open(path, encoding="utf-8-sig") as f:
         tree = ast.parse(f.read(), path)
@@ -114,4 +136,13 @@ def check(src, version):
         else:
             failures.append(f"{rule}: expected {'present' if expected else 'absent'} in "
                             f"{rel_path}, found {'present' if present else 'absent'}")
+    for rule, name, rel_path, function, first, last in NAMES:
+        reads = _reads_name(os.path.join(srt, rel_path), function, name)
+        expected = version_key(first) <= version_key(version) and (
+            last is None or version_key(version) <= version_key(last))
+        if reads == expected:
+            passed += 1
+        else:
+            failures.append(f"{rule}: expected {function} in {rel_path} {'to read' if expected else 'not to read'} "
+                            f"{name}, it {'does' if reads else 'does not'}")
     return passed, failures

@@ -214,6 +214,7 @@ pub(crate) const RULES: &[Rule] = &[
     transfer::T1HND,
     transfer::T1PP,
     transfer::T1_BLOCK_SCALES,
+    transfer::T1NX,
     transfer::T1MX,
     transfer::P5,
     transfer::P3,

@@ -174,16 +174,10 @@ pub(super) const T1HND: Rule = Rule {
     // unified-memory pool states its page-major layout itself; MLA, DeepSeek-V4 and MiniMax
     // sparse pools are other classes.
     check: |c| {
-        let layout = c.layout;
-        let mha_pool = match layout.kv_pool {
-            KvPool::Full | KvPool::HybridSwa | KvPool::PureSwa => {
-                !layout.has(LayoutFeature::DeepseekV4) && !layout.has(LayoutFeature::MinimaxSparse)
-            }
-            KvPool::HybridSsm => layout.attention != AttentionKind::Mla,
-            KvPool::Mla => false,
-        };
+        let mha =
+            mha_pool(c.layout) || (c.layout.kv_pool == KvPool::HybridSsm && c.layout.attention != AttentionKind::Mla);
         let hnd = fleets_in_scope(c).any(|fleet| fleet.env_on(HND_KV_CACHE_ENV));
-        when(mha_pool && !c.settings.enable_unified_memory && hnd)
+        when(mha && !c.settings.enable_unified_memory && hnd)
     },
     fix: Fix::Manual {
         hint: "remove SGLANG_USE_HND_KVCACHE from the env of the PD servers ({spec.decode.env}, {spec.prefill.env}): \
@@ -218,9 +212,7 @@ pub(super) const T1_BLOCK_SCALES: Rule = Rule {
     id: "T1",
     about: "MXFP8 block scales × TP mismatch (mooncake, nixl)",
     reproduces: "MooncakeKVManager.maybe_send_extra, srt/disaggregation/mooncake/conn.py (0.5.19–0.5.21); \
-                 NixlKVManager.maybe_send_extra, srt/disaggregation/nixl/conn.py (0.5.21; 0.5.20's sends no \
-                 BLOCK_SCALE state: its last branch refuses any with 'PD Disaggregation via NIXL does NOT support {st} \
-                 hybrid models yet.')",
+                 NixlKVManager.maybe_send_extra, srt/disaggregation/nixl/conn.py (0.5.21; before, T1nx)",
     field: DECODE_TP,
     span: Span::between(v0_5(19), v0_5(21)),
     backends: MOONCAKE_NIXL,
@@ -228,13 +220,38 @@ pub(super) const T1_BLOCK_SCALES: Rule = Rule {
     messages: &[text(
         "PD Disaggregation does NOT support PD different TP sizes for non-MLA BLOCK_SCALE hybrid models yet.",
     )],
-    changes: &[text_from(19, "mooncake only"), text_from(20, "nixl too")],
+    changes: &[text_from(19, "mooncake only"), text_from(21, "nixl too")],
     check: |c| {
-        // NIXL transfers BLOCK_SCALE state through this check from 0.5.20, Mooncake from 0.5.19.
-        let checked = c.settings.transfer_backend == TransferBackend::Mooncake || c.release >= v0_5(20);
+        // NIXL transfers BLOCK_SCALE state through this check from 0.5.21 (T1nx before), Mooncake
+        // from 0.5.19.
+        let checked = c.settings.transfer_backend == TransferBackend::Mooncake || c.release >= v0_5(21);
         tp_mismatch(c, checked && block_scale_state(c))
     },
     fix: Fix::Manual { hint: TP_HINT },
+    ..Rule::DEFAULT
+};
+
+pub(super) const T1NX: Rule = Rule {
+    id: "T1nx",
+    about: "MXFP8 block scales over NIXL before 0.5.21",
+    reproduces: "NixlKVManager.maybe_send_extra, srt/disaggregation/nixl/conn.py (0.5.19–0.5.20)",
+    field: DECODE_KV_CACHE_DTYPE,
+    span: Span::between(v0_5(19), v0_5(20)),
+    backends: &[TransferBackend::Nixl],
+    phase: Phase::Transfer,
+    // `{st}` of a `(str, Enum)` member, as Python 3.11 and later format it.
+    messages: &[text("PD Disaggregation via NIXL does NOT support StateType.BLOCK_SCALE hybrid models yet.")],
+    // An MXFP8 MHA pool (also the full pool of an SWA one) registers BLOCK_SCALE state
+    // (`setup_state_kv_args`, disaggregation/utils.py), and NIXL's sender has no branch for it
+    // until 0.5.21: its last `else` refuses the first transfer, whatever either side's TP.
+    check: |c| {
+        let mxfp8 = kv_cache_dtype(c.decode.kv_cache_dtype.as_deref()).eq_ignore_ascii_case("mxfp8");
+        when(mxfp8 && mha_pool(c.layout))
+    },
+    fix: Fix::Manual {
+        hint: "use another {spec.decode.kvCacheDtype}, the mooncake {spec.disaggregation.transferBackend}, or \
+               SGLang 0.5.21 or newer, whose NIXL sender moves MXFP8 block scales",
+    },
     ..Rule::DEFAULT
 };
 
@@ -761,6 +778,17 @@ fn swa_state(c: &RuleInput<'_>) -> bool {
     c.layout.is_hybrid_swa()
 }
 
+/// A pool of SGLang's MHA class (`MHATokenToKVPool` and its MXFP8 variant, alone or as an SWA
+/// pool's full pool): not MLA, DeepSeek-V4, MiniMax sparse or a hybrid-linear (SSM) pool.
+fn mha_pool(layout: &AttentionLayout) -> bool {
+    match layout.kv_pool {
+        KvPool::Full | KvPool::HybridSwa | KvPool::PureSwa => {
+            !layout.has(LayoutFeature::DeepseekV4) && !layout.has(LayoutFeature::MinimaxSparse)
+        }
+        KvPool::HybridSsm | KvPool::Mla => false,
+    }
+}
+
 /// MXFP8 KV adds BLOCK_SCALE state to a non-MLA pool (drift §3.4, T1mx).
 fn block_scale_state(c: &RuleInput<'_>) -> bool {
     kv_cache_dtype(c.decode.kv_cache_dtype.as_deref()).eq_ignore_ascii_case("mxfp8") && !swa_state(c)
@@ -936,7 +964,7 @@ mod tests {
         let block_scale =
             "PD Disaggregation does NOT support PD different TP sizes for non-MLA BLOCK_SCALE hybrid models yet.";
         assert_eq!(messages("T1", &mismatched(TransferBackend::Mooncake), &mxfp8, &full()), on(19..=21, block_scale));
-        assert_eq!(messages("T1", &mismatched(TransferBackend::Nixl), &mxfp8, &full()), on(20..=21, block_scale));
+        assert_eq!(messages("T1", &mismatched(TransferBackend::Nixl), &mxfp8, &full()), on(21..=21, block_scale));
         let newest = at(23, &with(|_| {}), &decode, &hybrid_swa());
         assert!(
             !newest.warnings.iter().any(|w| w.contains("T1")),
@@ -1013,6 +1041,21 @@ mod tests {
                 .ends_with("state types ['block_scale', 'block_scale_swa'].")
         );
         assert_eq!(messages("T1mx", &settings, &decode, &mla()), vec![None; 7], "MLA pools are exempt");
+    }
+
+    #[test]
+    fn t1nx_nixl_refuses_mxfp8_block_scales_at_any_tp_before_0_5_21() {
+        let nixl = with(|s| s.transfer_backend = TransferBackend::Nixl);
+        let mxfp8 = FleetSpec { kv_cache_dtype: Some("mxfp8".into()), ..FleetSpec::default() };
+        let refused =
+            on(19..=20, "PD Disaggregation via NIXL does NOT support StateType.BLOCK_SCALE hybrid models yet.");
+        // Equal TP: NIXL's sender has no branch for the state before 0.5.21.
+        assert_eq!(messages("T1nx", &nixl, &mxfp8, &full()), refused);
+        assert_eq!(messages("T1nx", &nixl, &mxfp8, &hybrid_swa()), refused, "an SWA pool's full pool is MXFP8 too");
+        assert_eq!(messages("T1nx", &nixl, &mxfp8, &mla()), vec![None; 7], "MLA pools hold no block scales");
+        assert_eq!(messages("T1nx", &nixl, &FleetSpec::default(), &full()), vec![None; 7]);
+        let mooncake = with(|s| s.transfer_backend = TransferBackend::Mooncake);
+        assert_eq!(messages("T1nx", &mooncake, &mxfp8, &full()), vec![None; 7], "Mooncake's sender moves them");
     }
 
     #[test]
