@@ -23,9 +23,10 @@ pub(super) const S1: Rule = Rule {
     id: "S1",
     about: "host_pool off the decode side",
     reproduces: "ServerArgs._handle_cache_compatibility, srt/server_args.py (0.5.18); \
-                 handle_cache_compatibility, srt/arg_groups/kv_cache_hook.py (0.5.19–0.5.23); 0.5.17 has no such flag, \
-                 and argparse refuses it in prepare_server_args, srt/server_args.py (0.5.17)",
+                 handle_cache_compatibility, srt/arg_groups/kv_cache_hook.py (0.5.19–0.5.23)",
     field: RETRACTION_BACKUP,
+    // 0.5.17 has no such flag: its parser refuses it first (CLI, F1).
+    span: Span::since(v0_5(18)),
     roles: NOT_DECODE,
     messages: &[text("--disaggregation-decode-retraction-backup=host_pool is only supported on a PD decode server.")],
     check: |c| when(c.settings.retraction_backup == Some(RetractionBackup::HostPool)),
@@ -636,9 +637,13 @@ mod tests {
     }
 
     fn rules_of(settings: &DisaggregationSpec, prefill: bool) -> Vec<&'static str> {
+        rules_of_at(settings, prefill, crate::release::Release::newest_known())
+    }
+
+    fn rules_of_at(settings: &DisaggregationSpec, prefill: bool, release: Release) -> Vec<&'static str> {
         let layout = llama();
         let decode = FleetSpec::default();
-        let input = PolicyInput::of(settings, &layout, crate::release::Release::newest_known()).with_decode(&decode);
+        let input = PolicyInput::of(settings, &layout, release).with_decode(&decode);
         evaluate_other_server(input, prefill).violations.iter().map(|v| v.rule).collect()
     }
 
@@ -654,6 +659,11 @@ mod tests {
         // The Llama model keeps no Mamba state: the lazy strategy is refused as such (M4, 0.5.21+).
         assert_eq!(rules_of(&settings, true), ["S1", "S5", "R21", "M4"]);
         assert_eq!(rules_of(&settings, false), ["S1", "S5", "M4"]);
+        // 0.5.17 has no retraction backup flag for S1 to check: its parser refuses the flag first.
+        let host_pool =
+            DisaggregationSpec { retraction_backup: Some(RetractionBackup::HostPool), ..Default::default() };
+        assert_eq!(rules_of_at(&host_pool, true, v0_5(18)), ["S1"]);
+        assert!(rules_of_at(&host_pool, true, v0_5(17)).is_empty());
         // Decode radix cache is a decode-side flag SGLang ignores elsewhere.
         let radix = DisaggregationSpec { decode_radix_cache: true, ..DisaggregationSpec::default() };
         assert!(rules_of(&radix, true).is_empty());
