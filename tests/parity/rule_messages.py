@@ -123,26 +123,25 @@ def check(src, version):
     """(passed, failures) for one release's source tree."""
     srt = os.path.join(src, "sglang", "srt")
     cache = {}
-    passed, failures = 0, []
+    outcomes = []  # (as the table says, failure text)
     for rule, fragment, rel_path, first, last in RULES:
         path = os.path.join(srt, rel_path)
         if rel_path not in cache:
             cache[rel_path] = _string_constants(path) if os.path.exists(path) else []
         present = any(fragment in text for text in cache[rel_path])
-        expected = version_key(first) <= version_key(version) and (
-            last is None or version_key(version) <= version_key(last))
-        if present == expected:
-            passed += 1
-        else:
-            failures.append(f"{rule}: expected {'present' if expected else 'absent'} in "
-                            f"{rel_path}, found {'present' if present else 'absent'}")
+        expected = _holds(version, first, last)
+        outcomes.append((present == expected, f"{rule}: expected {'present' if expected else 'absent'} in "
+                                              f"{rel_path}, found {'present' if present else 'absent'}"))
     for rule, name, rel_path, function, first, last in NAMES:
         reads = _reads_name(os.path.join(srt, rel_path), function, name)
-        expected = version_key(first) <= version_key(version) and (
-            last is None or version_key(version) <= version_key(last))
-        if reads == expected:
-            passed += 1
-        else:
-            failures.append(f"{rule}: expected {function} in {rel_path} {'to read' if expected else 'not to read'} "
-                            f"{name}, it {'does' if reads else 'does not'}")
-    return passed, failures
+        expected = _holds(version, first, last)
+        outcomes.append((reads == expected, f"{rule}: expected {function} in {rel_path} "
+                                            f"{'to read' if expected else 'not to read'} {name}, it "
+                                            f"{'does' if reads else 'does not'}"))
+    failures = [text for agrees, text in outcomes if not agrees]
+    return len(outcomes) - len(failures), failures
+
+
+def _holds(version, first, last):
+    """Whether `version` is within first..last (last None: open-ended)."""
+    return version_key(first) <= version_key(version) and (last is None or version_key(version) <= version_key(last))
