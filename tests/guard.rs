@@ -22,7 +22,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use common::{kvpilot, kvpilot_with_input, repo_arg as repo};
+use common::{HOST_POOL_DECODE_ARGS, kvpilot, kvpilot_with_input, repo_arg as repo};
 
 fn documents(path: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(repo(path)).unwrap();
@@ -48,18 +48,9 @@ fn template(args: &[&str]) -> Value {
     })
 }
 
-const HOST_POOL: &[&str] = &[
-    "--model-path",
-    "/models/m",
-    "--disaggregation-mode",
-    "decode",
-    "--disaggregation-decode-retraction-backup",
-    "host_pool",
-];
-
 /// One object of each kind the guard reads, each with the host_pool decode server.
 fn every_kind() -> Vec<Value> {
-    let t = template(HOST_POOL);
+    let t = template(HOST_POOL_DECODE_ARGS);
     let objects = [
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": t["spec"]}),
         json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"template": t}}),

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{kvpilot_with_input, repo};
+use common::{HOST_POOL_DECODE_ARGS, kvpilot_with_input, repo};
 use kvpilot::release::ReleaseChoice;
 use kvpilot::sglang::guard;
 use kvpilot::sglang::verdict::server_flags::{self, ServerVerdict};
@@ -235,20 +235,8 @@ fn unknown_kinds_are_searched() {
 /// worker's in its `workerTemplatePatch`, the leader's in the base template.
 #[test]
 fn rewrites_patch_the_container_where_it_sits() {
-    let args = |extra: &[&str]| -> Vec<String> {
-        [
-            "--model-path",
-            "/models/m",
-            "--disaggregation-mode",
-            "decode",
-            "--disaggregation-decode-retraction-backup",
-            "host_pool",
-        ]
-        .iter()
-        .chain(extra)
-        .map(|s| s.to_string())
-        .collect()
-    };
+    let args =
+        |extra: &[&str]| -> Vec<String> { HOST_POOL_DECODE_ARGS.iter().chain(extra).map(|s| s.to_string()).collect() };
     let object = json!({
         "apiVersion": "workloads.x-k8s.io/v1alpha2", "kind": "RoleBasedGroup",
         "metadata": {"name": "pd", "namespace": "default", "annotations": {"kvpilot.dev/model-config": "configmap/m"}},

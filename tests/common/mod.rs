@@ -9,6 +9,17 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
+/// A decode server's flags that SGLang refuses on a pure-SWA model (R2: host-pool retraction),
+/// the command line the guard tests rewrite.
+pub const HOST_POOL_DECODE_ARGS: &[&str] = &[
+    "--model-path",
+    "/models/m",
+    "--disaggregation-mode",
+    "decode",
+    "--disaggregation-decode-retraction-backup",
+    "host_pool",
+];
+
 /// A path inside the repository.
 pub fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
