@@ -80,6 +80,24 @@ fn the_api_server_calls_the_webhook_refuses_rewrites_warns_and_applies_the_failu
     assert!(refusal.contains("POD1") && refusal.contains("spec.decode.tensorParallel"), "{refusal}");
     assert!(refusal.contains("spec.disaggregation.hierarchicalCache"), "{refusal}");
 
+    // A setting the Pod Security level asked for does not allow is refused naming the level it
+    // needs; without a level asked for, it is admitted with a warning saying which it gets.
+    let mut rdma = llama.clone();
+    rdma["metadata"]["name"] = json!("rdma-at-restricted");
+    rdma["spec"]["decode"]["capabilities"] = json!(["IPC_LOCK"]);
+    rdma["spec"]["security"] = json!({"level": "restricted"});
+    let (admitted, _, refusal) = apply(&cluster, &rdma);
+    assert!(!admitted, "IPC_LOCK was admitted at restricted");
+    assert!(
+        refusal.contains("POD11")
+            && refusal.contains("spec.decode.capabilities IPC_LOCK needs the Pod Security level privileged"),
+        "{refusal}"
+    );
+    rdma["spec"].as_object_mut().unwrap().remove("security");
+    let (admitted, _, warnings) = apply(&cluster, &rdma);
+    assert!(admitted, "{warnings}");
+    assert!(warnings.contains("the server pods need the Pod Security level privileged"), "{warnings}");
+
     // An image of a release kvpilot does not model is refused naming the field that pins one; an
     // image that names no release is admitted with a warning saying how to pin it.
     let mut old = llama.clone();

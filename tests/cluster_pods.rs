@@ -951,3 +951,120 @@ async fn the_router_is_admitted_where_the_namespace_enforces_the_restricted_pod_
     let limits = container.resources.as_ref().and_then(|r| r.limits.clone()).unwrap_or_default();
     assert!(limits.contains_key("memory"), "the router's memory is bounded: {:?}", container.resources);
 }
+
+/// Every example's rendered pods and router Deployment, created for real in namespaces whose
+/// PodSecurity admission enforces `baseline` and `restricted`: kube-apiserver's verdict on what
+/// kvpilot builds at the level each resource gets (`spec.security.level`, else the strictest its
+/// settings allow). The RDMA examples need `privileged`, which `kvpilot check` says.
+#[test]
+fn every_example_s_pods_are_admitted_at_the_pod_security_level_kvpilot_builds_them_for() {
+    let cluster = cluster_or_skip!();
+    let enforcing = |level: &str| {
+        let namespace = TestNamespace::create(&cluster, &format!("kvp-pss-{level}"));
+        let labels = [
+            format!("pod-security.kubernetes.io/enforce={level}"),
+            "pod-security.kubernetes.io/enforce-version=latest".into(),
+        ];
+        cluster.kubectl_ok(&["label", "namespace", &namespace.name, &labels[0], &labels[1]]);
+        namespace
+    };
+    let (baseline, restricted) = (enforcing("baseline"), enforcing("restricted"));
+    // Rendered objects of `file` (with `edit` applied to its resource) that PodSecurity judges, and
+    // the router's ServiceAccount.
+    let rendered = |file: &str, edit: &dyn Fn(&mut serde_json::Value)| -> Vec<serde_json::Value> {
+        let mut documents = yaml_documents(&common::repo(&format!("examples/{file}")));
+        documents.iter_mut().for_each(edit);
+        let manifests = documents.iter().map(|d| serde_json::to_string(d).unwrap()).collect::<Vec<_>>().join("\n---\n");
+        let out = common::kvpilot_with_input(&["render", "-f", "-", "-o", "json", "--offline"], &manifests);
+        assert!(out.status.success(), "{file}: {}", text(&out.stderr));
+        let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|o| ["Pod", "Deployment", "ServiceAccount"].contains(&o["kind"].as_str().unwrap()))
+            .cloned()
+            .collect()
+    };
+    let create = |namespace: &str, object: &serde_json::Value| {
+        let mut object = object.clone();
+        object["metadata"]["namespace"] = json!(namespace);
+        // The owner does not exist here: the garbage collector would delete what it owns.
+        object["metadata"].as_object_mut().unwrap().remove("ownerReferences");
+        let out = cluster.kubectl_with_input(&["create", "-f", "-"], &object.to_string());
+        (out.status.success(), text(&out.stderr))
+    };
+    let rdma = ["deepseek-v3-tp16-multinode.yaml", "deepseek-v3-tp16-volcano.yaml"];
+    let mut routers = Vec::new();
+    let mut pods = 0;
+    for path in common::cluster::yaml_files("examples") {
+        let file = path.file_name().unwrap().to_string_lossy().into_owned();
+        if file.ends_with("-rejected.yaml") {
+            continue; // its settings are refused: nothing is rendered
+        }
+        let objects = rendered(&file, &|_| {});
+        let needs_privileged = rdma.contains(&file.as_str());
+        for object in &objects {
+            let what = format!("{file}: {} {}", object["kind"], object["metadata"]["name"]);
+            for (namespace, level) in [(&baseline.name, "baseline"), (&restricted.name, "restricted")] {
+                let (admitted, refusal) = create(namespace, object);
+                if object["kind"] == "ServiceAccount" {
+                    // The router's own, which its pods need to be created at all.
+                    assert!(admitted, "{what}: {refusal}");
+                } else if object["kind"] == "Deployment" {
+                    assert!(admitted, "{what}: {refusal}");
+                    if level == "restricted" {
+                        routers.push(object["metadata"]["name"].as_str().unwrap().to_string());
+                    }
+                } else if needs_privileged {
+                    assert!(!admitted && refusal.contains("\"IPC_LOCK\""), "{what} admitted at {level}: {refusal}");
+                } else {
+                    assert!(admitted, "{what} refused at {level}: {refusal}");
+                    pods += 1;
+                }
+            }
+        }
+        if needs_privileged {
+            let out = common::kvpilot(&["check", "-f", &path.to_string_lossy(), "--offline"]);
+            let report = text(&out.stdout);
+            assert!(
+                out.status.success()
+                    && report.contains(
+                        "the server pods need the Pod Security level privileged (spec.decode.capabilities IPC_LOCK"
+                    ),
+                "{file}: {report}"
+            );
+        }
+    }
+    assert!(pods >= 2 * 8, "every example but the RDMA ones rendered pods: {pods} admitted");
+    // The router Deployments' pods, created by the ReplicaSet controller, pass `restricted` too.
+    for router in &routers {
+        wait_for_blocking(&format!("{router}'s pod admitted at restricted"), Duration::from_secs(60), || {
+            let out = cluster.kubectl(&[
+                "get",
+                "pods",
+                "-n",
+                &restricted.name,
+                "-l",
+                "app.kubernetes.io/name=kvpilot-router",
+                "-o",
+                "name",
+            ]);
+            text(&out.stdout).contains(router.as_str()).then_some(())
+        });
+    }
+    assert!(!routers.is_empty());
+    // The check can fail: a resource run as the image's root user is refused where restricted is enforced.
+    let as_root = rendered("llama-3.1-8b-full.yaml", &|d| d["spec"]["security"] = json!({"level": "baseline"}));
+    let pod = as_root.iter().find(|o| o["kind"] == "Pod").unwrap();
+    let (admitted, refusal) = create(&restricted.name, pod);
+    assert!(!admitted && refusal.contains("violates PodSecurity \"restricted:latest\""), "{refusal}");
+    assert!(
+        create(&baseline.name, &{
+            let mut p = pod.clone();
+            p["metadata"]["name"] = json!("as-root");
+            p
+        })
+        .0
+    );
+}

@@ -498,14 +498,14 @@ async fn a_cache_pod_whose_server_misses_the_connector_or_the_socket_is_refused_
     let ns = namespace.name.clone();
     let (pod, config_map) = rendered_cache_pod(&node, &ns);
 
+    // As rendered, at the restricted Pod Security level: the server as UID 1000 with a read-only
+    // root, the installer and the sidecar as 65532; the connector's files, the socket and the
+    // memfd are shared across the users.
     let control = with_name(&pod, "as-rendered");
-    // Also as rendered, with the server as a non-root user of its own (a platform that forbids
-    // root): the connector's files, the socket and the memfd are shared across three users (the
-    // installer and the sidecar run as 65532).
-    let mut other_user = with_name(&pod, "server-as-uid-1000");
-    let server = containers_mut(&mut other_user, "containers", "sglang");
-    server["securityContext"]["runAsUser"] = json!(1000);
-    server["securityContext"]["runAsGroup"] = json!(1000);
+    // And as the image's root user, as `spec.security.level: baseline` runs it.
+    let mut other_user = with_name(&pod, "server-as-root");
+    other_user["spec"]["securityContext"] = Value::Null;
+    containers_mut(&mut other_user, "containers", "sglang")["securityContext"] = Value::Null;
     // The installer writes the package one directory below the server's PYTHONPATH.
     let mut installer_elsewhere = with_name(&pod, "installer-elsewhere");
     let installer = containers_mut(&mut installer_elsewhere, "initContainers", "install-connector");
@@ -556,12 +556,17 @@ async fn a_cache_pod_whose_server_misses_the_connector_or_the_socket_is_refused_
         api.get(&format!("{base}-{suffix}")).await.expect("get pod")
     };
 
-    // The spec as kvpilot renders it runs, also with the server as another user: the controls.
+    // The spec as kvpilot renders it runs, also with the server as root: the controls. At
+    // restricted the server writes its HOME and /tmp (its caches' volumes) and not its root.
     let mut seen = Vec::new();
-    for (suffix, uid) in [("as-rendered", 0), ("server-as-uid-1000", 1000)] {
+    for (suffix, uid, root_writable) in [("as-rendered", 1000, false), ("server-as-root", 0, true)] {
         let pod = node::ready_pod(&client, &ns, &format!("{base}-{suffix}"), START).await;
         assert_cache_pod(&node, &pod).await;
-        assert_eq!(standin_report(&pod, 30000).await["uid"], uid, "{base}-{suffix}");
+        let report = standin_report(&pod, 30000).await;
+        assert_eq!(report["uid"], uid, "{base}-{suffix}");
+        let writable = &report["writable"];
+        assert_eq!(writable["/"], root_writable, "{base}-{suffix}: {writable}");
+        assert!(writable.as_object().unwrap().iter().all(|(path, w)| path == "/" || *w == true), "{writable}");
         seen.push(SeenPod::of(&node, &pod));
     }
 

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::layout_types::AttentionLayout;
 use super::schema::condition_list;
-use super::spec::{MambaRadixCacheStrategy, RetractionBackup, TransferBackend};
+use super::spec::{MambaRadixCacheStrategy, PodSecurityLevel, RetractionBackup, TransferBackend};
 
 /// Condition type: the model's config.json was read and its layout resolved.
 pub const CONDITION_MODEL_RESOLVED: &str = "ModelResolved";
@@ -66,6 +66,10 @@ pub struct InferenceDeploymentStatus {
     /// Where the router is between KV compatibility keys, when kvpilot runs one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<RolloutStatus>,
+    /// The Pod Security level the server pods are built to meet: spec.security.level, else the
+    /// strictest level the settings allow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_security_level: Option<PodSecurityLevel>,
     /// What is worth knowing and is not a violation: the layout's and the policy's warnings, and
     /// what kvpilot changed of the resources the spec set (as `kvpilot check` prints them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -249,8 +249,9 @@ fn new_status(
     if observed.pod_monitors_unserved && workloads.is_some() {
         warnings.push(POD_MONITORS_UNSERVED.into());
     }
-    let new =
+    let mut new =
         status::status(previous, decided, resource.metadata.generation, assessment, workloads, warnings, observed.now);
+    new.pod_security_level = assessment.map(|_| resource.spec.pod_security_level());
     (previous != Some(&new)).then_some(new)
 }
 
@@ -1209,6 +1210,7 @@ mod tests {
         let rollout = status.rollout.unwrap();
         assert_eq!((rollout.phase, rollout.from_key.as_deref()), (RolloutPhase::Surging, Some("old")));
         assert_eq!(status.kv_compat.as_deref(), Some(key.as_str()));
+        assert_eq!(status.pod_security_level, Some(crate::api::PodSecurityLevel::Restricted), "nothing asks for more");
         let ready = status.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
         assert_eq!(ready.reason, "ServiceReady", "the old key serves meanwhile: {}", ready.message);
         let progressing = status.conditions.iter().find(|c| c.type_ == "Progressing").unwrap();

@@ -382,6 +382,7 @@ pub fn status(
         sglang: assessment.map(|a| sglang_status(&a.release)),
         kv_compat: workloads.kv_compat,
         rollout: workloads.rollout,
+        pod_security_level: None,
         warnings,
     }
 }

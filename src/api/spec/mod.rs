@@ -13,6 +13,7 @@ mod model;
 mod rollout;
 mod router;
 mod scheduling;
+mod security;
 
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
@@ -25,6 +26,7 @@ pub use model::*;
 pub use rollout::*;
 pub use router::*;
 pub use scheduling::*;
+pub use security::*;
 
 use super::status::InferenceDeploymentStatus;
 
@@ -119,6 +121,10 @@ pub struct InferenceDeploymentSpec {
     /// domain, prefill beside decode, replicas spread across nodes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<PlacementSpec>,
+    /// The Pod Security Standards level the server pods are built to meet (the namespace's
+    /// `pod-security.kubernetes.io/enforce`); unset, the strictest the settings allow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security: Option<SecuritySpec>,
 }
 
 impl InferenceDeploymentSpec {

@@ -1,7 +1,7 @@
 //! Pieces of containers that the server pods, the cache runtime and the router share.
 
 use k8s_openapi::api::core::v1::{
-    Capabilities, EnvVar, HTTPGetAction, Probe, SeccompProfile, SecurityContext, VolumeMount,
+    Capabilities, EnvVar, HTTPGetAction, PodSecurityContext, Probe, SeccompProfile, SecurityContext, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -57,5 +57,16 @@ pub(super) fn restricted_security(uid: i64) -> SecurityContext {
         capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Capabilities::default() }),
         seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }),
         ..SecurityContext::default()
+    }
+}
+
+/// A pod's security as the Pod Security Standards' `restricted` level asks: non-root, its volumes
+/// writable by `uid`'s group, the runtime's default seccomp profile.
+pub(super) fn restricted_pod_security(uid: i64) -> PodSecurityContext {
+    PodSecurityContext {
+        run_as_non_root: Some(true),
+        fs_group: Some(uid),
+        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }),
+        ..PodSecurityContext::default()
     }
 }

@@ -12,11 +12,12 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use super::config_map::MODEL_CONFIG_KEY;
-use super::container::{env_var, http_probe, image_pull_policy, mount};
+use super::container::{env_var, http_probe, image_pull_policy, mount, restricted_pod_security, restricted_security};
 use super::resources::{self, DEFAULT_SHM_SIZE, ServerMemory};
 use super::{FleetRole, GROUP_READY, RenderOptions, cache, config_map_name, placement, pod_group, service_name};
 use crate::api::{
     ConfigSourceRef, EffectiveSettings, FleetSpec, InferenceDeployment, InferenceDeploymentSpec, MODELS_DIR,
+    PodSecurityLevel,
 };
 use crate::policy::{Assessment, RUST_SERVER_ENV};
 use crate::release::ReleaseChoice;
@@ -35,6 +36,14 @@ pub const DEFAULT_SGLANG_IMAGE: &str = "lmsysorg/sglang:v{version}-cu129";
 const HF_HOME: &str = "/hf-cache";
 /// How often the startup probe asks while the model loads.
 const STARTUP_PERIOD_SECONDS: i32 = 30;
+/// The user (and group) the SGLang servers run as at the `restricted` Pod Security level.
+/// lmsysorg/sglang's images run as root and name no user of their own; 1000 is the first user of
+/// the Ubuntu images they are built on, and nothing the server does needs a passwd entry (`USER`
+/// is set for Python's `getpass`, which torch's compile cache asks).
+pub const SERVER_UID: i64 = 1000;
+/// HOME of a `restricted` server, an emptyDir: the caches SGLang and its kernels write (the hub's,
+/// Triton's, FlashInfer's and DeepGEMM's JIT caches) land under it.
+const SERVER_HOME: &str = "/home/sglang";
 
 /// The SGLang image of a fleet: its `image`, else the operator's template for the release asked
 /// for.
@@ -79,6 +88,10 @@ fn server_env(
         if spec.model.source.as_ref().and_then(|s| s.hub.as_ref()).is_some_and(|hub| hub.cache.is_some()) {
             add(env_var("HF_HOME", HF_HOME));
         }
+    }
+    if spec.pod_security_level() == PodSecurityLevel::Restricted {
+        add(env_var("HOME", SERVER_HOME));
+        add(env_var("USER", "sglang"));
     }
     if role == FleetRole::Decode && spec.cache.is_some() {
         cache::add_connector_to_python_path(&mut env);
@@ -139,7 +152,35 @@ fn volumes(resource: &InferenceDeployment, role: FleetRole, fleet: &FleetSpec) -
     if role == FleetRole::Decode && spec.cache.is_some() {
         cache::add_volumes(&mut volumes, &mut mounts);
     }
+    // A read-only root: what the server writes goes to its HOME and /tmp.
+    if spec.pod_security_level() == PodSecurityLevel::Restricted {
+        for (name, path) in [("home", SERVER_HOME), ("tmp", "/tmp")] {
+            volumes.push(Volume {
+                name: name.into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Volume::default()
+            });
+            mounts.push(mount(name, path, false));
+        }
+    }
     (volumes, mounts)
+}
+
+/// The SGLang container's security: at `restricted`, kvpilot's own containers' (as
+/// [`SERVER_UID`], no capability but those the level allows); otherwise only the capabilities
+/// the fleet adds.
+fn server_security(spec: &InferenceDeploymentSpec, fleet: &FleetSpec) -> Option<SecurityContext> {
+    if spec.pod_security_level() == PodSecurityLevel::Restricted {
+        let mut security = restricted_security(SERVER_UID);
+        if let Some(capabilities) = security.capabilities.as_mut() {
+            capabilities.add = (!fleet.capabilities.is_empty()).then(|| fleet.capabilities.clone());
+        }
+        return Some(security);
+    }
+    (!fleet.capabilities.is_empty()).then(|| SecurityContext {
+        capabilities: Some(Capabilities { add: Some(fleet.capabilities.clone()), ..Capabilities::default() }),
+        ..SecurityContext::default()
+    })
 }
 
 /// The SGLang server container of the `role` fleet: `python3 -m sglang.launch_server` with the
@@ -176,10 +217,7 @@ fn server_container(
         startup_probe: Some(health_probe(STARTUP_PERIOD_SECONDS, 5, startup_failures.max(1))),
         readiness_probe: Some(health_probe(10, 5, 3)),
         liveness_probe: Some(health_probe(30, 10, 4)),
-        security_context: (!fleet.capabilities.is_empty()).then(|| SecurityContext {
-            capabilities: Some(Capabilities { add: Some(fleet.capabilities.clone()), ..Capabilities::default() }),
-            ..SecurityContext::default()
-        }),
+        security_context: server_security(spec, fleet),
         volume_mounts: Some(mounts),
         ..Container::default()
     }
@@ -238,6 +276,8 @@ pub(super) fn server_pod_template(
             service_account_name: fleet.service_account_name.clone(),
             priority_class_name: pod_group::priority_class_name(spec, fleet),
             automount_service_account_token: Some(false),
+            security_context: (spec.pod_security_level() == PodSecurityLevel::Restricted)
+                .then(|| restricted_pod_security(SERVER_UID)),
             ..PodSpec::default()
         }),
         ..Pod::default()
@@ -444,6 +484,58 @@ mod tests {
         let spec = pod.spec.as_ref().unwrap();
         assert_eq!((spec.host_network, spec.dns_policy.as_deref()), (Some(true), Some("ClusterFirstWithHostNet")));
         assert_eq!(flag(sglang.args.as_ref().unwrap(), "--disaggregation-ib-device"), Some("mlx5_0,mlx5_1"));
+    }
+
+    #[test]
+    fn servers_run_at_the_pod_security_level_their_settings_allow() {
+        // Nothing asks for more: restricted, as UID 1000 with a read-only root and HOME and /tmp
+        // on volumes, on decode and prefill alike.
+        let mut pd = resource(json!({}));
+        pd.spec.prefill = Some(serde_json::from_value(json!({"replicas": 1})).unwrap());
+        let desired = render(&pd);
+        for pod in [desired.decode.pod(0, 0), desired.prefill.as_ref().unwrap().pod(0, 0)] {
+            let sglang = container(&pod);
+            let security = sglang.security_context.clone().unwrap();
+            assert_eq!(
+                (security.run_as_non_root, security.run_as_user, security.run_as_group),
+                (Some(true), Some(SERVER_UID), Some(SERVER_UID))
+            );
+            assert_eq!(
+                (security.read_only_root_filesystem, security.allow_privilege_escalation),
+                (Some(true), Some(false))
+            );
+            assert_eq!(security.capabilities.unwrap(), Capabilities { drop: Some(vec!["ALL".into()]), add: None });
+            assert_eq!(security.seccomp_profile.unwrap().type_, "RuntimeDefault");
+            let env = sglang.env.as_ref().unwrap();
+            let value = |name: &str| env.iter().find(|e| e.name == name).and_then(|e| e.value.clone());
+            assert_eq!((value("HOME").as_deref(), value("USER").as_deref()), (Some(SERVER_HOME), Some("sglang")));
+            let spec = pod.spec.as_ref().unwrap();
+            for path in [SERVER_HOME, "/tmp"] {
+                let mount = sglang.volume_mounts.as_ref().unwrap().iter().find(|m| m.mount_path == path).unwrap();
+                let volume = spec.volumes.as_ref().unwrap().iter().find(|v| v.name == mount.name).unwrap();
+                assert!(volume.empty_dir.is_some() && mount.read_only.is_none(), "{path}");
+            }
+            let pod_security = spec.security_context.clone().unwrap();
+            assert_eq!((pod_security.run_as_non_root, pod_security.fs_group), (Some(true), Some(SERVER_UID)));
+        }
+        // Asked for baseline: the image's own user, as before.
+        let mut baseline = resource(json!({}));
+        baseline.spec.security = serde_json::from_value(json!({"level": "baseline"})).unwrap();
+        let pod = render(&baseline).decode.pod(0, 0);
+        assert_eq!(container(&pod).security_context, None);
+        assert!(!container(&pod).env.iter().flatten().any(|e| e.name == "HOME"));
+        assert_eq!(pod.spec.as_ref().unwrap().security_context, None);
+        // RDMA's IPC_LOCK needs privileged: its capability, nothing dropped.
+        let rdma = render(&resource(json!({"capabilities": ["IPC_LOCK"]}))).decode.pod(0, 0);
+        let security = container(&rdma).security_context.clone().unwrap();
+        assert_eq!((security.run_as_user, security.read_only_root_filesystem), (None, None));
+        // A capability restricted allows is kept at restricted.
+        let bind = render(&resource(json!({"capabilities": ["NET_BIND_SERVICE"]}))).decode.pod(0, 0);
+        let capabilities = container(&bind).security_context.clone().unwrap().capabilities.unwrap();
+        assert_eq!(
+            (capabilities.drop, capabilities.add),
+            (Some(vec!["ALL".into()]), Some(vec!["NET_BIND_SERVICE".into()]))
+        );
     }
 
     /// SGLang's Rust server serves a prefill server's KV bootstrap registry on its API port, so

@@ -4,15 +4,15 @@
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EmptyDirVolumeSource, EnvVar, PodSecurityContext, PodSpec, PodTemplateSpec,
-    SeccompProfile, Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
+    Container, ContainerPort, EmptyDirVolumeSource, EnvVar, PodSpec, PodTemplateSpec, Service, ServiceAccount,
+    ServicePort, ServiceSpec, Volume, VolumeMount,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::container::{http_probe, image_pull_policy, restricted_security};
+use super::container::{http_probe, image_pull_policy, restricted_pod_security, restricted_security};
 use super::disruption_budget;
 use super::{
     FleetRole, LABEL_KV_COMPAT, ROUTER_APP, RenderOptions, app_labels, managed_labels, owned_meta, resources,
@@ -157,15 +157,7 @@ pub(super) fn render_router(
                         empty_dir: Some(EmptyDirVolumeSource::default()),
                         ..Volume::default()
                     }]),
-                    security_context: Some(PodSecurityContext {
-                        run_as_non_root: Some(true),
-                        fs_group: Some(ROUTER_UID),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".into(),
-                            ..SeccompProfile::default()
-                        }),
-                        ..PodSecurityContext::default()
-                    }),
+                    security_context: Some(restricted_pod_security(ROUTER_UID)),
                     service_account_name: Some(object_name.clone()),
                     node_selector: (!router.node_selector.is_empty()).then(|| router.node_selector.clone()),
                     tolerations: (!router.tolerations.is_empty()).then(|| router.tolerations.clone()),

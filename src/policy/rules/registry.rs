@@ -274,8 +274,9 @@ pub struct RuleInfo {
     pub reproduces: &'static str,
 }
 
-/// kvpilot's checks of the pods it runs for a resource, POD1–POD9 (docs/pods.md), each checked
-/// in `sglang::verdict::pod_rules`. Exported whole: a new pod rule is a line here, its check there.
+/// kvpilot's checks of the pods it runs for a resource, POD1–POD9 and POD11 (docs/pods.md), each
+/// checked in `sglang::verdict::pod_rules`. Exported whole: a new pod rule is a line here, its
+/// check there.
 pub mod pod {
     use super::RuleInfo;
 
@@ -290,6 +291,7 @@ pub mod pod {
         ROUTER,
         COMMAND_LINE,
         SHARED_PREFIX_READS,
+        LAXER_POD_SECURITY,
     ];
     pub const EXTRA_ARGS: RuleInfo = RuleInfo {
         id: "POD1",
@@ -362,6 +364,14 @@ pub mod pod {
                      srt/mem_cache/hicache_storage.py (0.5.23)) and reuses a prefix only as far as every rank finds it, a \
                      MIN over the ranks' hits (HiCacheController.prefetch_thread_func (0.5.17–0.5.21), \
                      HiCacheController._sync_prefetch_hit_query (0.5.22–0.5.23), srt/managers/cache_controller.py)",
+    };
+
+    pub const LAXER_POD_SECURITY: RuleInfo = RuleInfo {
+        id: "POD11",
+        about: "a setting whose pods need a laxer Pod Security level than `spec.security.level`",
+        reproduces: "kube-apiserver's PodSecurity admission (k8s.io/pod-security-admission, the Pod Security \
+                     Standards' checks of capabilities, host namespaces and volume types), which refuses such pods \
+                     in a namespace enforcing the level asked for",
     };
 }
 
@@ -451,7 +461,7 @@ mod tests {
 
     /// What a citation may name instead of a file of SGLang's: a check of kvpilot's own, or the
     /// kubelet's behaviour.
-    const OTHER_SOURCES: &[&str] = &["kvpilot's own", "the kubelet"];
+    const OTHER_SOURCES: &[&str] = &["kvpilot's own", "the kubelet", "kube-apiserver's"];
 
     /// Whether `reproduces` names its source: a Python file of SGLang's (`srt/….py`), or, at its
     /// start, one of [`OTHER_SOURCES`].

@@ -2,7 +2,7 @@
 //! guard): [`assess`] runs the policy, then the rules of the command lines and pods, for a resource
 //! or for one server the guard read.
 //!
-//! - [`pod_rules`]: POD1–POD9, kvpilot's checks of the pods it builds for a resource;
+//! - [`pod_rules`]: POD1–POD9 and POD11, kvpilot's checks of the pods it builds for a resource;
 //! - [`cache_wiring`]: POD10, a server that cannot reach the cache runtime of its pod;
 //! - [`command_line`]: CLI and EXEC, what a server's release parser and the kubelet make of its
 //!   command line;
@@ -21,7 +21,7 @@ use crate::release::ReleaseChoice;
 use crate::sglang::guard::Server;
 use crate::sglang::server::{FleetRole, effective_spec};
 
-use pod_rules::{extra_args_reading, pod_findings, prefix_reads_across_nodes};
+use pod_rules::{extra_args_reading, pod_findings, pod_security_warning, prefix_reads_across_nodes};
 
 /// What a verdict is about.
 #[derive(Clone, Copy)]
@@ -64,6 +64,7 @@ pub fn assess<'a>(
                 assessment.verdict.violations.extend(findings);
                 assessment.verdict.outcome = Outcome::Rejected;
             }
+            assessment.verdict.warnings.extend(pod_security_warning(spec));
             Ok(assessment)
         }
         Assessed::Server { server, spec } => {

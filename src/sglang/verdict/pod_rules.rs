@@ -1,4 +1,4 @@
-//! kvpilot's pod rules POD1–POD9: what keeps the pods of a resource from being built as asked, or
+//! kvpilot's pod rules POD1–POD9 and POD11: what keeps the pods of a resource from being built as asked, or
 //! from serving once built. SGLang has no such rule (it never sees a pod); each says what the
 //! pods would do instead (argparse refusing the server's argv, the kubelet failing the rank, a
 //! cache that never hits), in the terms of the spec field that causes it.
@@ -107,7 +107,7 @@ fn uneven_replicas(role: FleetRole, fleet: &FleetSpec) -> Vec<Violation> {
 /// evenly over its pods (POD2), weights in a volume with no volume source (POD3), a cache capacity
 /// that is no number of bytes (POD4), a storage backend named beside spec.cache's own (POD5), a host
 /// pool size SGLang cannot take (POD6), fleets the router cannot reach on one port or a router with
-/// no prefill fleet (POD7).
+/// no prefill fleet (POD7), a setting the Pod Security level asked for does not allow (POD11).
 pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Violation> {
     let cache = spec.cache.is_some();
     let mut findings = owned_extra_args("spec.decode.extraArgs", argv::options(&spec.decode.extra_args), |a| {
@@ -235,7 +235,55 @@ pub fn pod_findings(spec: &InferenceDeploymentSpec, release: Release) -> Vec<Vio
             "set spec.model.source.volume, or unset the draft's path so SGLang downloads its name from the hub".into(),
         ));
     }
+    findings.extend(laxer_pod_security(spec));
     findings
+}
+
+/// POD11: a setting whose pods need a laxer Pod Security level than `spec.security.level`. The
+/// API server's PodSecurity admission would refuse every such pod the controller creates in a
+/// namespace enforcing the level asked for, as an event no one reads: said before.
+fn laxer_pod_security(spec: &InferenceDeploymentSpec) -> Vec<Violation> {
+    let Some(asked) = spec.security.as_ref().and_then(|security| security.level) else { return Vec::new() };
+    spec.pod_security_needs()
+        .into_iter()
+        .filter(|need| need.level > asked)
+        .map(|need| {
+            violation(
+                pod::LAXER_POD_SECURITY.id,
+                need.field,
+                format!(
+                    "{} {} needs the Pod Security level {}, and spec.security.level is {asked}: a namespace \
+                     enforcing {asked} refuses its pods",
+                    need.field, need.setting, need.level
+                ),
+                format!(
+                    "remove {} from {}, or set spec.security.level to {} and run the resource in a namespace \
+                     whose pod-security.kubernetes.io/enforce level allows it",
+                    need.setting, need.field, need.level
+                ),
+            )
+        })
+        .collect()
+}
+
+/// What a resource that asks for no Pod Security level is told when its settings need more than
+/// `restricted`: the level its pods get, and why.
+pub(super) fn pod_security_warning(spec: &InferenceDeploymentSpec) -> Option<String> {
+    if spec.security.as_ref().is_some_and(|security| security.level.is_some()) {
+        return None;
+    }
+    let needs = spec.pod_security_needs();
+    let level = needs.iter().map(|need| need.level).max()?;
+    let why: Vec<String> = needs
+        .iter()
+        .filter(|need| need.level == level)
+        .map(|need| format!("{} {}", need.field, need.setting))
+        .collect();
+    Some(format!(
+        "the server pods need the Pod Security level {level} ({}): a namespace enforcing a stricter level refuses \
+         them; set spec.security.level: {level} to say so",
+        why.join(", ")
+    ))
 }
 
 /// POD9: prefix reuse from the cache runtime cannot work for an MLA model whose decode replica
@@ -609,6 +657,45 @@ mod tests {
         assert_eq!(owned_router_flag("--policy=random").map(|(flag, _)| flag), Some("--policy"));
         assert_eq!(owned_router_flag("--prefill-sel").map(|(flag, _)| flag), Some("--prefill-selector"));
         assert_eq!(owned_router_flag("--request-timeout-secs"), None);
+    }
+
+    #[test]
+    fn a_setting_laxer_than_the_pod_security_level_asked_for_is_pod11() {
+        let rdma = |level: serde_json::Value| {
+            let mut spec = spec(json!({"capabilities": ["IPC_LOCK"], "hostNetwork": true}), json!(null));
+            spec.security = serde_json::from_value(json!({"level": level})).unwrap();
+            spec
+        };
+        let refused = pod_findings(&rdma(json!("baseline")), NEWEST);
+        let pod11: Vec<(&str, &str)> =
+            refused.iter().filter(|v| v.rule == "POD11").map(|v| (v.field, v.message.as_str())).collect();
+        assert_eq!(
+            pod11,
+            [
+                (
+                    "spec.decode.capabilities",
+                    "spec.decode.capabilities IPC_LOCK needs the Pod Security level privileged, and spec.security.level \
+                     is baseline: a namespace enforcing baseline refuses its pods"
+                ),
+                (
+                    "spec.decode.hostNetwork",
+                    "spec.decode.hostNetwork true needs the Pod Security level privileged, and spec.security.level is \
+                     baseline: a namespace enforcing baseline refuses its pods"
+                ),
+            ]
+        );
+        assert!(refused[0].fix.contains("set spec.security.level to privileged"), "{}", refused[0].fix);
+        assert!(pod_findings(&rdma(json!("privileged")), NEWEST).is_empty(), "the level the settings need");
+        // Asking for nothing gets the strictest level the settings allow, and a warning saying so.
+        let unasked = spec(json!({"capabilities": ["IPC_LOCK"]}), json!(null));
+        assert!(pod_findings(&unasked, NEWEST).is_empty());
+        assert_eq!(
+            pod_security_warning(&unasked).unwrap(),
+            "the server pods need the Pod Security level privileged (spec.decode.capabilities IPC_LOCK): a namespace \
+             enforcing a stricter level refuses them; set spec.security.level: privileged to say so"
+        );
+        assert_eq!(pod_security_warning(&spec(json!({}), json!(null))), None, "restricted needs no word");
+        assert_eq!(pod_security_warning(&rdma(json!("privileged"))), None, "asked for");
     }
 
     #[test]

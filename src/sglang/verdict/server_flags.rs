@@ -137,6 +137,7 @@ pub fn server_spec(server: &Server, on_invalid: OnInvalid) -> InferenceDeploymen
         cache: None,
         scheduling: None,
         placement: None,
+        security: None,
     }
 }
 

@@ -34,6 +34,7 @@ import os
 import random
 import socket
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -189,6 +190,15 @@ def socket_accepts(path: str) -> bool:
         s.close()
 
 
+def writable(directory: str) -> bool:
+    """Whether a file can be created in `directory` (and is removed again)."""
+    try:
+        with tempfile.NamedTemporaryFile(dir=directory):
+            return True
+    except OSError:
+        return False
+
+
 def check_model_path(path: str) -> dict:
     info = {"path": path, "exists": os.path.isdir(path)}
     if info["exists"]:
@@ -223,6 +233,9 @@ def main() -> None:
         "nnodes": nnodes,
         "node_rank": node_rank,
         "env": {k: v for k, v in os.environ.items() if k.startswith(("NVIDIA_", "KVPILOT_TEST_", "PYTHONPATH"))},
+        # Where it can write, as SGLang's caches would: HOME (the hub's, Triton's, FlashInfer's),
+        # /tmp (torch's compile cache) and the root filesystem.
+        "writable": {path: writable(path) for path in ("/", os.environ.get("HOME", "/root"), "/tmp")},
     }
     problems: List[str] = []
     extra = json.loads(one(flags, "--hicache-storage-backend-extra-config", "{}"))
