@@ -1,7 +1,8 @@
-//! kvpilot's pod rules POD1–POD9 and POD11: what keeps the pods of a resource from being built as asked, or
-//! from serving once built. SGLang has no such rule (it never sees a pod); each says what the
-//! pods would do instead (argparse refusing the server's argv, the kubelet failing the rank, a
-//! cache that never hits), in the terms of the spec field that causes it.
+//! kvpilot's pod rules POD1–POD9 and POD11: what keeps the pods of a resource from being built as
+//! asked, or from serving once built. SGLang has no such rule (it never sees a pod); each says
+//! what the pods would do instead (argparse refusing the server's argv, the kubelet failing the
+//! rank, a cache that never hits, the API server's PodSecurity admission refusing them), in the
+//! terms of the spec field that causes it.
 
 use crate::api::{AttentionKind, AttentionLayout, FleetSpec, InferenceDeploymentSpec, parse_bytes};
 use crate::policy::{self, Violation, argv, pod};
