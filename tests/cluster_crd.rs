@@ -230,13 +230,16 @@ async fn printer_columns_scale_and_explain_work_through_kubectl() {
     let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(
         header,
-        ["NAME", "MODEL", "LAYOUT", "BACKUP", "SETTINGS", "READY", "DESIRED", "PREFILL", "ENDPOINT", "ROLLOUT", "AGE"],
+        [
+            "NAME", "MODEL", "LAYOUT", "BACKUP", "SETTINGS", "READY", "DESIRED", "PREFILL", "ENDPOINT", "ROLLOUT",
+            "SECURITY", "AGE"
+        ],
         "{table}"
     );
     let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
     assert_eq!(row[..2], [name, "meta-llama/Llama-3.1-8B-Instruct"], "{table}");
     let narrow = cluster.kubectl_ok(&["get", "infd", "-n", ns]);
-    for wide in ["SETTINGS", "PREFILL", "ENDPOINT", "ROLLOUT"] {
+    for wide in ["SETTINGS", "PREFILL", "ENDPOINT", "ROLLOUT", "SECURITY"] {
         assert!(!narrow.contains(wide), "{wide} has priority 1, shown only with -o wide: {narrow}");
     }
     let by_category = cluster.kubectl_ok(&["get", "kvpilot", "-n", ns, "-o", "name"]);

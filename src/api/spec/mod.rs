@@ -65,6 +65,7 @@ use super::status::InferenceDeploymentStatus;
     printcolumn(name = "Prefill", type_ = "integer", json_path = ".status.prefill.readyReplicas", priority = "1"),
     printcolumn(name = "Endpoint", type_ = "string", json_path = ".status.endpoint", priority = "1"),
     printcolumn(name = "Rollout", type_ = "string", json_path = ".status.rollout.phase", priority = "1"),
+    printcolumn(name = "Security", type_ = "string", json_path = ".status.podSecurityLevel", priority = "1"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
