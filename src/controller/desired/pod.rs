@@ -59,6 +59,7 @@ fn server_env(
     role: FleetRole,
     fleet: &FleetSpec,
     effective: &EffectiveSettings,
+    restricted: bool,
 ) -> Vec<EnvVar> {
     let spec = &resource.spec;
     let decode_env: &[EnvVar] = if role == FleetRole::Decode { &effective.decode_env } else { &[] };
@@ -89,7 +90,7 @@ fn server_env(
             add(env_var("HF_HOME", HF_HOME));
         }
     }
-    if spec.pod_security_level() == PodSecurityLevel::Restricted {
+    if restricted {
         add(env_var("HOME", SERVER_HOME));
         add(env_var("USER", "sglang"));
     }
@@ -131,7 +132,12 @@ fn served_bootstrap_port(spec: &InferenceDeploymentSpec, fleet: &FleetSpec) -> i
 
 /// The pod's volumes and the SGLang container's mounts: `/dev/shm` in memory, the weights or the
 /// hub cache, and on decode with `spec.cache` the cache runtime's socket and connector.
-fn volumes(resource: &InferenceDeployment, role: FleetRole, fleet: &FleetSpec) -> (Vec<Volume>, Vec<VolumeMount>) {
+fn volumes(
+    resource: &InferenceDeployment,
+    role: FleetRole,
+    fleet: &FleetSpec,
+    restricted: bool,
+) -> (Vec<Volume>, Vec<VolumeMount>) {
     let spec = &resource.spec;
     let shm = fleet.shm_size.clone().unwrap_or_else(|| Quantity(DEFAULT_SHM_SIZE.into()));
     let mut volumes = vec![Volume {
@@ -153,7 +159,7 @@ fn volumes(resource: &InferenceDeployment, role: FleetRole, fleet: &FleetSpec) -
         cache::add_volumes(&mut volumes, &mut mounts);
     }
     // A read-only root: what the server writes goes to its HOME and /tmp.
-    if spec.pod_security_level() == PodSecurityLevel::Restricted {
+    if restricted {
         for (name, path) in [("home", SERVER_HOME), ("tmp", "/tmp")] {
             volumes.push(Volume {
                 name: name.into(),
@@ -169,8 +175,8 @@ fn volumes(resource: &InferenceDeployment, role: FleetRole, fleet: &FleetSpec) -
 /// The SGLang container's security: at `restricted`, kvpilot's own containers' (as
 /// [`SERVER_UID`], no capability but those the level allows); otherwise only the capabilities
 /// the fleet adds.
-fn server_security(spec: &InferenceDeploymentSpec, fleet: &FleetSpec) -> Option<SecurityContext> {
-    if spec.pod_security_level() == PodSecurityLevel::Restricted {
+fn server_security(fleet: &FleetSpec, restricted: bool) -> Option<SecurityContext> {
+    if restricted {
         let mut security = restricted_security(SERVER_UID);
         if let Some(capabilities) = security.capabilities.as_mut() {
             capabilities.add = (!fleet.capabilities.is_empty()).then(|| fleet.capabilities.clone());
@@ -192,9 +198,10 @@ fn server_container(
     role: FleetRole,
     fleet: &FleetSpec,
     mounts: Vec<VolumeMount>,
+    restricted: bool,
 ) -> Container {
     let spec = &resource.spec;
-    let env = server_env(resource, role, fleet, &assessment.verdict.effective);
+    let env = server_env(resource, role, fleet, &assessment.verdict.effective, restricted);
     let startup_failures = (fleet.startup_timeout_seconds + STARTUP_PERIOD_SECONDS - 1) / STARTUP_PERIOD_SECONDS;
     let mut ports =
         vec![ContainerPort { name: Some("http".into()), container_port: fleet.port, ..ContainerPort::default() }];
@@ -217,7 +224,7 @@ fn server_container(
         startup_probe: Some(health_probe(STARTUP_PERIOD_SECONDS, 5, startup_failures.max(1))),
         readiness_probe: Some(health_probe(10, 5, 3)),
         liveness_probe: Some(health_probe(30, 10, 4)),
-        security_context: server_security(spec, fleet),
+        security_context: server_security(fleet, restricted),
         volume_mounts: Some(mounts),
         ..Container::default()
     }
@@ -237,8 +244,10 @@ pub(super) fn server_pod_template(
 ) -> Pod {
     let name = resource.metadata.name.clone().unwrap_or_default();
     let spec = &resource.spec;
-    let (volumes, mounts) = volumes(resource, role, fleet);
-    let container = server_container(resource, assessment, options, role, fleet, mounts);
+    // The level decides the container's security, its env and volumes, and the pod's security.
+    let restricted = spec.pod_security_level() == PodSecurityLevel::Restricted;
+    let (volumes, mounts) = volumes(resource, role, fleet, restricted);
+    let container = server_container(resource, assessment, options, role, fleet, mounts, restricted);
     let mut pod_labels = fleet.pod_labels.clone();
     pod_labels.extend(labels);
     let mut annotations = fleet.pod_annotations.clone();
@@ -276,8 +285,7 @@ pub(super) fn server_pod_template(
             service_account_name: fleet.service_account_name.clone(),
             priority_class_name: pod_group::priority_class_name(spec, fleet),
             automount_service_account_token: Some(false),
-            security_context: (spec.pod_security_level() == PodSecurityLevel::Restricted)
-                .then(|| restricted_pod_security(SERVER_UID)),
+            security_context: restricted.then(|| restricted_pod_security(SERVER_UID)),
             ..PodSpec::default()
         }),
         ..Pod::default()

@@ -582,8 +582,7 @@ mod tests {
     fn test_module_at(text: &str) -> Option<usize> {
         text.match_indices("#[cfg(test)]\n").map(|(at, _)| at).find(|at| {
             let next = text[at + "#[cfg(test)]\n".len()..].lines().next().unwrap_or_default();
-            next.strip_suffix(" {").unwrap_or(next).split_whitespace().last() == Some("tests")
-                && next.split_whitespace().any(|word| word == "mod")
+            next.trim_end_matches([' ', '{', ';']).split_whitespace().collect::<Vec<_>>().ends_with(&["mod", "tests"])
         })
     }
 
